@@ -1,0 +1,63 @@
+// buildApp: the whole HTTP service as one Fastify instance, used by the server and by every
+// test alike. The server (server.ts) only adds config, logger, signals and listen.
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { Database } from './db/database.js';
+import { registerContentParsers } from './http/content.js';
+import { registerErrorHandlers } from './http/errors.js';
+import { createMetrics, type Metrics } from './http/metrics.js';
+import { pydanticValidatorCompiler } from './http/validator.js';
+import { dailyPointsRoute } from './routes/daily-points.js';
+import { operationsRoutes } from './routes/operations.js';
+import { uniqueNodesRoute } from './routes/unique-nodes.js';
+import { updateResultRoute } from './routes/update-result.js';
+
+export interface AppOptions {
+  db: Database;
+  logger?: FastifyBaseLogger;
+  bodyLimit?: number;
+  defaultPointsPerJob?: number;
+  /** Process-wide metrics (CPU, memory, event loop); off in tests. */
+  processMetrics?: boolean;
+  requestTimeoutMs?: number;
+}
+
+export const DEFAULT_BODY_LIMIT = 1024 * 1024;
+
+export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { metrics: Metrics }> {
+  const app = Fastify({
+    ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
+    bodyLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT,
+    // One log line per request comes from the onResponse hook below.
+    logController: new LogController({ disableRequestLogging: true }),
+    requestTimeout: opts.requestTimeoutMs ?? 30_000,
+    // Keys travel in headers and bodies; request ids are enough to correlate.
+    requestIdHeader: false,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  const metrics = createMetrics(opts.db, opts.processMetrics ?? false);
+  app.setValidatorCompiler(pydanticValidatorCompiler);
+  registerContentParsers(app);
+  registerErrorHandlers(app);
+
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.url ?? 'unmatched';
+    const status = String(reply.statusCode);
+    const seconds = reply.elapsedTime / 1000;
+    metrics.requests.inc({ method: req.method, route, status });
+    metrics.duration.observe({ method: req.method, route, status }, seconds);
+    // No headers, bodies or query values: keys and results never reach the log.
+    req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, node: req.nodeName }, 'request');
+  });
+
+  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1 };
+  updateResultRoute(app, deps);
+  uniqueNodesRoute(app, deps);
+  dailyPointsRoute(app, deps);
+  await operationsRoutes(app, deps);
+
+  await app.ready();
+  return Object.assign(app, { metrics });
+}

@@ -1,0 +1,29 @@
+// The one database interface the repositories use: `query` and `transaction`, implemented by
+// pg.Pool (DATABASE_URL) and by embedded PGlite (DATA_DIR). The SQL above it is the same for
+// both, so every query casts its results explicitly (int8/numeric/date come back as JS numbers
+// and strings the same way on both backends).
+
+/** A named, parameterised statement. The name labels metrics and lets pg prepare it once. */
+export interface Sql {
+  readonly name: string;
+  readonly text: string;
+}
+
+export interface Queryable {
+  query<R>(sql: Sql, values?: readonly unknown[]): Promise<R[]>;
+  /** Runs several statements without parameters (migrations). */
+  exec(text: string): Promise<void>;
+}
+
+export interface Database extends Queryable {
+  readonly kind: 'postgres' | 'pglite';
+  /** Where the data lives, safe to log (no password). */
+  readonly description: string;
+  /** Runs fn in one transaction; commits when it resolves (durably, before returning). */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /** Pool gauges for metrics; PGlite has a single in-process connection. */
+  poolStats(): { total: number; idle: number; waiting: number };
+  close(): Promise<void>;
+}
+
+export const sql = (name: string, text: string): Sql => ({ name, text });

@@ -1,0 +1,32 @@
+// PostgreSQL error codes mapped in one place. Everything that means "the database is not
+// there right now" becomes ServiceUnavailable (503), so clients retry instead of seeing 500.
+import { HttpError } from '../http-error.js';
+
+const RETRYABLE = new Set(['40001', '40P01']); // serialization_failure, deadlock_detected
+const UNAVAILABLE_CLASSES = ['08', '53', '57']; // connection, resources, operator intervention (incl. 57014 timeout)
+const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH']);
+
+export const UNIQUE_VIOLATION = '23505';
+
+export function pgCode(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+export function isRetryable(err: unknown): boolean {
+  return RETRYABLE.has(pgCode(err) ?? '');
+}
+
+export function isUnavailable(err: unknown): boolean {
+  const code = pgCode(err);
+  if (code && (NETWORK_CODES.has(code) || UNAVAILABLE_CLASSES.includes(code.slice(0, 2)))) return true;
+  const message = err instanceof Error ? err.message : '';
+  // pg reports a lost or never-established connection with these messages and no code.
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended|ended the connection|database system is (starting|shutting) up/i.test(message);
+}
+
+/** The HTTP error for a database failure, or undefined when it is a genuine bug (500). */
+export function httpErrorForDatabase(err: unknown): HttpError | undefined {
+  if (isUnavailable(err)) return new HttpError(503, 'Database unavailable, retry later');
+  return undefined;
+}

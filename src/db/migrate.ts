@@ -1,0 +1,47 @@
+// Forward-only SQL migrations from migrations/NNNN_name.sql, applied in order, each once, each
+// in its own transaction that first takes an advisory lock, so instances starting at the same
+// time apply each migration exactly once (the loser waits, then sees it recorded and skips).
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sql, type Database } from './database.js';
+
+export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'migrations');
+
+// Any constant shared by all instances; "ins migrations" as a 64-bit key.
+const LOCK_KEY = 0x696e735f6d6967;
+
+const LOCK = sql('migrate_lock', `SELECT pg_advisory_xact_lock(${LOCK_KEY})`);
+const CREATE_TABLE = `CREATE TABLE IF NOT EXISTS schema_migrations (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)`;
+const IS_APPLIED = sql('migrate_is_applied', 'SELECT 1 AS applied FROM schema_migrations WHERE version = $1::integer');
+const RECORD = sql('migrate_record', 'INSERT INTO schema_migrations (version, name) VALUES ($1::integer, $2::text)');
+
+export interface Migration { version: number; name: string; text: string }
+
+export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
+  return readdirSync(dir)
+    .filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f))
+    .sort()
+    .map((f) => ({ version: Number(f.slice(0, 4)), name: f.replace(/\.sql$/, ''), text: readFileSync(path.join(dir, f), 'utf8') }));
+}
+
+/** Applies pending migrations; returns the names of those this call applied. */
+export async function migrate(db: Database, migrations = loadMigrations()): Promise<string[]> {
+  const applied: string[] = [];
+  for (const m of migrations) {
+    const did = await db.transaction(async (tx) => {
+      await tx.query(LOCK);
+      await tx.exec(CREATE_TABLE);
+      if ((await tx.query(IS_APPLIED, [m.version])).length > 0) return false;
+      await tx.exec(m.text);
+      await tx.query(RECORD, [m.version, m.name]);
+      return true;
+    });
+    if (did) applied.push(m.name);
+  }
+  return applied;
+}

@@ -1,0 +1,83 @@
+// PostgreSQL over a pg.Pool. Connection loss and timeouts surface as errors that
+// db/errors.ts maps to 503; a query never waits forever for a connection.
+import pg from 'pg';
+import type { Database, Queryable, Sql } from './database.js';
+import { isRetryable } from './errors.js';
+
+// int8 (e.g. count(*)) as JS numbers: every count here fits in 2^53.
+pg.types.setTypeParser(pg.types.builtins.INT8, (v: string) => Number(v));
+
+export interface PgOptions {
+  connectionString: string;
+  max?: number;
+  connectionTimeoutMillis?: number;
+  statementTimeoutMillis?: number;
+}
+
+const MAX_ATTEMPTS = 5;
+
+function wrap(client: pg.PoolClient | pg.Pool): Queryable {
+  return {
+    async query<R>(s: Sql, values: readonly unknown[] = []): Promise<R[]> {
+      const res = await client.query({ name: s.name, text: s.text, values: values as unknown[] });
+      return res.rows as R[];
+    },
+    async exec(text: string): Promise<void> {
+      await client.query(text);
+    },
+  };
+}
+
+export function describeUrl(connectionString: string): string {
+  try {
+    const u = new URL(connectionString);
+    return `postgresql://${u.username ? `${decodeURIComponent(u.username)}@` : ''}${u.host}${u.pathname}`;
+  } catch {
+    return 'postgresql (unparseable DATABASE_URL)';
+  }
+}
+
+export function openPostgres(opts: PgOptions): Database {
+  const pool = new pg.Pool({
+    connectionString: opts.connectionString,
+    max: opts.max ?? 20,
+    connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 5_000,
+    statement_timeout: opts.statementTimeoutMillis ?? 15_000,
+    // Detect a dead server on idle connections instead of hanging on them.
+    keepAlive: true,
+  });
+  // An idle client losing its connection must not crash the process; the pool drops it.
+  pool.on('error', () => {});
+  const base = wrap(pool);
+  return {
+    kind: 'postgres',
+    description: describeUrl(opts.connectionString),
+    query: base.query,
+    exec: base.exec,
+    async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+      for (let attempt = 1; ; attempt++) {
+        const client = await pool.connect();
+        let broken = false;
+        try {
+          await client.query('BEGIN');
+          const out = await fn(wrap(client));
+          await client.query('COMMIT');
+          return out;
+        } catch (err) {
+          try {
+            await client.query('ROLLBACK');
+          } catch {
+            broken = true;
+          }
+          // Serialization failures and deadlocks are safe to retry: nothing was committed.
+          if (attempt < MAX_ATTEMPTS && isRetryable(err)) continue;
+          throw err;
+        } finally {
+          client.release(broken);
+        }
+      }
+    },
+    poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
+    close: () => pool.end(),
+  };
+}

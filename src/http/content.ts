@@ -1,0 +1,47 @@
+// Body parsing the way FastAPI does it: a JSON body (or one without a content type) is parsed
+// as JSON, an empty body is "absent", and malformed JSON is not an error here but a marker the
+// validator reports as `json_invalid` with Python's character offset. Any other content type
+// reaches validation as text (→ model_attributes_type), as FastAPI passes it to pydantic.
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { HttpError } from '../http-error.js';
+import { MalformedJson } from '../validation/pydantic.js';
+import { pythonJsonFailure } from '../validation/python-json.js';
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+function decode(buf: Buffer): string {
+  try {
+    return utf8.decode(buf);
+  } catch {
+    throw new HttpError(400, 'There was an error parsing the body');
+  }
+}
+
+export function parseJsonBody(text: string): unknown {
+  if (text.length === 0) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    // JSON.parse and Python disagree only on NaN/Infinity, which Python accepts; the scanner
+    // then finds nothing and we still report where the value could not be read.
+    return new MalformedJson(pythonJsonFailure(text) ?? { pos: 0, msg: 'Expecting value' });
+  }
+}
+
+function isJsonType(contentType: string | undefined): boolean {
+  if (!contentType) return true;
+  const media = contentType.split(';')[0]!.trim().toLowerCase();
+  return media === 'application/json' || (media.startsWith('application/') && media.endsWith('+json'));
+}
+
+export function registerContentParsers(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (req: FastifyRequest, body: Buffer, done) => {
+    try {
+      const text = decode(body);
+      done(null, isJsonType(req.headers['content-type']) ? parseJsonBody(text) : text.length === 0 ? undefined : text);
+    } catch (err) {
+      done(err as Error, undefined);
+    }
+  });
+}

@@ -1,0 +1,47 @@
+// Models as workers name them, with an optional points_per_job (NULL: the configured default).
+import { sql, type Queryable } from '../db/database.js';
+
+export interface ModelListing { name: string; points_per_job: number | null; nodes: number }
+
+const FIND = sql('models_find', 'SELECT id FROM models WHERE name = $1::text');
+const INSERT = sql('models_insert', 'INSERT INTO models (name) VALUES ($1::text) ON CONFLICT (name) DO NOTHING');
+const SET_POINTS = sql('models_set_points', `INSERT INTO models (name, points_per_job) VALUES ($1::text, $2::numeric)
+  ON CONFLICT (name) DO UPDATE SET points_per_job = EXCLUDED.points_per_job`);
+const LIST = sql('models_list', `SELECT m.name, m.points_per_job::float8 AS points_per_job,
+    (SELECT count(*)::int FROM model_nodes mn WHERE mn.model_id = m.id) AS nodes
+  FROM models m ORDER BY m.name COLLATE "C"`);
+
+// Model ids never change and models are never deleted, so name → id is cached per database.
+const idCache = new WeakMap<object, Map<string, number>>();
+const CACHE_LIMIT = 10_000;
+
+/** The model's id, creating the model on first sight. */
+export async function ensureModelId(db: Queryable, cacheOwner: object, name: string): Promise<number> {
+  let cache = idCache.get(cacheOwner);
+  if (!cache) idCache.set(cacheOwner, (cache = new Map()));
+  const cached = cache.get(name);
+  if (cached !== undefined) return cached;
+  let [row] = await db.query<{ id: number }>(FIND, [name]);
+  if (!row) {
+    await db.query(INSERT, [name]);
+    // A new statement sees the row whether this call or a concurrent one inserted it.
+    [row] = await db.query<{ id: number }>(FIND, [name]);
+  }
+  if (cache.size >= CACHE_LIMIT) cache.clear();
+  cache.set(name, row!.id);
+  return row!.id;
+}
+
+export async function findModelId(db: Queryable, name: string): Promise<number | undefined> {
+  const [row] = await db.query<{ id: number }>(FIND, [name]);
+  return row?.id;
+}
+
+/** points null: back to the default. */
+export async function setModelPoints(db: Queryable, name: string, points: number | null): Promise<void> {
+  await db.query(SET_POINTS, [name, points]);
+}
+
+export async function listModels(db: Queryable): Promise<ModelListing[]> {
+  return db.query<ModelListing>(LIST);
+}

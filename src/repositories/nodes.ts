@@ -1,0 +1,65 @@
+// Nodes and their keys: what the CLI manages and what authentication reads.
+import { sql, type Queryable } from '../db/database.js';
+import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
+import { newKey } from '../keys.js';
+
+export interface NodeRow { id: number; name: string; disabled: boolean }
+export interface NodeListing { name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number }
+
+const INSERT = sql('nodes_insert', 'INSERT INTO nodes (name, key_hash) VALUES ($1::text, $2::text) RETURNING id');
+const BY_NAME = sql('nodes_by_name', 'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM nodes WHERE name = $1::text');
+const BY_KEY = sql('nodes_by_key', 'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM nodes WHERE key_hash = $1::text');
+const SET_DISABLED = sql('nodes_set_disabled', `UPDATE nodes SET disabled_at = CASE WHEN $2::boolean THEN coalesce(disabled_at, now()) END
+  WHERE name = $1::text RETURNING id`);
+const ROTATE = sql('nodes_rotate_key', 'UPDATE nodes SET key_hash = $2::text WHERE name = $1::text RETURNING id');
+const COUNT = sql('nodes_count', 'SELECT count(*)::int AS n FROM nodes');
+const LIST = sql('nodes_list', `SELECT n.name, n.disabled_at IS NOT NULL AS disabled, to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at,
+    (SELECT max(day)::text FROM node_daily_points p WHERE p.node_id = n.id) AS last_day_with_points,
+    coalesce((SELECT sum(points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total_points
+  FROM nodes n ORDER BY n.name COLLATE "C"`);
+
+export class NodeExistsError extends Error {
+  constructor(name: string) { super(`a node named "${name}" already exists`); }
+}
+
+/** Creates a node; returns its key, which exists nowhere else afterwards. */
+export async function createNode(db: Queryable, name: string): Promise<{ id: number; key: string }> {
+  const { key, hash } = newKey('node');
+  try {
+    const [row] = await db.query<{ id: number }>(INSERT, [name, hash]);
+    return { id: Number(row!.id), key };
+  } catch (err) {
+    if (pgCode(err) === UNIQUE_VIOLATION) throw new NodeExistsError(name);
+    throw err;
+  }
+}
+
+export async function findNodeByName(db: Queryable, name: string): Promise<NodeRow | undefined> {
+  const [row] = await db.query<NodeRow>(BY_NAME, [name]);
+  return row ? { ...row, id: Number(row.id) } : undefined;
+}
+
+export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<NodeRow | undefined> {
+  const [row] = await db.query<NodeRow>(BY_KEY, [hash]);
+  return row ? { ...row, id: Number(row.id) } : undefined;
+}
+
+/** Returns false when no node has this name. */
+export async function setNodeDisabled(db: Queryable, name: string, disabled: boolean): Promise<boolean> {
+  return (await db.query(SET_DISABLED, [name, disabled])).length > 0;
+}
+
+/** Replaces the node's key; the old key stops working with this commit. Undefined: no such node. */
+export async function rotateNodeKey(db: Queryable, name: string): Promise<string | undefined> {
+  const { key, hash } = newKey('node');
+  return (await db.query(ROTATE, [name, hash])).length > 0 ? key : undefined;
+}
+
+export async function countNodes(db: Queryable): Promise<number> {
+  const [row] = await db.query<{ n: number }>(COUNT);
+  return row!.n;
+}
+
+export async function listNodes(db: Queryable): Promise<NodeListing[]> {
+  return db.query<NodeListing>(LIST);
+}

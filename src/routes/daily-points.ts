@@ -1,0 +1,46 @@
+// POST /daily_points: a node's points per UTC day, for the node's own key or a reader key.
+// The key is checked before the body (as FastAPI's APIKeyHeader dependency does): a request
+// without a valid key learns nothing, not even which fields are wrong.
+import type { FastifyRequest } from 'fastify';
+import { DailyPointsRequest, DailyPointsResponse, ErrorDetail, HTTPValidationError } from '../generated/schemas.js';
+import { authenticate, type Principal } from '../auth.js';
+import { HttpError } from '../http-error.js';
+import { findNodeByName } from '../repositories/nodes.js';
+import { dailyPoints } from '../repositories/points.js';
+import type { App, Deps } from './types.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+export function dailyPointsRoute(app: App, { db }: Deps): void {
+  app.post('/daily_points', {
+    schema: {
+      body: DailyPointsRequest,
+      response: { 200: DailyPointsResponse, 401: ErrorDetail, 403: ErrorDetail, 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
+    },
+    preValidation: async (req: FastifyRequest) => {
+      const header = req.headers.api_key;
+      const key = Array.isArray(header) ? header[header.length - 1] : header;
+      if (!key) throw new HttpError(401, 'Not authenticated');
+      const principal = await authenticate(db, key);
+      if (!principal) throw new HttpError(401, 'Invalid API key');
+      req.principal = principal;
+    },
+  }, async (req) => {
+    const { node_name, last_days } = req.body;
+    const principal = req.principal!;
+    if (principal.kind === 'node') {
+      req.nodeName = principal.node.name;
+      if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+      // Another node's name is refused the same way whether or not it exists.
+      if (principal.node.name !== node_name) throw new HttpError(403, "This key may only read its own node's points");
+      return dailyPoints(db, principal.node.id, last_days);
+    }
+    const node = await findNodeByName(db, node_name);
+    if (!node) throw new HttpError(404, 'Node not found');
+    return dailyPoints(db, node.id, last_days);
+  });
+}

@@ -1,0 +1,38 @@
+// Liveness, readiness, metrics, the OpenAPI document and its interactive reference.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import { ErrorDetail, HealthResponse } from '../generated/schemas.js';
+import { sql } from '../db/database.js';
+import { HttpError } from '../http-error.js';
+import { MIGRATIONS_DIR } from '../db/migrate.js';
+import type { App, Deps } from './types.js';
+
+export const OPENAPI_FILE = path.join(MIGRATIONS_DIR, '..', 'openapi.json');
+const PING = sql('ping', 'SELECT 1 AS ok');
+
+export async function operationsRoutes(app: App, { db, metrics }: Deps): Promise<void> {
+  app.get('/healthz', { schema: { hide: true, response: { 200: HealthResponse } } }, async () => ({ status: 'ok' }));
+
+  app.get('/readyz', { schema: { hide: true, response: { 200: HealthResponse, 503: ErrorDetail } } }, async () => {
+    try {
+      await db.query(PING);
+    } catch {
+      throw new HttpError(503, 'Database unavailable');
+    }
+    return { status: 'ok' };
+  });
+
+  app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {
+    reply.type(metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+
+  // The served document is the file itself, byte for byte.
+  const openapiText = readFileSync(OPENAPI_FILE, 'utf8');
+  app.get('/openapi.json', { schema: { hide: true } }, async (_req, reply) => reply.type('application/json').send(openapiText));
+
+  await app.register(swagger, { mode: 'static', specification: { document: JSON.parse(openapiText) as never } });
+  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list', deepLinking: true } });
+}

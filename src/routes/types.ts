@@ -1,0 +1,20 @@
+// What every route module receives: the typed Fastify instance and the app's dependencies.
+import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { Database } from '../db/database.js';
+import type { Metrics } from '../http/metrics.js';
+
+export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, TypeBoxTypeProvider>;
+
+export interface Deps {
+  db: Database;
+  metrics: Metrics;
+  defaultPointsPerJob: number;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set once the caller is known, for the request log line. */
+    nodeName?: string;
+  }
+}

@@ -1,0 +1,36 @@
+// POST /worker/update_result: a worker reports a job's result with its node key in the body.
+import { ErrorDetail, HTTPValidationError, UpdateResultRequest, UpdateResultResponse } from '../generated/schemas.js';
+import { authenticate } from '../auth.js';
+import { HttpError } from '../http-error.js';
+import { recordResult } from '../repositories/results.js';
+import type { App, Deps } from './types.js';
+
+export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob }: Deps): void {
+  app.post('/worker/update_result', {
+    schema: {
+      body: UpdateResultRequest,
+      response: { 200: UpdateResultResponse, 401: ErrorDetail, 403: ErrorDetail, 409: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
+    },
+  }, async (req) => {
+    const { job_id, api_key, model_name, result, status } = req.body;
+    const principal = await authenticate(db, api_key);
+    if (!principal) throw new HttpError(401, 'Invalid API key');
+    if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
+    req.nodeName = principal.node.name;
+    if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+
+    const outcome = await recordResult(db, {
+      nodeId: principal.node.id,
+      jobId: job_id,
+      modelName: model_name,
+      status,
+      result: result as Record<string, unknown>,
+      defaultPoints: defaultPointsPerJob,
+    });
+    metrics.results.inc({ status, outcome: outcome.kind });
+    if (outcome.kind === 'conflict') throw new HttpError(409, outcome.detail);
+    const points = outcome.kind === 'recorded' ? outcome.points : 0;
+    if (points > 0) metrics.points.inc(points);
+    return { job_id, status: outcome.status, points, replayed: outcome.kind === 'replayed' };
+  });
+}

@@ -1,0 +1,191 @@
+// The one module that turns request data + a generated TypeBox (JSON) schema into either the
+// coerced value or the list of errors FastAPI/pydantic v2 would report: same `loc`, `msg`,
+// `type`, `input` and `ctx`, every failure at once, pydantic's lax coercions ("7" and 7.0 are
+// the integer 7; a number is not a string). Only the JSON-Schema subset of openapi.json is
+// understood; an unknown shape throws at schema-compile time rather than validating wrongly.
+
+import type { JsonDecodeFailure } from './python-json.js';
+import { parseDateTime } from './datetime.js';
+
+export type Loc = (string | number)[];
+export interface PydanticError {
+  type: string;
+  loc: Loc;
+  msg: string;
+  input: unknown;
+  ctx?: Record<string, unknown>;
+}
+
+export type HttpPart = 'body' | 'query' | 'header' | 'path';
+
+/** Marker the body parser leaves when the body is not valid JSON (see app/content.ts). */
+export class MalformedJson {
+  constructor(readonly failure: JsonDecodeFailure) {}
+}
+
+interface Schema {
+  type?: string;
+  properties?: Record<string, Schema>;
+  required?: string[];
+  items?: Schema;
+  anyOf?: Schema[];
+  const?: unknown;
+  minLength?: number;
+  maxLength?: number;
+  minimum?: number;
+  maximum?: number;
+  format?: string;
+}
+
+type Result = { ok: true; value: unknown } | { ok: false; errors: PydanticError[] };
+const ok = (value: unknown): Result => ({ ok: true, value });
+const fail = (type: string, loc: Loc, msg: string, input: unknown, ctx?: Record<string, unknown>): Result => ({
+  ok: false,
+  errors: [{ type, loc, msg, input, ...(ctx ? { ctx } : {}) }],
+});
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function pyRepr(v: unknown): string {
+  return typeof v === 'string' ? `'${v.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'` : String(v);
+}
+
+function expectedList(values: unknown[]): string {
+  const reprs = values.map(pyRepr);
+  return reprs.length <= 1 ? reprs.join('') : `${reprs.slice(0, -1).join(', ')} or ${reprs[reprs.length - 1]}`;
+}
+
+const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' : 's'}`;
+
+function validateString(schema: Schema, v: unknown, loc: Loc): Result {
+  if (typeof v !== 'string') return fail('string_type', loc, 'Input should be a valid string', v);
+  if (schema.format === 'date-time') {
+    const parsed = parseDateTime(v);
+    if (!parsed.ok) {
+      return fail('datetime_from_date_parsing', loc, `Input should be a valid datetime or date, ${parsed.error}`, v, { error: parsed.error });
+    }
+    return ok(parsed.iso);
+  }
+  // Python counts code points, not UTF-16 units.
+  const length = schema.minLength !== undefined || schema.maxLength !== undefined ? [...v].length : 0;
+  if (schema.minLength !== undefined && length < schema.minLength) {
+    return fail('string_too_short', loc, `String should have at least ${plural(schema.minLength, 'character')}`, v, { min_length: schema.minLength });
+  }
+  if (schema.maxLength !== undefined && length > schema.maxLength) {
+    return fail('string_too_long', loc, `String should have at most ${plural(schema.maxLength, 'character')}`, v, { max_length: schema.maxLength });
+  }
+  return ok(v);
+}
+
+function laxInteger(v: unknown, loc: Loc): Result {
+  if (typeof v === 'boolean') return ok(v ? 1 : 0);
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) return fail('finite_number', loc, 'Input should be a finite number', v);
+    if (!Number.isInteger(v)) return fail('int_from_float', loc, 'Input should be a valid integer, got a number with a fractional part', v);
+    return ok(v);
+  }
+  if (typeof v === 'string') {
+    const m = /^\s*([+-]?\d+)(?:\.0*)?\s*$/.exec(v);
+    if (!m) return fail('int_parsing', loc, 'Input should be a valid integer, unable to parse string as an integer', v);
+    return ok(Number(m[1]));
+  }
+  return fail('int_type', loc, 'Input should be a valid integer', v);
+}
+
+function validateInteger(schema: Schema, v: unknown, loc: Loc): Result {
+  const r = laxInteger(v, loc);
+  if (!r.ok) return r;
+  const n = r.value as number;
+  if (schema.minimum !== undefined && n < schema.minimum) {
+    return fail('greater_than_equal', loc, `Input should be greater than or equal to ${schema.minimum}`, v, { ge: schema.minimum });
+  }
+  if (schema.maximum !== undefined && n > schema.maximum) {
+    return fail('less_than_equal', loc, `Input should be less than or equal to ${schema.maximum}`, v, { le: schema.maximum });
+  }
+  return ok(n);
+}
+
+function validateObject(schema: Schema, v: unknown, loc: Loc, missingInput: (obj: Record<string, unknown>) => unknown): Result {
+  const props = schema.properties ?? {};
+  if (Object.keys(props).length === 0) {
+    // A free-form object is a Python dict.
+    return isPlainObject(v) ? ok(v) : fail('dict_type', loc, 'Input should be a valid dictionary', v);
+  }
+  if (!isPlainObject(v)) {
+    return fail('model_attributes_type', loc, 'Input should be a valid dictionary or object to extract fields from', v);
+  }
+  const required = new Set(schema.required ?? []);
+  const out: Record<string, unknown> = {};
+  const errors: PydanticError[] = [];
+  for (const [name, prop] of Object.entries(props)) {
+    const fieldLoc = [...loc, name];
+    if (!Object.prototype.hasOwnProperty.call(v, name) || v[name] === undefined) {
+      if (required.has(name)) errors.push({ type: 'missing', loc: fieldLoc, msg: 'Field required', input: missingInput(v) });
+      continue;
+    }
+    const r = validateValue(prop, v[name], fieldLoc);
+    if (r.ok) out[name] = r.value;
+    else errors.push(...r.errors);
+  }
+  return errors.length > 0 ? { ok: false, errors } : ok(out);
+}
+
+function validateValue(schema: Schema, v: unknown, loc: Loc): Result {
+  if (schema.anyOf) {
+    const consts = schema.anyOf.filter((s) => 'const' in s);
+    if (consts.length === schema.anyOf.length) {
+      const allowed = consts.map((s) => s.const);
+      if (allowed.includes(v)) return ok(v);
+      const expected = expectedList(allowed);
+      return fail('literal_error', loc, `Input should be ${expected}`, v, { expected });
+    }
+    // Optional[X]: null passes, anything else is validated as X (pydantic adds no union tag).
+    const others = schema.anyOf.filter((s) => s.type !== 'null');
+    if (others.length === 1 && others.length < schema.anyOf.length) {
+      return v === null ? ok(null) : validateValue(others[0]!, v, loc);
+    }
+    throw new Error('unsupported anyOf in request schema');
+  }
+  switch (schema.type) {
+    case 'string': return validateString(schema, v, loc);
+    case 'integer': return validateInteger(schema, v, loc);
+    case 'object': return validateObject(schema, v, loc, (obj) => obj);
+    case undefined: return ok(v);
+    default: throw new Error(`unsupported request schema type ${schema.type}`);
+  }
+}
+
+/** Query strings repeat keys as arrays; like Starlette, a scalar parameter takes the last one.
+ * `null` and the empty string mean "not given" for optional parameters (SPEC.md). */
+function normaliseQuery(schema: Schema, raw: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const required = new Set(schema.required ?? []);
+  for (const [k, v] of Object.entries(raw)) {
+    const last = Array.isArray(v) ? v[v.length - 1] : v;
+    if (!required.has(k) && (last === '' || last === 'null')) continue;
+    out[k] = last;
+  }
+  return out;
+}
+
+/**
+ * Validates one part of a request. The body follows FastAPI's rules for a single body model:
+ * absent → `missing` at `["body"]`, not an object → `model_attributes_type`, malformed JSON →
+ * `json_invalid` at `["body", offset]`. Query and header parts are always objects; a missing
+ * parameter reports `input: null` as FastAPI does.
+ */
+export function validatePart(schema: unknown, part: HttpPart, data: unknown): Result {
+  const s = schema as Schema;
+  if (part === 'body') {
+    if (data instanceof MalformedJson) {
+      return fail('json_invalid', ['body', data.failure.pos], 'JSON decode error', {}, { error: data.failure.msg });
+    }
+    if (data === undefined || data === null) return fail('missing', ['body'], 'Field required', null);
+    return validateObject(s, data, ['body'], (obj) => obj);
+  }
+  const obj = isPlainObject(data) ? data : {};
+  const input = part === 'query' ? normaliseQuery(s, obj) : obj;
+  return validateObject(s, input, [part], () => null);
+}

@@ -1,0 +1,138 @@
+// Where and why Python's `json.loads` would reject a body, so that malformed JSON gets the same
+// `["body", <char offset>]` location and `ctx.error` message as the FastAPI service we replace.
+// Only called after JSON.parse has already failed (the hot path never runs this scanner).
+// Follows CPython 3.12's json.decoder/_json.c; offsets are in code points, as in Python.
+
+export interface JsonDecodeFailure { pos: number; msg: string }
+
+const WS = new Set([' ', '\t', '\n', '\r']);
+const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?/y;
+
+class Fail extends Error {
+  constructor(readonly msg: string, readonly at: number) { super(msg); }
+}
+// scan_once's StopIteration: "Expecting value" at the given index.
+class NoValue extends Error {
+  constructor(readonly at: number) { super('Expecting value'); }
+}
+
+function skipWs(s: string, i: number): number {
+  while (i < s.length && WS.has(s[i]!)) i++;
+  return i;
+}
+
+function scanString(s: string, end: number): number {
+  const begin = end - 1;
+  for (;;) {
+    if (end >= s.length) throw new Fail('Unterminated string starting at', begin);
+    const c = s.charCodeAt(end);
+    if (c === 0x22) return end + 1; // closing quote
+    if (c < 0x20) throw new Fail('Invalid control character at', end);
+    if (c !== 0x5c) { end++; continue; }
+    // backslash escape
+    end++;
+    if (end >= s.length) throw new Fail('Unterminated string starting at', begin);
+    const e = s[end]!;
+    if (e === 'u') {
+      const hex = s.slice(end + 1, end + 5);
+      if (!/^[0-9a-fA-F]{4}$/.test(hex)) throw new Fail('Invalid \\uXXXX escape', end - 1);
+      end += 5;
+    } else if ('"\\/bfnrt'.includes(e)) {
+      end++;
+    } else {
+      throw new Fail('Invalid \\escape', end - 1);
+    }
+  }
+}
+
+function scanObject(s: string, end: number): number {
+  end = skipWs(s, end);
+  if (s[end] === '}') return end + 1;
+  if (s[end] !== '"') throw new Fail('Expecting property name enclosed in double quotes', end);
+  end++;
+  for (;;) {
+    end = scanString(s, end);
+    end = skipWs(s, end);
+    if (s[end] !== ':') throw new Fail("Expecting ':' delimiter", end);
+    end = skipWs(s, end + 1);
+    end = scanValueOrFail(s, end);
+    end = skipWs(s, end);
+    const next = s[end];
+    end++;
+    if (next === '}') return end;
+    if (next !== ',') throw new Fail("Expecting ',' delimiter", end - 1);
+    end = skipWs(s, end);
+    if (s[end] !== '"') throw new Fail('Expecting property name enclosed in double quotes', end);
+    end++;
+  }
+}
+
+function scanArray(s: string, end: number): number {
+  end = skipWs(s, end);
+  if (s[end] === ']') return end + 1;
+  for (;;) {
+    end = scanValueOrFail(s, end);
+    end = skipWs(s, end);
+    const next = s[end];
+    end++;
+    if (next === ']') return end;
+    if (next !== ',') throw new Fail("Expecting ',' delimiter", end - 1);
+    end = skipWs(s, end);
+  }
+}
+
+function scanValueOrFail(s: string, i: number): number {
+  try {
+    return scanValue(s, i);
+  } catch (e) {
+    if (e instanceof NoValue) throw new Fail('Expecting value', e.at);
+    throw e;
+  }
+}
+
+function scanValue(s: string, i: number): number {
+  if (i >= s.length) throw new NoValue(i);
+  const c = s[i]!;
+  if (c === '"') return scanString(s, i + 1);
+  if (c === '{') return scanObject(s, i + 1);
+  if (c === '[') return scanArray(s, i + 1);
+  for (const word of ['null', 'true', 'false']) {
+    if (s.startsWith(word, i)) return i + word.length;
+  }
+  // Python also accepts NaN/Infinity; JSON.parse does not, so they stay "Expecting value" here.
+  NUMBER.lastIndex = i;
+  const m = NUMBER.exec(s);
+  if (m) return i + m[0].length;
+  throw new NoValue(i);
+}
+
+function codePointOffset(s: string, utf16Index: number): number {
+  let n = 0;
+  for (let i = 0; i < utf16Index && i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) i++;
+    }
+    n++;
+  }
+  return n;
+}
+
+/** The failure Python would report for `text`, or null if Python would accept it. */
+export function pythonJsonFailure(text: string): JsonDecodeFailure | null {
+  let pos: number;
+  let msg: string;
+  try {
+    const start = skipWs(text, 0);
+    const end = skipWs(text, scanValueOrFail(text, start));
+    if (end === text.length) return null;
+    pos = end;
+    msg = 'Extra data';
+  } catch (e) {
+    if (!(e instanceof Fail)) throw e;
+    pos = e.at;
+    msg = e.msg;
+  }
+  return { pos: codePointOffset(text, pos), msg };
+}

@@ -1,0 +1,37 @@
+// Builds the real app on a fresh database of the given backend, with helpers to create
+// nodes and keys the way the CLI does.
+import type { Database } from '../../src/db/database.js';
+import { buildApp } from '../../src/app.js';
+import { createNode } from '../../src/repositories/nodes.js';
+import { addReaderKey } from '../../src/repositories/reader-keys.js';
+import type { Backend } from './db.js';
+
+export type TestApp = Awaited<ReturnType<typeof buildApp>>;
+
+export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number } = {}) {
+  const db: Database = await backend.open();
+  const app = await buildApp({ db, ...opts });
+  return {
+    app,
+    db,
+    addNode: async (name: string) => (await createNode(db, name)).key,
+    addReader: async (label = 'dashboard') => (await addReaderKey(db, label)).key,
+    close: async () => {
+      await app.close();
+      await db.close();
+    },
+  };
+}
+
+export function report(apiKey: string, over: Record<string, unknown> = {}) {
+  return {
+    job_id: `job-${Math.random().toString(36).slice(2)}`,
+    api_key: apiKey,
+    model_name: 'llama3.2:latest',
+    result: { message: 'hello' },
+    status: 'success',
+    ...over,
+  };
+}
+
+export const todayUtc = (): string => new Date().toISOString().slice(0, 10);

@@ -1,0 +1,58 @@
+// Storage backends for tests: embedded PGlite (in memory) always, and real PostgreSQL when
+// TEST_DATABASE_URL is set. Each open() gives a fresh, migrated database of its own.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import type { Database } from '../../src/db/database.js';
+import { migrate } from '../../src/db/migrate.js';
+import { openPglite } from '../../src/db/pglite.js';
+import { openPostgres } from '../../src/db/pg.js';
+
+export interface Backend {
+  name: 'pglite' | 'postgres';
+  open(): Promise<Database>;
+}
+
+export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL;
+
+/** Creates an empty database on the test server; returns its URL and a drop function. */
+export async function createPostgresDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const base = new URL(TEST_DATABASE_URL!);
+  const name = `ins_test_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    drop: async () => {
+      const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+const pglite: Backend = {
+  name: 'pglite',
+  async open() {
+    const db = await openPglite();
+    await migrate(db);
+    return db;
+  },
+};
+
+const postgres: Backend = {
+  name: 'postgres',
+  async open() {
+    const { url, drop } = await createPostgresDatabase();
+    const db = openPostgres({ connectionString: url, max: 10 });
+    await migrate(db);
+    const close = db.close.bind(db);
+    return Object.assign(db, { close: async () => { await close(); await drop(); } });
+  },
+};
+
+export const backends: Backend[] = TEST_DATABASE_URL ? [pglite, postgres] : [pglite];
