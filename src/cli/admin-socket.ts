@@ -1,0 +1,75 @@
+// While `ins serve` holds the embedded database, other `ins` commands cannot open it (PGlite is
+// one process). The server therefore listens on DATA_DIR/admin.sock — a Unix socket only the
+// data directory's owner can use (mode 0600) — and runs forwarded commands on its own open
+// database, so `ins node add` works while the server runs. One JSON line each way.
+import { chmodSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import type { Database } from '../db/database.js';
+import { runCommand } from './commands.js';
+import { bufferIo } from './io.js';
+
+export interface Forwarded { code: number; stdout: string[]; stderr: string[] }
+
+export const adminSocketPath = (dataDir: string): string => path.join(dataDir, 'admin.sock');
+const MAX_REQUEST = 64 * 1024;
+
+export async function serveAdminSocket(db: Database, dataDir: string, onError: (err: unknown) => void): Promise<() => Promise<void>> {
+  const file = adminSocketPath(dataDir);
+  // We hold the data-directory lock, so any socket file left here is from a dead process.
+  rmSync(file, { force: true });
+  const server = net.createServer((conn) => {
+    let buf = '';
+    conn.setEncoding('utf8');
+    conn.setTimeout(30_000, () => conn.destroy());
+    conn.on('error', () => {});
+    conn.on('data', (chunk: string) => {
+      buf += chunk;
+      if (buf.length > MAX_REQUEST) return conn.destroy();
+      const nl = buf.indexOf('\n');
+      if (nl < 0) return;
+      void (async () => {
+        const io = bufferIo();
+        let code = 1;
+        try {
+          const { argv } = JSON.parse(buf.slice(0, nl)) as { argv: unknown };
+          if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) throw new Error('bad request');
+          code = await runCommand(db, argv, io);
+        } catch (err) {
+          onError(err);
+          io.err('ins: the server could not run this command; see its log');
+        }
+        conn.end(`${JSON.stringify({ code, stdout: io.stdout, stderr: io.stderr })}\n`);
+      })();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(file, () => resolve());
+  });
+  chmodSync(file, 0o600);
+  return () => new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    rmSync(file, { force: true });
+  });
+}
+
+/** Sends argv to the running server; undefined when no server answers on the socket. */
+export function forwardToServer(dataDir: string, argv: string[]): Promise<Forwarded | undefined> {
+  return new Promise((resolve) => {
+    const conn = net.createConnection(adminSocketPath(dataDir));
+    let buf = '';
+    conn.setEncoding('utf8');
+    conn.setTimeout(60_000, () => conn.destroy());
+    conn.on('connect', () => conn.write(`${JSON.stringify({ argv })}\n`));
+    conn.on('data', (c: string) => (buf += c));
+    conn.on('error', () => resolve(undefined));
+    conn.on('close', () => {
+      try {
+        resolve(JSON.parse(buf) as Forwarded);
+      } catch {
+        resolve(undefined);
+      }
+    });
+  });
+}

@@ -1,0 +1,29 @@
+// How CLI commands talk back: collected lines for stdout and stderr, so the same command runs
+// in this process or inside the server (over the admin socket) with identical output.
+export interface Io {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+/** Arguments the user got wrong: the message and the usage, exit code 2. */
+export class UsageError extends Error {}
+
+/** A command that ran but could not do what was asked (no such node...): exit code 1. */
+export class CommandError extends Error {}
+
+export const consoleIo: Io = {
+  out: (line) => process.stdout.write(`${line}\n`),
+  err: (line) => process.stderr.write(`${line}\n`),
+};
+
+export function bufferIo(): Io & { stdout: string[]; stderr: string[] } {
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  return { stdout, stderr, out: (l) => stdout.push(l), err: (l) => stderr.push(l) };
+}
+
+/** Left-aligned columns for human output. */
+export function table(rows: string[][]): string[] {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+}

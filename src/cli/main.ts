@@ -1,0 +1,119 @@
+// `ins`: the operator's command line. `serve` runs the service; the other commands manage
+// nodes, keys and models on the configured database (see commands.ts). Exit codes: 0 done,
+// 1 failed (bad configuration, no such node, database unreachable...), 2 bad arguments.
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
+import { DataDirBusyError } from '../db/data-dir-lock.js';
+import { openDatabase } from '../db/open.js';
+import { createLogger, startServer } from '../server.js';
+import { forwardToServer } from './admin-socket.js';
+import { COMMANDS, runCommand } from './commands.js';
+import { consoleIo } from './io.js';
+
+const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+function usage(): string {
+  const lines = [
+    'usage: ins <command> [arguments] [--json] [--help]',
+    '',
+    'commands:',
+    `  ${'serve [--no-migrate]'.padEnd(32)}run the HTTP service (applies migrations first unless --no-migrate)`,
+    ...Object.values(COMMANDS).map((c) => `  ${c.usage.padEnd(32)}${c.summary}`),
+    '',
+    '--json prints machine-readable output. Keys are printed once, on stdout; notes go to stderr.',
+    '',
+    'environment:',
+    ...CONFIG_DOC.map(([name, def, what]) => `  ${name.padEnd(24)}${what} (default ${def})`),
+  ];
+  return lines.join('\n');
+}
+
+async function serve(config: Config, argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { 'no-migrate': { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } });
+  if (values.help) {
+    console.log('usage: ins serve [--no-migrate]\n\nRuns the HTTP service on PORT (default 8000). Configuration comes from the environment (ins --help).');
+    return 0;
+  }
+  const logger = createLogger(config.logLevel);
+  let server;
+  try {
+    server = await startServer({ ...config, migrateOnStart: config.migrateOnStart && !values['no-migrate'] }, logger);
+  } catch (err) {
+    if (err instanceof DataDirBusyError) {
+      logger.fatal(`${err.message}: is the server already running? Stop it first, or use another DATA_DIR.`);
+    } else if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') {
+      logger.fatal(`port ${config.port} is already in use: stop the other process or set PORT`);
+    } else {
+      logger.fatal({ err }, 'could not start');
+    }
+    return 1;
+  }
+  const running = server;
+  return new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
+      running.close().then(
+        () => { logger.info('stopped'); resolve(0); },
+        (err: unknown) => { logger.error({ err }, 'error while stopping'); resolve(1); },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}
+
+async function admin(config: Config, argv: string[]): Promise<number> {
+  let db;
+  try {
+    db = await openDatabase(config, `ins ${argv.join(' ')}`);
+  } catch (err) {
+    if (!(err instanceof DataDirBusyError)) throw err;
+    const forwarded = err.purpose === 'server' ? await forwardToServer(config.dataDir, argv) : undefined;
+    if (forwarded) {
+      forwarded.stdout.forEach((l) => consoleIo.out(l));
+      forwarded.stderr.forEach((l) => consoleIo.err(l));
+      return forwarded.code;
+    }
+    consoleIo.err(`ins: ${err.message}. Wait for it to finish, or stop it, then run this command again.`);
+    return 1;
+  }
+  try {
+    return await runCommand(db, argv, consoleIo);
+  } finally {
+    await db.close();
+  }
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [first, ...rest] = argv;
+  if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
+    console.log(usage());
+    return first === undefined ? 2 : 0;
+  }
+  if (first === '--version' || first === '-v') {
+    console.log(VERSION);
+    return 0;
+  }
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(`ins: ${err.message}`);
+      return 1;
+    }
+    throw err;
+  }
+  try {
+    return first === 'serve' ? await serve(config, rest) : await admin(config, argv);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' || code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') {
+      console.error(`ins: ${(err as Error).message}`);
+      return 2;
+    }
+    console.error(`ins: ${(err as Error).message}`);
+    return 1;
+  }
+}

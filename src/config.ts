@@ -1,0 +1,108 @@
+// Configuration from the environment, validated as a whole: every problem is reported, each
+// on its own line, and the process exits 1 before doing anything.
+import path from 'node:path';
+
+export interface Config {
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  dataDir: string;
+  logLevel: string;
+  bodyLimit: number;
+  defaultPointsPerJob: number;
+  dbPoolMax: number;
+  shutdownTimeoutMs: number;
+  requestTimeoutMs: number;
+  migrateOnStart: boolean;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  }
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
+const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
+
+/** The variables, their defaults and meaning: the README's configuration table. */
+export const CONFIG_DOC: [string, string, string][] = [
+  ['PORT', '8000', 'TCP port to listen on'],
+  ['HOST', '0.0.0.0', 'address to listen on'],
+  ['DATABASE_URL', '(unset)', 'PostgreSQL URL; unset = embedded PGlite in DATA_DIR'],
+  ['DATA_DIR', './data', 'directory of the embedded database'],
+  ['LOG_LEVEL', 'info', 'fatal, error, warn, info, debug, trace or silent'],
+  ['BODY_LIMIT', '1MiB', 'largest request body: bytes, or with kb/KiB/mb/MiB'],
+  ['DEFAULT_POINTS_PER_JOB', '1', 'points of a success for models without their own points_per_job'],
+  ['DB_POOL_MAX', '20', 'PostgreSQL connections of the pool'],
+  ['REQUEST_TIMEOUT_MS', '30000', 'longest time to receive a whole request'],
+  ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
+  ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first (`--no-migrate` too)'],
+];
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const problems: string[] = [];
+  const get = (name: string): string | undefined => {
+    const v = env[name];
+    return v === undefined || v.trim() === '' ? undefined : v.trim();
+  };
+  const int = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = get(name);
+    if (raw === undefined) return fallback;
+    if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
+      problems.push(`${name}=${JSON.stringify(raw)}: expected a whole number from ${min} to ${max}`);
+      return fallback;
+    }
+    return Number(raw);
+  };
+
+  const port = int('PORT', 8000, 0, 65535);
+  const dbPoolMax = int('DB_POOL_MAX', 20, 1, 1000);
+  const shutdownTimeoutMs = int('SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000);
+  const requestTimeoutMs = int('REQUEST_TIMEOUT_MS', 30_000, 1_000, 600_000);
+
+  const logLevel = (get('LOG_LEVEL') ?? 'info').toLowerCase();
+  if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL=${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`);
+
+  let bodyLimit = 1024 * 1024;
+  const rawLimit = get('BODY_LIMIT');
+  if (rawLimit !== undefined) {
+    const m = SIZE.exec(rawLimit);
+    const bytes = m ? Number(m[1]) * SIZE_UNITS[(m[2] ?? 'b').toLowerCase()]! : NaN;
+    if (!(bytes >= 1024 && bytes <= 1024 ** 3)) problems.push(`BODY_LIMIT=${JSON.stringify(rawLimit)}: expected a size from 1KiB to 1GiB, e.g. 1048576 or 1MiB`);
+    else bodyLimit = bytes;
+  }
+
+  let defaultPointsPerJob = 1;
+  const rawPoints = get('DEFAULT_POINTS_PER_JOB');
+  if (rawPoints !== undefined) {
+    const n = Number(rawPoints);
+    if (!/^\d+(\.\d+)?$/.test(rawPoints) || !Number.isFinite(n) || n > 1e9) {
+      problems.push(`DEFAULT_POINTS_PER_JOB=${JSON.stringify(rawPoints)}: expected a number >= 0, e.g. 1 or 0.5`);
+    } else defaultPointsPerJob = n;
+  }
+
+  const databaseUrl = get('DATABASE_URL');
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    problems.push('DATABASE_URL: expected a postgres:// or postgresql:// URL (unset it to use the embedded database)');
+  }
+
+  const migrate = (get('MIGRATE_ON_START') ?? 'true').toLowerCase();
+  if (!['true', 'false', '1', '0', 'yes', 'no'].includes(migrate)) problems.push(`MIGRATE_ON_START=${JSON.stringify(migrate)}: expected true or false`);
+
+  if (problems.length > 0) throw new ConfigError(problems);
+  return {
+    port,
+    host: get('HOST') ?? '0.0.0.0',
+    databaseUrl,
+    dataDir: path.resolve(get('DATA_DIR') ?? './data'),
+    logLevel,
+    bodyLimit,
+    defaultPointsPerJob,
+    dbPoolMax,
+    shutdownTimeoutMs,
+    requestTimeoutMs,
+    migrateOnStart: ['true', '1', 'yes'].includes(migrate),
+  };
+}

@@ -1,0 +1,72 @@
+// The running service: opens the database, migrates, builds the app, listens, and knows how to
+// stop (stop accepting, let in-flight requests finish within a bound, close the database).
+import pino, { type Logger } from 'pino';
+import type { Config } from './config.js';
+import { buildApp } from './app.js';
+import { openDatabase } from './db/open.js';
+import { migrate } from './db/migrate.js';
+import { countNodes } from './repositories/nodes.js';
+import { serveAdminSocket } from './cli/admin-socket.js';
+
+export function createLogger(level: string): Logger {
+  return pino({
+    level,
+    base: { service: 'ins' },
+    // Belt and braces: nothing logs these, and if something ever did they would be hidden.
+    redact: { paths: ['api_key', '*.api_key', 'headers.api_key', 'req.headers.api_key', 'req.headers.authorization', 'key', 'password'], censor: '[redacted]' },
+  });
+}
+
+export interface RunningServer {
+  url: string;
+  close(): Promise<void>;
+}
+
+export async function startServer(config: Config, logger: Logger): Promise<RunningServer> {
+  const db = await openDatabase(config, 'server');
+  let closeAdmin: (() => Promise<void>) | undefined;
+  try {
+    if (config.migrateOnStart) {
+      const applied = await migrate(db);
+      if (applied.length) logger.info({ applied }, 'applied migrations');
+    }
+    const app = await buildApp({
+      db,
+      logger,
+      bodyLimit: config.bodyLimit,
+      defaultPointsPerJob: config.defaultPointsPerJob,
+      processMetrics: true,
+      requestTimeoutMs: config.requestTimeoutMs,
+    });
+    // Keep-alive a little longer than common proxies' idle timeouts; bound header reading.
+    app.server.keepAliveTimeout = 65_000;
+    app.server.headersTimeout = 66_000;
+    const url = await app.listen({ port: config.port, host: config.host });
+    if (db.kind === 'pglite') closeAdmin = await serveAdminSocket(db, config.dataDir, (err) => logger.error({ err }, 'admin command failed'));
+
+    logger.info({ url, database: db.description }, `listening on ${url} (database: ${db.description})`);
+    if ((await countNodes(db)) === 0) {
+      logger.info('no nodes yet: create one and its key with `npx ins node add NAME` (works while the server runs)');
+    }
+
+    let closing: Promise<void> | undefined;
+    const close = (): Promise<void> => (closing ??= (async () => {
+      await closeAdmin?.();
+      const timer = setTimeout(() => {
+        logger.warn({ timeoutMs: config.shutdownTimeoutMs }, 'in-flight requests still running at the shutdown deadline; closing connections');
+        app.server.closeAllConnections();
+      }, config.shutdownTimeoutMs);
+      try {
+        await app.close();
+      } finally {
+        clearTimeout(timer);
+        await db.close();
+      }
+    })());
+    return { url, close };
+  } catch (err) {
+    await closeAdmin?.();
+    await db.close();
+    throw err;
+  }
+}
