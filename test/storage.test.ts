@@ -1,0 +1,151 @@
+// Storage, on each backend: migrations, aggregates that always equal a recomputation from the
+// job results (property test over random report sequences), and read plans that do not scan
+// the results table.
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql, type Database } from '../src/db/database.js';
+import { loadMigrations, migrate } from '../src/db/migrate.js';
+import { openPostgres } from '../src/db/pg.js';
+import { createNode } from '../src/repositories/nodes.js';
+import { recordResult } from '../src/repositories/results.js';
+import { uniqueNodes, UNIQUE_NODES_SQL } from '../src/repositories/unique-nodes.js';
+import { backends, createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
+
+const q = (db: Database, text: string, values: unknown[] = []) => db.query<Record<string, unknown>>(sql(`t_${text.length}_${text.slice(0, 12)}`, text), values);
+
+// The aggregates as they should be, recomputed from job_results.
+const RECOMPUTED = {
+  daily: `SELECT node_id::text, ((received_at AT TIME ZONE 'UTC')::date)::text AS day, sum(points)::float8 AS points, count(*)::int AS successes
+    FROM job_results WHERE status = 'success' GROUP BY 1, 2 ORDER BY 1, 2`,
+  overall: `SELECT model_id, node_id::text, min(received_at)::text AS f, max(received_at)::text AS l
+    FROM job_results WHERE status = 'success' GROUP BY 1, 2 ORDER BY 1, 2`,
+  perDay: `SELECT model_id, node_id::text, ((received_at AT TIME ZONE 'UTC')::date)::text AS day, min(received_at)::text AS f, max(received_at)::text AS l
+    FROM job_results WHERE status = 'success' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+};
+const STORED = {
+  daily: `SELECT node_id::text, day::text, points::float8 AS points, successes FROM node_daily_points ORDER BY 1, 2`,
+  overall: `SELECT model_id, node_id::text, first_success_at::text AS f, last_success_at::text AS l FROM model_nodes ORDER BY 1, 2`,
+  perDay: `SELECT model_id, node_id::text, day::text, first_success_at::text AS f, last_success_at::text AS l FROM model_node_days ORDER BY 1, 2, 3`,
+};
+const BRUTE_UNIQUE = `SELECT n.name FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id
+  WHERE m.name = $1 AND r.status = 'success' AND r.received_at BETWEEN $2::timestamptz AND $3::timestamptz GROUP BY n.name ORDER BY n.name COLLATE "C"`;
+
+describe.each(backends)('storage on $name', (backend) => {
+  let db: Database;
+  beforeAll(async () => {
+    db = await backend.open();
+  });
+  afterAll(async () => db.close());
+
+  it('applies each migration once; a second run applies nothing', async () => {
+    expect(await migrate(db)).toEqual([]);
+    const rows = await q(db, 'SELECT version, name FROM schema_migrations ORDER BY version');
+    expect(rows.map((r) => r.name)).toEqual(loadMigrations().map((m) => m.name));
+  });
+
+  it('keeps the aggregates equal to a recomputation from job_results after random reports', async () => {
+    const nodeIds: number[] = [];
+    for (let i = 0; i < 4; i++) nodeIds.push((await createNode(db, `prop-node-${i}`)).id);
+    const base = Date.parse('2024-06-01T00:00:00Z');
+    const reportArb = fc.record({
+      node: fc.integer({ min: 0, max: 3 }),
+      job: fc.integer({ min: 0, max: 14 }),
+      model: fc.constantFrom('m-a', 'm-b', 'm-c'),
+      status: fc.constantFrom('success', 'error'),
+      result: fc.constantFrom({ message: 'x' }, { message: 'y' }),
+      // Within four days, often near midnight, at microsecond precision.
+      at: fc.oneof(fc.integer({ min: 0, max: 4 * 86_400_000 }), fc.integer({ min: 0, max: 3 }).map((d) => (d + 1) * 86_400_000 - 1)),
+      micros: fc.integer({ min: 0, max: 999 }),
+    });
+    const windowArb = fc.tuple(fc.integer({ min: -86_400_000, max: 5 * 86_400_000 }), fc.integer({ min: 0, max: 3 * 86_400_000 }));
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(reportArb, { minLength: 1, maxLength: 30 }), fc.array(windowArb, { minLength: 3, maxLength: 3 }), async (reports, windows) => {
+        run++;
+        await q(db, 'TRUNCATE job_results, node_daily_points, model_node_days, model_nodes');
+        for (const r of reports) {
+          const iso = new Date(base + r.at).toISOString().replace('Z', `${String(r.micros).padStart(3, '0')}Z`);
+          await recordResult(db, {
+            nodeId: nodeIds[r.node]!, jobId: `run${run}-job${r.job}`, modelName: r.model, status: r.status as 'success' | 'error',
+            result: r.result, defaultPoints: 1, receivedAt: iso,
+          });
+        }
+        for (const k of ['daily', 'overall', 'perDay'] as const) {
+          expect(await q(db, STORED[k])).toEqual(await q(db, RECOMPUTED[k]));
+        }
+        for (const [offset, length] of windows) {
+          const start = new Date(base + offset).toISOString();
+          const end = new Date(base + offset + length).toISOString();
+          for (const model of ['m-a', 'm-b']) {
+            const expected = (await q(db, BRUTE_UNIQUE, [model, start, end])).map((r) => r.name);
+            expect(await uniqueNodes(db, model, start, end)).toEqual(expected);
+          }
+        }
+      }),
+      { numRuns: 40, seed: 20261122 },
+    );
+  });
+
+  describe('read plans at volume', () => {
+    beforeAll(async () => {
+      // 40 nodes × 3 models × 60 days × 4 results, then aggregates built from them.
+      await q(db, 'TRUNCATE job_results, node_daily_points, model_node_days, model_nodes');
+      await q(db, `INSERT INTO nodes (name, key_hash) SELECT 'vol-' || i, encode(sha256(('vol' || i)::bytea), 'hex') FROM generate_series(1, 40) i`);
+      await q(db, `INSERT INTO models (name) VALUES ('vol-a'), ('vol-b'), ('vol-c') ON CONFLICT DO NOTHING`);
+      await q(db, `INSERT INTO job_results (job_id, node_id, model_id, status, result, points, received_at)
+        SELECT 'vol-' || n.id || '-' || m.id || '-' || d || '-' || k, n.id, m.id, 'success', '{}'::jsonb, 1,
+               timestamptz '2024-01-01 00:00:00+00' + d * interval '1 day' + k * interval '5 hours'
+        FROM nodes n, models m, generate_series(0, 59) d, generate_series(0, 3) k
+        WHERE n.name LIKE 'vol-%' AND m.name LIKE 'vol-%'`);
+      await q(db, `INSERT INTO node_daily_points SELECT node_id, (received_at AT TIME ZONE 'UTC')::date, sum(points), count(*) FROM job_results GROUP BY 1, 2`);
+      await q(db, `INSERT INTO model_nodes SELECT model_id, node_id, min(received_at), max(received_at) FROM job_results GROUP BY 1, 2`);
+      await q(db, `INSERT INTO model_node_days SELECT model_id, node_id, (received_at AT TIME ZONE 'UTC')::date, min(received_at), max(received_at) FROM job_results GROUP BY 1, 2, 3`);
+      await q(db, 'ANALYZE');
+    });
+
+    type Plan = { 'Node Type': string; 'Relation Name'?: string; Plans?: Plan[] };
+    const scans = (p: Plan): Plan[] => [p, ...(p.Plans ?? []).flatMap(scans)];
+    const explain = async (text: string, values: unknown[]): Promise<Plan[]> => {
+      const [row] = await db.query<{ 'QUERY PLAN': unknown }>(sql(`explain_${text.length}`, `EXPLAIN (FORMAT JSON) ${text}`), values);
+      const raw = row!['QUERY PLAN'];
+      const json = (typeof raw === 'string' ? JSON.parse(raw) : raw) as [{ Plan: Plan }];
+      return scans(json[0].Plan);
+    };
+
+    it('daily_points reads only node_daily_points', async () => {
+      const { text } = (await import('../src/repositories/points.js')).DAILY_POINTS_SQL;
+      const relations = (await explain(text, [1, 30, '2024-02-15'])).map((p) => p['Relation Name']).filter(Boolean);
+      expect(relations).toEqual(['node_daily_points']);
+    });
+
+    it('unique_nodes never scans job_results or model_node_days sequentially', async () => {
+      for (const [s, e] of [['2024-01-10T00:00:00Z', '2024-02-10T00:00:00Z'], ['2024-01-20T03:00:00Z', '2024-01-20T04:00:00Z'], ['-infinity', 'infinity']]) {
+        const plan = await explain(UNIQUE_NODES_SQL.text, ['vol-a', s, e]);
+        const seq = plan.filter((p) => p['Node Type'] === 'Seq Scan').map((p) => p['Relation Name']);
+        expect(seq).not.toContain('job_results');
+        expect(seq).not.toContain('model_node_days');
+      }
+    });
+
+    it('answers the volume windows like the brute-force scan', async () => {
+      for (const [s, e] of [['2024-01-10T00:00:00Z', '2024-02-10T00:00:00Z'], ['2024-01-20T03:00:00Z', '2024-01-20T04:00:00Z'], ['2024-01-20T05:00:00Z', '2024-01-20T05:00:00Z']]) {
+        const expected = (await q(db, BRUTE_UNIQUE, ['vol-a', s, e])).map((r) => r.name);
+        expect(await uniqueNodes(db, 'vol-a', s!, e!)).toEqual(expected);
+      }
+    });
+  });
+});
+
+describe.runIf(TEST_DATABASE_URL)('migrations on PostgreSQL with instances starting at once', () => {
+  it('applies each migration exactly once', async () => {
+    const { url, drop } = await createPostgresDatabase();
+    const dbs = Array.from({ length: 4 }, () => openPostgres({ connectionString: url, max: 2 }));
+    try {
+      const applied = await Promise.all(dbs.map((d) => migrate(d)));
+      expect(applied.flat().sort()).toEqual(loadMigrations().map((m) => m.name).sort());
+    } finally {
+      await Promise.all(dbs.map((d) => d.close()));
+      await drop();
+    }
+  });
+});
