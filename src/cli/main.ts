@@ -5,11 +5,9 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
-import { openDatabase } from '../db/open.js';
-import { createLogger, startServer } from '../server.js';
 import { forwardToServer } from './admin-socket.js';
-import { COMMANDS, runCommand } from './commands.js';
-import { consoleIo } from './io.js';
+import { COMMANDS, parseCommand, runCommand } from './commands.js';
+import { consoleIo, UsageError } from './io.js';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
@@ -35,6 +33,8 @@ async function serve(config: Config, argv: string[]): Promise<number> {
     console.log('usage: ins serve [--no-migrate]\n\nRuns the HTTP service on PORT (default 8000). Configuration comes from the environment (ins --help).');
     return 0;
   }
+  // Loaded on demand: `--help` and argument errors should answer without loading the server.
+  const { createLogger, startServer } = await import('../server.js');
   const logger = createLogger(config.logLevel);
   let server;
   try {
@@ -64,6 +64,21 @@ async function serve(config: Config, argv: string[]): Promise<number> {
 }
 
 async function admin(config: Config, argv: string[]): Promise<number> {
+  // Arguments are checked before the database is opened: a bad call touches nothing.
+  try {
+    const parsed = parseCommand(argv);
+    if (parsed.help) {
+      consoleIo.out(`usage: ins ${parsed.command.usage} [--json]\n\n${parsed.command.summary}`);
+      return 0;
+    }
+  } catch (err) {
+    if (err instanceof UsageError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+      consoleIo.err(`ins: ${(err as Error).message}`);
+      return 2;
+    }
+    throw err;
+  }
+  const { openDatabase } = await import('../db/open.js');
   let db;
   try {
     db = await openDatabase(config, `ins ${argv.join(' ')}`);

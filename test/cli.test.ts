@@ -1,0 +1,95 @@
+// The `ins` command line against a real embedded data directory, alone and while the server
+// runs (commands are then forwarded to it over the admin socket).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runCli, startServerProcess } from './helpers/process.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'ins-cli-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const env = { DATA_DIR: path.join(dir, 'data') };
+const ins = (...args: string[]) => runCli(args, env);
+
+describe('ins', () => {
+  it('prints usage with --help (exit 0) and without a command (exit 2)', async () => {
+    const help = await ins('--help');
+    expect(help.code).toBe(0);
+    for (const c of ['serve', 'migrate', 'node add NAME', 'node rotate-key NAME', 'key add-reader LABEL', 'key revoke', 'model set-points MODEL POINTS', 'DATABASE_URL']) {
+      expect(help.stdout).toContain(c);
+    }
+    expect((await ins()).code).toBe(2);
+    const sub = await ins('node', 'add', '--help');
+    expect(sub.code).toBe(0);
+    expect(sub.stdout).toContain('usage: ins node add NAME');
+  });
+
+  it('rejects bad arguments with exit 2 and a message, changing nothing', async () => {
+    for (const args of [['node', 'add'], ['node', 'add', 'a', 'b'], ['nodes'], ['node', 'list', '--colour'], ['model', 'set-points', 'm', '-1'], ['model', 'set-points', 'm', 'lots'], ['node', 'add', 'x'.repeat(129)]]) {
+      const r = await ins(...args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/^ins: /);
+    }
+    expect(JSON.parse((await ins('model', 'list', '--json')).stdout)).toEqual([]);
+    expect(JSON.parse((await ins('node', 'list', '--json')).stdout)).toEqual([]);
+  });
+
+  it('manages nodes: add prints the key once, duplicates and unknown names fail with exit 1', async () => {
+    const add = await ins('node', 'add', 'rig-01');
+    expect(add.code).toBe(0);
+    expect(add.stdout.trim()).toMatch(/^nk_[A-Za-z0-9_-]{43}$/);
+    expect(add.stderr).toContain('shown only once');
+    const json = JSON.parse((await ins('node', 'add', 'rig-02', '--json')).stdout);
+    expect(json).toEqual({ name: 'rig-02', key: expect.stringMatching(/^nk_/) });
+    expect((await ins('node', 'add', 'rig-01')).code).toBe(1);
+    expect((await ins('node', 'disable', 'nobody')).code).toBe(1);
+    expect((await ins('node', 'disable', 'rig-02')).code).toBe(0);
+    const list = JSON.parse((await ins('node', 'list', '--json')).stdout);
+    expect(list.map((n: { name: string; disabled: boolean }) => [n.name, n.disabled])).toEqual([['rig-01', false], ['rig-02', true]]);
+    expect((await ins('node', 'enable', 'rig-02')).code).toBe(0);
+    const human = await ins('node', 'list');
+    expect(human.stdout).toMatch(/NAME\s+STATUS/);
+    expect(human.stdout).not.toContain('nk_');
+  });
+
+  it('manages reader keys and model points', async () => {
+    const reader = await ins('key', 'add-reader', 'grafana');
+    expect(reader.stdout.trim()).toMatch(/^rk_/);
+    const keys = JSON.parse((await ins('key', 'list', '--json')).stdout);
+    expect(keys).toEqual([expect.objectContaining({ id: 1, label: 'grafana', revoked: false })]);
+    expect((await ins('key', 'list')).stdout).not.toContain('rk_');
+    expect((await ins('key', 'revoke', 'grafana')).code).toBe(0);
+    expect((await ins('key', 'revoke', '99')).code).toBe(1);
+    expect((await ins('model', 'set-points', 'llama3.2:latest', '2.5')).code).toBe(0);
+    expect(JSON.parse((await ins('model', 'list', '--json')).stdout)).toEqual([{ name: 'llama3.2:latest', points_per_job: 2.5, nodes: 0 }]);
+    expect((await ins('model', 'set-points', 'llama3.2:latest', 'default')).code).toBe(0);
+  });
+
+  it('works while the server runs: the command is forwarded and the new key works at once', async () => {
+    const server = await startServerProcess(env);
+    try {
+      const add = await ins('node', 'add', 'hot-added');
+      expect(add.code).toBe(0);
+      const key = add.stdout.trim();
+      const res = await fetch(`${server.url}/worker/update_result`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ job_id: 'hot-1', api_key: key, model_name: 'm', result: {}, status: 'success' }),
+      });
+      expect(res.status).toBe(200);
+      expect((await ins('node', 'add', 'hot-added')).code).toBe(1);
+      expect((await ins('node', 'add')).code).toBe(2);
+      const rotated = (await ins('node', 'rotate-key', 'hot-added')).stdout.trim();
+      const old = await fetch(`${server.url}/worker/update_result`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ job_id: 'hot-2', api_key: key, model_name: 'm', result: {}, status: 'success' }),
+      });
+      expect(old.status).toBe(401);
+      expect(rotated).toMatch(/^nk_/);
+    } finally {
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+    }
+  });
+});

@@ -1,0 +1,116 @@
+// What every endpoint shares: unknown paths and methods, the served contract and docs,
+// health, metrics, and failures of the database (503) or of the code (500, nothing leaked).
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../src/app.js';
+import type { Database } from '../src/db/database.js';
+import { openPostgres } from '../src/db/pg.js';
+import { OPENAPI_FILE } from '../src/routes/operations.js';
+import { backends } from './helpers/db.js';
+import { report, startApp } from './helpers/app.js';
+
+describe.each(backends)('HTTP basics on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  beforeAll(async () => {
+    t = await startApp(backend);
+  });
+  afterAll(async () => t.close());
+
+  it('404 Not Found for an unknown path', async () => {
+    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/']) {
+      const res = await t.app.inject({ method: 'GET', url });
+      expect(res.statusCode).toBe(404);
+      expect(res.json()).toEqual({ detail: 'Not Found' });
+    }
+  });
+
+  it('405 Method Not Allowed with Allow for a known path', async () => {
+    const cases: [string, string, string][] = [
+      ['GET', '/worker/update_result', 'POST'], ['PUT', '/daily_points', 'POST'], ['POST', '/unique_nodes?model_name=x', 'GET, HEAD'], ['DELETE', '/healthz', 'GET, HEAD'],
+    ];
+    for (const [method, url, allow] of cases) {
+      const res = await t.app.inject({ method: method as 'GET', url });
+      expect(res.statusCode, `${method} ${url}`).toBe(405);
+      expect(res.json()).toEqual({ detail: 'Method Not Allowed' });
+      expect(res.headers.allow).toBe(allow);
+    }
+  });
+
+  it('serves openapi.json byte for byte, and the interactive docs from local assets', async () => {
+    const spec = await t.app.inject({ method: 'GET', url: '/openapi.json' });
+    expect(spec.statusCode).toBe(200);
+    expect(spec.headers['content-type']).toMatch(/application\/json/);
+    expect(spec.body).toBe(readFileSync(OPENAPI_FILE, 'utf8'));
+    const docs = await t.app.inject({ method: 'GET', url: '/docs' });
+    const html = docs.statusCode === 302 ? (await t.app.inject({ method: 'GET', url: docs.headers.location as string })).body : docs.body;
+    expect(html).toContain('swagger-ui');
+    expect(html).not.toMatch(/https?:\/\/(cdn|unpkg|cdnjs)/);
+    const asset = await t.app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js' });
+    expect(asset.statusCode).toBe(200);
+  });
+
+  it('answers liveness and readiness', async () => {
+    expect((await t.app.inject({ method: 'GET', url: '/healthz' })).json()).toEqual({ status: 'ok' });
+    expect((await t.app.inject({ method: 'GET', url: '/readyz' })).json()).toEqual({ status: 'ok' });
+  });
+
+  it('exports Prometheus metrics for requests, results and points', async () => {
+    const key = await t.addNode('metered');
+    await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key) });
+    await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key, { status: 'error' }) });
+    const res = await t.app.inject({ method: 'GET', url: '/metrics' });
+    expect(res.headers['content-type']).toMatch(/text\/plain/);
+    expect(res.body).toMatch(/http_requests_total\{method="POST",route="\/worker\/update_result",status="200"\} 2/);
+    expect(res.body).toMatch(/http_request_duration_seconds_bucket\{le="0.005",method="POST",route="\/worker\/update_result",status="200"\}/);
+    expect(res.body).toMatch(/ins_results_total\{status="success",outcome="recorded"\} 1/);
+    expect(res.body).toMatch(/ins_results_total\{status="error",outcome="recorded"\} 1/);
+    expect(res.body).toMatch(/ins_points_credited_total 1/);
+    expect(res.body).toMatch(/ins_db_pool_connections\{state="total"\}/);
+  });
+});
+
+describe('when the database is away', () => {
+  let app: Awaited<ReturnType<typeof buildApp>>;
+  let db: Database;
+  beforeAll(async () => {
+    // A real pg pool pointed at a port where nothing listens.
+    db = openPostgres({ connectionString: 'postgresql://postgres@127.0.0.1:9/none', connectionTimeoutMillis: 1000 });
+    app = await buildApp({ db });
+  });
+  afterAll(async () => {
+    await app.close();
+    await db.close();
+  });
+
+  it('503 with a detail, quickly, on every endpoint and on readiness', async () => {
+    const requests = [
+      { method: 'POST' as const, url: '/worker/update_result', payload: report('nk_x') },
+      { method: 'POST' as const, url: '/daily_points', payload: { node_name: 'a', last_days: 1 }, headers: { api_key: 'nk_x' } },
+      { method: 'GET' as const, url: '/unique_nodes?model_name=m' },
+      { method: 'GET' as const, url: '/readyz' },
+    ];
+    for (const r of requests) {
+      const res = await app.inject(r);
+      expect(res.statusCode, r.url).toBe(503);
+      expect(typeof res.json().detail).toBe('string');
+    }
+    expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+  });
+});
+
+describe('an unexpected failure', () => {
+  it('is a 500 that says nothing about its cause', async () => {
+    const real = await backends[0]!.open();
+    // The real database with one fault injected: a query error that is not the client's doing.
+    const broken: Database = { ...real, query: async () => { throw new Error('relation "secret_table" does not exist at /srv/app'); } };
+    const app = await buildApp({ db: broken });
+    try {
+      const res = await app.inject({ method: 'GET', url: '/unique_nodes?model_name=m' });
+      expect(res.statusCode).toBe(500);
+      expect(res.json()).toEqual({ detail: 'Internal Server Error' });
+    } finally {
+      await app.close();
+      await real.close();
+    }
+  });
+});

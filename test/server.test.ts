@@ -1,0 +1,65 @@
+// The server as a process: configuration errors, graceful SIGTERM with a request in flight,
+// logs without secrets, and the embedded data directory guarded against a second server.
+import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runCli, startServerProcess } from './helpers/process.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'ins-server-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('ins serve', () => {
+  it('refuses invalid configuration with one line per problem and exit 1', async () => {
+    const r = await runCli(['serve'], { PORT: 'eighty', LOG_LEVEL: 'loud', DATABASE_URL: 'mysql://x', BODY_LIMIT: '12 parsecs' });
+    expect(r.code).toBe(1);
+    for (const name of ['PORT', 'LOG_LEVEL', 'DATABASE_URL', 'BODY_LIMIT']) expect(r.stderr).toContain(`- ${name}`);
+  });
+
+  it('finishes a request in flight on SIGTERM, then exits 0; keys and results stay out of the log', async () => {
+    const env = { DATA_DIR: path.join(dir, 'graceful') };
+    const key = (await runCli(['node', 'add', 'graceful'], env)).stdout.trim();
+    const server = await startServerProcess(env);
+    expect(server.logs()).toContain('listening on');
+    expect(server.logs()).toContain('embedded PGlite');
+
+    const body = JSON.stringify({ job_id: 'in-flight', api_key: key, model_name: 'm', result: { message: 'very secret output' }, status: 'success' });
+    const { port } = new URL(server.url);
+    const socket = net.connect(Number(port), '127.0.0.1');
+    await new Promise((r) => socket.once('connect', r));
+    let response = '';
+    socket.on('data', (d: Buffer) => (response += d.toString()));
+    const closed = new Promise((r) => socket.once('close', r));
+    // Headers and half the body, then the signal, then the rest.
+    socket.write(`POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 20)}`);
+    await new Promise((r) => setTimeout(r, 200));
+    server.child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    socket.write(body.slice(20));
+    await closed;
+    expect(response).toMatch(/^HTTP\/1.1 200/);
+    expect(response).toContain('"points":1');
+    expect(await server.exited).toBe(0);
+    const logs = server.logs();
+    expect(logs).toContain('"signal":"SIGTERM"');
+    expect(logs).toContain('"route":"/worker/update_result"');
+    expect(logs).toContain('"node":"graceful"');
+    expect(logs).not.toContain(key);
+    expect(logs).not.toContain(key.slice(3, 20));
+    expect(logs).not.toContain('very secret output');
+  });
+
+  it('refuses a second server on the same data directory, with the reason', async () => {
+    const env = { DATA_DIR: path.join(dir, 'single') };
+    const first = await startServerProcess(env);
+    try {
+      const second = await runCli(['serve'], { ...env, PORT: '0' });
+      expect(second.code).toBe(1);
+      expect(second.stdout + second.stderr).toMatch(/in use by process \d+ \(server\).*already running/);
+    } finally {
+      first.child.kill('SIGTERM');
+      await first.exited;
+    }
+  });
+});
