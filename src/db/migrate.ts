@@ -8,8 +8,8 @@ import { sql, type Database } from './database.js';
 
 export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'migrations');
 
-// Any constant shared by all instances; "ins migrations" as a 64-bit key.
-const LOCK_KEY = 0x696e735f6d6967;
+// Any constant shared by all instances: "ins_mi" in ASCII (fits a JS number exactly).
+const LOCK_KEY = 0x696e735f6d69;
 
 const LOCK = sql('migrate_lock', `SELECT pg_advisory_xact_lock(${LOCK_KEY})`);
 const CREATE_TABLE = `CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# Inference Network Service. Multi-stage: compile TypeScript with the dev dependencies, then a
+# runtime image with production dependencies only, running as the unprivileged `node` user.
+
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: `prepare` builds, and the sources are not here yet.
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npm run build
+
+FROM node:20-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production \
+    HOST=0.0.0.0 \
+    PORT=8000 \
+    DATA_DIR=/data
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json openapi.json ./
+COPY migrations ./migrations
+COPY bin ./bin
+RUN mkdir -p /data && chown node:node /data
+USER node
+# The embedded database lives here when DATABASE_URL is not set.
+VOLUME ["/data"]
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# node itself is PID 1 (no npm or shell wrapper): SIGTERM reaches the service's handler, which
+# stops accepting, finishes in-flight requests and closes the database.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["node", "dist/cli/entry.js"]
+CMD ["serve"]
