@@ -98,6 +98,21 @@ describe('when the database is away', () => {
   });
 });
 
+describe('when the embedded database has been closed', () => {
+  it('503, not 500', async () => {
+    const db = await backends[0]!.open();
+    const app = await buildApp({ db });
+    await db.close();
+    try {
+      const res = await app.inject({ method: 'GET', url: '/unique_nodes?model_name=m' });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({ detail: 'Database unavailable, retry later' });
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('an unexpected failure', () => {
   it('is a 500 that says nothing about its cause', async () => {
     const real = await backends[0]!.open();

@@ -19,7 +19,7 @@ export function dailyPointsRoute(app: App, { db }: Deps): void {
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
-      response: { 200: DailyPointsResponse, 401: ErrorDetail, 403: ErrorDetail, 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
+      response: { 200: DailyPointsResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
     },
     preValidation: async (req: FastifyRequest) => {
       const header = req.headers.api_key;

@@ -9,7 +9,7 @@ export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob }
   app.post('/worker/update_result', {
     schema: {
       body: UpdateResultRequest,
-      response: { 200: UpdateResultResponse, 401: ErrorDetail, 403: ErrorDetail, 409: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
+      response: { 200: UpdateResultResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 409: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
     },
   }, async (req) => {
     const { job_id, api_key, model_name, result, status } = req.body;
