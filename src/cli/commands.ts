@@ -20,6 +20,19 @@ function checkName(what: string, value: string, max: number): void {
   if (length < 1 || length > max) throw new UsageError(`${what} must be 1 to ${max} characters (got ${length})`);
 }
 
+function setDisabledCommand(disabled: boolean): Command {
+  const verb = disabled ? 'disable' : 'enable';
+  return {
+    usage: `node ${verb} NAME`,
+    summary: disabled ? 'disable a node: its key gets 403 from now on' : 'enable a disabled node again',
+    args: ['NAME'],
+    async run(db, [name], json, io) {
+      if (!(await setNodeDisabled(db, name!, disabled))) throw new CommandError(`no node named "${name}"`);
+      io.out(json ? JSON.stringify({ name, disabled }) : `node "${name}" ${verb}d`);
+    },
+  };
+}
+
 const KEY_NOTE = 'Store this key now: it is shown only once and only its hash is kept.';
 
 export const COMMANDS: Record<string, Command> = {
@@ -62,24 +75,8 @@ export const COMMANDS: Record<string, Command> = {
         ...nodes.map((n) => [n.name, n.disabled ? 'disabled' : 'active', String(n.total_points), n.last_day_with_points ?? '-', n.created_at])])) io.out(line);
     },
   },
-  'node disable': {
-    usage: 'node disable NAME',
-    summary: "disable a node: its key gets 403 from now on",
-    args: ['NAME'],
-    async run(db, [name], json, io) {
-      if (!(await setNodeDisabled(db, name!, true))) throw new CommandError(`no node named "${name}"`);
-      io.out(json ? JSON.stringify({ name, disabled: true }) : `node "${name}" disabled`);
-    },
-  },
-  'node enable': {
-    usage: 'node enable NAME',
-    summary: 'enable a disabled node again',
-    args: ['NAME'],
-    async run(db, [name], json, io) {
-      if (!(await setNodeDisabled(db, name!, false))) throw new CommandError(`no node named "${name}"`);
-      io.out(json ? JSON.stringify({ name, disabled: false }) : `node "${name}" enabled`);
-    },
-  },
+  'node disable': setDisabledCommand(true),
+  'node enable': setDisabledCommand(false),
   'node rotate-key': {
     usage: 'node rotate-key NAME',
     summary: 'give a node a new key; the old one stops working at once',
@@ -172,12 +169,14 @@ export function parseCommand(argv: string[]): ParsedCommand {
   return { name, command, args, json: values.json ?? false, help };
 }
 
+export const helpText = (c: Command): string => `usage: ins ${c.usage} [--json]\n\n${c.summary}`;
+
 /** Runs a parsed command on an open database; returns the exit code. */
 export async function runCommand(db: Database, argv: string[], io: Io): Promise<number> {
   try {
     const p = parseCommand(argv);
     if (p.help) {
-      io.out(`usage: ins ${p.command.usage} [--json]\n\n${p.command.summary}`);
+      io.out(helpText(p.command));
       return 0;
     }
     // Every command works on a fresh data directory too.

@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
 import { forwardToServer } from './admin-socket.js';
-import { COMMANDS, parseCommand, runCommand } from './commands.js';
+import { COMMANDS, helpText, parseCommand, runCommand } from './commands.js';
 import { consoleIo, UsageError } from './io.js';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -68,7 +68,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
   try {
     const parsed = parseCommand(argv);
     if (parsed.help) {
-      consoleIo.out(`usage: ins ${parsed.command.usage} [--json]\n\n${parsed.command.summary}`);
+      consoleIo.out(helpText(parsed.command));
       return 0;
     }
   } catch (err) {
