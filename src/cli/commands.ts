@@ -6,13 +6,25 @@ import { migrate } from '../db/migrate.js';
 import { createNode, listNodes, NodeExistsError, rotateNodeKey, setNodeDisabled } from '../repositories/nodes.js';
 import { addReaderKey, listReaderKeys, revokeReaderKey } from '../repositories/reader-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
+import { nodesImport } from '../import/nodes.js';
+import { resultsImport } from '../import/results.js';
+import { ImportRejected, runImport, type ImportSpec } from '../import/run.js';
 import { CommandError, table, UsageError, type Io } from './io.js';
+
+export interface RunOptions {
+  json: boolean;
+  skipBadRows: boolean;
+  /** Draw a progress bar on stderr (a local run on a terminal). */
+  progress: boolean;
+}
 
 interface Command {
   usage: string;
   summary: string;
   args: string[];
-  run(db: Database, args: string[], json: boolean, io: Io): Promise<void>;
+  /** Options beyond --json and --help that this command accepts. */
+  flags?: string[];
+  run(db: Database, args: string[], opts: RunOptions, io: Io): Promise<void>;
 }
 
 function checkName(what: string, value: string, max: number): void {
@@ -26,7 +38,7 @@ function setDisabledCommand(disabled: boolean): Command {
     usage: `node ${verb} NAME`,
     summary: disabled ? 'disable a node: its key gets 403 from now on' : 'enable a disabled node again',
     args: ['NAME'],
-    async run(db, [name], json, io) {
+    async run(db, [name], { json }, io) {
       if (!(await setNodeDisabled(db, name!, disabled))) throw new CommandError(`no node named "${name}"`);
       io.out(json ? JSON.stringify({ name, disabled }) : `node "${name}" ${verb}d`);
     },
@@ -35,12 +47,39 @@ function setDisabledCommand(disabled: boolean): Command {
 
 const KEY_NOTE = 'Store this key now: it is shown only once and only its hash is kept.';
 
+function importCommand(what: 'nodes' | 'results', spec: ImportSpec, summary: string): Command {
+  return {
+    usage: `import ${what} FILE.csv [--skip-bad-rows]`,
+    summary,
+    args: ['FILE.csv'],
+    flags: ['skip-bad-rows'],
+    async run(db, [file], { json, skipBadRows, progress }, io) {
+      try {
+        const s = await runImport(db, file!, spec, { skipBadRows, progress });
+        if (json) return io.out(JSON.stringify(s));
+        const rate = s.seconds > 0 ? Math.round(s.rows_read / s.seconds) : s.rows_read;
+        io.out(`imported ${s.imported.toLocaleString('en')} ${what} of ${s.rows_read.toLocaleString('en')} rows in ${s.seconds.toFixed(1)} s (${rate.toLocaleString('en')} rows/s)` +
+          (s.bad_rows ? `; skipped ${s.bad_rows} bad row${s.bad_rows === 1 ? '' : 's'}` : ''));
+        for (const b of s.examples.slice(0, 20)) io.err(`  line ${b.line}: ${b.reason}`);
+      } catch (err) {
+        if (err instanceof ImportRejected) {
+          throw new CommandError(`${err.message}:\n${err.examples.slice(0, 20).map((b) => `  line ${b.line}: ${b.reason}`).join('\n')}${err.examples.length > 20 ? '\n  …' : ''}`);
+        }
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT' || code === 'EISDIR' || code === 'EACCES') throw new CommandError(`cannot read ${file}: ${code}`);
+        if ((err as Error).name === 'CsvFormatError') throw new CommandError(`${file}: ${(err as Error).message}; nothing was imported`);
+        throw err;
+      }
+    },
+  };
+}
+
 export const COMMANDS: Record<string, Command> = {
   migrate: {
     usage: 'migrate',
     summary: 'apply pending database migrations',
     args: [],
-    async run(db, _args, json, io) {
+    async run(db, _args, { json }, io) {
       const applied = await migrate(db);
       if (json) io.out(JSON.stringify({ applied }));
       else io.out(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
@@ -50,7 +89,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'node add NAME',
     summary: "create a node and print its key (nk_…) once",
     args: ['NAME'],
-    async run(db, [name], json, io) {
+    async run(db, [name], { json }, io) {
       checkName('NAME', name!, 128);
       try {
         const { key } = await createNode(db, name!);
@@ -67,7 +106,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'node list',
     summary: 'list nodes with their status and points',
     args: [],
-    async run(db, _args, json, io) {
+    async run(db, _args, { json }, io) {
       const nodes = await listNodes(db);
       if (json) return io.out(JSON.stringify(nodes));
       if (nodes.length === 0) return io.out('no nodes yet; create one with: npx ins node add NAME');
@@ -81,7 +120,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'node rotate-key NAME',
     summary: 'give a node a new key; the old one stops working at once',
     args: ['NAME'],
-    async run(db, [name], json, io) {
+    async run(db, [name], { json }, io) {
       const key = await rotateNodeKey(db, name!);
       if (!key) throw new CommandError(`no node named "${name}"`);
       io.out(json ? JSON.stringify({ name, key }) : key);
@@ -92,7 +131,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'key add-reader LABEL',
     summary: "create a reader key (rk_…) for dashboards and print it once",
     args: ['LABEL'],
-    async run(db, [label], json, io) {
+    async run(db, [label], { json }, io) {
       checkName('LABEL', label!, 128);
       const { id, key } = await addReaderKey(db, label!);
       io.out(json ? JSON.stringify({ id, label, key }) : key);
@@ -103,7 +142,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'key list',
     summary: 'list reader keys (ids and labels, never the keys)',
     args: [],
-    async run(db, _args, json, io) {
+    async run(db, _args, { json }, io) {
       const keys = await listReaderKeys(db);
       if (json) return io.out(JSON.stringify(keys));
       if (keys.length === 0) return io.out('no reader keys; create one with: npx ins key add-reader LABEL');
@@ -114,7 +153,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'key revoke ID|LABEL',
     summary: 'revoke a reader key by id or by its (unique) label',
     args: ['ID|LABEL'],
-    async run(db, [which], json, io) {
+    async run(db, [which], { json }, io) {
       const r = await revokeReaderKey(db, which!);
       if ('error' in r) throw new CommandError(r.error);
       io.out(json ? JSON.stringify({ id: r.id, revoked: true }) : `reader key ${r.id} revoked`);
@@ -124,7 +163,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'model set-points MODEL POINTS',
     summary: 'points a success of MODEL earns (a number >= 0, or "default")',
     args: ['MODEL', 'POINTS'],
-    async run(db, [model, raw], json, io) {
+    async run(db, [model, raw], { json }, io) {
       checkName('MODEL', model!, 256);
       const points = raw === 'default' ? null : Number(raw);
       if (points !== null && (!/^\d+(\.\d+)?$/.test(raw!) || !Number.isFinite(points) || points > 1e9)) {
@@ -134,11 +173,14 @@ export const COMMANDS: Record<string, Command> = {
       io.out(json ? JSON.stringify({ model, points_per_job: points }) : `model "${model}": ${points === null ? 'default points' : `${points} points per job`}`);
     },
   },
+  'import nodes': importCommand('nodes', nodesImport, 'import nodes with their existing keys: columns name,api_key or name,api_key_sha256'),
+  'import results': importCommand('results', resultsImport,
+    'import job results history: job_id,node_name,model_name,status,points,received_at[,result]; aggregates follow'),
   'model list': {
     usage: 'model list',
     summary: 'list models with their points per job and number of nodes',
     args: [],
-    async run(db, _args, json, io) {
+    async run(db, _args, { json }, io) {
       const models = await listModels(db);
       if (json) return io.out(JSON.stringify(models));
       if (models.length === 0) return io.out('no models yet: they appear with the first report');
@@ -147,7 +189,7 @@ export const COMMANDS: Record<string, Command> = {
   },
 };
 
-export interface ParsedCommand { name: string; command: Command; args: string[]; json: boolean; help: boolean }
+export interface ParsedCommand { name: string; command: Command; args: string[]; opts: RunOptions; help: boolean }
 
 /** Finds the command in argv (one or two words) and checks its arguments; throws UsageError. */
 export function parseCommand(argv: string[]): ParsedCommand {
@@ -155,7 +197,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
     args: argv,
     allowPositionals: true,
     strict: true,
-    options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' }, 'skip-bad-rows': { type: 'boolean' } },
   });
   const two = positionals.slice(0, 2).join(' ');
   const name = COMMANDS[two] ? two : positionals[0] ?? '';
@@ -163,25 +205,28 @@ export function parseCommand(argv: string[]): ParsedCommand {
   if (!command) throw new UsageError(positionals.length ? `unknown command "${positionals.join(' ')}"` : 'no command given');
   const args = positionals.slice(name.split(' ').length);
   const help = values.help ?? false;
+  if (values['skip-bad-rows'] && !command.flags?.includes('skip-bad-rows')) throw new UsageError(`"${name}" has no option --skip-bad-rows`);
   if (!help && args.length !== command.args.length) {
     throw new UsageError(`"${name}" takes ${command.args.length ? command.args.join(' ') : 'no arguments'}; usage: ins ${command.usage}`);
   }
-  return { name, command, args, json: values.json ?? false, help };
+  const opts = { json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, progress: false };
+  return { name, command, args, opts, help };
 }
 
 export const helpText = (c: Command): string => `usage: ins ${c.usage} [--json]\n\n${c.summary}`;
 
 /** Runs a parsed command on an open database; returns the exit code. */
-export async function runCommand(db: Database, argv: string[], io: Io): Promise<number> {
+export async function runCommand(db: Database, argv: string[], io: Io, extra: Partial<RunOptions> = {}): Promise<number> {
   try {
     const p = parseCommand(argv);
+    Object.assign(p.opts, extra);
     if (p.help) {
       io.out(helpText(p.command));
       return 0;
     }
     // Every command works on a fresh data directory too.
     if (p.name !== 'migrate') await migrate(db);
-    await p.command.run(db, p.args, p.json, io);
+    await p.command.run(db, p.args, p.opts, io);
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {

@@ -2,6 +2,7 @@
 // nodes, keys and models on the configured database (see commands.ts). Exit codes: 0 done,
 // 1 failed (bad configuration, no such node, database unreachable...), 2 bad arguments.
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
@@ -71,6 +72,11 @@ async function admin(config: Config, argv: string[]): Promise<number> {
       consoleIo.out(helpText(parsed.command));
       return 0;
     }
+    // A forwarded command runs in the server's working directory: send absolute paths.
+    if (parsed.name.startsWith('import ')) {
+      const file = parsed.args[0]!;
+      argv = argv.map((a) => (a === file ? path.resolve(a) : a));
+    }
   } catch (err) {
     if (err instanceof UsageError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
       consoleIo.err(`ins: ${(err as Error).message}`);
@@ -94,7 +100,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     return 1;
   }
   try {
-    return await runCommand(db, argv, consoleIo);
+    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true });
   } finally {
     await db.close();
   }

@@ -4,6 +4,8 @@
 // and strings the same way on both backends).
 
 /** A named, parameterised statement. The name labels metrics and lets pg prepare it once. */
+import type { Writable } from 'node:stream';
+
 export interface Sql {
   readonly name: string;
   readonly text: string;
@@ -13,6 +15,11 @@ export interface Queryable {
   query<R>(sql: Sql, values?: readonly unknown[]): Promise<R[]>;
   /** Runs several statements without parameters (migrations). */
   exec(text: string): Promise<void>;
+  /**
+   * PostgreSQL inside a transaction only: a stream for `COPY … FROM STDIN` (text format).
+   * Bulk loaders fall back to batched inserts where it is absent (PGlite).
+   */
+  copyFrom?(copySql: string): Writable;
 }
 
 export interface Database extends Queryable {

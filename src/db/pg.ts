@@ -1,6 +1,7 @@
 // PostgreSQL over a pg.Pool. Connection loss and timeouts surface as errors that
 // db/errors.ts maps to 503; a query never waits forever for a connection.
 import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
 import type { Database, Queryable, Sql } from './database.js';
 import { isRetryable } from './errors.js';
 
@@ -17,7 +18,9 @@ export interface PgOptions {
 const MAX_ATTEMPTS = 5;
 
 function wrap(client: pg.PoolClient | pg.Pool): Queryable {
+  const inTransaction = client instanceof pg.Pool ? {} : { copyFrom: (copySql: string) => (client as pg.PoolClient).query(copyFrom(copySql)) };
   return {
+    ...inTransaction,
     async query<R>(s: Sql, values: readonly unknown[] = []): Promise<R[]> {
       const res = await client.query({ name: s.name, text: s.text, values: values as unknown[] });
       return res.rows as R[];

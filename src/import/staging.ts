@@ -1,0 +1,71 @@
+// A temporary table that receives imported rows inside the import's transaction: COPY on
+// PostgreSQL, batched inserts of one JSON parameter each on PGlite. Table and column names
+// come from the importers' constants, never from the file.
+import { once } from 'node:events';
+import type { Writable } from 'node:stream';
+import { sql, type Queryable } from '../db/database.js';
+
+export type Value = string | number | null;
+const BATCH = 5_000;
+
+// COPY text format: backslash, tab, newline and carriage return escaped; NULL is \N.
+function copyField(v: Value): string {
+  if (v === null) return '\\N';
+  return String(v).replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r');
+}
+
+export class StagingTable {
+  private copy: Writable | undefined;
+  private batch: Record<string, Value>[] = [];
+  rows = 0;
+
+  constructor(private readonly tx: Queryable, readonly name: string, private readonly columns: [string, string][]) {}
+
+  async create(): Promise<void> {
+    const cols = [['line', 'bigint'], ...this.columns].map(([n, t]) => `${n} ${t}`).join(', ');
+    await this.tx.exec(`CREATE TEMP TABLE ${this.name} (${cols}) ON COMMIT DROP`);
+    if (this.tx.copyFrom) {
+      this.copy = this.tx.copyFrom(`COPY ${this.name} (line, ${this.columns.map(([n]) => n).join(', ')}) FROM STDIN`);
+    }
+  }
+
+  async add(line: number, values: Value[]): Promise<void> {
+    this.rows++;
+    if (this.copy) {
+      if (!this.copy.write(`${[line, ...values].map(copyField).join('\t')}\n`)) await once(this.copy, 'drain');
+      return;
+    }
+    const row: Record<string, Value> = { line };
+    this.columns.forEach(([n], i) => (row[n] = values[i]!));
+    this.batch.push(row);
+    if (this.batch.length >= BATCH) await this.flush();
+  }
+
+  private async flush(): Promise<void> {
+    if (this.batch.length === 0) return;
+    await this.tx.query(sql(`staging_insert_${this.name}`, `INSERT INTO ${this.name} SELECT * FROM json_populate_recordset(NULL::${this.name}, $1::json)`), [JSON.stringify(this.batch)]);
+    this.batch = [];
+  }
+
+  /** On failure: a COPY still open would keep the connection busy and the ROLLBACK waiting. */
+  async abort(): Promise<void> {
+    const copy = this.copy;
+    this.copy = undefined;
+    if (!copy || copy.writableFinished) return;
+    const closed = once(copy, 'close').catch(() => undefined);
+    copy.destroy(new Error('import aborted'));
+    await closed;
+  }
+
+  /** Ends loading: the table is complete and analysed afterwards. */
+  async finish(): Promise<void> {
+    if (this.copy) {
+      const done = once(this.copy, 'finish');
+      this.copy.end();
+      await done;
+    } else {
+      await this.flush();
+    }
+    await this.tx.exec(`ANALYZE ${this.name}`);
+  }
+}
