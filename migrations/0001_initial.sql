@@ -40,9 +40,13 @@ CREATE TABLE job_results (
 -- Probe for unique_nodes when a window starts and ends inside one node's active day.
 CREATE INDEX job_results_success_probe ON job_results (model_id, node_id, received_at) WHERE status = 'success';
 
+-- The aggregates below are derived from job_results in the same statement that writes it;
+-- they carry no foreign keys (nodes and models are never deleted), which keeps per-report
+-- trigger work off the hot path.
+
 -- Points per node per UTC day (daily_points reads only this).
 CREATE TABLE node_daily_points (
-  node_id bigint NOT NULL REFERENCES nodes (id),
+  node_id bigint NOT NULL,
   day     date NOT NULL,
   points    numeric NOT NULL,
   successes integer NOT NULL,
@@ -51,8 +55,8 @@ CREATE TABLE node_daily_points (
 
 -- First and last success of a node for a model, overall and per UTC day (unique_nodes).
 CREATE TABLE model_nodes (
-  model_id         integer NOT NULL REFERENCES models (id),
-  node_id          bigint NOT NULL REFERENCES nodes (id),
+  model_id         integer NOT NULL,
+  node_id          bigint NOT NULL,
   first_success_at timestamptz NOT NULL,
   last_success_at  timestamptz NOT NULL,
   PRIMARY KEY (model_id, node_id)

@@ -3,6 +3,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
+import { PrincipalCache } from './auth-cache.js';
 import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
@@ -52,7 +53,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, node: req.nodeName }, 'request');
   });
 
-  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1 };
+  const principals = new PrincipalCache();
+  const detach = await principals.attach(opts.db);
+  app.addHook('onClose', async () => detach());
+  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);

@@ -14,7 +14,9 @@ export function createLogger(level: string): Logger {
     base: { service: 'ins' },
     // Belt and braces: nothing logs these, and if something ever did they would be hidden.
     redact: { paths: ['api_key', '*.api_key', 'headers.api_key', 'req.headers.api_key', 'req.headers.authorization', 'key', 'password'], censor: '[redacted]' },
-  });
+  // Asynchronous writes: a synchronous write per request line is a syscall on the hot path.
+  // pino flushes what is buffered when the process exits.
+  }, pino.destination({ sync: false }));
 }
 
 export interface RunningServer {

@@ -28,6 +28,12 @@ export interface Database extends Queryable {
   readonly description: string;
   /** Runs fn in one transaction; commits when it resolves (durably, before returning). */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Calls onNotify for every NOTIFY on channel (a constant, never input). onLive(true) once
+   * delivery is reliable, onLive(false) whenever it may have missed one (connection lost; it
+   * reconnects by itself). Resolves to a stop function.
+   */
+  listen(channel: string, onNotify: () => void, onLive: (live: boolean) => void): Promise<() => Promise<void>>;
   /** Pool gauges for metrics; PGlite has a single in-process connection. */
   poolStats(): { total: number; idle: number; waiting: number };
   close(): Promise<void>;

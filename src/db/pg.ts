@@ -40,6 +40,52 @@ export function describeUrl(connectionString: string): string {
   }
 }
 
+const RECONNECT_MS = 1_000;
+
+// LISTEN needs a connection of its own that outlives any query; when it drops, notifications
+// may be lost, so the caller hears onLive(false) until a new connection listens again.
+async function listenWithReconnect(opts: PgOptions, channel: string, onNotify: () => void, onLive: (live: boolean) => void): Promise<() => Promise<void>> {
+  let stopped = false;
+  let current: pg.Client | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  const retry = () => {
+    onLive(false);
+    current = undefined;
+    if (!stopped) timer = setTimeout(() => void connect(), RECONNECT_MS);
+  };
+  const connect = async (): Promise<void> => {
+    const client = new pg.Client({ connectionString: opts.connectionString, keepAlive: true, connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 5_000 });
+    let failed = false;
+    const fail = () => {
+      if (failed) return;
+      failed = true;
+      client.end().catch(() => {});
+      retry();
+    };
+    client.on('notification', (m) => m.channel === channel && onNotify());
+    client.on('error', fail);
+    client.on('end', fail);
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${channel}`);
+      if (stopped) return void client.end().catch(() => {});
+      current = client;
+      onLive(true);
+    } catch {
+      fail();
+    }
+  };
+  await connect();
+  return async () => {
+    stopped = true;
+    clearTimeout(timer);
+    onLive(false);
+    const c = current;
+    current = undefined;
+    await c?.end().catch(() => {});
+  };
+}
+
 export function openPostgres(opts: PgOptions): Database {
   const pool = new pg.Pool({
     connectionString: opts.connectionString,
@@ -80,6 +126,7 @@ export function openPostgres(opts: PgOptions): Database {
         }
       }
     },
+    listen: (channel, onNotify, onLive) => listenWithReconnect(opts, channel, onNotify, onLive),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     close: () => pool.end(),
   };

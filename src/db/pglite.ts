@@ -44,6 +44,15 @@ export async function openPglite(dataDir?: string): Promise<Database> {
       await db.syncToFs();
       return out;
     },
+    async listen(channel, onNotify, onLive) {
+      const unlisten = await db.listen(channel, () => onNotify());
+      onLive(true);
+      return async () => {
+        onLive(false);
+        // Closing the database already ended the subscription.
+        await unlisten().catch(() => undefined);
+      };
+    },
     poolStats: () => ({ total: 1, idle: 1, waiting: 0 }),
     close: () => db.close(),
   };

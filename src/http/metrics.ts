@@ -10,6 +10,7 @@ export interface Metrics {
   duration: Histogram<'method' | 'route' | 'status'>;
   results: Counter<'status' | 'outcome'>;
   points: Counter;
+  keyLookups: Counter<'source'>;
 }
 
 export function createMetrics(db: Database, withProcessMetrics: boolean): Metrics {
@@ -26,6 +27,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   });
   const results = new Counter({ name: 'ins_results_total', help: 'Job results by reported status and outcome (recorded, replayed, conflict)', labelNames: ['status', 'outcome'], registers: [registry] });
   const points = new Counter({ name: 'ins_points_credited_total', help: 'Points credited to nodes', registers: [registry] });
+  const keyLookups = new Counter({ name: 'ins_key_lookups_total', help: 'API key lookups by source (cache or database)', labelNames: ['source'], registers: [registry] });
   new Gauge({
     name: 'ins_db_pool_connections',
     help: 'Database pool connections by state',
@@ -38,5 +40,5 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
       this.set({ state: 'waiting' }, s.waiting);
     },
   });
-  return { registry, requests, duration, results, points };
+  return { registry, requests, duration, results, points, keyLookups };
 }

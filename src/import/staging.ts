@@ -16,6 +16,9 @@ function copyField(v: Value): string {
 
 export class StagingTable {
   private copy: Writable | undefined;
+  // COPY lines are sent in chunks: one socket write per row costs more than the row itself.
+  private copyChunk: string[] = [];
+  private copyChunkBytes = 0;
   private batch: Record<string, Value>[] = [];
   rows = 0;
 
@@ -32,13 +35,23 @@ export class StagingTable {
   async add(line: number, values: Value[]): Promise<void> {
     this.rows++;
     if (this.copy) {
-      if (!this.copy.write(`${[line, ...values].map(copyField).join('\t')}\n`)) await once(this.copy, 'drain');
+      const text = `${[line, ...values].map(copyField).join('\t')}\n`;
+      this.copyChunk.push(text);
+      this.copyChunkBytes += text.length;
+      if (this.copyChunkBytes >= 64 * 1024) await this.flushCopy();
       return;
     }
     const row: Record<string, Value> = { line };
     this.columns.forEach(([n], i) => (row[n] = values[i]!));
     this.batch.push(row);
     if (this.batch.length >= BATCH) await this.flush();
+  }
+
+  private async flushCopy(): Promise<void> {
+    const chunk = this.copyChunk.join('');
+    this.copyChunk = [];
+    this.copyChunkBytes = 0;
+    if (chunk && !this.copy!.write(chunk)) await once(this.copy!, 'drain');
   }
 
   private async flush(): Promise<void> {
@@ -60,6 +73,7 @@ export class StagingTable {
   /** Ends loading: the table is complete and analysed afterwards. */
   async finish(): Promise<void> {
     if (this.copy) {
+      await this.flushCopy();
       const done = once(this.copy, 'finish');
       this.copy.end();
       await done;

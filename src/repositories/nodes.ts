@@ -2,6 +2,7 @@
 import { sql, type Queryable } from '../db/database.js';
 import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
 import { newKey } from '../keys.js';
+import { announceKeyChange } from './key-events.js';
 
 export interface NodeRow { id: number; name: string; disabled: boolean }
 export interface NodeListing { name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number }
@@ -46,13 +47,17 @@ export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<No
 
 /** Returns false when no node has this name. */
 export async function setNodeDisabled(db: Queryable, name: string, disabled: boolean): Promise<boolean> {
-  return (await db.query(SET_DISABLED, [name, disabled])).length > 0;
+  const found = (await db.query(SET_DISABLED, [name, disabled])).length > 0;
+  if (found) await announceKeyChange(db);
+  return found;
 }
 
 /** Replaces the node's key; the old key stops working with this commit. Undefined: no such node. */
 export async function rotateNodeKey(db: Queryable, name: string): Promise<string | undefined> {
   const { key, hash } = newKey('node');
-  return (await db.query(ROTATE, [name, hash])).length > 0 ? key : undefined;
+  if ((await db.query(ROTATE, [name, hash])).length === 0) return undefined;
+  await announceKeyChange(db);
+  return key;
 }
 
 export async function countNodes(db: Queryable): Promise<number> {

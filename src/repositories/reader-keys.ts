@@ -1,6 +1,7 @@
 // Reader keys: dashboards' keys that may read any node's daily points and cannot report.
 import { sql, type Queryable } from '../db/database.js';
 import { newKey } from '../keys.js';
+import { announceKeyChange } from './key-events.js';
 
 export interface ReaderKeyListing { id: number; label: string; revoked: boolean; created_at: string }
 
@@ -41,5 +42,6 @@ export async function revokeReaderKey(db: Queryable, idOrLabel: string): Promise
     id = rows[0] ? Number(rows[0].id) : undefined;
   }
   if (id === undefined || (await db.query(REVOKE_BY_ID, [id])).length === 0) return { error: `no reader key "${idOrLabel}"` };
+  await announceKeyChange(db);
   return { id };
 }

@@ -15,7 +15,8 @@ declare module 'fastify' {
   }
 }
 
-export function dailyPointsRoute(app: App, { db }: Deps): void {
+export function dailyPointsRoute(app: App, { db, principals, metrics }: Deps): void {
+  const onLookup = (source: 'cache' | 'database') => metrics.keyLookups.inc({ source });
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
@@ -25,7 +26,7 @@ export function dailyPointsRoute(app: App, { db }: Deps): void {
       const header = req.headers.api_key;
       const key = Array.isArray(header) ? header[header.length - 1] : header;
       if (!key) throw new HttpError(401, 'Not authenticated');
-      const principal = await authenticate(db, key);
+      const principal = await authenticate(db, key, principals, onLookup);
       if (!principal) throw new HttpError(401, 'Invalid API key');
       req.principal = principal;
     },

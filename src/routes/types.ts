@@ -3,6 +3,7 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from '../db/database.js';
 import type { Metrics } from '../http/metrics.js';
+import type { PrincipalCache } from '../auth-cache.js';
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, TypeBoxTypeProvider>;
 
@@ -10,6 +11,7 @@ export interface Deps {
   db: Database;
   metrics: Metrics;
   defaultPointsPerJob: number;
+  principals: PrincipalCache;
 }
 
 declare module 'fastify' {

@@ -5,7 +5,8 @@ import { HttpError } from '../http-error.js';
 import { recordResult } from '../repositories/results.js';
 import type { App, Deps } from './types.js';
 
-export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob }: Deps): void {
+export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob, principals }: Deps): void {
+  const onLookup = (source: 'cache' | 'database') => metrics.keyLookups.inc({ source });
   app.post('/worker/update_result', {
     schema: {
       body: UpdateResultRequest,
@@ -13,7 +14,7 @@ export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob }
     },
   }, async (req) => {
     const { job_id, api_key, model_name, result, status } = req.body;
-    const principal = await authenticate(db, api_key);
+    const principal = await authenticate(db, api_key, principals, onLookup);
     if (!principal) throw new HttpError(401, 'Invalid API key');
     if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
     req.nodeName = principal.node.name;

@@ -1,0 +1,69 @@
+// Remembers which principal a key hash belongs to, so an authenticated request costs one
+// database round trip instead of two. Correctness rests on invalidation, not on the TTL: every
+// change of a key or of a node's status sends NOTIFY ins_keys (repositories/key-events.ts) and
+// each server clears its cache on it. While the LISTEN connection is down the cache is off,
+// so a missed notification can never serve a revoked key. The TTL only bounds memory of keys
+// nobody uses any more.
+import type { Principal } from './auth.js';
+import type { Database } from './db/database.js';
+
+export const KEY_EVENTS_CHANNEL = 'ins_keys';
+
+// Caches of this process: a change made here (e.g. a CLI command forwarded to the server)
+// clears them synchronously, before the command even answers; NOTIFY reaches the others.
+const localCaches = new Set<PrincipalCache>();
+
+export function invalidateLocalCaches(): void {
+  for (const c of localCaches) c.invalidate();
+}
+
+export class PrincipalCache {
+  private readonly entries = new Map<string, { principal: Principal; at: number }>();
+  private live = false;
+  // Bumped on every invalidation: a lookup that started before it must not store its answer.
+  private generation = 0;
+
+  constructor(private readonly ttlMs = 60_000, private readonly maxEntries = 100_000) {}
+
+  get(hash: string): Principal | undefined {
+    if (!this.live) return undefined;
+    const e = this.entries.get(hash);
+    if (!e) return undefined;
+    if (Date.now() - e.at > this.ttlMs) {
+      this.entries.delete(hash);
+      return undefined;
+    }
+    return e.principal;
+  }
+
+  /** The generation to pass to set() once the lookup is done. */
+  begin(): number {
+    return this.generation;
+  }
+
+  set(hash: string, principal: Principal, generation: number): void {
+    if (!this.live || generation !== this.generation) return;
+    if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    this.entries.set(hash, { principal, at: Date.now() });
+  }
+
+  invalidate(): void {
+    this.generation++;
+    this.entries.clear();
+  }
+
+  setLive(live: boolean): void {
+    this.live = live;
+    this.invalidate();
+  }
+
+  /** Subscribes to key events; resolves to the unsubscribe function. */
+  async attach(db: Database): Promise<() => Promise<void>> {
+    localCaches.add(this);
+    const stop = await db.listen(KEY_EVENTS_CHANNEL, () => this.invalidate(), (live) => this.setLive(live));
+    return async () => {
+      localCaches.delete(this);
+      await stop();
+    };
+  }
+}
