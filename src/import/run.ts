@@ -91,6 +91,8 @@ export async function runImport(db: Database, file: string, spec: ImportSpec, op
   const bad = new BadRows();
   try {
     return await db.transaction(async (tx) => {
+      // A large file takes minutes; the service's per-statement limit is not meant for it.
+      await tx.exec('SET LOCAL statement_timeout = 0');
       const staging = new StagingTable(tx, spec.staging, spec.columns);
       await staging.create();
       let rowsRead: number;

@@ -16,6 +16,7 @@ function copyField(v: Value): string {
 
 export class StagingTable {
   private copy: Writable | undefined;
+  private copyError: Error | undefined;
   // COPY lines are sent in chunks: one socket write per row costs more than the row itself.
   private copyChunk: string[] = [];
   private copyChunkBytes = 0;
@@ -29,6 +30,8 @@ export class StagingTable {
     await this.tx.exec(`CREATE TEMP TABLE ${this.name} (${cols}) ON COMMIT DROP`);
     if (this.tx.copyFrom) {
       this.copy = this.tx.copyFrom(`COPY ${this.name} (line, ${this.columns.map(([n]) => n).join(', ')}) FROM STDIN`);
+      // Kept and rethrown by the next write: an unheard 'error' event would crash the process.
+      this.copy.on('error', (err: Error) => (this.copyError ??= err));
     }
   }
 
@@ -48,6 +51,7 @@ export class StagingTable {
   }
 
   private async flushCopy(): Promise<void> {
+    if (this.copyError) throw this.copyError;
     const chunk = this.copyChunk.join('');
     this.copyChunk = [];
     this.copyChunkBytes = 0;
