@@ -67,7 +67,8 @@ async function timed(f: () => Promise<unknown>): Promise<number> {
 async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string) {
   const log = openSync(logFile, 'w');
   const child = spawn(process.execPath, [ENTRY, 'serve'], {
-    env: { ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' },
+    // One load generator is one client address: the per-IP limit would measure itself.
+    env: { ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMIT_PER_IP: '0' },
     stdio: ['ignore', log, log],
   });
   const url = `http://127.0.0.1:${port}`;

@@ -8,6 +8,7 @@ import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
+import { NO_RATE_LIMITS, registerRateLimits, type RateLimits } from './http/rate-limit.js';
 import { dailyPointsRoute } from './routes/daily-points.js';
 import { operationsRoutes } from './routes/operations.js';
 import { uniqueNodesRoute } from './routes/unique-nodes.js';
@@ -20,7 +21,14 @@ export interface AppOptions {
   defaultPointsPerJob?: number;
   /** Process-wide metrics (CPU, memory, event loop); off in tests. */
   processMetrics?: boolean;
+  /** Longest time to receive a whole request / only its headers (slow clients are cut off). */
   requestTimeoutMs?: number;
+  headersTimeoutMs?: number;
+  keepAliveTimeoutMs?: number;
+  /** Off unless given: tests opt in; the server passes the configured limits. */
+  rateLimits?: RateLimits;
+  /** Behind a reverse proxy: take the client address from X-Forwarded-For. */
+  trustProxy?: boolean;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -32,6 +40,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     // One log line per request comes from the onResponse hook below.
     logController: new LogController({ disableRequestLogging: true }),
     requestTimeout: opts.requestTimeoutMs ?? 30_000,
+    keepAliveTimeout: opts.keepAliveTimeoutMs ?? 65_000,
+    // Slow-header clients (slowloris) are dropped after headersTimeout; Node checks every
+    // connectionsCheckingInterval, so that bounds how late.
+    http: { headersTimeout: opts.headersTimeoutMs ?? 10_000, connectionsCheckingInterval: Math.min(1_000, opts.headersTimeoutMs ?? 10_000) },
+    trustProxy: opts.trustProxy ?? false,
     // Keys travel in headers and bodies; request ids are enough to correlate.
     requestIdHeader: false,
     return503OnClosing: true,
@@ -53,10 +66,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, node: req.nodeName }, 'request');
   });
 
+  const limiters = await registerRateLimits(app, opts.rateLimits ?? NO_RATE_LIMITS);
   const principals = new PrincipalCache();
   const detach = await principals.attach(opts.db);
   app.addHook('onClose', async () => detach());
-  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals };
+  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);

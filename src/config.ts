@@ -1,6 +1,7 @@
 // Configuration from the environment, validated as a whole: every problem is reported, each
 // on its own line, and the process exits 1 before doing anything.
 import path from 'node:path';
+import { DEFAULT_RATE_LIMITS, type RateLimits } from './http/rate-limit.js';
 
 export interface Config {
   port: number;
@@ -14,6 +15,10 @@ export interface Config {
   shutdownTimeoutMs: number;
   requestTimeoutMs: number;
   migrateOnStart: boolean;
+  headersTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+  trustProxy: boolean;
+  rateLimits: RateLimits;
 }
 
 export class ConfigError extends Error {
@@ -39,6 +44,13 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['REQUEST_TIMEOUT_MS', '30000', 'longest time to receive a whole request'],
   ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
   ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first (`--no-migrate` too)'],
+  ['HEADERS_TIMEOUT_MS', '10000', 'longest time to receive request headers (slow clients are cut off)'],
+  ['KEEP_ALIVE_TIMEOUT_MS', '65000', 'how long an idle keep-alive connection stays open'],
+  ['TRUST_PROXY', 'false', 'behind a reverse proxy: client address from X-Forwarded-For'],
+  ['RATE_LIMIT_PER_IP', String(DEFAULT_RATE_LIMITS.perIp), 'requests per minute per client address (0 = off)'],
+  ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key (0 = off)'],
+  ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key (0 = off)'],
+  ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 (0 = off)'],
 ];
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -61,6 +73,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const dbPoolMax = int('DB_POOL_MAX', 20, 1, 1000);
   const shutdownTimeoutMs = int('SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000);
   const requestTimeoutMs = int('REQUEST_TIMEOUT_MS', 30_000, 1_000, 600_000);
+  const headersTimeoutMs = int('HEADERS_TIMEOUT_MS', 10_000, 100, 600_000);
+  const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 3_600_000);
+  const rateLimits: RateLimits = {
+    perIp: int('RATE_LIMIT_PER_IP', DEFAULT_RATE_LIMITS.perIp, 0, 10_000_000),
+    reportsPerKey: int('RATE_LIMIT_REPORTS_PER_KEY', DEFAULT_RATE_LIMITS.reportsPerKey, 0, 10_000_000),
+    readsPerKey: int('RATE_LIMIT_READS_PER_KEY', DEFAULT_RATE_LIMITS.readsPerKey, 0, 10_000_000),
+    authFailuresPerIp: int('RATE_LIMIT_AUTH_FAILURES_PER_IP', DEFAULT_RATE_LIMITS.authFailuresPerIp, 0, 10_000_000),
+  };
 
   const logLevel = (get('LOG_LEVEL') ?? 'info').toLowerCase();
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL=${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`);
@@ -88,8 +108,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('DATABASE_URL: expected a postgres:// or postgresql:// URL (unset it to use the embedded database)');
   }
 
-  const migrate = (get('MIGRATE_ON_START') ?? 'true').toLowerCase();
-  if (!['true', 'false', '1', '0', 'yes', 'no'].includes(migrate)) problems.push(`MIGRATE_ON_START=${JSON.stringify(migrate)}: expected true or false`);
+  const bool = (name: string, fallback: boolean): boolean => {
+    const raw = (get(name) ?? String(fallback)).toLowerCase();
+    if (!['true', 'false', '1', '0', 'yes', 'no'].includes(raw)) problems.push(`${name}=${JSON.stringify(raw)}: expected true or false`);
+    return ['true', '1', 'yes'].includes(raw);
+  };
+  const migrateOnStart = bool('MIGRATE_ON_START', true);
+  const trustProxy = bool('TRUST_PROXY', false);
 
   if (problems.length > 0) throw new ConfigError(problems);
   return {
@@ -103,6 +128,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dbPoolMax,
     shutdownTimeoutMs,
     requestTimeoutMs,
-    migrateOnStart: ['true', '1', 'yes'].includes(migrate),
+    migrateOnStart,
+    headersTimeoutMs,
+    keepAliveTimeoutMs,
+    trustProxy,
+    rateLimits,
   };
 }

@@ -39,10 +39,11 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       defaultPointsPerJob: config.defaultPointsPerJob,
       processMetrics: true,
       requestTimeoutMs: config.requestTimeoutMs,
+      headersTimeoutMs: config.headersTimeoutMs,
+      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      rateLimits: config.rateLimits,
+      trustProxy: config.trustProxy,
     });
-    // Keep-alive a little longer than common proxies' idle timeouts; bound header reading.
-    app.server.keepAliveTimeout = 65_000;
-    app.server.headersTimeout = 66_000;
     const url = await app.listen({ port: config.port, host: config.host });
     if (db.kind === 'pglite') closeAdmin = await serveAdminSocket(db, config.dataDir, (err) => logger.error({ err }, 'admin command failed'));
 

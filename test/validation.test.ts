@@ -81,6 +81,14 @@ const cases: Case[] = [
     [{ type: 'string_too_short', loc: ['query', 'model_name'], msg: 'String should have at least 1 character', input: '', ctx: { min_length: 1 } }]],
   ['bad end_date', UniqueNodesQuery, 'query', { model_name: 'm', end_date: 'soon' },
     [{ ...DT('soon', 'input is too short'), loc: ['query', 'end_date'] }]],
+  // Text PostgreSQL cannot store, and dates Python cannot represent (deliberate differences).
+  ['NUL in job_id', UpdateResultRequest, 'body', { ...good, job_id: 'a\u0000b' }, [{
+    type: 'value_error', loc: ['body', 'job_id'], msg: 'Value error, text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored', input: 'a\u0000b',
+    ctx: { error: 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored' } }]],
+  ['unpaired surrogate deep in result', UpdateResultRequest, 'body', { ...good, result: { a: [{ b: '\ud800' }] } }, [{
+    type: 'value_error', loc: ['body', 'result'], msg: 'Value error, text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored', input: { a: [{ b: '\ud800' }] },
+    ctx: { error: 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored' } }]],
+  ['timestamp before year 1', UniqueNodesQuery, 'query', { model_name: 'm', start_date: '-99999999999999' }, [DT('-99999999999999', 'value is outside expected range')]],
   // All failures at once, in field order.
   ['every field wrong', UpdateResultRequest, 'body', { job_id: 1, api_key: 2, model_name: '', result: 3, status: 'ok' }, [
     { type: 'string_type', loc: ['body', 'job_id'], msg: 'Input should be a valid string', input: 1 },

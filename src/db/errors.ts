@@ -25,6 +25,11 @@ export function isUnavailable(err: unknown): boolean {
   return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended|ended the connection|database system is (starting|shutting) up|PGlite is clos(ed|ing)/i.test(message);
 }
 
+/** A data exception (class 22: a value the database cannot take) is the input's fault. */
+export function isDataException(err: unknown): boolean {
+  return pgCode(err)?.startsWith('22') ?? false;
+}
+
 /** The HTTP error for a database failure, or undefined when it is a genuine bug (500). */
 export function httpErrorForDatabase(err: unknown): HttpError | undefined {
   if (isUnavailable(err)) return new HttpError(503, 'Database unavailable, retry later');

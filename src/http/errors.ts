@@ -4,7 +4,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from '../http-error.js';
-import { httpErrorForDatabase } from '../db/errors.js';
+import { httpErrorForDatabase, isDataException } from '../db/errors.js';
 import { RequestValidationError } from './validator.js';
 
 function fastifyClientError(err: FastifyError): HttpError | undefined {
@@ -38,6 +38,12 @@ export function registerErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError | Error, req: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof RequestValidationError) {
       return reply.code(422).send({ detail: err.errors });
+    }
+    if (isDataException(err)) {
+      // Validation should have caught it; the request is still at fault, not the service.
+      req.log.warn({ err: { message: (err as Error).message, code: (err as FastifyError).code } }, 'value refused by the database');
+      const error = 'a value of the request cannot be stored';
+      return reply.code(422).send({ detail: [{ type: 'value_error', loc: ['body'], msg: `Value error, ${error}`, input: null, ctx: { error } }] });
     }
     const known = err instanceof HttpError ? err : (httpErrorForDatabase(err) ?? fastifyClientError(err as FastifyError));
     if (known) {

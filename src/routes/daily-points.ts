@@ -5,6 +5,7 @@ import type { FastifyRequest } from 'fastify';
 import { DailyPointsRequest, DailyPointsResponse, ErrorDetail, HTTPValidationError } from '../generated/schemas.js';
 import { authenticate, type Principal } from '../auth.js';
 import { HttpError } from '../http-error.js';
+import { tooMany } from '../http/rate-limit.js';
 import { findNodeByName } from '../repositories/nodes.js';
 import { dailyPoints } from '../repositories/points.js';
 import type { App, Deps } from './types.js';
@@ -15,19 +16,25 @@ declare module 'fastify' {
   }
 }
 
-export function dailyPointsRoute(app: App, { db, principals, metrics }: Deps): void {
+export function dailyPointsRoute(app: App, { db, principals, metrics, limiters }: Deps): void {
   const onLookup = (source: 'cache' | 'database') => metrics.keyLookups.inc({ source });
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
-      response: { 200: DailyPointsResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
+      response: { 200: DailyPointsResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
     },
+    ...(limiters.reads ? { preHandler: limiters.reads } : {}),
     preValidation: async (req: FastifyRequest) => {
       const header = req.headers.api_key;
       const key = Array.isArray(header) ? header[header.length - 1] : header;
       if (!key) throw new HttpError(401, 'Not authenticated');
+      const blocked = limiters.failures.blockedFor(req.ip);
+      if (blocked > 0) throw tooMany(blocked);
       const principal = await authenticate(db, key, principals, onLookup);
-      if (!principal) throw new HttpError(401, 'Invalid API key');
+      if (!principal) {
+        limiters.failures.fail(req.ip);
+        throw new HttpError(401, 'Invalid API key');
+      }
       req.principal = principal;
     },
   }, async (req) => {

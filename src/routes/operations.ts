@@ -13,9 +13,11 @@ export const OPENAPI_FILE = path.join(MIGRATIONS_DIR, '..', 'openapi.json');
 const PING = sql('ping', 'SELECT 1 AS ok');
 
 export async function operationsRoutes(app: App, { db, metrics }: Deps): Promise<void> {
-  app.get('/healthz', { schema: { hide: true, response: { 200: HealthResponse } } }, async () => ({ status: 'ok' }));
+  // Probes and metrics are never rate limited: an orchestrator must always get an answer.
+  const unlimited = { rateLimit: false } as const;
+  app.get('/healthz', { config: unlimited, schema: { hide: true, response: { 200: HealthResponse } } }, async () => ({ status: 'ok' }));
 
-  app.get('/readyz', { schema: { hide: true, response: { 200: HealthResponse, 503: ErrorDetail } } }, async () => {
+  app.get('/readyz', { config: unlimited, schema: { hide: true, response: { 200: HealthResponse, 503: ErrorDetail } } }, async () => {
     try {
       await db.query(PING);
     } catch {
@@ -24,7 +26,7 @@ export async function operationsRoutes(app: App, { db, metrics }: Deps): Promise
     return { status: 'ok' };
   });
 
-  app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {
+  app.get('/metrics', { config: unlimited, schema: { hide: true } }, async (_req, reply) => {
     reply.type(metrics.registry.contentType);
     return metrics.registry.metrics();
   });

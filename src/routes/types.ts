@@ -4,6 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from '../db/database.js';
 import type { Metrics } from '../http/metrics.js';
 import type { PrincipalCache } from '../auth-cache.js';
+import type { KeyLimiters } from '../http/rate-limit.js';
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, TypeBoxTypeProvider>;
 
@@ -12,6 +13,7 @@ export interface Deps {
   metrics: Metrics;
   defaultPointsPerJob: number;
   principals: PrincipalCache;
+  limiters: KeyLimiters;
 }
 
 declare module 'fastify' {

@@ -11,7 +11,7 @@ export function uniqueNodesRoute(app: App, { db }: Deps): void {
   app.get('/unique_nodes', {
     schema: {
       querystring: UniqueNodesQuery,
-      response: { 200: UniqueNodesResponse, 422: HTTPValidationError, 503: ErrorDetail },
+      response: { 200: UniqueNodesResponse, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
     },
   }, async (req, reply) => {
     const { model_name } = req.query;

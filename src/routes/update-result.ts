@@ -2,20 +2,27 @@
 import { ErrorDetail, HTTPValidationError, UpdateResultRequest, UpdateResultResponse } from '../generated/schemas.js';
 import { authenticate } from '../auth.js';
 import { HttpError } from '../http-error.js';
+import { tooMany } from '../http/rate-limit.js';
 import { recordResult } from '../repositories/results.js';
 import type { App, Deps } from './types.js';
 
-export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob, principals }: Deps): void {
+export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob, principals, limiters }: Deps): void {
   const onLookup = (source: 'cache' | 'database') => metrics.keyLookups.inc({ source });
   app.post('/worker/update_result', {
     schema: {
       body: UpdateResultRequest,
-      response: { 200: UpdateResultResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 409: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 503: ErrorDetail },
+      response: { 200: UpdateResultResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 409: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
     },
+    ...(limiters.reports ? { preHandler: limiters.reports } : {}),
   }, async (req) => {
     const { job_id, api_key, model_name, result, status } = req.body;
+    const blocked = limiters.failures.blockedFor(req.ip);
+    if (blocked > 0) throw tooMany(blocked);
     const principal = await authenticate(db, api_key, principals, onLookup);
-    if (!principal) throw new HttpError(401, 'Invalid API key');
+    if (!principal) {
+      limiters.failures.fail(req.ip);
+      throw new HttpError(401, 'Invalid API key');
+    }
     if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
     req.nodeName = principal.node.name;
     if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');

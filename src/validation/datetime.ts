@@ -18,7 +18,8 @@ function pad(n: number, width = 2): string {
 
 function format(epochMs: number, micros: string): string {
   const d = new Date(epochMs);
-  if (Number.isNaN(d.getTime())) throw new RangeError('date out of range');
+  // Python's datetime (and so pydantic) covers the years 1 to 9999.
+  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1 || d.getUTCFullYear() > 9999) throw new RangeError('date out of range');
   const base = `${pad(d.getUTCFullYear(), 4)}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}T${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}:${pad(d.getUTCSeconds())}`;
   const frac = micros.replace(/0+$/, '');
   return `${base}${frac ? `.${frac}` : ''}Z`;

@@ -1,0 +1,89 @@
+// Rate limits, all per minute and all configurable (0 turns one off):
+// - per client IP on every route but the probes and /metrics (@fastify/rate-limit, onRequest);
+// - per key on update_result and daily_points, so one leaked or buggy key cannot starve others;
+// - failed authentications per IP, tighter: once an IP has used its budget of 401s, every
+//   authentication from it is refused with 429 until the window ends, so guessing keys
+//   learns nothing more. (The plugin counts every call; this needs a budget one can look at
+//   without spending it, hence the small FailureLimiter below.)
+// Every 429 carries Retry-After and a `detail`.
+import rateLimit from '@fastify/rate-limit';
+import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
+import { HttpError } from '../http-error.js';
+import { hashKey } from '../keys.js';
+
+export interface RateLimits {
+  perIp: number;
+  reportsPerKey: number;
+  readsPerKey: number;
+  authFailuresPerIp: number;
+}
+
+/** Generous enough that a worker reporting every few seconds is never throttled. */
+export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30 };
+export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0 };
+
+const WINDOW_MS = 60_000;
+
+export function tooMany(retryAfterSeconds: number): HttpError {
+  const seconds = Math.max(1, Math.ceil(retryAfterSeconds));
+  return new HttpError(429, `Too many requests; retry in ${seconds} s`, { 'retry-after': String(seconds) });
+}
+
+/** Failed authentications per IP in fixed one-minute windows, bounded in memory. */
+export class FailureLimiter {
+  private readonly windows = new Map<string, { count: number; resetAt: number }>();
+  constructor(private readonly max: number, private readonly maxEntries = 100_000) {}
+
+  /** Seconds to wait when this IP is over its budget, else 0. */
+  blockedFor(ip: string, now = Date.now()): number {
+    if (this.max <= 0) return 0;
+    const w = this.windows.get(ip);
+    if (!w || w.resetAt <= now) return 0;
+    return w.count >= this.max ? (w.resetAt - now) / 1000 : 0;
+  }
+
+  fail(ip: string, now = Date.now()): void {
+    if (this.max <= 0) return;
+    let w = this.windows.get(ip);
+    if (!w || w.resetAt <= now) {
+      if (this.windows.size >= this.maxEntries) this.windows.delete(this.windows.keys().next().value!);
+      w = { count: 0, resetAt: now + WINDOW_MS };
+      this.windows.set(ip, w);
+    }
+    w.count++;
+  }
+}
+
+export interface KeyLimiters {
+  reports: preHandlerAsyncHookHandler | undefined;
+  reads: preHandlerAsyncHookHandler | undefined;
+  failures: FailureLimiter;
+}
+
+// Reports carry the key in the body, reads in the header. Hashed: the limiter's memory holds
+// no usable keys.
+const bodyKey = (req: FastifyRequest): string => `report:${hashKey(String((req.body as { api_key?: unknown }).api_key ?? ''))}`;
+const headerKey = (req: FastifyRequest): string => `read:${hashKey(String(req.headers.api_key ?? ''))}`;
+
+export async function registerRateLimits(app: FastifyInstance, limits: RateLimits): Promise<KeyLimiters> {
+  await app.register(rateLimit, {
+    global: limits.perIp > 0,
+    max: limits.perIp > 0 ? limits.perIp : 1,
+    timeWindow: WINDOW_MS,
+    keyGenerator: (req) => `ip:${req.ip}`,
+    errorResponseBuilder: (_req, ctx) => tooMany(ctx.ttl / 1000),
+  });
+  // createRateLimit, not rateLimit(): the plugin's route handlers share a once-per-request
+  // flag, so a second limiter on a route would be skipped after the per-IP one.
+  const perKey = (max: number, keyGenerator: (req: FastifyRequest) => string): preHandlerAsyncHookHandler | undefined => {
+    if (max <= 0) return undefined;
+    const check = app.createRateLimit({ max, timeWindow: WINDOW_MS, keyGenerator });
+    return async (req, reply) => {
+      const r = await check(req);
+      if (r.isAllowed) return;
+      if (r.isExceeded) throw tooMany(r.ttlInSeconds);
+      reply.header('x-ratelimit-remaining', String(r.remaining));
+    };
+  };
+  return { reports: perKey(limits.reportsPerKey, bodyKey), reads: perKey(limits.readsPerKey, headerKey), failures: new FailureLimiter(limits.authFailuresPerIp) };
+}

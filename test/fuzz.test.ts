@@ -1,0 +1,137 @@
+// Property tests (fast-check) over every endpoint with hostile input: arbitrary JSON and raw
+// bytes, wrong types, huge and tiny numbers, long and unicode strings, missing and extra
+// fields, arbitrary query strings, headers, methods and paths. Invariants: never a 5xx, every
+// body has the contract's shape, and a 4xx changes nothing. `npm test` runs a bounded number
+// of cases; `npm run fuzz` (FUZZ_RUNS) runs many more.
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { snapshot } from './helpers/state.js';
+
+const RUNS = Number(process.env.FUZZ_RUNS ?? 60);
+const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : undefined;
+const params = { numRuns: RUNS, ...(SEED !== undefined ? { seed: SEED } : {}) };
+
+interface Reply { statusCode: number; body: string; headers: Record<string, unknown> }
+
+// The contract's error shapes: a string detail, or pydantic's list.
+function checkShape(res: Reply, ok: (body: unknown) => void): void {
+  expect(res.statusCode, res.body).toBeLessThan(500);
+  const body = JSON.parse(res.body) as { detail?: unknown };
+  if (res.statusCode < 400) return ok(body);
+  if (res.statusCode === 422) {
+    expect(Array.isArray(body.detail)).toBe(true);
+    for (const e of body.detail as { loc: unknown; msg: unknown; type: unknown }[]) {
+      expect(Array.isArray(e.loc)).toBe(true);
+      expect((e.loc as unknown[]).every((l) => typeof l === 'string' || Number.isInteger(l))).toBe(true);
+      expect(typeof e.msg).toBe('string');
+      expect(typeof e.type).toBe('string');
+    }
+  } else {
+    expect(typeof body.detail).toBe('string');
+  }
+}
+
+// Values that stress a JSON API: huge/tiny numbers, long and odd unicode strings, nesting.
+const nasty = fc.oneof(
+  fc.jsonValue({ maxDepth: 3 }),
+  fc.double(),
+  fc.constantFrom(1e308, -1e308, 5e-324, -0, 2 ** 53 + 1, Number.MAX_SAFE_INTEGER, 367, 366, 0, -1),
+  fc.string({ unit: 'binary', maxLength: 300 }),
+  fc.string({ maxLength: 3000 }),
+  fc.constantFrom('', ' ', '\u0000', '\ud800', '😀', 'null', '7', '7.0', ' 7 ', 'success', 'error', '2024-01-01', 'x'.repeat(129)),
+);
+const field = <T>(good: fc.Arbitrary<T>) => fc.oneof({ weight: 3, arbitrary: good }, { weight: 2, arbitrary: nasty });
+
+describe.each(backends)('fuzz on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let nodeKey: string;
+  let readerKey: string;
+  beforeAll(async () => {
+    t = await startApp(backend, { bodyLimit: 64 * 1024 });
+    nodeKey = await t.addNode('fuzz-node');
+    readerKey = await t.addReader();
+  });
+  afterAll(async () => t.close());
+
+  // A rejected request must leave everything as it was.
+  async function unchangedUnless2xx(send: () => Promise<Reply>, ok: (body: unknown) => void): Promise<void> {
+    const before = await snapshot(t.db);
+    const res = await send();
+    checkShape(res, ok);
+    if (res.statusCode >= 400) expect(await snapshot(t.db)).toEqual(before);
+  }
+
+  const keyArb = () => fc.oneof(fc.constant(nodeKey), fc.constant(readerKey), fc.constant(`${nodeKey}x`), nasty);
+  const contentType = fc.constantFrom(undefined, 'application/json', 'application/json; charset=utf-8', 'text/plain', 'application/x-www-form-urlencoded', 'application/vnd.api+json', 'multipart/form-data; boundary=x');
+  const rawBody = (obj: fc.Arbitrary<unknown>) => fc.oneof(
+    { weight: 4, arbitrary: obj.map((o) => JSON.stringify(o) ?? '') },
+    { weight: 1, arbitrary: fc.string({ maxLength: 200 }) },
+    { weight: 1, arbitrary: fc.uint8Array({ maxLength: 200 }).map((b) => Buffer.from(b)) },
+    { weight: 1, arbitrary: obj.map((o) => (JSON.stringify(o) ?? '').slice(0, -1)) },
+  );
+
+  it('POST /worker/update_result never fails the server and never half-records', async () => {
+    const report = fc.record({
+      job_id: field(fc.string({ minLength: 1, maxLength: 12 })),
+      api_key: keyArb(),
+      model_name: field(fc.constantFrom('llama3.2:latest', 'mistral')),
+      result: field(fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }))),
+      status: field(fc.constantFrom('success', 'error')),
+      extra: nasty,
+    }, { requiredKeys: [] });
+    await fc.assert(fc.asyncProperty(rawBody(fc.oneof({ weight: 5, arbitrary: report }, { weight: 1, arbitrary: nasty })), contentType, async (payload, type) => {
+      await unchangedUnless2xx(
+        () => t.app.inject({ method: 'POST', url: '/worker/update_result', payload, headers: type ? { 'content-type': type } : {} }),
+        (body) => expect(body).toEqual({ job_id: expect.any(String), status: expect.stringMatching(/^(success|error)$/), points: expect.any(Number), replayed: expect.any(Boolean) }),
+      );
+    }), params);
+  });
+
+  it('POST /daily_points never fails the server', async () => {
+    const request = fc.record({ node_name: field(fc.constantFrom('fuzz-node', 'nobody')), last_days: field(fc.integer({ min: -5, max: 400 })), extra: nasty }, { requiredKeys: [] });
+    const header = fc.option(fc.oneof(keyArb().map(String), fc.string({ maxLength: 50 })), { nil: undefined });
+    await fc.assert(fc.asyncProperty(rawBody(request), contentType, header, async (payload, type, key) => {
+      const headers: Record<string, string> = {};
+      if (type) headers['content-type'] = type;
+      // Header values must be printable; others cannot even be sent.
+      if (key !== undefined && /^[\x20-\x7e]*$/.test(key)) headers.api_key = key;
+      await unchangedUnless2xx(
+        () => t.app.inject({ method: 'POST', url: '/daily_points', payload, headers }),
+        (body) => {
+          expect(Array.isArray(body)).toBe(true);
+          for (const d of body as { date: unknown; points: unknown }[]) {
+            expect(d.date).toMatch(/^\d{4}-\d{2}-\d{2}$/);
+            expect(typeof d.points).toBe('number');
+          }
+        },
+      );
+    }), params);
+  });
+
+  it('GET /unique_nodes never fails the server, whatever the query string', async () => {
+    const value = fc.oneof(fc.string({ maxLength: 40 }), fc.string({ unit: 'binary', maxLength: 40 }), fc.constantFrom('2024-01-01', '2024-01-01T10:00:00+14:00', '9999-12-31T23:59:59-01:00', '0001-01-01', '-1', '99999999999999999999', '1e300', 'null', ''));
+    const query = fc.oneof(
+      fc.dictionary(fc.constantFrom('model_name', 'start_date', 'end_date', 'other'), fc.array(value, { minLength: 1, maxLength: 2 })).map((d) =>
+        Object.entries(d).flatMap(([k, vs]) => vs.map((v) => `${k}=${encodeURIComponent(v)}`)).join('&')),
+      fc.string({ maxLength: 80 }).map((s) => s.replace(/[#\s]/g, '')),
+    );
+    await fc.assert(fc.asyncProperty(query, async (q) => {
+      const res = await t.app.inject({ method: 'GET', url: `/unique_nodes?${q}` });
+      checkShape(res, (body) => expect(body).toEqual({ model_name: expect.any(String), start_date: expect.toSatisfy((v) => v === null || typeof v === 'string'), end_date: expect.toSatisfy((v) => v === null || typeof v === 'string'), count: expect.any(Number), nodes: expect.any(Array) }));
+    }), params);
+  });
+
+  it('any method on any path answers with a detail, never a 5xx', async () => {
+    const method = fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD');
+    const path = fc.oneof(fc.constantFrom('/worker/update_result', '/daily_points', '/unique_nodes', '/healthz', '/readyz', '/docs', '/openapi.json', '/metrics'), fc.webPath(), fc.string({ maxLength: 30 }).map((s) => `/${encodeURIComponent(s)}`));
+    await fc.assert(fc.asyncProperty(method, path, async (m, p) => {
+      // A request line always has a path starting with /.
+      const url = p.startsWith('/') ? p : `/${p}`;
+      const res = await t.app.inject({ method: m as 'GET', url });
+      expect(res.statusCode, `${m} ${url}`).toBeLessThan(500);
+      if (res.statusCode >= 400 && m !== 'HEAD') expect(typeof JSON.parse(res.body).detail).not.toBe('undefined');
+    }), params);
+  });
+});

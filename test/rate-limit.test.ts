@@ -1,0 +1,93 @@
+// Rate limits through the real app: per client address, per key, and failed authentications,
+// each answering 429 with Retry-After and a detail; probes are never limited; the defaults
+// leave a busy but well-behaved worker alone.
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import type { Database } from '../src/db/database.js';
+import { DEFAULT_RATE_LIMITS, NO_RATE_LIMITS, type RateLimits } from '../src/http/rate-limit.js';
+import { createNode } from '../src/repositories/nodes.js';
+import { addReaderKey } from '../src/repositories/reader-keys.js';
+import { backends } from './helpers/db.js';
+import { report } from './helpers/app.js';
+
+let db: Database | undefined;
+let app: Awaited<ReturnType<typeof buildApp>> | undefined;
+afterEach(async () => {
+  await app?.close();
+  await db?.close();
+  app = undefined;
+  db = undefined;
+});
+
+async function start(limits: Partial<RateLimits>) {
+  db = await backends[0]!.open();
+  app = await buildApp({ db, rateLimits: { ...NO_RATE_LIMITS, ...limits } });
+  return { app, db };
+}
+
+const expect429 = (res: { statusCode: number; headers: Record<string, unknown>; json: () => { detail: unknown } }) => {
+  expect(res.statusCode).toBe(429);
+  expect(Number(res.headers['retry-after'])).toBeGreaterThan(0);
+  expect(res.json().detail).toMatch(/retry in \d+ s/);
+};
+
+describe('rate limits', () => {
+  it('limit each client address, never the probes', async () => {
+    const { app } = await start({ perIp: 5 });
+    for (let i = 0; i < 5; i++) expect((await app.inject({ url: '/unique_nodes?model_name=m' })).statusCode).toBe(200);
+    expect429(await app.inject({ url: '/unique_nodes?model_name=m' }));
+    expect429(await app.inject({ method: 'POST', url: '/worker/update_result', payload: {} }));
+    expect((await app.inject({ url: '/unique_nodes?model_name=m', remoteAddress: '10.0.0.2' })).statusCode).toBe(200);
+    for (const url of ['/healthz', '/readyz', '/metrics']) expect((await app.inject({ url })).statusCode).toBe(200);
+  });
+
+  it('limit reports per key, leaving other keys alone', async () => {
+    const { app, db } = await start({ reportsPerKey: 3 });
+    const a = (await createNode(db, 'a')).key;
+    const b = (await createNode(db, 'b')).key;
+    for (let i = 0; i < 3; i++) expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(a) })).statusCode).toBe(200);
+    const limited = await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(a) });
+    expect429(limited);
+    expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(b) })).statusCode).toBe(200);
+  });
+
+  it('limit daily_points per key', async () => {
+    const { app, db } = await start({ readsPerKey: 2 });
+    const reader = (await addReaderKey(db, 'r')).key;
+    await createNode(db, 'n');
+    const ask = () => app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: reader }, payload: { node_name: 'n', last_days: 1 } });
+    expect((await ask()).statusCode).toBe(200);
+    expect((await ask()).statusCode).toBe(200);
+    expect429(await ask());
+  });
+
+  it('stop an address that keeps failing authentication, even when it then finds a valid key', async () => {
+    const { app, db } = await start({ authFailuresPerIp: 3 });
+    const good = (await createNode(db, 'good')).key;
+    for (let i = 0; i < 3; i++) {
+      expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(`nk_guess${i}`) })).statusCode).toBe(401);
+    }
+    expect429(await app.inject({ method: 'POST', url: '/worker/update_result', payload: report('nk_guess') }));
+    expect429(await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(good) }));
+    expect429(await app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: good }, payload: { node_name: 'good', last_days: 1 } }));
+    // Another address is unaffected.
+    expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(good), remoteAddress: '10.0.0.9' })).statusCode).toBe(200);
+  });
+
+  it('with the defaults, never throttle a worker that reports far more often than every few seconds', async () => {
+    db = await backends[0]!.open();
+    app = await buildApp({ db, rateLimits: DEFAULT_RATE_LIMITS });
+    const key = (await createNode(db, 'busy')).key;
+    for (let i = 0; i < 120; i++) {
+      const res = await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key) });
+      expect(res.statusCode).toBe(200);
+    }
+  });
+
+  it('are configured from the environment', () => {
+    expect(loadConfig({}).rateLimits).toEqual(DEFAULT_RATE_LIMITS);
+    expect(loadConfig({ RATE_LIMIT_PER_IP: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '5' }).rateLimits).toEqual({ ...DEFAULT_RATE_LIMITS, perIp: 0, authFailuresPerIp: 5 });
+    expect(() => loadConfig({ RATE_LIMIT_REPORTS_PER_KEY: 'many' })).toThrow(/RATE_LIMIT_REPORTS_PER_KEY/);
+  });
+});
