@@ -7,8 +7,10 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: `prepare` builds, and the sources are not here yet.
 RUN npm ci --ignore-scripts
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json tsconfig.build.json openapi.json ./
 COPY src ./src
+COPY scripts ./scripts
+COPY web ./web
 RUN npm run build
 
 FROM node:20-bookworm-slim AS deps
@@ -24,6 +26,7 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+COPY --from=build /app/web/dist ./web/dist
 COPY package.json openapi.json ./
 COPY migrations ./migrations
 COPY bin ./bin

@@ -3,7 +3,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'data/', 'tmp/', 'test-artifacts/', 'bench-results/'] },
+  { ignores: ['dist/', 'web/dist/', 'node_modules/', 'data/', 'tmp/', 'test-artifacts/', 'bench-results/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -14,4 +14,5 @@ export default tseslint.config(
     },
   },
   { files: ['test/**'], rules: { '@typescript-eslint/no-explicit-any': 'off' } },
+  { files: ['web/src/**'], languageOptions: { globals: { window: 'readonly', document: 'readonly', sessionStorage: 'readonly', HTMLElement: 'readonly', HTMLInputElement: 'readonly', HTMLSelectElement: 'readonly', RequestInit: 'readonly', Response: 'readonly', Intl: 'readonly', URLSearchParams: 'readonly', Event: 'readonly' } } },
 );

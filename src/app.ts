@@ -11,6 +11,7 @@ import { pydanticValidatorCompiler } from './http/validator.js';
 import { NO_RATE_LIMITS, registerRateLimits, type RateLimits } from './http/rate-limit.js';
 import { dailyPointsRoute } from './routes/daily-points.js';
 import { operationsRoutes } from './routes/operations.js';
+import { dashboardRoutes } from './routes/dashboard.js';
 import { uniqueNodesRoute } from './routes/unique-nodes.js';
 import { updateResultRoute } from './routes/update-result.js';
 
@@ -75,6 +76,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);
   await operationsRoutes(app, deps);
+  await dashboardRoutes(app);
 
   await app.ready();
   return Object.assign(app, { metrics });

@@ -17,7 +17,7 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   afterAll(async () => t.close());
 
   it('404 Not Found for an unknown path', async () => {
-    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/']) {
+    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/app.js.map', '/data/']) {
       const res = await t.app.inject({ method: 'GET', url });
       expect(res.statusCode).toBe(404);
       expect(res.json()).toEqual({ detail: 'Not Found' });
@@ -47,6 +47,14 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     expect(html).not.toMatch(/https?:\/\/(cdn|unpkg|cdnjs)/);
     const asset = await t.app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js' });
     expect(asset.statusCode).toBe(200);
+  });
+
+  it('serves the dashboard at / from the built assets, with no external resources', async () => {
+    const page = await t.app.inject({ method: 'GET', url: '/' });
+    expect(page.statusCode).toBe(200);
+    expect(page.headers['content-type']).toMatch(/text\/html/);
+    expect(page.body).not.toMatch(/(src|href)="(https?:)?\/\//);
+    for (const asset of ['/app.js', '/app.css']) expect((await t.app.inject({ method: 'GET', url: asset })).statusCode).toBe(200);
   });
 
   it('answers liveness and readiness', async () => {

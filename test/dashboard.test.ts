@@ -1,0 +1,152 @@
+// The dashboard in a real browser (Debian's Chromium through playwright-core) against a real
+// server with seeded history: keyboard-only use, the chart's data equal to daily_points, errors
+// in words, the model view, a phone-sized screen, no console errors. Screenshots go to
+// test-artifacts/. Skipped where Chromium is not installed (.ci/run installs it).
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, runCli, startServerProcess, type ServerProcess } from './helpers/process.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const ARTIFACTS = path.join(ROOT, 'test-artifacts');
+const KEY = 'nk_dashboard-test-key-0123456789abcdefghijklmnop';
+const day = (ago: number) => new Date(Date.now() - ago * 86_400_000).toISOString().slice(0, 10);
+
+describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'ins-dashboard-'));
+  let server: ServerProcess;
+  let browser: Browser;
+  let reader: string;
+  const consoleErrors = new Map<Page, string[]>();
+
+  beforeAll(async () => {
+    mkdirSync(ARTIFACTS, { recursive: true });
+    const env = { DATA_DIR: path.join(dir, 'data') };
+    writeFileSync(path.join(dir, 'nodes.csv'), `name,api_key\nrig-berlin-01,${KEY}\nrig-oslo-02,nk_other-node-key-0123456789abcdefghijklmno\n`);
+    const history = ['job_id,node_name,model_name,status,points,received_at'];
+    for (let ago = 1; ago <= 29; ago++) {
+      const n = (ago * 7) % 5;
+      for (let i = 0; i < n; i++) history.push(`h-${ago}-${i},rig-berlin-01,llama3.2:latest,success,1.5,${day(ago)}T0${i}:30:00Z`);
+      if (ago % 3 === 0) history.push(`o-${ago},rig-oslo-02,llama3.2:latest,success,1,${day(ago)}T12:00:00Z`);
+    }
+    writeFileSync(path.join(dir, 'results.csv'), history.join('\n'));
+    expect((await runCli(['import', 'nodes', path.join(dir, 'nodes.csv')], env)).code).toBe(0);
+    expect((await runCli(['import', 'results', path.join(dir, 'results.csv')], env)).code).toBe(0);
+    reader = (await runCli(['key', 'add-reader', 'dashboard-test'], env)).stdout.trim();
+    server = await startServerProcess(env);
+    for (let i = 0; i < 4; i++) {
+      await fetch(`${server.url}/worker/update_result`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ job_id: `today-${i}`, api_key: KEY, model_name: 'llama3.2:latest', result: { message: 'hi' }, status: 'success' }) });
+    }
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    server?.child.kill('SIGTERM');
+    await server?.exited;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function open(viewport: { width: number; height: number }): Promise<Page> {
+    const page = await browser.newPage({ viewport });
+    const errors: string[] = [];
+    consoleErrors.set(page, errors);
+    page.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(server.url);
+    return page;
+  }
+
+  it('shows a node its points, with keyboard only, and the chart holds exactly daily_points', async () => {
+    const page = await open({ width: 1280, height: 900 });
+    await page.keyboard.press('Tab'); // the docs link
+    await page.keyboard.press('Tab');
+    await page.keyboard.type('rig-berlin-01');
+    await page.keyboard.press('Tab');
+    await page.keyboard.type(KEY);
+    await page.keyboard.press('Enter'); // submits the form (days: 30 by default)
+    await page.locator('#node-result').waitFor({ state: 'visible' });
+
+    const api = (await (await fetch(`${server.url}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: KEY }, body: JSON.stringify({ node_name: 'rig-berlin-01', last_days: 30 }) })).json()) as { date: string; points: number }[];
+    const drawn = await page.evaluate(() => (window as unknown as { insDashboard: { chart: { data: number[][] } } }).insDashboard.chart.data);
+    expect(drawn[0]!.map((s) => new Date(s * 1000).toISOString().slice(0, 10))).toEqual(api.map((d) => d.date));
+    expect(drawn[1]).toEqual(api.map((d) => d.points));
+    const rows = await page.locator('#points-table tbody tr').evaluateAll((trs) => trs.map((tr) => ({ date: (tr as HTMLElement).dataset.date, points: Number((tr as HTMLElement).dataset.points) })));
+    expect(rows).toEqual(api);
+    const total = api.reduce((s, d) => s + d.points, 0);
+    expect(await page.locator('#stat-total').textContent()).toBe(String(total));
+    expect(api.at(-1)).toEqual({ date: day(0), points: 4 });
+    expect(await page.locator('#chart canvas').count()).toBeGreaterThan(0);
+    await page.locator('details summary').click();
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-node.png'), fullPage: true });
+
+    // 7 and 90 days through the select.
+    await page.selectOption('#node-days', '90');
+    await page.click('button:has-text("Show points")');
+    await expect.poll(() => page.locator('#points-table tbody tr').count()).toBe(90);
+    // And back to 7 with the keyboard alone: focus the select, arrow up twice, submit.
+    await page.focus('#node-days');
+    await page.keyboard.press('ArrowUp');
+    await page.keyboard.press('ArrowUp');
+    await page.focus('#node-key');
+    await page.keyboard.press('Enter');
+    await expect.poll(() => page.locator('#points-table tbody tr').count()).toBe(7);
+    expect(consoleErrors.get(page)).toEqual([]);
+    await page.close();
+  });
+
+  it('says what is wrong in words', async () => {
+    const page = await open({ width: 1280, height: 900 });
+    await page.fill('#node-name', 'rig-berlin-01');
+    await page.fill('#node-key', 'nk_not-the-right-key');
+    await page.click('button:has-text("Show points")');
+    await expect.poll(() => page.locator('#node-error').textContent()).toContain('This key is not valid');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-error.png'), fullPage: true });
+    await page.fill('#node-name', 'rig-nowhere');
+    await page.fill('#node-key', reader);
+    await page.click('button:has-text("Show points")');
+    await expect.poll(() => page.locator('#node-error').textContent()).toContain('No node is named “rig-nowhere”');
+    await page.fill('#node-name', 'rig-oslo-02');
+    await page.fill('#node-key', KEY);
+    await page.click('button:has-text("Show points")');
+    await expect.poll(() => page.locator('#node-error').textContent()).toContain('belongs to another node');
+    expect(await page.locator('#node-result').isHidden()).toBe(true);
+    // The browser reports each refused request itself; nothing else may appear.
+    expect(consoleErrors.get(page)!.filter((e) => !/Failed to load resource: the server responded with a status of 40[134]/.test(e))).toEqual([]);
+    await page.close();
+  });
+
+  it('lists the nodes that served a model in a date range', async () => {
+    const page = await open({ width: 1280, height: 900 });
+    await page.fill('#model-name', 'llama3.2:latest');
+    await page.fill('#model-start', day(4));
+    await page.fill('#model-end', day(2));
+    await page.click('button:has-text("Find nodes")');
+    await page.locator('#model-result').waitFor({ state: 'visible' });
+    const api = (await (await fetch(`${server.url}/unique_nodes?model_name=llama3.2%3Alatest&start_date=${day(4)}T00:00:00Z&end_date=${day(2)}T23:59:59.999999Z`)).json()) as { count: number; nodes: string[] };
+    expect(await page.locator('#model-nodes li').allTextContents()).toEqual(api.nodes);
+    expect(await page.locator('#model-summary').textContent()).toContain(`${api.count} node`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-model.png'), fullPage: true });
+    expect(consoleErrors.get(page)).toEqual([]);
+    await page.close();
+  });
+
+  it('fits a phone-sized screen without console errors', async () => {
+    const page = await open({ width: 390, height: 844 });
+    await page.fill('#node-name', 'rig-berlin-01');
+    await page.fill('#node-key', KEY);
+    await page.click('button:has-text("Show points")');
+    await page.locator('#node-result').waitFor({ state: 'visible' });
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    expect(overflow).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
+    expect(consoleErrors.get(page)).toEqual([]);
+    await page.close();
+  });
+});
