@@ -4,6 +4,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
 import { PrincipalCache } from './auth-cache.js';
+import { RosterCache } from './repositories/model-roster.js';
 import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
@@ -71,7 +72,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   const principals = new PrincipalCache();
   const detach = await principals.attach(opts.db);
   app.addHook('onClose', async () => detach());
-  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters };
+  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters, rosters: new RosterCache() };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);

@@ -43,6 +43,13 @@ overall AS (
   ON CONFLICT (model_id, node_id) DO UPDATE
     SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
         last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
+  RETURNING model_id, (xmax = 0) AS inserted
+),
+-- Rosters cached by servers stay exact: a new node for the model, or a success at an explicit
+-- (possibly earlier) time, makes them reload.
+roster AS (
+  UPDATE models SET roster_version = roster_version + 1
+  WHERE id IN (SELECT model_id FROM overall WHERE inserted OR $7::timestamptz IS NOT NULL)
 ),
 per_day AS (
   INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)

@@ -4,13 +4,12 @@
 // (model_node_days), and only a day active both before and after the window (the window starts
 // and ends inside it) is probed in job_results through its index. So the work grows with the
 // number of nodes of the model and days of the window, not with the number of results.
+// The service answers most requests from the in-memory rosters of model-roster.ts and uses
+// this exact query only for the nodes those cannot decide.
 import { sql, type Queryable } from '../db/database.js';
 
-// The sorted names leave the database as one JSON array: the reply embeds it as it is instead
-// of parsing thousands of rows into objects and serialising them again.
-const UNIQUE_NODES = sql('unique_nodes', `
-SELECT count(*)::int AS count, coalesce(json_agg(q.name ORDER BY q.name COLLATE "C"), '[]')::text AS nodes FROM (
-SELECT n.name
+// $1 model name, $2 start, $3 end (timestamptz; ±infinity for open sides).
+const EXACT = `
 FROM model_nodes mn
 JOIN nodes n ON n.id = mn.node_id
 WHERE mn.model_id = (SELECT id FROM models WHERE name = $1::text)
@@ -23,17 +22,27 @@ WHERE mn.model_id = (SELECT id FROM models WHERE name = $1::text)
       AND (d.first_success_at >= $2::timestamptz OR d.last_success_at <= $3::timestamptz OR EXISTS (
         SELECT 1 FROM job_results r
         WHERE r.model_id = mn.model_id AND r.node_id = mn.node_id AND r.status = 'success'
-          AND r.received_at BETWEEN $2::timestamptz AND $3::timestamptz))))
-) q`);
+          AND r.received_at BETWEEN $2::timestamptz AND $3::timestamptz))))`;
 
-/** Bounds are ISO-8601 strings (UTC) or null for an open side; `nodes` is a JSON array text. */
-export async function uniqueNodesJson(db: Queryable, modelName: string, start: string | null, end: string | null): Promise<{ count: number; nodes: string }> {
-  const [row] = await db.query<{ count: number; nodes: string }>(UNIQUE_NODES, [modelName, start ?? '-infinity', end ?? 'infinity']);
-  return row!;
+// The sorted names leave the database as one JSON array.
+const UNIQUE_NODES = sql('unique_nodes', `
+SELECT coalesce(json_agg(q.name ORDER BY q.name COLLATE "C"), '[]')::text AS nodes FROM (SELECT n.name ${EXACT}) q`);
+
+// The same decision for some nodes only ($4).
+const UNIQUE_AMONG = sql('unique_nodes_among', `SELECT mn.node_id ${EXACT} AND mn.node_id = ANY($4::bigint[])`);
+
+const bound = (v: string | null, open: string): string => v ?? open;
+
+/** Bounds are ISO-8601 strings (UTC) or null for an open side. */
+export async function uniqueNodes(db: Queryable, modelName: string, start: string | null, end: string | null): Promise<string[]> {
+  const [row] = await db.query<{ nodes: string }>(UNIQUE_NODES, [modelName, bound(start, '-infinity'), bound(end, 'infinity')]);
+  return JSON.parse(row!.nodes) as string[];
 }
 
-export async function uniqueNodes(db: Queryable, modelName: string, start: string | null, end: string | null): Promise<string[]> {
-  return JSON.parse((await uniqueNodesJson(db, modelName, start, end)).nodes) as string[];
+/** Of `nodeIds`, those that reported a success for the model in the window. */
+export async function uniqueNodesAmong(db: Queryable, modelName: string, start: string | null, end: string | null, nodeIds: number[]): Promise<Set<number>> {
+  const rows = await db.query<{ node_id: number }>(UNIQUE_AMONG, [modelName, bound(start, '-infinity'), bound(end, 'infinity'), nodeIds]);
+  return new Set(rows.map((r) => Number(r.node_id)));
 }
 
 export const UNIQUE_NODES_SQL = UNIQUE_NODES;

@@ -5,6 +5,7 @@ import type { Database } from '../db/database.js';
 import type { Metrics } from '../http/metrics.js';
 import type { PrincipalCache } from '../auth-cache.js';
 import type { KeyLimiters } from '../http/rate-limit.js';
+import type { RosterCache } from '../repositories/model-roster.js';
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, TypeBoxTypeProvider>;
 
@@ -14,6 +15,7 @@ export interface Deps {
   defaultPointsPerJob: number;
   principals: PrincipalCache;
   limiters: KeyLimiters;
+  rosters: RosterCache;
 }
 
 declare module 'fastify' {

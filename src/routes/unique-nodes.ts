@@ -1,19 +1,18 @@
 // GET /unique_nodes: the distinct nodes that served a model, optionally in a time window.
 import { HTTPValidationError, ErrorDetail, UniqueNodesQuery, UniqueNodesResponse } from '../generated/schemas.js';
 import { RequestValidationError } from '../http/validator.js';
-import { uniqueNodesJson } from '../repositories/unique-nodes.js';
 import type { App, Deps } from './types.js';
 
 // Normalised bounds compare as instants once the fraction is padded to microseconds.
 const sortKey = (iso: string): string => iso.replace(/(?:\.(\d+))?Z$/, (_m, f: string | undefined) => `.${(f ?? '').padEnd(6, '0')}Z`);
 
-export function uniqueNodesRoute(app: App, { db }: Deps): void {
+export function uniqueNodesRoute(app: App, { db, rosters }: Deps): void {
   app.get('/unique_nodes', {
     schema: {
       querystring: UniqueNodesQuery,
       response: { 200: UniqueNodesResponse, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
     },
-  }, async (req, reply) => {
+  }, async (req) => {
     const { model_name } = req.query;
     const start = req.query.start_date ?? null;
     const end = req.query.end_date ?? null;
@@ -22,11 +21,7 @@ export function uniqueNodesRoute(app: App, { db }: Deps): void {
       const error = 'end_date must not be before start_date';
       throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'end_date'], msg: `Value error, ${error}`, input: raw ?? end, ctx: { error } }]);
     }
-    const { count, nodes } = await uniqueNodesJson(db, model_name, start, end);
-    // The UniqueNodesResponse shape, with the database's JSON array spliced in as is.
-    const head = JSON.stringify({ model_name, start_date: start, end_date: end, count });
-    // A string payload is sent as is (Fastify skips the serializer); the type provider only
-    // knows the object form, hence the cast.
-    return reply.type('application/json; charset=utf-8').send(`${head.slice(0, -1)},"nodes":${nodes}}` as never);
+    const nodes = await rosters.uniqueNodes(db, model_name, start, end);
+    return { model_name, start_date: start, end_date: end, count: nodes.length, nodes };
   });
 }
