@@ -3,9 +3,9 @@
 // without a valid key learns nothing, not even which fields are wrong.
 import type { FastifyRequest } from 'fastify';
 import { DailyPointsRequest, DailyPointsResponse, ErrorDetail, HTTPValidationError } from '../generated/schemas.js';
-import { authenticate, type Principal } from '../auth.js';
+import type { Principal } from '../auth.js';
+import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http-error.js';
-import { tooMany } from '../http/rate-limit.js';
 import { findNodeByName } from '../repositories/nodes.js';
 import { dailyPoints } from '../repositories/points.js';
 import type { App, Deps } from './types.js';
@@ -16,8 +16,8 @@ declare module 'fastify' {
   }
 }
 
-export function dailyPointsRoute(app: App, { db, principals, metrics, limiters }: Deps): void {
-  const onLookup = (source: 'cache' | 'database') => metrics.keyLookups.inc({ source });
+export function dailyPointsRoute(app: App, deps: Deps): void {
+  const { db, limiters } = deps;
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
@@ -28,14 +28,7 @@ export function dailyPointsRoute(app: App, { db, principals, metrics, limiters }
       const header = req.headers.api_key;
       const key = Array.isArray(header) ? header[header.length - 1] : header;
       if (!key) throw new HttpError(401, 'Not authenticated');
-      const blocked = limiters.failures.blockedFor(req.ip);
-      if (blocked > 0) throw tooMany(blocked);
-      const principal = await authenticate(db, key, principals, onLookup);
-      if (!principal) {
-        limiters.failures.fail(req.ip);
-        throw new HttpError(401, 'Invalid API key');
-      }
-      req.principal = principal;
+      req.principal = await authenticateRequest(deps, req, key);
     },
   }, async (req) => {
     const { node_name, last_days } = req.body;

@@ -1,13 +1,12 @@
 // POST /worker/update_result: a worker reports a job's result with its node key in the body.
 import { ErrorDetail, HTTPValidationError, UpdateResultRequest, UpdateResultResponse } from '../generated/schemas.js';
-import { authenticate } from '../auth.js';
+import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http-error.js';
-import { tooMany } from '../http/rate-limit.js';
 import { recordResult } from '../repositories/results.js';
 import type { App, Deps } from './types.js';
 
-export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob, principals, limiters }: Deps): void {
-  const onLookup = (source: 'cache' | 'database') => metrics.keyLookups.inc({ source });
+export function updateResultRoute(app: App, deps: Deps): void {
+  const { db, metrics, defaultPointsPerJob, limiters } = deps;
   app.post('/worker/update_result', {
     schema: {
       body: UpdateResultRequest,
@@ -16,13 +15,7 @@ export function updateResultRoute(app: App, { db, metrics, defaultPointsPerJob, 
     ...(limiters.reports ? { preHandler: limiters.reports } : {}),
   }, async (req) => {
     const { job_id, api_key, model_name, result, status } = req.body;
-    const blocked = limiters.failures.blockedFor(req.ip);
-    if (blocked > 0) throw tooMany(blocked);
-    const principal = await authenticate(db, api_key, principals, onLookup);
-    if (!principal) {
-      limiters.failures.fail(req.ip);
-      throw new HttpError(401, 'Invalid API key');
-    }
+    const principal = await authenticateRequest(deps, req, api_key);
     if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
     req.nodeName = principal.node.name;
     if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
