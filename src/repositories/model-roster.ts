@@ -11,6 +11,7 @@
 // roster when it changed, so a node that just reported its first success is seen at once.
 import { sql, type Queryable } from '../db/database.js';
 import { uniqueNodesAmong } from './unique-nodes.js';
+import { instantKey } from '../validation/datetime.js';
 
 interface Entry { nodeId: number; name: string; first: string; last: string }
 interface Roster { version: string; loadedAt: number; entries: Entry[] }
@@ -22,9 +23,6 @@ const ROSTER = sql('roster_load', `SELECT mn.node_id::int AS "nodeId", n.name,
     to_char(mn.last_success_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS last
   FROM model_nodes mn JOIN nodes n ON n.id = mn.node_id
   WHERE mn.model_id = $1::integer ORDER BY n.name COLLATE "C"`);
-
-/** A normalised bound (YYYY-MM-DDTHH:MM:SS[.ffffff]Z) in the roster's fixed-width form. */
-export const instantKey = (iso: string): string => iso.replace(/(?:\.(\d+))?Z$/, (_m, f: string | undefined) => `.${(f ?? '').padEnd(6, '0')}Z`);
 
 export class RosterCache {
   private readonly rosters = new Map<string, Roster>();

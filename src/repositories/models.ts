@@ -12,13 +12,13 @@ const LIST = sql('models_list', `SELECT m.name, m.points_per_job::float8 AS poin
   FROM models m ORDER BY m.name COLLATE "C"`);
 
 // Model ids never change and models are never deleted, so name → id is cached per database.
-const idCache = new WeakMap<object, Map<string, number>>();
+const idCache = new WeakMap<Queryable, Map<string, number>>();
 const CACHE_LIMIT = 10_000;
 
 /** The model's id, creating the model on first sight. */
-export async function ensureModelId(db: Queryable, cacheOwner: object, name: string): Promise<number> {
-  let cache = idCache.get(cacheOwner);
-  if (!cache) idCache.set(cacheOwner, (cache = new Map()));
+export async function ensureModelId(db: Queryable, name: string): Promise<number> {
+  let cache = idCache.get(db);
+  if (!cache) idCache.set(db, (cache = new Map()));
   const cached = cache.get(name);
   if (cached !== undefined) return cached;
   let [row] = await db.query<{ id: number }>(FIND, [name]);
@@ -30,11 +30,6 @@ export async function ensureModelId(db: Queryable, cacheOwner: object, name: str
   if (cache.size >= CACHE_LIMIT) cache.clear();
   cache.set(name, row!.id);
   return row!.id;
-}
-
-export async function findModelId(db: Queryable, name: string): Promise<number | undefined> {
-  const [row] = await db.query<{ id: number }>(FIND, [name]);
-  return row?.id;
 }
 
 /** points null: back to the default. */

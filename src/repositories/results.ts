@@ -105,7 +105,7 @@ function decide(existing: Existing, r: Report, modelId: number): RecordOutcome |
 }
 
 export async function recordResult(db: Database, r: Report): Promise<RecordOutcome> {
-  const modelId = await ensureModelId(db, db, r.modelName);
+  const modelId = await ensureModelId(db, r.modelName);
   const values = params(r, modelId);
   // Autocommit: the statement is its own transaction.
   const [inserted] = await db.query<{ points: number }>(INSERT_NEW, values);

@@ -1,10 +1,8 @@
 // GET /unique_nodes: the distinct nodes that served a model, optionally in a time window.
 import { HTTPValidationError, ErrorDetail, UniqueNodesQuery, UniqueNodesResponse } from '../generated/schemas.js';
 import { RequestValidationError } from '../http/validator.js';
+import { instantKey } from '../validation/datetime.js';
 import type { App, Deps } from './types.js';
-
-// Normalised bounds compare as instants once the fraction is padded to microseconds.
-const sortKey = (iso: string): string => iso.replace(/(?:\.(\d+))?Z$/, (_m, f: string | undefined) => `.${(f ?? '').padEnd(6, '0')}Z`);
 
 export function uniqueNodesRoute(app: App, { db, rosters }: Deps): void {
   app.get('/unique_nodes', {
@@ -16,7 +14,7 @@ export function uniqueNodesRoute(app: App, { db, rosters }: Deps): void {
     const { model_name } = req.query;
     const start = req.query.start_date ?? null;
     const end = req.query.end_date ?? null;
-    if (start !== null && end !== null && sortKey(end) < sortKey(start)) {
+    if (start !== null && end !== null && instantKey(end) < instantKey(start)) {
       const raw = new URLSearchParams(req.url.split('?')[1] ?? '').getAll('end_date').at(-1);
       const error = 'end_date must not be before start_date';
       throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'end_date'], msg: `Value error, ${error}`, input: raw ?? end, ctx: { error } }]);

@@ -73,6 +73,10 @@ function fromTimestamp(s: string): string | null {
   return format(wholeMs + Math.floor(micros / 1000), pad(micros, 6));
 }
 
+/** A normalised instant in fixed-width form (fraction padded to microseconds), so that
+ * instants compare as strings, also with PostgreSQL's `…SS.US"Z"` text. */
+export const instantKey = (iso: string): string => iso.replace(/(?:\.(\d+))?Z$/, (_m, f: string | undefined) => `.${(f ?? '').padEnd(6, '0')}Z`);
+
 export function parseDateTime(s: string): DateTimeParse {
   try {
     const m = DATETIME.exec(s);

@@ -65,11 +65,11 @@ const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' 
 const NUL_ERROR = 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored';
 // eslint-disable-next-line no-control-regex -- matching U+0000 is the point
 const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-function containsNul(v: unknown, depth = 0): boolean {
+function hasUnstorableText(v: unknown, depth = 0): boolean {
   if (typeof v === 'string') return UNSTORABLE.test(v);
   if (depth > 64 || typeof v !== 'object' || v === null) return false;
-  if (Array.isArray(v)) return v.some((x) => containsNul(x, depth + 1));
-  return Object.entries(v).some(([k, x]) => UNSTORABLE.test(k) || containsNul(x, depth + 1));
+  if (Array.isArray(v)) return v.some((x) => hasUnstorableText(x, depth + 1));
+  return Object.entries(v).some(([k, x]) => UNSTORABLE.test(k) || hasUnstorableText(x, depth + 1));
 }
 const nulFail = (loc: Loc, input: unknown): Result => fail('value_error', loc, `Value error, ${NUL_ERROR}`, input, { error: NUL_ERROR });
 
@@ -127,7 +127,7 @@ function validateObject(schema: Schema, v: unknown, loc: Loc, missingInput: (obj
   if (Object.keys(props).length === 0) {
     // A free-form object is a Python dict.
     if (!isPlainObject(v)) return fail('dict_type', loc, 'Input should be a valid dictionary', v);
-    return containsNul(v) ? nulFail(loc, v) : ok(v);
+    return hasUnstorableText(v) ? nulFail(loc, v) : ok(v);
   }
   if (!isPlainObject(v)) {
     return fail('model_attributes_type', loc, 'Input should be a valid dictionary or object to extract fields from', v);
