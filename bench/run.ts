@@ -5,7 +5,7 @@
 // a table per backend and writes everything to a JSON file. All sizes are flags (--help).
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -28,14 +28,18 @@ const { values: flags } = parseArgs({
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/test' },
     'data-dir': { type: 'string', default: 'bench-results/data' },
     out: { type: 'string' },
+    keep: { type: 'boolean', default: false },
     help: { type: 'boolean' },
   },
 });
 if (flags.help) {
   console.log(`usage: npm run bench -- [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N]
-       [--duration S] [--warmup S] [--connections N] [--backends postgres,pglite] [--database-url URL] [--out FILE]
+       [--duration S] [--warmup S] [--connections N] [--backends postgres,pglite] [--database-url URL] [--out FILE] [--keep]
 PostgreSQL runs create and drop their own database on the server of --database-url (default
-BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).`);
+BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
+--keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one in
+bench-results/) and reuses them on the next run with the same sizes, skipping the import;
+the load of earlier runs stays in them (a few tens of thousands of results).`);
   process.exit(0);
 }
 
@@ -125,36 +129,68 @@ function scenarios(runId: string): [string, 'GET' | 'POST', Setup][] {
   ];
 }
 
+async function markImported(env: NodeJS.ProcessEnv): Promise<void> {
+  if (env.DATA_DIR) return writeFileSync(path.join(env.DATA_DIR, 'imported'), '');
+  const c = new pg.Client({ connectionString: env.DATABASE_URL });
+  await c.connect();
+  await c.query(`COMMENT ON DATABASE ${new URL(env.DATABASE_URL!).pathname.slice(1)} IS 'imported'`);
+  await c.end();
+}
+
 async function benchBackend(backend: string, files: { nodesFile: string; resultsFile: string }, port: number): Promise<BackendResult> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.DATABASE_URL;
   delete env.DATA_DIR;
+  const kept = `ins_bench_${opts.nodes}n_${opts.models}m_${opts.results}r_${opts.days}d_s${opts.seed}`;
+  let imported = false;
   let cleanup = async () => {};
   if (backend === 'postgres') {
-    const name = `ins_bench_${process.pid}`;
+    const name = flags.keep ? kept : `ins_bench_${process.pid}`;
     const admin = new pg.Client({ connectionString: flags['database-url'] });
     await admin.connect();
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    await admin.query(`CREATE DATABASE ${name}`);
+    // A kept database is marked by a comment once its import has completed.
+    if (flags.keep) {
+      const marked = await admin.query(`SELECT 1 FROM pg_database WHERE datname = $1 AND shobj_description(oid, 'pg_database') = 'imported'`, [name]);
+      imported = marked.rowCount === 1;
+    }
+    if (!imported) {
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.query(`CREATE DATABASE ${name}`);
+    }
     await admin.end();
     const url = new URL(flags['database-url']!);
     url.pathname = `/${name}`;
     env.DATABASE_URL = url.toString();
-    cleanup = async () => {
-      const c = new pg.Client({ connectionString: flags['database-url'] });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-    };
+    if (!flags.keep) {
+      cleanup = async () => {
+        const c = new pg.Client({ connectionString: flags['database-url'] });
+        await c.connect();
+        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+        await c.end();
+      };
+    }
+  } else if (flags.keep) {
+    const dir = path.join(ROOT, 'bench-results', kept);
+    imported = existsSync(path.join(dir, 'imported'));
+    if (!imported) rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    env.DATA_DIR = dir;
   } else {
     const dir = mkdtempSync(path.join(tmpdir(), 'ins-bench-'));
     env.DATA_DIR = dir;
     cleanup = async () => rmSync(dir, { recursive: true, force: true });
   }
   try {
-    console.log(`\n== ${backend}: importing ${opts.nodes} nodes and ${opts.results.toLocaleString('en')} results`);
-    const importNodes = await timed(() => run(['import', 'nodes', files.nodesFile], env));
-    const importResults = await timed(() => run(['import', 'results', files.resultsFile], env));
+    let importNodes = 0;
+    let importResults = 0;
+    if (imported) {
+      console.log(`\n== ${backend}: reusing the kept import (${kept})`);
+    } else {
+      console.log(`\n== ${backend}: importing ${opts.nodes} nodes and ${opts.results.toLocaleString('en')} results`);
+      importNodes = await timed(() => run(['import', 'nodes', files.nodesFile], env));
+      importResults = await timed(() => run(['import', 'results', files.resultsFile], env));
+      if (flags.keep) await markImported(env);
+    }
     const server = await startServer(env, port, path.join(ROOT, 'bench-results', `server-${backend}.log`));
     const endpoints: EndpointResult[] = [];
     try {
@@ -193,7 +229,7 @@ function printTable(results: BackendResult[]): void {
       const verdict = t && b.backend === 'postgres' ? `${e.rps >= t.rps && e.p99 <= t.p99 && e.errors === 0 ? 'met' : 'MISSED'} (≥${t.rps}, p99 ≤${t.p99})` : '';
       rows.push([b.backend, e.endpoint, String(e.rps), String(e.p50), String(e.p99), String(e.errors), e.ratio!.toFixed(2), verdict]);
     }
-    rows.push([b.backend, `import: nodes ${b.import_nodes_s.toFixed(1)} s, results ${b.import_results_s.toFixed(1)} s (${Math.round(opts.results / b.import_results_s).toLocaleString('en')} rows/s)`, '', '', '', '', '', '']);
+    if (b.import_results_s > 0) rows.push([b.backend, `import: nodes ${b.import_nodes_s.toFixed(1)} s, results ${b.import_results_s.toFixed(1)} s (${Math.round(opts.results / b.import_results_s).toLocaleString('en')} rows/s)`, '', '', '', '', '', '']);
   }
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());

@@ -5,6 +5,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
 import { PrincipalCache } from './auth-cache.js';
 import { RosterCache } from './repositories/model-roster.js';
+import { PointsLoader } from './repositories/points.js';
+import { ResultRecorder } from './repositories/results-batch.js';
 import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
@@ -72,7 +74,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   const principals = new PrincipalCache();
   const detach = await principals.attach(opts.db);
   app.addHook('onClose', async () => detach());
-  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters, rosters: new RosterCache() };
+  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters, rosters: new RosterCache(), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db) };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);

@@ -11,23 +11,10 @@ import { recordResult } from '../src/repositories/results.js';
 import { uniqueNodes, UNIQUE_NODES_SQL } from '../src/repositories/unique-nodes.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
 import { backends, createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
+import { RECOMPUTED, STORED } from './helpers/aggregates.js';
 
 const q = (db: Database, text: string, values: unknown[] = []) => db.query<Record<string, unknown>>(sql(`t_${text.length}_${text.slice(0, 12)}`, text), values);
 
-// The aggregates as they should be, recomputed from job_results.
-const RECOMPUTED = {
-  daily: `SELECT node_id::text, ((received_at AT TIME ZONE 'UTC')::date)::text AS day, sum(points)::float8 AS points, count(*)::int AS successes
-    FROM job_results WHERE status = 'success' GROUP BY 1, 2 ORDER BY 1, 2`,
-  overall: `SELECT model_id, node_id::text, min(received_at)::text AS f, max(received_at)::text AS l
-    FROM job_results WHERE status = 'success' GROUP BY 1, 2 ORDER BY 1, 2`,
-  perDay: `SELECT model_id, node_id::text, ((received_at AT TIME ZONE 'UTC')::date)::text AS day, min(received_at)::text AS f, max(received_at)::text AS l
-    FROM job_results WHERE status = 'success' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
-};
-const STORED = {
-  daily: `SELECT node_id::text, day::text, points::float8 AS points, successes FROM node_daily_points ORDER BY 1, 2`,
-  overall: `SELECT model_id, node_id::text, first_success_at::text AS f, last_success_at::text AS l FROM model_nodes ORDER BY 1, 2`,
-  perDay: `SELECT model_id, node_id::text, day::text, first_success_at::text AS f, last_success_at::text AS l FROM model_node_days ORDER BY 1, 2, 3`,
-};
 const BRUTE_UNIQUE = `SELECT n.name FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id
   WHERE m.name = $1 AND r.status = 'success' AND r.received_at BETWEEN $2::timestamptz AND $3::timestamptz GROUP BY n.name ORDER BY n.name COLLATE "C"`;
 
@@ -118,8 +105,8 @@ describe.each(backends)('storage on $name', (backend) => {
 
     it('daily_points reads only node_daily_points', async () => {
       const { text } = (await import('../src/repositories/points.js')).DAILY_POINTS_SQL;
-      const relations = (await explain(text, [1, 30, '2024-02-15'])).map((p) => p['Relation Name']).filter(Boolean);
-      expect(relations).toEqual(['node_daily_points']);
+      const relations = (await explain(text, [['vol-1', 'vol-2'], [30, 7], '2024-02-15'])).map((p) => p['Relation Name']).filter(Boolean);
+      expect(relations.filter((r) => r !== 'nodes')).toEqual(['node_daily_points']);
     });
 
     it('unique_nodes never scans job_results or model_node_days sequentially', async () => {

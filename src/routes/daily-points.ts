@@ -6,8 +6,6 @@ import { DailyPointsRequest, DailyPointsResponse, ErrorDetail, HTTPValidationErr
 import type { Principal } from '../auth.js';
 import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http-error.js';
-import { findNodeByName } from '../repositories/nodes.js';
-import { dailyPoints } from '../repositories/points.js';
 import type { App, Deps } from './types.js';
 
 declare module 'fastify' {
@@ -17,7 +15,7 @@ declare module 'fastify' {
 }
 
 export function dailyPointsRoute(app: App, deps: Deps): void {
-  const { db, limiters } = deps;
+  const { points, limiters } = deps;
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
@@ -30,7 +28,7 @@ export function dailyPointsRoute(app: App, deps: Deps): void {
       if (!key) throw new HttpError(401, 'Not authenticated');
       req.principal = await authenticateRequest(deps, req, key);
     },
-  }, async (req) => {
+  }, async (req, reply) => {
     const { node_name, last_days } = req.body;
     const principal = req.principal!;
     if (principal.kind === 'node') {
@@ -38,10 +36,10 @@ export function dailyPointsRoute(app: App, deps: Deps): void {
       if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
       // Another node's name is refused the same way whether or not it exists.
       if (principal.node.name !== node_name) throw new HttpError(403, "This key may only read its own node's points");
-      return dailyPoints(db, principal.node.id, last_days);
     }
-    const node = await findNodeByName(db, node_name);
-    if (!node) throw new HttpError(404, 'Node not found');
-    return dailyPoints(db, node.id, last_days);
+    const days = await points.loadJson(node_name, last_days);
+    if (days === undefined) throw new HttpError(404, 'Node not found');
+    // Already the response's JSON (repositories/points.ts); a string is sent as it is.
+    return reply.type('application/json; charset=utf-8').send(days as never);
   });
 }

@@ -6,6 +6,8 @@ import type { Metrics } from '../http/metrics.js';
 import type { PrincipalCache } from '../auth-cache.js';
 import type { KeyLimiters } from '../http/rate-limit.js';
 import type { RosterCache } from '../repositories/model-roster.js';
+import type { PointsLoader } from '../repositories/points.js';
+import type { ResultRecorder } from '../repositories/results-batch.js';
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, TypeBoxTypeProvider>;
 
@@ -16,6 +18,8 @@ export interface Deps {
   principals: PrincipalCache;
   limiters: KeyLimiters;
   rosters: RosterCache;
+  points: PointsLoader;
+  results: ResultRecorder;
 }
 
 declare module 'fastify' {

@@ -2,11 +2,10 @@
 import { ErrorDetail, HTTPValidationError, UpdateResultRequest, UpdateResultResponse } from '../generated/schemas.js';
 import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http-error.js';
-import { recordResult } from '../repositories/results.js';
 import type { App, Deps } from './types.js';
 
 export function updateResultRoute(app: App, deps: Deps): void {
-  const { db, metrics, defaultPointsPerJob, limiters } = deps;
+  const { results, metrics, defaultPointsPerJob, limiters } = deps;
   app.post('/worker/update_result', {
     schema: {
       body: UpdateResultRequest,
@@ -20,7 +19,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     req.nodeName = principal.node.name;
     if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
 
-    const outcome = await recordResult(db, {
+    const outcome = await results.record({
       nodeId: principal.node.id,
       jobId: job_id,
       modelName: model_name,
