@@ -146,7 +146,7 @@ describe.each(backends)('batched statements on $name', (backend) => {
 
   it('gives concurrent daily_points requests the answers they get alone, in fewer statements', async () => {
     const { db: counted, count } = counting(db);
-    const loader = new PointsLoader(counted, { maxBatch: 8, maxInFlight: 1 });
+    const loader = new PointsLoader(counted, { batch: { maxBatch: 8, maxInFlight: 1 } });
     const asks = Array.from({ length: 24 }, (_, i) => ({ nodeName: ['a', 'b', 'c', 'd', 'nobody'][i % 5]!, lastDays: [1, 7, 30][i % 3]! }));
     const together = (await Promise.all(asks.map((a) => loader.loadJson(a.nodeName, a.lastDays)))).map((j) => (j === undefined ? j : JSON.parse(j) as { date: string; points: number }[]));
     for (const [i, a] of asks.entries()) {

@@ -103,10 +103,13 @@ describe.each(backends)('storage on $name', (backend) => {
       return scans(json[0].Plan);
     };
 
-    it('daily_points reads only node_daily_points', async () => {
+    it('daily_points reads node_daily_points by index only, besides the node and the history version', async () => {
       const { text } = (await import('../src/repositories/points.js')).DAILY_POINTS_SQL;
-      const relations = (await explain(text, [['vol-1', 'vol-2'], [30, 7], '2024-02-15'])).map((p) => p['Relation Name']).filter(Boolean);
-      expect(relations.filter((r) => r !== 'nodes')).toEqual(['node_daily_points']);
+      const plan = await explain(text, [['vol-1', 'vol-2'], [30, 7], '2024-02-15']);
+      const relations = plan.map((p) => p['Relation Name']).filter(Boolean);
+      expect(relations.filter((r) => r !== 'nodes' && r !== 'points_history')).toEqual(['node_daily_points']);
+      const seq = plan.filter((p) => p['Node Type'] === 'Seq Scan').map((p) => p['Relation Name']);
+      expect(seq).not.toContain('node_daily_points');
     });
 
     it('unique_nodes never scans job_results or model_node_days sequentially', async () => {

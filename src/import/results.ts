@@ -60,6 +60,7 @@ async function apply(tx: Queryable): Promise<number> {
       SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
           last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at);
     UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT DISTINCT model_id FROM import_resolved);
+    UPDATE points_history SET version = version + 1;
     ANALYZE job_results; ANALYZE node_daily_points; ANALYZE model_nodes; ANALYZE model_node_days;`);
   return n;
 }

@@ -51,6 +51,11 @@ roster AS (
   UPDATE models SET roster_version = roster_version + 1
   WHERE id IN (SELECT model_id FROM overall WHERE inserted OR $7::timestamptz IS NOT NULL)
 ),
+-- Likewise the past daily points servers cache (points.ts): an explicit time may be any day.
+history AS (
+  UPDATE points_history SET version = version + 1
+  WHERE $7::timestamptz IS NOT NULL AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
+),
 per_day AS (
   INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
   SELECT model_id, node_id, (received_at AT TIME ZONE 'UTC')::date, received_at, received_at FROM credited WHERE status = 'success'
