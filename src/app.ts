@@ -74,7 +74,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   const principals = new PrincipalCache();
   const detach = await principals.attach(opts.db);
   app.addHook('onClose', async () => detach());
-  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters, rosters: new RosterCache(), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db) };
+  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters, rosters: new RosterCache(opts.db), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db) };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);

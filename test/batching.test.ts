@@ -106,7 +106,7 @@ describe.each(backends)('batched statements on $name', (backend) => {
 
   it('records concurrent reports with the outcomes each would have alone, in fewer statements', async () => {
     const { db: counted, count } = counting(db);
-    const recorder = new ResultRecorder(counted, { maxBatch: 16, maxInFlight: 2 });
+    const recorder = new ResultRecorder(counted, { batch: { maxBatch: 16, maxInFlight: 2 } });
     // Jobs recorded as errors before, to be upgraded inside the burst.
     for (let i = 0; i < 5; i++) await recordResult(db, report('a', `up-${i}`, 'error'));
     const burst: Report[] = [];
@@ -133,7 +133,7 @@ describe.each(backends)('batched statements on $name', (backend) => {
   });
 
   it('answers a report the database refuses by itself, and records the rest of its batch', async () => {
-    const recorder = new ResultRecorder(db, { maxBatch: 16, maxInFlight: 1 });
+    const recorder = new ResultRecorder(db, { batch: { maxBatch: 16, maxInFlight: 1 } });
     // job_id is at most 128 characters in the table; the request schema says so too, so only
     // a caller bypassing validation can get here — the point is that it stays its own failure.
     const bad = report('a', 'x'.repeat(200), 'success');

@@ -6,6 +6,8 @@ import { sql, type Database } from '../src/db/database.js';
 import { createNode } from '../src/repositories/nodes.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
 import { recordResult } from '../src/repositories/results.js';
+import { ResultRecorder } from '../src/repositories/results-batch.js';
+import fc from 'fast-check';
 import { backends } from './helpers/db.js';
 
 const BRUTE = `SELECT n.name FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id
@@ -30,19 +32,19 @@ describe.each(backends)('model rosters on $name', (backend) => {
 
   it('stays exact while two servers read and the history grows', async () => {
     // A long maxAge: only the version and the database keep the answers right.
-    const serverA = new RosterCache(3_600_000);
-    const serverB = new RosterCache(3_600_000);
+    const serverA = new RosterCache(db, { maxAgeMs: 3_600_000 });
+    const serverB = new RosterCache(db, { maxAgeMs: 3_600_000 });
     await report('n-a');
     await tick();
     const t1 = await now();
-    expect(await serverA.uniqueNodes(db, 'roster-model', null, null)).toEqual(['n-a']);
-    expect(await serverB.uniqueNodes(db, 'roster-model', null, null)).toEqual(['n-a']);
+    expect(await serverA.uniqueNodes('roster-model', null, null)).toEqual(['n-a']);
+    expect(await serverB.uniqueNodes('roster-model', null, null)).toEqual(['n-a']);
 
     // A node new to the model: both servers see it at once.
     await tick();
     await report('n-b');
-    expect(await serverA.uniqueNodes(db, 'roster-model', null, null)).toEqual(['n-a', 'n-b']);
-    expect(await serverB.uniqueNodes(db, 'roster-model', t1, null)).toEqual(['n-b']);
+    expect(await serverA.uniqueNodes('roster-model', null, null)).toEqual(['n-a', 'n-b']);
+    expect(await serverB.uniqueNodes('roster-model', t1, null)).toEqual(['n-b']);
 
     // A known node reports again: no version change, the cached last success is stale.
     await tick();
@@ -52,17 +54,54 @@ describe.each(backends)('model rosters on $name', (backend) => {
     await tick();
     const t3 = await now();
     for (const cache of [serverA, serverB]) {
-      expect(await cache.uniqueNodes(db, 'roster-model', t2, null)).toEqual(['n-a']);
-      expect(await cache.uniqueNodes(db, 'roster-model', t2, t3)).toEqual(['n-a']);
-      expect(await cache.uniqueNodes(db, 'roster-model', t1, t2)).toEqual(['n-b']);
-      expect(await cache.uniqueNodes(db, 'roster-model', null, t1)).toEqual(['n-a']);
+      expect(await cache.uniqueNodes('roster-model', t2, null)).toEqual(['n-a']);
+      expect(await cache.uniqueNodes('roster-model', t2, t3)).toEqual(['n-a']);
+      expect(await cache.uniqueNodes('roster-model', t1, t2)).toEqual(['n-b']);
+      expect(await cache.uniqueNodes('roster-model', null, t1)).toEqual(['n-a']);
     }
     for (const [s, e] of [[null, null], [t1, null], [t2, t3], [t1, t2], [null, t1], [t3, null]] as const) {
-      expect(await serverA.uniqueNodes(db, 'roster-model', s, e)).toEqual(await brute('roster-model', s, e));
+      expect(await serverA.uniqueNodes('roster-model', s, e)).toEqual(await brute('roster-model', s, e));
     }
   });
 
+  it('stays exact over days of reports through the API, with versions bumped only by new days', async () => {
+    const HOUR = 3_600_000;
+    const iso = (ms: number) => new Date(ms).toISOString();
+    type Op = { kind: 'report'; node: number; model: number } | { kind: 'wait'; ms: number } | { kind: 'ask'; model: number; back: number; length: number | null };
+    const opArb: fc.Arbitrary<Op> = fc.oneof(
+      { arbitrary: fc.record({ kind: fc.constant('report' as const), node: fc.integer({ min: 0, max: 3 }), model: fc.integer({ min: 0, max: 1 }) }), weight: 4 },
+      { arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 40 * HOUR }) }), weight: 2 },
+      // Windows back from now: ending now (length null) or earlier.
+      { arbitrary: fc.record({ kind: fc.constant('ask' as const), model: fc.integer({ min: 0, max: 1 }), back: fc.integer({ min: 0, max: 80 * HOUR }), length: fc.option(fc.integer({ min: 0, max: 50 * HOUR })) }), weight: 4 },
+    );
+    let run = 0;
+    await fc.assert(fc.asyncProperty(fc.array(opArb, { minLength: 10, maxLength: 50 }), async (ops) => {
+      run++;
+      const nodes: number[] = [];
+      for (let i = 0; i < 4; i++) nodes.push((await createNode(db, `days-${run}-${i}`)).id);
+      const models = [0, 1].map((m) => `days-${run}-m${m}`);
+      // Runs start apart so that one run's reports are never in another's windows.
+      let clock = Date.parse('2030-01-01T00:00:00Z') + run * 1000 * HOUR;
+      const recorder = new ResultRecorder(db, { clock: () => iso(clock) });
+      const servers = [new RosterCache(db, { maxAgeMs: 3_600_000 }), new RosterCache(db, { maxAgeMs: 3_600_000 })];
+      let jobs = 0;
+      for (const op of ops) {
+        if (op.kind === 'report') {
+          await recorder.record({ nodeId: nodes[op.node]!, jobId: `days-${run}-${jobs++}`, modelName: models[op.model]!, status: 'success', result: {}, defaultPoints: 1 });
+          clock += 1;
+        }
+        if (op.kind === 'wait') clock += op.ms;
+        if (op.kind === 'ask') {
+          const start = iso(clock - op.back);
+          const end = op.length === null ? null : iso(clock - op.back + op.length);
+          const expected = await brute(models[op.model]!, start, end);
+          for (const server of servers) expect(await server.uniqueNodes(models[op.model]!, start, end)).toEqual(expected);
+        }
+      }
+    }), { numRuns: 30 });
+  });
+
   it('answers an unknown model with no nodes', async () => {
-    expect(await new RosterCache().uniqueNodes(db, 'never-reported', null, null)).toEqual([]);
+    expect(await new RosterCache(db).uniqueNodes('never-reported', null, null)).toEqual([]);
   });
 });

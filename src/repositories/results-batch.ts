@@ -18,7 +18,7 @@ const INSERT_MANY = sql('results_insert_many', `WITH input AS (
 ),
 credited AS (
   INSERT INTO job_results (job_id, node_id, model_id, status, result, points, received_at)
-  SELECT job_id, node_id, model_id, status, result, points, now() FROM input ORDER BY job_id
+  SELECT job_id, node_id, model_id, status, result, points, coalesce($7::timestamptz, now()) FROM input ORDER BY job_id
   ON CONFLICT (job_id) DO NOTHING
   RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
 ),
@@ -36,12 +36,6 @@ overall AS (
   ON CONFLICT (model_id, node_id) DO UPDATE
     SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
         last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
-  RETURNING model_id, (xmax = 0) AS inserted
-),
--- A node new to a model makes cached rosters reload (model-roster.ts).
-roster AS (
-  UPDATE models SET roster_version = roster_version + 1
-  WHERE id IN (SELECT model_id FROM overall WHERE inserted)
 ),
 per_day AS (
   INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
@@ -50,6 +44,12 @@ per_day AS (
   ON CONFLICT (model_id, node_id, day) DO UPDATE
     SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
         last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
+  RETURNING model_id, (xmax = 0) AS inserted
+),
+-- A node's first success of a day for a model makes cached rosters reload (model-roster.ts).
+roster AS (
+  UPDATE models SET roster_version = roster_version + 1
+  WHERE id IN (SELECT model_id FROM per_day WHERE inserted)
 )
 SELECT job_id, points::float8 AS points FROM credited`);
 
@@ -57,7 +57,7 @@ interface New { report: Report; modelId: number }
 const MAX_ATTEMPTS = 5;
 
 /** For each report, its points when it was new and is now recorded, or undefined when its job_id exists. */
-async function insertNew(db: Database, batch: readonly New[]): Promise<(number | undefined)[]> {
+async function insertNew(db: Database, batch: readonly New[], clock?: () => string): Promise<(number | undefined)[]> {
   const values = [
     batch.map((n) => n.report.jobId),
     batch.map((n) => n.report.nodeId),
@@ -65,6 +65,7 @@ async function insertNew(db: Database, batch: readonly New[]): Promise<(number |
     batch.map((n) => n.report.status),
     batch.map((n) => JSON.stringify(n.report.result)),
     batch[0]!.report.defaultPoints,
+    clock?.() ?? null,
   ];
   for (let attempt = 1; ; attempt++) {
     try {
@@ -79,14 +80,23 @@ async function insertNew(db: Database, batch: readonly New[]): Promise<(number |
   }
 }
 
-export const RESULTS_BATCH: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
+export interface RecorderOptions {
+  batch?: BatcherOptions;
+  /**
+   * Tests only: the time new reports are received at, standing in for the database's clock
+   * (unlike Report.receivedAt, which stands for an explicit time, as imports give).
+   */
+  clock?: () => string;
+}
 
 /** Records reports with the outcomes of recordResult, sharing statements between concurrent ones. */
 export class ResultRecorder {
   private readonly batcher: Batcher<New, number | undefined | Error>;
+  private readonly clock?: () => string;
 
-  constructor(private readonly db: Database, opts: BatcherOptions = RESULTS_BATCH) {
-    this.batcher = new Batcher((batch) => this.insertBatch(batch), opts);
+  constructor(private readonly db: Database, opts: RecorderOptions = {}) {
+    this.batcher = new Batcher((batch) => this.insertBatch(batch), opts.batch ?? { maxBatch: 64, maxInFlight: 4 });
+    this.clock = opts.clock;
   }
 
   async record(report: Report): Promise<RecordOutcome> {
@@ -107,14 +117,14 @@ export class ResultRecorder {
     const points = new Map<New, number | undefined | Error>();
     for (const group of byDefault.values()) {
       try {
-        (await insertNew(this.db, group)).forEach((p, i) => points.set(group[i]!, p));
+        (await insertNew(this.db, group, this.clock)).forEach((p, i) => points.set(group[i]!, p));
       } catch (err) {
         if (group.length === 1 || isUnavailable(err)) throw err;
         // One report the database refuses (a value it cannot take) must not fail the others:
         // alone, each gets its own answer.
         for (const n of group) {
           try {
-            points.set(n, (await insertNew(this.db, [n]))[0]);
+            points.set(n, (await insertNew(this.db, [n], this.clock))[0]);
           } catch (e) {
             points.set(n, e instanceof Error ? e : new Error(String(e)));
           }

@@ -43,15 +43,8 @@ overall AS (
   ON CONFLICT (model_id, node_id) DO UPDATE
     SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
         last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
-  RETURNING model_id, (xmax = 0) AS inserted
 ),
--- Rosters cached by servers stay exact: a new node for the model, or a success at an explicit
--- (possibly earlier) time, makes them reload.
-roster AS (
-  UPDATE models SET roster_version = roster_version + 1
-  WHERE id IN (SELECT model_id FROM overall WHERE inserted OR $7::timestamptz IS NOT NULL)
-),
--- Likewise the past daily points servers cache (points.ts): an explicit time may be any day.
+-- The past daily points servers cache (points.ts) stay exact: the past daily points servers cache (points.ts): an explicit time may be any day.
 history AS (
   UPDATE points_history SET version = version + 1
   WHERE $7::timestamptz IS NOT NULL AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
@@ -62,6 +55,13 @@ per_day AS (
   ON CONFLICT (model_id, node_id, day) DO UPDATE
     SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
         last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
+  RETURNING model_id, (xmax = 0) AS inserted
+),
+-- Rosters cached by servers stay exact (model-roster.ts): a node's first success of a day for
+-- a model, or a success at an explicit (possibly earlier) time, makes them reload.
+roster AS (
+  UPDATE models SET roster_version = roster_version + 1
+  WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR $7::timestamptz IS NOT NULL)
 )
 SELECT points::float8 AS points FROM credited`;
 
