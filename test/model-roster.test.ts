@@ -101,6 +101,24 @@ describe.each(backends)('model rosters on $name', (backend) => {
     }), { numRuns: 30 });
   });
 
+  it('falls back to the exact query when the version moves at every look', async () => {
+    await report('n-c', 'restless-model');
+    await report('n-a', 'restless-model');
+    const names: string[] = [];
+    // Another server bumps the version just before each of this server's checks.
+    const restless = Object.assign(Object.create(db) as Database, {
+      query: async (s: { name: string; text: string }, values?: readonly unknown[]) => {
+        names.push(s.name);
+        if (s.name === 'roster_check') await db.query(sql('t_bump', "UPDATE models SET roster_version = roster_version + 1 WHERE name = 'restless-model'"));
+        return db.query(s, values);
+      },
+    });
+    const cache = new RosterCache(restless);
+    expect(await cache.uniqueNodes('restless-model', null, null)).toEqual(['n-a', 'n-c']);
+    expect(names).toContain('unique_nodes');
+    expect(names.filter((n) => n === 'roster_check')).toHaveLength(3);
+  });
+
   it('answers an unknown model with no nodes', async () => {
     expect(await new RosterCache(db).uniqueNodes('never-reported', null, null)).toEqual([]);
   });

@@ -14,12 +14,14 @@
 //   can be in the window;
 // - otherwise undecided — its last success is on the day of s but before s, or it was active
 //   before and after the window — and the exact query decides, for those nodes only.
-// Each request reads the version (one indexed row, shared by concurrent requests) and the
-// roster reloads once when it changed or is older than maxAgeMs (fresher last successes
-// leave fewer nodes undecided).
+// A request decides what it can from the cached roster, then sends one statement (shared
+// with concurrent requests) that reads the model's version and decides the undecided nodes
+// in the same snapshot. If the version is the roster's, that is the answer; otherwise the
+// roster reloads (once at a time per model) and the request tries again. A roster older than
+// maxAgeMs is reloaded too: fresher last successes leave fewer nodes undecided.
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
-import { uniqueNodesAmong } from './unique-nodes.js';
+import { bound as sqlBound, ROSTER_CHECK, uniqueNodes } from './unique-nodes.js';
 import { instantKey } from '../validation/datetime.js';
 
 const DAY_MS = 86_400_000;
@@ -38,7 +40,6 @@ interface Roster {
   lastUs: Uint16Array;
 }
 
-const VERSIONS = sql('roster_versions', 'SELECT name, id, roster_version::text AS version FROM models WHERE name = ANY($1::text[])');
 const ROSTER = sql('roster_load', `SELECT mn.node_id::int AS "nodeId", n.name,
     (extract(epoch FROM date_trunc('milliseconds', mn.first_success_at)) * 1000)::float8 AS "firstMs",
     (extract(microseconds FROM mn.first_success_at)::int % 1000) AS "firstUs",
@@ -49,12 +50,45 @@ const ROSTER = sql('roster_load', `SELECT mn.node_id::int AS "nodeId", n.name,
 
 interface Row { nodeId: number; name: string; firstMs: number; firstUs: number; lastMs: number; lastUs: number }
 interface Model { id: number; version: string }
+interface Check { modelName: string; start: string | null; end: string | null; nodeIds: number[] }
+/** The model (undefined: unknown) and which of the nodes asked about are in the window. */
+interface Checked { model: Model | undefined; found: Set<number> }
 
 /** An instant bound (ISO UTC) as ms + µs; null = open. */
 function bound(iso: string | null, open: number): [number, number] {
   if (iso === null) return [open, 0];
   const key = instantKey(iso); // YYYY-MM-DDTHH:MM:SS.ffffffZ
   return [Date.parse(`${key.slice(0, 23)}Z`), Number(key.slice(23, 26))];
+}
+
+// Node states; 0 (the zero of a fresh Uint8Array) is out.
+const IN = 1;
+const UNDECIDED = 2;
+const MAX_ATTEMPTS = 3;
+
+/** Each node's state for the window by the rules at the top, and the undecided node ids. */
+function decide(r: Roster, start: string | null, end: string | null): { state: Uint8Array; undecided: number[] } {
+  const [sMs, sUs] = bound(start, -Infinity);
+  const [eMs, eUs] = bound(end, Infinity);
+  const sDay = Math.floor(sMs / DAY_MS);
+  const n = r.names.length;
+  const state = new Uint8Array(n);
+  const undecided: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const fMs = r.firstMs[i]!;
+    const lMs = r.lastMs[i]!;
+    if (fMs > eMs || (fMs === eMs && r.firstUs[i]! > eUs)) continue;
+    const firstFromStart = fMs > sMs || (fMs === sMs && r.firstUs[i]! >= sUs);
+    const lastFromStart = lMs > sMs || (lMs === sMs && r.lastUs[i]! >= sUs);
+    const lastToEnd = lMs < eMs || (lMs === eMs && r.lastUs[i]! <= eUs);
+    if (firstFromStart || (lastFromStart && lastToEnd)) state[i] = IN;
+    else if (!lastFromStart && Math.floor(lMs / DAY_MS) < sDay) continue;
+    else {
+      state[i] = UNDECIDED;
+      undecided.push(r.nodeIds[i]!);
+    }
+  }
+  return { state, undecided };
 }
 
 export interface RosterOptions {
@@ -66,27 +100,30 @@ export interface RosterOptions {
 export class RosterCache {
   private readonly rosters = new Map<string, Roster>();
   private readonly loading = new Map<string, Promise<Roster>>();
-  private readonly versions: Batcher<string, Model | undefined>;
+  private readonly checks: Batcher<Check, Checked>;
   private readonly maxAgeMs: number;
   private readonly maxModels: number;
 
   constructor(private readonly db: Queryable, opts: RosterOptions = {}) {
     this.maxAgeMs = opts.maxAgeMs ?? 2_000;
     this.maxModels = opts.maxModels ?? 1_000;
-    this.versions = new Batcher(async (names) => {
-      const rows = await db.query<{ name: string } & Model>(VERSIONS, [names]);
-      const byName = new Map(rows.map((r) => [r.name, { id: r.id, version: r.version }]));
-      return names.map((n) => byName.get(n));
+    this.checks = new Batcher(async (checks) => {
+      const rows = await db.query<{ i: number; id: number | null; version: string | null; found: number[] | null }>(ROSTER_CHECK, [
+        checks.map((c) => c.modelName),
+        checks.map((c) => sqlBound(c.start, '-infinity')),
+        checks.map((c) => sqlBound(c.end, 'infinity')),
+        checks.map((c) => `{${c.nodeIds.join(',')}}`),
+      ]);
+      const out = new Array<Checked>(checks.length);
+      for (const r of rows) {
+        out[r.i - 1] = { model: r.id === null ? undefined : { id: r.id, version: r.version! }, found: new Set((r.found ?? []).map(Number)) };
+      }
+      return out;
     }, { maxBatch: 64, maxInFlight: 2 });
   }
 
-  private async roster(modelName: string): Promise<Roster | undefined> {
-    const model = await this.versions.load(modelName);
-    if (!model) return undefined;
-    const cached = this.rosters.get(modelName);
-    if (cached && cached.version === model.version && Date.now() - cached.loadedAt <= this.maxAgeMs) return cached;
-    // One reload at a time per model; requests that need a newer version than the one being
-    // loaded wait for it, then load again.
+  /** The roster of at least the given version; one reload at a time per model. */
+  private async atLeast(modelName: string, model: Model): Promise<Roster> {
     const pending = this.loading.get(modelName);
     if (pending) {
       const r = await pending;
@@ -120,51 +157,42 @@ export class RosterCache {
     return p;
   }
 
-  /** Indexes (in name order) of the nodes with a success in [start, end] (ISO UTC, null = open). */
-  private async inside(modelName: string, start: string | null, end: string | null): Promise<[Roster | undefined, number[]]> {
-    const r = await this.roster(modelName);
-    if (!r) return [undefined, []];
-    const [sMs, sUs] = bound(start, -Infinity);
-    const [eMs, eUs] = bound(end, Infinity);
-    const sDay = Math.floor(sMs / DAY_MS);
-    const n = r.names.length;
-    // 1 in, 0 out, 2 undecided.
-    const state = new Uint8Array(n);
-    const undecided: number[] = [];
-    for (let i = 0; i < n; i++) {
-      const fMs = r.firstMs[i]!;
-      const lMs = r.lastMs[i]!;
-      const firstAfterEnd = fMs > eMs || (fMs === eMs && r.firstUs[i]! > eUs);
-      if (firstAfterEnd) continue;
-      const firstFromStart = fMs > sMs || (fMs === sMs && r.firstUs[i]! >= sUs);
-      const lastFromStart = lMs > sMs || (lMs === sMs && r.lastUs[i]! >= sUs);
-      const lastToEnd = lMs < eMs || (lMs === eMs && r.lastUs[i]! <= eUs);
-      if (firstFromStart || (lastFromStart && lastToEnd)) state[i] = 1;
-      else if (!lastFromStart && Math.floor(lMs / DAY_MS) < sDay) continue;
-      else {
-        state[i] = 2;
-        undecided.push(r.nodeIds[i]!);
+  /**
+   * Indexes (in name order) of the roster's nodes with a success in [start, end] (ISO UTC,
+   * null = open); undefined when the model is unknown. One shared statement per request
+   * when the cached roster is current: it reads the version and decides the undecided nodes.
+   */
+  private async inside(modelName: string, start: string | null, end: string | null): Promise<[Pick<Roster, 'names' | 'json'>, number[]] | undefined> {
+    let r = this.rosters.get(modelName);
+    if (r && Date.now() - r.loadedAt > this.maxAgeMs) r = undefined;
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const decided = r ? decide(r, start, end) : undefined;
+      const checked = await this.checks.load({ modelName, start, end, nodeIds: decided?.undecided ?? [] });
+      if (!checked.model) return undefined;
+      if (r && decided && checked.model.version === r.version) {
+        const { state } = decided;
+        const out: number[] = [];
+        for (let i = 0; i < state.length; i++) if (state[i] === IN || (state[i] === UNDECIDED && checked.found.has(r.nodeIds[i]!))) out.push(i);
+        return [r, out];
       }
+      r = await this.atLeast(modelName, checked.model);
     }
-    if (undecided.length > 0) {
-      const found = await uniqueNodesAmong(this.db, modelName, start, end, undecided);
-      for (let i = 0; i < n; i++) if (state[i] === 2) state[i] = found.has(r.nodeIds[i]!) ? 1 : 0;
-    }
-    const out: number[] = [];
-    for (let i = 0; i < n; i++) if (state[i] === 1) out.push(i);
-    return [r, out];
+    // The version kept moving (a burst of new nodes or days): the exact query alone.
+    const names = await uniqueNodes(this.db, modelName, start, end);
+    return [{ names, json: names.map((n) => JSON.stringify(n)) }, names.map((_, i) => i)];
   }
 
   /** The names of the nodes with a success in [start, end] (ISO UTC, null = open), sorted. */
   async uniqueNodes(modelName: string, start: string | null, end: string | null): Promise<string[]> {
-    const [r, idx] = await this.inside(modelName, start, end);
-    return r ? idx.map((i) => r.names[i]!) : [];
+    const found = await this.inside(modelName, start, end);
+    return found ? found[1].map((i) => found[0].names[i]!) : [];
   }
 
   /** The same as a JSON array text, and its length. */
   async uniqueNodesJson(modelName: string, start: string | null, end: string | null): Promise<{ count: number; json: string }> {
-    const [r, idx] = await this.inside(modelName, start, end);
-    if (!r) return { count: 0, json: '[]' };
+    const found = await this.inside(modelName, start, end);
+    if (!found) return { count: 0, json: '[]' };
+    const [r, idx] = found;
     return { count: idx.length, json: `[${idx.map((i) => r.json[i]).join(',')}]` };
   }
 }

@@ -47,9 +47,13 @@ per_day AS (
   RETURNING model_id, (xmax = 0) AS inserted
 ),
 -- A node's first success of a day for a model makes cached rosters reload (model-roster.ts).
+-- The models are locked in id order first: concurrent batches never wait for each other in
+-- a cycle.
+bumped AS (
+  SELECT id FROM models WHERE id IN (SELECT model_id FROM per_day WHERE inserted) ORDER BY id FOR NO KEY UPDATE
+),
 roster AS (
-  UPDATE models SET roster_version = roster_version + 1
-  WHERE id IN (SELECT model_id FROM per_day WHERE inserted)
+  UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
 )
 SELECT job_id, points::float8 AS points FROM credited`);
 
