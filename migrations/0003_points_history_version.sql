@@ -8,3 +8,7 @@ CREATE TABLE points_history (
   version  bigint NOT NULL DEFAULT 0
 );
 INSERT INTO points_history DEFAULT VALUES;
+
+-- No schema change, a change of meaning: from this version on, models.roster_version (0002)
+-- is also bumped by a node's first success of each UTC day for the model, so that rosters
+-- can rule out nodes that have been quiet since before a window's first day.
