@@ -123,7 +123,7 @@ describe.each(backends)('batched statements on $name', (backend) => {
     for (let i = 0; i < 5; i++) expect(kinds(`up-${i}`)).toEqual(['recorded']);
     expect(kinds('dup')).toEqual(['recorded', 'replayed', 'replayed']);
     expect(kinds('contested')).toEqual(['conflict', 'recorded']);
-    expect(count('results_insert_many')).toBeLessThan(burst.length / 2);
+    expect(count('results_insert_new')).toBeLessThan(burst.length / 2);
 
     const { stored, recomputed } = await aggregatesAndRecomputation(db);
     expect(stored).toEqual(recomputed);
