@@ -17,6 +17,19 @@ export interface PgOptions {
 
 const MAX_ATTEMPTS = 5;
 
+// A serialization failure or deadlock committed nothing, so the whole attempt — one
+// autocommit statement, or one transaction — is safe to run again.
+async function retrying<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (n < MAX_ATTEMPTS && isRetryable(err)) continue;
+      throw err;
+    }
+  }
+}
+
 function wrap(client: pg.PoolClient | pg.Pool): Queryable {
   const inTransaction = client instanceof pg.Pool ? {} : { copyFrom: (copySql: string) => (client as pg.PoolClient).query(copyFrom(copySql)) };
   return {
@@ -101,10 +114,11 @@ export function openPostgres(opts: PgOptions): Database {
   return {
     kind: 'postgres',
     description: describeUrl(opts.connectionString),
-    query: base.query,
+    // Outside a transaction each statement commits on its own (e.g. a batch of new results).
+    query: (s, values) => retrying(() => base.query(s, values)),
     exec: base.exec,
-    async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-      for (let attempt = 1; ; attempt++) {
+    transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+      return retrying(async () => {
         const client = await pool.connect();
         let broken = false;
         try {
@@ -118,13 +132,11 @@ export function openPostgres(opts: PgOptions): Database {
           } catch {
             broken = true;
           }
-          // Serialization failures and deadlocks are safe to retry: nothing was committed.
-          if (attempt < MAX_ATTEMPTS && isRetryable(err)) continue;
           throw err;
         } finally {
           client.release(broken);
         }
-      }
+      });
     },
     listen: (channel, onNotify, onLive) => listenWithReconnect(opts, channel, onNotify, onLive),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),

@@ -6,11 +6,10 @@
 // of recordResult, report by report.
 import type { Database } from '../db/database.js';
 import { Batcher, type BatcherOptions } from '../db/batcher.js';
-import { isRetryable, isUnavailable } from '../db/errors.js';
+import { isUnavailable } from '../db/errors.js';
 import { ensureModelId } from './models.js';
-import { insertNewResults, recordExisting, type NewResult, type RecordOutcome, type Report } from './results.js';
+import { explicitTime, insertNewResults, recordExisting, type NewResult, type RecordOutcome, type Report } from './results.js';
 
-const MAX_ATTEMPTS = 5;
 const toError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
 
 export interface RecorderOptions {
@@ -40,16 +39,9 @@ export class ResultRecorder {
     return recordExisting(this.db, report, modelId);
   }
 
-  private async insert(batch: NewResult[]): Promise<(number | undefined)[]> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await insertNewResults(this.db, batch, this.clock?.());
-      } catch (err) {
-        // A deadlock with another server's batch committed nothing; try again.
-        if (attempt < MAX_ATTEMPTS && isRetryable(err)) continue;
-        throw err;
-      }
-    }
+  // A deadlock with another server's batch is retried by the database layer (db/pg.ts).
+  private insert(batch: NewResult[]): Promise<(number | undefined)[]> {
+    return insertNewResults(this.db, batch, this.clock?.());
   }
 
   private async insertBatch(batch: NewResult[]): Promise<(number | undefined | Error)[]> {
@@ -60,8 +52,7 @@ export class ResultRecorder {
     for (const n of batch) {
       if (seen.has(n.report.jobId)) continue;
       seen.add(n.report.jobId);
-      const at = n.report.receivedAt instanceof Date ? n.report.receivedAt.toISOString() : (n.report.receivedAt ?? '');
-      const key = `${n.report.defaultPoints} ${at}`;
+      const key = `${n.report.defaultPoints} ${explicitTime(n.report) ?? ''}`;
       groups.set(key, [...(groups.get(key) ?? []), n]);
     }
     const points = new Map<NewResult, number | undefined | Error>();

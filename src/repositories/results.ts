@@ -108,7 +108,8 @@ const LOCK_EXISTING = sql('results_lock_existing', `SELECT r.node_id, r.model_id
 
 interface Existing { node_id: number; model_id: number; status: ResultStatus; same_result: boolean }
 
-const explicitTime = (r: Report): string | null => (r.receivedAt instanceof Date ? r.receivedAt.toISOString() : (r.receivedAt ?? null));
+/** The report's explicit time as ISO text, or null for the database's clock. */
+export const explicitTime = (r: Report): string | null => (r.receivedAt instanceof Date ? r.receivedAt.toISOString() : (r.receivedAt ?? null));
 
 export interface NewResult { report: Report; modelId: number }
 
