@@ -3,13 +3,13 @@
 // answer it would have had alone, with fewer statements than callers.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Batcher } from '../src/db/batcher.js';
-import type { Database, Sql } from '../src/db/database.js';
+import type { Database } from '../src/db/database.js';
 import { createNode, findNodeByName } from '../src/repositories/nodes.js';
 import { dailyPoints, PointsLoader } from '../src/repositories/points.js';
 import { recordResult, type Report } from '../src/repositories/results.js';
 import { ResultRecorder } from '../src/repositories/results-batch.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
-import { backends } from './helpers/db.js';
+import { backends, beforeEachQuery } from './helpers/db.js';
 
 function deferred<T>() {
   let resolve!: (v: T) => void;
@@ -79,13 +79,7 @@ describe('Batcher', () => {
 /** Counts the statements run under each name. */
 function counting(db: Database): { db: Database; count: (name: string) => number } {
   const counts = new Map<string, number>();
-  const query = db.query.bind(db);
-  const wrapped = Object.assign(Object.create(db) as Database, {
-    query: (s: Sql, values?: readonly unknown[]) => {
-      counts.set(s.name, (counts.get(s.name) ?? 0) + 1);
-      return query(s, values);
-    },
-  }) as Database;
+  const wrapped = beforeEachQuery(db, (s) => void counts.set(s.name, (counts.get(s.name) ?? 0) + 1));
   return { db: wrapped, count: (name) => counts.get(name) ?? 0 };
 }
 

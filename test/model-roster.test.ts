@@ -8,7 +8,7 @@ import { RosterCache } from '../src/repositories/model-roster.js';
 import { recordResult } from '../src/repositories/results.js';
 import { ResultRecorder } from '../src/repositories/results-batch.js';
 import fc from 'fast-check';
-import { backends } from './helpers/db.js';
+import { backends, beforeEachQuery } from './helpers/db.js';
 
 const BRUTE = `SELECT n.name FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id
   WHERE m.name = $1 AND r.status = 'success' AND r.received_at BETWEEN $2::timestamptz AND $3::timestamptz GROUP BY n.name ORDER BY n.name COLLATE "C"`;
@@ -106,12 +106,9 @@ describe.each(backends)('model rosters on $name', (backend) => {
     await report('n-a', 'restless-model');
     const names: string[] = [];
     // Another server bumps the version just before each of this server's checks.
-    const restless = Object.assign(Object.create(db) as Database, {
-      query: async (s: { name: string; text: string }, values?: readonly unknown[]) => {
-        names.push(s.name);
-        if (s.name === 'roster_check') await db.query(sql('t_bump', "UPDATE models SET roster_version = roster_version + 1 WHERE name = 'restless-model'"));
-        return db.query(s, values);
-      },
+    const restless = beforeEachQuery(db, async (s) => {
+      names.push(s.name);
+      if (s.name === 'roster_check') await db.query(sql('t_bump', "UPDATE models SET roster_version = roster_version + 1 WHERE name = 'restless-model'"));
     });
     const cache = new RosterCache(restless);
     expect(await cache.uniqueNodes('restless-model', null, null)).toEqual(['n-a', 'n-c']);

@@ -8,7 +8,7 @@ import { sql, type Database } from '../src/db/database.js';
 import { createNode } from '../src/repositories/nodes.js';
 import { dailyPoints, PointsLoader } from '../src/repositories/points.js';
 import { recordResult } from '../src/repositories/results.js';
-import { backends } from './helpers/db.js';
+import { backends, beforeEachQuery } from './helpers/db.js';
 
 const DAY_MS = 86_400_000;
 const shift = (day: string, by: number) => new Date(Date.parse(`${day}T00:00:00Z`) + by * DAY_MS).toISOString().slice(0, 10);
@@ -72,11 +72,8 @@ describe.each(backends)('cached daily points on $name', (backend) => {
   it('reads only yesterday and today once the older days are known', async () => {
     await createNode(db, 'cache-calls');
     const seen: number[][] = [];
-    const counted = Object.assign(Object.create(db) as Database, {
-      query: (s: { name: string; text: string }, values?: readonly unknown[]) => {
-        if (s.name === 'points_daily') seen.push([...(values![1] as number[])]);
-        return db.query(s, values);
-      },
+    const counted = beforeEachQuery(db, (s, values) => {
+      if (s.name === 'points_daily') seen.push([...(values[1] as number[])]);
     });
     const loader = new PointsLoader(counted, { batch: { maxBatch: 8, maxInFlight: 1 } });
     const first = await loader.loadJson('cache-calls', 30);

@@ -2,7 +2,7 @@
 // TEST_DATABASE_URL is set. Each open() gives a fresh, migrated database of its own.
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import type { Database } from '../../src/db/database.js';
+import type { Database, Sql } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrate.js';
 import { openPglite } from '../../src/db/pglite.js';
 import { openPostgres } from '../../src/db/pg.js';
@@ -56,3 +56,16 @@ const postgres: Backend = {
 };
 
 export const backends: Backend[] = TEST_DATABASE_URL ? [pglite, postgres] : [pglite];
+
+/**
+ * The same database, with `before` called ahead of each statement (awaited): to count or
+ * record statements, or to let "another server" write just before one.
+ */
+export function beforeEachQuery(db: Database, before: (s: Sql, values: readonly unknown[]) => void | Promise<void>): Database {
+  return Object.assign(Object.create(db) as Database, {
+    query: async (s: Sql, values: readonly unknown[] = []) => {
+      await before(s, values);
+      return db.query(s, values);
+    },
+  });
+}
