@@ -1,13 +1,9 @@
 -- daily_points for a random node with its own key, last_days 30.
 -- Keys are read from the file named by the KEYS environment variable: "name,key" per line.
 local names, keys = {}, {}
-local function load()
-  for line in io.lines(os.getenv("KEYS")) do
-    local n, k = line:match("^([^,]+),([^,]+)$")
-    if n and n ~= "name" then names[#names + 1] = n; keys[#keys + 1] = k end
-  end
-end
-init = function() load(); math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) % 100000) end
+-- keys.lua beside this script, wherever wrk is run from.
+local load_keys = dofile((debug.getinfo(1, "S").source:match("^@(.*[/\\])") or "./") .. "keys.lua")
+init = function() names, keys = load_keys(); math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) % 100000) end
 request = function()
   local i = math.random(#names)
   return wrk.format("POST", "/daily_points", { ["content-type"] = "application/json", ["api_key"] = keys[i] },

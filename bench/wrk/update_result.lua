@@ -3,15 +3,11 @@ local names, keys = {}, {}
 local models = tonumber(os.getenv("MODELS") or "20")
 local run = os.getenv("RUN") or "wrk"
 local counter, thread_id = 0, 0
-local function load()
-  for line in io.lines(os.getenv("KEYS")) do
-    local n, k = line:match("^([^,]+),([^,]+)$")
-    if n and n ~= "name" then names[#names + 1] = n; keys[#keys + 1] = k end
-  end
-end
+-- keys.lua beside this script, wherever wrk is run from.
+local load_keys = dofile((debug.getinfo(1, "S").source:match("^@(.*[/\\])") or "./") .. "keys.lua")
 local threads = 0
 setup = function(thread) threads = threads + 1; thread:set("thread_id", threads) end
-init = function() load(); math.randomseed(os.time() + thread_id * 7919) end
+init = function() names, keys = load_keys(); math.randomseed(os.time() + thread_id * 7919) end
 request = function()
   counter = counter + 1
   local i = math.random(#names)
