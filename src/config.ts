@@ -1,7 +1,19 @@
 // Configuration from the environment, validated as a whole: every problem is reported, each
 // on its own line, and the process exits 1 before doing anything.
 import path from 'node:path';
-import { DEFAULT_RATE_LIMITS, type RateLimits } from './http/rate-limit.js';
+import { parsePoints } from './points-value.js';
+
+/** Requests per minute; 0 turns a limit off (http/rate-limit.ts applies them). */
+export interface RateLimits {
+  perIp: number;
+  reportsPerKey: number;
+  readsPerKey: number;
+  authFailuresPerIp: number;
+}
+
+/** Generous enough that a worker reporting every few seconds is never throttled. */
+export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30 };
+export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0 };
 
 export interface Config {
   port: number;
@@ -97,10 +109,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   let defaultPointsPerJob = 1;
   const rawPoints = get('DEFAULT_POINTS_PER_JOB');
   if (rawPoints !== undefined) {
-    const n = Number(rawPoints);
-    if (!/^\d+(\.\d+)?$/.test(rawPoints) || !Number.isFinite(n) || n > 1e9) {
-      problems.push(`DEFAULT_POINTS_PER_JOB=${JSON.stringify(rawPoints)}: expected a number >= 0, e.g. 1 or 0.5`);
-    } else defaultPointsPerJob = n;
+    const n = parsePoints(rawPoints);
+    if (n === undefined) problems.push(`DEFAULT_POINTS_PER_JOB=${JSON.stringify(rawPoints)}: expected a number >= 0, e.g. 1 or 0.5`);
+    else defaultPointsPerJob = n;
   }
 
   const databaseUrl = get('DATABASE_URL');

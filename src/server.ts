@@ -6,7 +6,7 @@ import { buildApp } from './app.js';
 import { openDatabase } from './db/open.js';
 import { migrate } from './db/migrate.js';
 import { countNodes } from './repositories/nodes.js';
-import { serveAdminSocket } from './cli/admin-socket.js';
+import type { Database } from './db/database.js';
 
 export function createLogger(level: string): Logger {
   return pino({
@@ -21,12 +21,13 @@ export function createLogger(level: string): Logger {
 
 export interface RunningServer {
   url: string;
+  /** The open database, e.g. for the CLI's admin socket (closed by close()). */
+  db: Database;
   close(): Promise<void>;
 }
 
 export async function startServer(config: Config, logger: Logger): Promise<RunningServer> {
   const db = await openDatabase(config, 'server');
-  let closeAdmin: (() => Promise<void>) | undefined;
   try {
     if (config.migrateOnStart) {
       const applied = await migrate(db);
@@ -45,7 +46,6 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       trustProxy: config.trustProxy,
     });
     const url = await app.listen({ port: config.port, host: config.host });
-    if (db.kind === 'pglite') closeAdmin = await serveAdminSocket(db, config.dataDir, (err) => logger.error({ err }, 'admin command failed'));
 
     logger.info({ url, database: db.description }, `listening on ${url} (database: ${db.description})`);
     if ((await countNodes(db)) === 0) {
@@ -54,7 +54,6 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
 
     let closing: Promise<void> | undefined;
     const close = (): Promise<void> => (closing ??= (async () => {
-      await closeAdmin?.();
       const timer = setTimeout(() => {
         logger.warn({ timeoutMs: config.shutdownTimeoutMs }, 'in-flight requests still running at the shutdown deadline; closing connections');
         app.server.closeAllConnections();
@@ -66,9 +65,8 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
         await db.close();
       }
     })());
-    return { url, close };
+    return { url, db, close };
   } catch (err) {
-    await closeAdmin?.();
     await db.close();
     throw err;
   }

@@ -2,7 +2,7 @@
 // process is seen at once, a change announced by another process (NOTIFY) within moments,
 // and without a live LISTEN connection nothing is cached.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PrincipalCache } from '../src/auth-cache.js';
+import { PrincipalCache } from '../src/auth/authenticate.js';
 import { sql } from '../src/db/database.js';
 import { rotateNodeKey, setNodeDisabled } from '../src/repositories/nodes.js';
 import { revokeReaderKey } from '../src/repositories/reader-keys.js';

@@ -4,10 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Batcher } from '../src/db/batcher.js';
 import type { Database } from '../src/db/database.js';
-import { createNode, findNodeByName } from '../src/repositories/nodes.js';
-import { dailyPoints, PointsLoader } from '../src/repositories/points.js';
-import { recordResult, type Report } from '../src/repositories/results.js';
-import { ResultRecorder } from '../src/repositories/results-batch.js';
+import { createNode } from '../src/repositories/nodes.js';
+import { PointsLoader } from '../src/repositories/points.js';
+import { ResultRecorder, type Report } from '../src/results/recorder.js';
+import { dailyPoints, findNodeByName, recordResult } from './helpers/production-paths.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 import { backends, beforeEachQuery } from './helpers/db.js';
 
@@ -117,7 +117,7 @@ describe.each(backends)('batched statements on $name', (backend) => {
     for (let i = 0; i < 5; i++) expect(kinds(`up-${i}`)).toEqual(['recorded']);
     expect(kinds('dup')).toEqual(['recorded', 'replayed', 'replayed']);
     expect(kinds('contested')).toEqual(['conflict', 'recorded']);
-    expect(count('results_insert_new')).toBeLessThan(burst.length / 2);
+    expect(count('results_credit')).toBeLessThan(burst.length / 2);
 
     const { stored, recomputed } = await aggregatesAndRecomputation(db);
     expect(stored).toEqual(recomputed);

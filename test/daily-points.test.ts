@@ -1,8 +1,8 @@
 // POST /daily_points through the real app, on each storage backend.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findNodeByName, setNodeDisabled } from '../src/repositories/nodes.js';
+import { setNodeDisabled } from '../src/repositories/nodes.js';
 import { revokeReaderKey } from '../src/repositories/reader-keys.js';
-import { recordResult } from '../src/repositories/results.js';
+import { findNodeByName, recordResult } from './helpers/production-paths.js';
 import { backends } from './helpers/db.js';
 import { report, startApp, todayUtc } from './helpers/app.js';
 

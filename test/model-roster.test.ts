@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
 import { createNode } from '../src/repositories/nodes.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
-import { recordResult } from '../src/repositories/results.js';
-import { ResultRecorder } from '../src/repositories/results-batch.js';
+import { ResultRecorder } from '../src/results/recorder.js';
+import { recordResult, rosterNames } from './helpers/production-paths.js';
 import fc from 'fast-check';
 import { backends, beforeEachQuery } from './helpers/db.js';
 
@@ -37,14 +37,14 @@ describe.each(backends)('model rosters on $name', (backend) => {
     await report('n-a');
     await tick();
     const t1 = await now();
-    expect(await serverA.uniqueNodes('roster-model', null, null)).toEqual(['n-a']);
-    expect(await serverB.uniqueNodes('roster-model', null, null)).toEqual(['n-a']);
+    expect(await rosterNames(serverA, 'roster-model', null, null)).toEqual(['n-a']);
+    expect(await rosterNames(serverB, 'roster-model', null, null)).toEqual(['n-a']);
 
     // A node new to the model: both servers see it at once.
     await tick();
     await report('n-b');
-    expect(await serverA.uniqueNodes('roster-model', null, null)).toEqual(['n-a', 'n-b']);
-    expect(await serverB.uniqueNodes('roster-model', t1, null)).toEqual(['n-b']);
+    expect(await rosterNames(serverA, 'roster-model', null, null)).toEqual(['n-a', 'n-b']);
+    expect(await rosterNames(serverB, 'roster-model', t1, null)).toEqual(['n-b']);
 
     // A known node reports again: no version change, the cached last success is stale.
     await tick();
@@ -54,13 +54,13 @@ describe.each(backends)('model rosters on $name', (backend) => {
     await tick();
     const t3 = await now();
     for (const cache of [serverA, serverB]) {
-      expect(await cache.uniqueNodes('roster-model', t2, null)).toEqual(['n-a']);
-      expect(await cache.uniqueNodes('roster-model', t2, t3)).toEqual(['n-a']);
-      expect(await cache.uniqueNodes('roster-model', t1, t2)).toEqual(['n-b']);
-      expect(await cache.uniqueNodes('roster-model', null, t1)).toEqual(['n-a']);
+      expect(await rosterNames(cache, 'roster-model', t2, null)).toEqual(['n-a']);
+      expect(await rosterNames(cache, 'roster-model', t2, t3)).toEqual(['n-a']);
+      expect(await rosterNames(cache, 'roster-model', t1, t2)).toEqual(['n-b']);
+      expect(await rosterNames(cache, 'roster-model', null, t1)).toEqual(['n-a']);
     }
     for (const [s, e] of [[null, null], [t1, null], [t2, t3], [t1, t2], [null, t1], [t3, null]] as const) {
-      expect(await serverA.uniqueNodes('roster-model', s, e)).toEqual(await brute('roster-model', s, e));
+      expect(await rosterNames(serverA, 'roster-model', s, e)).toEqual(await brute('roster-model', s, e));
     }
   });
 
@@ -95,7 +95,7 @@ describe.each(backends)('model rosters on $name', (backend) => {
           const start = iso(clock - op.back);
           const end = op.length === null ? null : iso(clock - op.back + op.length);
           const expected = await brute(models[op.model]!, start, end);
-          for (const server of servers) expect(await server.uniqueNodes(models[op.model]!, start, end)).toEqual(expected);
+          for (const server of servers) expect(await rosterNames(server, models[op.model]!, start, end)).toEqual(expected);
         }
       }
     }), { numRuns: 30 });
@@ -111,12 +111,12 @@ describe.each(backends)('model rosters on $name', (backend) => {
       if (s.name === 'roster_check') await db.query(sql('t_bump', "UPDATE models SET roster_version = roster_version + 1 WHERE name = 'restless-model'"));
     });
     const cache = new RosterCache(restless);
-    expect(await cache.uniqueNodes('restless-model', null, null)).toEqual(['n-a', 'n-c']);
+    expect(await rosterNames(cache, 'restless-model', null, null)).toEqual(['n-a', 'n-c']);
     expect(names).toContain('unique_nodes');
     expect(names.filter((n) => n === 'roster_check')).toHaveLength(3);
   });
 
   it('answers an unknown model with no nodes', async () => {
-    expect(await new RosterCache(db).uniqueNodes('never-reported', null, null)).toEqual([]);
+    expect(await rosterNames(new RosterCache(db), 'never-reported', null, null)).toEqual([]);
   });
 });

@@ -6,8 +6,8 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
 import { createNode } from '../src/repositories/nodes.js';
-import { dailyPoints, PointsLoader } from '../src/repositories/points.js';
-import { recordResult } from '../src/repositories/results.js';
+import { PointsLoader } from '../src/repositories/points.js';
+import { dailyPoints, recordResult } from './helpers/production-paths.js';
 import { backends, beforeEachQuery } from './helpers/db.js';
 
 const DAY_MS = 86_400_000;

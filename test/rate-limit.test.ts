@@ -3,9 +3,8 @@
 // leave a busy but well-behaved worker alone.
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
-import { loadConfig } from '../src/config.js';
+import { DEFAULT_RATE_LIMITS, loadConfig, NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
-import { DEFAULT_RATE_LIMITS, NO_RATE_LIMITS, type RateLimits } from '../src/http/rate-limit.js';
 import { createNode } from '../src/repositories/nodes.js';
 import { addReaderKey } from '../src/repositories/reader-keys.js';
 import { backends } from './helpers/db.js';

@@ -7,11 +7,11 @@ import { sql, type Database } from '../src/db/database.js';
 import { loadMigrations, migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/pg.js';
 import { createNode } from '../src/repositories/nodes.js';
-import { recordResult } from '../src/repositories/results.js';
-import { uniqueNodes, UNIQUE_NODES_SQL } from '../src/repositories/unique-nodes.js';
+import { uniqueNodes, UNIQUE_NODES } from '../src/repositories/unique-nodes.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
 import { backends, createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 import { RECOMPUTED, STORED } from './helpers/aggregates.js';
+import { recordResult, rosterNames } from './helpers/production-paths.js';
 
 const q = (db: Database, text: string, values: unknown[] = []) => db.query<Record<string, unknown>>(sql(`t_${text.length}_${text.slice(0, 12)}`, text), values);
 
@@ -69,7 +69,7 @@ describe.each(backends)('storage on $name', (backend) => {
           for (const model of ['m-a', 'm-b']) {
             const expected = (await q(db, BRUTE_UNIQUE, [model, start, end])).map((r) => r.name);
             expect(await uniqueNodes(db, model, start, end)).toEqual(expected);
-            expect(await rosters.uniqueNodes(model, start, end)).toEqual(expected);
+            expect(await rosterNames(rosters, model, start, end)).toEqual(expected);
           }
         }
       }),
@@ -114,7 +114,7 @@ describe.each(backends)('storage on $name', (backend) => {
 
     it('unique_nodes never scans job_results or model_node_days sequentially', async () => {
       for (const [s, e] of [['2024-01-10T00:00:00Z', '2024-02-10T00:00:00Z'], ['2024-01-20T03:00:00Z', '2024-01-20T04:00:00Z'], ['-infinity', 'infinity']]) {
-        const plan = await explain(UNIQUE_NODES_SQL.text, ['vol-a', s, e]);
+        const plan = await explain(UNIQUE_NODES.text, ['vol-a', s, e]);
         const seq = plan.filter((p) => p['Node Type'] === 'Seq Scan').map((p) => p['Relation Name']);
         expect(seq).not.toContain('job_results');
         expect(seq).not.toContain('model_node_days');

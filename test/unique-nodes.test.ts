@@ -1,8 +1,7 @@
 // GET /unique_nodes through the real app, on each storage backend: window semantics
 // (inclusive bounds, mid-day bounds, open sides), normalisation and errors.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findNodeByName } from '../src/repositories/nodes.js';
-import { recordResult } from '../src/repositories/results.js';
+import { findNodeByName, recordResult } from './helpers/production-paths.js';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';
 

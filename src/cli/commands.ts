@@ -9,6 +9,7 @@ import { listModels, setModelPoints } from '../repositories/models.js';
 import { nodesImport } from '../import/nodes.js';
 import { resultsImport } from '../import/results.js';
 import { ImportRejected, runImport, type ImportSpec } from '../import/run.js';
+import { parsePoints } from '../points-value.js';
 import { CommandError, table, UsageError, type Io } from './io.js';
 
 export interface RunOptions {
@@ -165,8 +166,8 @@ export const COMMANDS: Record<string, Command> = {
     args: ['MODEL', 'POINTS'],
     async run(db, [model, raw], { json }, io) {
       checkName('MODEL', model!, 256);
-      const points = raw === 'default' ? null : Number(raw);
-      if (points !== null && (!/^\d+(\.\d+)?$/.test(raw!) || !Number.isFinite(points) || points > 1e9)) {
+      const points = raw === 'default' ? null : parsePoints(raw!);
+      if (points === undefined) {
         throw new UsageError(`POINTS must be a number >= 0 (e.g. 1 or 2.5) or "default", got "${raw}"`);
       }
       await setModelPoints(db, model!, points);

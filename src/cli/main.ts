@@ -6,7 +6,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
-import { forwardToServer } from './admin-socket.js';
+import { forwardToServer, serveAdminSocket } from './admin-socket.js';
 import { COMMANDS, helpText, parseCommand, runCommand } from './commands.js';
 import { consoleIo, UsageError } from './io.js';
 
@@ -51,10 +51,21 @@ async function serve(config: Config, argv: string[]): Promise<number> {
     return 1;
   }
   const running = server;
+  // The embedded database is this process's alone: other `ins` commands are forwarded here.
+  let closeAdmin: (() => Promise<void>) | undefined;
+  if (running.db.kind === 'pglite') {
+    try {
+      closeAdmin = await serveAdminSocket(running.db, config.dataDir, (err) => logger.error({ err }, 'admin command failed'));
+    } catch (err) {
+      logger.fatal({ err }, 'could not open the admin socket');
+      await running.close();
+      return 1;
+    }
+  }
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
-      running.close().then(
+      Promise.resolve(closeAdmin?.()).then(() => running.close()).then(
         () => { logger.info('stopped'); resolve(0); },
         (err: unknown) => { logger.error({ err }, 'error while stopping'); resolve(1); },
       );

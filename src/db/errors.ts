@@ -1,6 +1,6 @@
-// PostgreSQL error codes mapped in one place. Everything that means "the database is not
-// there right now" becomes ServiceUnavailable (503), so clients retry instead of seeing 500.
-import { HttpError } from '../http-error.js';
+// PostgreSQL error codes classified in one place: retryable (nothing was committed), the
+// database unavailable right now, or a value the database cannot take. What a caller makes of
+// them (HTTP 503 or 422, a CLI message) is the caller's business (http/errors.ts).
 
 const RETRYABLE = new Set(['40001', '40P01']); // serialization_failure, deadlock_detected
 const UNAVAILABLE_CLASSES = ['08', '53', '57']; // connection, resources, operator intervention (incl. 57014 timeout)
@@ -28,10 +28,4 @@ export function isUnavailable(err: unknown): boolean {
 /** A data exception (class 22: a value the database cannot take) is the input's fault. */
 export function isDataException(err: unknown): boolean {
   return pgCode(err)?.startsWith('22') ?? false;
-}
-
-/** The HTTP error for a database failure, or undefined when it is a genuine bug (500). */
-export function httpErrorForDatabase(err: unknown): HttpError | undefined {
-  if (isUnavailable(err)) return new HttpError(503, 'Database unavailable, retry later');
-  return undefined;
 }

@@ -3,10 +3,10 @@
 // time apply each migration exactly once (the loser waits, then sees it recorded and skips).
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { PACKAGE_ROOT } from '../paths.js';
 import { sql, type Database } from './database.js';
 
-export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'migrations');
+export const MIGRATIONS_DIR = path.join(PACKAGE_ROOT, 'migrations');
 
 // Any constant shared by all instances: "ins_mi" in ASCII (fits a JS number exactly).
 const LOCK_KEY = 0x696e735f6d69;

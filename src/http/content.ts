@@ -3,7 +3,7 @@
 // validator reports as `json_invalid` with Python's character offset. Any other content type
 // reaches validation as text (→ model_attributes_type), as FastAPI passes it to pydantic.
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { HttpError } from '../http-error.js';
+import { HttpError } from './http-error.js';
 import { MalformedJson } from '../validation/pydantic.js';
 import { pythonJsonFailure } from '../validation/python-json.js';
 

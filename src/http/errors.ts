@@ -3,9 +3,10 @@
 // the database is away, and a 500 that says nothing about the cause (the log does).
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { HttpError } from '../http-error.js';
-import { httpErrorForDatabase, isDataException } from '../db/errors.js';
+import { HttpError } from './http-error.js';
+import { isDataException, isUnavailable } from '../db/errors.js';
 import { RequestValidationError } from './validator.js';
+import { valueError } from '../validation/pydantic.js';
 
 function fastifyClientError(err: FastifyError): HttpError | undefined {
   const status = err.statusCode;
@@ -14,6 +15,12 @@ function fastifyClientError(err: FastifyError): HttpError | undefined {
   // Other framework-level client errors (bad URL, bad header...): a fixed phrase per status,
   // never the internal message.
   return new HttpError(status, STATUS_CODES[status] ?? 'Bad Request');
+}
+
+/** The HTTP error for a database failure, or undefined when it is a genuine bug (500). */
+function httpErrorForDatabase(err: unknown): HttpError | undefined {
+  if (isUnavailable(err)) return new HttpError(503, 'Database unavailable, retry later');
+  return undefined;
 }
 
 export function registerErrorHandlers(app: FastifyInstance): void {
@@ -42,8 +49,7 @@ export function registerErrorHandlers(app: FastifyInstance): void {
     if (isDataException(err)) {
       // Validation should have caught it; the request is still at fault, not the service.
       req.log.warn({ err: { message: (err as Error).message, code: (err as FastifyError).code } }, 'value refused by the database');
-      const error = 'a value of the request cannot be stored';
-      return reply.code(422).send({ detail: [{ type: 'value_error', loc: ['body'], msg: `Value error, ${error}`, input: null, ctx: { error } }] });
+      return reply.code(422).send({ detail: [valueError(['body'], 'a value of the request cannot be stored', null)] });
     }
     const known = err instanceof HttpError ? err : (httpErrorForDatabase(err) ?? fastifyClientError(err as FastifyError));
     if (known) {

@@ -8,19 +8,9 @@
 // Every 429 carries Retry-After and a `detail`.
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
-import { HttpError } from '../http-error.js';
+import type { RateLimits } from '../config.js';
+import { HttpError } from './http-error.js';
 import { hashKey } from '../keys.js';
-
-export interface RateLimits {
-  perIp: number;
-  reportsPerKey: number;
-  readsPerKey: number;
-  authFailuresPerIp: number;
-}
-
-/** Generous enough that a worker reporting every few seconds is never throttled. */
-export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30 };
-export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0 };
 
 const WINDOW_MS = 60_000;
 

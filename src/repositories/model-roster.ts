@@ -182,13 +182,7 @@ export class RosterCache {
     return [{ names, json: names.map((n) => JSON.stringify(n)) }, names.map((_, i) => i)];
   }
 
-  /** The names of the nodes with a success in [start, end] (ISO UTC, null = open), sorted. */
-  async uniqueNodes(modelName: string, start: string | null, end: string | null): Promise<string[]> {
-    const found = await this.inside(modelName, start, end);
-    return found ? found[1].map((i) => found[0].names[i]!) : [];
-  }
-
-  /** The same as a JSON array text, and its length. */
+  /** The nodes with a success in [start, end] (ISO UTC, null = open), sorted, as a JSON array text, and their number. */
   async uniqueNodesJson(modelName: string, start: string | null, end: string | null): Promise<{ count: number; json: string }> {
     const found = await this.inside(modelName, start, end);
     if (!found) return { count: 0, json: '[]' };

@@ -8,7 +8,6 @@ export interface NodeRow { id: number; name: string; disabled: boolean }
 export interface NodeListing { name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number }
 
 const INSERT = sql('nodes_insert', 'INSERT INTO nodes (name, key_hash) VALUES ($1::text, $2::text) RETURNING id');
-const BY_NAME = sql('nodes_by_name', 'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM nodes WHERE name = $1::text');
 const BY_KEY = sql('nodes_by_key', 'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM nodes WHERE key_hash = $1::text');
 const SET_DISABLED = sql('nodes_set_disabled', `UPDATE nodes SET disabled_at = CASE WHEN $2::boolean THEN coalesce(disabled_at, now()) END
   WHERE name = $1::text RETURNING id`);
@@ -33,11 +32,6 @@ export async function createNode(db: Queryable, name: string): Promise<{ id: num
     if (pgCode(err) === UNIQUE_VIOLATION) throw new NodeExistsError(name);
     throw err;
   }
-}
-
-export async function findNodeByName(db: Queryable, name: string): Promise<NodeRow | undefined> {
-  const [row] = await db.query<NodeRow>(BY_NAME, [name]);
-  return row ? { ...row, id: Number(row.id) } : undefined;
 }
 
 export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<NodeRow | undefined> {

@@ -115,9 +115,3 @@ export class PointsLoader {
     this.settled.delete(nodeName);
   }
 }
-
-/** The same as objects, read straight from the database (CLI, tests). */
-export async function dailyPoints(db: Queryable, nodeName: string, lastDays: number, today?: string): Promise<DayPoints[] | undefined> {
-  const [answer] = await fetchPoints(db, [{ nodeName, days: lastDays }], today);
-  return answer!.points && dayItems(answer!.today, answer!.points).map((j) => JSON.parse(j) as DayPoints);
-}

@@ -23,7 +23,7 @@ const inWindow = (s: string, e: string) => `
 
 // $1 model name, $2 start, $3 end (timestamptz; ±infinity for open sides). The sorted names
 // leave the database as one JSON array.
-const UNIQUE_NODES = sql('unique_nodes', `
+export const UNIQUE_NODES = sql('unique_nodes', `
 SELECT coalesce(json_agg(q.name ORDER BY q.name COLLATE "C"), '[]')::text AS nodes FROM (
   SELECT n.name FROM model_nodes mn JOIN nodes n ON n.id = mn.node_id
   WHERE mn.model_id = (SELECT id FROM models WHERE name = $1::text)
@@ -46,5 +46,3 @@ export async function uniqueNodes(db: Queryable, modelName: string, start: strin
   const [row] = await db.query<{ nodes: string }>(UNIQUE_NODES, [modelName, bound(start, '-infinity'), bound(end, 'infinity')]);
   return JSON.parse(row!.nodes) as string[];
 }
-
-export const UNIQUE_NODES_SQL = UNIQUE_NODES;

@@ -2,8 +2,8 @@
 // attempts is refused first (429), then the key is resolved (cache or database), and a
 // failure is counted against the address before the 401.
 import type { FastifyRequest } from 'fastify';
-import { authenticate, type Principal } from '../auth.js';
-import { HttpError } from '../http-error.js';
+import { authenticate, type Principal } from '../auth/authenticate.js';
+import { HttpError } from '../http/http-error.js';
 import { tooMany } from '../http/rate-limit.js';
 import type { Deps } from './types.js';
 

@@ -3,9 +3,9 @@
 // without a valid key learns nothing, not even which fields are wrong.
 import type { FastifyRequest } from 'fastify';
 import { DailyPointsRequest, DailyPointsResponse, ErrorDetail, HTTPValidationError } from '../generated/schemas.js';
-import type { Principal } from '../auth.js';
+import type { Principal } from '../auth/principal.js';
 import { authenticateRequest } from './authenticate.js';
-import { HttpError } from '../http-error.js';
+import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
 
 declare module 'fastify' {

@@ -4,10 +4,10 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import fastifyStatic from '@fastify/static';
-import { MIGRATIONS_DIR } from '../db/migrate.js';
+import { PACKAGE_ROOT } from '../paths.js';
 import type { App } from './types.js';
 
-export const DASHBOARD_DIR = path.join(MIGRATIONS_DIR, '..', 'web', 'dist');
+export const DASHBOARD_DIR = path.join(PACKAGE_ROOT, 'web', 'dist');
 
 export async function dashboardRoutes(app: App): Promise<void> {
   if (!existsSync(path.join(DASHBOARD_DIR, 'index.html'))) {

@@ -5,11 +5,11 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { ErrorDetail, HealthResponse } from '../generated/schemas.js';
 import { sql } from '../db/database.js';
-import { HttpError } from '../http-error.js';
-import { MIGRATIONS_DIR } from '../db/migrate.js';
+import { HttpError } from '../http/http-error.js';
+import { PACKAGE_ROOT } from '../paths.js';
 import type { App, Deps } from './types.js';
 
-export const OPENAPI_FILE = path.join(MIGRATIONS_DIR, '..', 'openapi.json');
+export const OPENAPI_FILE = path.join(PACKAGE_ROOT, 'openapi.json');
 const PING = sql('ping', 'SELECT 1 AS ok');
 
 export async function operationsRoutes(app: App, { db, metrics }: Deps): Promise<void> {

@@ -3,11 +3,11 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from '../db/database.js';
 import type { Metrics } from '../http/metrics.js';
-import type { PrincipalCache } from '../auth-cache.js';
+import type { PrincipalCache } from '../auth/authenticate.js';
 import type { KeyLimiters } from '../http/rate-limit.js';
 import type { RosterCache } from '../repositories/model-roster.js';
 import type { PointsLoader } from '../repositories/points.js';
-import type { ResultRecorder } from '../repositories/results-batch.js';
+import type { ResultRecorder } from '../results/recorder.js';
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, TypeBoxTypeProvider>;
 

@@ -2,6 +2,7 @@
 import { HTTPValidationError, ErrorDetail, UniqueNodesQuery, UniqueNodesResponse } from '../generated/schemas.js';
 import { RequestValidationError } from '../http/validator.js';
 import { instantKey } from '../validation/datetime.js';
+import { valueError } from '../validation/pydantic.js';
 import type { App, Deps } from './types.js';
 
 export function uniqueNodesRoute(app: App, { rosters }: Deps): void {
@@ -16,8 +17,7 @@ export function uniqueNodesRoute(app: App, { rosters }: Deps): void {
     const end = req.query.end_date ?? null;
     if (start !== null && end !== null && instantKey(end) < instantKey(start)) {
       const raw = new URLSearchParams(req.url.split('?')[1] ?? '').getAll('end_date').at(-1);
-      const error = 'end_date must not be before start_date';
-      throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'end_date'], msg: `Value error, ${error}`, input: raw ?? end, ctx: { error } }]);
+      throw new RequestValidationError([valueError(['query', 'end_date'], 'end_date must not be before start_date', raw ?? end)]);
     }
     const { count, json } = await rosters.uniqueNodesJson(model_name, start, end);
     // Written here in the schema's field order, the names pre-serialised by the roster: for

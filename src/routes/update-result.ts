@@ -1,7 +1,7 @@
 // POST /worker/update_result: a worker reports a job's result with its node key in the body.
 import { ErrorDetail, HTTPValidationError, UpdateResultRequest, UpdateResultResponse } from '../generated/schemas.js';
 import { authenticateRequest } from './authenticate.js';
-import { HttpError } from '../http-error.js';
+import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
 
 export function updateResultRoute(app: App, deps: Deps): void {

@@ -18,7 +18,7 @@ export interface PydanticError {
 
 export type HttpPart = 'body' | 'query' | 'header' | 'path';
 
-/** Marker the body parser leaves when the body is not valid JSON (see app/content.ts). */
+/** Marker the body parser leaves when the body is not valid JSON (see http/content.ts). */
 export class MalformedJson {
   constructor(readonly failure: JsonDecodeFailure) {}
 }
@@ -57,6 +57,12 @@ function expectedList(values: unknown[]): string {
   return reprs.length <= 1 ? reprs.join('') : `${reprs.slice(0, -1).join(', ')} or ${reprs[reprs.length - 1]}`;
 }
 
+/**
+ * Pydantic's error for a failed check of ours (a validator raising ValueError): type
+ * `value_error`, the reason in `ctx.error`. The one builder of these 422 items.
+ */
+export const valueError = (loc: Loc, error: string, input: unknown): PydanticError => ({ type: 'value_error', loc, msg: `Value error, ${error}`, input, ctx: { error } });
+
 const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' : 's'}`;
 
 // PostgreSQL cannot store U+0000 or an unpaired UTF-16 surrogate in text or jsonb; pydantic
@@ -71,7 +77,7 @@ function hasUnstorableText(v: unknown, depth = 0): boolean {
   if (Array.isArray(v)) return v.some((x) => hasUnstorableText(x, depth + 1));
   return Object.entries(v).some(([k, x]) => UNSTORABLE.test(k) || hasUnstorableText(x, depth + 1));
 }
-const nulFail = (loc: Loc, input: unknown): Result => fail('value_error', loc, `Value error, ${NUL_ERROR}`, input, { error: NUL_ERROR });
+const nulFail = (loc: Loc, input: unknown): Result => ({ ok: false, errors: [valueError(loc, NUL_ERROR, input)] });
 
 function validateString(schema: Schema, v: unknown, loc: Loc): Result {
   if (typeof v !== 'string') return fail('string_type', loc, 'Input should be a valid string', v);
@@ -174,7 +180,7 @@ function validateValue(schema: Schema, v: unknown, loc: Loc): Result {
 }
 
 /** Query strings repeat keys as arrays; like Starlette, a scalar parameter takes the last one.
- * `null` and the empty string mean "not given" for optional parameters (SPEC.md). */
+ * `null` and the empty string mean "not given" for optional parameters (README: decisions). */
 function normaliseQuery(schema: Schema, raw: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const required = new Set(schema.required ?? []);

@@ -1,20 +1,28 @@
-// Remembers which principal a key hash belongs to, so an authenticated request costs one
-// database round trip instead of two. Correctness rests on invalidation, not on the TTL: every
-// change of a key or of a node's status sends NOTIFY ins_keys (repositories/key-events.ts) and
-// each server clears its cache on it. While the LISTEN connection is down the cache is off,
+// Authentication with a cache: remembers which principal a key hash belongs to, so an
+// authenticated request costs one database round trip instead of two. Correctness rests on
+// invalidation, not on the TTL: every change of a key or of a node's status is announced
+// (repositories/key-events.ts: in this process at once, to other servers by NOTIFY) and each
+// server clears its cache on it. While the LISTEN connection is down the cache is off,
 // so a missed notification can never serve a revoked key. The TTL only bounds memory of keys
 // nobody uses any more.
-import type { Principal } from './auth.js';
-import type { Database } from './db/database.js';
+import type { Database, Queryable } from '../db/database.js';
+import { hashKey } from '../keys.js';
+import { KEY_EVENTS_CHANNEL, onLocalKeyChange } from '../repositories/key-events.js';
+import { lookupPrincipal, type Principal } from './principal.js';
 
-export const KEY_EVENTS_CHANNEL = 'ins_keys';
+export type { Principal } from './principal.js';
 
-// Caches of this process: a change made here (e.g. a CLI command forwarded to the server)
-// clears them synchronously, before the command even answers; NOTIFY reaches the others.
-const localCaches = new Set<PrincipalCache>();
-
-export function invalidateLocalCaches(): void {
-  for (const c of localCaches) c.invalidate();
+/** The key's principal, from the cache when it holds it; undefined for an unknown key. */
+export async function authenticate(db: Queryable, key: string, cache?: PrincipalCache, onLookup?: (source: 'cache' | 'database') => void): Promise<Principal | undefined> {
+  if (key.length === 0) return undefined;
+  const hash = hashKey(key);
+  const cached = cache?.get(hash);
+  onLookup?.(cached ? 'cache' : 'database');
+  if (cached) return cached;
+  const generation = cache?.begin() ?? 0;
+  const principal = await lookupPrincipal(db, key, hash);
+  if (principal) cache?.set(hash, principal, generation);
+  return principal;
 }
 
 export class PrincipalCache {
@@ -59,10 +67,10 @@ export class PrincipalCache {
 
   /** Subscribes to key events; resolves to the unsubscribe function. */
   async attach(db: Database): Promise<() => Promise<void>> {
-    localCaches.add(this);
+    const unsubscribe = onLocalKeyChange(() => this.invalidate());
     const stop = await db.listen(KEY_EVENTS_CHANNEL, () => this.invalidate(), (live) => this.setLive(live));
     return async () => {
-      localCaches.delete(this);
+      unsubscribe();
       await stop();
     };
   }

@@ -1,0 +1,85 @@
+// The one statement that records job results and credits them: every point the service ever
+// credits — a batch of reports, an upgrade from error to success, an imported history —
+// goes through creditStatement, so the aggregates the reads are served from cannot drift
+// apart between write paths. Two holes are the caller's:
+// - `input`: the rows to record (job_id, node_id, model_id, status, result, points,
+//   received_at, explicit), where `explicit` says the time was given (imports, tests) rather
+//   than taken from the database's clock;
+// - `output`: the final SELECT over `credited`, the rows this statement recorded.
+//
+// A job id that exists already is upgraded when the stored row is an error of the same node
+// and model and the new one a success (ON CONFLICT … DO UPDATE … WHERE); otherwise it is left
+// alone and not returned, and the caller decides (replay or conflict, results/recorder.ts).
+// Sums are made per aggregate row first (ON CONFLICT DO UPDATE may touch a row once per
+// statement) and written in key order, so concurrent statements lock rows in the same order.
+import { sql, type Sql } from '../db/database.js';
+
+export const creditStatement = (name: string, { input, output }: { input: string; output: string }): Sql => sql(name, `
+WITH input AS (${input}),
+credited AS (
+  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
+  SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
+  ORDER BY job_id
+  ON CONFLICT (job_id) DO UPDATE
+    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at
+    WHERE r.status = 'error' AND EXCLUDED.status = 'success' AND r.node_id = EXCLUDED.node_id AND r.model_id = EXCLUDED.model_id
+  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
+),
+daily AS (
+  INSERT INTO node_daily_points (node_id, day, points, successes)
+  SELECT node_id, day, sum(points), count(*) FROM credited WHERE status = 'success'
+  GROUP BY node_id, day ORDER BY node_id, day
+  ON CONFLICT (node_id, day) DO UPDATE
+    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes
+),
+overall AS (
+  INSERT INTO model_nodes (model_id, node_id, first_success_at, last_success_at)
+  SELECT model_id, node_id, min(received_at), max(received_at) FROM credited WHERE status = 'success'
+  GROUP BY model_id, node_id ORDER BY model_id, node_id
+  ON CONFLICT (model_id, node_id) DO UPDATE
+    SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
+        last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
+),
+per_day AS (
+  INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
+  SELECT model_id, node_id, day, min(received_at), max(received_at) FROM credited WHERE status = 'success'
+  GROUP BY model_id, node_id, day ORDER BY model_id, node_id, day
+  ON CONFLICT (model_id, node_id, day) DO UPDATE
+    SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
+        last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
+  RETURNING model_id, (xmax = 0) AS inserted
+),
+explicit AS (SELECT EXISTS (SELECT 1 FROM input WHERE explicit) AS given),
+-- Rosters cached by servers stay exact (repositories/model-roster.ts): a node's first success
+-- of a day for a model, or a success at an explicit (possibly earlier) time, makes them
+-- reload. The models are locked in id order first, so statements bumping several never wait
+-- in a cycle.
+bumped AS (
+  SELECT id FROM models
+  WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR (SELECT given FROM explicit))
+  ORDER BY id FOR NO KEY UPDATE
+),
+roster AS (
+  UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
+),
+-- Likewise the older daily points servers cache (repositories/points.ts): an explicit time
+-- may be any day.
+history AS (
+  UPDATE points_history SET version = version + 1
+  WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
+)
+${output}`);
+
+// The service's reports, any number at once: $1..$5 job ids, node ids, model ids, statuses,
+// results (parallel arrays); $6 the default points of a success; $7 the time (NULL: the
+// database's clock); $8 whether $7 is an explicit time. A success earns the model's
+// points_per_job as it is at this statement. Answers the recorded job ids with their points.
+export const CREDIT_REPORTS = creditStatement('results_credit', {
+  input: `
+  SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
+    CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
+    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
+  FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
+  JOIN models m ON m.id = q.model_id`,
+  output: 'SELECT job_id, points::float8 AS points FROM credited',
+});
