@@ -1,16 +1,62 @@
-// Lint: the recommended and type-aware rules of typescript-eslint; no `any` outside tests.
+// Lint: typescript-eslint's type-aware recommended rules on the code that ships and the tools
+// (src, scripts, bench, web), its plain recommended rules on tests (whose `inject().json()`
+// answers are `any` by design), no `any` outside tests, and the layering of
+// docs/architecture.md: an import may only point down the layers, and no module may import
+// itself back through others (no cycles).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import { importX } from 'eslint-plugin-import-x';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
+
+const TYPE_CHECKED = ['src/**/*.ts', 'scripts/**/*.ts', 'bench/**/*.ts', 'web/src/**/*.ts'];
+
+// Bottom to top (docs/architecture.md). A module may import its own layer and those below.
+const LAYERS = [
+  ['src/config.ts', 'src/paths.ts', 'src/keys.ts', 'src/points-value.ts', 'src/validation', 'src/generated'],
+  ['src/db'],
+  ['src/repositories'],
+  ['src/results'],
+  ['src/auth', 'src/import'],
+  ['src/http'],
+  ['src/routes'],
+  ['src/app.ts'],
+  ['src/server.ts'],
+  ['src/cli'],
+];
+const zones = LAYERS.slice(0, -1).flatMap((layer, i) => layer.map((target) => ({
+  target: `./${target}`,
+  from: LAYERS.slice(i + 1).flat().map((p) => `./${p}`),
+  message: 'imports point down the layers only (docs/architecture.md)',
+})));
+// Peers that must not know each other either.
+zones.push(
+  { target: './src/auth', from: ['./src/import'], message: 'auth and import are independent (docs/architecture.md)' },
+  { target: './src/import', from: ['./src/auth'], message: 'auth and import are independent (docs/architecture.md)' },
+);
 
 export default tseslint.config(
   { ignores: ['dist/', 'web/dist/', 'node_modules/', 'data/', 'tmp/', 'test-artifacts/', 'bench-results/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked.map((c) => ({ ...c, files: TYPE_CHECKED })),
+  { files: TYPE_CHECKED, languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } } },
   {
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly', fetch: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', TextDecoder: 'readonly', Buffer: 'readonly' } },
+    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly', fetch: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', TextDecoder: 'readonly', Buffer: 'readonly', performance: 'readonly' } },
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_' }],
       '@typescript-eslint/no-explicit-any': 'error',
+    },
+  },
+  {
+    files: ['src/**/*.ts'],
+    plugins: { 'import-x': importX },
+    settings: {
+      ...importX.flatConfigs.typescript.settings,
+      'import-x/resolver-next': [createTypeScriptImportResolver({ project: './tsconfig.json' })],
+    },
+    rules: {
+      'import-x/no-cycle': ['error', { ignoreExternal: true }],
+      'import-x/no-restricted-paths': ['error', { zones }],
     },
   },
   { files: ['test/**'], rules: { '@typescript-eslint/no-explicit-any': 'off' } },

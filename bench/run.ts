@@ -158,7 +158,7 @@ async function benchBackend(backend: string, files: { nodesFile: string; results
       await admin.query(`CREATE DATABASE ${name}`);
     }
     await admin.end();
-    const url = new URL(flags['database-url']!);
+    const url = new URL(flags['database-url']);
     url.pathname = `/${name}`;
     env.DATABASE_URL = url.toString();
     if (!flags.keep) {
@@ -178,7 +178,7 @@ async function benchBackend(backend: string, files: { nodesFile: string; results
   } else {
     const dir = mkdtempSync(path.join(tmpdir(), 'ins-bench-'));
     env.DATA_DIR = dir;
-    cleanup = async () => rmSync(dir, { recursive: true, force: true });
+    cleanup = () => Promise.resolve(rmSync(dir, { recursive: true, force: true }));
   }
   try {
     let importNodes = 0;
@@ -239,10 +239,10 @@ async function main(): Promise<void> {
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
   const now = Math.floor(Date.now() / 3_600_000) * 3_600_000;
   console.log('generating history (cached between runs)…');
-  const files = await ensureHistory(path.resolve(ROOT, flags['data-dir']!), opts, now);
+  const files = await ensureHistory(path.resolve(ROOT, flags['data-dir']), opts, now);
   const results: BackendResult[] = [];
   let port = 18_000 + (process.pid % 1000);
-  for (const backend of flags.backends!.split(',').map((b) => b.trim()).filter(Boolean)) {
+  for (const backend of flags.backends.split(',').map((b) => b.trim()).filter(Boolean)) {
     if (backend !== 'postgres' && backend !== 'pglite') throw new Error(`unknown backend ${backend}`);
     results.push(await benchBackend(backend, files, port++));
   }

@@ -57,6 +57,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   const metrics = createMetrics(opts.db, opts.processMetrics ?? false);
+  const unobserve = opts.db.observeStatements((name, seconds) => metrics.statements.observe({ statement: name }, seconds));
+  app.addHook('onClose', () => { unobserve(); return Promise.resolve(); });
   app.setValidatorCompiler(pydanticValidatorCompiler);
   registerContentParsers(app);
   registerErrorHandlers(app);

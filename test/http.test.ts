@@ -74,6 +74,8 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     expect(res.body).toMatch(/ins_results_total\{status="error",outcome="recorded"\} 1/);
     expect(res.body).toMatch(/ins_points_credited_total 1/);
     expect(res.body).toMatch(/ins_db_pool_connections\{state="total"\}/);
+    // Each statement's latency, by the statement's name.
+    expect(res.body).toMatch(/ins_db_statement_duration_seconds_count\{statement="results_credit"\} [1-9]/);
   });
 });
 

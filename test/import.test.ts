@@ -4,6 +4,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { hashKey } from '../src/keys.js';
@@ -13,6 +14,7 @@ import { ImportRejected, runImport } from '../src/import/run.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { snapshot } from './helpers/state.js';
+import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-import-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -72,6 +74,35 @@ describe.each(backends)('import on $name', (backend) => {
     expect(await aggregates(imported)).toEqual(await aggregates(live));
     await live.close();
     await imported.close();
+  });
+
+  it('keeps the aggregates equal to a recomputation from job_results after random imports', async () => {
+    const t = await startApp(backend);
+    const nodes = ['p-a', 'p-b', 'p-c'];
+    await runImport(t.db, csv(['name,api_key', ...nodes.map((n) => `${n},key-of-${n}`)].join('\n')), nodesImport, opts);
+    const base = Date.parse('2024-06-01T00:00:00Z');
+    const rowArb = fc.record({
+      node: fc.constantFrom(...nodes),
+      model: fc.constantFrom('m-a', 'm-b'),
+      status: fc.constantFrom('success', 'error'),
+      points: fc.constantFrom('1', '2.5', '0'),
+      // Within four days, often near midnight, at microsecond precision.
+      at: fc.oneof(fc.integer({ min: 0, max: 4 * 86_400_000 }), fc.integer({ min: 0, max: 3 }).map((d) => (d + 1) * 86_400_000 - 1)),
+      micros: fc.integer({ min: 0, max: 999 }),
+    });
+    let run = 0;
+    // Each run imports onto what the previous ones left: aggregates grow by exactly the file.
+    await fc.assert(fc.asyncProperty(fc.array(rowArb, { minLength: 1, maxLength: 25 }), async (rows) => {
+      run++;
+      const lines = rows.map((r, i) => {
+        const at = new Date(base + r.at).toISOString().replace('Z', `${String(r.micros).padStart(3, '0')}Z`);
+        return [`imp-${run}-${i}`, r.node, r.model, r.status, r.status === 'error' ? '0' : r.points, at].join(',');
+      });
+      await runImport(t.db, csv(['job_id,node_name,model_name,status,points,received_at', ...lines].join('\n')), resultsImport, opts);
+      const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+      expect(stored).toEqual(recomputed);
+    }), { numRuns: 15, seed: 20261122 });
+    await t.close();
   });
 
   it('rejects a file with bad rows as a whole, naming each by line', async () => {

@@ -1,4 +1,4 @@
-// Table-driven test of the pydantic translation (src/validation): every row of SPEC.md's error
+// Table-driven test of the pydantic translation (src/validation): every row of docs/errors.md's
 // table and each field of each endpoint, with the exact FastAPI/pydantic v2 error objects.
 import { describe, expect, it } from 'vitest';
 import { DailyPointsRequest, UniqueNodesQuery, UpdateResultRequest } from '../src/generated/schemas.js';
@@ -17,7 +17,7 @@ const DT = (input: string, error: string): PydanticError => ({
 });
 
 const cases: Case[] = [
-  // SPEC table, row by row.
+  // docs/errors.md's table, row by row.
   ['missing body field', UpdateResultRequest, 'body', { ...good, job_id: undefined },
     [{ type: 'missing', loc: ['body', 'job_id'], msg: 'Field required', input: { ...good, job_id: undefined } }]],
   ['body absent', UpdateResultRequest, 'body', undefined,

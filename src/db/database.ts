@@ -3,9 +3,12 @@
 // both, so every query casts its results explicitly (int8/numeric/date come back as JS numbers
 // and strings the same way on both backends).
 
-/** A named, parameterised statement. The name labels metrics and lets pg prepare it once. */
 import type { Writable } from 'node:stream';
 
+/**
+ * A named, parameterised statement. The name lets pg prepare it once and labels the
+ * per-statement duration metric (ins_db_statement_duration_seconds, http/metrics.ts).
+ */
 export interface Sql {
   readonly name: string;
   readonly text: string;
@@ -34,9 +37,34 @@ export interface Database extends Queryable {
    * reconnects by itself). Resolves to a stop function.
    */
   listen(channel: string, onNotify: () => void, onLive: (live: boolean) => void): Promise<() => Promise<void>>;
+  /** Calls fn after every statement with its name and duration; returns the unsubscribe function. */
+  observeStatements(fn: StatementObserver): () => void;
   /** Pool gauges for metrics; PGlite has a single in-process connection. */
   poolStats(): { total: number; idle: number; waiting: number };
   close(): Promise<void>;
 }
 
 export const sql = (name: string, text: string): Sql => ({ name, text });
+
+export type StatementObserver = (name: string, seconds: number) => void;
+
+/** The observers of one database; timing costs nothing while there are none. */
+export class StatementObservers {
+  private readonly observers = new Set<StatementObserver>();
+
+  add(fn: StatementObserver): () => void {
+    this.observers.add(fn);
+    return () => this.observers.delete(fn);
+  }
+
+  async time<T>(name: string, run: () => Promise<T>): Promise<T> {
+    if (this.observers.size === 0) return run();
+    const started = performance.now();
+    try {
+      return await run();
+    } finally {
+      const seconds = (performance.now() - started) / 1000;
+      for (const fn of this.observers) fn(name, seconds);
+    }
+  }
+}

@@ -2,7 +2,7 @@
 // db/errors.ts maps to 503; a query never waits forever for a connection.
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
-import type { Database, Queryable, Sql } from './database.js';
+import { StatementObservers, type Database, type Queryable, type Sql } from './database.js';
 import { isRetryable } from './errors.js';
 
 // int8 (e.g. count(*)) as JS numbers: every count here fits in 2^53.
@@ -30,12 +30,12 @@ async function retrying<T>(attempt: () => Promise<T>): Promise<T> {
   }
 }
 
-function wrap(client: pg.PoolClient | pg.Pool): Queryable {
-  const inTransaction = client instanceof pg.Pool ? {} : { copyFrom: (copySql: string) => (client as pg.PoolClient).query(copyFrom(copySql)) };
+function wrap(client: pg.PoolClient | pg.Pool, observers: StatementObservers): Queryable {
+  const inTransaction = client instanceof pg.Pool ? {} : { copyFrom: (copySql: string) => client.query(copyFrom(copySql)) };
   return {
     ...inTransaction,
     async query<R>(s: Sql, values: readonly unknown[] = []): Promise<R[]> {
-      const res = await client.query({ name: s.name, text: s.text, values: values as unknown[] });
+      const res = await observers.time(s.name, () => client.query({ name: s.name, text: s.text, values: values as unknown[] }));
       return res.rows as R[];
     },
     async exec(text: string): Promise<void> {
@@ -110,20 +110,21 @@ export function openPostgres(opts: PgOptions): Database {
   });
   // An idle client losing its connection must not crash the process; the pool drops it.
   pool.on('error', () => {});
-  const base = wrap(pool);
+  const observers = new StatementObservers();
+  const base = wrap(pool, observers);
   return {
     kind: 'postgres',
     description: describeUrl(opts.connectionString),
     // Outside a transaction each statement commits on its own (e.g. a batch of new results).
     query: (s, values) => retrying(() => base.query(s, values)),
-    exec: base.exec,
+    exec: (text) => base.exec(text),
     transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       return retrying(async () => {
         const client = await pool.connect();
         let broken = false;
         try {
           await client.query('BEGIN');
-          const out = await fn(wrap(client));
+          const out = await fn(wrap(client, observers));
           await client.query('COMMIT');
           return out;
         } catch (err) {
@@ -139,6 +140,7 @@ export function openPostgres(opts: PgOptions): Database {
       });
     },
     listen: (channel, onNotify, onLive) => listenWithReconnect(opts, channel, onNotify, onLive),
+    observeStatements: (fn) => observers.add(fn),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     close: () => pool.end(),
   };

@@ -9,17 +9,17 @@
 // matters. After each transaction we still call syncToFs() (PGlite issue #1065: transaction()
 // skips it), which makes the guarantee hold for filesystems where it is not a no-op.
 import { PGlite } from '@electric-sql/pglite';
-import type { Database, Queryable, Sql } from './database.js';
+import { StatementObservers, type Database, type Queryable, type Sql } from './database.js';
 
 interface PgliteLike {
   query<R>(text: string, params?: unknown[]): Promise<{ rows: R[] }>;
   exec(text: string): Promise<unknown>;
 }
 
-function wrap(db: PgliteLike): Queryable {
+function wrap(db: PgliteLike, observers: StatementObservers): Queryable {
   return {
     async query<R>(s: Sql, values: readonly unknown[] = []): Promise<R[]> {
-      return (await db.query<R>(s.text, values as unknown[])).rows;
+      return (await observers.time(s.name, () => db.query<R>(s.text, values as unknown[]))).rows;
     },
     async exec(text: string): Promise<void> {
       await db.exec(text);
@@ -33,14 +33,15 @@ export async function openPglite(dataDir?: string): Promise<Database> {
     // int8 as JS numbers, as in db/pg.ts.
     parsers: { 20: (v: string) => Number(v) },
   });
-  const base = wrap(db);
+  const observers = new StatementObservers();
+  const base = wrap(db, observers);
   return {
     kind: 'pglite',
     description: dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory',
-    query: base.query,
-    exec: base.exec,
+    query: (s, values) => base.query(s, values),
+    exec: (text) => base.exec(text),
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-      const out = await db.transaction((tx) => fn(wrap(tx)));
+      const out = await db.transaction((tx) => fn(wrap(tx, observers)));
       await db.syncToFs();
       return out;
     },
@@ -53,6 +54,7 @@ export async function openPglite(dataDir?: string): Promise<Database> {
         await unlisten().catch(() => undefined);
       };
     },
+    observeStatements: (fn) => observers.add(fn),
     poolStats: () => ({ total: 1, idle: 1, waiting: 0 }),
     close: () => db.close(),
   };

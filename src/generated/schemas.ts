@@ -72,3 +72,43 @@ export const UniqueNodesQuery = Type.Object({
   end_date: Type.Optional(Type.Union([Type.String({ format: "date-time" }), Type.Null()], { title: "End Date", description: "End of the window, inclusive (ISO-8601 date or date-time). Must not be before `start_date` (422, `loc: [\"query\", \"end_date\"]`)." })),
 });
 export type UniqueNodesQuery = Static<typeof UniqueNodesQuery>;
+
+export const UniqueNodesResponses = {
+  200: UniqueNodesResponse,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const UpdateResultResponses = {
+  200: UpdateResultResponse,
+  400: ErrorDetail,
+  401: ErrorDetail,
+  403: ErrorDetail,
+  409: ErrorDetail,
+  413: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const DailyPointsResponses = {
+  200: DailyPointsResponse,
+  400: ErrorDetail,
+  401: ErrorDetail,
+  403: ErrorDetail,
+  404: ErrorDetail,
+  413: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const HealthzResponses = {
+  200: HealthResponse,
+};
+
+export const ReadyzResponses = {
+  200: HealthResponse,
+  503: ErrorDetail,
+};

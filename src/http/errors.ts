@@ -48,7 +48,7 @@ export function registerErrorHandlers(app: FastifyInstance): void {
     }
     if (isDataException(err)) {
       // Validation should have caught it; the request is still at fault, not the service.
-      req.log.warn({ err: { message: (err as Error).message, code: (err as FastifyError).code } }, 'value refused by the database');
+      req.log.warn({ err: { message: err.message, code: (err as FastifyError).code } }, 'value refused by the database');
       return reply.code(422).send({ detail: [valueError(['body'], 'a value of the request cannot be stored', null)] });
     }
     const known = err instanceof HttpError ? err : (httpErrorForDatabase(err) ?? fastifyClientError(err as FastifyError));

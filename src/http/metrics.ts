@@ -11,6 +11,7 @@ export interface Metrics {
   results: Counter<'status' | 'outcome'>;
   points: Counter;
   keyLookups: Counter<'source'>;
+  statements: Histogram<'statement'>;
 }
 
 export function createMetrics(db: Database, withProcessMetrics: boolean): Metrics {
@@ -28,6 +29,13 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   const results = new Counter({ name: 'ins_results_total', help: 'Job results by reported status and outcome (recorded, replayed, conflict)', labelNames: ['status', 'outcome'], registers: [registry] });
   const points = new Counter({ name: 'ins_points_credited_total', help: 'Points credited to nodes', registers: [registry] });
   const keyLookups = new Counter({ name: 'ins_key_lookups_total', help: 'API key lookups by source (cache or database)', labelNames: ['source'], registers: [registry] });
+  const statements = new Histogram({
+    name: 'ins_db_statement_duration_seconds',
+    help: 'Database statement latency by statement name (src/db/database.ts Sql.name)',
+    labelNames: ['statement'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
+    registers: [registry],
+  });
   new Gauge({
     name: 'ins_db_pool_connections',
     help: 'Database pool connections by state',
@@ -40,5 +48,5 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
       this.set({ state: 'waiting' }, s.waiting);
     },
   });
-  return { registry, requests, duration, results, points, keyLookups };
+  return { registry, requests, duration, results, points, keyLookups, statements };
 }

@@ -52,7 +52,10 @@ export interface KeyLimiters {
 
 // Reports carry the key in the body, reads in the header. Hashed: the limiter's memory holds
 // no usable keys.
-const bodyKey = (req: FastifyRequest): string => `report:${hashKey(String((req.body as { api_key?: unknown }).api_key ?? ''))}`;
+const bodyKey = (req: FastifyRequest): string => {
+  const key = (req.body as { api_key?: unknown }).api_key;
+  return `report:${hashKey(typeof key === 'string' ? key : '')}`;
+};
 const headerKey = (req: FastifyRequest): string => `read:${hashKey(String(req.headers.api_key ?? ''))}`;
 
 export async function registerRateLimits(app: FastifyInstance, limits: RateLimits): Promise<KeyLimiters> {

@@ -18,7 +18,7 @@ const CACHE_LIMIT = 10_000;
 /** The model's id, creating the model on first sight. */
 export async function ensureModelId(db: Queryable, name: string): Promise<number> {
   let cache = idCache.get(db);
-  if (!cache) idCache.set(db, (cache = new Map()));
+  if (!cache) idCache.set(db, (cache = new Map<string, number>()));
   const cached = cache.get(name);
   if (cached !== undefined) return cached;
   let [row] = await db.query<{ id: number }>(FIND, [name]);

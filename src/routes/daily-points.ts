@@ -2,7 +2,7 @@
 // The key is checked before the body (as FastAPI's APIKeyHeader dependency does): a request
 // without a valid key learns nothing, not even which fields are wrong.
 import type { FastifyRequest } from 'fastify';
-import { DailyPointsRequest, DailyPointsResponse, ErrorDetail, HTTPValidationError } from '../generated/schemas.js';
+import { DailyPointsRequest, DailyPointsResponses } from '../generated/schemas.js';
 import type { Principal } from '../auth/principal.js';
 import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
@@ -19,7 +19,7 @@ export function dailyPointsRoute(app: App, deps: Deps): void {
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
-      response: { 200: DailyPointsResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
+      response: DailyPointsResponses,
     },
     ...(limiters.reads ? { preHandler: limiters.reads } : {}),
     preValidation: async (req: FastifyRequest) => {

@@ -1,5 +1,5 @@
 // GET /unique_nodes: the distinct nodes that served a model, optionally in a time window.
-import { HTTPValidationError, ErrorDetail, UniqueNodesQuery, UniqueNodesResponse } from '../generated/schemas.js';
+import { UniqueNodesQuery, UniqueNodesResponses } from '../generated/schemas.js';
 import { RequestValidationError } from '../http/validator.js';
 import { instantKey } from '../validation/datetime.js';
 import { valueError } from '../validation/pydantic.js';
@@ -9,7 +9,7 @@ export function uniqueNodesRoute(app: App, { rosters }: Deps): void {
   app.get('/unique_nodes', {
     schema: {
       querystring: UniqueNodesQuery,
-      response: { 200: UniqueNodesResponse, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
+      response: UniqueNodesResponses,
     },
   }, async (req, reply) => {
     const { model_name } = req.query;

@@ -1,5 +1,5 @@
 // POST /worker/update_result: a worker reports a job's result with its node key in the body.
-import { ErrorDetail, HTTPValidationError, UpdateResultRequest, UpdateResultResponse } from '../generated/schemas.js';
+import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
 import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
@@ -9,7 +9,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
   app.post('/worker/update_result', {
     schema: {
       body: UpdateResultRequest,
-      response: { 200: UpdateResultResponse, 400: ErrorDetail, 401: ErrorDetail, 403: ErrorDetail, 409: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 429: ErrorDetail, 503: ErrorDetail },
+      response: UpdateResultResponses,
     },
     ...(limiters.reports ? { preHandler: limiters.reports } : {}),
   }, async (req) => {
@@ -24,7 +24,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
       jobId: job_id,
       modelName: model_name,
       status,
-      result: result as Record<string, unknown>,
+      result,
       defaultPoints: defaultPointsPerJob,
     });
     metrics.results.inc({ status, outcome: outcome.kind });

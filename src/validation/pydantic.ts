@@ -185,7 +185,7 @@ function normaliseQuery(schema: Schema, raw: Record<string, unknown>): Record<st
   const out: Record<string, unknown> = {};
   const required = new Set(schema.required ?? []);
   for (const [k, v] of Object.entries(raw)) {
-    const last = Array.isArray(v) ? v[v.length - 1] : v;
+    const last: unknown = Array.isArray(v) ? v[v.length - 1] : v;
     if (!required.has(k) && (last === '' || last === 'null')) continue;
     out[k] = last;
   }

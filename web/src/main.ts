@@ -40,7 +40,7 @@ function explain(err: unknown, context: { node?: string }): string {
     case 404: return `No node is named “${context.node ?? ''}”. Node names are case-sensitive.`;
     case 422: {
       const first = Array.isArray(err.detail) ? (err.detail[0] as { loc?: unknown[]; msg?: string }) : undefined;
-      return first ? `Please check ${String(first.loc?.at(-1) ?? 'the form').replace('_', ' ')}: ${first.msg ?? 'invalid value'}.` : 'Please check the form.';
+      return first ? `Please check ${String((first.loc?.at(-1) as string | number | undefined) ?? 'the form').replace('_', ' ')}: ${first.msg ?? 'invalid value'}.` : 'Please check the form.';
     }
     case 429: return `Too many requests. Try again in ${err.retryAfter ?? 'a few'} seconds.`;
     case 503: return 'The service is temporarily unavailable. Try again in a moment.';
