@@ -46,7 +46,47 @@ function setDisabledCommand(disabled: boolean): Command {
   };
 }
 
+/** A command that lists rows: JSON with --json, else a table, or a hint when there are none. */
+function listCommand<T>(spec: { usage: string; summary: string; load: (db: Database) => Promise<T[]>; empty: string; columns: string[]; row: (item: T) => string[] }): Command {
+  return {
+    usage: spec.usage,
+    summary: spec.summary,
+    args: [],
+    async run(db, _args, { json }, io) {
+      const items = await spec.load(db);
+      if (json) return io.out(JSON.stringify(items));
+      if (items.length === 0) return io.out(spec.empty);
+      for (const line of table([spec.columns, ...items.map(spec.row)])) io.out(line);
+    },
+  };
+}
+
 const KEY_NOTE = 'Store this key now: it is shown only once and only its hash is kept.';
+
+/**
+ * A command that issues a key for its one argument: the key alone on stdout (or JSON with
+ * --json, `fields` then `key`), the note on stderr, so `KEY=$(npx ins …)` works.
+ */
+function keyCommand(spec: {
+  usage: string;
+  summary: string;
+  arg: string;
+  /** Checked before anything is touched, when the argument names something new. */
+  maxLength?: number;
+  issue: (db: Database, value: string) => Promise<{ fields: Record<string, unknown>; key: string; note: string }>;
+}): Command {
+  return {
+    usage: spec.usage,
+    summary: spec.summary,
+    args: [spec.arg],
+    async run(db, [value], { json }, io) {
+      if (spec.maxLength !== undefined) checkName(spec.arg, value!, spec.maxLength);
+      const { fields, key, note } = await spec.issue(db, value!);
+      io.out(json ? JSON.stringify({ ...fields, key }) : key);
+      io.err(`${note} ${KEY_NOTE}`);
+    },
+  };
+}
 
 function importCommand(what: 'nodes' | 'results', spec: ImportSpec, summary: string): Command {
   return {
@@ -86,70 +126,59 @@ export const COMMANDS: Record<string, Command> = {
       else io.out(applied.length ? `applied: ${applied.join(', ')}` : 'database is up to date');
     },
   },
-  'node add': {
+  'node add': keyCommand({
     usage: 'node add NAME',
     summary: "create a node and print its key (nk_…) once",
-    args: ['NAME'],
-    async run(db, [name], { json }, io) {
-      checkName('NAME', name!, 128);
+    arg: 'NAME',
+    maxLength: 128,
+    async issue(db, name) {
       try {
-        const { key } = await createNode(db, name!);
-        if (json) io.out(JSON.stringify({ name, key }));
-        else io.out(key);
-        io.err(`Node "${name}" created. ${KEY_NOTE}`);
+        const { key } = await createNode(db, name);
+        return { fields: { name }, key, note: `Node "${name}" created.` };
       } catch (err) {
         if (err instanceof NodeExistsError) throw new CommandError(`${err.message}; use "ins node rotate-key ${name}" for a new key`);
         throw err;
       }
     },
-  },
-  'node list': {
+  }),
+  'node list': listCommand({
     usage: 'node list',
     summary: 'list nodes with their status and points',
-    args: [],
-    async run(db, _args, { json }, io) {
-      const nodes = await listNodes(db);
-      if (json) return io.out(JSON.stringify(nodes));
-      if (nodes.length === 0) return io.out('no nodes yet; create one with: npx ins node add NAME');
-      for (const line of table([['NAME', 'STATUS', 'TOTAL_POINTS', 'LAST_DAY_WITH_POINTS', 'CREATED'],
-        ...nodes.map((n) => [n.name, n.disabled ? 'disabled' : 'active', String(n.total_points), n.last_day_with_points ?? '-', n.created_at])])) io.out(line);
-    },
-  },
+    load: listNodes,
+    empty: 'no nodes yet; create one with: npx ins node add NAME',
+    columns: ['NAME', 'STATUS', 'TOTAL_POINTS', 'LAST_DAY_WITH_POINTS', 'CREATED'],
+    row: (n) => [n.name, n.disabled ? 'disabled' : 'active', String(n.total_points), n.last_day_with_points ?? '-', n.created_at],
+  }),
   'node disable': setDisabledCommand(true),
   'node enable': setDisabledCommand(false),
-  'node rotate-key': {
+  'node rotate-key': keyCommand({
     usage: 'node rotate-key NAME',
     summary: 'give a node a new key; the old one stops working at once',
-    args: ['NAME'],
-    async run(db, [name], { json }, io) {
-      const key = await rotateNodeKey(db, name!);
+    arg: 'NAME',
+    async issue(db, name) {
+      const key = await rotateNodeKey(db, name);
       if (!key) throw new CommandError(`no node named "${name}"`);
-      io.out(json ? JSON.stringify({ name, key }) : key);
-      io.err(`New key for node "${name}"; the old key no longer works. ${KEY_NOTE}`);
+      return { fields: { name }, key, note: `New key for node "${name}"; the old key no longer works.` };
     },
-  },
-  'key add-reader': {
+  }),
+  'key add-reader': keyCommand({
     usage: 'key add-reader LABEL',
     summary: "create a reader key (rk_…) for dashboards and print it once",
-    args: ['LABEL'],
-    async run(db, [label], { json }, io) {
-      checkName('LABEL', label!, 128);
-      const { id, key } = await addReaderKey(db, label!);
-      io.out(json ? JSON.stringify({ id, label, key }) : key);
-      io.err(`Reader key ${id} ("${label}") created. ${KEY_NOTE}`);
+    arg: 'LABEL',
+    maxLength: 128,
+    async issue(db, label) {
+      const { id, key } = await addReaderKey(db, label);
+      return { fields: { id, label }, key, note: `Reader key ${id} ("${label}") created.` };
     },
-  },
-  'key list': {
+  }),
+  'key list': listCommand({
     usage: 'key list',
     summary: 'list reader keys (ids and labels, never the keys)',
-    args: [],
-    async run(db, _args, { json }, io) {
-      const keys = await listReaderKeys(db);
-      if (json) return io.out(JSON.stringify(keys));
-      if (keys.length === 0) return io.out('no reader keys; create one with: npx ins key add-reader LABEL');
-      for (const line of table([['ID', 'LABEL', 'STATUS', 'CREATED'], ...keys.map((k) => [String(k.id), k.label, k.revoked ? 'revoked' : 'active', k.created_at])])) io.out(line);
-    },
-  },
+    load: listReaderKeys,
+    empty: 'no reader keys; create one with: npx ins key add-reader LABEL',
+    columns: ['ID', 'LABEL', 'STATUS', 'CREATED'],
+    row: (k) => [String(k.id), k.label, k.revoked ? 'revoked' : 'active', k.created_at],
+  }),
   'key revoke': {
     usage: 'key revoke ID|LABEL',
     summary: 'revoke a reader key by id or by its (unique) label',
@@ -177,17 +206,14 @@ export const COMMANDS: Record<string, Command> = {
   'import nodes': importCommand('nodes', nodesImport, 'import nodes with their existing keys: columns name,api_key or name,api_key_sha256'),
   'import results': importCommand('results', resultsImport,
     'import job results history: job_id,node_name,model_name,status,points,received_at[,result]; aggregates follow'),
-  'model list': {
+  'model list': listCommand({
     usage: 'model list',
     summary: 'list models with their points per job and number of nodes',
-    args: [],
-    async run(db, _args, { json }, io) {
-      const models = await listModels(db);
-      if (json) return io.out(JSON.stringify(models));
-      if (models.length === 0) return io.out('no models yet: they appear with the first report');
-      for (const line of table([['MODEL', 'POINTS_PER_JOB', 'NODES'], ...models.map((m) => [m.name, m.points_per_job === null ? 'default' : String(m.points_per_job), String(m.nodes)])])) io.out(line);
-    },
-  },
+    load: listModels,
+    empty: 'no models yet: they appear with the first report',
+    columns: ['MODEL', 'POINTS_PER_JOB', 'NODES'],
+    row: (m) => [m.name, m.points_per_job === null ? 'default' : String(m.points_per_job), String(m.nodes)],
+  }),
 };
 
 export interface ParsedCommand { name: string; command: Command; args: string[]; opts: RunOptions; help: boolean }

@@ -55,13 +55,9 @@ function scanObject(s: string, end: number): number {
     end = skipWs(s, end);
     if (s[end] !== ':') throw new Fail("Expecting ':' delimiter", end);
     end = skipWs(s, end + 1);
-    end = scanValueOrFail(s, end);
-    end = skipWs(s, end);
-    const next = s[end];
-    end++;
-    if (next === '}') return end;
-    if (next !== ',') throw new Fail("Expecting ',' delimiter", end - 1);
-    end = skipWs(s, end);
+    const after = afterItem(s, scanValueOrFail(s, end), '}');
+    if (after.done) return after.end;
+    end = after.end;
     if (s[end] !== '"') throw new Fail('Expecting property name enclosed in double quotes', end);
     end++;
   }
@@ -71,14 +67,19 @@ function scanArray(s: string, end: number): number {
   end = skipWs(s, end);
   if (s[end] === ']') return end + 1;
   for (;;) {
-    end = scanValueOrFail(s, end);
-    end = skipWs(s, end);
-    const next = s[end];
-    end++;
-    if (next === ']') return end;
-    if (next !== ',') throw new Fail("Expecting ',' delimiter", end - 1);
-    end = skipWs(s, end);
+    const after = afterItem(s, scanValueOrFail(s, end), ']');
+    if (after.done) return after.end;
+    end = after.end;
   }
+}
+
+/** After a member of an object or array: past `close` (done), or past ',' and white space. */
+function afterItem(s: string, end: number, close: string): { end: number; done: boolean } {
+  end = skipWs(s, end);
+  const next = s[end];
+  if (next === close) return { end: end + 1, done: true };
+  if (next !== ',') throw new Fail("Expecting ',' delimiter", end);
+  return { end: skipWs(s, end + 1), done: false };
 }
 
 function scanValueOrFail(s: string, i: number): number {
