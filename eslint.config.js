@@ -16,6 +16,7 @@ const LAYERS = [
   ['src/db'],
   ['src/repositories'],
   ['src/results'],
+  ['src/jobs'],
   ['src/auth', 'src/import'],
   ['src/http'],
   ['src/routes'],

@@ -17,7 +17,7 @@ interface OpenApi {
 }
 
 // Keywords copied as TypeBox options; everything else must be handled explicitly.
-const OPTION_KEYS = ['title', 'description', 'format', 'minLength', 'maxLength', 'minimum', 'maximum', 'additionalProperties'];
+const OPTION_KEYS = ['title', 'description', 'format', 'minLength', 'maxLength', 'minimum', 'maximum', 'minItems', 'maxItems', 'additionalProperties'];
 const STRUCTURAL_KEYS = ['type', 'properties', 'required', 'items', 'anyOf', 'enum', '$ref'];
 
 function options(schema: JsonSchema): string {
@@ -105,19 +105,21 @@ function pascal(id: string): string {
   return id.split(/[_\W]+/).filter(Boolean).map((w) => w[0]!.toUpperCase() + w.slice(1)).join('');
 }
 
-// Query parameters of each operation become one object schema named <OperationId>Query.
-function querySchemas(doc: OpenApi): string[] {
+// Query and path parameters of each operation become one object schema each, named
+// <OperationId>Query and <OperationId>Params.
+function parameterSchemas(doc: OpenApi): string[] {
   const out: string[] = [];
-  for (const methods of Object.values(doc.paths)) {
-    for (const op of Object.values(methods)) {
-      const params = (op.parameters ?? []).filter((p) => p.in === 'query');
+  const kinds = [['query', 'Query'], ['path', 'Params']] as const;
+  for (const op of Object.values(doc.paths).flatMap((methods) => Object.values(methods))) {
+    for (const [where, suffix] of kinds) {
+      const params = (op.parameters ?? []).filter((p) => p.in === where);
       if (params.length === 0) continue;
       const schema: JsonSchema = {
         type: 'object',
         properties: Object.fromEntries(params.map((p) => [p.name, { ...p.schema, ...(p.description ? { description: p.description } : {}) }])),
         required: params.filter((p) => p.required).map((p) => p.name),
       };
-      const name = `${pascal(op.operationId)}Query`;
+      const name = `${pascal(op.operationId)}${suffix}`;
       out.push(`export const ${name} = ${render(schema, '')};\nexport type ${name} = Static<typeof ${name}>;`);
     }
   }
@@ -150,7 +152,7 @@ export function renderSchemas(doc: OpenApi): string {
     const code = render(doc.components.schemas[name]!, '');
     return `export const ${name} = ${code};\nexport type ${name} = Static<typeof ${name}>;`;
   });
-  return [...header, '', ...[...components, ...querySchemas(doc), ...responseMaps(doc)].join('\n\n').split('\n'), ''].join('\n');
+  return [...header, '', ...[...components, ...parameterSchemas(doc), ...responseMaps(doc)].join('\n\n').split('\n'), ''].join('\n');
 }
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

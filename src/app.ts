@@ -12,12 +12,23 @@ import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
-import { NO_RATE_LIMITS, type RateLimits } from './config.js';
+import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits } from './config.js';
 import { dailyPointsRoute } from './routes/daily-points.js';
 import { operationsRoutes } from './routes/operations.js';
 import { dashboardRoutes } from './routes/dashboard.js';
 import { uniqueNodesRoute } from './routes/unique-nodes.js';
 import { updateResultRoute } from './routes/update-result.js';
+import { checkNodeSecretRoute } from './routes/worker/check-node-secret.js';
+import { registerNodeRoute } from './routes/worker/register-node.js';
+import { updateModelsRoute } from './routes/worker/update-models.js';
+import { getJobRoute } from './routes/worker/get-job.js';
+import { deregisterNodeRoute } from './routes/worker/deregister-node.js';
+import { getPointsRoute } from './routes/get-points.js';
+import { submitJobRoute } from './routes/user/submit-job.js';
+import { getResultRoutes } from './routes/user/get-result.js';
+import { networkRoutes } from './routes/network.js';
+import type { Deps } from './routes/types.js';
+import { Coordinator } from './jobs/coordinator.js';
 
 export interface AppOptions {
   db: Database;
@@ -34,6 +45,8 @@ export interface AppOptions {
   rateLimits?: RateLimits;
   /** Behind a reverse proxy: take the client address from X-Forwarded-For. */
   trustProxy?: boolean;
+  /** The job coordinator's settings; the defaults of config.ts where absent. */
+  coordinator?: Partial<CoordinatorConfig>;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -77,10 +90,38 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   const principals = new PrincipalCache();
   const detach = await principals.attach(opts.db);
   app.addHook('onClose', async () => detach());
-  const deps = { db: opts.db, metrics, defaultPointsPerJob: opts.defaultPointsPerJob ?? 1, principals, limiters, rosters: new RosterCache(opts.db), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db) };
+  const defaultPointsPerJob = opts.defaultPointsPerJob ?? 1;
+  const coordinatorConfig: CoordinatorConfig = { ...DEFAULT_COORDINATOR, ...opts.coordinator };
+  const coordinator = await Coordinator.start(opts.db, {
+    ...coordinatorConfig,
+    defaultPointsPerJob,
+    events: {
+      leased: (seconds) => metrics.dispatchLatency.observe(seconds),
+      finished: (state, n) => metrics.jobsFinished.inc({ state }, n),
+      leasesExpired: (n) => metrics.leaseExpiries.inc(n),
+      error: (err) => app.log.error({ err }, 'coordinator'),
+    },
+  });
+  metrics.live.waitingWorkers = () => coordinator.waitingWorkers;
+  // Waiting polls answer at once when the server stops, rather than holding the shutdown.
+  app.addHook('preClose', (done) => { coordinator.drain(); done(); });
+  app.addHook('onClose', () => coordinator.close());
+  const deps: Deps = {
+    db: opts.db, metrics, defaultPointsPerJob, principals, limiters, coordinator, coordinatorConfig,
+    rosters: new RosterCache(opts.db), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db),
+  };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);
+  checkNodeSecretRoute(app, deps);
+  registerNodeRoute(app, deps);
+  updateModelsRoute(app, deps);
+  getJobRoute(app, deps);
+  deregisterNodeRoute(app, deps);
+  getPointsRoute(app, deps);
+  submitJobRoute(app, deps);
+  getResultRoutes(app, deps);
+  networkRoutes(app, deps);
   await operationsRoutes(app, deps);
   await dashboardRoutes(app);
 

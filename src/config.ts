@@ -31,7 +31,33 @@ export interface Config {
   keepAliveTimeoutMs: number;
   trustProxy: boolean;
   rateLimits: RateLimits;
+  coordinator: CoordinatorConfig;
 }
+
+/** reports: node keys credit any new job_id (the original contract); dispatched: only leases this service handed out earn points. */
+export type CreditPolicy = 'reports' | 'dispatched';
+
+/** The job coordinator's settings (docs/coordinator.md); durations in seconds. */
+export interface CoordinatorConfig {
+  creditPolicy: CreditPolicy;
+  /** Leases a job may have before it fails. */
+  maxAttempts: number;
+  /** A job's deadline after its submission, unless the user asks for another (up to maxJobTimeout). */
+  jobTimeout: number;
+  maxJobTimeout: number;
+  /** How long a lease lasts (never past the job's deadline); then the job goes back to the queue. */
+  leaseTimeout: number;
+  /** How long a node's model declaration lasts without being sent again. */
+  modelsTtl: number;
+  /** How often expired leases and deadlines are swept (by one server at a time). */
+  sweepInterval: number;
+  /** A node seen this recently is online (active_node_count, ins node list). */
+  onlineWindow: number;
+}
+
+export const DEFAULT_COORDINATOR: CoordinatorConfig = {
+  creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60,
+};
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -41,6 +67,8 @@ export class ConfigError extends Error {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
+const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$/i;
+const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
 
 /** The variables, their defaults and meaning: the README's configuration table. */
@@ -63,6 +91,14 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key (0 = off)'],
   ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key (0 = off)'],
   ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 (0 = off)'],
+  ['CREDIT_POLICY', 'reports', 'reports: node keys credit any new job_id; dispatched: only jobs this service leased earn points'],
+  ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
+  ['JOB_TIMEOUT', `${DEFAULT_COORDINATOR.jobTimeout}s`, "a job's deadline after submission (s, m, h; a request may ask for up to MAX_JOB_TIMEOUT)"],
+  ['MAX_JOB_TIMEOUT', `${DEFAULT_COORDINATOR.maxJobTimeout / 3600}h`, 'the longest deadline a request may ask for'],
+  ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
+  ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
+  ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
+  ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
 ];
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -124,6 +160,31 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (!['true', 'false', '1', '0', 'yes', 'no'].includes(raw)) problems.push(`${name}=${JSON.stringify(raw)}: expected true or false`);
     return ['true', '1', 'yes'].includes(raw);
   };
+  const duration = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = get(name);
+    if (raw === undefined) return fallback;
+    const m = DURATION.exec(raw);
+    const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] ?? 's').toLowerCase()]! : NaN;
+    if (!(seconds >= min && seconds <= max)) {
+      problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${min} s to ${max} s, e.g. 30s, 5m or 6h`);
+      return fallback;
+    }
+    return seconds;
+  };
+  const policy = get('CREDIT_POLICY') ?? 'reports';
+  if (policy !== 'reports' && policy !== 'dispatched') problems.push(`CREDIT_POLICY=${JSON.stringify(policy)}: expected reports or dispatched`);
+  const d = DEFAULT_COORDINATOR;
+  const coordinator: CoordinatorConfig = {
+    creditPolicy: policy === 'dispatched' ? 'dispatched' : 'reports',
+    maxAttempts: int('MAX_ATTEMPTS', d.maxAttempts, 1, 100),
+    jobTimeout: duration('JOB_TIMEOUT', d.jobTimeout, 1, 7 * 86400),
+    maxJobTimeout: duration('MAX_JOB_TIMEOUT', d.maxJobTimeout, 1, 7 * 86400),
+    leaseTimeout: duration('LEASE_TIMEOUT', d.leaseTimeout, 0.1, 7 * 86400),
+    modelsTtl: duration('MODELS_TTL', d.modelsTtl, 1, 30 * 86400),
+    sweepInterval: duration('SWEEP_INTERVAL', d.sweepInterval, 0.05, 3600),
+    onlineWindow: duration('NODE_ONLINE_WINDOW', d.onlineWindow, 1, 86400),
+  };
+  if (coordinator.jobTimeout > coordinator.maxJobTimeout) problems.push(`JOB_TIMEOUT (${coordinator.jobTimeout} s) is longer than MAX_JOB_TIMEOUT (${coordinator.maxJobTimeout} s)`);
   const migrateOnStart = bool('MIGRATE_ON_START', true);
   const trustProxy = bool('TRUST_PROXY', false);
 
@@ -144,5 +205,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     keepAliveTimeoutMs,
     trustProxy,
     rateLimits,
+    coordinator,
   };
 }

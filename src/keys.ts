@@ -1,11 +1,13 @@
-// API keys: 32 random bytes, base64url, behind a prefix that tells the kind so logs and
-// support read themselves (nk_ node key, rk_ reader key). Only the SHA-256 is stored; random
-// keys of this size need no slow hash. Looking a key up by its hash, never comparing the key
-// itself, keeps the check free of key-dependent timing.
+// Keys and tokens: 32 random bytes, base64url, behind a prefix that tells the kind so logs and
+// support read themselves: nk_ node key, rk_ reader key, uk_ user key, ns_ node session token,
+// jk_ job key (one per lease). Only the SHA-256 is stored; random keys of this size need no
+// slow hash. Looking a key up by its hash, never comparing the key itself, keeps the check
+// free of key-dependent timing.
 import { createHash, randomBytes } from 'node:crypto';
 
-export type KeyKind = 'node' | 'reader';
-const PREFIX: Record<KeyKind, string> = { node: 'nk_', reader: 'rk_' };
+export type KeyKind = 'node' | 'reader' | 'user' | 'session' | 'job';
+const PREFIX: Record<KeyKind, string> = { node: 'nk_', reader: 'rk_', user: 'uk_', session: 'ns_', job: 'jk_' };
+const KINDS = Object.entries(PREFIX) as [KeyKind, string][];
 
 export function hashKey(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
@@ -16,8 +18,8 @@ export function newKey(kind: KeyKind): { key: string; hash: string } {
   return { key, hash: hashKey(key) };
 }
 
+/** The kind a key's prefix tells; undefined for keys without one (imported node keys). */
 export function keyKind(key: string): KeyKind | undefined {
-  if (key.startsWith(PREFIX.node)) return 'node';
-  if (key.startsWith(PREFIX.reader)) return 'reader';
+  for (const [kind, prefix] of KINDS) if (key.startsWith(prefix)) return kind;
   return undefined;
 }

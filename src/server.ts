@@ -44,6 +44,7 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       rateLimits: config.rateLimits,
       trustProxy: config.trustProxy,
+      coordinator: config.coordinator,
     });
     const url = await app.listen({ port: config.port, host: config.host });
 

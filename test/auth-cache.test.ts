@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PrincipalCache } from '../src/auth/authenticate.js';
 import { sql } from '../src/db/database.js';
 import { rotateNodeKey, setNodeDisabled } from '../src/repositories/nodes.js';
-import { revokeReaderKey } from '../src/repositories/reader-keys.js';
+import { revokeApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';
 
@@ -32,7 +32,7 @@ describe.each(backends)('key cache on $name', (backend) => {
 
     const reader = await t.addReader('cached-reader');
     expect((await points(reader, 'cached-1')).statusCode).toBe(200);
-    await revokeReaderKey(t.db, 'cached-reader');
+    await revokeApiKey(t.db, 'cached-reader');
     expect((await points(reader, 'cached-1')).statusCode).toBe(401);
   });
 

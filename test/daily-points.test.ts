@@ -1,7 +1,7 @@
 // POST /daily_points through the real app, on each storage backend.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setNodeDisabled } from '../src/repositories/nodes.js';
-import { revokeReaderKey } from '../src/repositories/reader-keys.js';
+import { revokeApiKey } from '../src/repositories/api-keys.js';
 import { findNodeByName, recordResult } from './helpers/production-paths.js';
 import { backends } from './helpers/db.js';
 import { report, startApp, todayUtc } from './helpers/app.js';
@@ -113,7 +113,7 @@ describe.each(backends)('POST /daily_points on $name', (backend) => {
     it('401 for a revoked reader key', async () => {
       const key = await t.addReader('old-dashboard');
       expect((await ask({ node_name: 'alpha', last_days: 1 }, key)).statusCode).toBe(200);
-      await revokeReaderKey(t.db, 'old-dashboard');
+      await revokeApiKey(t.db, 'old-dashboard');
       expect((await ask({ node_name: 'alpha', last_days: 1 }, key)).statusCode).toBe(401);
     });
 

@@ -6,7 +6,7 @@ import { buildApp } from '../src/app.js';
 import { DEFAULT_RATE_LIMITS, loadConfig, NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
 import { createNode } from '../src/repositories/nodes.js';
-import { addReaderKey } from '../src/repositories/reader-keys.js';
+import { addApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report } from './helpers/app.js';
 
@@ -53,7 +53,7 @@ describe('rate limits', () => {
 
   it('limit daily_points per key', async () => {
     const { app, db } = await start({ readsPerKey: 2 });
-    const reader = (await addReaderKey(db, 'r')).key;
+    const reader = (await addApiKey(db, 'reader', 'r')).key;
     await createNode(db, 'n');
     const ask = () => app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: reader }, payload: { node_name: 'n', last_days: 1 } });
     expect((await ask()).statusCode).toBe(200);

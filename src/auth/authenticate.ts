@@ -8,19 +8,25 @@
 import type { Database, Queryable } from '../db/database.js';
 import { hashKey } from '../keys.js';
 import { KEY_EVENTS_CHANNEL, onLocalKeyChange } from '../repositories/key-events.js';
-import { lookupPrincipal, type Principal } from './principal.js';
+import { lookupPrincipal, type LookupOptions, type Principal } from './principal.js';
 
 export type { Principal } from './principal.js';
 
+export interface AuthenticateOptions extends LookupOptions {
+  cache?: PrincipalCache;
+  onLookup?: (source: 'cache' | 'database') => void;
+}
+
 /** The key's principal, from the cache when it holds it; undefined for an unknown key. */
-export async function authenticate(db: Queryable, key: string, cache?: PrincipalCache, onLookup?: (source: 'cache' | 'database') => void): Promise<Principal | undefined> {
+export async function authenticate(db: Queryable, key: string, opts: AuthenticateOptions): Promise<Principal | undefined> {
   if (key.length === 0) return undefined;
+  const { cache } = opts;
   const hash = hashKey(key);
   const cached = cache?.get(hash);
-  onLookup?.(cached ? 'cache' : 'database');
+  opts.onLookup?.(cached ? 'cache' : 'database');
   if (cached) return cached;
   const generation = cache?.begin() ?? 0;
-  const principal = await lookupPrincipal(db, key, hash);
+  const principal = await lookupPrincipal(db, key, hash, opts);
   if (principal) cache?.set(hash, principal, generation);
   return principal;
 }

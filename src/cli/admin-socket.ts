@@ -6,6 +6,7 @@ import { chmodSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import type { Database } from '../db/database.js';
+import type { Config } from '../config.js';
 import { runCommand } from './commands.js';
 import { bufferIo } from './io.js';
 
@@ -14,8 +15,8 @@ export interface Forwarded { code: number; stdout: string[]; stderr: string[] }
 export const adminSocketPath = (dataDir: string): string => path.join(dataDir, 'admin.sock');
 const MAX_REQUEST = 64 * 1024;
 
-export async function serveAdminSocket(db: Database, dataDir: string, onError: (err: unknown) => void): Promise<() => Promise<void>> {
-  const file = adminSocketPath(dataDir);
+export async function serveAdminSocket(db: Database, config: Config, onError: (err: unknown) => void): Promise<() => Promise<void>> {
+  const file = adminSocketPath(config.dataDir);
   // We hold the data-directory lock, so any socket file left here is from a dead process.
   rmSync(file, { force: true });
   const server = net.createServer((conn) => {
@@ -34,7 +35,7 @@ export async function serveAdminSocket(db: Database, dataDir: string, onError: (
         try {
           const { argv } = JSON.parse(buf.slice(0, nl)) as { argv: unknown };
           if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) throw new Error('bad request');
-          code = await runCommand(db, argv, io);
+          code = await runCommand(db, argv, io, { coordinator: config.coordinator });
         } catch (err) {
           onError(err);
           io.err('ins: the server could not run this command; see its log');

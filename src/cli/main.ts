@@ -55,7 +55,7 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   let closeAdmin: (() => Promise<void>) | undefined;
   if (running.db.kind === 'pglite') {
     try {
-      closeAdmin = await serveAdminSocket(running.db, config.dataDir, (err) => logger.error({ err }, 'admin command failed'));
+      closeAdmin = await serveAdminSocket(running.db, config, (err) => logger.error({ err }, 'admin command failed'));
     } catch (err) {
       logger.fatal({ err }, 'could not open the admin socket');
       await running.close();
@@ -111,7 +111,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     return 1;
   }
   try {
-    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true });
+    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator });
   } finally {
     await db.close();
   }

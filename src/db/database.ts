@@ -32,11 +32,11 @@ export interface Database extends Queryable {
   /** Runs fn in one transaction; commits when it resolves (durably, before returning). */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   /**
-   * Calls onNotify for every NOTIFY on channel (a constant, never input). onLive(true) once
+   * Calls onNotify with the payload of every NOTIFY on channel (a constant, never input). onLive(true) once
    * delivery is reliable, onLive(false) whenever it may have missed one (connection lost; it
    * reconnects by itself). Resolves to a stop function.
    */
-  listen(channel: string, onNotify: () => void, onLive: (live: boolean) => void): Promise<() => Promise<void>>;
+  listen(channel: string, onNotify: (payload: string) => void, onLive: (live: boolean) => void): Promise<() => Promise<void>>;
   /** Calls fn after every statement with its name and duration; returns the unsubscribe function. */
   observeStatements(fn: StatementObserver): () => void;
   /** Pool gauges for metrics; PGlite has a single in-process connection. */

@@ -57,7 +57,7 @@ const RECONNECT_MS = 1_000;
 
 // LISTEN needs a connection of its own that outlives any query; when it drops, notifications
 // may be lost, so the caller hears onLive(false) until a new connection listens again.
-async function listenWithReconnect(opts: PgOptions, channel: string, onNotify: () => void, onLive: (live: boolean) => void): Promise<() => Promise<void>> {
+async function listenWithReconnect(opts: PgOptions, channel: string, onNotify: (payload: string) => void, onLive: (live: boolean) => void): Promise<() => Promise<void>> {
   let stopped = false;
   let current: pg.Client | undefined;
   let timer: NodeJS.Timeout | undefined;
@@ -75,7 +75,7 @@ async function listenWithReconnect(opts: PgOptions, channel: string, onNotify: (
       client.end().catch(() => {});
       retry();
     };
-    client.on('notification', (m) => m.channel === channel && onNotify());
+    client.on('notification', (m) => m.channel === channel && onNotify(m.payload ?? ''));
     client.on('error', fail);
     client.on('end', fail);
     try {

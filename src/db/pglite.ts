@@ -46,7 +46,7 @@ export async function openPglite(dataDir?: string): Promise<Database> {
       return out;
     },
     async listen(channel, onNotify, onLive) {
-      const unlisten = await db.listen(channel, () => onNotify());
+      const unlisten = await db.listen(channel, (payload) => onNotify(payload));
       onLive(true);
       return async () => {
         onLive(false);

@@ -3,6 +3,7 @@
 // points credited, and the database pool.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.js';
+import { openLeases, queueDepth } from '../jobs/read.js';
 
 export interface Metrics {
   registry: Registry;
@@ -12,6 +13,12 @@ export interface Metrics {
   points: Counter;
   keyLookups: Counter<'source'>;
   statements: Histogram<'statement'>;
+  dispatchLatency: Histogram;
+  jobsFinished: Counter<'state'>;
+  leaseExpiries: Counter;
+  jobsSubmitted: Counter;
+  /** Read at each scrape; the app points them at the coordinator. */
+  live: { waitingWorkers: () => number };
 }
 
 export function createMetrics(db: Database, withProcessMetrics: boolean): Metrics {
@@ -26,7 +33,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [registry],
   });
-  const results = new Counter({ name: 'ins_results_total', help: 'Job results by reported status and outcome (recorded, replayed, conflict)', labelNames: ['status', 'outcome'], registers: [registry] });
+  const results = new Counter({ name: 'ins_results_total', help: 'Job results by reported status and outcome (recorded, replayed, conflict, refused)', labelNames: ['status', 'outcome'], registers: [registry] });
   const points = new Counter({ name: 'ins_points_credited_total', help: 'Points credited to nodes', registers: [registry] });
   const keyLookups = new Counter({ name: 'ins_key_lookups_total', help: 'API key lookups by source (cache or database)', labelNames: ['source'], registers: [registry] });
   const statements = new Histogram({
@@ -48,5 +55,33 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
       this.set({ state: 'waiting' }, s.waiting);
     },
   });
-  return { registry, requests, duration, results, points, keyLookups, statements };
+  // The coordinator (jobs/): the queue and leases are read from the database at each scrape.
+  new Gauge({
+    name: 'ins_jobs_queued', help: 'Queued jobs by model', labelNames: ['model'], registers: [registry],
+    async collect() {
+      this.reset();
+      for (const q of await queueDepth(db)) this.set({ model: q.model }, q.n);
+    },
+  });
+  new Gauge({
+    name: 'ins_job_leases_open', help: 'Jobs leased to nodes right now', registers: [registry],
+    async collect() {
+      this.set(await openLeases(db));
+    },
+  });
+  const live = { waitingWorkers: () => 0 };
+  new Gauge({
+    name: 'ins_workers_waiting', help: 'get_job polls waiting for a job on this server', registers: [registry],
+    collect() {
+      this.set(live.waitingWorkers());
+    },
+  });
+  const dispatchLatency = new Histogram({
+    name: 'ins_dispatch_latency_seconds', help: 'From a job\'s submission to its lease (the latest lease when it was requeued)', registers: [registry],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
+  });
+  const jobsFinished = new Counter({ name: 'ins_jobs_finished_total', help: 'Jobs that reached a final state, by state (done, failed, expired, canceled)', labelNames: ['state'], registers: [registry] });
+  const leaseExpiries = new Counter({ name: 'ins_lease_expiries_total', help: 'Leases ended by the sweeper: their time or the job\'s deadline was up', registers: [registry] });
+  const jobsSubmitted = new Counter({ name: 'ins_jobs_submitted_total', help: 'Jobs submitted', registers: [registry] });
+  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, live };
 }

@@ -5,7 +5,10 @@ import { newKey } from '../keys.js';
 import { announceKeyChange } from './key-events.js';
 
 export interface NodeRow { id: number; name: string; disabled: boolean }
-export interface NodeListing { name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number }
+export interface NodeListing {
+  name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number;
+  online: boolean; last_seen_at: string | null; models: string[]; open_leases: number;
+}
 
 const INSERT = sql('nodes_insert', 'INSERT INTO nodes (name, key_hash) VALUES ($1::text, $2::text) RETURNING id');
 const BY_KEY = sql('nodes_by_key', 'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM nodes WHERE key_hash = $1::text');
@@ -13,10 +16,21 @@ const SET_DISABLED = sql('nodes_set_disabled', `UPDATE nodes SET disabled_at = C
   WHERE name = $1::text RETURNING id`);
 const ROTATE = sql('nodes_rotate_key', 'UPDATE nodes SET key_hash = $2::text WHERE name = $1::text RETURNING id');
 const COUNT = sql('nodes_count', 'SELECT count(*)::int AS n FROM nodes');
+// $1 the online window, $2 MODELS_TTL, both in seconds. A node's live sessions: not ended,
+// begun with its current key (repositories/sessions.ts).
 const LIST = sql('nodes_list', `SELECT n.name, n.disabled_at IS NOT NULL AS disabled, to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at,
     (SELECT max(day)::text FROM node_daily_points p WHERE p.node_id = n.id) AS last_day_with_points,
-    coalesce((SELECT sum(points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total_points
-  FROM nodes n ORDER BY n.name COLLATE "C"`);
+    coalesce((SELECT sum(points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total_points,
+    n.disabled_at IS NULL AND coalesce(s.last_seen_at > now() - make_interval(secs => $1::float8), false) AS online,
+    to_char(s.last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS last_seen_at,
+    ARRAY(SELECT DISTINCT m.name FROM node_sessions x CROSS JOIN LATERAL unnest(x.models) AS d(model_id) JOIN models m ON m.id = d.model_id
+      WHERE x.node_id = n.id AND x.ended_at IS NULL AND x.node_key_hash = n.key_hash
+        AND x.models_declared_at > now() - make_interval(secs => $2::float8) ORDER BY m.name) AS models,
+    (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases
+  FROM nodes n
+  LEFT JOIN LATERAL (SELECT max(x.last_seen_at) AS last_seen_at FROM node_sessions x
+    WHERE x.node_id = n.id AND x.ended_at IS NULL AND x.node_key_hash = n.key_hash) s ON true
+  ORDER BY n.name COLLATE "C"`);
 
 export class NodeExistsError extends Error {
   constructor(name: string) { super(`a node named "${name}" already exists`); }
@@ -59,6 +73,6 @@ export async function countNodes(db: Queryable): Promise<number> {
   return row!.n;
 }
 
-export async function listNodes(db: Queryable): Promise<NodeListing[]> {
-  return db.query<NodeListing>(LIST);
+export async function listNodes(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<NodeListing[]> {
+  return db.query<NodeListing>(LIST, [onlineSeconds, modelsTtlSeconds]);
 }

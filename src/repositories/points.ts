@@ -59,6 +59,15 @@ function dayItems(today: string, points: readonly number[]): string[] {
   });
 }
 
+const TOTAL = sql('points_total', `SELECT coalesce((SELECT sum(p.points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total
+  FROM nodes n WHERE n.name = $1::text`);
+
+/** A node's points over all time; undefined when no node has that name. */
+export async function nodeTotalPoints(db: Queryable, nodeName: string): Promise<number | undefined> {
+  const [row] = await db.query<{ total: number }>(TOTAL, [nodeName]);
+  return row?.total;
+}
+
 /** A node's settled days: `items` end the day before yesterday of `today`. */
 interface Settled { today: string; version: string; items: string[] }
 

@@ -1,7 +1,9 @@
 // The one statement that records job results and credits them: every point the service ever
 // credits — a batch of reports, an upgrade from error to success, an imported history —
 // goes through creditStatement, so the aggregates the reads are served from cannot drift
-// apart between write paths. Two holes are the caller's:
+// apart between write paths. The holes are the caller's:
+// - `with` (optional): statements that come first and that `input` reads, e.g. ending a
+//   job's lease (jobs/complete.ts);
 // - `input`: the rows to record (job_id, node_id, model_id, status, result, points,
 //   received_at, explicit), where `explicit` says the time was given (imports, tests) rather
 //   than taken from the database's clock;
@@ -14,8 +16,9 @@
 // statement) and written in key order, so concurrent statements lock rows in the same order.
 import { sql, type Sql } from '../db/database.js';
 
-export const creditStatement = (name: string, { input, output }: { input: string; output: string }): Sql => sql(name, `
-WITH input AS (${input}),
+export const creditStatement = (name: string, { with: first, input, output }: { with?: string; input: string; output: string }): Sql => sql(name, `
+WITH ${first ? `${first},
+` : ''}input AS (${input}),
 credited AS (
   INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
   SELECT job_id, node_id, model_id, status, result, points, received_at FROM input

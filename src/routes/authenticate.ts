@@ -1,19 +1,55 @@
-// The authentication step both keyed endpoints share: an address that used up its failed
+// The authentication steps the keyed endpoints share: an address that used up its failed
 // attempts is refused first (429), then the key is resolved (cache or database), and a
-// failure is counted against the address before the 401.
+// failure is counted against the address before the 401. Where a key travels: the body's
+// api_key (update_result), the `api_key` header, or `Authorization: Bearer` (workers' session
+// tokens, OpenAI clients' user keys).
 import type { FastifyRequest } from 'fastify';
 import { authenticate, type Principal } from '../auth/authenticate.js';
+import type { SessionRow } from '../repositories/sessions.js';
 import { HttpError } from '../http/http-error.js';
 import { tooMany } from '../http/rate-limit.js';
 import type { Deps } from './types.js';
 
-export async function authenticateRequest({ db, principals, limiters, metrics }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
+export async function authenticateRequest({ db, principals, limiters, metrics, coordinatorConfig }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
   const blocked = limiters.failures.blockedFor(req.ip);
   if (blocked > 0) throw tooMany(blocked);
-  const principal = await authenticate(db, key, principals, (source) => metrics.keyLookups.inc({ source }));
+  const principal = await authenticate(db, key, { cache: principals, onLookup: (source) => metrics.keyLookups.inc({ source }), modelsTtlSeconds: coordinatorConfig.modelsTtl });
   if (!principal) {
     limiters.failures.fail(req.ip);
     throw new HttpError(401, 'Invalid API key');
   }
   return principal;
+}
+
+const last = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[v.length - 1] : v);
+
+/** The bearer token of the Authorization header, if any. */
+export function bearerToken(req: FastifyRequest): string | undefined {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+  return m?.[1];
+}
+
+/** The key in the `api_key` header, else the bearer token. */
+export function requestKey(req: FastifyRequest): string | undefined {
+  return last(req.headers.api_key) || bearerToken(req);
+}
+
+/** The worker session of the request's bearer token (401 without a valid one). */
+export async function authenticateSession(deps: Deps, req: FastifyRequest): Promise<SessionRow> {
+  const token = bearerToken(req);
+  if (!token) throw new HttpError(401, 'Not authenticated', { 'www-authenticate': 'Bearer' });
+  const principal = await authenticateRequest(deps, req, token);
+  if (principal.kind !== 'session') throw new HttpError(401, 'Invalid session token: register the node first', { 'www-authenticate': 'Bearer' });
+  req.nodeName = principal.session.node.name;
+  deps.coordinator.seen(principal.session.id);
+  return principal.session;
+}
+
+/** The user key's id (401 without a valid key, 403 for another kind of key). */
+export async function authenticateUser(deps: Deps, req: FastifyRequest): Promise<number> {
+  const key = requestKey(req);
+  if (!key) throw new HttpError(401, 'Not authenticated');
+  const principal = await authenticateRequest(deps, req, key);
+  if (principal.kind !== 'user') throw new HttpError(403, 'This endpoint takes a user key (uk_…; ins key add-user LABEL)');
+  return principal.userKeyId;
 }

@@ -1,36 +1,70 @@
-// POST /worker/update_result: a worker reports a job's result with its node key in the body.
+// POST /worker/update_result: a worker reports a job's result, its key in the body's api_key.
+// - A job key (jk_, from get_job) ends that lease: the coordinator finishes or requeues the
+//   job and credits a success once (jobs/complete.ts). A lease that ended is refused with
+//   400, which keeps honest workers polling (any other 4xx stops the real worker for hours).
+// - A node key reporting a dispatched job that is leased to its node does the same.
+// - A node key reporting any other job id records it under CREDIT_POLICY=reports (the
+//   original contract, results/recorder.ts) and is refused under CREDIT_POLICY=dispatched.
+import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
+import { hashKey, keyKind } from '../keys.js';
+import { answerOf, usageOf } from '../jobs/answer.js';
+import { isJobId } from '../jobs/read.js';
+import type { Completion } from '../jobs/complete.js';
+import type { NodeRow } from '../repositories/nodes.js';
 import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
 
-export function updateResultRoute(app: App, deps: Deps): void {
-  const { results, metrics, defaultPointsPerJob, limiters } = deps;
-  app.post('/worker/update_result', {
-    schema: {
-      body: UpdateResultRequest,
-      response: UpdateResultResponses,
-    },
-    ...(limiters.reports ? { preHandler: limiters.reports } : {}),
-  }, async (req) => {
-    const { job_id, api_key, model_name, result, status } = req.body;
-    const principal = await authenticateRequest(deps, req, api_key);
-    if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
-    req.nodeName = principal.node.name;
-    if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+type Body = UpdateResultRequest;
+interface Reply { job_id: string; status: 'success' | 'error'; points: number; replayed: boolean }
 
-    const outcome = await results.record({
-      nodeId: principal.node.id,
-      jobId: job_id,
-      modelName: model_name,
-      status,
-      result,
-      defaultPoints: defaultPointsPerJob,
+export function updateResultRoute(app: App, deps: Deps): void {
+  const { results, metrics, defaultPointsPerJob, limiters, coordinator, coordinatorConfig } = deps;
+
+  async function completeLease(body: Body, keyHash: string): Promise<Reply> {
+    const result = body.result as Record<string, unknown>;
+    const c: Completion = await coordinator.complete({
+      keyHash, jobId: body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
     });
-    metrics.results.inc({ status, outcome: outcome.kind });
+    metrics.results.inc({ status: body.status, outcome: c.kind === 'completed' ? 'recorded' : c.kind === 'replayed' ? 'replayed' : 'refused' });
+    if (c.kind === 'refused') throw new HttpError(400, c.detail);
+    const points = c.kind === 'completed' ? c.points : 0;
+    if (points > 0) metrics.points.inc(points);
+    return { job_id: body.job_id, status: c.status, points, replayed: c.kind === 'replayed' };
+  }
+
+  async function nodeReport(req: FastifyRequest, body: Body, node: NodeRow): Promise<Reply> {
+    // A dispatched job id: the node's own lease of it, or nobody's business of this node.
+    const lease = isJobId(body.job_id) ? await coordinator.nodeLeaseOf(body.job_id, node.id) : undefined;
+    if (lease) return completeLease(body, lease);
+    if (lease === null) {
+      throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} was dispatched to another node`);
+    }
+    if (coordinatorConfig.creditPolicy === 'dispatched') {
+      throw new HttpError(403, 'CREDIT_POLICY=dispatched: only jobs leased to this node earn points; report with the job key (jk_) that came with the job');
+    }
+    const outcome = await results.record({
+      nodeId: node.id, jobId: body.job_id, modelName: body.model_name, status: body.status, result: body.result, defaultPoints: defaultPointsPerJob,
+    });
+    metrics.results.inc({ status: body.status, outcome: outcome.kind });
     if (outcome.kind === 'conflict') throw new HttpError(409, outcome.detail);
     const points = outcome.kind === 'recorded' ? outcome.points : 0;
     if (points > 0) metrics.points.inc(points);
-    return { job_id, status: outcome.status, points, replayed: outcome.kind === 'replayed' };
+    req.log.debug({ job: body.job_id }, 'recorded a node-key report');
+    return { job_id: body.job_id, status: outcome.status, points, replayed: outcome.kind === 'replayed' };
+  }
+
+  app.post('/worker/update_result', {
+    schema: { body: UpdateResultRequest, response: UpdateResultResponses },
+    ...(limiters.reports ? { preHandler: limiters.reports } : {}),
+  }, async (req) => {
+    const body = req.body;
+    if (keyKind(body.api_key) === 'job') return completeLease(body, hashKey(body.api_key));
+    const principal = await authenticateRequest(deps, req, body.api_key);
+    if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
+    req.nodeName = principal.node.name;
+    if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+    return nodeReport(req, body, principal.node);
   });
 }

@@ -34,6 +34,8 @@ interface Schema {
   maxLength?: number;
   minimum?: number;
   maximum?: number;
+  minItems?: number;
+  maxItems?: number;
   format?: string;
 }
 
@@ -128,6 +130,46 @@ function validateInteger(schema: Schema, v: unknown, loc: Loc): Result {
   return ok(n);
 }
 
+// Python's repr of a float bound (1 → 1.0) in pydantic's messages.
+const pyFloat = (n: number): string => (Number.isInteger(n) ? `${n}.0` : String(n));
+
+function validateNumber(schema: Schema, v: unknown, loc: Loc): Result {
+  let n: number;
+  if (typeof v === 'boolean') n = v ? 1 : 0;
+  else if (typeof v === 'number') n = v;
+  else if (typeof v === 'string' && /^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$/.test(v)) n = Number(v);
+  else if (typeof v === 'string') return fail('float_parsing', loc, 'Input should be a valid number, unable to parse string as a number', v);
+  else return fail('float_type', loc, 'Input should be a valid number', v);
+  if (!Number.isFinite(n)) return fail('finite_number', loc, 'Input should be a finite number', v);
+  if (schema.minimum !== undefined && n < schema.minimum) {
+    return fail('greater_than_equal', loc, `Input should be greater than or equal to ${pyFloat(schema.minimum)}`, v, { ge: schema.minimum });
+  }
+  if (schema.maximum !== undefined && n > schema.maximum) {
+    return fail('less_than_equal', loc, `Input should be less than or equal to ${pyFloat(schema.maximum)}`, v, { le: schema.maximum });
+  }
+  return ok(n);
+}
+
+function validateArray(schema: Schema, v: unknown, loc: Loc): Result {
+  if (!Array.isArray(v)) return fail('list_type', loc, 'Input should be a valid list', v);
+  const items = v as unknown[];
+  if (schema.maxItems !== undefined && items.length > schema.maxItems) {
+    return fail('too_long', loc, `List should have at most ${plural(schema.maxItems, 'item')} after validation, not ${items.length}`, v, { field_type: 'List', max_length: schema.maxItems, actual_length: items.length });
+  }
+  const out: unknown[] = [];
+  const errors: PydanticError[] = [];
+  items.forEach((item, i) => {
+    const r = schema.items ? validateValue(schema.items, item, [...loc, i]) : ok(item);
+    if (r.ok) out.push(r.value);
+    else errors.push(...r.errors);
+  });
+  if (errors.length > 0) return { ok: false, errors };
+  if (schema.minItems !== undefined && out.length < schema.minItems) {
+    return fail('too_short', loc, `List should have at least ${plural(schema.minItems, 'item')} after validation, not ${out.length}`, v, { field_type: 'List', min_length: schema.minItems, actual_length: out.length });
+  }
+  return ok(out);
+}
+
 function validateObject(schema: Schema, v: unknown, loc: Loc, missingInput: (obj: Record<string, unknown>) => unknown): Result {
   const props = schema.properties ?? {};
   if (Object.keys(props).length === 0) {
@@ -173,6 +215,8 @@ function validateValue(schema: Schema, v: unknown, loc: Loc): Result {
   switch (schema.type) {
     case 'string': return validateString(schema, v, loc);
     case 'integer': return validateInteger(schema, v, loc);
+    case 'number': return validateNumber(schema, v, loc);
+    case 'array': return validateArray(schema, v, loc);
     case 'object': return validateObject(schema, v, loc, (obj) => obj);
     case undefined: return ok(v);
     default: throw new Error(`unsupported request schema type ${schema.type}`);

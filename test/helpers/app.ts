@@ -1,21 +1,23 @@
 // Builds the real app on a fresh database of the given backend, with helpers to create
 // nodes and keys the way the CLI does.
 import type { Database } from '../../src/db/database.js';
+import type { CoordinatorConfig } from '../../src/config.js';
 import { buildApp } from '../../src/app.js';
 import { createNode } from '../../src/repositories/nodes.js';
-import { addReaderKey } from '../../src/repositories/reader-keys.js';
+import { addApiKey } from '../../src/repositories/api-keys.js';
 import type { Backend } from './db.js';
 
 export type TestApp = Awaited<ReturnType<typeof buildApp>>;
 
-export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number } = {}) {
+export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number; coordinator?: Partial<CoordinatorConfig> } = {}) {
   const db: Database = await backend.open();
   const app = await buildApp({ db, ...opts });
   return {
     app,
     db,
     addNode: async (name: string) => (await createNode(db, name)).key,
-    addReader: async (label = 'dashboard') => (await addReaderKey(db, label)).key,
+    addReader: async (label = 'dashboard') => (await addApiKey(db, 'reader', label)).key,
+    addUser: async (label = 'app') => (await addApiKey(db, 'user', label)).key,
     close: async () => {
       await app.close();
       await db.close();

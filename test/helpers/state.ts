@@ -2,7 +2,7 @@
 // nothing.
 import { sql, type Database } from '../../src/db/database.js';
 
-const TABLES = ['nodes', 'reader_keys', 'models', 'job_results', 'node_daily_points', 'model_nodes', 'model_node_days', 'points_history'];
+const TABLES = ['nodes', 'api_keys', 'models', 'job_results', 'node_daily_points', 'model_nodes', 'model_node_days', 'points_history'];
 
 export async function snapshot(db: Database): Promise<Record<string, unknown[]>> {
   const out: Record<string, unknown[]> = {};

@@ -1,0 +1,74 @@
+// What a command of `ins` is, and the shapes most of them share: a list printed as a table
+// (or JSON), a key issued once. Each command checks its arguments before touching anything, so
+// a bad call changes nothing.
+import type { Database } from '../db/database.js';
+import type { CoordinatorConfig } from '../config.js';
+import { table, UsageError, type Io } from './io.js';
+
+export interface RunOptions {
+  json: boolean;
+  skipBadRows: boolean;
+  /** Draw a progress bar on stderr (a local run on a terminal). */
+  progress: boolean;
+  /** --state, --model, --limit of the listing commands. */
+  filter: { state?: string; model?: string; limit?: string };
+  /** The coordinator's settings of the process running the command (online window, MODELS_TTL). */
+  coordinator: CoordinatorConfig;
+}
+
+export interface Command {
+  usage: string;
+  summary: string;
+  args: string[];
+  /** Options beyond --json and --help that this command accepts. */
+  flags?: string[];
+  run(db: Database, args: string[], opts: RunOptions, io: Io): Promise<void>;
+}
+
+export function checkName(what: string, value: string, max: number): void {
+  const length = [...value].length;
+  if (length < 1 || length > max) throw new UsageError(`${what} must be 1 to ${max} characters (got ${length})`);
+}
+
+/** A command that lists rows: JSON with --json, else a table, or a hint when there are none. */
+export function listCommand<T>(spec: { usage: string; summary: string; flags?: string[]; load: (db: Database, opts: RunOptions) => Promise<T[]>; empty: string; columns: string[]; row: (item: T) => string[] }): Command {
+  return {
+    usage: spec.usage,
+    summary: spec.summary,
+    args: [],
+    ...(spec.flags ? { flags: spec.flags } : {}),
+    async run(db, _args, opts, io) {
+      const items = await spec.load(db, opts);
+      if (opts.json) return io.out(JSON.stringify(items));
+      if (items.length === 0) return io.out(spec.empty);
+      for (const line of table([spec.columns, ...items.map(spec.row)])) io.out(line);
+    },
+  };
+}
+
+const KEY_NOTE = 'Store this key now: it is shown only once and only its hash is kept.';
+
+/**
+ * A command that issues a key for its one argument: the key alone on stdout (or JSON with
+ * --json, `fields` then `key`), the note on stderr, so `KEY=$(npx ins …)` works.
+ */
+export function keyCommand(spec: {
+  usage: string;
+  summary: string;
+  arg: string;
+  /** Checked before anything is touched, when the argument names something new. */
+  maxLength?: number;
+  issue: (db: Database, value: string) => Promise<{ fields: Record<string, unknown>; key: string; note: string }>;
+}): Command {
+  return {
+    usage: spec.usage,
+    summary: spec.summary,
+    args: [spec.arg],
+    async run(db, [value], { json }, io) {
+      if (spec.maxLength !== undefined) checkName(spec.arg, value!, spec.maxLength);
+      const { fields, key, note } = await spec.issue(db, value!);
+      io.out(json ? JSON.stringify({ ...fields, key }) : key);
+      io.err(`${note} ${KEY_NOTE}`);
+    },
+  };
+}

@@ -1,0 +1,66 @@
+// ins job list|show|cancel: the coordinator's jobs, as an operator sees them.
+import { randomBytes } from 'node:crypto';
+import { cancelQueuedJob } from '../jobs/cancel.js';
+import { listJobs, showJob } from '../jobs/operator.js';
+import { isJobId } from '../jobs/read.js';
+import { JOB_STATES } from '../jobs/states.js';
+import { listCommand, type Command } from './command.js';
+import { CommandError, table, UsageError } from './io.js';
+
+function limitOf(raw: string | undefined): number {
+  if (raw === undefined) return 50;
+  if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > 100_000) throw new UsageError(`--limit must be a whole number from 1 to 100000, got "${raw}"`);
+  return Number(raw);
+}
+
+function stateOf(raw: string | undefined): string | undefined {
+  if (raw !== undefined && !(JOB_STATES as readonly string[]).includes(raw)) throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')}, got "${raw}"`);
+  return raw;
+}
+
+function jobId(raw: string): string {
+  if (!isJobId(raw)) throw new UsageError(`ID must be a job id (a UUID), got "${raw}"`);
+  return raw;
+}
+
+export const JOB_COMMANDS: Record<string, Command> = {
+  'job list': listCommand({
+    usage: 'job list [--state STATE] [--model MODEL] [--limit N]',
+    summary: 'list jobs, newest first (default 50)',
+    flags: ['state', 'model', 'limit'],
+    load: (db, { filter }) => {
+      const state = stateOf(filter.state);
+      return listJobs(db, { ...(state ? { state } : {}), ...(filter.model ? { model: filter.model } : {}), limit: limitOf(filter.limit) });
+    },
+    empty: 'no jobs',
+    columns: ['ID', 'STATE', 'MODEL', 'OWNER', 'NODE', 'ATTEMPTS', 'SUBMITTED', 'FINISHED'],
+    row: (j) => [j.id, j.state, j.model, j.owner, j.node ?? '-', String(j.attempts), j.submitted_at, j.finished_at ?? '-'],
+  }),
+  'job show': {
+    usage: 'job show ID',
+    summary: 'a job with its request, answer and every lease (attempt, node, outcome)',
+    args: ['ID'],
+    async run(db, [id], { json }, io) {
+      const job = await showJob(db, jobId(id!));
+      if (!job) throw new CommandError(`no job ${id}`);
+      if (json) return io.out(JSON.stringify(job));
+      for (const [k, v] of Object.entries(job)) if (k !== 'leases') io.out(`${k}: ${typeof v === 'string' || v === null ? String(v) : JSON.stringify(v)}`);
+      if (job.leases.length === 0) return io.out('leases: none');
+      io.out('leases:');
+      for (const line of table([['ATTEMPT', 'NODE', 'LEASED', 'ENDED', 'OUTCOME'], ...job.leases.map((l) => [String(l.attempt), l.node, l.leased_at, l.ended_at ?? '-', l.outcome ?? 'open'])])) io.out(`  ${line}`);
+    },
+  },
+  'job cancel': {
+    usage: 'job cancel ID',
+    summary: 'cancel a queued job (a leased one is being worked on and finishes)',
+    args: ['ID'],
+    async run(db, [id], { json }, io) {
+      // Servers wake whoever waits for the job; this process is none of them.
+      if (!(await cancelQueuedJob(db, jobId(id!), null, 'canceled by an operator', `cli-${randomBytes(3).toString('hex')}`))) {
+        const job = await showJob(db, id!);
+        throw new CommandError(job ? `job ${id} is ${job.state}, not queued: it cannot be canceled` : `no job ${id}`);
+      }
+      io.out(json ? JSON.stringify({ id, state: 'canceled' }) : `job ${id} canceled`);
+    },
+  },
+};

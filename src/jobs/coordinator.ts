@@ -1,0 +1,163 @@
+// The coordinator of one server: submissions, dispatch to waiting workers, completions, lease
+// expiry and deadlines, and the notifications that keep several servers in step
+// (jobs/channels.ts). The routes call this; the parts live in the files beside it.
+import { randomBytes } from 'node:crypto';
+import type { Database } from '../db/database.js';
+import type { CoordinatorConfig } from '../config.js';
+import type { SessionRow } from '../repositories/sessions.js';
+import { JOBS_CHANNEL, modelCounts, parsePayload, RESULTS_CHANNEL } from './channels.js';
+import { Submitter, type Submission } from './submit.js';
+import { Dispatcher, type DeliveredJob } from './dispatcher.js';
+import { leaseJobs, releaseLeases, type Requeued } from './lease.js';
+import { Completer, nodeLeaseOf, type Completion, type JobReport } from './complete.js';
+import { Sweeper, type SweepResult } from './sweeper.js';
+import { ResultWatch } from './watch.js';
+import { Presence } from './presence.js';
+import { cancelQueuedJob } from './cancel.js';
+import { sql } from '../db/database.js';
+import type { JobState } from './states.js';
+
+/** What the coordinator tells the metrics (http/metrics.ts). */
+export interface CoordinatorEvents {
+  leased: (queuedSeconds: number) => void;
+  finished: (state: JobState, count: number) => void;
+  leasesExpired: (count: number) => void;
+  error: (err: unknown) => void;
+}
+
+export interface CoordinatorOptions extends CoordinatorConfig {
+  defaultPointsPerJob: number;
+  events: CoordinatorEvents;
+  /** How often session last-seen times are written. */
+  presenceFlushMs?: number;
+}
+
+const QUEUED_MODELS = sql('jobs_queued_models', `SELECT m.id FROM unnest($1::int[]) AS m(id)
+  WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.model_id = m.id AND j.deadline_at > now())`);
+
+export class Coordinator {
+  /** This server's id in notifications: it skips its own. */
+  readonly server = randomBytes(6).toString('hex');
+  private readonly submitter: Submitter;
+  private readonly dispatcher: Dispatcher;
+  private readonly completer: Completer;
+  private readonly sweeper: Sweeper;
+  private readonly watch = new ResultWatch();
+  private readonly presence: Presence;
+  private stopListening: (() => Promise<void>)[] = [];
+
+  private constructor(private readonly db: Database, private readonly opts: CoordinatorOptions) {
+    const { events } = opts;
+    this.submitter = new Submitter(db, this.server, (counts) => this.dispatcher.queued(counts));
+    this.dispatcher = new Dispatcher({
+      lease: (asks, groups) => leaseJobs(db, asks, groups, opts.leaseTimeout),
+      undeliver: async (keyHash) => this.requeued(await releaseLeases(db, { keyHashes: [keyHash] }, 'released', true, opts.maxAttempts, this.server)),
+      abandonOldest: async (sessionId) => this.requeued(await releaseLeases(db, { sessionId, most: 1 }, 'abandoned', false, opts.maxAttempts, this.server)),
+      queuedModels: async (ids) => (await db.query<{ id: number }>(QUEUED_MODELS, [ids])).map((r) => r.id),
+    }, { onError: events.error });
+    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server }, (queued, finished) => {
+      this.dispatcher.queued(queued);
+      this.watch.finished(finished);
+    });
+    this.sweeper = new Sweeper(db, opts.sweepInterval * 1000, opts.maxAttempts, this.server, (r) => this.swept(r), events.error);
+    this.presence = new Presence(db, opts.presenceFlushMs ?? 5_000, events.error);
+  }
+
+  static async start(db: Database, opts: CoordinatorOptions): Promise<Coordinator> {
+    const c = new Coordinator(db, opts);
+    c.stopListening = [
+      await db.listen(JOBS_CHANNEL, (payload) => {
+        const p = parsePayload(payload);
+        if (p.server !== c.server) c.dispatcher.queued(modelCounts(p.items));
+      }, (live) => c.dispatcher.setLive(live)),
+      await db.listen(RESULTS_CHANNEL, (payload) => {
+        const p = parsePayload(payload);
+        if (p.server !== c.server) c.watch.finished(p.items);
+      }, (live) => { if (live) c.watch.wakeAll(); }),
+    ];
+    return c;
+  }
+
+  submit(s: Submission): Promise<string> {
+    return this.submitter.submit(s);
+  }
+
+  /** The next job for a worker session, waiting up to waitMs (0: look once). */
+  async next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
+    this.presence.touch(session.id);
+    const job = await this.dispatcher.next(session, waitMs, gone);
+    if (job) this.opts.events.leased(job.queuedSeconds);
+    return job;
+  }
+
+  /** Gives back a job whose worker could not be told about it (it hung up). */
+  async undeliver(job: DeliveredJob): Promise<void> {
+    this.requeued(await releaseLeases(this.db, { keyHashes: [job.keyHash] }, 'released', true, this.opts.maxAttempts, this.server));
+  }
+
+  /** A session was seen (any call with its token). */
+  seen(sessionId: number): void {
+    this.presence.touch(sessionId);
+  }
+
+  async complete(r: JobReport): Promise<Completion> {
+    const c = await this.completer.complete(r);
+    if (c.kind === 'completed' && c.state !== 'queued') this.opts.events.finished(c.state, 1);
+    return c;
+  }
+
+  /** For a node-key report of a job id: see complete.ts nodeLeaseOf. */
+  nodeLeaseOf(jobId: string, nodeId: number): Promise<string | null | undefined> {
+    return nodeLeaseOf(this.db, jobId, nodeId);
+  }
+
+  /** A session ends (deregister): its leases go back to the queue at once. */
+  async endSession(sessionId: number): Promise<void> {
+    this.requeued(await releaseLeases(this.db, { sessionId }, 'released', false, this.opts.maxAttempts, this.server));
+  }
+
+  async cancel(jobId: string, ownerKeyId: number | null, why: string): Promise<boolean> {
+    const canceled = await cancelQueuedJob(this.db, jobId, ownerKeyId, why, this.server);
+    if (canceled) {
+      this.watch.finished([jobId]);
+      this.opts.events.finished('canceled', 1);
+    }
+    return canceled;
+  }
+
+  /** Resolves true once the job reached a final state (as announced), false after timeoutMs or on abort. */
+  waitFinal(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    return this.watch.wait(jobId, timeoutMs, signal);
+  }
+
+  get waitingWorkers(): number {
+    return this.dispatcher.waiting;
+  }
+
+  /** Answers every waiting poll now (the server is stopping). */
+  drain(): void {
+    this.dispatcher.close();
+    this.watch.wakeAll();
+  }
+
+  async close(): Promise<void> {
+    this.drain();
+    await this.sweeper.close();
+    await this.presence.close();
+    for (const stop of this.stopListening) await stop();
+  }
+
+  private requeued(r: Requeued): void {
+    this.dispatcher.queued(r.queued);
+    this.watch.finished(r.ended);
+    if (r.ended.length > 0) this.opts.events.finished('failed', r.ended.length);
+  }
+
+  private swept(r: SweepResult): void {
+    this.dispatcher.queued(r.queued);
+    this.watch.finished(r.finished);
+    if (r.leasesEnded > 0) this.opts.events.leasesExpired(r.leasesEnded);
+    if (r.expired > 0) this.opts.events.finished('expired', r.expired);
+    if (r.failed > 0) this.opts.events.finished('failed', r.failed);
+  }
+}

@@ -1,0 +1,258 @@
+// Hands queued jobs to waiting workers, on one server. A get_job poll becomes a waiter; waiters
+// are matched with jobs in rounds — one statement (jobs/lease.ts) per round, for every waiter
+// that may find a job — so a burst of polls or submissions costs a few statements, not one each.
+//
+// When to look, without polling the database in a loop:
+// - a new waiter looks once, unless every model it serves is known to have no queued job;
+// - when jobs are queued (a submission here, or JOBS_CHANNEL from another server), as many
+//   waiters of those models as there are new jobs look again; a round that found as many
+//   jobs as it asked for lets as many more look, until the queue runs dry;
+// - a round that found fewer jobs than it asked for marks its models empty, unless jobs of
+//   them were queued meanwhile. "Empty" is trusted only while notifications are reliable
+//   (LISTEN live); besides, once a second a cheap query asks which waited-for models do have
+//   queued jobs (jobs another server locked and let go, notifications missed).
+import type { SessionRow } from '../repositories/sessions.js';
+import { newKey } from '../keys.js';
+import type { Ask, Group, LeasedJob, LeaseRow } from './lease.js';
+import type { JobRequest } from './submit.js';
+
+export interface DeliveredJob { jobId: string; jobKey: string; keyHash: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number }
+
+/** What the dispatcher needs of the database (jobs/coordinator.ts binds it). */
+export interface DispatchStore {
+  lease(asks: Ask[], groups: Group[]): Promise<LeaseRow[]>;
+  /** Gives back a lease its worker never got (it hung up meanwhile); it is no attempt. */
+  undeliver(keyHash: string): Promise<void>;
+  /** Ends the session's oldest open lease: it asks for more than it can hold, so it gave that one up. */
+  abandonOldest(sessionId: number): Promise<void>;
+  /** Which of these models have queued jobs. */
+  queuedModels(modelIds: number[]): Promise<number[]>;
+}
+
+interface Waiter {
+  session: SessionRow;
+  models: number[];
+  groupKey: string;
+  /** wait=0: answer after the first look. */
+  once: boolean;
+  gone: () => boolean;
+  settle: (job: DeliveredJob | null) => void;
+  settled: boolean;
+  timer?: NodeJS.Timeout;
+}
+
+export interface DispatcherOptions {
+  /** Most waiters in one round. */
+  maxBatch?: number;
+  /** How often the waited-for models are checked for queued jobs anyway. */
+  recheckMs?: number;
+  onError?: (err: unknown) => void;
+}
+
+const RETRY_MS = 250;
+
+export class Dispatcher {
+  private readonly waiters = new Set<Waiter>();
+  private readonly byModel = new Map<number, Set<Waiter>>();
+  private readonly bySession = new Map<number, Set<Waiter>>();
+  /** Waiters to look in the next round, in the order they started waiting. */
+  private readonly pending = new Set<Waiter>();
+  private readonly empty = new Set<number>();
+  /** Per model, bumped whenever jobs of it are queued: a round may mark a model empty only if this did not move. */
+  private readonly queuedGeneration = new Map<number, number>();
+  private live = false;
+  private running = false;
+  private readonly timer: NodeJS.Timeout;
+  private readonly maxBatch: number;
+
+  constructor(private readonly store: DispatchStore, private readonly opts: DispatcherOptions = {}) {
+    this.maxBatch = opts.maxBatch ?? 64;
+    this.timer = setInterval(() => void this.recheck(), opts.recheckMs ?? 1_000);
+    this.timer.unref();
+  }
+
+  /** Number of polls waiting for a job (a metric). */
+  get waiting(): number {
+    return this.waiters.size;
+  }
+
+  /** Notifications are reliable (true) or may have been missed (false): "empty" is trusted only while live. */
+  setLive(live: boolean): void {
+    this.live = live;
+    this.empty.clear();
+    if (live) this.wakeAll();
+  }
+
+  /**
+   * A job for the session, or null after waitMs (0: look once). `gone` tells whether the
+   * client hung up; a job found for a gone client goes back at once.
+   */
+  next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
+    if (session.models.length === 0) return this.sleep(waitMs, gone);
+    return new Promise((resolve) => {
+      const models = [...session.models].sort((a, b) => a - b);
+      const w: Waiter = { session, models, groupKey: models.join(','), once: waitMs <= 0, gone, settled: false, settle: () => {} };
+      w.settle = (job) => {
+        if (w.settled) return;
+        w.settled = true;
+        clearTimeout(w.timer);
+        this.remove(w);
+        resolve(job);
+      };
+      // A session waits with at most as many polls as it can hold jobs: an older poll beyond
+      // that was given up by its worker.
+      const mine = this.bySession.get(session.id) ?? new Set<Waiter>();
+      this.bySession.set(session.id, mine);
+      while (mine.size >= session.capacity) mine.values().next().value!.settle(null);
+      mine.add(w);
+      this.waiters.add(w);
+      for (const m of models) {
+        const set = this.byModel.get(m) ?? new Set<Waiter>();
+        this.byModel.set(m, set);
+        set.add(w);
+      }
+      const knownEmpty = this.live && models.every((m) => this.empty.has(m));
+      if (knownEmpty && w.once) return w.settle(null);
+      if (!w.once) w.timer = setTimeout(() => w.settle(null), waitMs);
+      if (!knownEmpty) this.pend(w);
+    });
+  }
+
+  /** Jobs were queued: `counts` jobs per model. */
+  queued(counts: Map<number, number>): void {
+    for (const [model, count] of counts) {
+      this.empty.delete(model);
+      this.queuedGeneration.set(model, (this.queuedGeneration.get(model) ?? 0) + 1);
+      let n = count;
+      for (const w of this.byModel.get(model) ?? []) {
+        if (n <= 0) break;
+        if (this.pending.has(w)) continue;
+        this.pend(w);
+        n--;
+      }
+    }
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    for (const w of [...this.waiters]) w.settle(null);
+  }
+
+  private sleep(waitMs: number, gone: () => boolean): Promise<null> {
+    if (waitMs <= 0 || gone()) return Promise.resolve(null);
+    return new Promise((resolve) => setTimeout(() => resolve(null), waitMs).unref());
+  }
+
+  private wakeAll(): void {
+    for (const w of this.waiters) this.pend(w);
+  }
+
+  private pend(w: Waiter): void {
+    if (w.settled) return;
+    this.pending.add(w);
+    if (!this.running) {
+      this.running = true;
+      setImmediate(() => void this.rounds());
+    }
+  }
+
+  private remove(w: Waiter): void {
+    this.waiters.delete(w);
+    this.pending.delete(w);
+    for (const m of w.models) this.byModel.get(m)?.delete(w);
+    const mine = this.bySession.get(w.session.id);
+    mine?.delete(w);
+    if (mine?.size === 0) this.bySession.delete(w.session.id);
+  }
+
+  private async rounds(): Promise<void> {
+    while (this.pending.size > 0) {
+      const batch: Waiter[] = [];
+      for (const w of this.pending) {
+        this.pending.delete(w);
+        if (w.gone()) w.settle(null);
+        else batch.push(w);
+        if (batch.length >= this.maxBatch) break;
+      }
+      if (batch.length === 0) continue;
+      try {
+        await this.round(batch);
+      } catch (err) {
+        // The database is away for a moment: a poll that looks once answers "no job" (the
+        // worker polls again), the others look again shortly, within their wait.
+        this.opts.onError?.(err);
+        for (const w of batch) {
+          if (w.once) w.settle(null);
+          else setTimeout(() => this.pend(w), RETRY_MS).unref();
+        }
+      }
+    }
+    this.running = false;
+  }
+
+  private async round(batch: Waiter[]): Promise<void> {
+    const generations = new Map<number, number>();
+    const groups = new Map<string, { group: Group; waiters: Waiter[] }>();
+    const asks: Ask[] = [];
+    const keys = new Map<Waiter, { key: string; hash: string }>();
+    const ranks = new Map<number, number>();
+    for (const w of batch) {
+      for (const m of w.models) generations.set(m, this.queuedGeneration.get(m) ?? 0);
+      let g = groups.get(w.groupKey);
+      if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, count: 0 }, waiters: [] }));
+      g.group.count++;
+      g.waiters.push(w);
+      const rank = (ranks.get(w.session.id) ?? 0) + 1;
+      ranks.set(w.session.id, rank);
+      const key = newKey('job');
+      keys.set(w, key);
+      asks.push({ group: g.group.group, slot: g.group.count, sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank });
+    }
+    const rows = await this.store.lease(asks, [...groups.values()].map((g) => g.group));
+
+    const byGroup = [...groups.values()];
+    const found = new Map<number, number>();
+    const answered = new Set<Waiter>();
+    for (const row of rows) {
+      const g = byGroup[row.group - 1]!;
+      const w = g.waiters[row.slot - 1]!;
+      answered.add(w);
+      if ('overCapacity' in row) {
+        await this.store.abandonOldest(w.session.id);
+        this.pend(w);
+        continue;
+      }
+      found.set(row.group, (found.get(row.group) ?? 0) + 1);
+      await this.deliver(w, row, keys.get(w)!);
+    }
+    for (const [i, g] of byGroup.entries()) {
+      const got = found.get(i + 1) ?? 0;
+      if (got >= g.group.count) {
+        // The queue may hold more: as many other waiters of these models may look.
+        this.queued(new Map(g.group.models.map((m) => [m, g.group.count])));
+      } else if (this.live) {
+        for (const m of g.group.models) if ((this.queuedGeneration.get(m) ?? 0) === generations.get(m)) this.empty.add(m);
+      }
+      for (const w of g.waiters) if (!answered.has(w) && w.once) w.settle(null);
+    }
+  }
+
+  private async deliver(w: Waiter, row: LeasedJob, key: { key: string; hash: string }): Promise<void> {
+    if (w.settled || w.gone()) {
+      await this.store.undeliver(key.hash);
+      return;
+    }
+    w.settle({ jobId: row.jobId, jobKey: key.key, keyHash: key.hash, model: row.model, request: row.request, attempt: row.attempt, queuedSeconds: row.queuedSeconds });
+  }
+
+  private async recheck(): Promise<void> {
+    if (this.waiters.size === 0) return;
+    if (!this.live) return this.wakeAll();
+    try {
+      const withJobs = await this.store.queuedModels([...this.byModel.keys()].filter((m) => (this.byModel.get(m)?.size ?? 0) > 0));
+      this.queued(new Map(withJobs.map((m) => [m, this.byModel.get(m)?.size ?? 0])));
+    } catch (err) {
+      this.opts.onError?.(err);
+    }
+  }
+}

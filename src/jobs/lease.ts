@@ -1,0 +1,123 @@
+// Leases: handing queued jobs to waiting workers, and taking them back. Each statement is
+// whole here; jobs/dispatcher.ts decides when they run.
+//
+// Lock order, to keep concurrent statements out of deadlocks: a lease row (job_leases) before
+// its job row (jobs) wherever both change — completion, release and the sweeper. Dispatch only
+// locks queued jobs, which no lease points to.
+import { sql, type Queryable } from '../db/database.js';
+import { JOBS_CHANNEL, modelCounts, RESULTS_CHANNEL } from './channels.js';
+import type { JobRequest } from './submit.js';
+import type { LeaseOutcome } from './states.js';
+
+/** One waiting poll: the session asking, its model set's group and its slot in the group. */
+export interface Ask { group: number; slot: number; sessionId: number; nodeId: number; keyHash: string; rank: number }
+/** Asks with the same model set form a group; it leases at most `count` jobs, the oldest first. */
+export interface Group { group: number; models: number[]; count: number }
+
+export interface LeasedJob { group: number; slot: number; jobId: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number }
+export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: true };
+
+// $1..$6 the asks: group, slot, session id, node id, job key hash, rank among this batch's
+// asks of the same session (1-based); $7..$9 the groups: group, model ids (array literal),
+// count; $10 the lease timeout in seconds. An ask whose session would exceed its capacity is
+// answered `over_capacity` and gets nothing. Two groups with overlapping models may pick the
+// same job (a statement does not skip its own locks): it goes to the first group, and the
+// other ask stays waiting for the next round.
+const LEASE = sql('jobs_lease', `WITH asks AS (
+  SELECT a.*, s.capacity,
+    (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
+  FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::text[], $6::int[]) AS a(g, k, session_id, node_id, key_hash, rank)
+  JOIN node_sessions s ON s.id = a.session_id AND s.ended_at IS NULL
+),
+picked AS (
+  SELECT g.g, p.id, row_number() OVER (PARTITION BY g.g ORDER BY p.submitted_at, p.id)::int AS k
+  FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
+  CROSS JOIN LATERAL (
+    SELECT c.id, c.submitted_at FROM unnest(g.models::int[]) AS gm(model_id)
+    CROSS JOIN LATERAL (
+      SELECT j.id, j.submitted_at FROM jobs j
+      WHERE j.state = 'queued' AND j.model_id = gm.model_id AND j.deadline_at > now()
+      ORDER BY j.submitted_at, j.id LIMIT g.n
+      FOR UPDATE SKIP LOCKED) c
+    ORDER BY c.submitted_at, c.id LIMIT g.n) p
+),
+assigned AS (
+  SELECT DISTINCT ON (p.id) p.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
+  FROM picked p JOIN asks a ON a.g = p.g AND a.k = p.k AND a.open + a.rank <= a.capacity
+  ORDER BY p.id, p.g
+),
+leased AS (
+  UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, node_id = a.node_id,
+    lease_expires_at = least(j.deadline_at, now() + make_interval(secs => $10::float8))
+  FROM assigned a WHERE j.id = a.job_id
+  RETURNING j.id, j.model_id, j.request, j.attempts, j.lease_expires_at, j.submitted_at
+),
+recorded AS (
+  INSERT INTO job_leases (key_hash, job_id, attempt, node_id, session_id, expires_at)
+  SELECT a.key_hash, l.id, l.attempts, a.node_id, a.session_id, l.lease_expires_at
+  FROM assigned a JOIN leased l ON l.id = a.job_id
+)
+SELECT a.g, a.k, false AS over_capacity, l.id::text AS job_id, m.name AS model, l.request, l.attempts AS attempt,
+    extract(epoch FROM now() - l.submitted_at)::float8 AS queued_seconds
+  FROM assigned a JOIN leased l ON l.id = a.job_id JOIN models m ON m.id = l.model_id
+UNION ALL
+SELECT a.g, a.k, true, NULL, NULL, NULL, NULL, NULL FROM asks a WHERE a.open + a.rank > a.capacity`);
+
+interface Row { g: number; k: number; over_capacity: boolean; job_id: string | null; model: string | null; request: JobRequest | null; attempt: number | null; queued_seconds: number | null }
+
+export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: readonly Group[], leaseSeconds: number): Promise<LeaseRow[]> {
+  const rows = await db.query<Row>(LEASE, [
+    asks.map((a) => a.group), asks.map((a) => a.slot), asks.map((a) => a.sessionId), asks.map((a) => a.nodeId), asks.map((a) => a.keyHash), asks.map((a) => a.rank),
+    groups.map((g) => g.group), groups.map((g) => `{${g.models.join(',')}}`), groups.map((g) => g.count),
+    leaseSeconds,
+  ]);
+  return rows.map((r): LeaseRow => (r.over_capacity
+    ? { group: r.g, slot: r.k, overCapacity: true }
+    : { group: r.g, slot: r.k, jobId: r.job_id!, model: r.model!, request: r.request!, attempt: r.attempt!, queuedSeconds: r.queued_seconds! }));
+}
+
+// Ends open leases and puts their jobs back in the queue — or fails them, once they had
+// MAX_ATTEMPTS leases. The leases: those with the given key hashes ($1), or the oldest $3
+// open ones of session $2. $4 the outcome; $5 true when the lease never reached the worker,
+// so it does not count as an attempt; $6 MAX_ATTEMPTS; $7 this server's id. Tells the
+// servers which models have jobs again and which jobs ended (jobs/channels.ts), and answers
+// the same.
+const RELEASE = sql('jobs_release', `WITH chosen AS (
+  SELECT key_hash FROM job_leases
+  WHERE ended_at IS NULL AND (key_hash = ANY($1::text[]) OR session_id = $2::bigint)
+  ORDER BY leased_at LIMIT $3::int
+),
+ended AS (
+  UPDATE job_leases l SET ended_at = now(), outcome = $4::text
+  FROM chosen c WHERE l.key_hash = c.key_hash AND l.ended_at IS NULL
+  RETURNING l.job_id
+),
+back AS (
+  UPDATE jobs j SET
+    attempts = j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END,
+    state = CASE WHEN j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END >= $6::int THEN 'failed' ELSE 'queued' END,
+    finished_at = CASE WHEN j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END >= $6::int THEN now() END,
+    detail = CASE WHEN j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END >= $6::int THEN 'no node finished it in ' || $6::int || ' attempts' END,
+    node_id = NULL, lease_expires_at = NULL
+  FROM ended e WHERE j.id = e.job_id AND j.state = 'leased'
+  RETURNING j.id, j.state, j.model_id
+),
+queued AS (SELECT string_agg(model_id || ':' || n, ',') AS items FROM (SELECT model_id, count(*) AS n FROM back WHERE state = 'queued' GROUP BY model_id) c),
+failed AS (SELECT string_agg(id::text, ',') AS items FROM back WHERE state = 'failed'),
+told AS (
+  SELECT pg_notify('${JOBS_CHANNEL}', $7::text || ' ' || items) FROM queued WHERE items IS NOT NULL
+  UNION ALL
+  SELECT pg_notify('${RESULTS_CHANNEL}', $7::text || ' ' || items) FROM failed WHERE items IS NOT NULL)
+SELECT (SELECT count(*)::int FROM back) AS released, (SELECT count(*)::int FROM told) AS told,
+  coalesce((SELECT items FROM queued), '') AS queued, coalesce((SELECT items FROM failed), '') AS failed`);
+
+export interface ReleaseWhich { keyHashes?: string[]; sessionId?: number; most?: number }
+/** What a statement put back in the queue (jobs per model) and which jobs it ended. */
+export interface Requeued { released: number; queued: Map<number, number>; ended: string[] }
+
+/** Ends the chosen open leases with `outcome`; the jobs go back to the queue, or fail. */
+export async function releaseLeases(db: Queryable, which: ReleaseWhich, outcome: LeaseOutcome, undelivered: boolean, maxAttempts: number, server: string): Promise<Requeued> {
+  const [row] = await db.query<{ released: number; queued: string; failed: string }>(RELEASE, [
+    which.keyHashes ?? [], which.sessionId ?? null, which.most ?? 1_000_000, outcome, undelivered, maxAttempts, server]);
+  return { released: row!.released, queued: modelCounts(row!.queued.split(',').filter(Boolean)), ended: row!.failed.split(',').filter(Boolean) };
+}

@@ -1,0 +1,73 @@
+// Reading jobs: a user's own job, the network's counts and models, and the operator's views.
+import { sql, type Queryable } from '../db/database.js';
+import type { JobState } from './states.js';
+import type { Answer, Usage } from './answer.js';
+
+export interface UserJob {
+  id: string;
+  model: string;
+  state: JobState;
+  result: Answer | null;
+  usage: Usage | null;
+  detail: string | null;
+  submitted_at: string;
+  finished_at: string | null;
+  /** Seconds from submission to the final state, or null while open. */
+  seconds: number | null;
+}
+
+const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+// $1 job id, $2 owner key id: another user's job is not found.
+const OWN_JOB = sql('jobs_own', `SELECT j.id::text, m.name AS model, j.state, j.result, j.usage, j.detail,
+    ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
+    extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds
+  FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.id = $1::uuid AND j.owner_key_id = $2::bigint`);
+
+// Live sessions of enabled nodes seen within $1 seconds, with a declaration younger than $2 seconds.
+const LIVE = `s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
+    AND s.last_seen_at > now() - make_interval(secs => $1::float8)`;
+const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id
+  CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
+  WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+  GROUP BY m.name ORDER BY m.name COLLATE "C"`);
+const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`);
+const JOB_COUNTS = sql('jobs_counts', 'SELECT state, count(*)::int AS n FROM jobs GROUP BY state');
+const QUEUE_DEPTH = sql('jobs_queue_depth', `SELECT m.name AS model, count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id
+  WHERE j.state = 'queued' GROUP BY m.name`);
+const OPEN_LEASES = sql('jobs_open_leases', 'SELECT count(*)::int AS n FROM job_leases WHERE ended_at IS NULL');
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const isJobId = (id: string): boolean => UUID.test(id);
+
+export async function findOwnJob(db: Queryable, jobId: string, ownerKeyId: number): Promise<UserJob | undefined> {
+  if (!isJobId(jobId)) return undefined;
+  const [row] = await db.query<UserJob>(OWN_JOB, [jobId, ownerKeyId]);
+  return row;
+}
+
+export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number }[]> {
+  return db.query(AVAILABLE_MODELS, [onlineSeconds, modelsTtlSeconds]);
+}
+
+export async function activeNodeCount(db: Queryable, onlineSeconds: number): Promise<number> {
+  const [row] = await db.query<{ n: number }>(ACTIVE_NODES, [onlineSeconds]);
+  return row!.n;
+}
+
+export async function jobCounts(db: Queryable): Promise<Record<JobState, number>> {
+  const counts: Record<string, number> = { queued: 0, leased: 0, done: 0, failed: 0, expired: 0, canceled: 0 };
+  for (const r of await db.query<{ state: string; n: number }>(JOB_COUNTS)) counts[r.state] = r.n;
+  return counts;
+}
+
+export async function queueDepth(db: Queryable): Promise<{ model: string; n: number }[]> {
+  return db.query(QUEUE_DEPTH);
+}
+
+export async function openLeases(db: Queryable): Promise<number> {
+  const [row] = await db.query<{ n: number }>(OPEN_LEASES);
+  return row!.n;
+}

@@ -1,0 +1,98 @@
+// Worker sessions (node_sessions): register_node opens one and hands out its token (ns_),
+// which the worker sends on every later call; update_models declares the session's models;
+// deregister_node ends it. A session is live while not ended, its node not disabled, and the
+// node's key the one it began with (rotating the key voids every session of the node).
+import { sql, type Queryable } from '../db/database.js';
+import { newKey } from '../keys.js';
+import type { NodeRow } from './nodes.js';
+
+export interface SessionRow {
+  id: number;
+  node: NodeRow;
+  capacity: number;
+  /** Declared model ids; empty when none were declared or the declaration lapsed. */
+  models: number[];
+}
+
+export interface SessionListing { node: string; session: number; node_version: string; capacity: number; models: string[]; started_at: string; last_seen_at: string; open_leases: number }
+
+const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', 'SELECT id, name, disabled_at IS NOT NULL AS disabled, key_hash FROM nodes WHERE name = $1::text');
+const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secret_checks (node_id, client_addr, checked_at) VALUES ($1::bigint, $2::text, now())
+  ON CONFLICT (node_id, client_addr) DO UPDATE SET checked_at = EXCLUDED.checked_at`);
+const RECENT_CHECK = sql('sessions_recent_secret_check', `SELECT 1 AS ok FROM node_secret_checks
+  WHERE node_id = $1::bigint AND client_addr = $2::text AND checked_at > now() - make_interval(secs => $3::int)`);
+const INSERT = sql('sessions_insert', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, node_version, stats, capacity)
+  VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::int) RETURNING id`);
+// $2: the MODELS_TTL in seconds.
+const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity,
+    CASE WHEN s.models_declared_at > now() - make_interval(secs => $2::int) THEN s.models ELSE '{}' END AS models
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id
+  WHERE s.token_hash = $1::text AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash`);
+const DECLARE = sql('sessions_declare_models', `WITH old AS (
+    SELECT models FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
+  UPDATE node_sessions s SET models = $2::int[], models_declared_at = now(), last_seen_at = now()
+  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before`);
+const END = sql('sessions_end', 'UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id');
+const TOUCH = sql('sessions_touch', `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
+  FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`);
+// Live sessions, with their node, models and open leases.
+const LIST = sql('sessions_list', `SELECT n.name AS node, s.id::int AS session, s.node_version, s.capacity,
+    ARRAY(SELECT m.name FROM models m WHERE m.id = ANY(s.models) ORDER BY m.name COLLATE "C") AS models,
+    to_char(s.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started_at,
+    to_char(s.last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS last_seen_at,
+    (SELECT count(*)::int FROM job_leases l WHERE l.session_id = s.id AND l.ended_at IS NULL) AS open_leases
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id
+  WHERE s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
+  ORDER BY n.name COLLATE "C", s.id`);
+
+export type RegistrationNode = NodeRow & { key_hash: string };
+
+export async function findNodeForRegistration(db: Queryable, name: string): Promise<RegistrationNode | undefined> {
+  const [row] = await db.query<RegistrationNode>(NODE_FOR_REGISTRATION, [name]);
+  return row ? { ...row, id: Number(row.id) } : undefined;
+}
+
+export async function recordSecretCheck(db: Queryable, nodeId: number, clientAddr: string): Promise<void> {
+  await db.query(RECORD_CHECK, [nodeId, clientAddr]);
+}
+
+export async function hasRecentSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<boolean> {
+  return (await db.query(RECENT_CHECK, [nodeId, clientAddr, withinSeconds])).length > 0;
+}
+
+export interface NewSession { nodeId: number; nodeKeyHash: string; nodeVersion: string; stats: Record<string, unknown>; capacity: number }
+
+/** Opens a session; returns its token, which exists nowhere else afterwards. */
+export async function openSession(db: Queryable, s: NewSession): Promise<{ id: number; token: string }> {
+  const { key, hash } = newKey('session');
+  const [row] = await db.query<{ id: number }>(INSERT, [s.nodeId, hash, s.nodeKeyHash, s.nodeVersion, JSON.stringify(s.stats), s.capacity]);
+  return { id: Number(row!.id), token: key };
+}
+
+export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {
+  const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; models: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
+  return row && { id: Number(row.id), node: { id: Number(row.node_id), name: row.name, disabled: false }, capacity: row.capacity, models: row.models.map(Number) };
+}
+
+/** Sets the session's models; returns whether the set changed (undefined: no live session). */
+export async function declareModels(db: Queryable, sessionId: number, modelIds: number[]): Promise<boolean | undefined> {
+  const sorted = [...new Set(modelIds)].sort((a, b) => a - b);
+  const [row] = await db.query<{ before: number[] }>(DECLARE, [sessionId, sorted]);
+  if (!row) return undefined;
+  const before = row.before.map(Number);
+  return before.length !== sorted.length || before.some((m, i) => m !== sorted[i]);
+}
+
+/** Ends a session; false when it had ended already. */
+export async function endSession(db: Queryable, sessionId: number): Promise<boolean> {
+  return (await db.query(END, [sessionId])).length > 0;
+}
+
+export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {
+  if (seen.size === 0) return;
+  await db.query(TOUCH, [[...seen.keys()], [...seen.values()].map((d) => d.toISOString())]);
+}
+
+export async function listSessions(db: Queryable): Promise<SessionListing[]> {
+  return db.query<SessionListing>(LIST);
+}

@@ -1,0 +1,41 @@
+// POST /submit_job: a user queues a job for a model. The key is checked before the body (as
+// FastAPI's header dependency does): a request without a valid key learns nothing more.
+import type { FastifyRequest } from 'fastify';
+import { SubmitJobRequest, SubmitJobResponses } from '../../generated/schemas.js';
+import { RequestValidationError } from '../../http/validator.js';
+import { valueError } from '../../validation/pydantic.js';
+import { authenticateUser } from '../authenticate.js';
+import type { App, Deps } from '../types.js';
+
+/** A job's temperature when the request gives none. */
+export const DEFAULT_TEMPERATURE = 0.7;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    userKeyId?: number;
+  }
+}
+
+export function submitJobRoute(app: App, deps: Deps): void {
+  const { coordinator, coordinatorConfig, metrics } = deps;
+  app.post('/submit_job', {
+    schema: { body: SubmitJobRequest, response: SubmitJobResponses },
+    preValidation: async (req: FastifyRequest) => {
+      req.userKeyId = await authenticateUser(deps, req);
+    },
+  }, async (req) => {
+    const { model, messages, max_output, temperature, request_timeout_time } = req.body;
+    const timeout = request_timeout_time ?? coordinatorConfig.jobTimeout;
+    if (timeout > coordinatorConfig.maxJobTimeout) {
+      throw new RequestValidationError([valueError(['body', 'request_timeout_time'], `request_timeout_time must be at most ${coordinatorConfig.maxJobTimeout} seconds`, request_timeout_time)]);
+    }
+    const jobId = await coordinator.submit({
+      ownerKeyId: req.userKeyId!,
+      model,
+      request: { messages, max_output: max_output ?? 0, temperature: temperature ?? DEFAULT_TEMPERATURE },
+      timeoutSeconds: timeout,
+    });
+    metrics.jobsSubmitted.inc();
+    return { status: 'success', job_id: jobId };
+  });
+}

@@ -1,0 +1,32 @@
+// POST /check_node_secret: is `secret` the key of node `node_id`? Real workers ask right
+// before register_node, which then trusts this address for that node for a short while.
+import { timingSafeEqual } from 'node:crypto';
+import { CheckNodeSecretRequest, CheckNodeSecretResponses } from '../../generated/schemas.js';
+import { hashKey } from '../../keys.js';
+import { findNodeForRegistration, recordSecretCheck } from '../../repositories/sessions.js';
+import { HttpError } from '../../http/http-error.js';
+import { tooMany } from '../../http/rate-limit.js';
+import type { App, Deps } from '../types.js';
+
+/** Whether `key` is the key whose SHA-256 is `hash`, without key-dependent timing. */
+export function isKeyOf(key: string, hash: string): boolean {
+  return key.length > 0 && timingSafeEqual(Buffer.from(hashKey(key)), Buffer.from(hash));
+}
+
+export function checkNodeSecretRoute(app: App, { db, limiters }: Deps): void {
+  app.post('/check_node_secret', { schema: { body: CheckNodeSecretRequest, response: CheckNodeSecretResponses } }, async (req) => {
+    const blocked = limiters.failures.blockedFor(req.ip);
+    if (blocked > 0) throw tooMany(blocked);
+    const { node_id, secret } = req.body;
+    const node = await findNodeForRegistration(db, node_id);
+    // An unknown node and a wrong secret get the same answer.
+    if (!node || !isKeyOf(secret, node.key_hash)) {
+      limiters.failures.fail(req.ip);
+      throw new HttpError(401, 'Invalid node secret');
+    }
+    req.nodeName = node.name;
+    if (node.disabled) throw new HttpError(403, 'Node is disabled');
+    await recordSecretCheck(db, node.id, req.ip);
+    return { status: 'success' };
+  });
+}

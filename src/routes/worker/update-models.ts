@@ -1,0 +1,26 @@
+// POST /worker/update_models: the models this worker serves now; it is offered only jobs of
+// these, until the declaration lapses (MODELS_TTL) unless sent again.
+import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
+import { ensureModelId } from '../../repositories/models.js';
+import { declareModels } from '../../repositories/sessions.js';
+import { announceKeyChange } from '../../repositories/key-events.js';
+import { HttpError } from '../../http/http-error.js';
+import { authenticateSession } from '../authenticate.js';
+import type { App, Deps } from '../types.js';
+
+export function updateModelsRoute(app: App, deps: Deps): void {
+  const { db, coordinatorConfig } = deps;
+  app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, async (req) => {
+    const session = await authenticateSession(deps, req);
+    const { node_url, models } = req.body;
+    if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
+    const names = [...new Set(models)].sort();
+    const ids: number[] = [];
+    for (const name of names) ids.push(await ensureModelId(db, name));
+    const changed = await declareModels(db, session.id, ids);
+    if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
+    // Sessions are cached with their models (auth/authenticate.ts): a new set must be seen at once.
+    if (changed) await announceKeyChange(db);
+    return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
+  });
+}
