@@ -1,20 +1,16 @@
-// `npm run bench`: imports a deterministic synthetic history with `ins import`, starts the
-// built server in production mode, and drives each endpoint with autocannon: update_result
-// with fresh job ids, daily_points for random nodes (last_days 30), unique_nodes for random
-// models over 1, 7 and 30-day windows, and /healthz as the ceiling of the same server. Prints
-// a table per backend and writes everything to a JSON file. All sizes are flags (--help).
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
-import path from 'node:path';
+// `npm run bench [-- --scenario NAME]`: the benchmarks. Scenarios:
+// - endpoints (default): the record-keeping endpoints over an imported history (bench/endpoints.ts);
+// - dispatch: the coordinator's cycle over HTTP, then the queue alone against pg-boss (bench/dispatch.ts);
+// - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts).
+// Every size is a flag (--help).
 import { parseArgs } from 'node:util';
-import autocannon from 'autocannon';
-import pg from 'pg';
-import { ensureHistory, modelName, nodeKey, nodeName, Random } from './history.js';
+import { endpointsScenario } from './endpoints.js';
+import { dispatchScenario } from './dispatch.js';
+import { idleScenario } from './idle.js';
 
 const { values: flags } = parseArgs({
   options: {
+    scenario: { type: 'string', default: 'endpoints' },
     nodes: { type: 'string', default: '2000' },
     models: { type: 'string', default: '20' },
     results: { type: 'string', default: '5000000' },
@@ -24,6 +20,10 @@ const { values: flags } = parseArgs({
     duration: { type: 'string', default: '10' },
     warmup: { type: 'string', default: '2' },
     connections: { type: 'string', default: '32' },
+    workers: { type: 'string', default: '64' },
+    submitters: { type: 'string', default: '32' },
+    pairs: { type: 'string', default: '32,8' },
+    idle: { type: 'string', default: '5000' },
     backends: { type: 'string', default: 'postgres,pglite' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/test' },
     'data-dir': { type: 'string', default: 'bench-results/data' },
@@ -33,223 +33,36 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N]
-       [--duration S] [--warmup S] [--connections N] [--backends postgres,pglite] [--database-url URL] [--out FILE] [--keep]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle] [--backends postgres,pglite] [--database-url URL]
+       [--duration S] [--warmup S] [--out FILE]
+  endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
+  dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
+  idle:      [--idle N (5000 long-polling workers)]
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
---keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one in
-bench-results/) and reuses them on the next run with the same sizes, skipping the import;
-the load of earlier runs stays in them (a few tens of thousands of results).`);
+endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
+in bench-results/) and reuses them on the next run with the same sizes, skipping the import.`);
   process.exit(0);
 }
 
 const num = (k: keyof typeof flags): number => Number(flags[k]);
-const opts = { nodes: num('nodes'), models: num('models'), results: num('results'), days: num('days'), success: num('success'), seed: num('seed') };
-const duration = num('duration');
-const warmup = num('warmup');
-const connections = num('connections');
-const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
-const ENTRY = path.join(ROOT, 'dist', 'cli', 'entry.js');
-
-interface EndpointResult { endpoint: string; rps: number; p50: number; p99: number; errors: number; ratio?: number }
-interface BackendResult { backend: string; import_nodes_s: number; import_results_s: number; endpoints: EndpointResult[] }
-
-function run(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [ENTRY, ...args], { env, stdio: ['ignore', 'inherit', 'inherit'] });
-    child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(0) : reject(new Error(`ins ${args.join(' ')} exited ${code}`))));
-  });
-}
-
-async function timed(f: () => Promise<unknown>): Promise<number> {
-  const t = Date.now();
-  await f();
-  return (Date.now() - t) / 1000;
-}
-
-async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string) {
-  const log = openSync(logFile, 'w');
-  const child = spawn(process.execPath, [ENTRY, 'serve'], {
-    // One load generator is one client address: the per-IP limit would measure itself.
-    env: { ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMIT_PER_IP: '0' },
-    stdio: ['ignore', log, log],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 600; i++) {
-    if (child.exitCode !== null) throw new Error(`server exited; see ${logFile}`);
-    try {
-      if ((await fetch(`${url}/readyz`)).ok) return { child, url };
-    } catch {
-      // starting
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error('server did not become ready');
-}
-
-type Setup = (req: { method?: string; path?: string; headers?: Record<string, string>; body?: string }) => typeof req;
-
-async function load(url: string, setupRequest: Setup, method: 'GET' | 'POST', seconds: number) {
-  return autocannon({
-    url,
-    connections,
-    duration: seconds,
-    requests: [{ method, setupRequest: setupRequest as never }],
-  });
-}
-
-function scenarios(runId: string): [string, 'GET' | 'POST', Setup][] {
-  const rnd = new Random(opts.seed + 99);
-  let n = 0;
-  const window = (days: number): Setup => (req) => {
-    const now = Date.now();
-    const start = new Date(now - days * 86_400_000).toISOString();
-    return { ...req, path: `/unique_nodes?model_name=${encodeURIComponent(modelName(rnd.int(opts.models)))}&start_date=${start}&end_date=${new Date(now).toISOString()}` };
-  };
-  return [
-    ['ceiling (GET /healthz)', 'GET', (req) => ({ ...req, path: '/healthz' })],
-    ['update_result', 'POST', (req) => {
-      const i = rnd.int(opts.nodes);
-      const ok = rnd.next() < opts.success;
-      return {
-        ...req,
-        path: '/worker/update_result',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ job_id: `${runId}-${n++}`, api_key: nodeKey(opts.seed, i), model_name: modelName(rnd.int(opts.models)), result: { message: 'benchmark output' }, status: ok ? 'success' : 'error' }),
-      };
-    }],
-    ['daily_points (30 days)', 'POST', (req) => {
-      const i = rnd.int(opts.nodes);
-      return { ...req, path: '/daily_points', headers: { 'content-type': 'application/json', api_key: nodeKey(opts.seed, i) }, body: JSON.stringify({ node_name: nodeName(i), last_days: 30 }) };
-    }],
-    ['unique_nodes (1 day)', 'GET', window(1)],
-    ['unique_nodes (7 days)', 'GET', window(7)],
-    ['unique_nodes (30 days)', 'GET', window(30)],
-  ];
-}
-
-async function markImported(env: NodeJS.ProcessEnv): Promise<void> {
-  if (env.DATA_DIR) return writeFileSync(path.join(env.DATA_DIR, 'imported'), '');
-  const c = new pg.Client({ connectionString: env.DATABASE_URL });
-  await c.connect();
-  await c.query(`COMMENT ON DATABASE ${new URL(env.DATABASE_URL!).pathname.slice(1)} IS 'imported'`);
-  await c.end();
-}
-
-async function benchBackend(backend: string, files: { nodesFile: string; resultsFile: string }, port: number): Promise<BackendResult> {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  delete env.DATABASE_URL;
-  delete env.DATA_DIR;
-  const kept = `ins_bench_${opts.nodes}n_${opts.models}m_${opts.results}r_${opts.days}d_s${opts.seed}`;
-  let imported = false;
-  let cleanup = async () => {};
-  if (backend === 'postgres') {
-    const name = flags.keep ? kept : `ins_bench_${process.pid}`;
-    const admin = new pg.Client({ connectionString: flags['database-url'] });
-    await admin.connect();
-    // A kept database is marked by a comment once its import has completed.
-    if (flags.keep) {
-      const marked = await admin.query(`SELECT 1 FROM pg_database WHERE datname = $1 AND shobj_description(oid, 'pg_database') = 'imported'`, [name]);
-      imported = marked.rowCount === 1;
-    }
-    if (!imported) {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.query(`CREATE DATABASE ${name}`);
-    }
-    await admin.end();
-    const url = new URL(flags['database-url']);
-    url.pathname = `/${name}`;
-    env.DATABASE_URL = url.toString();
-    if (!flags.keep) {
-      cleanup = async () => {
-        const c = new pg.Client({ connectionString: flags['database-url'] });
-        await c.connect();
-        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-        await c.end();
-      };
-    }
-  } else if (flags.keep) {
-    const dir = path.join(ROOT, 'bench-results', kept);
-    imported = existsSync(path.join(dir, 'imported'));
-    if (!imported) rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
-    env.DATA_DIR = dir;
-  } else {
-    const dir = mkdtempSync(path.join(tmpdir(), 'ins-bench-'));
-    env.DATA_DIR = dir;
-    cleanup = () => Promise.resolve(rmSync(dir, { recursive: true, force: true }));
-  }
-  try {
-    let importNodes = 0;
-    let importResults = 0;
-    if (imported) {
-      console.log(`\n== ${backend}: reusing the kept import (${kept})`);
-    } else {
-      console.log(`\n== ${backend}: importing ${opts.nodes} nodes and ${opts.results.toLocaleString('en')} results`);
-      importNodes = await timed(() => run(['import', 'nodes', files.nodesFile], env));
-      importResults = await timed(() => run(['import', 'results', files.resultsFile], env));
-      if (flags.keep) await markImported(env);
-    }
-    const server = await startServer(env, port, path.join(ROOT, 'bench-results', `server-${backend}.log`));
-    const endpoints: EndpointResult[] = [];
-    try {
-      for (const [endpoint, method, setup] of scenarios(`bench-${backend}-${Date.now()}`)) {
-        if (warmup > 0) await load(server.url, setup, method, warmup);
-        const r = await load(server.url, setup, method, duration);
-        const result = { endpoint, rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, errors: r.errors + r.timeouts + r.non2xx };
-        endpoints.push(result);
-        console.log(`   ${endpoint.padEnd(24)} ${String(result.rps).padStart(7)} req/s  p50 ${result.p50} ms  p99 ${result.p99} ms  errors ${result.errors}`);
-      }
-    } finally {
-      server.child.kill('SIGTERM');
-      await once(server.child, 'exit');
-    }
-    const ceiling = endpoints[0]!.rps;
-    for (const e of endpoints) e.ratio = Math.round((e.rps / ceiling) * 100) / 100;
-    return { backend, import_nodes_s: importNodes, import_results_s: importResults, endpoints };
-  } finally {
-    await cleanup();
-  }
-}
-
-// Targets of issue 5 (PostgreSQL, 5M results, 32 connections, 2 cores).
-const TARGETS: Record<string, { rps: number; p99: number }> = {
-  update_result: { rps: 3000, p99: 30 },
-  'daily_points (30 days)': { rps: 8000, p99: 10 },
-  'unique_nodes (30 days)': { rps: 1000, p99: 50 },
-};
-
-function printTable(results: BackendResult[]): void {
-  console.log(`\nresults: ${opts.results.toLocaleString('en')} over ${opts.days} days, ${opts.nodes} nodes, ${opts.models} models; ${connections} connections, ${duration} s per endpoint; ${cpus().length} cores, Node ${process.version}`);
-  const rows = [['backend', 'endpoint', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'vs ceiling', 'target (postgres)']];
-  for (const b of results) {
-    for (const e of b.endpoints) {
-      const t = TARGETS[e.endpoint];
-      const verdict = t && b.backend === 'postgres' ? `${e.rps >= t.rps && e.p99 <= t.p99 && e.errors === 0 ? 'met' : 'MISSED'} (≥${t.rps}, p99 ≤${t.p99})` : '';
-      rows.push([b.backend, e.endpoint, String(e.rps), String(e.p50), String(e.p99), String(e.errors), e.ratio!.toFixed(2), verdict]);
-    }
-    if (b.import_results_s > 0) rows.push([b.backend, `import: nodes ${b.import_nodes_s.toFixed(1)} s, results ${b.import_results_s.toFixed(1)} s (${Math.round(opts.results / b.import_results_s).toLocaleString('en')} rows/s)`, '', '', '', '', '', '']);
-  }
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
-}
+const common = { duration: num('duration'), warmup: num('warmup'), backends: flags.backends, databaseUrl: flags['database-url'], out: flags.out };
 
 async function main(): Promise<void> {
-  mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
-  const now = Math.floor(Date.now() / 3_600_000) * 3_600_000;
-  console.log('generating history (cached between runs)…');
-  const files = await ensureHistory(path.resolve(ROOT, flags['data-dir']), opts, now);
-  const results: BackendResult[] = [];
-  let port = 18_000 + (process.pid % 1000);
-  for (const backend of flags.backends.split(',').map((b) => b.trim()).filter(Boolean)) {
-    if (backend !== 'postgres' && backend !== 'pglite') throw new Error(`unknown backend ${backend}`);
-    results.push(await benchBackend(backend, files, port++));
+  switch (flags.scenario) {
+    case 'endpoints':
+      return endpointsScenario({
+        ...common,
+        history: { nodes: num('nodes'), models: num('models'), results: num('results'), days: num('days'), success: num('success'), seed: num('seed') },
+        connections: num('connections'), dataDir: flags['data-dir'], keep: flags.keep,
+      });
+    case 'dispatch':
+      return dispatchScenario({ ...common, workers: num('workers'), submitters: num('submitters'), pairs: flags.pairs.split(',').map(Number).filter((n) => n > 0) });
+    case 'idle':
+      return idleScenario({ ...common, idle: num('idle') });
+    default:
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch or idle)`);
   }
-  printTable(results);
-  const out = flags.out ?? path.join(ROOT, 'bench-results', `bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-  writeFileSync(out, JSON.stringify({ options: opts, duration, connections, cores: cpus().length, node: process.version, results }, null, 2));
-  console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);
 }
 
 main().catch((err: unknown) => {

@@ -1,0 +1,116 @@
+// What every benchmark scenario shares: the built CLI, a database of its own for a run
+// (PostgreSQL database or embedded data directory, dropped afterwards), and the built server
+// started in production mode with the rate limits off (a benchmark would measure its 429s).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, openSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+
+export const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+export const ENTRY = path.join(ROOT, 'dist', 'cli', 'entry.js');
+
+export type Backend = 'postgres' | 'pglite';
+
+export function parseBackends(list: string): Backend[] {
+  return list.split(',').map((b) => b.trim()).filter(Boolean).map((b) => {
+    if (b !== 'postgres' && b !== 'pglite') throw new Error(`unknown backend ${b}`);
+    return b;
+  });
+}
+
+/** Runs `ins ARGS`; resolves with its stdout, rejects when it fails. */
+export function ins(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [ENTRY, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`ins ${args.join(' ')} exited ${code}`))));
+  });
+}
+
+export async function timed(f: () => Promise<unknown>): Promise<number> {
+  const t = Date.now();
+  await f();
+  return (Date.now() - t) / 1000;
+}
+
+export interface RunDatabase { env: NodeJS.ProcessEnv; cleanup: () => Promise<void> }
+
+/** A fresh database for one run: a new PostgreSQL database on `databaseUrl`'s server, or a temporary data directory. */
+export async function freshDatabase(backend: Backend, databaseUrl: string, name: string): Promise<RunDatabase> {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  delete env.DATABASE_URL;
+  delete env.DATA_DIR;
+  if (backend === 'pglite') {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ins-bench-'));
+    env.DATA_DIR = dir;
+    return { env, cleanup: () => Promise.resolve(rmSync(dir, { recursive: true, force: true })) };
+  }
+  await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await adminQuery(databaseUrl, `CREATE DATABASE ${name}`);
+  env.DATABASE_URL = databaseUrlOf(databaseUrl, name);
+  return { env, cleanup: async () => { await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`); } };
+}
+
+export function databaseUrlOf(serverUrl: string, name: string): string {
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** One statement on the server of `url` (names are the bench's own constants). */
+export async function adminQuery(url: string, text: string, values: unknown[] = []): Promise<pg.QueryResult> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await c.query(text, values);
+  } finally {
+    await c.end();
+  }
+}
+
+export interface Server { child: ChildProcess; url: string; stop: () => Promise<void> }
+
+export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string, extraEnv: Record<string, string> = {}): Promise<Server> {
+  const log = openSync(logFile, 'w');
+  const child = spawn(process.execPath, [ENTRY, 'serve'], {
+    env: {
+      ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info',
+      RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '0',
+      ...extraEnv,
+    },
+    stdio: ['ignore', log, log],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill('SIGTERM');
+    await once(child, 'exit');
+  };
+  for (let i = 0; i < 600; i++) {
+    if (child.exitCode !== null) throw new Error(`server exited; see ${logFile}`);
+    try {
+      if ((await fetch(`${url}/readyz`)).ok) return { child, url, stop };
+    } catch {
+      // starting
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await stop();
+  throw new Error('server did not become ready');
+}
+
+/** Percentile of sorted numbers (nearest rank). */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+/** Rows as aligned columns. */
+export function printRows(rows: string[][]): void {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+}

@@ -1,0 +1,192 @@
+// The dispatch scenario (`npm run bench -- --scenario dispatch`): the coordinator's whole cycle
+// over HTTP against the built server. W workers register with their node keys, declare a model
+// and long-poll get_job, reporting each job with its job key; S submitters submit_job and wait
+// for the result (get_result with `wait`). Measured: jobs/s end to end (submit, lease, report,
+// result read back), submit→lease and submit→result latencies, and whether any job was lost
+// or done twice (checked in the database afterwards too). Then, with one submitter and the
+// workers idle, submit→lease with a waiting worker. Then the queue alone, in one process and
+// without HTTP, against pg-boss on the same workload (bench/queue-cycle.ts).
+import { randomBytes } from 'node:crypto';
+import { writeFileSync, mkdirSync } from 'node:fs';
+import { cpus } from 'node:os';
+import path from 'node:path';
+import { Pool } from 'undici';
+import { adminQuery, freshDatabase, ins, parseBackends, percentile, printRows, ROOT, startServer, type Backend } from './common.js';
+import { ourQueueCycle, pgBossCycle, type CycleResult } from './queue-cycle.js';
+
+export interface DispatchOptions {
+  workers: number;
+  submitters: number;
+  duration: number;
+  warmup: number;
+  backends: string;
+  databaseUrl: string;
+  pairs: number[];
+  out: string | undefined;
+}
+
+const MODEL = 'bench-dispatch:latest';
+const now = () => performance.now();
+
+interface Http { pool: Pool; json: <T>(method: 'GET' | 'POST', path: string, headers?: Record<string, string>, body?: unknown) => Promise<{ status: number; body: T }> }
+
+function http(url: string, connections: number): Http {
+  const pool = new Pool(url, { connections, pipelining: 1, keepAliveTimeout: 60_000 });
+  return {
+    pool,
+    async json<T>(method: 'GET' | 'POST', p: string, headers: Record<string, string> = {}, body?: unknown) {
+      const res = await pool.request({ method, path: p, headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+      return { status: res.statusCode, body: (await res.body.json()) as T };
+    },
+  };
+}
+
+interface JobData { job_id: string; api_key: string; model: string }
+
+export interface CycleRun { jobsPerSecond: number; submitToLease: { p50: number; p99: number }; submitToResult: { p50: number; p99: number }; submitted: number; completed: number; lost: number; duplicated: number; dbCheck: string }
+
+/** W workers and S submitters for warmup + duration seconds; then the submitters stop and the workers drain the queue. */
+async function cycle(h: Http, workers: { key: string; name: string }[], userKey: string, submitters: number, warmup: number, duration: number): Promise<CycleRun> {
+  const submittedAt = new Map<string, number>();
+  const leasedAt = new Map<string, number>();
+  const reported = new Map<string, number>();
+  const toLease: number[] = [];
+  const toResult: number[] = [];
+  let completedInWindow = 0;
+  let stopSubmitting = false;
+  let stopWorkers = false;
+  const start = now();
+  const windowStart = start + warmup * 1000;
+  const windowEnd = windowStart + duration * 1000;
+
+  const tokens = await Promise.all(workers.map(async (w) => {
+    const reg = await h.json<{ access_token: string }>('POST', '/worker/register_node', { authorization: `Bearer ${w.key}` }, { node_url: w.name, node_version: 'bench', stats: {} });
+    if (reg.status !== 200) throw new Error(`register_node ${reg.status}`);
+    const auth = { authorization: `Bearer ${reg.body.access_token}` };
+    const upd = await h.json('POST', '/worker/update_models', auth, { node_url: w.name, models: [MODEL] });
+    if (upd.status !== 200) throw new Error(`update_models ${upd.status}`);
+    return auth;
+  }));
+
+  const worker = async (auth: Record<string, string>) => {
+    while (!stopWorkers) {
+      const res = await h.json<{ job_data: JobData | null }>('GET', '/worker/get_job?node_version=bench&wait=2', auth);
+      const job = res.body.job_data;
+      if (!job) continue;
+      const t = now();
+      if (!leasedAt.has(job.job_id)) leasedAt.set(job.job_id, t);
+      const r = await h.json<{ replayed: boolean }>('POST', '/worker/update_result', {}, { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content: 'bench answer' } }, status: 'success' });
+      if (r.status === 200 && !r.body.replayed) reported.set(job.job_id, (reported.get(job.job_id) ?? 0) + 1);
+    }
+  };
+
+  const submitter = async () => {
+    while (!stopSubmitting) {
+      const t0 = now();
+      const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: 'bench prompt' }], max_output: 16, temperature: 0 });
+      if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
+      const id = sub.body.job_id;
+      submittedAt.set(id, t0);
+      for (;;) {
+        const r = await h.json('GET', `/get_result/${id}?wait=30`, { api_key: userKey });
+        if (r.status === 200) break;
+        if (r.status !== 404) throw new Error(`get_result ${r.status}`);
+      }
+      const t1 = now();
+      if (t0 >= windowStart && t1 <= windowEnd) {
+        completedInWindow++;
+        toResult.push(t1 - t0);
+        const leased = leasedAt.get(id);
+        if (leased !== undefined) toLease.push(leased - t0);
+      }
+    }
+  };
+
+  const workerLoops = tokens.map(worker);
+  const submitterLoops = Array.from({ length: submitters }, submitter);
+  await new Promise((r) => setTimeout(r, (warmup + duration) * 1000));
+  stopSubmitting = true;
+  await Promise.all(submitterLoops);
+  stopWorkers = true;
+  await Promise.all(workerLoops);
+
+  toLease.sort((a, b) => a - b);
+  toResult.sort((a, b) => a - b);
+  const lost = [...submittedAt.keys()].filter((id) => !reported.has(id)).length;
+  const duplicated = [...reported.values()].filter((n) => n > 1).length;
+  const round = (x: number) => Math.round(x * 10) / 10;
+  return {
+    jobsPerSecond: Math.round(completedInWindow / duration),
+    submitToLease: { p50: round(percentile(toLease, 50)), p99: round(percentile(toLease, 99)) },
+    submitToResult: { p50: round(percentile(toResult, 50)), p99: round(percentile(toResult, 99)) },
+    submitted: submittedAt.size, completed: reported.size, lost, duplicated, dbCheck: '',
+  };
+}
+
+/** Jobs not done, results recorded and points credited, as the database has them. */
+async function databaseCheck(backend: Backend, env: NodeJS.ProcessEnv, expected: number): Promise<string> {
+  if (backend !== 'postgres') return 'n/a (embedded: the server holds it)';
+  const r = await adminQuery(env.DATABASE_URL!, `SELECT count(*) FILTER (WHERE state <> 'done')::int AS open, count(*)::int AS jobs,
+    (SELECT count(*)::int FROM job_results) AS results, (SELECT coalesce(sum(points), 0)::float8 FROM node_daily_points) AS points FROM jobs`);
+  const row = r.rows[0] as { open: number; jobs: number; results: number; points: number };
+  const ok = row.open === 0 && row.jobs === expected && row.results === expected && row.points === expected;
+  return `${ok ? 'ok' : 'MISMATCH'}: ${row.jobs} jobs, ${row.open} not done, ${row.results} results, ${row.points} points`;
+}
+
+interface BackendRun { backend: Backend; full: CycleRun; waiting: CycleRun }
+
+async function benchBackend(o: DispatchOptions, backend: Backend, port: number): Promise<BackendRun> {
+  const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_dispatch_${process.pid}`);
+  try {
+    // Nodes and the user key first: the embedded database is one process's at a time.
+    const nodes = Array.from({ length: o.workers }, (_, i) => ({ name: `bench-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
+    const file = path.join(ROOT, 'bench-results', `dispatch-nodes-${process.pid}.csv`);
+    writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
+    await ins(['import', 'nodes', file], db.env);
+    const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
+    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}.log`));
+    try {
+      const h = http(server.url, o.workers + o.submitters + 8);
+      console.log(`\n== ${backend}: ${o.workers} workers, ${o.submitters} submitters, ${o.warmup} + ${o.duration} s`);
+      const full = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration);
+      full.dbCheck = await databaseCheck(backend, db.env, full.submitted);
+      console.log(`   ${JSON.stringify(full)}`);
+      console.log('   one submitter, workers waiting: submit→lease');
+      const waiting = await cycle(h, nodes, userKey, 1, 1, Math.max(5, Math.round(o.duration / 2)));
+      console.log(`   ${JSON.stringify(waiting)}`);
+      await h.pool.close();
+      return { backend, full, waiting };
+    } finally {
+      await server.stop();
+    }
+  } finally {
+    await db.cleanup();
+  }
+}
+
+export async function dispatchScenario(o: DispatchOptions): Promise<void> {
+  mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
+  const runs: BackendRun[] = [];
+  let port = 18_500 + (process.pid % 500);
+  for (const backend of parseBackends(o.backends)) runs.push(await benchBackend(o, backend, port++));
+  const cycles: CycleResult[] = [];
+  for (const pairs of o.pairs) {
+    cycles.push(await ourQueueCycle(o.databaseUrl, pairs, o.duration));
+    cycles.push(await pgBossCycle(o.databaseUrl, pairs, o.duration));
+  }
+
+  console.log(`\ndispatch: ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s; ${cpus().length} cores, Node ${process.version}`);
+  const target = (b: Backend) => (b === 'postgres' ? 1500 : 500);
+  const rows = [['backend', 'jobs/s e2e [target]', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'lost', 'duplicated', 'waiting worker: submit→lease p50/p99 ms [≤3/≤25]', 'database']];
+  for (const r of runs) {
+    rows.push([r.backend, `${r.full.jobsPerSecond} [≥${target(r.backend)}: ${r.full.jobsPerSecond >= target(r.backend) ? 'met' : 'MISSED'}]`,
+      `${r.full.submitToLease.p50} / ${r.full.submitToLease.p99}`, `${r.full.submitToResult.p50} / ${r.full.submitToResult.p99}`,
+      String(r.full.lost), String(r.full.duplicated), `${r.waiting.submitToLease.p50} / ${r.waiting.submitToLease.p99}`, r.full.dbCheck]);
+  }
+  printRows(rows);
+  console.log('\nthe queue alone, one process, no HTTP (submit/send, lease/fetch, complete), PostgreSQL:');
+  printRows([['queue', 'pairs', 'jobs/s', 'p50 ms', 'p99 ms'], ...cycles.map((c) => [c.queue, String(c.pairs), String(c.jobsPerSecond), String(c.p50), String(c.p99)])]);
+  const out = o.out ?? path.join(ROOT, 'bench-results', `dispatch-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  writeFileSync(out, JSON.stringify({ options: o, cores: cpus().length, node: process.version, runs, cycles }, null, 2));
+  console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);
+}
