@@ -76,7 +76,9 @@ export interface Server { child: ChildProcess; url: string; stop: () => Promise<
 
 export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string, extraEnv: Record<string, string> = {}): Promise<Server> {
   const log = openSync(logFile, 'w');
-  const child = spawn(process.execPath, [ENTRY, 'serve'], {
+  // e.g. BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=bench-results/profiles" to profile the server.
+  const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, ENTRY, 'serve'], {
     env: {
       ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info',
       RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '0',

@@ -133,6 +133,19 @@ async function databaseCheck(backend: Backend, env: NodeJS.ProcessEnv, expected:
   return `${ok ? 'ok' : 'MISMATCH'}: ${row.jobs} jobs, ${row.open} not done, ${row.results} results, ${row.points} points`;
 }
 
+/** Where the database time went: each statement's count per job and mean duration, from the server's metrics. */
+async function statementsPerJob(url: string, jobs: number): Promise<string> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const stats = new Map<string, { count: number; sum: number }>();
+  for (const m of text.matchAll(/^ins_db_statement_duration_seconds_(count|sum)\{statement="([^"]+)"\} ([\d.e+-]+)$/gm)) {
+    const s = stats.get(m[2]!) ?? { count: 0, sum: 0 };
+    s[m[1] as 'count' | 'sum'] = Number(m[3]);
+    stats.set(m[2]!, s);
+  }
+  return [...stats].filter(([, s]) => s.count >= jobs / 100).sort((a, b) => b[1].count - a[1].count)
+    .map(([name, s]) => `${name} ${(s.count / jobs).toFixed(2)} × ${((s.sum / s.count) * 1000).toFixed(2)} ms`).join(', ');
+}
+
 interface BackendRun { backend: Backend; full: CycleRun; waiting: CycleRun }
 
 async function benchBackend(o: DispatchOptions, backend: Backend, port: number): Promise<BackendRun> {
@@ -151,6 +164,7 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
       const full = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration);
       full.dbCheck = await databaseCheck(backend, db.env, full.submitted);
       console.log(`   ${JSON.stringify(full)}`);
+      console.log(`   statements per job (from /metrics): ${await statementsPerJob(server.url, full.submitted)}`);
       console.log('   one submitter, workers waiting: submit→lease');
       const waiting = await cycle(h, nodes, userKey, 1, 1, Math.max(5, Math.round(o.duration / 2)));
       console.log(`   ${JSON.stringify(waiting)}`);

@@ -10,6 +10,7 @@ import { creditStatement } from '../results/credit.js';
 import { JOBS_CHANNEL, RESULTS_CHANNEL } from './channels.js';
 import type { Answer, Usage } from './answer.js';
 import type { JobState } from './states.js';
+import type { DoneJob } from './watch.js';
 
 export interface JobReport {
   keyHash: string;
@@ -117,8 +118,8 @@ export async function nodeLeaseOf(db: Queryable, jobId: string, nodeId: number):
 
 export interface CompleterOptions { defaultPoints: number; maxAttempts: number; server: string }
 
-/** Jobs queued again (per model) and jobs that reached a final state, for this server's waiters. */
-export type OnCompleted = (queued: Map<number, number>, finished: string[]) => void;
+/** Jobs queued again (per model) and jobs that reached a final state (with the answers of those done), for this server's waiters. */
+export type OnCompleted = (queued: Map<number, number>, finished: string[], done: Map<string, DoneJob>) => void;
 
 export class Completer {
   private readonly batcher: Batcher<JobReport, Row | undefined>;
@@ -137,15 +138,17 @@ export class Completer {
       const byKey = new Map(rows.map((row) => [row.key_hash, row]));
       const queued = new Map<number, number>();
       const finished: string[] = [];
+      const done = new Map<string, DoneJob>();
       for (const r of batch) {
         const row = byKey.get(r.keyHash);
         if (!row) continue;
         if (row.state === 'queued') queued.set(row.model_id, (queued.get(row.model_id) ?? 0) + 1);
         else finished.push(r.jobId);
+        if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: r.usage });
       }
-      onCompleted(queued, finished);
+      onCompleted(queued, finished, done);
       return reports.map((r) => (first.get(r.keyHash) === r ? byKey.get(r.keyHash) : undefined));
-    }, { maxBatch: 64, maxInFlight: 4 });
+    }, { maxBatch: 128, maxInFlight: 2 });
   }
 
   async complete(r: JobReport): Promise<Completion> {

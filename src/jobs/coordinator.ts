@@ -11,7 +11,8 @@ import { Dispatcher, type DeliveredJob } from './dispatcher.js';
 import { leaseJobs, releaseLeases, type Requeued } from './lease.js';
 import { Completer, nodeLeaseOf, type Completion, type JobReport } from './complete.js';
 import { Sweeper, type SweepResult } from './sweeper.js';
-import { ResultWatch } from './watch.js';
+import { ResultWatch, type Finished } from './watch.js';
+import { JobReader, type UserJob } from './read.js';
 import { Presence } from './presence.js';
 import { cancelQueuedJob } from './cancel.js';
 import { sql } from '../db/database.js';
@@ -44,21 +45,27 @@ export class Coordinator {
   private readonly sweeper: Sweeper;
   private readonly watch = new ResultWatch();
   private readonly presence: Presence;
+  private readonly reader: JobReader;
   private stopListening: (() => Promise<void>)[] = [];
 
   private constructor(private readonly db: Database, private readonly opts: CoordinatorOptions) {
     const { events } = opts;
-    this.submitter = new Submitter(db, this.server, (counts) => this.dispatcher.queued(counts));
     this.dispatcher = new Dispatcher({
       lease: (asks, groups) => leaseJobs(db, asks, groups, opts.leaseTimeout),
       undeliver: async (keyHash) => this.requeued(await releaseLeases(db, { keyHashes: [keyHash] }, 'released', true, opts.maxAttempts, this.server)),
       abandonOldest: async (sessionId) => this.requeued(await releaseLeases(db, { sessionId, most: 1 }, 'abandoned', false, opts.maxAttempts, this.server)),
       queuedModels: async (ids) => (await db.query<{ id: number }>(QUEUED_MODELS, [ids])).map((r) => r.id),
     }, { onError: events.error });
-    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server }, (queued, finished) => {
-      this.dispatcher.queued(queued);
-      this.watch.finished(finished);
+    this.submitter = new Submitter(db, this.server, opts.leaseTimeout, {
+      claim: (counts) => this.dispatcher.claim(counts),
+      settleClaim: (claim, job) => this.dispatcher.settleClaim(claim, job),
+      queued: (counts) => this.dispatcher.queued(counts),
     });
+    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server }, (queued, finished, done) => {
+      this.dispatcher.queued(queued);
+      this.watch.finished(finished, done);
+    });
+    this.reader = new JobReader(db);
     this.sweeper = new Sweeper(db, opts.sweepInterval * 1000, opts.maxAttempts, this.server, (r) => this.swept(r), events.error);
     this.presence = new Presence(db, opts.presenceFlushMs ?? 5_000, events.error);
   }
@@ -125,9 +132,14 @@ export class Coordinator {
     return canceled;
   }
 
-  /** Resolves true once the job reached a final state (as announced), false after timeoutMs or on abort. */
-  waitFinal(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+  /** Resolves once the job reached a final state (as announced), or undefined after timeoutMs or on abort. */
+  waitFinal(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<Finished | undefined> {
     return this.watch.wait(jobId, timeoutMs, signal);
+  }
+
+  /** The job if it exists and is this user key's (reads share statements). */
+  ownJob(jobId: string, ownerKeyId: number): Promise<UserJob | undefined> {
+    return this.reader.own(jobId, ownerKeyId);
   }
 
   get waitingWorkers(): number {

@@ -11,12 +11,17 @@
 //   them were queued meanwhile. "Empty" is trusted only while notifications are reliable
 //   (LISTEN live); besides, once a second a cheap query asks which waited-for models do have
 //   queued jobs (jobs another server locked and let go, notifications missed).
+// A job submitted on this server for a model with no queued job goes straight to a waiter of
+// that model, in the submission's own statement (claim(), jobs/submit.ts): no queue, no round.
 import type { SessionRow } from '../repositories/sessions.js';
 import { newKey } from '../keys.js';
 import type { Ask, Group, LeasedJob, LeaseRow } from './lease.js';
 import type { JobRequest } from './submit.js';
 
 export interface DeliveredJob { jobId: string; jobKey: string; keyHash: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number }
+
+/** A waiting poll taken out of waiting to get a job straight from a submission (claim()). */
+export interface Claim { sessionId: number; nodeId: number; keyHash: string; rank: number; readonly waiter: unknown }
 
 /** What the dispatcher needs of the database (jobs/coordinator.ts binds it). */
 export interface DispatchStore {
@@ -101,21 +106,50 @@ export class Dispatcher {
       };
       // A session waits with at most as many polls as it can hold jobs: an older poll beyond
       // that was given up by its worker.
-      const mine = this.bySession.get(session.id) ?? new Set<Waiter>();
-      this.bySession.set(session.id, mine);
-      while (mine.size >= session.capacity) mine.values().next().value!.settle(null);
-      mine.add(w);
-      this.waiters.add(w);
-      for (const m of models) {
-        const set = this.byModel.get(m) ?? new Set<Waiter>();
-        this.byModel.set(m, set);
-        set.add(w);
-      }
+      const mine = this.bySession.get(session.id);
+      while (mine && mine.size >= session.capacity) mine.values().next().value!.settle(null);
+      this.add(w);
       const knownEmpty = this.live && models.every((m) => this.empty.has(m));
       if (knownEmpty && w.once) return w.settle(null);
       if (!w.once) w.timer = setTimeout(() => w.settle(null), waitMs);
       if (!knownEmpty) this.pend(w);
     });
+  }
+
+  /**
+   * Takes up to `counts` waiters per model out of waiting, for jobs about to be submitted here,
+   * where the model has no queued job (older jobs go first). Each claim is settled with
+   * settleClaim once the submission committed.
+   */
+  claim(counts: Map<number, number>): Map<number, Claim[]> {
+    const out = new Map<number, Claim[]>();
+    if (!this.live) return out;
+    const ranks = new Map<number, number>();
+    for (const [model, count] of counts) {
+      if (!this.empty.has(model)) continue;
+      const taken: Waiter[] = [];
+      for (const w of this.byModel.get(model) ?? []) {
+        if (taken.length >= count) break;
+        if (!w.settled && !this.pending.has(w) && !w.gone()) taken.push(w);
+      }
+      out.set(model, taken.map((w) => {
+        this.remove(w);
+        const rank = (ranks.get(w.session.id) ?? 0) + 1;
+        ranks.set(w.session.id, rank);
+        const key = newKey('job');
+        return { sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank, waiter: { w, key } };
+      }));
+    }
+    return out;
+  }
+
+  /** The claim's job, leased to it by the submission; null: it was not (it waits on). */
+  async settleClaim(claim: Claim, job: LeasedJob | null): Promise<void> {
+    const { w, key } = claim.waiter as { w: Waiter; key: { key: string; hash: string } };
+    if (job) return this.deliver(w, job, key);
+    if (w.settled) return;
+    this.add(w);
+    this.pend(w);
   }
 
   /** Jobs were queued: `counts` jobs per model. */
@@ -153,6 +187,18 @@ export class Dispatcher {
     if (!this.running) {
       this.running = true;
       setImmediate(() => void this.rounds());
+    }
+  }
+
+  private add(w: Waiter): void {
+    const mine = this.bySession.get(w.session.id) ?? new Set<Waiter>();
+    this.bySession.set(w.session.id, mine);
+    mine.add(w);
+    this.waiters.add(w);
+    for (const m of w.models) {
+      const set = this.byModel.get(m) ?? new Set<Waiter>();
+      this.byModel.set(m, set);
+      set.add(w);
     }
   }
 

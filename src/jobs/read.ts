@@ -1,5 +1,6 @@
 // Reading jobs: a user's own job, the network's counts and models, and the operator's views.
 import { sql, type Queryable } from '../db/database.js';
+import { Batcher } from '../db/batcher.js';
 import type { JobState } from './states.js';
 import type { Answer, Usage } from './answer.js';
 
@@ -18,11 +19,13 @@ export interface UserJob {
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
-// $1 job id, $2 owner key id: another user's job is not found.
-const OWN_JOB = sql('jobs_own', `SELECT j.id::text, m.name AS model, j.state, j.result, j.usage, j.detail,
+// Many reads at once (db/batcher.ts): $1 job ids, $2 their owners' key ids. Another user's
+// job is not found.
+const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.state, j.result, j.usage, j.detail,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
     extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds
-  FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.id = $1::uuid AND j.owner_key_id = $2::bigint`);
+  FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
+  JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`);
 
 // Live sessions of enabled nodes seen within $1 seconds, with a declaration younger than $2 seconds.
 const LIVE = `s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
@@ -42,10 +45,23 @@ const OPEN_LEASES = sql('jobs_open_leases', 'SELECT count(*)::int AS n FROM job_
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isJobId = (id: string): boolean => UUID.test(id);
 
-export async function findOwnJob(db: Queryable, jobId: string, ownerKeyId: number): Promise<UserJob | undefined> {
-  if (!isJobId(jobId)) return undefined;
-  const [row] = await db.query<UserJob>(OWN_JOB, [jobId, ownerKeyId]);
-  return row;
+/** Reads users' own jobs, sharing statements between concurrent reads. */
+export class JobReader {
+  private readonly batcher: Batcher<{ jobId: string; owner: number }, UserJob | undefined>;
+
+  constructor(db: Queryable) {
+    this.batcher = new Batcher(async (asks) => {
+      const rows = await db.query<UserJob & { i: number }>(OWN_JOBS, [asks.map((a) => a.jobId), asks.map((a) => a.owner)]);
+      const out = new Array<UserJob | undefined>(asks.length);
+      for (const { i, ...job } of rows) out[i - 1] = job;
+      return out;
+    }, { maxBatch: 128, maxInFlight: 2 });
+  }
+
+  /** The job if it exists and is this key's. */
+  async own(jobId: string, ownerKeyId: number): Promise<UserJob | undefined> {
+    return isJobId(jobId) ? this.batcher.load({ jobId, owner: ownerKeyId }) : undefined;
+  }
 }
 
 export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number }[]> {

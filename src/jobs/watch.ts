@@ -1,32 +1,45 @@
 // Waiting for jobs to reach a final state, on one server, without polling: whoever waits
 // (get_result with `wait`, the OpenAI-compatible API) registers here, and is woken when a
-// statement of this server finishes the job, or when RESULTS_CHANNEL says another did.
-export class ResultWatch {
-  private readonly waiting = new Map<string, Set<() => void>>();
+// statement of this server finishes the job — with the job's answer when that statement had
+// it, so the waiter need not read it back — or when RESULTS_CHANNEL says another server did.
+import type { Answer, Usage } from './answer.js';
 
-  /** Resolves true once the job is final (as announced), false after timeoutMs or on abort. */
-  wait(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+/** A job done by a statement of this server: what its owner reads. */
+export interface DoneJob { state: 'done'; result: Answer; usage: Usage | null }
+/** Woken: the job is final; `done` when this server has its answer at hand. */
+export interface Finished { done?: DoneJob }
+
+export class ResultWatch {
+  private readonly waiting = new Map<string, Set<(f: Finished) => void>>();
+
+  /** Resolves once the job is final (as announced), or undefined after timeoutMs or on abort. */
+  wait(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<Finished | undefined> {
     return new Promise((resolve) => {
       let set = this.waiting.get(jobId);
       if (!set) this.waiting.set(jobId, (set = new Set()));
-      const done = (final: boolean) => {
+      const done = (f: Finished | undefined) => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', abort);
         set.delete(wake);
         if (set.size === 0 && this.waiting.get(jobId) === set) this.waiting.delete(jobId);
-        resolve(final);
+        resolve(f);
       };
-      const wake = () => done(true);
-      const abort = () => done(false);
-      const timer = setTimeout(() => done(false), timeoutMs);
+      const wake = (f: Finished) => done(f);
+      const abort = () => done(undefined);
+      const timer = setTimeout(() => done(undefined), timeoutMs);
       signal?.addEventListener('abort', abort, { once: true });
       set.add(wake);
     });
   }
 
-  /** These jobs reached a final state. */
-  finished(jobIds: Iterable<string>): void {
-    for (const id of jobIds) for (const wake of [...(this.waiting.get(id) ?? [])]) wake();
+  /** These jobs reached a final state; `done` holds the answers this server has at hand. */
+  finished(jobIds: Iterable<string>, done?: ReadonlyMap<string, DoneJob>): void {
+    for (const id of jobIds) {
+      const set = this.waiting.get(id);
+      if (!set) continue;
+      const f: Finished = done?.has(id) ? { done: done.get(id)! } : {};
+      for (const wake of [...set]) wake(f);
+    }
   }
 
   /** Notifications may have been missed: every waiter looks again. */
