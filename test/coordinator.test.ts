@@ -159,7 +159,15 @@ describe.each(backends)('coordinator on $name', (backend) => {
   });
 
   it('tells the network: available models, active nodes, jobs', async () => {
-    await newWorker(['listed-model']);
+    const w = await newWorker(['listed-model']);
+    // One job done, one lease expired (then done), one job past its deadline.
+    await user.submit('listed-model');
+    await w.report((await w.getJob())!);
+    await user.submit('listed-model');
+    expect(await w.getJob()).not.toBeNull();
+    const other = await newWorker(['listed-model']);
+    await other.report((await other.getJob(5))!);
+    await user.result(await user.submit('nobody-lists-this', 'hi', { request_timeout_time: 1 }), 5);
     const models = (await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] };
     expect(models.models).toContain('listed-model');
     const active = (await t.app.inject({ method: 'GET', url: '/active_node_count' })).json() as { active_node_count: number };
@@ -167,6 +175,17 @@ describe.each(backends)('coordinator on $name', (backend) => {
     const total = (await t.app.inject({ method: 'GET', url: '/total_job_count' })).json() as { total_job_count: number; by_state: Record<string, number> };
     expect(total.total_job_count).toBe(Object.values(total.by_state).reduce((a, b) => a + b, 0));
     expect(total.total_job_count).toBeGreaterThan(0);
+    // And the operator's metrics: queue depth by model, leases, waiting workers, dispatch latency, final states, expiries.
+    await user.submit('metered-model');
+    const metrics = (await t.app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(metrics).toMatch(/ins_jobs_queued\{model="metered-model"\} 1/);
+    expect(metrics).toMatch(/ins_job_leases_open \d+/);
+    expect(metrics).toMatch(/ins_workers_waiting \d+/);
+    expect(metrics).toMatch(/ins_dispatch_latency_seconds_count [1-9]/);
+    expect(metrics).toMatch(/ins_jobs_finished_total\{state="done"\} [1-9]/);
+    expect(metrics).toMatch(/ins_jobs_finished_total\{state="expired"\} [1-9]/);
+    expect(metrics).toMatch(/ins_lease_expiries_total [1-9]/);
+    expect(metrics).toMatch(/ins_jobs_submitted_total [1-9]/);
   });
 });
 

@@ -48,10 +48,19 @@ describe.each(backends)('fuzz on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   let nodeKey: string;
   let readerKey: string;
+  let userKey: string;
+  let sessionToken: string;
+  let jobId: string;
   beforeAll(async () => {
-    t = await startApp(backend, { bodyLimit: 64 * 1024 });
+    // No sweeps during the run: a snapshot must only change by the request under test.
+    t = await startApp(backend, { bodyLimit: 64 * 1024, coordinator: { sweepInterval: 3600 } });
     nodeKey = await t.addNode('fuzz-node');
     readerKey = await t.addReader();
+    userKey = await t.addUser();
+    const reg = await t.app.inject({ method: 'POST', url: '/worker/register_node', headers: { authorization: `Bearer ${nodeKey}` }, payload: { node_url: 'fuzz-node' } });
+    sessionToken = (reg.json() as { access_token: string }).access_token;
+    await t.app.inject({ method: 'POST', url: '/worker/update_models', headers: { authorization: `Bearer ${sessionToken}` }, payload: { models: ['fuzz-model'] } });
+    jobId = (await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: userKey }, payload: { model: 'other-model', messages: [{ role: 'user', content: 'x' }] } })).json<{ job_id: string }>().job_id;
   });
   afterAll(async () => t.close());
 
@@ -120,6 +129,36 @@ describe.each(backends)('fuzz on $name', (backend) => {
     await fc.assert(fc.asyncProperty(query, async (q) => {
       const res = await t.app.inject({ method: 'GET', url: `/unique_nodes?${q}` });
       checkShape(res, (body) => expect(body).toEqual({ model_name: expect.any(String), start_date: expect.toSatisfy((v) => v === null || typeof v === 'string'), end_date: expect.toSatisfy((v) => v === null || typeof v === 'string'), count: expect.any(Number), nodes: expect.any(Array) }));
+    }), params);
+  });
+
+  it('the coordinator endpoints never fail the server, and a rejected call changes nothing', async () => {
+    const credential = fc.oneof(fc.constant(nodeKey), fc.constant(readerKey), fc.constant(userKey), fc.constant(sessionToken), fc.constant('jk_nothing'), fc.string({ maxLength: 30 }));
+    const headerOf = fc.record({
+      api_key: fc.option(credential, { nil: undefined }),
+      authorization: fc.option(fc.oneof(credential.map((c) => `Bearer ${c}`), fc.string({ maxLength: 30 })), { nil: undefined }),
+    });
+    const message = fc.record({ role: field(fc.constantFrom('user', 'system')), content: field(fc.string({ maxLength: 20 })) }, { requiredKeys: [] });
+    const bodies: Record<string, fc.Arbitrary<unknown>> = {
+      '/check_node_secret': fc.record({ node_id: field(fc.constantFrom('fuzz-node', 'nobody')), secret: credential }, { requiredKeys: [] }),
+      '/worker/register_node': fc.record({ node_url: field(fc.constantFrom('fuzz-node', 'nobody')), node_version: nasty, stats: field(fc.object()), secret: credential, capacity: field(fc.integer({ min: -1, max: 70 })) }, { requiredKeys: [] }),
+      '/worker/update_models': fc.record({ node_url: field(fc.constantFrom('fuzz-node', 'nobody')), models: field(fc.array(fc.constantFrom('fuzz-model', 'm2', ''), { maxLength: 3 })) }, { requiredKeys: [] }),
+      '/worker/deregister_node': fc.record({ node_url: nasty }, { requiredKeys: [] }),
+      '/submit_job': fc.record({ model: field(fc.constantFrom('fuzz-model', 'other-model')), messages: field(fc.array(message, { maxLength: 3 })), max_output: field(fc.integer({ min: -2, max: 10 })), temperature: field(fc.double({ min: -1, max: 3, noNaN: true })), request_timeout_time: field(fc.integer({ min: -1, max: 100_000 })) }, { requiredKeys: [] }),
+      '/worker/update_result': fc.record({ job_id: field(fc.constantFrom(jobId, 'x')), api_key: credential, model_name: field(fc.constantFrom('fuzz-model', 'other-model')), result: field(fc.object()), status: field(fc.constantFrom('success', 'error')), usage: nasty }, { requiredKeys: [] }),
+    };
+    const gets = fc.oneof(
+      fc.constantFrom('/worker/get_job', '/worker/ping', '/available_models', '/active_node_count', '/total_job_count', `/get_result/${jobId}`, '/get_result/x', `/get_completion_time/${jobId}`, '/get_points'),
+      fc.tuple(fc.constantFrom('/worker/get_job?wait=', '/get_points?node_name=', `/get_result/${jobId}?wait=`), fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('0', '0.01', '31', '-1', 'fuzz-node', 'nobody'))).map(([p, v]) => `${p}${encodeURIComponent(v)}`),
+    );
+    const call = fc.oneof(
+      fc.record({ method: fc.constant('POST' as const), url: fc.constantFrom(...Object.keys(bodies)) }).chain((c) => rawBody(bodies[c.url]!).map((payload) => ({ ...c, payload }))),
+      gets.map((url) => ({ method: 'GET' as const, url, payload: undefined })),
+    );
+    await fc.assert(fc.asyncProperty(call, headerOf, async (c, h) => {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      for (const [k, v] of Object.entries(h)) if (v !== undefined && /^[\x20-\x7e]*$/.test(v)) headers[k] = v;
+      await unchangedUnless2xx(() => t.app.inject({ method: c.method, url: c.url, payload: c.payload, headers }), (body) => expect(typeof body).toBe('object'));
     }), params);
   });
 
