@@ -5,9 +5,10 @@ import { nodeTotalPoints } from '../repositories/points.js';
 import { HttpError } from '../http/http-error.js';
 import { authenticateRequest, requestKey } from './authenticate.js';
 import type { App, Deps } from './types.js';
+import { rideOutage } from '../db/outage.js';
 
 export function getPointsRoute(app: App, deps: Deps): void {
-  app.get('/get_points', { schema: { querystring: GetPointsQuery, response: GetPointsResponses } }, async (req) => {
+  app.get('/get_points', { schema: { querystring: GetPointsQuery, response: GetPointsResponses } }, (req) => rideOutage(async () => {
     const key = requestKey(req);
     if (!key) throw new HttpError(401, 'Not authenticated');
     const principal = await authenticateRequest(deps, req, key);
@@ -23,5 +24,5 @@ export function getPointsRoute(app: App, deps: Deps): void {
     const total = await nodeTotalPoints(deps.db, node_name);
     if (total === undefined) throw new HttpError(404, 'Node not found');
     return { node_name, points: Math.round(total * 100) / 100, pointsraw: total };
-  });
+  }));
 }

@@ -12,6 +12,7 @@ import { answerOf, usageOf } from '../jobs/answer.js';
 import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
+import { rideOutage } from '../db/outage.js';
 import { authenticateRequest } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
@@ -60,7 +61,8 @@ export function updateResultRoute(app: App, deps: Deps): void {
     ...(limiters.reports ? { preHandler: limiters.reports } : {}),
   }, async (req) => {
     const body = req.body;
-    if (keyKind(body.api_key) === 'job') return completeLease(body, hashKey(body.api_key));
+    // A short database outage is ridden out here: a 5xx stops the real worker for hours.
+    if (keyKind(body.api_key) === 'job') return rideOutage(() => completeLease(body, hashKey(body.api_key)));
     const principal = await authenticateRequest(deps, req, body.api_key);
     if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
     req.nodeName = principal.node.name;

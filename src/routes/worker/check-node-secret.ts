@@ -7,6 +7,7 @@ import { findNodeForRegistration, recordSecretCheck } from '../../repositories/s
 import { HttpError } from '../../http/http-error.js';
 import { tooMany } from '../../http/rate-limit.js';
 import type { App, Deps } from '../types.js';
+import { rideOutage } from '../../db/outage.js';
 
 /** Whether `key` is the key whose SHA-256 is `hash`, without key-dependent timing. */
 export function isKeyOf(key: string, hash: string): boolean {
@@ -14,7 +15,7 @@ export function isKeyOf(key: string, hash: string): boolean {
 }
 
 export function checkNodeSecretRoute(app: App, { db, limiters }: Deps): void {
-  app.post('/check_node_secret', { schema: { body: CheckNodeSecretRequest, response: CheckNodeSecretResponses } }, async (req) => {
+  app.post('/check_node_secret', { schema: { body: CheckNodeSecretRequest, response: CheckNodeSecretResponses } }, (req) => rideOutage(async () => {
     const blocked = limiters.failures.blockedFor(req.ip);
     if (blocked > 0) throw tooMany(blocked);
     const { node_id, secret } = req.body;
@@ -28,5 +29,5 @@ export function checkNodeSecretRoute(app: App, { db, limiters }: Deps): void {
     if (node.disabled) throw new HttpError(403, 'Node is disabled');
     await recordSecretCheck(db, node.id, req.ip);
     return { status: 'success' };
-  });
+  }));
 }

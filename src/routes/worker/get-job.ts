@@ -5,10 +5,11 @@
 import { GetJobQuery, GetJobResponses } from '../../generated/schemas.js';
 import { authenticateSession } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
+import { rideOutage } from '../../db/outage.js';
 
 export function getJobRoute(app: App, deps: Deps): void {
   const { coordinator } = deps;
-  app.get('/worker/get_job', { schema: { querystring: GetJobQuery, response: GetJobResponses } }, async (req) => {
+  app.get('/worker/get_job', { schema: { querystring: GetJobQuery, response: GetJobResponses } }, (req) => rideOutage(async () => {
     const session = await authenticateSession(deps, req);
     const gone = () => req.raw.socket.destroyed;
     const job = await coordinator.next(session, (req.query.wait ?? 0) * 1000, gone);
@@ -20,5 +21,5 @@ export function getJobRoute(app: App, deps: Deps): void {
     }
     const { messages, max_output, temperature } = job.request;
     return { job_data: { job_id: job.jobId, api_key: job.jobKey, model: job.model, messages, max_output, temperature } };
-  });
+  }));
 }

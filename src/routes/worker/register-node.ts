@@ -9,11 +9,12 @@ import { tooMany } from '../../http/rate-limit.js';
 import { bearerToken } from '../authenticate.js';
 import { isKeyOf } from './check-node-secret.js';
 import type { App, Deps } from '../types.js';
+import { rideOutage } from '../../db/outage.js';
 
 export const REGISTER_AFTER_CHECK_SECONDS = 60;
 
 export function registerNodeRoute(app: App, { db, limiters }: Deps): void {
-  app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, async (req) => {
+  app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req) => rideOutage(async () => {
     const blocked = limiters.failures.blockedFor(req.ip);
     if (blocked > 0) throw tooMany(blocked);
     const { node_url, node_version, stats, secret, capacity } = req.body;
@@ -32,5 +33,5 @@ export function registerNodeRoute(app: App, { db, limiters }: Deps): void {
       nodeId: node.id, nodeKeyHash: node.key_hash, nodeVersion: node_version ?? '', stats: (stats ?? {}), capacity: capacity ?? 1,
     });
     return { access_token: token, token_type: 'bearer' };
-  });
+  }));
 }

@@ -7,10 +7,11 @@ import { announceKeyChange } from '../../repositories/key-events.js';
 import { HttpError } from '../../http/http-error.js';
 import { authenticateSession } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
+import { rideOutage } from '../../db/outage.js';
 
 export function updateModelsRoute(app: App, deps: Deps): void {
   const { db, coordinatorConfig } = deps;
-  app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, async (req) => {
+  app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, (req) => rideOutage(async () => {
     const session = await authenticateSession(deps, req);
     const { node_url, models } = req.body;
     if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
@@ -22,5 +23,5 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     // Sessions are cached with their models (auth/authenticate.ts): a new set must be seen at once.
     if (changed) await announceKeyChange(db);
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
-  });
+  }));
 }
