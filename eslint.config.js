@@ -5,8 +5,7 @@
 // itself back through others (no cycles).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
-import { importX } from 'eslint-plugin-import-x';
-import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
+import importX from 'eslint-plugin-import-x';
 
 const TYPE_CHECKED = ['src/**/*.ts', 'scripts/**/*.ts', 'bench/**/*.ts', 'web/src/**/*.ts'];
 
@@ -53,7 +52,7 @@ export default tseslint.config(
     plugins: { 'import-x': importX },
     settings: {
       ...importX.flatConfigs.typescript.settings,
-      'import-x/resolver-next': [createTypeScriptImportResolver({ project: './tsconfig.json' })],
+      'import-x/resolver': { typescript: { project: './tsconfig.json' } },
     },
     rules: {
       'import-x/no-cycle': ['error', { ignoreExternal: true }],
