@@ -82,6 +82,7 @@ export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile:
     env: {
       ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info',
       RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '0',
+      RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0',
       ...extraEnv,
     },
     stdio: ['ignore', log, log],

@@ -46,6 +46,8 @@ CREATE TABLE jobs (
   -- Leases handed out so far (the current one included).
   attempts         integer NOT NULL DEFAULT 0,
   submitted_at     timestamptz NOT NULL DEFAULT now(),
+  -- When a node first got it: the job's wait in the queue.
+  first_leased_at  timestamptz,
   deadline_at      timestamptz NOT NULL,
   -- While leased: the holder and the lease's end; once done: the node that did it.
   node_id          bigint,

@@ -1,5 +1,7 @@
 // buildApp: the whole HTTP service as one Fastify instance, used by the server and by every
 // test alike. The server (server.ts) only adds config, logger, signals and listen.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
@@ -27,6 +29,7 @@ import { getPointsRoute } from './routes/get-points.js';
 import { submitJobRoute } from './routes/user/submit-job.js';
 import { getResultRoutes } from './routes/user/get-result.js';
 import { networkRoutes } from './routes/network.js';
+import { openAIRoutes } from './routes/openai/index.js';
 import type { Deps } from './routes/types.js';
 import { Coordinator } from './jobs/coordinator.js';
 
@@ -50,6 +53,29 @@ export interface AppOptions {
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
+
+/**
+ * At shutdown, Node closes the keep-alive connections that served a request and are idle, but
+ * not those a client opened and never sent a request on (HTTP clients keep spares): the server
+ * would wait for them until a timeout. Those carry nothing, so they are closed too; connections
+ * with a request in flight are left to finish it.
+ */
+function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
+  const busy = new Map<Socket, number>();
+  app.server.on('connection', (socket: Socket) => {
+    busy.set(socket, 0);
+    socket.once('close', () => busy.delete(socket));
+  });
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket;
+    busy.set(socket, (busy.get(socket) ?? 0) + 1);
+    res.once('close', () => { if (busy.has(socket)) busy.set(socket, busy.get(socket)! - 1); });
+  });
+  app.addHook('preClose', (done) => {
+    for (const [socket, n] of busy) if (n === 0) socket.destroy();
+    done();
+  });
+}
 
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { metrics: Metrics }> {
   const app = Fastify({
@@ -105,6 +131,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   metrics.live.waitingWorkers = () => coordinator.waitingWorkers;
   // Waiting polls answer at once when the server stops, rather than holding the shutdown.
   app.addHook('preClose', (done) => { coordinator.drain(); done(); });
+  closeUnusedConnectionsOnClose(app);
   app.addHook('onClose', () => coordinator.close());
   const deps: Deps = {
     db: opts.db, metrics, defaultPointsPerJob, principals, limiters, coordinator, coordinatorConfig,
@@ -122,6 +149,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   submitJobRoute(app, deps);
   getResultRoutes(app, deps);
   networkRoutes(app, deps);
+  await openAIRoutes(app, deps);
   await operationsRoutes(app, deps);
   await dashboardRoutes(app);
 

@@ -9,11 +9,15 @@ export interface RateLimits {
   reportsPerKey: number;
   readsPerKey: number;
   authFailuresPerIp: number;
+  /** Chat completions per minute per user key (the OpenAI-compatible API). */
+  completionsPerUser: number;
+  /** Chat completions running at once per user key, on one server. */
+  concurrentPerUser: number;
 }
 
 /** Generous enough that a worker reporting every few seconds is never throttled. */
-export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30 };
-export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0 };
+export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30, completionsPerUser: 600, concurrentPerUser: 32 };
+export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0, completionsPerUser: 0, concurrentPerUser: 0 };
 
 export interface Config {
   port: number;
@@ -91,6 +95,8 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key (0 = off)'],
   ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key (0 = off)'],
   ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 (0 = off)'],
+  ['RATE_LIMIT_COMPLETIONS_PER_USER', String(DEFAULT_RATE_LIMITS.completionsPerUser), 'chat completions per minute per user key (0 = off)'],
+  ['RATE_LIMIT_CONCURRENT_PER_USER', String(DEFAULT_RATE_LIMITS.concurrentPerUser), 'chat completions running at once per user key, per server (0 = off)'],
   ['CREDIT_POLICY', 'reports', 'reports: node keys credit any new job_id; dispatched: only jobs this service leased earn points'],
   ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['JOB_TIMEOUT', `${DEFAULT_COORDINATOR.jobTimeout}s`, "a job's deadline after submission (s, m, h; a request may ask for up to MAX_JOB_TIMEOUT)"],
@@ -128,6 +134,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     reportsPerKey: int('RATE_LIMIT_REPORTS_PER_KEY', DEFAULT_RATE_LIMITS.reportsPerKey, 0, 10_000_000),
     readsPerKey: int('RATE_LIMIT_READS_PER_KEY', DEFAULT_RATE_LIMITS.readsPerKey, 0, 10_000_000),
     authFailuresPerIp: int('RATE_LIMIT_AUTH_FAILURES_PER_IP', DEFAULT_RATE_LIMITS.authFailuresPerIp, 0, 10_000_000),
+    completionsPerUser: int('RATE_LIMIT_COMPLETIONS_PER_USER', DEFAULT_RATE_LIMITS.completionsPerUser, 0, 10_000_000),
+    concurrentPerUser: int('RATE_LIMIT_CONCURRENT_PER_USER', DEFAULT_RATE_LIMITS.concurrentPerUser, 0, 1_000_000),
   };
 
   const logLevel = (get('LOG_LEVEL') ?? 'info').toLowerCase();

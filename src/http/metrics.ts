@@ -17,6 +17,9 @@ export interface Metrics {
   jobsFinished: Counter<'state'>;
   leaseExpiries: Counter;
   jobsSubmitted: Counter;
+  completions: Counter<'model' | 'outcome'>;
+  completionFirstByte: Histogram;
+  completionQueueWait: Histogram;
   /** Read at each scrape; the app points them at the coordinator. */
   live: { waitingWorkers: () => number };
 }
@@ -83,5 +86,15 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   const jobsFinished = new Counter({ name: 'ins_jobs_finished_total', help: 'Jobs that reached a final state, by state (done, failed, expired, canceled)', labelNames: ['state'], registers: [registry] });
   const leaseExpiries = new Counter({ name: 'ins_lease_expiries_total', help: 'Leases ended by the sweeper: their time or the job\'s deadline was up', registers: [registry] });
   const jobsSubmitted = new Counter({ name: 'ins_jobs_submitted_total', help: 'Jobs submitted', registers: [registry] });
-  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, live };
+  // The OpenAI-compatible API (routes/openai/).
+  const completions = new Counter({ name: 'ins_completions_total', help: 'Chat completions by model and outcome (done, failed, expired, timeout, canceled, gone, model_not_found)', labelNames: ['model', 'outcome'], registers: [registry] });
+  const completionFirstByte = new Histogram({
+    name: 'ins_completion_first_byte_seconds', help: 'Chat completions: from the request to the first byte of the answer (the role chunk when streaming)', registers: [registry],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
+  });
+  const completionQueueWait = new Histogram({
+    name: 'ins_completion_queue_wait_seconds', help: 'Chat completions: from the job\'s submission to its first lease', registers: [registry],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
+  });
+  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, live };
 }

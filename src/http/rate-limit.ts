@@ -44,9 +44,35 @@ export class FailureLimiter {
   }
 }
 
+/** How many calls of one key run at once; bounded in memory like the others. */
+export class ConcurrencyLimiter {
+  private readonly running = new Map<string, number>();
+  constructor(private readonly max: number) {}
+
+  /** Counts a call in; false (and nothing counted) when the key is at its limit. */
+  enter(key: string): boolean {
+    if (this.max <= 0) return true;
+    const n = this.running.get(key) ?? 0;
+    if (n >= this.max) return false;
+    this.running.set(key, n + 1);
+    return true;
+  }
+
+  leave(key: string): void {
+    if (this.max <= 0) return;
+    const n = (this.running.get(key) ?? 1) - 1;
+    if (n <= 0) this.running.delete(key);
+    else this.running.set(key, n);
+  }
+}
+
 export interface KeyLimiters {
   reports: preHandlerAsyncHookHandler | undefined;
   reads: preHandlerAsyncHookHandler | undefined;
+  /** Chat completions per minute per user key. */
+  completions: preHandlerAsyncHookHandler | undefined;
+  /** Chat completions at once per user key (keyed by the key's hash). */
+  concurrent: ConcurrencyLimiter;
   failures: FailureLimiter;
 }
 
@@ -57,6 +83,7 @@ const bodyKey = (req: FastifyRequest): string => {
   return `report:${hashKey(typeof key === 'string' ? key : '')}`;
 };
 const headerKey = (req: FastifyRequest): string => `read:${hashKey(String(req.headers.api_key ?? ''))}`;
+const userKey = (req: FastifyRequest): string => `user:${hashKey(String(req.headers.authorization ?? req.headers.api_key ?? ''))}`;
 
 export async function registerRateLimits(app: FastifyInstance, limits: RateLimits): Promise<KeyLimiters> {
   await app.register(rateLimit, {
@@ -78,5 +105,11 @@ export async function registerRateLimits(app: FastifyInstance, limits: RateLimit
       reply.header('x-ratelimit-remaining', String(r.remaining));
     };
   };
-  return { reports: perKey(limits.reportsPerKey, bodyKey), reads: perKey(limits.readsPerKey, headerKey), failures: new FailureLimiter(limits.authFailuresPerIp) };
+  return {
+    reports: perKey(limits.reportsPerKey, bodyKey),
+    reads: perKey(limits.readsPerKey, headerKey),
+    completions: perKey(limits.completionsPerUser, userKey),
+    concurrent: new ConcurrencyLimiter(limits.concurrentPerUser),
+    failures: new FailureLimiter(limits.authFailuresPerIp),
+  };
 }

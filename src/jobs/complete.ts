@@ -55,7 +55,7 @@ finished AS (
     finished_at = CASE WHEN e.status = 'success' OR j.attempts >= $9::int THEN now() END,
     detail = CASE WHEN e.status = 'error' AND j.attempts >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END
   FROM ended e WHERE j.id = e.job_id
-  RETURNING j.id, j.state, j.model_id
+  RETURNING j.id, j.state, j.model_id, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds
 ),
 queued AS (SELECT string_agg(model_id || ':' || n, ',') AS items FROM (SELECT model_id, count(*) AS n FROM finished WHERE state = 'queued' GROUP BY model_id) c),
 final AS (SELECT string_agg(id::text, ',') AS items FROM finished WHERE state <> 'queued'),
@@ -67,7 +67,7 @@ told AS (
   SELECT e.job_id::text AS job_id, e.node_id, e.model_id, 'success'::text AS status, e.result,
     coalesce(m.points_per_job, $8::numeric) AS points, now() AS received_at, false AS explicit
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'`,
-  output: `SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id,
+  output: `SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds,
     (SELECT count(*)::int FROM told) AS told
   FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text`,
 });
@@ -85,7 +85,7 @@ const NODE_LEASE = sql('jobs_node_lease', `SELECT l.key_hash FROM jobs j
   LEFT JOIN job_leases l ON l.job_id = j.id AND l.node_id = $2::bigint
   WHERE j.id = $1::uuid ORDER BY l.attempt DESC NULLS LAST LIMIT 1`);
 
-interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number }
+interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number }
 interface Explained { job_id: string; ended: boolean; outcome: string | null; state: JobState; past_deadline: boolean; model: string; same_result: boolean | null }
 
 const ENDED: Record<string, string> = {
@@ -144,7 +144,7 @@ export class Completer {
         if (!row) continue;
         if (row.state === 'queued') queued.set(row.model_id, (queued.get(row.model_id) ?? 0) + 1);
         else finished.push(r.jobId);
-        if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: r.usage });
+        if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: r.usage, queuedSeconds: row.queued_seconds });
       }
       onCompleted(queued, finished, done);
       return reports.map((r) => (first.get(r.keyHash) === r ? byKey.get(r.keyHash) : undefined));

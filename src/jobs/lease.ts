@@ -47,7 +47,7 @@ assigned AS (
   ORDER BY p.id, p.g
 ),
 leased AS (
-  UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, node_id = a.node_id,
+  UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, node_id = a.node_id, first_leased_at = coalesce(j.first_leased_at, now()),
     lease_expires_at = least(j.deadline_at, now() + make_interval(secs => $10::float8))
   FROM assigned a WHERE j.id = a.job_id
   RETURNING j.id, j.model_id, j.request, j.attempts, j.lease_expires_at, j.submitted_at

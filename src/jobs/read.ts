@@ -15,6 +15,8 @@ export interface UserJob {
   finished_at: string | null;
   /** Seconds from submission to the final state, or null while open. */
   seconds: number | null;
+  /** Seconds from submission to the first lease, or null before it. */
+  queuedSeconds: number | null;
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
@@ -23,7 +25,8 @@ const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"H
 // job is not found.
 const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.state, j.result, j.usage, j.detail,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
-    extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds
+    extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds,
+    extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds"
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
   JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`);
 

@@ -42,9 +42,9 @@ const SUBMIT = sql('jobs_submit', `WITH q AS (
   LEFT JOIN node_sessions s ON s.id = q.session_id
 ),
 submitted AS (
-  INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, lease_expires_at)
+  INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, first_leased_at, lease_expires_at)
   SELECT id, owner_key_id, model_id, CASE WHEN direct THEN 'leased' ELSE 'queued' END, request, now() + make_interval(secs => timeout),
-    CASE WHEN direct THEN 1 ELSE 0 END, CASE WHEN direct THEN node_id END,
+    CASE WHEN direct THEN 1 ELSE 0 END, CASE WHEN direct THEN node_id END, CASE WHEN direct THEN now() END,
     CASE WHEN direct THEN now() + make_interval(secs => least(timeout, $10::float8)) END
   FROM q
   RETURNING id, model_id, state, lease_expires_at

@@ -5,7 +5,7 @@
 import type { Answer, Usage } from './answer.js';
 
 /** A job done by a statement of this server: what its owner reads. */
-export interface DoneJob { state: 'done'; result: Answer; usage: Usage | null }
+export interface DoneJob { state: 'done'; result: Answer; usage: Usage | null; queuedSeconds: number | null }
 /** Woken: the job is final; `done` when this server has its answer at hand. */
 export interface Finished { done?: DoneJob }
 

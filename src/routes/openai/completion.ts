@@ -1,0 +1,69 @@
+// A chat completion's life on this server: submit the job, wait for its final state (woken by
+// the coordinator, jobs/watch.ts, never by polling), and say how it ended. A client that hangs
+// up before a node took the job cancels it; once a node has it, it runs on and the node is
+// credited when it delivers.
+import type { Coordinator } from '../../jobs/coordinator.js';
+import type { Answer, Usage } from '../../jobs/answer.js';
+import type { ChatRequest } from './request.js';
+
+export type Outcome =
+  | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
+  | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone'; detail: string };
+
+/** How long past the deadline to wait for the sweeper's verdict before answering 504 anyway. */
+const SWEEP_GRACE_MS = 3_000;
+
+export async function submitCompletion(coordinator: Coordinator, owner: number, chat: ChatRequest): Promise<string> {
+  return coordinator.submit({
+    ownerKeyId: owner,
+    model: chat.model,
+    request: { messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature },
+    timeoutSeconds: chat.timeoutSeconds,
+  });
+}
+
+/** Waits for the job's end; `gone` aborts when the client hangs up. */
+export async function awaitCompletion(coordinator: Coordinator, owner: number, jobId: string, chat: ChatRequest, gone: AbortSignal): Promise<Outcome> {
+  const finished = await coordinator.waitFinal(jobId, chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS, gone);
+  if (finished?.done) return { kind: 'done', answer: finished.done.result, usage: finished.done.usage, queuedSeconds: finished.done.queuedSeconds };
+  if (gone.aborted) {
+    // Still queued: nobody will read it, so nobody runs it. Leased: the node finishes and is paid.
+    await coordinator.cancel(jobId, owner, 'the client went away before a node took the job');
+    return { kind: 'gone', detail: 'the client went away' };
+  }
+  const job = await coordinator.ownJob(jobId, owner);
+  switch (job?.state) {
+    case 'done': return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
+    case 'failed': return { kind: 'failed', detail: job.detail ?? 'no node could finish the job' };
+    case 'expired': return { kind: 'expired', detail: job.detail ?? 'the deadline passed' };
+    case 'canceled': return { kind: 'canceled', detail: job.detail ?? 'canceled' };
+    default: return { kind: 'timeout', detail: 'no node finished the job before its deadline' };
+  }
+}
+
+export interface CompletionIds { id: string; created: number; model: string }
+
+/** Why the completion ended without an answer, as an OpenAI error. */
+export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: number; type: string; code: string; message: string } {
+  switch (o.kind) {
+    case 'expired':
+    case 'timeout':
+      return { status: 504, type: 'timeout', code: 'timeout', message: `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.` };
+    case 'canceled':
+      return { status: 409, type: 'invalid_request_error', code: 'canceled', message: `The job was canceled: ${o.detail}.` };
+    default:
+      return { status: 502, type: 'server_error', code: 'job_failed', message: `No node could finish the job: ${o.detail}.` };
+  }
+}
+
+/** finish_reason: "length" when the node stopped at max_tokens (as its usage tells), else "stop". */
+export function finishReason(chat: ChatRequest, usage: Usage | null): 'stop' | 'length' {
+  return chat.maxTokens > 0 && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens ? 'length' : 'stop';
+}
+
+export function usageOf(usage: Usage | null): { prompt_tokens: number; completion_tokens: number; total_tokens: number } | undefined {
+  if (!usage) return undefined;
+  const prompt = usage.prompt_tokens ?? 0;
+  const completion = usage.completion_tokens ?? 0;
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}

@@ -1,0 +1,166 @@
+// The OpenAI-compatible API driven by the real `openai` SDK against a listening server, with a
+// worker loop (the real worker's wire) answering jobs deterministically: completions plain and
+// streamed (with usage), the model list, and the errors the SDK raises as its own classes.
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { NO_RATE_LIMITS } from '../src/config.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { TestWorker } from './helpers/coordinator.js';
+import { buildApp } from '../src/app.js';
+
+const MODEL = 'llama3.2:latest';
+
+/** Answers every job: "echo: <last message>", with usage (prompt = words in, completion = words out). */
+function answering(worker: TestWorker): { stop: () => Promise<void> } {
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const job = await worker.getJob(1);
+      if (!job) continue;
+      const last = job.messages.at(-1)!.content;
+      const content = `echo: ${last}`;
+      await worker.post('/worker/update_result', {
+        job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
+        result: { message: { role: 'assistant', content } },
+        usage: { prompt_tokens: job.messages.map((m) => m.content.split(' ').length).reduce((a, b) => a + b, 0), completion_tokens: content.split(' ').length },
+      });
+    }
+  })();
+  return { stop: async () => { running = false; await loop; } };
+}
+
+describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let url: string;
+  let userKey: string;
+  let client: OpenAI;
+  let worker: { stop: () => Promise<void> };
+
+  beforeAll(async () => {
+    t = await startApp(backend, { coordinator: { sweepInterval: 0.2 } });
+    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    userKey = await t.addUser('sdk');
+    client = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1`, maxRetries: 0 });
+    const w = await new TestWorker(t.app, 'gpu-1', await t.addNode('gpu-1')).start([MODEL]);
+    worker = answering(w);
+    // A node that declares a model and never takes a job: its completions time out.
+    await new TestWorker(t.app, 'idle-1', await t.addNode('idle-1')).start(['slow-model']);
+  });
+  afterAll(async () => {
+    await worker.stop();
+    await t.close();
+  });
+
+  it('answers chat.completions.create as chat.completion, with the node\'s usage', async () => {
+    const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hello there' }], max_tokens: 64, temperature: 0 });
+    expect(r.id).toMatch(/^chatcmpl-/);
+    expect(r.object).toBe('chat.completion');
+    expect(r.model).toBe(MODEL);
+    expect(r.choices).toEqual([{ index: 0, message: { role: 'assistant', content: 'echo: hello there', refusal: null }, logprobs: null, finish_reason: 'stop' }]);
+    expect(r.usage).toEqual({ prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 });
+  });
+
+  it('streams role, content, finish and usage chunks, then [DONE]', async () => {
+    const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'stream me' }], stream: true, stream_options: { include_usage: true } });
+    const chunks = [];
+    for await (const c of stream) chunks.push(c);
+    expect(chunks[0]!.choices[0]!.delta.role).toBe('assistant');
+    expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('echo: stream me');
+    expect(chunks.filter((c) => c.choices[0]?.finish_reason).map((c) => c.choices[0]!.finish_reason)).toEqual(['stop']);
+    const last = chunks.at(-1)!;
+    expect(last.choices).toEqual([]);
+    expect(last.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 });
+    expect(new Set(chunks.map((c) => c.id)).size).toBe(1);
+  });
+
+  it('streams without usage when not asked, and the raw stream ends with data: [DONE]', async () => {
+    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'raw' }], stream: true }) });
+    expect(res.headers.get('content-type')).toMatch(/text\/event-stream/);
+    const text = await res.text();
+    const events = text.split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    expect(text).not.toContain('"usage"');
+  });
+
+  it('lists the models online nodes serve', async () => {
+    const models = [];
+    for await (const m of client.models.list()) models.push(m.id);
+    expect(models).toEqual(expect.arrayContaining([MODEL, 'slow-model']));
+    expect((await client.models.retrieve(MODEL)).id).toBe(MODEL);
+  });
+
+  it('raises the SDK\'s classes: NotFoundError for a model nobody serves, AuthenticationError for a bad key', async () => {
+    const missing = await client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(missing).toMatchObject({ status: 404, code: 'model_not_found', param: 'model' });
+    const bad = new OpenAI({ apiKey: 'uk_not-a-key', baseURL: `${url}/v1`, maxRetries: 0 });
+    const denied = await bad.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
+    expect(denied).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(denied).toMatchObject({ status: 401, code: 'invalid_api_key' });
+  });
+
+  it('refuses what it cannot run, naming the parameter: n > 1, tools, images', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ n: 2 }, 'n'],
+      [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
+      [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://example.com/a.png' } }] }] }, 'messages[0].content[0]'],
+    ];
+    for (const [extra, param] of cases) {
+      const err = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], ...extra } as never).catch((e: unknown) => e);
+      expect(err, param).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(err).toMatchObject({ status: 400, type: 'invalid_request_error', param });
+    }
+  });
+
+  it('times out with 504 (InternalServerError) when no node finishes before the deadline', async () => {
+    const err = await client.chat.completions.create({ model: 'slow-model', messages: [{ role: 'user', content: 'x' }], request_timeout_time: 1 } as never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.InternalServerError);
+    expect(err).toMatchObject({ status: 504, code: 'timeout' });
+  });
+
+  it('answers the seed system\'s clients on /chat/completions with the api_key header', async () => {
+    const res = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { api_key: userKey, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'seed' }], max_tokens: 8192, temperature: 0, request_timeout_time: 240 }) });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).toBe('echo: seed');
+  });
+
+  it('cancels the job of a client that hangs up before a node takes it', async () => {
+    const gone = new AbortController();
+    const pending = fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: gone.signal, headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'slow-model', messages: [{ role: 'user', content: 'never mind' }] }) }).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 300));
+    gone.abort();
+    await pending;
+    let state = '';
+    for (let i = 0; i < 50 && state !== 'canceled'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      const [row] = await t.db.query<{ state: string }>(sql('openai_last_job', "SELECT j.state FROM jobs j JOIN models m ON m.id = j.model_id WHERE m.name = 'slow-model' ORDER BY j.submitted_at DESC LIMIT 1"));
+      state = row!.state;
+    }
+    expect(state).toBe('canceled');
+  });
+});
+
+describe('OpenAI-compatible API limits', () => {
+  it('answers 429 with Retry-After past the per-user limits', async () => {
+    const db = await backends[0]!.open();
+    const app = await buildApp({ db, rateLimits: { ...NO_RATE_LIMITS, completionsPerUser: 2, concurrentPerUser: 1 } });
+    try {
+      const url = await app.listen({ port: 0, host: '127.0.0.1' });
+      const { addApiKey } = await import('../src/repositories/api-keys.js');
+      const key = (await addApiKey(db, 'user', 'limited')).key;
+      const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
+      const create = () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
+      // Nobody serves 'm' (404), but each call counts; the third in the minute is refused.
+      expect(await create()).toBeInstanceOf(OpenAI.NotFoundError);
+      expect(await create()).toBeInstanceOf(OpenAI.NotFoundError);
+      const limited = await create();
+      expect(limited).toBeInstanceOf(OpenAI.RateLimitError);
+      expect((limited as InstanceType<typeof OpenAI.RateLimitError>).headers.get('retry-after')).toMatch(/^\d+$/);
+    } finally {
+      await app.close();
+      await db.close();
+    }
+  });
+});
