@@ -25,6 +25,7 @@ import { registerNodeRoute } from './routes/worker/register-node.js';
 import { updateModelsRoute } from './routes/worker/update-models.js';
 import { getJobRoute } from './routes/worker/get-job.js';
 import { deregisterNodeRoute } from './routes/worker/deregister-node.js';
+import { jobProgressRoute } from './routes/worker/job-progress.js';
 import { getPointsRoute } from './routes/get-points.js';
 import { submitJobRoute } from './routes/user/submit-job.js';
 import { getResultRoutes } from './routes/user/get-result.js';
@@ -145,6 +146,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   updateModelsRoute(app, deps);
   getJobRoute(app, deps);
   deregisterNodeRoute(app, deps);
+  jobProgressRoute(app, deps);
   getPointsRoute(app, deps);
   submitJobRoute(app, deps);
   getResultRoutes(app, deps);

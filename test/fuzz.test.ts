@@ -162,6 +162,37 @@ describe.each(backends)('fuzz on $name', (backend) => {
     }), params);
   });
 
+  it('the OpenAI-compatible API never fails the server, answers errors in OpenAI\'s shape, and changes nothing when it refuses', async () => {
+    // No node serves these models: every call is answered without waiting for one.
+    const part = fc.oneof(fc.record({ type: fc.constant('text'), text: fc.string({ maxLength: 10 }) }), fc.record({ type: fc.constantFrom('image_url', 'input_audio'), image_url: fc.object() }), nasty);
+    const message = fc.record({ role: field(fc.constantFrom('user', 'system', 'assistant', 'tool', 'developer')), content: fc.oneof(field(fc.string({ maxLength: 20 })), fc.array(part, { maxLength: 2 })) }, { requiredKeys: [] });
+    const body = fc.record({
+      model: field(fc.constantFrom('unknown-model', 'other-model')),
+      messages: field(fc.array(message, { maxLength: 3 })),
+      max_tokens: field(fc.integer({ min: -2, max: 10 })),
+      temperature: field(fc.double({ min: -1, max: 3, noNaN: true })),
+      n: field(fc.integer({ min: 0, max: 3 })),
+      stream: field(fc.boolean()),
+      stream_options: nasty,
+      tools: field(fc.array(fc.object(), { maxLength: 1 })),
+      request_timeout_time: nasty,
+      extra: nasty,
+    }, { requiredKeys: [] });
+    const auth = fc.oneof(fc.constant(`Bearer ${userKey}`), fc.constant(`Bearer ${nodeKey}`), fc.string({ maxLength: 20 }));
+    await fc.assert(fc.asyncProperty(rawBody(body), auth, fc.constantFrom('/v1/chat/completions', '/chat/completions'), async (payload, authorization, url) => {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (/^[\x20-\x7e]*$/.test(authorization)) headers.authorization = authorization;
+      const before = await snapshot(t.db);
+      const res = await t.app.inject({ method: 'POST', url, payload, headers });
+      expect(res.statusCode, res.body).toBeGreaterThanOrEqual(400);
+      expect(res.statusCode, res.body).toBeLessThan(500);
+      const err = (JSON.parse(res.body) as { error: { message: unknown; type: unknown } }).error;
+      expect(typeof err.message).toBe('string');
+      expect(typeof err.type).toBe('string');
+      expect(await snapshot(t.db)).toEqual(before);
+    }), params);
+  });
+
   it('any method on any path answers with a detail, never a 5xx', async () => {
     const method = fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD');
     const path = fc.oneof(fc.constantFrom('/worker/update_result', '/daily_points', '/unique_nodes', '/healthz', '/readyz', '/docs', '/openapi.json', '/metrics'), fc.webPath(), fc.string({ maxLength: 30 }).map((s) => `/${encodeURIComponent(s)}`));

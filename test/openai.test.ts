@@ -7,7 +7,7 @@ import { sql } from '../src/db/database.js';
 import { NO_RATE_LIMITS } from '../src/config.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
-import { TestWorker } from './helpers/coordinator.js';
+import { TestWorker, type Job } from './helpers/coordinator.js';
 import { buildApp } from '../src/app.js';
 
 const MODEL = 'llama3.2:latest';
@@ -82,6 +82,30 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     const events = text.split('\n\n').filter(Boolean);
     expect(events.at(-1)).toBe('data: [DONE]');
     expect(text).not.toContain('"usage"');
+  });
+
+  it('relays partial output as the node sends it (POST /worker/job_progress), then the rest', async () => {
+    const w = await new TestWorker(t.app, 'streamer', await t.addNode('streamer')).start(['stream-model']);
+    let reportedAt = Infinity;
+    const worked = (async () => {
+      const job = (await w.getJob(5))! as Job & { stream?: boolean };
+      expect(job.stream).toBe(true);
+      for (const delta of ['Once ', 'upon ', 'a ']) {
+        expect((await w.post('/worker/job_progress', { job_id: job.job_id, api_key: job.api_key, delta })).statusCode).toBe(200);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      reportedAt = performance.now();
+      await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: { role: 'assistant', content: 'Once upon a time.' } } });
+      // After the lease ended, progress is refused.
+      expect((await w.post('/worker/job_progress', { job_id: job.job_id, api_key: job.api_key, delta: 'late' })).statusCode).toBe(400);
+    })();
+    const stream = await client.chat.completions.create({ model: 'stream-model', messages: [{ role: 'user', content: 'tell a story' }], stream: true });
+    const pieces: { text: string; at: number }[] = [];
+    for await (const c of stream) if (c.choices[0]?.delta.content) pieces.push({ text: c.choices[0].delta.content, at: performance.now() });
+    await worked;
+    expect(pieces.map((p) => p.text)).toEqual(['Once ', 'upon ', 'a ', 'time.']);
+    expect(pieces[0]!.at).toBeLessThan(reportedAt);
   });
 
   it('lists the models online nodes serve', async () => {

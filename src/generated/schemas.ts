@@ -71,6 +71,7 @@ export const JobData = Type.Object({
   messages: Type.Array(ChatMessage, { title: "Messages" }),
   max_output: Type.Integer({ title: "Max Output", description: "Most tokens to generate; 0: the backend default." }),
   temperature: Type.Number({ title: "Temperature" }),
+  stream: Type.Optional(Type.Boolean({ title: "Stream", description: "*Ours*: a client streams this answer; a worker may send partial output with `POST /worker/job_progress` while it generates. Absent for jobs nobody streams." })),
 }, { title: "JobData" });
 export type JobData = Static<typeof JobData>;
 
@@ -117,6 +118,13 @@ export const HealthResponse = Type.Object({
   status: Type.String({ title: "Status" }),
 }, { title: "HealthResponse" });
 export type HealthResponse = Static<typeof HealthResponse>;
+
+export const JobProgressRequest = Type.Object({
+  job_id: Type.String({ title: "Job Id", minLength: 1, maxLength: 128 }),
+  api_key: Type.String({ title: "Api Key", description: "The job key `jk_…` of the lease." }),
+  delta: Type.String({ title: "Delta", description: "The text generated since the last call (the calls concatenate to the answer the final report carries).", maxLength: 65536 }),
+}, { title: "JobProgressRequest" });
+export type JobProgressRequest = Static<typeof JobProgressRequest>;
 
 export const PointsResponse = Type.Object({
   node_name: Type.String({ title: "Node Name" }),
@@ -393,4 +401,79 @@ export const TotalJobCountResponses = {
   200: TotalJobCountResponse,
   429: ErrorDetail,
   503: ErrorDetail,
+};
+
+export const JobProgressResponses = {
+  200: StatusResponse,
+  400: ErrorDetail,
+  413: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const ChatCompletionsResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  403: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  413: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  429: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  502: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  503: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  504: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const ChatCompletionsSeedResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  403: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  413: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  429: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  502: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  503: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  504: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const ListModelsResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
 };

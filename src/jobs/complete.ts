@@ -118,8 +118,8 @@ export async function nodeLeaseOf(db: Queryable, jobId: string, nodeId: number):
 
 export interface CompleterOptions { defaultPoints: number; maxAttempts: number; server: string }
 
-/** Jobs queued again (per model) and jobs that reached a final state (with the answers of those done), for this server's waiters. */
-export type OnCompleted = (queued: Map<number, number>, finished: string[], done: Map<string, DoneJob>) => void;
+/** Jobs queued again (per model), jobs that reached a final state (with the answers of those done), and the jobs whose lease this batch ended. */
+export type OnCompleted = (queued: Map<number, number>, finished: string[], done: Map<string, DoneJob>, leasesEnded: string[]) => void;
 
 export class Completer {
   private readonly batcher: Batcher<JobReport, Row | undefined>;
@@ -146,7 +146,7 @@ export class Completer {
         else finished.push(r.jobId);
         if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: r.usage, queuedSeconds: row.queued_seconds });
       }
-      onCompleted(queued, finished, done);
+      onCompleted(queued, finished, done, batch.filter((r) => byKey.has(r.keyHash)).map((r) => r.jobId));
       return reports.map((r) => (first.get(r.keyHash) === r ? byKey.get(r.keyHash) : undefined));
     }, { maxBatch: 128, maxInFlight: 2 });
   }

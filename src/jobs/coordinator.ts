@@ -13,6 +13,7 @@ import { Completer, nodeLeaseOf, type Completion, type JobReport } from './compl
 import { Sweeper, type SweepResult } from './sweeper.js';
 import { ResultWatch, type Finished } from './watch.js';
 import { JobReader, type UserJob } from './read.js';
+import { PROGRESS_CHANNEL, ProgressRelay } from './progress.js';
 import { Presence } from './presence.js';
 import { cancelQueuedJob } from './cancel.js';
 import { sql } from '../db/database.js';
@@ -46,6 +47,7 @@ export class Coordinator {
   private readonly watch = new ResultWatch();
   private readonly presence: Presence;
   private readonly reader: JobReader;
+  private readonly progress: ProgressRelay;
   private stopListening: (() => Promise<void>)[] = [];
 
   private constructor(private readonly db: Database, private readonly opts: CoordinatorOptions) {
@@ -56,14 +58,16 @@ export class Coordinator {
       abandonOldest: async (sessionId) => this.requeued(await releaseLeases(db, { sessionId, most: 1 }, 'abandoned', false, opts.maxAttempts, this.server)),
       queuedModels: async (ids) => (await db.query<{ id: number }>(QUEUED_MODELS, [ids])).map((r) => r.id),
     }, { onError: events.error });
+    this.progress = new ProgressRelay(db, this.server);
     this.submitter = new Submitter(db, this.server, opts.leaseTimeout, {
       claim: (counts) => this.dispatcher.claim(counts),
       settleClaim: (claim, job) => this.dispatcher.settleClaim(claim, job),
       queued: (counts) => this.dispatcher.queued(counts),
     });
-    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server }, (queued, finished, done) => {
+    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server }, (queued, finished, done, ended) => {
       this.dispatcher.queued(queued);
       this.watch.finished(finished, done);
+      this.progress.ended(ended);
     });
     this.reader = new JobReader(db);
     this.sweeper = new Sweeper(db, opts.sweepInterval * 1000, opts.maxAttempts, this.server, (r) => this.swept(r), events.error);
@@ -81,6 +85,7 @@ export class Coordinator {
         const p = parsePayload(payload);
         if (p.server !== c.server) c.watch.finished(p.items);
       }, (live) => { if (live) c.watch.wakeAll(); }),
+      await db.listen(PROGRESS_CHANNEL, (payload) => c.progress.heard(payload), () => {}),
     ];
     return c;
   }
@@ -135,6 +140,16 @@ export class Coordinator {
   /** Resolves once the job reached a final state (as announced), or undefined after timeoutMs or on abort. */
   waitFinal(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<Finished | undefined> {
     return this.watch.wait(jobId, timeoutMs, signal);
+  }
+
+  /** A worker's partial output of a streamed job (jobs/progress.ts); false when its lease is not open. */
+  publishProgress(keyHash: string, jobId: string, delta: string): Promise<boolean> {
+    return this.progress.publish(keyHash, jobId, delta);
+  }
+
+  /** Hears a streamed job's partial output; returns the unsubscribe function. */
+  onProgress(jobId: string, fn: (delta: string) => void): () => void {
+    return this.progress.listen(jobId, fn);
   }
 
   /** The job if it exists and is this user key's (reads share statements). */

@@ -15,6 +15,8 @@ export interface JobRequest {
   /** Most tokens to generate; 0: the node's default. */
   max_output: number;
   temperature: number;
+  /** Ours: a client streams the answer, so a worker may send partial output (POST /worker/job_progress). */
+  stream?: boolean;
 }
 
 export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }

@@ -30,7 +30,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     try {
       const jobId = await submitCompletion(coordinator, owner, chat);
       const ids = { id: `chatcmpl-${jobId}`, created: Math.floor(Date.now() / 1000), model: chat.model };
-      if (chat.stream) return await stream(reply, chat, ids, started, () => awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
+      if (chat.stream) return await stream(reply, chat, ids, started, jobId, () => awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
       const outcome = await awaitCompletion(coordinator, owner, jobId, chat, gone.signal);
       record(chat, outcome, started);
       if (outcome.kind !== 'done') {
@@ -54,7 +54,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     if (!chat.stream) metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   }
 
-  async function stream(reply: FastifyReply, chat: ChatRequest, ids: { id: string; created: number; model: string }, started: number, wait: () => Promise<Outcome>): Promise<void> {
+  async function stream(reply: FastifyReply, chat: ChatRequest, ids: { id: string; created: number; model: string }, started: number, jobId: string, wait: () => Promise<Outcome>): Promise<void> {
     const usageField = chat.includeUsage ? { usage: null } : {};
     const chunk = (delta: Record<string, string>, finish: string | null) => ({
       data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...usageField },
@@ -62,7 +62,20 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     const sse = reply.sse;
     await sse.send(chunk({ role: 'assistant', content: '' }, null));
     metrics.completionFirstByte.observe((performance.now() - started) / 1000);
-    const outcome = await wait();
+    // Partial output as the node sends it (jobs/progress.ts), in order.
+    let relayed = '';
+    let sending = Promise.resolve();
+    const stop = coordinator.onProgress(jobId, (delta) => {
+      relayed += delta;
+      sending = sending.then(() => (sse.isConnected ? sse.send(chunk({ content: delta }, null)) : undefined)).catch(() => undefined);
+    });
+    let outcome: Outcome;
+    try {
+      outcome = await wait();
+    } finally {
+      stop();
+      await sending;
+    }
     record(chat, outcome, started);
     if (!sse.isConnected) return;
     if (outcome.kind !== 'done') {
@@ -71,7 +84,10 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       await sse.send({ data: { error: { message: f.message, type: f.type, param: null, code: f.code } } });
       return sse.close();
     }
-    if (outcome.answer.message.content) await sse.send(chunk({ content: outcome.answer.message.content }, null));
+    // The rest of the answer of record (all of it when the node sent no partial output).
+    const content = outcome.answer.message.content;
+    const rest = content.startsWith(relayed) ? content.slice(relayed.length) : '';
+    if (rest) await sse.send(chunk({ content: rest }, null));
     await sse.send(chunk({}, finishReason(chat, outcome.usage)));
     if (chat.includeUsage) {
       await sse.send({ data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [], usage: usageOf(outcome.usage) ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } } });

@@ -1,6 +1,7 @@
 // GET /v1/models and /models: the models some online node serves now, as OpenAI's model list
 // (GET /v1/models/{model} for one). Completions ask ServedModels, which reads the same at
-// most once a second.
+// most once a second — and again, at once, for a model it has not seen served, so a node that
+// just declared one is found (concurrent misses share one read).
 import type { Queryable } from '../../db/database.js';
 import type { CoordinatorConfig } from '../../config.js';
 import { availableModels } from '../../jobs/read.js';
@@ -15,8 +16,8 @@ export class ServedModels {
 
   constructor(private readonly db: Queryable, private readonly config: CoordinatorConfig) {}
 
-  async names(): Promise<Set<string>> {
-    if (this.cached && performance.now() - this.cached.at < FRESH_MS) return this.cached.names;
+  async names(freshMs = FRESH_MS): Promise<Set<string>> {
+    if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached.names;
     this.loading ??= availableModels(this.db, this.config.onlineWindow, this.config.modelsTtl)
       .then((rows) => {
         const names = new Set(rows.map((r) => r.name));
@@ -28,7 +29,7 @@ export class ServedModels {
   }
 
   async has(model: string): Promise<boolean> {
-    return (await this.names()).has(model);
+    return (await this.names()).has(model) || (await this.names(0)).has(model);
   }
 }
 
