@@ -45,8 +45,11 @@ interface JobData { job_id: string; api_key: string; model: string }
 
 export interface CycleRun { jobsPerSecond: number; submitToLease: { p50: number; p99: number }; submitToResult: { p50: number; p99: number }; submitted: number; completed: number; lost: number; duplicated: number; dbCheck: string }
 
-/** W workers and S submitters for warmup + duration seconds; then the submitters stop and the workers drain the queue. */
-async function cycle(h: Http, workers: { key: string; name: string }[], userKey: string, submitters: number, warmup: number, duration: number): Promise<CycleRun> {
+/** How a client gets a job done: submit_job + get_result (the seed system's clients), or one OpenAI chat completion. */
+type ClientMode = 'jobs' | 'openai';
+
+/** W workers and S clients for warmup + duration seconds; then the clients stop and the workers drain the queue. */
+async function cycle(h: Http, workers: { key: string; name: string }[], userKey: string, submitters: number, warmup: number, duration: number, mode: ClientMode = 'jobs'): Promise<CycleRun> {
   const submittedAt = new Map<string, number>();
   const leasedAt = new Map<string, number>();
   const reported = new Map<string, number>();
@@ -80,18 +83,29 @@ async function cycle(h: Http, workers: { key: string; name: string }[], userKey:
     }
   };
 
+  // The job of a completion is known by its id, chatcmpl-<job id>, once it is done.
+  const viaJobs = async (t0: number): Promise<string> => {
+    const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: 'bench prompt' }], max_output: 16, temperature: 0 });
+    if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
+    const id = sub.body.job_id;
+    submittedAt.set(id, t0);
+    for (;;) {
+      const r = await h.json('GET', `/get_result/${id}?wait=30`, { api_key: userKey });
+      if (r.status === 200) return id;
+      if (r.status !== 404) throw new Error(`get_result ${r.status}`);
+    }
+  };
+  const viaOpenAI = async (t0: number): Promise<string> => {
+    const r = await h.json<{ id: string }>('POST', '/v1/chat/completions', { authorization: `Bearer ${userKey}` }, { model: MODEL, messages: [{ role: 'user', content: 'bench prompt' }], max_tokens: 16, temperature: 0 });
+    if (r.status !== 200) throw new Error(`chat/completions ${r.status}`);
+    const id = r.body.id.slice('chatcmpl-'.length);
+    submittedAt.set(id, t0);
+    return id;
+  };
   const submitter = async () => {
     while (!stopSubmitting) {
       const t0 = now();
-      const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: 'bench prompt' }], max_output: 16, temperature: 0 });
-      if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
-      const id = sub.body.job_id;
-      submittedAt.set(id, t0);
-      for (;;) {
-        const r = await h.json('GET', `/get_result/${id}?wait=30`, { api_key: userKey });
-        if (r.status === 200) break;
-        if (r.status !== 404) throw new Error(`get_result ${r.status}`);
-      }
+      const id = await (mode === 'jobs' ? viaJobs(t0) : viaOpenAI(t0));
       const t1 = now();
       if (t0 >= windowStart && t1 <= windowEnd) {
         completedInWindow++;
@@ -146,7 +160,7 @@ async function statementsPerJob(url: string, jobs: number): Promise<string> {
     .map(([name, s]) => `${name} ${(s.count / jobs).toFixed(2)} × ${((s.sum / s.count) * 1000).toFixed(2)} ms`).join(', ');
 }
 
-interface BackendRun { backend: Backend; full: CycleRun; waiting: CycleRun }
+interface BackendRun { backend: Backend; full: CycleRun; waiting: CycleRun; gateway: CycleRun }
 
 async function benchBackend(o: DispatchOptions, backend: Backend, port: number): Promise<BackendRun> {
   const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_dispatch_${process.pid}`);
@@ -168,8 +182,11 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
       console.log('   one submitter, workers waiting: submit→lease');
       const waiting = await cycle(h, nodes, userKey, 1, 1, Math.max(5, Math.round(o.duration / 2)));
       console.log(`   ${JSON.stringify(waiting)}`);
+      console.log(`   ${o.submitters} OpenAI clients (POST /v1/chat/completions) instead of submit_job + get_result`);
+      const gateway = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration, 'openai');
+      console.log(`   ${JSON.stringify(gateway)}`);
       await h.pool.close();
-      return { backend, full, waiting };
+      return { backend, full, waiting, gateway };
     } finally {
       await server.stop();
     }
@@ -198,6 +215,12 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
       String(r.full.lost), String(r.full.duplicated), `${r.waiting.submitToLease.p50} / ${r.waiting.submitToLease.p99}`, r.full.dbCheck]);
   }
   printRows(rows);
+  console.log(`\nthe OpenAI-compatible API: ${o.submitters} clients, each one completion at a time, against the same cycle by submit_job + get_result:`);
+  printRows([['backend', 'completions/s', 'request→answer p50/p99 ms', 'jobs: submit→result p50 ms', 'added by the gateway, p50 ms [≤2]'],
+    ...runs.map((r) => {
+      const added = Math.round((r.gateway.submitToResult.p50 - r.full.submitToResult.p50) * 10) / 10;
+      return [r.backend, String(r.gateway.jobsPerSecond), `${r.gateway.submitToResult.p50} / ${r.gateway.submitToResult.p99}`, String(r.full.submitToResult.p50), `${added} [${added <= 2 ? 'met' : 'MISSED'}]`];
+    })]);
   console.log('\nthe queue alone, one process, no HTTP (submit/send, lease/fetch, complete), PostgreSQL:');
   printRows([['queue', 'pairs', 'jobs/s', 'p50 ms', 'p99 ms'], ...cycles.map((c) => [c.queue, String(c.pairs), String(c.jobsPerSecond), String(c.p50), String(c.p99)])]);
   const out = o.out ?? path.join(ROOT, 'bench-results', `dispatch-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
