@@ -21,6 +21,7 @@ const LAYERS = [
   ['src/routes'],
   ['src/app.ts'],
   ['src/server.ts'],
+  ['src/worker'],
   ['src/cli'],
 ];
 const zones = LAYERS.slice(0, -1).flatMap((layer, i) => layer.map((target) => ({
@@ -28,8 +29,10 @@ const zones = LAYERS.slice(0, -1).flatMap((layer, i) => layer.map((target) => ({
   from: LAYERS.slice(i + 1).flat().map((p) => `./${p}`),
   message: 'imports point down the layers only (docs/architecture.md)',
 })));
-// Peers that must not know each other either.
+// Peers that must not know each other either; the worker is a client of the service's wire
+// only, and knows nothing of the server.
 zones.push(
+  { target: './src/worker', from: ['./src/db', './src/repositories', './src/results', './src/jobs', './src/auth', './src/import', './src/http', './src/routes', './src/app.ts', './src/server.ts'], message: 'the worker speaks to the coordinator over HTTP only (docs/architecture.md)' },
   { target: './src/auth', from: ['./src/import'], message: 'auth and import are independent (docs/architecture.md)' },
   { target: './src/import', from: ['./src/auth'], message: 'auth and import are independent (docs/architecture.md)' },
 );

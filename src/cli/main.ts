@@ -18,6 +18,7 @@ function usage(): string {
     '',
     'commands:',
     `  ${'serve [--no-migrate]'.padEnd(32)}run the HTTP service (applies migrations first unless --no-migrate)`,
+    `  ${'worker --server URL --node NAME …'.padEnd(32)}run this machine as a node: jobs from the coordinator, run on Ollama or an OpenAI-compatible server (ins worker --help)`,
     ...Object.values(COMMANDS).map((c) => `  ${c.usage.padEnd(32)}${c.summary}`),
     '',
     '--json prints machine-readable output. Keys are printed once, on stdout; notes go to stderr.',
@@ -75,6 +76,26 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   });
 }
 
+async function worker(argv: string[]): Promise<number> {
+  const { parseWorkerOptions, WORKER_HELP, WorkerUsageError } = await import('../worker/options.js');
+  let opts;
+  try {
+    opts = parseWorkerOptions(argv, process.env);
+  } catch (err) {
+    if (err instanceof WorkerUsageError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+      consoleIo.err(`ins worker: ${(err as Error).message.split('\n').join('\nins worker: ')}\n(see: ins worker --help)`);
+      return 2;
+    }
+    throw err;
+  }
+  if (opts === 'help') {
+    console.log(WORKER_HELP);
+    return 0;
+  }
+  const { runWorker } = await import('../worker/run.js');
+  return runWorker(opts);
+}
+
 async function admin(config: Config, argv: string[]): Promise<number> {
   // Arguments are checked before the database is opened: a bad call touches nothing.
   try {
@@ -127,6 +148,8 @@ export async function main(argv: string[]): Promise<number> {
     console.log(VERSION);
     return 0;
   }
+  // The worker runs beside a backend, not beside the database: it needs none of the server's configuration.
+  if (first === 'worker') return worker(rest);
   let config: Config;
   try {
     config = loadConfig();

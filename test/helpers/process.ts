@@ -16,6 +16,16 @@ export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.Proc
   return env;
 }
 
+/** Starts `ins worker ARGS`; its log lines (JSON, no terminal) are collected. */
+export function startWorkerProcess(args: string[], env: Record<string, string | undefined> = {}): ServerProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'worker', ...args], { cwd: ROOT, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  let logs = '';
+  child.stdout.on('data', (d: Buffer) => (logs += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (logs += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, url: '', logs: () => logs, exited };
+}
+
 export interface CliResult { code: number | null; stdout: string; stderr: string }
 
 export function runCli(args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
@@ -47,9 +57,9 @@ export interface ServerProcess {
   exited: Promise<number | null>;
 }
 
-/** Starts `ins serve` and resolves once /readyz answers 200. */
-export async function startServerProcess(env: Record<string, string | undefined>): Promise<ServerProcess> {
-  const port = await freePort();
+/** Starts `ins serve` (on `port`, else a free one) and resolves once /readyz answers 200. */
+export async function startServerProcess(env: Record<string, string | undefined>, fixedPort?: number): Promise<ServerProcess> {
+  const port = fixedPort ?? await freePort();
   const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'serve'], {
     cwd: ROOT,
     env: cleanEnv({ ...env, PORT: String(port), HOST: '127.0.0.1' }),

@@ -1,0 +1,97 @@
+// The worker's side of the coordinator's wire (openapi.json, workers): register with the node
+// key, declare models, long-poll get_job, send partial output and the report with the job key,
+// deregister. A server that cannot be reached (or answers 5xx/429) is tried again with
+// exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
+import pRetry from 'p-retry';
+
+export interface Job {
+  job_id: string;
+  api_key: string;
+  model: string;
+  messages: { role: string; content: string }[];
+  max_output: number;
+  temperature: number;
+  stream?: boolean;
+}
+
+export interface Report { status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string }
+
+/** An answer the worker must act on (not retried): 401 (register again), 400 (the lease ended), others. */
+export class CoordinatorError extends Error {
+  constructor(readonly status: number, readonly detail: string) { super(`HTTP ${status}: ${detail}`); }
+}
+
+export interface ClientEvents { retrying: (what: string, attempt: number, reason: string) => void }
+
+export class CoordinatorClient {
+  token = '';
+
+  constructor(private readonly server: string, private readonly node: string, private readonly key: string, private readonly events: ClientEvents, private readonly stopped: AbortSignal) {}
+
+  /** One call, retried while the server is unreachable, overloaded or failing (5xx, 429). */
+  private async call<T>(what: string, method: 'GET' | 'POST', path: string, opts: { body?: unknown; auth?: string; signal?: AbortSignal; retry?: boolean } = {}): Promise<T> {
+    const attempt = async (): Promise<T> => {
+      const headers: Record<string, string> = {};
+      if (opts.body !== undefined) headers['content-type'] = 'application/json';
+      if (opts.auth) headers.authorization = `Bearer ${opts.auth}`;
+      const res = await fetch(`${this.server}${path}`, { method, headers, signal: opts.signal, ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}) });
+      const text = await res.text();
+      if (res.ok) return JSON.parse(text) as T;
+      const detail = (() => {
+        try {
+          const d = (JSON.parse(text) as { detail?: unknown }).detail;
+          return typeof d === 'string' ? d : JSON.stringify(d ?? text);
+        } catch {
+          return text;
+        }
+      })();
+      throw new CoordinatorError(res.status, detail.slice(0, 300));
+    };
+    if (opts.retry === false) return attempt();
+    return pRetry(attempt, {
+      forever: true, minTimeout: 500, maxTimeout: 30_000, factor: 2, randomize: true,
+      shouldRetry: (err) => !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429),
+      onFailedAttempt: (err) => this.events.retrying(what, err.attemptNumber, err.message),
+    });
+  }
+
+  async register(capacity: number): Promise<void> {
+    const r = await this.call<{ access_token: string }>('register_node', 'POST', '/worker/register_node', {
+      auth: this.key, body: { node_url: this.node, node_version: `ins-worker`, stats: {}, capacity },
+    });
+    this.token = r.access_token;
+  }
+
+  async declare(models: string[]): Promise<number> {
+    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body: { node_url: this.node, models } });
+    return r.expires_in;
+  }
+
+  async nextJob(wait: number, signal: AbortSignal): Promise<Job | null> {
+    const r = await this.call<{ job_data: Job | null }>('get_job', 'GET', `/worker/get_job?node_version=ins-worker&wait=${wait}`, { auth: this.token, signal });
+    return r.job_data;
+  }
+
+  /** The job's report with its job key; resolves with the points credited, or throws CoordinatorError (400: the lease ended). */
+  async report(job: Job, r: Report): Promise<number> {
+    const result = r.status === 'success' ? { message: { role: 'assistant', content: r.content } } : { message: '', error: r.error ?? 'backend error' };
+    const body = { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result, status: r.status, ...(r.usage ? { usage: r.usage } : {}) };
+    return (await this.call<{ points: number }>('update_result', 'POST', '/worker/update_result', { body })).points;
+  }
+
+  /** Partial output; not retried (the report carries the whole answer). */
+  async progress(job: Job, delta: string): Promise<void> {
+    await this.call('job_progress', 'POST', '/worker/job_progress', { body: { job_id: job.job_id, api_key: job.api_key, delta }, retry: false });
+  }
+
+  async deregister(): Promise<void> {
+    await this.call('deregister_node', 'POST', '/worker/deregister_node', { auth: this.token, body: { node_url: this.node }, retry: false });
+  }
+
+  /** Today's points (UTC), for the status line. */
+  async pointsToday(): Promise<number> {
+    const res = await fetch(`${this.server}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: this.key }, body: JSON.stringify({ node_name: this.node, last_days: 1 }) });
+    if (!res.ok) throw new CoordinatorError(res.status, 'daily_points');
+    return ((await res.json()) as { points: number }[])[0]?.points ?? 0;
+  }
+}

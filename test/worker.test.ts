@@ -1,0 +1,162 @@
+// `ins worker` for real: the server and the worker as processes, backends that are real HTTP
+// servers speaking Ollama's and OpenAI's wire formats (test/helpers/backends.ts). Jobs through
+// each kind of backend with their usage; partial output streamed to an OpenAI client; a backend
+// killed mid-job; SIGTERM mid-job; three workers sharing 1,500 jobs; the server killed and
+// restarted under a running worker.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort, runCli, startServerProcess, startWorkerProcess, type ServerProcess } from './helpers/process.js';
+import { answerOf, startFakeBackend, type FakeBackend } from './helpers/backends.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'ins-worker-'));
+const env = { DATA_DIR: path.join(dir, 'data'), SWEEP_INTERVAL: '200ms' };
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const until = async (what: string, ok: () => boolean | Promise<boolean>, ms = 20_000) => {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) if (await ok()) return;
+  throw new Error(`timed out waiting for ${what}`);
+};
+
+describe('ins worker', () => {
+  let server: ServerProcess;
+  let port: number;
+  let userKey: string;
+  let readerKey: string;
+  const workers: ServerProcess[] = [];
+  const backends: FakeBackend[] = [];
+
+  const addNode = async (name: string) => (await runCli(['node', 'add', name], env)).stdout.trim();
+  const backend = async (kind: 'ollama' | 'openai', models: string[]) => {
+    const b = await startFakeBackend(kind, models);
+    backends.push(b);
+    return b;
+  };
+  const worker = async (name: string, b: FakeBackend, extra: string[] = []) => {
+    const key = await addNode(name);
+    const w = startWorkerProcess(['--server', server.url, '--node', name, '--backend', b.kind, '--backend-url', b.url, ...extra], { INS_NODE_KEY: key });
+    workers.push(w);
+    // Registered and its models declared: it polls.
+    await until(`${name} to declare its models`, () => w.logs().includes('models declared'));
+    return w;
+  };
+  const api = async <T>(p: string, init: RequestInit = {}) => {
+    const res = await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', api_key: userKey, ...init.headers } });
+    return { status: res.status, body: (await res.json()) as T };
+  };
+  const submit = async (model: string, content: string) => (await api<{ job_id: string }>('/submit_job', { method: 'POST', body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_output: 32, temperature: 0 }) })).body.job_id;
+  const result = async (jobId: string) => {
+    for (;;) {
+      const r = await api<{ status: string; result: { message: { content: string } }; usage?: unknown }>(`/get_result/${jobId}?wait=20`);
+      if (r.status === 200) return r.body;
+    }
+  };
+  const nodes = async () => JSON.parse((await runCli(['node', 'list', '--json'], env)).stdout) as { name: string; online: boolean; total_points: number; open_leases: number; models: string[] }[];
+
+  beforeAll(async () => {
+    port = await freePort();
+    server = await startServerProcess(env, port);
+    userKey = (await runCli(['key', 'add-user', 'app'], env)).stdout.trim();
+    readerKey = (await runCli(['key', 'add-reader', 'audit'], env)).stdout.trim();
+  });
+  afterAll(async () => {
+    for (const w of workers) if (w.child.exitCode === null) w.child.kill('SIGKILL');
+    for (const b of backends) await b.close();
+    server.child.kill('SIGTERM');
+    await server.exited;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs jobs on Ollama and carries the usage it reports', async () => {
+    const b = await backend('ollama', ['llama3.2:latest', 'qwen2.5:0.5b']);
+    await worker('ollama-node', b);
+    expect((await nodes()).find((n) => n.name === 'ollama-node')).toMatchObject({ online: true, models: ['llama3.2:latest', 'qwen2.5:0.5b'] });
+    const ids = await Promise.all(['one two', 'three'].map((c) => submit('qwen2.5:0.5b', c)));
+    const done = await Promise.all(ids.map(result));
+    expect(done.map((d) => d.result.message.content)).toEqual([answerOf('qwen2.5:0.5b', [{ content: 'one two' }]), answerOf('qwen2.5:0.5b', [{ content: 'three' }])]);
+    expect(done[0]!.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3 });
+    const points = await api<{ pointsraw: number }>('/get_points?node_name=ollama-node', { headers: { api_key: readerKey } });
+    expect(points.body.pointsraw).toBe(2);
+  });
+
+  it('runs jobs on an OpenAI-compatible server, and streams its partial output to an OpenAI client', async () => {
+    const b = await backend('openai', ['mistral-7b', 'not-this-one']);
+    b.delayMs = 600;
+    await worker('vllm-node', b, ['--models', 'mistral-7b']);
+    expect((await nodes()).find((n) => n.name === 'vllm-node')!.models).toEqual(['mistral-7b']);
+    const done = await result(await submit('mistral-7b', 'a b c'));
+    expect(done).toMatchObject({ status: 'success', result: { message: { content: answerOf('mistral-7b', [{ content: 'a b c' }]) } }, usage: { prompt_tokens: 3, completion_tokens: 4 } });
+    const client = new OpenAI({ apiKey: userKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
+    const stream = await client.chat.completions.create({ model: 'mistral-7b', messages: [{ role: 'user', content: 'stream this answer please' }], stream: true, stream_options: { include_usage: true } });
+    const pieces: string[] = [];
+    let usage: unknown;
+    for await (const c of stream) {
+      if (c.choices[0]?.delta.content) pieces.push(c.choices[0].delta.content);
+      if (c.usage) usage = c.usage;
+    }
+    expect(pieces.join('')).toBe(answerOf('mistral-7b', [{ content: 'stream this answer please' }]));
+    expect(pieces.length).toBeGreaterThan(2);
+    expect(usage).toEqual({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 });
+  });
+
+  it('gives the job of a backend killed mid-job to another worker, done once', async () => {
+    const fragile = await backend('ollama', ['fragile-model']);
+    fragile.delayMs = 3_000;
+    await worker('fragile-node', fragile);
+    const jobId = await submit('fragile-model', 'survive');
+    await until('the fragile backend to get the job', () => fragile.calls === 1);
+    await fragile.kill();
+    const sturdy = await backend('ollama', ['fragile-model']);
+    await worker('sturdy-node', sturdy);
+    const done = await result(jobId);
+    expect(done.result.message.content).toBe(answerOf('fragile-model', [{ content: 'survive' }]));
+    const shown = JSON.parse((await runCli(['job', 'show', jobId, '--json'], env)).stdout) as { node: string; leases: { node: string; outcome: string }[] };
+    expect(shown.node).toBe('sturdy-node');
+    expect(shown.leases.map((l) => [l.node, l.outcome])).toEqual([['fragile-node', 'error'], ['sturdy-node', 'done']]);
+    // Its backend gone, the fragile node declares no models: it takes no job it cannot run.
+    await until('the fragile node to declare no models', async () => (await nodes()).find((n) => n.name === 'fragile-node')!.models.length === 0);
+  });
+
+  it('on SIGTERM finishes the job in flight, reports it, deregisters and exits 0', async () => {
+    const b = await backend('openai', ['slow-model']);
+    b.delayMs = 1_500;
+    const w = await worker('leaving-node', b);
+    const jobId = await submit('slow-model', 'last one');
+    await until('the backend to get the job', () => b.calls === 1);
+    w.child.kill('SIGTERM');
+    expect(await w.exited).toBe(0);
+    expect((await result(jobId)).result.message.content).toBe(answerOf('slow-model', [{ content: 'last one' }]));
+    expect(w.logs()).toContain('deregistered');
+    expect((await nodes()).find((n) => n.name === 'leaving-node')).toMatchObject({ online: false, open_leases: 0, total_points: 1 });
+  });
+
+  it('three workers share 1,500 jobs: each done once, points exactly the jobs done', async () => {
+    const names = ['many-1', 'many-2', 'many-3'];
+    for (const name of names) await worker(name, await backend('ollama', ['bulk-model']), ['--concurrency', '4']);
+    const ids: string[] = [];
+    for (let i = 0; i < 1500; i += 100) ids.push(...(await Promise.all(Array.from({ length: 100 }, (_, k) => submit('bulk-model', `q${i + k}`)))));
+    const done = await Promise.all(ids.map(result));
+    expect(done.every((d, i) => d.result.message.content === answerOf('bulk-model', [{ content: `q${i}` }]))).toBe(true);
+    const listed = (await nodes()).filter((n) => names.includes(n.name));
+    expect(listed.reduce((s, n) => s + n.total_points, 0)).toBe(1500);
+    expect(listed.every((n) => n.total_points > 0)).toBe(true);
+    const counts = await api<{ by_state: Record<string, number> }>('/total_job_count');
+    expect(counts.body.by_state.leased ?? 0).toBe(0);
+  });
+
+  it('resumes by itself when the server is killed and started again', async () => {
+    const b = await backend('ollama', ['phoenix-model']);
+    const w = await worker('phoenix-node', b);
+    expect((await result(await submit('phoenix-model', 'before'))).status).toBe('success');
+    server.child.kill('SIGKILL');
+    await server.exited;
+    await sleep(1_500);
+    server = await startServerProcess(env, port);
+    // The same worker process, its session intact, takes the next job.
+    expect((await result(await submit('phoenix-model', 'after'))).result.message.content).toBe(answerOf('phoenix-model', [{ content: 'after' }]));
+    expect(w.child.exitCode).toBeNull();
+    // It noticed the server was away (a poll or a report retried) and carried on.
+    expect(w.logs()).toMatch(/(get_job|update_result) failed .*retrying/);
+  });
+});
