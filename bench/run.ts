@@ -1,12 +1,14 @@
 // `npm run bench [-- --scenario NAME]`: the benchmarks. Scenarios:
 // - endpoints (default): the record-keeping endpoints over an imported history (bench/endpoints.ts);
 // - dispatch: the coordinator's cycle over HTTP, then the queue alone against pg-boss (bench/dispatch.ts);
-// - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts).
+// - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts);
+// - worker: `ins worker` between the server and an instant backend (bench/worker.ts).
 // Every size is a flag (--help).
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
 import { dispatchScenario } from './dispatch.js';
 import { idleScenario } from './idle.js';
+import { workerScenario } from './worker.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -33,11 +35,12 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
   idle:      [--idle N (5000 long-polling workers)]
+  worker:    [--submitters S (32)] (the first of --backends)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -60,8 +63,10 @@ async function main(): Promise<void> {
       return dispatchScenario({ ...common, workers: num('workers'), submitters: num('submitters'), pairs: flags.pairs.split(',').map(Number).filter((n) => n > 0) });
     case 'idle':
       return idleScenario({ ...common, idle: num('idle') });
+    case 'worker':
+      return workerScenario({ ...common, submitters: num('submitters') });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch or idle)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle or worker)`);
   }
 }
 

@@ -7,6 +7,7 @@
 //   usage from `usage` (asked for with stream_options.include_usage when streaming).
 import { createParser } from 'eventsource-parser';
 import type { BackendKind } from './options.js';
+import { http, type HttpResponse } from './http.js';
 
 export interface BackendJob { model: string; messages: { role: string; content: string }[]; max_output: number; temperature: number }
 export interface BackendAnswer { content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null }
@@ -19,21 +20,15 @@ export interface Backend {
 
 export class BackendError extends Error {}
 
-async function call(url: string, init: RequestInit, what: string): Promise<Response> {
-  let res: Response;
+async function call(url: string, init: Parameters<typeof http>[1], what: string): Promise<HttpResponse> {
+  let res: HttpResponse;
   try {
-    res = await fetch(url, init);
+    res = await http(url, init);
   } catch (err) {
-    throw new BackendError(`${what}: ${(err as Error).cause ? String((err as { cause: unknown }).cause) : (err as Error).message}`);
+    throw new BackendError(`${what}: ${(err as Error).message}`);
   }
-  if (!res.ok) throw new BackendError(`${what}: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`);
+  if (res.status >= 300) throw new BackendError(`${what}: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`);
   return res;
-}
-
-/** The body's text, chunk by chunk. */
-async function* textChunks(res: Response): AsyncGenerator<string> {
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) yield decoder.decode(chunk, { stream: true });
 }
 
 const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
@@ -63,7 +58,7 @@ class Ollama implements Backend {
     let content = '';
     let last: Line = {};
     let buffer = '';
-    for await (const text of textChunks(res)) {
+    for await (const text of res.chunks()) {
       buffer += text;
       let nl: number;
       while ((nl = buffer.indexOf('\n')) >= 0) {
@@ -123,7 +118,7 @@ class OpenAICompatible implements Backend {
         if (chunk.usage) last = chunk.usage;
       },
     });
-    for await (const text of textChunks(res)) parser.feed(text);
+    for await (const text of res.chunks()) parser.feed(text);
     if (failure) throw new BackendError(`openai: ${failure}`);
     return { content, usage: usage(last) };
   }

@@ -3,6 +3,7 @@
 // deregister. A server that cannot be reached (or answers 5xx/429) is tried again with
 // exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
 import pRetry from 'p-retry';
+import { http } from './http.js';
 
 export interface Job {
   job_id: string;
@@ -34,9 +35,9 @@ export class CoordinatorClient {
       const headers: Record<string, string> = {};
       if (opts.body !== undefined) headers['content-type'] = 'application/json';
       if (opts.auth) headers.authorization = `Bearer ${opts.auth}`;
-      const res = await fetch(`${this.server}${path}`, { method, headers, signal: opts.signal, ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}) });
+      const res = await http(`${this.server}${path}`, { method, headers, signal: opts.signal, ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}) });
       const text = await res.text();
-      if (res.ok) return JSON.parse(text) as T;
+      if (res.status < 300) return JSON.parse(text) as T;
       const detail = (() => {
         try {
           const d = (JSON.parse(text) as { detail?: unknown }).detail;
@@ -90,8 +91,8 @@ export class CoordinatorClient {
 
   /** Today's points (UTC), for the status line. */
   async pointsToday(): Promise<number> {
-    const res = await fetch(`${this.server}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: this.key }, body: JSON.stringify({ node_name: this.node, last_days: 1 }) });
-    if (!res.ok) throw new CoordinatorError(res.status, 'daily_points');
+    const res = await http(`${this.server}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: this.key }, body: JSON.stringify({ node_name: this.node, last_days: 1 }) });
+    if (res.status >= 300) throw new CoordinatorError(res.status, 'daily_points');
     return ((await res.json()) as { points: number }[])[0]?.points ?? 0;
   }
 }

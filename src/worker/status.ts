@@ -65,6 +65,7 @@ export async function serveMetrics(port: number, worker: Worker, display: Displa
   const jobs = new Counter({ name: 'ins_worker_jobs_total', help: 'Jobs run, by outcome (success, error, refused)', labelNames: ['outcome'], registers: [registry] });
   const duration = new Histogram({ name: 'ins_worker_job_seconds', help: 'From a job taken to its report', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 180], registers: [registry] });
   const points = new Counter({ name: 'ins_worker_points_total', help: 'Points credited for this worker\'s reports', registers: [registry] });
+  const overhead = new Histogram({ name: 'ins_worker_overhead_seconds', help: 'The worker\'s own time per job: from the job taken to its report sent, less the backend\'s time', buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.05], registers: [registry] });
   new Gauge({ name: 'ins_worker_jobs_running', help: 'Jobs running now', registers: [registry], collect() { this.set(worker.current.size); } });
   const server: Server = createServer((req, res) => {
     if (req.url !== '/metrics') return void res.writeHead(404).end();
@@ -74,11 +75,12 @@ export async function serveMetrics(port: number, worker: Worker, display: Displa
   return {
     display: {
       ...display,
-      jobDone: (job, outcome, seconds, p) => {
+      jobDone: (job, outcome, seconds, p, own) => {
         jobs.inc({ outcome });
         duration.observe(seconds);
+        overhead.observe(own);
         if (p > 0) points.inc(p);
-        display.jobDone(job, outcome, seconds, p);
+        display.jobDone(job, outcome, seconds, p, own);
       },
     },
     close: () => new Promise((resolve) => server.close(() => resolve())),

@@ -7,6 +7,9 @@
 //   cannot run.
 // - The coordinator unreachable: every call backs off and retries for ever (coordinator-client.ts).
 //   A 401 (the session ended) registers again.
+// - A slot asks for its next job while the report of its last one is on its way (each slot
+//   holds at most two leases, so the session's capacity is twice --concurrency): the
+//   coordinator's time to take a report is not lost to the node.
 // - stop(): no new polls, the jobs in flight finish (up to the grace period), then deregister.
 import { createBackend, type Backend } from './backends.js';
 import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-client.js';
@@ -16,7 +19,8 @@ export type WorkerState = 'starting' | 'waiting' | 'working' | 'backend down' | 
 
 export interface WorkerEvents {
   log: (level: 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>) => void;
-  jobDone: (job: Job, outcome: 'success' | 'error' | 'refused', seconds: number, points: number) => void;
+  /** seconds: from the job taken to its report answered; overhead: the worker's own part of it (before the report, less the backend's time). */
+  jobDone: (job: Job, outcome: 'success' | 'error' | 'refused', seconds: number, points: number, overhead: number) => void;
 }
 
 const MODELS_CHECK_MS = 60_000;
@@ -46,7 +50,7 @@ export class Worker {
 
   /** Runs until stop(); resolves once the worker deregistered. */
   async run(): Promise<void> {
-    await this.client.register(this.opts.concurrency);
+    await this.client.register(this.capacity);
     this.events.log('info', 'registered', { node: this.opts.node, server: this.opts.server });
     await this.refreshModels(true);
     this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => this.events.log('warn', `model check failed: ${String(err)}`)), MODELS_CHECK_MS);
@@ -69,6 +73,11 @@ export class Worker {
     this.stopping.abort();
     for (const p of this.polls) p.abort();
     this.events.log('info', `stopping: ${this.current.size} job(s) in flight, up to ${this.opts.graceMs / 1000} s to finish`);
+  }
+
+  /** Leases the session may hold: a job running and one being reported, per slot. */
+  private get capacity(): number {
+    return 2 * this.opts.concurrency;
   }
 
   private async backendModels(): Promise<string[]> {
@@ -103,10 +112,11 @@ export class Worker {
   /** The session ended (deregistered elsewhere, key rotated, server's database reset): a new one. */
   private async reregister(): Promise<void> {
     this.events.log('warn', 'the session is no longer valid: registering again');
-    await this.client.register(this.opts.concurrency);
+    await this.client.register(this.capacity);
   }
 
   private async slot(slot: number): Promise<void> {
+    let reporting: Promise<void> = Promise.resolve();
     while (!this.stopping.signal.aborted) {
       if (this.backendDown) await this.backendDown;
       if (this.stopping.signal.aborted) break;
@@ -124,12 +134,20 @@ export class Worker {
       } finally {
         this.polls.delete(poll);
       }
-      if (job) await this.work(slot, job);
+      if (!job) continue;
+      const report = await this.work(slot, job);
+      // The last report must be answered before this one goes: at most two leases per slot.
+      await reporting;
+      reporting = report();
     }
+    await reporting;
   }
 
-  private async work(slot: number, job: Job): Promise<void> {
+  /** Runs the job on the backend; resolves with the function that reports it. */
+  private async work(slot: number, job: Job): Promise<() => Promise<void>> {
     const started = Date.now();
+    const t0 = performance.now();
+    let backendMs = 0;
     this.current.set(slot, { job, since: started });
     this.state = 'working';
     // A job in flight finishes unless the grace period after a stop runs out.
@@ -137,30 +155,33 @@ export class Worker {
     const onStop = () => setTimeout(() => grace.abort(), this.opts.graceMs).unref();
     this.stopping.signal.addEventListener('abort', onStop, { once: true });
     let outcome: 'success' | 'error' | 'refused' = 'success';
-    let points = 0;
+    let report: Parameters<CoordinatorClient['report']>[1];
     try {
-      let report: Parameters<CoordinatorClient['report']>[1];
-      try {
-        const answer = await this.backend.chat(job, job.stream ? this.progressSender(job) : undefined, grace.signal);
-        report = { status: 'success', content: answer.content, usage: answer.usage };
-      } catch (err) {
-        outcome = 'error';
-        report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
-        this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);
-        if (!grace.signal.aborted) this.markBackendDown();
-      }
+      const b0 = performance.now();
+      const answer = await this.backend.chat(job, job.stream ? this.progressSender(job) : undefined, grace.signal);
+      backendMs = performance.now() - b0;
+      report = { status: 'success', content: answer.content, usage: answer.usage };
+    } catch (err) {
+      outcome = 'error';
+      report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
+      this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);
+      if (!grace.signal.aborted) this.markBackendDown();
+    } finally {
+      this.stopping.signal.removeEventListener('abort', onStop);
+      this.current.delete(slot);
+    }
+    return async () => {
+      const overhead = (performance.now() - t0 - backendMs) / 1000;
+      let points = 0;
       try {
         points = await this.client.report(job, report);
       } catch (err) {
         outcome = 'refused';
         this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(err)}`);
       }
-    } finally {
-      this.stopping.signal.removeEventListener('abort', onStop);
-      this.current.delete(slot);
       if (outcome === 'success') this.jobsDone++;
-      this.events.jobDone(job, outcome, (Date.now() - started) / 1000, points);
-    }
+      this.events.jobDone(job, outcome, (Date.now() - started) / 1000, points, overhead);
+    };
   }
 
   /** Partial output, sent at most every PROGRESS_EVERY_MS, in order. */

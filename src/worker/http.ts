@@ -1,0 +1,28 @@
+// The worker's HTTP client: undici's request over one keep-alive agent, for the coordinator and
+// the backend alike. It costs the worker several times less CPU per call than fetch (whose
+// WHATWG streams a worker needs not), and a worker makes three calls per job.
+import { Agent, request } from 'undici';
+
+const agent = new Agent({ keepAliveTimeout: 30_000, connections: 128 });
+
+export interface HttpResponse {
+  status: number;
+  text(): Promise<string>;
+  json(): Promise<unknown>;
+  /** The body as it arrives. */
+  chunks(): AsyncIterable<string>;
+}
+
+export async function http(url: string, init: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {}): Promise<HttpResponse> {
+  const res = await request(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal, dispatcher: agent });
+  return {
+    status: res.statusCode,
+    text: () => res.body.text(),
+    json: () => res.body.json(),
+    async *chunks() {
+      // A character split between two chunks is decoded whole.
+      const decoder = new TextDecoder();
+      for await (const chunk of res.body) yield decoder.decode(chunk as Buffer, { stream: true });
+    },
+  };
+}
