@@ -63,7 +63,7 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_queued ON jobs (model_id, submitted_at, id) WHERE state = 'queued';
 -- The sweeper: open jobs past their deadline (and open leases past their end, below).
 CREATE INDEX jobs_open_deadline ON jobs (deadline_at) WHERE state IN ('queued', 'leased');
-CREATE INDEX jobs_owner ON jobs (owner_key_id, submitted_at);
+-- The network's view: recent completions, jobs per minute.
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
 -- Every lease of a job (its attempts): which node had it, from when to when, and how it ended.
@@ -83,4 +83,5 @@ CREATE TABLE job_leases (
 );
 CREATE INDEX job_leases_open ON job_leases (session_id) WHERE ended_at IS NULL;
 CREATE INDEX job_leases_expiry ON job_leases (expires_at) WHERE ended_at IS NULL;
+-- A node's last jobs (its operator's view).
 CREATE INDEX job_leases_node ON job_leases (node_id, leased_at);

@@ -175,6 +175,17 @@ describe.each(backends)('coordinator on $name', (backend) => {
     const total = (await t.app.inject({ method: 'GET', url: '/total_job_count' })).json() as { total_job_count: number; by_state: Record<string, number> };
     expect(total.total_job_count).toBe(Object.values(total.by_state).reduce((a, b) => a + b, 0));
     expect(total.total_job_count).toBeGreaterThan(0);
+    // The dashboard's view of the network, and a node's own view.
+    const network = (await t.app.inject({ method: 'GET', url: '/network' })).json() as { jobs_per_minute: number; models: { name: string; nodes: number }[]; recent: { model: string; node: string }[] };
+    expect(network.models).toContainEqual(expect.objectContaining({ name: 'listed-model', nodes: 2 }));
+    expect(network.jobs_per_minute).toBeGreaterThanOrEqual(2);
+    expect(network.recent).toContainEqual(expect.objectContaining({ model: 'listed-model', node: other.node }));
+    const mine = await t.app.inject({ method: 'GET', url: `/network/nodes/${w.node}`, headers: { authorization: `Bearer ${w.token}` } });
+    expect(mine.json()).toMatchObject({ name: w.node, online: true, models: ['listed-model'], open_leases: 0 });
+    expect((mine.json() as { jobs: { outcome: string }[] }).jobs.map((j) => j.outcome)).toEqual(['expired', 'done']);
+    expect((await t.app.inject({ method: 'GET', url: `/network/nodes/${w.node}`, headers: { api_key: await t.addReader('net') } })).statusCode).toBe(200);
+    expect((await t.app.inject({ method: 'GET', url: `/network/nodes/${w.node}`, headers: { authorization: `Bearer ${other.token}` } })).statusCode).toBe(403);
+    expect((await t.app.inject({ method: 'GET', url: '/network/nodes/nobody', headers: { api_key: await t.addReader('net2') } })).statusCode).toBe(404);
     // And the operator's metrics: queue depth by model, leases, waiting workers, dispatch latency, final states, expiries.
     await user.submit('metered-model');
     const metrics = (await t.app.inject({ method: 'GET', url: '/metrics' })).body;

@@ -126,6 +126,50 @@ export const JobProgressRequest = Type.Object({
 }, { title: "JobProgressRequest" });
 export type JobProgressRequest = Static<typeof JobProgressRequest>;
 
+export const NetworkModel = Type.Object({
+  name: Type.String(),
+  nodes: Type.Integer({ description: "Online nodes serving it." }),
+  queued: Type.Integer({ description: "Jobs waiting for a node." }),
+}, { title: "NetworkModel" });
+export type NetworkModel = Static<typeof NetworkModel>;
+
+export const RecentCompletion = Type.Object({
+  model: Type.String(),
+  node: Type.Union([Type.String(), Type.Null()]),
+  finished_at: Type.String({ format: "date-time" }),
+  seconds: Type.Number({ description: "From submission to done." }),
+}, { title: "RecentCompletion" });
+export type RecentCompletion = Static<typeof RecentCompletion>;
+
+export const NetworkResponse = Type.Object({
+  active_nodes: Type.Integer(),
+  jobs_per_minute: Type.Integer({ description: "Jobs done in the last minute." }),
+  queued: Type.Integer(),
+  models: Type.Array(NetworkModel, { description: "Models some online node serves, or with queued jobs." }),
+  recent: Type.Array(RecentCompletion, { description: "The last 20 jobs done (no prompts, no answers)." }),
+}, { title: "NetworkResponse" });
+export type NetworkResponse = Static<typeof NetworkResponse>;
+
+export const NodeJob = Type.Object({
+  model: Type.String(),
+  attempt: Type.Integer(),
+  leased_at: Type.String({ format: "date-time" }),
+  ended_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
+  outcome: Type.Union([Type.String({ description: "done, error, expired, released, abandoned or deadline; null while running." }), Type.Null()]),
+  seconds: Type.Union([Type.Number(), Type.Null()]),
+}, { title: "NodeJob" });
+export type NodeJob = Static<typeof NodeJob>;
+
+export const NodeViewResponse = Type.Object({
+  name: Type.String(),
+  online: Type.Boolean(),
+  last_seen_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
+  models: Type.Array(Type.String()),
+  open_leases: Type.Integer(),
+  jobs: Type.Array(NodeJob, { description: "Its last 20 leases, newest first." }),
+}, { title: "NodeViewResponse" });
+export type NodeViewResponse = Static<typeof NodeViewResponse>;
+
 export const PointsResponse = Type.Object({
   node_name: Type.String({ title: "Node Name" }),
   points: Type.Number({ title: "Points", description: "The node's points over all time, rounded to 2 decimals." }),
@@ -249,6 +293,11 @@ export const GetCompletionTimeParams = Type.Object({
   job_id: Type.String({ title: "Job Id", description: "The id `submit_job` returned." }),
 });
 export type GetCompletionTimeParams = Static<typeof GetCompletionTimeParams>;
+
+export const NodeViewParams = Type.Object({
+  node_name: Type.String({ title: "Node Name", description: "The node's name.", minLength: 1, maxLength: 128 }),
+});
+export type NodeViewParams = Static<typeof NodeViewParams>;
 
 export const UniqueNodesResponses = {
   200: UniqueNodesResponse,
@@ -476,4 +525,20 @@ export const ChatCompletionsSeedResponses = {
 
 export const ListModelsResponses = {
   200: Type.Object({}, { additionalProperties: true }),
+};
+
+export const NetworkResponses = {
+  200: NetworkResponse,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const NodeViewResponses = {
+  200: NodeViewResponse,
+  401: ErrorDetail,
+  403: ErrorDetail,
+  404: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
 };

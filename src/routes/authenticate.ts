@@ -53,3 +53,21 @@ export async function authenticateUser(deps: Deps, req: FastifyRequest): Promise
   if (principal.kind !== 'user') throw new HttpError(403, 'This endpoint takes a user key (uk_…; ins key add-user LABEL)');
   return principal.userKeyId;
 }
+
+/**
+ * A read of one node's data: the node's own key or session token (header `api_key` or Bearer),
+ * or a reader key. Another node, a disabled one, or another kind of key: 403.
+ */
+export async function authorizeNodeRead(deps: Deps, req: FastifyRequest, nodeName: string): Promise<void> {
+  const key = requestKey(req);
+  if (!key) throw new HttpError(401, 'Not authenticated');
+  const principal = await authenticateRequest(deps, req, key);
+  const own = principal.kind === 'session' ? principal.session.node : principal.kind === 'node' ? principal.node : undefined;
+  if (own) {
+    req.nodeName = own.name;
+    if (own.disabled) throw new HttpError(403, 'Node is disabled');
+    if (own.name !== nodeName) throw new HttpError(403, "This key may only read its own node's data");
+  } else if (principal.kind !== 'reader') {
+    throw new HttpError(403, "This key cannot read nodes' data");
+  }
+}

@@ -1,9 +1,14 @@
-// Public counts of the network: GET /available_models, /active_node_count, /total_job_count.
-import { ActiveNodeCountResponses, AvailableModelsResponses, TotalJobCountResponses } from '../generated/schemas.js';
+// Public counts of the network: GET /available_models, /active_node_count, /total_job_count and
+// the dashboard's GET /network; and a node's own view for its operator, GET /network/nodes/{name}.
+import { ActiveNodeCountResponses, AvailableModelsResponses, NetworkResponses, NodeViewParams, NodeViewResponses, TotalJobCountResponses } from '../generated/schemas.js';
 import { activeNodeCount, availableModels, jobCounts } from '../jobs/read.js';
+import { networkView, nodeView } from '../jobs/network.js';
+import { HttpError } from '../http/http-error.js';
+import { authorizeNodeRead } from './authenticate.js';
 import type { App, Deps } from './types.js';
 
-export function networkRoutes(app: App, { db, coordinatorConfig: c }: Deps): void {
+export function networkRoutes(app: App, deps: Deps): void {
+  const { db, coordinatorConfig: c } = deps;
   app.get('/available_models', { schema: { response: AvailableModelsResponses } }, async () => {
     const details = await availableModels(db, c.onlineWindow, c.modelsTtl);
     return { models: details.map((m) => m.name), details };
@@ -12,5 +17,13 @@ export function networkRoutes(app: App, { db, coordinatorConfig: c }: Deps): voi
   app.get('/total_job_count', { schema: { response: TotalJobCountResponses } }, async () => {
     const byState = await jobCounts(db);
     return { total_job_count: Object.values(byState).reduce((a, b) => a + b, 0), by_state: byState };
+  });
+  app.get('/network', { schema: { response: NetworkResponses } }, () => networkView(db, c.onlineWindow, c.modelsTtl));
+  app.get('/network/nodes/:node_name', { schema: { params: NodeViewParams, response: NodeViewResponses } }, async (req) => {
+    const { node_name } = req.params;
+    await authorizeNodeRead(deps, req, node_name);
+    const view = await nodeView(db, node_name, c.onlineWindow, c.modelsTtl);
+    if (!view) throw new HttpError(404, 'Node not found');
+    return view;
   });
 }

@@ -1,0 +1,70 @@
+// The network as the dashboard shows it: online nodes and queued jobs per model, jobs per
+// minute, recent completions — and a node's own status and last jobs for its operator. Never a
+// prompt or an answer.
+import { sql, type Queryable } from '../db/database.js';
+
+export interface NetworkView {
+  active_nodes: number;
+  jobs_per_minute: number;
+  queued: number;
+  models: { name: string; nodes: number; queued: number }[];
+  recent: { model: string; node: string | null; finished_at: string; seconds: number }[];
+}
+
+export interface NodeView {
+  name: string;
+  online: boolean;
+  last_seen_at: string | null;
+  models: string[];
+  open_leases: number;
+  jobs: { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null }[];
+}
+
+const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
+// A live session of an enabled node, seen within $1 seconds, its declaration younger than $2.
+const LIVE = `s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash AND s.last_seen_at > now() - make_interval(secs => $1::float8)`;
+
+const VIEW = sql('network_view', `WITH served AS (
+    SELECT d.model_id, count(DISTINCT s.node_id)::int AS nodes
+    FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
+    WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+    GROUP BY d.model_id),
+  waiting AS (SELECT model_id, count(*)::int AS queued FROM jobs WHERE state = 'queued' GROUP BY model_id)
+  SELECT
+    (SELECT count(DISTINCT s.node_id)::int FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}) AS active_nodes,
+    (SELECT count(*)::int FROM jobs WHERE finished_at > now() - interval '1 minute' AND state = 'done') AS jobs_per_minute,
+    (SELECT coalesce(sum(queued), 0)::int FROM waiting) AS queued,
+    coalesce((SELECT json_agg(json_build_object('name', m.name, 'nodes', coalesce(sv.nodes, 0), 'queued', coalesce(w.queued, 0)) ORDER BY m.name COLLATE "C")
+      FROM served sv FULL JOIN waiting w ON w.model_id = sv.model_id JOIN models m ON m.id = coalesce(sv.model_id, w.model_id)), '[]') AS models,
+    coalesce((SELECT json_agg(r) FROM (
+      SELECT m.name AS model, n.name AS node, ${ISO('j.finished_at')} AS finished_at,
+        round(extract(epoch FROM j.finished_at - j.submitted_at)::numeric, 3)::float8 AS seconds
+      FROM jobs j JOIN models m ON m.id = j.model_id LEFT JOIN nodes n ON n.id = j.node_id
+      WHERE j.finished_at IS NOT NULL AND j.state = 'done' ORDER BY j.finished_at DESC LIMIT 20) r), '[]') AS recent`);
+
+// $3 the node's name.
+const NODE = sql('network_node', `SELECT n.name,
+    coalesce((SELECT max(s.last_seen_at) > now() - make_interval(secs => $1::float8) FROM node_sessions s
+      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash), false) AND n.disabled_at IS NULL AS online,
+    (SELECT ${ISO('max(s.last_seen_at)')} FROM node_sessions s WHERE s.node_id = n.id) AS last_seen_at,
+    ARRAY(SELECT DISTINCT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
+      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+      ORDER BY m.name) AS models,
+    (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
+    coalesce((SELECT json_agg(r) FROM (
+      SELECT m.name AS model, l.attempt, ${ISO('l.leased_at')} AS leased_at, ${ISO('l.ended_at')} AS ended_at, l.outcome,
+        round(extract(epoch FROM l.ended_at - l.leased_at)::numeric, 3)::float8 AS seconds
+      FROM job_leases l JOIN jobs j ON j.id = l.job_id JOIN models m ON m.id = j.model_id
+      WHERE l.node_id = n.id ORDER BY l.leased_at DESC LIMIT 20) r), '[]') AS jobs
+  FROM nodes n WHERE n.name = $3::text`);
+
+export async function networkView(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<NetworkView> {
+  const [row] = await db.query<NetworkView>(VIEW, [onlineSeconds, modelsTtlSeconds]);
+  return row!;
+}
+
+/** The node's status and last jobs; undefined when no node has that name. */
+export async function nodeView(db: Queryable, name: string, onlineSeconds: number, modelsTtlSeconds: number): Promise<NodeView | undefined> {
+  const [row] = await db.query<NodeView>(NODE, [onlineSeconds, modelsTtlSeconds, name]);
+  return row;
+}
