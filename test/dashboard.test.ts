@@ -12,6 +12,7 @@ import { ROOT, runCli, startServerProcess, type ServerProcess } from './helpers/
 const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = path.join(ROOT, 'test-artifacts');
 const KEY = 'nk_dashboard-test-key-0123456789abcdefghijklmnop';
+const OTHER_KEY = 'nk_other-node-key-0123456789abcdefghijklmno';
 const day = (ago: number) => new Date(Date.now() - ago * 86_400_000).toISOString().slice(0, 10);
 
 describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
@@ -24,7 +25,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
   beforeAll(async () => {
     mkdirSync(ARTIFACTS, { recursive: true });
     const env = { DATA_DIR: path.join(dir, 'data') };
-    writeFileSync(path.join(dir, 'nodes.csv'), `name,api_key\nrig-berlin-01,${KEY}\nrig-oslo-02,nk_other-node-key-0123456789abcdefghijklmno\n`);
+    writeFileSync(path.join(dir, 'nodes.csv'), `name,api_key\nrig-berlin-01,${KEY}\nrig-oslo-02,${OTHER_KEY}\n`);
     const history = ['job_id,node_name,model_name,status,points,received_at'];
     for (let ago = 1; ago <= 29; ago++) {
       const n = (ago * 7) % 5;
@@ -39,6 +40,18 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     for (let i = 0; i < 4; i++) {
       await fetch(`${server.url}/worker/update_result`, { method: 'POST', headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ job_id: `today-${i}`, api_key: KEY, model_name: 'llama3.2:latest', result: { message: 'hi' }, status: 'success' }) });
+    }
+    // A worker of rig-oslo-02 on the coordinator, two jobs done, one waiting for another model.
+    const userKey = (await runCli(['key', 'add-user', 'dashboard-app'], env)).stdout.trim();
+    const call = async (p: string, init: RequestInit) => (await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers } })).json() as Promise<Record<string, unknown>>;
+    const token = String((await call('/worker/register_node', { method: 'POST', headers: { authorization: `Bearer ${OTHER_KEY}` }, body: JSON.stringify({ node_url: 'rig-oslo-02' }) })).access_token);
+    await call('/worker/update_models', { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify({ models: ['llama3.2:latest'] }) });
+    for (const model of ['llama3.2:latest', 'llama3.2:latest', 'mistral:7b']) {
+      await call('/submit_job', { method: 'POST', headers: { api_key: userKey }, body: JSON.stringify({ model, messages: [{ role: 'user', content: 'a secret prompt' }] }) });
+    }
+    for (let i = 0; i < 2; i++) {
+      const job = (await call('/worker/get_job', { method: 'GET', headers: { authorization: `Bearer ${token}` } })).job_data as { job_id: string; api_key: string };
+      await call('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: job.job_id, api_key: job.api_key, model_name: 'llama3.2:latest', result: { message: 'a secret answer' }, status: 'success' }) });
     }
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -97,6 +110,28 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     await page.focus('#node-key');
     await page.keyboard.press('Enter');
     await expect.poll(() => page.locator('#points-table tbody tr').count()).toBe(7);
+    expect(consoleErrors.get(page)).toEqual([]);
+    await page.close();
+  });
+
+  it('shows the network now, and a node its status and last jobs, never a prompt or an answer', async () => {
+    const page = await open({ width: 1280, height: 900 });
+    await expect.poll(() => page.locator('#net-active').textContent()).toBe('1');
+    const models = await page.locator('#net-models tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    expect(models).toEqual([['llama3.2:latest', '1', '0'], ['mistral:7b', '0', '1']]);
+    expect(await page.locator('#net-queued').textContent()).toBe('1');
+    expect(await page.locator('#net-recent li').count()).toBe(2);
+    expect(await page.locator('#net-recent li').first().textContent()).toMatch(/^llama3\.2:latest · rig-oslo-02 · /);
+    await page.fill('#node-name', 'rig-oslo-02');
+    await page.fill('#node-key', OTHER_KEY);
+    await page.click('button:has-text("Show points")');
+    await page.locator('#node-status').waitFor({ state: 'visible' });
+    expect(await page.locator('#node-online').textContent()).toBe('online');
+    expect(await page.locator('#node-models').textContent()).toBe('llama3.2:latest');
+    expect(await page.locator('#node-jobs tbody tr td:nth-child(2)').allTextContents()).toEqual(['done', 'done']);
+    const text = await page.locator('body').textContent();
+    expect(text).not.toContain('secret');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-network.png'), fullPage: true });
     expect(consoleErrors.get(page)).toEqual([]);
     await page.close();
   });

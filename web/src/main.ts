@@ -1,8 +1,10 @@
-// The dashboard: two forms over the service's own endpoints (POST /daily_points, GET
-// /unique_nodes). The key lives in the form, and in sessionStorage only if asked.
+// The dashboard: the network view (web/src/network.ts) and two forms over the service's own
+// endpoints (POST /daily_points with the node's status, GET /unique_nodes). The key lives in
+// the form, and in sessionStorage only if asked.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
+import { showNodeStatus, startNetworkView } from './network.js';
 
 interface DayPoints { date: string; points: number }
 interface UniqueNodes { model_name: string; start_date: string | null; end_date: string | null; count: number; nodes: string[] }
@@ -123,6 +125,7 @@ async function onNodeSubmit(e: Event): Promise<void> {
       body: JSON.stringify({ node_name: node, last_days: lastDays }),
     });
     renderPoints(node, days);
+    await showNodeStatus(node, key);
   } catch (err) {
     $('node-result').hidden = true;
     showError('node-error', explain(err, { node }));
@@ -175,3 +178,4 @@ window.addEventListener('resize', () => {
   resizeTimer = window.setTimeout(() => chart?.setSize({ width: Math.max(280, $('chart').clientWidth), height: 240 }), 100);
 });
 restore();
+startNetworkView();

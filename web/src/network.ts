@@ -1,0 +1,74 @@
+// The network view (GET /network, refreshed every 5 s) and a node's status (GET
+// /network/nodes/{name}, with the key its operator entered). No prompts, no answers.
+interface NetworkModel { name: string; nodes: number; queued: number }
+interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
+interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[] }
+interface NodeJob { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null }
+export interface NodeView { name: string; online: boolean; last_seen_at: string | null; models: string[]; open_leases: number; jobs: NodeJob[] }
+
+const $ = (id: string): HTMLElement => document.getElementById(id)!;
+const cell = (text: string, className?: string) => Object.assign(document.createElement('td'), { textContent: text, ...(className ? { className } : {}) });
+const row = (...cells: HTMLElement[]) => {
+  const tr = document.createElement('tr');
+  tr.append(...cells);
+  return tr;
+};
+const seconds = (s: number | null) => (s === null ? '—' : s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(1)} s`);
+
+export function ago(iso: string, now = Date.now()): string {
+  const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86_400) return `${Math.floor(s / 3600)} h ago`;
+  return iso.slice(0, 10);
+}
+
+function renderNetwork(n: Network): void {
+  $('net-active').textContent = String(n.active_nodes);
+  $('net-rate').textContent = String(n.jobs_per_minute);
+  $('net-queued').textContent = String(n.queued);
+  $('net-models').querySelector('tbody')!.replaceChildren(...(n.models.length
+    ? n.models.map((m) => row(cell(m.name, 'mono'), cell(String(m.nodes)), cell(String(m.queued))))
+    : [row(Object.assign(cell('No node is online yet.'), { colSpan: 3 }))]));
+  $('net-recent').replaceChildren(...(n.recent.length
+    ? n.recent.map((r) => Object.assign(document.createElement('li'), { textContent: `${r.model} · ${r.node ?? '?'} · ${seconds(r.seconds)} · ${ago(r.finished_at)}` }))
+    : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]));
+  $('net-updated').textContent = `Updated ${new Date().toISOString().slice(11, 19)} UTC`;
+}
+
+export function startNetworkView(): void {
+  const refresh = async () => {
+    try {
+      const res = await fetch('network');
+      if (!res.ok) throw new Error(String(res.status));
+      renderNetwork((await res.json()) as Network);
+      $('net-error').hidden = true;
+    } catch {
+      $('net-error').textContent = 'The network view could not be loaded; retrying.';
+      $('net-error').hidden = false;
+    }
+  };
+  void refresh();
+  window.setInterval(() => void refresh(), 5_000);
+}
+
+/** The node's status under its points, or hidden when the key may not read it. */
+export async function showNodeStatus(node: string, key: string): Promise<NodeView | undefined> {
+  const res = await fetch(`network/nodes/${encodeURIComponent(node)}`, { headers: { api_key: key } }).catch(() => undefined);
+  if (!res?.ok) {
+    $('node-status').hidden = true;
+    return undefined;
+  }
+  const v = (await res.json()) as NodeView;
+  const badge = $('node-online');
+  badge.textContent = v.online ? 'online' : 'offline';
+  badge.className = `badge ${v.online ? 'on' : 'off'}`;
+  $('node-seen').textContent = v.last_seen_at ? `last seen ${ago(v.last_seen_at)}` : 'never seen';
+  $('node-models').textContent = v.models.length ? v.models.join(', ') : 'none declared';
+  $('node-leases').textContent = String(v.open_leases);
+  $('node-jobs').querySelector('tbody')!.replaceChildren(...(v.jobs.length
+    ? v.jobs.map((j) => row(cell(j.model, 'mono'), cell(j.outcome ?? 'running'), cell(seconds(j.seconds)), cell(ago(j.leased_at))))
+    : [row(Object.assign(cell('No job yet.'), { colSpan: 4 }))]));
+  $('node-status').hidden = false;
+  return v;
+}
