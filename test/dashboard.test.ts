@@ -117,7 +117,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
   it('shows the network now, and a node its status and last jobs, never a prompt or an answer', async () => {
     const page = await open({ width: 1280, height: 900 });
     await expect.poll(() => page.locator('#net-active').textContent()).toBe('1');
-    const models = await page.locator('#net-models tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    const models = await page.locator('#net-models tbody tr').evaluateAll((trs) => trs.map((tr) => Array.from(tr.querySelectorAll('td'), (td) => td.textContent)));
     expect(models).toEqual([['llama3.2:latest', '1', '0'], ['mistral:7b', '0', '1']]);
     expect(await page.locator('#net-queued').textContent()).toBe('1');
     expect(await page.locator('#net-recent li').count()).toBe(2);
