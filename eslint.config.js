@@ -11,11 +11,12 @@ const TYPE_CHECKED = ['src/**/*.ts', 'scripts/**/*.ts', 'bench/**/*.ts', 'web/sr
 
 // Bottom to top (docs/architecture.md). A module may import its own layer and those below.
 const LAYERS = [
-  ['src/config.ts', 'src/paths.ts', 'src/keys.ts', 'src/points-value.ts', 'src/validation', 'src/generated'],
+  ['src/config.ts', 'src/config-env.ts', 'src/config-verify.ts', 'src/paths.ts', 'src/keys.ts', 'src/points-value.ts', 'src/validation', 'src/generated'],
   ['src/db'],
   ['src/repositories'],
   ['src/results'],
   ['src/jobs'],
+  ['src/verify'],
   ['src/auth', 'src/import'],
   ['src/http'],
   ['src/routes'],

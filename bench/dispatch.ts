@@ -6,6 +6,11 @@
 // or done twice (checked in the database afterwards too). Then, with one submitter and the
 // workers idle, submit→lease with a waiting worker. Then the queue alone, in one process and
 // without HTTP, against pg-boss on the same workload (bench/queue-cycle.ts).
+// Jobs are at temperature 0 with prompts of their own, answered with about 50 words that
+// depend on the prompt (as honest nodes would), so verification (on, with its defaults, as in
+// production, but the speed check: bench workers answer at once) remembers every answer and
+// runs its share of copies; the full cycle runs once
+// more with VERIFY=off on a server of its own, to tell what verification costs.
 import { randomBytes } from 'node:crypto';
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -41,7 +46,21 @@ function http(url: string, connections: number): Http {
   };
 }
 
-interface JobData { job_id: string; api_key: string; model: string }
+interface JobData { job_id: string; api_key: string; model: string; messages: { content: string }[] }
+
+const WORDS = 'the a of to in is that it for on light water river stone city night garden market bridge paper clock salt honey ocean bread quiet bright ancient small gentle distant golden narrow runs falls turns holds keeps'.split(' ');
+/** About 50 words that depend only on the prompt: what an honest node at temperature 0 answers. */
+function answerTo(prompt: string): string {
+  let h = 2166136261;
+  const out: string[] = [];
+  for (let i = 0; i < 50; i++) {
+    for (const c of `${i}${prompt}`) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
+    out.push(WORDS[h % WORDS.length]!);
+  }
+  return out.join(' ');
+}
+let prompts = 0;
+const nextPrompt = () => `bench prompt ${++prompts}: tell me something about ${prompts * 7}`;
 
 export interface CycleRun { jobsPerSecond: number; submitToLease: { p50: number; p99: number }; submitToResult: { p50: number; p99: number }; submitted: number; completed: number; lost: number; duplicated: number; dbCheck: string }
 
@@ -78,14 +97,14 @@ async function cycle(h: Http, workers: { key: string; name: string }[], userKey:
       if (!job) continue;
       const t = now();
       if (!leasedAt.has(job.job_id)) leasedAt.set(job.job_id, t);
-      const r = await h.json<{ replayed: boolean }>('POST', '/worker/update_result', {}, { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content: 'bench answer' } }, status: 'success' });
+      const r = await h.json<{ replayed: boolean }>('POST', '/worker/update_result', {}, { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content: answerTo(job.messages.at(-1)?.content ?? '') } }, status: 'success' });
       if (r.status === 200 && !r.body.replayed) reported.set(job.job_id, (reported.get(job.job_id) ?? 0) + 1);
     }
   };
 
   // The job of a completion is known by its id, chatcmpl-<job id>, once it is done.
   const viaJobs = async (t0: number): Promise<string> => {
-    const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: 'bench prompt' }], max_output: 16, temperature: 0 });
+    const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_output: 64, temperature: 0 });
     if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
     const id = sub.body.job_id;
     submittedAt.set(id, t0);
@@ -96,7 +115,7 @@ async function cycle(h: Http, workers: { key: string; name: string }[], userKey:
     }
   };
   const viaOpenAI = async (t0: number): Promise<string> => {
-    const r = await h.json<{ id: string }>('POST', '/v1/chat/completions', { authorization: `Bearer ${userKey}` }, { model: MODEL, messages: [{ role: 'user', content: 'bench prompt' }], max_tokens: 16, temperature: 0 });
+    const r = await h.json<{ id: string }>('POST', '/v1/chat/completions', { authorization: `Bearer ${userKey}` }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_tokens: 64, temperature: 0 });
     if (r.status !== 200) throw new Error(`chat/completions ${r.status}`);
     const id = r.body.id.slice('chatcmpl-'.length);
     submittedAt.set(id, t0);
@@ -137,14 +156,27 @@ async function cycle(h: Http, workers: { key: string; name: string }[], userKey:
   };
 }
 
-/** Jobs not done, results recorded and points credited, as the database has them. */
+/**
+ * Users' jobs, those not done, results recorded and points credited, as the database has them:
+ * every job (users' and verification's) done once, its node credited once. Copies made after
+ * the workers stopped may stay queued.
+ */
 async function databaseCheck(backend: Backend, env: NodeJS.ProcessEnv, expected: number): Promise<string> {
   if (backend !== 'postgres') return 'n/a (embedded: the server holds it)';
-  const r = await adminQuery(env.DATABASE_URL!, `SELECT count(*) FILTER (WHERE state <> 'done')::int AS open, count(*)::int AS jobs,
-    (SELECT count(*)::int FROM job_results) AS results, (SELECT coalesce(sum(points), 0)::float8 FROM node_daily_points) AS points FROM jobs`);
-  const row = r.rows[0] as { open: number; jobs: number; results: number; points: number };
-  const ok = row.open === 0 && row.jobs === expected && row.results === expected && row.points === expected;
-  return `${ok ? 'ok' : 'MISMATCH'}: ${row.jobs} jobs, ${row.open} not done, ${row.results} results, ${row.points} points`;
+  const r = await adminQuery(env.DATABASE_URL!, `SELECT count(*) FILTER (WHERE kind = 'user')::int AS jobs, count(*) FILTER (WHERE state <> 'done' AND kind = 'user')::int AS open,
+    count(*) FILTER (WHERE state = 'done')::int AS done, (SELECT count(*)::int FROM job_results WHERE status = 'success') AS results,
+    (SELECT coalesce(sum(points), 0)::float8 FROM node_daily_points) AS points FROM jobs`);
+  const row = r.rows[0] as { jobs: number; open: number; done: number; results: number; points: number };
+  const ok = row.open === 0 && row.jobs === expected && row.results === row.done && row.points === row.done;
+  return `${ok ? 'ok' : 'MISMATCH'}: ${row.jobs} users' jobs, ${row.done - row.jobs} copies and probes done, ${row.open} users' jobs not done, ${row.results} results, ${row.points} points`;
+}
+
+/** Jobs verification added (copies, probes) per user job, from the server's metrics. */
+async function verificationShare(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const value = (name: string) => Number(text.split('\n').find((l) => l.startsWith(`${name} `))?.slice(name.length + 1) ?? 0);
+  const extra = value('ins_verification_total{event="copy"}') + value('ins_verification_total{event="probe"}');
+  return Math.round((extra / Math.max(1, value('ins_jobs_submitted_total'))) * 1000) / 1000;
 }
 
 /** Where the database time went: each statement's count per job and mean duration, from the server's metrics. */
@@ -160,7 +192,7 @@ async function statementsPerJob(url: string, jobs: number): Promise<string> {
     .map(([name, s]) => `${name} ${(s.count / jobs).toFixed(2)} × ${((s.sum / s.count) * 1000).toFixed(2)} ms`).join(', ');
 }
 
-interface BackendRun { backend: Backend; full: CycleRun; waiting: CycleRun; gateway: CycleRun }
+interface BackendRun { backend: Backend; full: CycleRun; verifiedMean: number; unverifiedMean: number; extraShare: number; waiting: CycleRun; gateway: CycleRun }
 
 async function benchBackend(o: DispatchOptions, backend: Backend, port: number): Promise<BackendRun> {
   const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_dispatch_${process.pid}`);
@@ -171,22 +203,46 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
     writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
     await ins(['import', 'nodes', file], db.env);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
-    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}.log`));
+    // Bench workers answer at once, faster than any GPU: the speed check would rightly suspend
+    // them all, so it is off; every other check runs with its defaults.
+    console.log(`\n== ${backend}: ${o.workers} workers, ${o.submitters} submitters, ${o.warmup} + ${o.duration} s`);
+    // The cycle without verification, on a server of its own (same database): before the
+    // verified runs and after them, so that neither side has the warmer machine.
+    const unverifiedRun = async (n: number) => {
+      const bare = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}-unverified-${n}.log`), { VERIFY: 'off' });
+      try {
+        const hb = http(bare.url, o.workers + o.submitters + 8);
+        const run = await cycle(hb, nodes, userKey, o.submitters, o.warmup, o.duration);
+        console.log(`   VERIFY=off (${n} of 2): ${JSON.stringify(run)}`);
+        await hb.pool.close();
+        return run;
+      } finally {
+        await bare.stop();
+      }
+    };
+    const unverified = [await unverifiedRun(1)];
+    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}.log`), { VERIFY_MAX_TOKENS_PER_SECOND: '0' });
     try {
       const h = http(server.url, o.workers + o.submitters + 8);
-      console.log(`\n== ${backend}: ${o.workers} workers, ${o.submitters} submitters, ${o.warmup} + ${o.duration} s`);
       const full = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration);
-      full.dbCheck = await databaseCheck(backend, db.env, full.submitted);
+      full.dbCheck = await databaseCheck(backend, db.env, unverified[0]!.submitted + full.submitted);
       console.log(`   ${JSON.stringify(full)}`);
       console.log(`   statements per job (from /metrics): ${await statementsPerJob(server.url, full.submitted)}`);
+      const extraShare = await verificationShare(server.url);
+      console.log(`   verification added ${(extraShare * 100).toFixed(1)} % jobs (copies and probes)`);
       console.log('   one submitter, workers waiting: submit→lease');
       const waiting = await cycle(h, nodes, userKey, 1, 1, Math.max(5, Math.round(o.duration / 2)));
       console.log(`   ${JSON.stringify(waiting)}`);
       console.log(`   ${o.submitters} OpenAI clients (POST /v1/chat/completions) instead of submit_job + get_result`);
       const gateway = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration, 'openai');
       console.log(`   ${JSON.stringify(gateway)}`);
+      const again = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration);
+      console.log(`   verified, once more: ${JSON.stringify(again)}`);
       await h.pool.close();
-      return { backend, full, waiting, gateway };
+      await server.stop();
+      unverified.push(await unverifiedRun(2));
+      const mean = (runs: CycleRun[]) => Math.round(runs.reduce((s, r) => s + r.jobsPerSecond, 0) / runs.length);
+      return { backend, full, verifiedMean: mean([full, again]), unverifiedMean: mean(unverified), extraShare, waiting, gateway };
     } finally {
       await server.stop();
     }
@@ -215,6 +271,13 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
       String(r.full.lost), String(r.full.duplicated), `${r.waiting.submitToLease.p50} / ${r.waiting.submitToLease.p99}`, r.full.dbCheck]);
   }
   printRows(rows);
+  console.log('\nverification (on, its defaults) against the same cycle with VERIFY=off (each the mean of two runs, off-on-on-off):');
+  printRows([['backend', 'jobs/s verified', 'jobs/s VERIFY=off', 'throughput kept [≥90 %]', 'extra jobs [≤10 %]'],
+    ...runs.map((r) => {
+      const kept = Math.round((r.verifiedMean / Math.max(1, r.unverifiedMean)) * 1000) / 10;
+      return [r.backend, String(r.verifiedMean), String(r.unverifiedMean), `${kept} % [${kept >= 90 ? 'met' : 'MISSED'}]`,
+        `${(r.extraShare * 100).toFixed(1)} % [${r.extraShare <= 0.1 ? 'met' : 'MISSED'}]`];
+    })]);
   console.log(`\nthe OpenAI-compatible API: ${o.submitters} clients, each one completion at a time, against the same cycle by submit_job + get_result:`);
   printRows([['backend', 'completions/s', 'request→answer p50/p99 ms', 'jobs: submit→result p50 ms', 'added by the gateway, p50 ms [≤2]'],
     ...runs.map((r) => {

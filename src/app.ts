@@ -11,10 +11,12 @@ import { PointsLoader } from './repositories/points.js';
 import { ResultRecorder } from './results/recorder.js';
 import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
-import { createMetrics, type Metrics } from './http/metrics.js';
+import { createMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
 import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits } from './config.js';
+import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
+import { Verifier } from './verify/verifier.js';
 import { dailyPointsRoute } from './routes/daily-points.js';
 import { operationsRoutes } from './routes/operations.js';
 import { dashboardRoutes } from './routes/dashboard.js';
@@ -33,6 +35,7 @@ import { networkRoutes } from './routes/network.js';
 import { openAIRoutes } from './routes/openai/index.js';
 import type { Deps } from './routes/types.js';
 import { Coordinator } from './jobs/coordinator.js';
+import { announceKeyChange } from './repositories/key-events.js';
 
 export interface AppOptions {
   db: Database;
@@ -51,6 +54,8 @@ export interface AppOptions {
   trustProxy?: boolean;
   /** The job coordinator's settings; the defaults of config.ts where absent. */
   coordinator?: Partial<CoordinatorConfig>;
+  /** How nodes' answers are checked; the defaults of config.ts where absent. */
+  verify?: Partial<VerifyConfig>;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -119,23 +124,50 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   app.addHook('onClose', async () => detach());
   const defaultPointsPerJob = opts.defaultPointsPerJob ?? 1;
   const coordinatorConfig: CoordinatorConfig = { ...DEFAULT_COORDINATOR, ...opts.coordinator };
+  // Done jobs wake the auditor (verify/), made right after the coordinator (nothing runs between).
+  const verifyConfig: VerifyConfig = { ...DEFAULT_VERIFY, ...opts.verify };
   const coordinator = await Coordinator.start(opts.db, {
     ...coordinatorConfig,
     defaultPointsPerJob,
+    audit: verifyConfig.enabled,
     events: {
       leased: (seconds) => metrics.dispatchLatency.observe(seconds),
-      finished: (state, n) => metrics.jobsFinished.inc({ state }, n),
+      finished: (state, n) => {
+        metrics.jobsFinished.inc({ state }, n);
+        if (state === 'done') verifier.jobsDone();
+      },
       leasesExpired: (n) => metrics.leaseExpiries.inc(n),
       error: (err) => app.log.error({ err }, 'coordinator'),
     },
   });
   metrics.live.waitingWorkers = () => coordinator.waitingWorkers;
+  const verifier = new Verifier(opts.db, {
+    verify: verifyConfig, server: coordinator.server,
+    onlineWindow: coordinatorConfig.onlineWindow, modelsTtl: coordinatorConfig.modelsTtl, jobTimeout: coordinatorConfig.jobTimeout,
+    events: {
+      audited: (report) => {
+        recordAudit(metrics, report);
+        coordinator.jobsQueued(report.queued, 'copies');
+        // Sessions and keys are cached with the node's standing: a suspended node must serve nothing at once.
+        if (report.suspended.length) void announceKeyChange(opts.db).catch((err: unknown) => app.log.error({ err }, 'verification'));
+      },
+      probed: (models) => {
+        metrics.verification.inc({ event: 'probe' }, models.length);
+        coordinator.jobsQueued(new Map(models.map((m) => [m, 1])));
+      },
+      reversed: (points) => metrics.pointsReversed.inc(points),
+      error: (err) => app.log.error({ err }, 'verification'),
+    },
+  });
   // Waiting polls answer at once when the server stops, rather than holding the shutdown.
   app.addHook('preClose', (done) => { coordinator.drain(); done(); });
   closeUnusedConnectionsOnClose(app);
-  app.addHook('onClose', () => coordinator.close());
+  app.addHook('onClose', async () => {
+    await verifier.close();
+    await coordinator.close();
+  });
   const deps: Deps = {
-    db: opts.db, metrics, defaultPointsPerJob, principals, limiters, coordinator, coordinatorConfig,
+    db: opts.db, metrics, defaultPointsPerJob, principals, limiters, coordinator, coordinatorConfig, verifyConfig,
     rosters: new RosterCache(opts.db), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db),
   };
   updateResultRoute(app, deps);

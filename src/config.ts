@@ -2,6 +2,8 @@
 // on its own line, and the process exits 1 before doing anything.
 import path from 'node:path';
 import { parsePoints } from './points-value.js';
+import { EnvReader } from './config-env.js';
+import { VERIFY_CONFIG_DOC, readVerifyConfig, type VerifyConfig } from './config-verify.js';
 
 /** Requests per minute; 0 turns a limit off (http/rate-limit.ts applies them). */
 export interface RateLimits {
@@ -36,6 +38,7 @@ export interface Config {
   trustProxy: boolean;
   rateLimits: RateLimits;
   coordinator: CoordinatorConfig;
+  verify: VerifyConfig;
 }
 
 /** reports: node keys credit any new job_id (the original contract); dispatched: only leases this service handed out earn points. */
@@ -70,10 +73,6 @@ export class ConfigError extends Error {
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
-const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$/i;
-const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600 };
-const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
 
 /** The variables, their defaults and meaning: the README's configuration table. */
 export const CONFIG_DOC: [string, string, string][] = [
@@ -105,114 +104,71 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
   ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
+  ...VERIFY_CONFIG_DOC,
 ];
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const problems: string[] = [];
-  const get = (name: string): string | undefined => {
-    const v = env[name];
-    return v === undefined || v.trim() === '' ? undefined : v.trim();
-  };
-  const int = (name: string, fallback: number, min: number, max: number): number => {
-    const raw = get(name);
-    if (raw === undefined) return fallback;
-    if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
-      problems.push(`${name}=${JSON.stringify(raw)}: expected a whole number from ${min} to ${max}`);
-      return fallback;
-    }
-    return Number(raw);
-  };
-
-  const port = int('PORT', 8000, 0, 65535);
-  const dbPoolMax = int('DB_POOL_MAX', 20, 1, 1000);
-  const shutdownTimeoutMs = int('SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000);
-  const requestTimeoutMs = int('REQUEST_TIMEOUT_MS', 30_000, 1_000, 600_000);
-  const headersTimeoutMs = int('HEADERS_TIMEOUT_MS', 10_000, 100, 600_000);
-  const keepAliveTimeoutMs = int('KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 3_600_000);
+  const r = new EnvReader(env);
+  const { problems } = r;
   const rateLimits: RateLimits = {
-    perIp: int('RATE_LIMIT_PER_IP', DEFAULT_RATE_LIMITS.perIp, 0, 10_000_000),
-    reportsPerKey: int('RATE_LIMIT_REPORTS_PER_KEY', DEFAULT_RATE_LIMITS.reportsPerKey, 0, 10_000_000),
-    readsPerKey: int('RATE_LIMIT_READS_PER_KEY', DEFAULT_RATE_LIMITS.readsPerKey, 0, 10_000_000),
-    authFailuresPerIp: int('RATE_LIMIT_AUTH_FAILURES_PER_IP', DEFAULT_RATE_LIMITS.authFailuresPerIp, 0, 10_000_000),
-    completionsPerUser: int('RATE_LIMIT_COMPLETIONS_PER_USER', DEFAULT_RATE_LIMITS.completionsPerUser, 0, 10_000_000),
-    concurrentPerUser: int('RATE_LIMIT_CONCURRENT_PER_USER', DEFAULT_RATE_LIMITS.concurrentPerUser, 0, 1_000_000),
+    perIp: r.int('RATE_LIMIT_PER_IP', DEFAULT_RATE_LIMITS.perIp, 0, 10_000_000),
+    reportsPerKey: r.int('RATE_LIMIT_REPORTS_PER_KEY', DEFAULT_RATE_LIMITS.reportsPerKey, 0, 10_000_000),
+    readsPerKey: r.int('RATE_LIMIT_READS_PER_KEY', DEFAULT_RATE_LIMITS.readsPerKey, 0, 10_000_000),
+    authFailuresPerIp: r.int('RATE_LIMIT_AUTH_FAILURES_PER_IP', DEFAULT_RATE_LIMITS.authFailuresPerIp, 0, 10_000_000),
+    completionsPerUser: r.int('RATE_LIMIT_COMPLETIONS_PER_USER', DEFAULT_RATE_LIMITS.completionsPerUser, 0, 10_000_000),
+    concurrentPerUser: r.int('RATE_LIMIT_CONCURRENT_PER_USER', DEFAULT_RATE_LIMITS.concurrentPerUser, 0, 1_000_000),
   };
 
-  const logLevel = (get('LOG_LEVEL') ?? 'info').toLowerCase();
+  const logLevel = (r.get('LOG_LEVEL') ?? 'info').toLowerCase();
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL=${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`);
 
-  let bodyLimit = 1024 * 1024;
-  const rawLimit = get('BODY_LIMIT');
-  if (rawLimit !== undefined) {
-    const m = SIZE.exec(rawLimit);
-    const bytes = m ? Number(m[1]) * SIZE_UNITS[(m[2] ?? 'b').toLowerCase()]! : NaN;
-    if (!(bytes >= 1024 && bytes <= 1024 ** 3)) problems.push(`BODY_LIMIT=${JSON.stringify(rawLimit)}: expected a size from 1KiB to 1GiB, e.g. 1048576 or 1MiB`);
-    else bodyLimit = bytes;
-  }
-
   let defaultPointsPerJob = 1;
-  const rawPoints = get('DEFAULT_POINTS_PER_JOB');
+  const rawPoints = r.get('DEFAULT_POINTS_PER_JOB');
   if (rawPoints !== undefined) {
     const n = parsePoints(rawPoints);
     if (n === undefined) problems.push(`DEFAULT_POINTS_PER_JOB=${JSON.stringify(rawPoints)}: expected a number >= 0, e.g. 1 or 0.5`);
     else defaultPointsPerJob = n;
   }
 
-  const databaseUrl = get('DATABASE_URL');
+  const databaseUrl = r.get('DATABASE_URL');
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     problems.push('DATABASE_URL: expected a postgres:// or postgresql:// URL (unset it to use the embedded database)');
   }
 
-  const bool = (name: string, fallback: boolean): boolean => {
-    const raw = (get(name) ?? String(fallback)).toLowerCase();
-    if (!['true', 'false', '1', '0', 'yes', 'no'].includes(raw)) problems.push(`${name}=${JSON.stringify(raw)}: expected true or false`);
-    return ['true', '1', 'yes'].includes(raw);
-  };
-  const duration = (name: string, fallback: number, min: number, max: number): number => {
-    const raw = get(name);
-    if (raw === undefined) return fallback;
-    const m = DURATION.exec(raw);
-    const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] ?? 's').toLowerCase()]! : NaN;
-    if (!(seconds >= min && seconds <= max)) {
-      problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${min} s to ${max} s, e.g. 30s, 5m or 6h`);
-      return fallback;
-    }
-    return seconds;
-  };
-  const policy = get('CREDIT_POLICY') ?? 'reports';
+  const policy = r.get('CREDIT_POLICY') ?? 'reports';
   if (policy !== 'reports' && policy !== 'dispatched') problems.push(`CREDIT_POLICY=${JSON.stringify(policy)}: expected reports or dispatched`);
   const d = DEFAULT_COORDINATOR;
   const coordinator: CoordinatorConfig = {
     creditPolicy: policy === 'dispatched' ? 'dispatched' : 'reports',
-    maxAttempts: int('MAX_ATTEMPTS', d.maxAttempts, 1, 100),
-    jobTimeout: duration('JOB_TIMEOUT', d.jobTimeout, 1, 7 * 86400),
-    maxJobTimeout: duration('MAX_JOB_TIMEOUT', d.maxJobTimeout, 1, 7 * 86400),
-    leaseTimeout: duration('LEASE_TIMEOUT', d.leaseTimeout, 0.1, 7 * 86400),
-    modelsTtl: duration('MODELS_TTL', d.modelsTtl, 1, 30 * 86400),
-    sweepInterval: duration('SWEEP_INTERVAL', d.sweepInterval, 0.05, 3600),
-    onlineWindow: duration('NODE_ONLINE_WINDOW', d.onlineWindow, 1, 86400),
+    maxAttempts: r.int('MAX_ATTEMPTS', d.maxAttempts, 1, 100),
+    jobTimeout: r.duration('JOB_TIMEOUT', d.jobTimeout, 1, 7 * 86400),
+    maxJobTimeout: r.duration('MAX_JOB_TIMEOUT', d.maxJobTimeout, 1, 7 * 86400),
+    leaseTimeout: r.duration('LEASE_TIMEOUT', d.leaseTimeout, 0.1, 7 * 86400),
+    modelsTtl: r.duration('MODELS_TTL', d.modelsTtl, 1, 30 * 86400),
+    sweepInterval: r.duration('SWEEP_INTERVAL', d.sweepInterval, 0.05, 3600),
+    onlineWindow: r.duration('NODE_ONLINE_WINDOW', d.onlineWindow, 1, 86400),
   };
   if (coordinator.jobTimeout > coordinator.maxJobTimeout) problems.push(`JOB_TIMEOUT (${coordinator.jobTimeout} s) is longer than MAX_JOB_TIMEOUT (${coordinator.maxJobTimeout} s)`);
-  const migrateOnStart = bool('MIGRATE_ON_START', true);
-  const trustProxy = bool('TRUST_PROXY', false);
 
-  if (problems.length > 0) throw new ConfigError(problems);
-  return {
-    port,
-    host: get('HOST') ?? '0.0.0.0',
+  const config: Config = {
+    port: r.int('PORT', 8000, 0, 65535),
+    host: r.get('HOST') ?? '0.0.0.0',
     databaseUrl,
-    dataDir: path.resolve(get('DATA_DIR') ?? './data'),
+    dataDir: path.resolve(r.get('DATA_DIR') ?? './data'),
     logLevel,
-    bodyLimit,
+    bodyLimit: r.size('BODY_LIMIT', 1024 * 1024, 1024, 1024 ** 3, '1KiB to 1GiB, e.g. 1048576 or 1MiB'),
     defaultPointsPerJob,
-    dbPoolMax,
-    shutdownTimeoutMs,
-    requestTimeoutMs,
-    migrateOnStart,
-    headersTimeoutMs,
-    keepAliveTimeoutMs,
-    trustProxy,
+    dbPoolMax: r.int('DB_POOL_MAX', 20, 1, 1000),
+    shutdownTimeoutMs: r.int('SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000),
+    requestTimeoutMs: r.int('REQUEST_TIMEOUT_MS', 30_000, 1_000, 600_000),
+    migrateOnStart: r.bool('MIGRATE_ON_START', true),
+    headersTimeoutMs: r.int('HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
+    keepAliveTimeoutMs: r.int('KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 3_600_000),
+    trustProxy: r.bool('TRUST_PROXY', false),
     rateLimits,
     coordinator,
+    verify: readVerifyConfig(r),
   };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
 }

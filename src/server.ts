@@ -45,6 +45,7 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       rateLimits: config.rateLimits,
       trustProxy: config.trustProxy,
       coordinator: config.coordinator,
+      verify: config.verify,
     });
     const url = await app.listen({ port: config.port, host: config.host });
 

@@ -38,12 +38,12 @@ describe('ins and the coordinator', () => {
       const keys = JSON.parse((await ins('key', 'list', '--json')).stdout) as { kind: string; label: string }[];
       expect(keys.map((k) => [k.kind, k.label])).toEqual([['user', 'my-app'], ['reader', 'grafana']]);
       const nodes = JSON.parse((await ins('node', 'list', '--json')).stdout) as Record<string, unknown>[];
-      expect(nodes).toEqual([expect.objectContaining({ name: 'gpu-a', online: true, models: ['m-1', 'm-2'], open_leases: 1, last_seen_at: expect.any(String) })]);
-      expect((await ins('node', 'list')).stdout).toMatch(/gpu-a\s+active\s+online\s+\S+\s+m-1,m-2\s+1/);
+      expect(nodes).toEqual([expect.objectContaining({ name: 'gpu-a', online: true, models: ['m-1', 'm-2'], open_leases: 1, last_seen_at: expect.any(String), standing: 'trusted' })]);
+      expect((await ins('node', 'list')).stdout).toMatch(/gpu-a\s+active\s+trusted\s+online\s+\S+\s+m-1,m-2\s+1/);
 
       const jobs = JSON.parse((await ins('job', 'list', '--json')).stdout) as { id: string; state: string }[];
       expect(jobs.map((j) => [j.id, j.state]).sort()).toEqual([[leasedId, 'leased'], [queuedId, 'queued']].sort());
-      expect(JSON.parse((await ins('job', 'list', '--state', 'queued', '--json')).stdout)).toEqual([expect.objectContaining({ id: queuedId, model: 'm-3', owner: 'my-app' })]);
+      expect(JSON.parse((await ins('job', 'list', '--state', 'queued', '--json')).stdout)).toEqual([expect.objectContaining({ id: queuedId, kind: 'user', model: 'm-3', owner: 'my-app' })]);
       const shown = JSON.parse((await ins('job', 'show', leasedId, '--json')).stdout) as { leases: { node: string; outcome: string | null }[] };
       expect(shown.leases).toEqual([expect.objectContaining({ attempt: 1, node: 'gpu-a', outcome: null })]);
       expect((await ins('job', 'show', leasedId)).stdout).toMatch(/leases:\n\s+ATTEMPT\s+NODE/);

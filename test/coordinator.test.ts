@@ -8,6 +8,8 @@ import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 import { totalPoints } from './helpers/state.js';
+import { leaseJobs, releaseLeases } from '../src/jobs/lease.js';
+import { newKey } from '../src/keys.js';
 
 const MODEL = 'llama3.2:latest';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -112,16 +114,52 @@ describe.each(backends)('coordinator on $name', (backend) => {
     expect(res.json()).toMatchObject({ status: 'expired', job_id: jobId, result: { message: { content: '' } } });
   });
 
+  it('expires a leased job at its deadline; the late report of its holder is refused with 400 and credits nothing', async () => {
+    const w = await newWorker(['deadline-model']);
+    const jobId = await user.submit('deadline-model', 'hi', { request_timeout_time: 1 });
+    const job = (await w.getJob())!;
+    expect((await user.result(jobId, 5)).json()).toMatchObject({ status: 'expired' });
+    const late = await w.report(job);
+    expect(late.statusCode).toBe(400);
+    // (Its lease, 0.6 s here, ended before the deadline did: either reason refuses the report.)
+    expect((late.json() as { detail: string }).detail).toMatch(/(lease expired|deadline passed).*nothing was credited/);
+    expect(await count('SELECT count(*)::int AS n FROM job_results WHERE job_id = $1', [jobId])).toBe(0);
+  });
+
   it('returns the leases of a deregistered node to the queue at once', async () => {
     const leaving = await newWorker(['leave-model']);
     const staying = await newWorker(['leave-model']);
     const jobId = await user.submit('leave-model');
-    expect((await leaving.getJob())!.job_id).toBe(jobId);
+    const held = (await leaving.getJob())!;
+    expect(held.job_id).toBe(jobId);
     expect((await leaving.deregister()).statusCode).toBe(200);
     expect((await leaving.getJobRaw()).statusCode).toBe(401);
     const again = (await staying.getJob())!;
     expect(again.job_id).toBe(jobId);
     expect((await staying.report(again)).statusCode).toBe(200);
+    // The job key of the lease it gave back is worth nothing now.
+    const late = await leaving.report(held);
+    expect(late.statusCode).toBe(400);
+    expect((late.json() as { detail: string }).detail).toMatch(/given back/);
+    expect(await count("SELECT count(*)::int AS n FROM job_results WHERE job_id = $1 AND status = 'success'", [jobId])).toBe(1);
+  });
+
+  it('leases a job again after a lease its worker never got (no attempt, no clash of attempt numbers)', async () => {
+    const w = await newWorker(['undelivered-model']);
+    const jobId = await user.submit('undelivered-model');
+    const [s] = await t.db.query<{ id: number; node_id: number; model: number }>(sql('t_session', `SELECT s.id::int, s.node_id::int, s.models[1] AS model
+      FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1::text AND s.ended_at IS NULL`), [w.node]);
+    // The worker hung up before each lease reached it, twice (jobs/dispatcher.ts deliver).
+    for (let i = 0; i < 2; i++) {
+      const key = newKey('job');
+      const round = await leaseJobs(t.db, [{ group: 1, slot: 1, sessionId: s!.id, nodeId: s!.node_id, keyHash: key.hash, rank: 1 }], [{ group: 1, models: [s!.model], count: 1 }], 60);
+      expect(round.rows).toEqual([expect.objectContaining({ jobId, attempt: 1 })]);
+      expect((await releaseLeases(t.db, { keyHashes: [key.hash] }, 'released', true, 3, 'test')).released).toBe(1);
+    }
+    const job = (await w.getJob())!;
+    expect(job.job_id).toBe(jobId);
+    expect((await w.report(job)).statusCode).toBe(200);
+    expect(await count('SELECT count(*)::int AS n FROM job_leases WHERE job_id = $1', [jobId])).toBe(1);
   });
 
   it('fails a job after MAX_ATTEMPTS error reports', async () => {

@@ -122,12 +122,18 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     expect(await page.locator('#net-queued').textContent()).toBe('1');
     expect(await page.locator('#net-recent li').count()).toBe(2);
     expect(await page.locator('#net-recent li').first().textContent()).toMatch(/^llama3\.2:latest · rig-oslo-02 · /);
+    // Verification at a glance: nothing checked twice here, nobody suspended.
+    expect(await page.locator('#net-checked').textContent()).toBe('0.0 %');
+    expect(await page.locator('#net-suspended').textContent()).toBe('0');
+    expect(await page.locator('#net-strikes').textContent()).toBe('Strikes in the last 24 h: 0 disagreeing, 0 replayed, 0 too fast · nodes on probation: 0');
     await page.fill('#node-name', 'rig-oslo-02');
     await page.fill('#node-key', OTHER_KEY);
     await page.click('button:has-text("Show points")');
     await page.locator('#node-status').waitFor({ state: 'visible' });
     expect(await page.locator('#node-online').textContent()).toBe('online');
     expect(await page.locator('#node-models').textContent()).toBe('llama3.2:latest');
+    expect(await page.locator('#node-standing').textContent()).toBe('trusted');
+    expect(await page.locator('#node-strikes').textContent()).toBe('0 strikes counting');
     expect(await page.locator('#node-jobs tbody tr td:nth-child(2)').allTextContents()).toEqual(['done', 'done']);
     const text = await page.locator('body').textContent();
     expect(text).not.toContain('secret');

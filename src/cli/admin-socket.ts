@@ -35,7 +35,7 @@ export async function serveAdminSocket(db: Database, config: Config, onError: (e
         try {
           const { argv } = JSON.parse(buf.slice(0, nl)) as { argv: unknown };
           if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) throw new Error('bad request');
-          code = await runCommand(db, argv, io, { coordinator: config.coordinator });
+          code = await runCommand(db, argv, io, { coordinator: config.coordinator, verify: config.verify });
         } catch (err) {
           onError(err);
           io.err('ins: the server could not run this command; see its log');

@@ -3,6 +3,7 @@
 // a bad call changes nothing.
 import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
+import type { VerifyConfig } from '../config-verify.js';
 import { table, UsageError, type Io } from './io.js';
 
 export interface RunOptions {
@@ -14,6 +15,8 @@ export interface RunOptions {
   filter: { state?: string; model?: string; limit?: string };
   /** The coordinator's settings of the process running the command (online window, MODELS_TTL). */
   coordinator: CoordinatorConfig;
+  /** The verification settings of that process (evidence window, strikes that suspend). */
+  verify: VerifyConfig;
 }
 
 export interface Command {

@@ -3,14 +3,16 @@
 import { parseArgs } from 'node:util';
 import type { Database } from '../db/database.js';
 import { DEFAULT_COORDINATOR } from '../config.js';
+import { DEFAULT_VERIFY } from '../config-verify.js';
 import { migrate } from '../db/migrate.js';
 import type { Command, RunOptions } from './command.js';
 import { DATA_COMMANDS } from './data-commands.js';
 import { NETWORK_COMMANDS } from './network-commands.js';
 import { JOB_COMMANDS } from './job-commands.js';
+import { VERIFY_COMMANDS } from './verify-commands.js';
 import { CommandError, UsageError, type Io } from './io.js';
 
-export const COMMANDS: Record<string, Command> = { ...DATA_COMMANDS, ...NETWORK_COMMANDS, ...JOB_COMMANDS };
+export const COMMANDS: Record<string, Command> = { ...DATA_COMMANDS, ...NETWORK_COMMANDS, ...VERIFY_COMMANDS, ...JOB_COMMANDS };
 
 export interface ParsedCommand { name: string; command: Command; args: string[]; opts: RunOptions; help: boolean }
 
@@ -39,7 +41,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
   }
   const opts: RunOptions = {
     json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, progress: false,
-    filter: { state: values.state, model: values.model, limit: values.limit }, coordinator: DEFAULT_COORDINATOR,
+    filter: { state: values.state, model: values.model, limit: values.limit }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
   };
   return { name, command, args, opts, help };
 }

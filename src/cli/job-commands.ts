@@ -33,8 +33,8 @@ export const JOB_COMMANDS: Record<string, Command> = {
       return listJobs(db, { ...(state ? { state } : {}), ...(filter.model ? { model: filter.model } : {}), limit: limitOf(filter.limit) });
     },
     empty: 'no jobs',
-    columns: ['ID', 'STATE', 'MODEL', 'OWNER', 'NODE', 'ATTEMPTS', 'SUBMITTED', 'FINISHED'],
-    row: (j) => [j.id, j.state, j.model, j.owner, j.node ?? '-', String(j.attempts), j.submitted_at, j.finished_at ?? '-'],
+    columns: ['ID', 'KIND', 'STATE', 'MODEL', 'OWNER', 'NODE', 'ATTEMPTS', 'SUBMITTED', 'FINISHED'],
+    row: (j) => [j.id, j.kind, j.state, j.model, j.owner, j.node ?? '-', String(j.attempts), j.submitted_at, j.finished_at ?? '-'],
   }),
   'job show': {
     usage: 'job show ID',

@@ -132,7 +132,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     return 1;
   }
   try {
-    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator });
+    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator, verify: config.verify });
   } finally {
     await db.close();
   }

@@ -71,6 +71,7 @@ export const JobData = Type.Object({
   messages: Type.Array(ChatMessage, { title: "Messages" }),
   max_output: Type.Integer({ title: "Max Output", description: "Most tokens to generate; 0: the backend default." }),
   temperature: Type.Number({ title: "Temperature" }),
+  seed: Type.Optional(Type.Integer({ title: "Seed", description: "*Ours*: the sampling seed to use (Ollama `options.seed`, OpenAI `seed`): the user's, or one drawn at random for the job. Absent for jobs submitted before it existed." })),
   stream: Type.Optional(Type.Boolean({ title: "Stream", description: "*Ours*: a client streams this answer; a worker may send partial output with `POST /worker/job_progress` while it generates. Absent for jobs nobody streams." })),
 }, { title: "JobData" });
 export type JobData = Static<typeof JobData>;
@@ -141,12 +142,25 @@ export const RecentCompletion = Type.Object({
 }, { title: "RecentCompletion" });
 export type RecentCompletion = Static<typeof RecentCompletion>;
 
+export const VerificationSummary = Type.Object({
+  checked_share: Type.Number({ description: "Of the jobs done in the last minute, the share the coordinator made to check nodes: copies of jobs run by a second node, and probes." }),
+  strikes_24h: Type.Object({
+    disagreement: Type.Integer(),
+    replay: Type.Integer(),
+    too_fast: Type.Integer(),
+  }, { description: "Strikes against nodes in the last 24 hours, by kind." }),
+  nodes_on_probation: Type.Integer(),
+  nodes_suspended: Type.Integer(),
+}, { title: "VerificationSummary", description: "*Ours*: how the coordinator checks nodes' answers (README, \"How the network checks answers\")." });
+export type VerificationSummary = Static<typeof VerificationSummary>;
+
 export const NetworkResponse = Type.Object({
   active_nodes: Type.Integer(),
   jobs_per_minute: Type.Integer({ description: "Jobs done in the last minute." }),
   queued: Type.Integer(),
   models: Type.Array(NetworkModel, { description: "Models some online node serves, or with queued jobs." }),
   recent: Type.Array(RecentCompletion, { description: "The last 20 jobs done (no prompts, no answers)." }),
+  verification: VerificationSummary,
 }, { title: "NetworkResponse" });
 export type NetworkResponse = Static<typeof NetworkResponse>;
 
@@ -167,6 +181,9 @@ export const NodeViewResponse = Type.Object({
   models: Type.Array(Type.String()),
   open_leases: Type.Integer(),
   jobs: Type.Array(NodeJob, { description: "Its last 20 leases, newest first." }),
+  standing: Type.Union([Type.Literal("trusted"), Type.Literal("probation"), Type.Literal("suspended")], { description: "*Ours*: the node's standing in verification; on probation every temperature-0 job it runs is checked by another node; suspended, it gets no jobs (its operator sees why with `ins node audit NAME`)." }),
+  strikes_counting: Type.Integer({ description: "Strikes within the evidence window (`VERIFY_STRIKES` of them suspend the node)." }),
+  points_reversed: Type.Number({ description: "Points taken back from this node, ever (strikes and suspensions)." }),
 }, { title: "NodeViewResponse" });
 export type NodeViewResponse = Static<typeof NodeViewResponse>;
 
@@ -203,6 +220,7 @@ export const SubmitJobRequest = Type.Object({
   max_output: Type.Optional(Type.Integer({ title: "Max Output", description: "Most tokens to generate; 0 (the default): the node's default.", minimum: 0, maximum: 1000000 })),
   temperature: Type.Optional(Type.Number({ title: "Temperature", description: "Default 0.7.", minimum: 0, maximum: 2 })),
   request_timeout_time: Type.Optional(Type.Number({ title: "Request Timeout Time", description: "*Ours* (Infera's field): seconds until the job's deadline; default `JOB_TIMEOUT` (240), at most `MAX_JOB_TIMEOUT`.", minimum: 1 })),
+  seed: Type.Optional(Type.Integer({ title: "Seed", description: "*Ours*: the sampling seed the node gets (`seed` in `job_data`); default: one drawn at random for the job. Every node that runs the job, or a copy of it (docs/verification.md), gets the same seed.", minimum: 0, maximum: 2147483647 })),
 }, { title: "SubmitJobRequest" });
 export type SubmitJobRequest = Static<typeof SubmitJobRequest>;
 
@@ -365,6 +383,7 @@ export const UpdateModelsResponses = {
   200: UpdateModelsResponse,
   400: ErrorDetail,
   401: ErrorDetail,
+  403: ErrorDetail,
   413: ErrorDetail,
   422: HTTPValidationError,
   429: ErrorDetail,

@@ -4,6 +4,8 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Database } from '../db/database.js';
 import { openLeases, queueDepth } from '../jobs/read.js';
+import { standingCounts } from '../verify/standing.js';
+import type { AuditReport } from '../verify/auditor.js';
 
 export interface Metrics {
   registry: Registry;
@@ -20,6 +22,9 @@ export interface Metrics {
   completions: Counter<'model' | 'outcome'>;
   completionFirstByte: Histogram;
   completionQueueWait: Histogram;
+  verification: Counter<'event'>;
+  strikes: Counter<'kind'>;
+  pointsReversed: Counter;
   /** Read at each scrape; the app points them at the coordinator. */
   live: { waitingWorkers: () => number };
 }
@@ -96,5 +101,30 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     name: 'ins_completion_queue_wait_seconds', help: 'Chat completions: from the job\'s submission to its first lease', registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
-  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, live };
+  // Verification (verify/): the share of jobs checked twice is copies / audited.
+  const verification = new Counter({
+    name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
+    help: 'Verification: jobs audited, copies (a job run again by another node), probes, agreements, disagreements (then a third node decides), suspensions',
+  });
+  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast)', labelNames: ['kind'], registers: [registry] });
+  const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
+  new Gauge({
+    name: 'ins_nodes_by_standing', help: 'Nodes by standing (trusted, probation, suspended)', labelNames: ['standing'], registers: [registry],
+    async collect() {
+      this.reset();
+      for (const [standing, n] of Object.entries(await standingCounts(db))) this.set({ standing }, n);
+    },
+  });
+  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, live };
+}
+
+/** What an audit batch found (verify/auditor.ts). */
+export function recordAudit(m: Metrics, r: AuditReport): void {
+  m.verification.inc({ event: 'audited' }, r.audited);
+  if (r.copies) m.verification.inc({ event: 'copy' }, r.copies);
+  if (r.agreements) m.verification.inc({ event: 'agreement' }, r.agreements);
+  if (r.disagreements) m.verification.inc({ event: 'disagreement' }, r.disagreements);
+  if (r.suspended.length) m.verification.inc({ event: 'suspension' }, r.suspended.length);
+  for (const s of r.strikes) m.strikes.inc({ kind: s.kind });
+  if (r.reversedPoints) m.pointsReversed.inc(r.reversedPoints);
 }

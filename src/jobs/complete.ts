@@ -29,7 +29,8 @@ export type Completion =
   | { kind: 'refused'; detail: string };
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results, answers,
-// usages; $8 the default points of a success; $9 MAX_ATTEMPTS; $10 this server's id. A
+// usages; $8 the default points of a success; $9 MAX_ATTEMPTS; $10 this server's id; $11
+// whether done jobs wait for the auditor (job_audits, src/verify/; not while VERIFY=off). A
 // report matches when its lease is open, for that job and model, before the job's deadline;
 // the lease row is the gate (whoever ends it first wins; the sweeper ends leases too).
 const COMPLETE = creditStatement('jobs_complete', {
@@ -37,13 +38,16 @@ const COMPLETE = creditStatement('jobs_complete', {
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[])
     AS q(key_hash, job_id, model_name, status, result, answer, usage)
 ),
+-- A suspended node's answer is not taken (src/verify/standing.ts): its lease ends as an error
+-- and the job goes back to the queue for another node.
 ended AS (
-  UPDATE job_leases l SET ended_at = now(), outcome = CASE q.status WHEN 'success' THEN 'done' ELSE 'error' END
+  UPDATE job_leases l SET ended_at = now(), outcome = CASE WHEN q.status = 'success'
+      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = l.node_id AND r.state = 'suspended') THEN 'done' ELSE 'error' END
   FROM reports q, jobs j, models m
   WHERE l.key_hash = q.key_hash AND l.ended_at IS NULL AND l.job_id::text = q.job_id
     AND j.id = l.job_id AND j.state = 'leased' AND j.deadline_at > now()
     AND m.id = j.model_id AND m.name = q.model_name
-  RETURNING l.key_hash, l.job_id, l.node_id, j.model_id, q.status, q.result, q.answer, q.usage
+  RETURNING l.key_hash, l.job_id, l.node_id, j.model_id, CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage
 ),
 finished AS (
   UPDATE jobs j SET
@@ -57,6 +61,7 @@ finished AS (
   FROM ended e WHERE j.id = e.job_id
   RETURNING j.id, j.state, j.model_id, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds
 ),
+audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM finished WHERE state = 'done' AND $11::boolean),
 queued AS (SELECT string_agg(model_id || ':' || n, ',') AS items FROM (SELECT model_id, count(*) AS n FROM finished WHERE state = 'queued' GROUP BY model_id) c),
 final AS (SELECT string_agg(id::text, ',') AS items FROM finished WHERE state <> 'queued'),
 told AS (
@@ -116,7 +121,8 @@ export async function nodeLeaseOf(db: Queryable, jobId: string, nodeId: number):
   return row ? row.key_hash : undefined;
 }
 
-export interface CompleterOptions { defaultPoints: number; maxAttempts: number; server: string }
+/** audit: done jobs wait for the auditor (src/verify/); false while verification is off, so they never will. */
+export interface CompleterOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
 
 /** Jobs queued again (per model), jobs that reached a final state (with the answers of those done), and the jobs whose lease this batch ended. */
 export type OnCompleted = (queued: Map<number, number>, finished: string[], done: Map<string, DoneJob>, leasesEnded: string[]) => void;
@@ -133,7 +139,7 @@ export class Completer {
       const rows = await db.query<Row>(COMPLETE, [
         batch.map((r) => r.keyHash), batch.map((r) => r.jobId), batch.map((r) => r.modelName), batch.map((r) => r.status),
         batch.map((r) => JSON.stringify(r.result)), batch.map((r) => JSON.stringify(r.answer)), batch.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
-        opts.defaultPoints, opts.maxAttempts, opts.server,
+        opts.defaultPoints, opts.maxAttempts, opts.server, opts.audit,
       ]);
       const byKey = new Map(rows.map((row) => [row.key_hash, row]));
       const queued = new Map<number, number>();

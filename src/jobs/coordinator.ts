@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
 import type { SessionRow } from '../repositories/sessions.js';
-import { JOBS_CHANNEL, modelCounts, parsePayload, RESULTS_CHANNEL } from './channels.js';
+import { jobsAndCopies, JOBS_CHANNEL, parsePayload, RESULTS_CHANNEL } from './channels.js';
 import { Submitter, type Submission } from './submit.js';
 import { Dispatcher, type DeliveredJob } from './dispatcher.js';
 import { leaseJobs, releaseLeases, type Requeued } from './lease.js';
@@ -29,13 +29,18 @@ export interface CoordinatorEvents {
 
 export interface CoordinatorOptions extends CoordinatorConfig {
   defaultPointsPerJob: number;
+  /** Done jobs are audited (verification on). */
+  audit: boolean;
   events: CoordinatorEvents;
   /** How often session last-seen times are written. */
   presenceFlushMs?: number;
 }
 
-const QUEUED_MODELS = sql('jobs_queued_models', `SELECT m.id FROM unnest($1::int[]) AS m(id)
-  WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.model_id = m.id AND j.deadline_at > now())`);
+// Of the models $1, which have queued jobs, and which queued copies (one EXISTS per partial index).
+const QUEUED_MODELS = sql('jobs_queued_models', `SELECT m.id,
+    EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = m.id AND j.deadline_at > now()) AS jobs,
+    EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = m.id AND j.deadline_at > now()) AS copies
+  FROM unnest($1::int[]) AS m(id)`);
 
 export class Coordinator {
   /** This server's id in notifications: it skips its own. */
@@ -56,7 +61,10 @@ export class Coordinator {
       lease: (asks, groups) => leaseJobs(db, asks, groups, opts.leaseTimeout),
       undeliver: async (keyHash) => this.requeued(await releaseLeases(db, { keyHashes: [keyHash] }, 'released', true, opts.maxAttempts, this.server)),
       abandonOldest: async (sessionId) => this.requeued(await releaseLeases(db, { sessionId, most: 1 }, 'abandoned', false, opts.maxAttempts, this.server)),
-      queuedModels: async (ids) => (await db.query<{ id: number }>(QUEUED_MODELS, [ids])).map((r) => r.id),
+      queuedModels: async (ids) => {
+        const rows = await db.query<{ id: number; jobs: boolean; copies: boolean }>(QUEUED_MODELS, [ids]);
+        return { jobs: rows.filter((r) => r.jobs).map((r) => r.id), copies: rows.filter((r) => r.copies).map((r) => r.id) };
+      },
     }, { onError: events.error });
     this.progress = new ProgressRelay(db, this.server);
     this.submitter = new Submitter(db, this.server, opts.leaseTimeout, {
@@ -64,7 +72,7 @@ export class Coordinator {
       settleClaim: (claim, job) => this.dispatcher.settleClaim(claim, job),
       queued: (counts) => this.dispatcher.queued(counts),
     });
-    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server }, (queued, finished, done, ended) => {
+    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit }, (queued, finished, done, ended) => {
       this.dispatcher.queued(queued);
       this.watch.finished(finished, done);
       this.progress.ended(ended);
@@ -79,7 +87,10 @@ export class Coordinator {
     c.stopListening = [
       await db.listen(JOBS_CHANNEL, (payload) => {
         const p = parsePayload(payload);
-        if (p.server !== c.server) c.dispatcher.queued(modelCounts(p.items));
+        if (p.server === c.server) return;
+        const { jobs, copies } = jobsAndCopies(p.items);
+        c.dispatcher.queued(jobs);
+        c.dispatcher.queued(copies, 'copies');
       }, (live) => c.dispatcher.setLive(live)),
       await db.listen(RESULTS_CHANNEL, (payload) => {
         const p = parsePayload(payload);
@@ -155,6 +166,11 @@ export class Coordinator {
   /** The job if it exists and is this user key's (reads share statements). */
   ownJob(jobId: string, ownerKeyId: number): Promise<UserJob | undefined> {
     return this.reader.own(jobId, ownerKeyId);
+  }
+
+  /** Jobs were queued by another part of this server (probes), or copies of jobs to check (src/verify/). */
+  jobsQueued(counts: Map<number, number>, what: 'jobs' | 'copies' = 'jobs'): void {
+    this.dispatcher.queued(counts, what);
   }
 
   get waitingWorkers(): number {

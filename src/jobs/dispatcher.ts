@@ -8,14 +8,17 @@
 //   waiters of those models as there are new jobs look again; a round that found as many
 //   jobs as it asked for lets as many more look, until the queue runs dry;
 // - a round that found fewer jobs than it asked for marks its models empty, unless jobs of
-//   them were queued meanwhile. "Empty" is trusted only while notifications are reliable
+//   them were queued meanwhile, or the round's statement saw queued jobs it did not hand out
+//   (jobs another server holds; asks of a suspended node);
+// - copies of jobs to check a node (src/verify/) are tracked apart: a model with copies waiting
+//   still takes hand-offs, but a new poll looks rather than answering "none" at once. "Empty" is trusted only while notifications are reliable
 //   (LISTEN live); besides, once a second a cheap query asks which waited-for models do have
 //   queued jobs (jobs another server locked and let go, notifications missed).
 // A job submitted on this server for a model with no queued job goes straight to a waiter of
 // that model, in the submission's own statement (claim(), jobs/submit.ts): no queue, no round.
 import type { SessionRow } from '../repositories/sessions.js';
 import { newKey } from '../keys.js';
-import type { Ask, Group, LeasedJob, LeaseRow } from './lease.js';
+import type { Ask, Group, LeasedJob, LeaseRound } from './lease.js';
 import type { JobRequest } from './submit.js';
 
 export interface DeliveredJob { jobId: string; jobKey: string; keyHash: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number }
@@ -25,13 +28,13 @@ export interface Claim { sessionId: number; nodeId: number; keyHash: string; ran
 
 /** What the dispatcher needs of the database (jobs/coordinator.ts binds it). */
 export interface DispatchStore {
-  lease(asks: Ask[], groups: Group[]): Promise<LeaseRow[]>;
+  lease(asks: Ask[], groups: Group[]): Promise<LeaseRound>;
   /** Gives back a lease its worker never got (it hung up meanwhile); it is no attempt. */
   undeliver(keyHash: string): Promise<void>;
   /** Ends the session's oldest open lease: it asks for more than it can hold, so it gave that one up. */
   abandonOldest(sessionId: number): Promise<void>;
-  /** Which of these models have queued jobs. */
-  queuedModels(modelIds: number[]): Promise<number[]>;
+  /** Which of these models have queued jobs, and which queued copies. */
+  queuedModels(modelIds: number[]): Promise<{ jobs: number[]; copies: number[] }>;
 }
 
 interface Waiter {
@@ -65,6 +68,13 @@ export class Dispatcher {
   private readonly empty = new Set<number>();
   /** Per model, bumped whenever jobs of it are queued: a round may mark a model empty only if this did not move. */
   private readonly queuedGeneration = new Map<number, number>();
+  /**
+   * Models whose copies (jobs run again to check a node, src/verify/) may be queued. Copies do
+   * not make a model non-empty for hand-offs — a submission still goes straight to a waiting
+   * worker — but a poll does not skip looking while one may wait for it.
+   */
+  private readonly copies = new Set<number>();
+  private readonly copiesGeneration = new Map<number, number>();
   private live = false;
   private running = false;
   private readonly timer: NodeJS.Timeout;
@@ -85,6 +95,7 @@ export class Dispatcher {
   setLive(live: boolean): void {
     this.live = live;
     this.empty.clear();
+    this.copies.clear();
     if (live) this.wakeAll();
   }
 
@@ -109,7 +120,7 @@ export class Dispatcher {
       const mine = this.bySession.get(session.id);
       while (mine && mine.size >= session.capacity) mine.values().next().value!.settle(null);
       this.add(w);
-      const knownEmpty = this.live && models.every((m) => this.empty.has(m));
+      const knownEmpty = this.live && models.every((m) => this.empty.has(m) && !this.copies.has(m));
       if (knownEmpty && w.once) return w.settle(null);
       if (!w.once) w.timer = setTimeout(() => w.settle(null), waitMs);
       if (!knownEmpty) this.pend(w);
@@ -152,11 +163,16 @@ export class Dispatcher {
     this.pend(w);
   }
 
-  /** Jobs were queued: `counts` jobs per model. */
-  queued(counts: Map<number, number>): void {
+  /** Jobs (or copies) were queued: `counts` per model. */
+  queued(counts: Map<number, number>, what: 'jobs' | 'copies' = 'jobs'): void {
     for (const [model, count] of counts) {
-      this.empty.delete(model);
-      this.queuedGeneration.set(model, (this.queuedGeneration.get(model) ?? 0) + 1);
+      if (what === 'copies') {
+        this.copies.add(model);
+        this.copiesGeneration.set(model, (this.copiesGeneration.get(model) ?? 0) + 1);
+      } else {
+        this.empty.delete(model);
+        this.queuedGeneration.set(model, (this.queuedGeneration.get(model) ?? 0) + 1);
+      }
       let n = count;
       for (const w of this.byModel.get(model) ?? []) {
         if (n <= 0) break;
@@ -238,12 +254,16 @@ export class Dispatcher {
 
   private async round(batch: Waiter[]): Promise<void> {
     const generations = new Map<number, number>();
+    const copyGenerations = new Map<number, number>();
     const groups = new Map<string, { group: Group; waiters: Waiter[] }>();
     const asks: Ask[] = [];
     const keys = new Map<Waiter, { key: string; hash: string }>();
     const ranks = new Map<number, number>();
     for (const w of batch) {
-      for (const m of w.models) generations.set(m, this.queuedGeneration.get(m) ?? 0);
+      for (const m of w.models) {
+        generations.set(m, this.queuedGeneration.get(m) ?? 0);
+        copyGenerations.set(m, this.copiesGeneration.get(m) ?? 0);
+      }
       let g = groups.get(w.groupKey);
       if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, count: 0 }, waiters: [] }));
       g.group.count++;
@@ -254,7 +274,7 @@ export class Dispatcher {
       keys.set(w, key);
       asks.push({ group: g.group.group, slot: g.group.count, sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank });
     }
-    const rows = await this.store.lease(asks, [...groups.values()].map((g) => g.group));
+    const { rows, jobsLeft, copiesLeft } = await this.store.lease(asks, [...groups.values()].map((g) => g.group));
 
     const byGroup = [...groups.values()];
     const found = new Map<number, number>();
@@ -273,11 +293,18 @@ export class Dispatcher {
     }
     for (const [i, g] of byGroup.entries()) {
       const got = found.get(i + 1) ?? 0;
-      if (got >= g.group.count) {
-        // The queue may hold more: as many other waiters of these models may look.
-        this.queued(new Map(g.group.models.map((m) => [m, g.group.count])));
+      const models = g.group.models;
+      // Jobs (or copies) left over and every ask served: as many other waiters may look.
+      // Nothing left: the models are empty, unless jobs of them were queued meanwhile.
+      if (jobsLeft.has(i + 1)) {
+        if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])));
       } else if (this.live) {
-        for (const m of g.group.models) if ((this.queuedGeneration.get(m) ?? 0) === generations.get(m)) this.empty.add(m);
+        for (const m of models) if ((this.queuedGeneration.get(m) ?? 0) === generations.get(m)) this.empty.add(m);
+      }
+      if (copiesLeft.has(i + 1)) {
+        if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])), 'copies');
+      } else if (this.live) {
+        for (const m of models) if ((this.copiesGeneration.get(m) ?? 0) === copyGenerations.get(m)) this.copies.delete(m);
       }
       for (const w of g.waiters) if (!answered.has(w) && w.once) w.settle(null);
     }
@@ -295,8 +322,9 @@ export class Dispatcher {
     if (this.waiters.size === 0) return;
     if (!this.live) return this.wakeAll();
     try {
-      const withJobs = await this.store.queuedModels([...this.byModel.keys()].filter((m) => (this.byModel.get(m)?.size ?? 0) > 0));
-      this.queued(new Map(withJobs.map((m) => [m, this.byModel.get(m)?.size ?? 0])));
+      const { jobs, copies } = await this.store.queuedModels([...this.byModel.keys()].filter((m) => (this.byModel.get(m)?.size ?? 0) > 0));
+      this.queued(new Map(jobs.map((m) => [m, this.byModel.get(m)?.size ?? 0])));
+      this.queued(new Map(copies.map((m) => [m, this.byModel.get(m)?.size ?? 0])), 'copies');
     } catch (err) {
       this.opts.onError?.(err);
     }

@@ -20,14 +20,37 @@ export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: 
 // $1..$6 the asks: group, slot, session id, node id, job key hash, rank among this batch's
 // asks of the same session (1-based); $7..$9 the groups: group, model ids (array literal),
 // count; $10 the lease timeout in seconds. An ask whose session would exceed its capacity is
-// answered `over_capacity` and gets nothing. Two groups with overlapping models may pick the
-// same job (a statement does not skip its own locks): it goes to the first group, and the
-// other ask stays waiting for the next round.
+// answered `over_capacity` and gets nothing; a suspended node's ask gets nothing either. Two
+// groups with overlapping models may pick the same job (a statement does not skip its own
+// locks): it goes to the first group, and the other ask stays waiting for the next round.
+// Copies of jobs being verified (verify_of, src/verify/) go first: each group takes its oldest
+// copies as it takes jobs, and the k-th copy goes to the group's k-th ask unless that ask's
+// node ran the job (exclude_nodes); then the copy waits for another round. The asks left take
+// the oldest other jobs, in order.
 const LEASE = sql('jobs_lease', `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
   FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::text[], $6::int[]) AS a(g, k, session_id, node_id, key_hash, rank)
   JOIN node_sessions s ON s.id = a.session_id AND s.ended_at IS NULL
+  WHERE NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended')
+),
+copies AS (
+  SELECT g.g, c.id, c.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY c.submitted_at, c.id)::int AS k
+  FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
+  CROSS JOIN LATERAL (
+    SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
+    WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models::int[]) AND j.deadline_at > now()
+    ORDER BY j.submitted_at, j.id LIMIT g.n
+    FOR UPDATE SKIP LOCKED) c
+),
+copies_assigned AS (
+  SELECT DISTINCT ON (c.id) c.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
+  FROM copies c JOIN asks a ON a.g = c.g AND a.k = c.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(c.exclude_nodes))
+  ORDER BY c.id, c.g
+),
+free_asks AS (
+  SELECT a.*, row_number() OVER (PARTITION BY a.g ORDER BY a.k)::int AS fk FROM asks a
+  WHERE NOT EXISTS (SELECT 1 FROM copies_assigned c WHERE c.g = a.g AND c.k = a.k)
 ),
 picked AS (
   SELECT g.g, p.id, row_number() OVER (PARTITION BY g.g ORDER BY p.submitted_at, p.id)::int AS k
@@ -36,15 +59,17 @@ picked AS (
     SELECT c.id, c.submitted_at FROM unnest(g.models::int[]) AS gm(model_id)
     CROSS JOIN LATERAL (
       SELECT j.id, j.submitted_at FROM jobs j
-      WHERE j.state = 'queued' AND j.model_id = gm.model_id AND j.deadline_at > now()
+      WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = gm.model_id AND j.deadline_at > now()
       ORDER BY j.submitted_at, j.id LIMIT g.n
       FOR UPDATE SKIP LOCKED) c
     ORDER BY c.submitted_at, c.id LIMIT g.n) p
 ),
 assigned AS (
-  SELECT DISTINCT ON (p.id) p.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
-  FROM picked p JOIN asks a ON a.g = p.g AND a.k = p.k AND a.open + a.rank <= a.capacity
-  ORDER BY p.id, p.g
+  SELECT * FROM copies_assigned
+  UNION ALL
+  (SELECT DISTINCT ON (p.id) p.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
+  FROM picked p JOIN free_asks a ON a.g = p.g AND a.fk = p.k AND a.open + a.rank <= a.capacity
+  ORDER BY p.id, p.g)
 ),
 leased AS (
   UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, node_id = a.node_id, first_leased_at = coalesce(j.first_leased_at, now()),
@@ -56,30 +81,55 @@ recorded AS (
   INSERT INTO job_leases (key_hash, job_id, attempt, node_id, session_id, expires_at)
   SELECT a.key_hash, l.id, l.attempts, a.node_id, a.session_id, l.lease_expires_at
   FROM assigned a JOIN leased l ON l.id = a.job_id
+),
+-- Groups whose models still have queued jobs, or copies, this round did not hand out: copies
+-- meant for other nodes, jobs another server holds locked, jobs a suspended node's ask could not
+-- take. Their models are not empty, though the round found fewer jobs than it asked for. (One
+-- EXISTS per partial index of queued jobs: jobs_queued and jobs_verify_queued.)
+left_over AS (
+  SELECT g.g,
+    EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = ANY(g.models::int[])
+      AND j.deadline_at > now() AND j.id NOT IN (SELECT job_id FROM assigned)) AS jobs,
+    EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models::int[])
+      AND j.deadline_at > now() AND j.id NOT IN (SELECT job_id FROM assigned)) AS copies
+  FROM unnest($7::int[], $8::text[]) AS g(g, models)
 )
-SELECT a.g, a.k, false AS over_capacity, l.id::text AS job_id, m.name AS model, l.request, l.attempts AS attempt,
+SELECT a.g, a.k, 'leased' AS row, l.id::text AS job_id, m.name AS model, l.request, l.attempts AS attempt,
     extract(epoch FROM now() - l.submitted_at)::float8 AS queued_seconds
   FROM assigned a JOIN leased l ON l.id = a.job_id JOIN models m ON m.id = l.model_id
 UNION ALL
-SELECT a.g, a.k, true, NULL, NULL, NULL, NULL, NULL FROM asks a WHERE a.open + a.rank > a.capacity`);
+SELECT a.g, a.k, 'over_capacity', NULL, NULL, NULL, NULL, NULL FROM asks a WHERE a.open + a.rank > a.capacity
+UNION ALL
+SELECT c.g, 0, 'jobs_left', NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.jobs
+UNION ALL
+SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`);
+// (A suspended node's asks are in neither part: they get nothing, and wait.)
 
-interface Row { g: number; k: number; over_capacity: boolean; job_id: string | null; model: string | null; request: JobRequest | null; attempt: number | null; queued_seconds: number | null }
+interface Row { g: number; k: number; row: 'leased' | 'over_capacity' | 'jobs_left' | 'copies_left'; job_id: string | null; model: string | null; request: JobRequest | null; attempt: number | null; queued_seconds: number | null }
 
-export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: readonly Group[], leaseSeconds: number): Promise<LeaseRow[]> {
+/** A round's leases, and the groups whose models still have queued jobs, or copies, it did not hand out. */
+export interface LeaseRound { rows: LeaseRow[]; jobsLeft: Set<number>; copiesLeft: Set<number> }
+
+export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: readonly Group[], leaseSeconds: number): Promise<LeaseRound> {
   const rows = await db.query<Row>(LEASE, [
     asks.map((a) => a.group), asks.map((a) => a.slot), asks.map((a) => a.sessionId), asks.map((a) => a.nodeId), asks.map((a) => a.keyHash), asks.map((a) => a.rank),
     groups.map((g) => g.group), groups.map((g) => `{${g.models.join(',')}}`), groups.map((g) => g.count),
     leaseSeconds,
   ]);
-  return rows.map((r): LeaseRow => (r.over_capacity
-    ? { group: r.g, slot: r.k, overCapacity: true }
-    : { group: r.g, slot: r.k, jobId: r.job_id!, model: r.model!, request: r.request!, attempt: r.attempt!, queuedSeconds: r.queued_seconds! }));
+  return {
+    rows: rows.filter((r) => r.row === 'leased' || r.row === 'over_capacity').map((r): LeaseRow => (r.row === 'over_capacity'
+      ? { group: r.g, slot: r.k, overCapacity: true }
+      : { group: r.g, slot: r.k, jobId: r.job_id!, model: r.model!, request: r.request!, attempt: r.attempt!, queuedSeconds: r.queued_seconds! })),
+    jobsLeft: new Set(rows.filter((r) => r.row === 'jobs_left').map((r) => r.g)),
+    copiesLeft: new Set(rows.filter((r) => r.row === 'copies_left').map((r) => r.g)),
+  };
 }
 
 // Ends open leases and puts their jobs back in the queue — or fails them, once they had
 // MAX_ATTEMPTS leases. The leases: those with the given key hashes ($1), or the oldest $3
 // open ones of session $2. $4 the outcome; $5 true when the lease never reached the worker,
-// so it does not count as an attempt; $6 MAX_ATTEMPTS; $7 this server's id. Tells the
+// so it does not count as an attempt: its row goes (the next lease takes its attempt number,
+// and (job_id, attempt) is unique); $6 MAX_ATTEMPTS; $7 this server's id. Tells the
 // servers which models have jobs again and which jobs ended (jobs/channels.ts), and answers
 // the same.
 const RELEASE = sql('jobs_release', `WITH chosen AS (
@@ -87,11 +137,16 @@ const RELEASE = sql('jobs_release', `WITH chosen AS (
   WHERE ended_at IS NULL AND (key_hash = ANY($1::text[]) OR session_id = $2::bigint)
   ORDER BY leased_at LIMIT $3::int
 ),
-ended AS (
+kept AS (
   UPDATE job_leases l SET ended_at = now(), outcome = $4::text
-  FROM chosen c WHERE l.key_hash = c.key_hash AND l.ended_at IS NULL
+  FROM chosen c WHERE l.key_hash = c.key_hash AND l.ended_at IS NULL AND NOT $5::boolean
   RETURNING l.job_id
 ),
+dropped AS (
+  DELETE FROM job_leases l USING chosen c WHERE l.key_hash = c.key_hash AND l.ended_at IS NULL AND $5::boolean
+  RETURNING l.job_id
+),
+ended AS (SELECT job_id FROM kept UNION ALL SELECT job_id FROM dropped),
 back AS (
   UPDATE jobs j SET
     attempts = j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END,

@@ -2,7 +2,7 @@
 // that has a worker waiting on this server, and no older queued job, is leased to that worker
 // in the same statement (a hand-off: jobs/dispatcher.ts claim()); the others are queued, and
 // every server hears which models got new work (JOBS_CHANNEL), at commit.
-import { randomUUID } from 'node:crypto';
+import { randomInt, randomUUID } from 'node:crypto';
 import { sql, type Database } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
 import { ensureModelId } from '../repositories/models.js';
@@ -15,9 +15,14 @@ export interface JobRequest {
   /** Most tokens to generate; 0: the node's default. */
   max_output: number;
   temperature: number;
+  /** Ours: the sampling seed every node that runs the job (or a copy of it) gets. Absent in jobs older than it. */
+  seed?: number;
   /** Ours: a client streams the answer, so a worker may send partial output (POST /worker/job_progress). */
   stream?: boolean;
 }
+
+/** A seed for a job whose user gave none. */
+export const randomSeed = (): number => randomInt(2 ** 31 - 1);
 
 export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }
 
@@ -38,7 +43,8 @@ export interface HandOff {
 // as in jobs/lease.ts; otherwise the job is queued.
 const SUBMIT = sql('jobs_submit', `WITH q AS (
   SELECT q.*, coalesce(s.ended_at IS NULL
-      AND (SELECT count(*) FROM job_leases l WHERE l.session_id = q.session_id AND l.ended_at IS NULL) + q.rank <= s.capacity, false) AS direct
+      AND (SELECT count(*) FROM job_leases l WHERE l.session_id = q.session_id AND l.ended_at IS NULL) + q.rank <= s.capacity
+      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = q.node_id AND r.state = 'suspended'), false) AS direct
   FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::jsonb[], $5::float8[], $6::bigint[], $7::bigint[], $8::text[], $9::int[])
     AS q(id, owner_key_id, model_id, request, timeout, session_id, node_id, key_hash, rank)
   LEFT JOIN node_sessions s ON s.id = q.session_id
@@ -103,7 +109,8 @@ export class Submitter {
   async submit(s: Submission): Promise<string> {
     const id = randomUUID();
     const modelId = await ensureModelId(this.db, s.model);
-    await this.batcher.load({ id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request: s.request, timeout: s.timeoutSeconds });
+    const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
+    await this.batcher.load({ id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds });
     return id;
   }
 }

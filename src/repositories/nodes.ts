@@ -4,14 +4,19 @@ import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
 import { newKey } from '../keys.js';
 import { announceKeyChange } from './key-events.js';
 
-export interface NodeRow { id: number; name: string; disabled: boolean }
+/** suspended: its answers failed verification (src/verify/standing.ts). */
+export interface NodeRow { id: number; name: string; disabled: boolean; suspended: boolean }
 export interface NodeListing {
   name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number;
   online: boolean; last_seen_at: string | null; models: string[]; open_leases: number;
+  /** trusted, probation or suspended (src/verify/standing.ts). */
+  standing: string;
 }
 
 const INSERT = sql('nodes_insert', 'INSERT INTO nodes (name, key_hash) VALUES ($1::text, $2::text) RETURNING id');
-const BY_KEY = sql('nodes_by_key', 'SELECT id, name, disabled_at IS NOT NULL AS disabled FROM nodes WHERE key_hash = $1::text');
+/** SQL: whether node `n` is suspended (src/verify/standing.ts), for statements over nodes n. */
+export const NODE_SUSPENDED = `EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = n.id AND r.state = 'suspended')`;
+const BY_KEY = sql('nodes_by_key', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended FROM nodes n WHERE n.key_hash = $1::text`);
 const SET_DISABLED = sql('nodes_set_disabled', `UPDATE nodes SET disabled_at = CASE WHEN $2::boolean THEN coalesce(disabled_at, now()) END
   WHERE name = $1::text RETURNING id`);
 const ROTATE = sql('nodes_rotate_key', 'UPDATE nodes SET key_hash = $2::text WHERE name = $1::text RETURNING id');
@@ -26,7 +31,8 @@ const LIST = sql('nodes_list', `SELECT n.name, n.disabled_at IS NOT NULL AS disa
     ARRAY(SELECT DISTINCT m.name FROM node_sessions x CROSS JOIN LATERAL unnest(x.models) AS d(model_id) JOIN models m ON m.id = d.model_id
       WHERE x.node_id = n.id AND x.ended_at IS NULL AND x.node_key_hash = n.key_hash
         AND x.models_declared_at > now() - make_interval(secs => $2::float8) ORDER BY m.name) AS models,
-    (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases
+    (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
+    coalesce((SELECT r.state FROM node_standing r WHERE r.node_id = n.id), 'trusted') AS standing
   FROM nodes n
   LEFT JOIN LATERAL (SELECT max(x.last_seen_at) AS last_seen_at FROM node_sessions x
     WHERE x.node_id = n.id AND x.ended_at IS NULL AND x.node_key_hash = n.key_hash) s ON true

@@ -4,7 +4,7 @@
 // node's key the one it began with (rotating the key voids every session of the node).
 import { sql, type Queryable } from '../db/database.js';
 import { newKey } from '../keys.js';
-import type { NodeRow } from './nodes.js';
+import { NODE_SUSPENDED, type NodeRow } from './nodes.js';
 
 export interface SessionRow {
   id: number;
@@ -16,7 +16,8 @@ export interface SessionRow {
 
 export interface SessionListing { node: string; session: number; node_version: string; capacity: number; models: string[]; started_at: string; last_seen_at: string; open_leases: number }
 
-const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', 'SELECT id, name, disabled_at IS NOT NULL AS disabled, key_hash FROM nodes WHERE name = $1::text');
+const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended, n.key_hash
+  FROM nodes n WHERE n.name = $1::text`);
 const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secret_checks (node_id, client_addr, checked_at) VALUES ($1::bigint, $2::text, now())
   ON CONFLICT (node_id, client_addr) DO UPDATE SET checked_at = EXCLUDED.checked_at`);
 const RECENT_CHECK = sql('sessions_recent_secret_check', `SELECT 1 AS ok FROM node_secret_checks
@@ -24,8 +25,9 @@ const RECENT_CHECK = sql('sessions_recent_secret_check', `SELECT 1 AS ok FROM no
 const INSERT = sql('sessions_insert', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, node_version, stats, capacity)
   VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::int) RETURNING id`);
 // $2: the MODELS_TTL in seconds.
-const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity,
-    CASE WHEN s.models_declared_at > now() - make_interval(secs => $2::int) THEN s.models ELSE '{}' END AS models
+// A suspended node (src/verify/) serves nothing: its session has no models.
+const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
+    CASE WHEN s.models_declared_at > now() - make_interval(secs => $2::int) AND NOT ${NODE_SUSPENDED} THEN s.models ELSE '{}' END AS models
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE s.token_hash = $1::text AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash`);
 const DECLARE = sql('sessions_declare_models', `WITH old AS (
@@ -70,8 +72,8 @@ export async function openSession(db: Queryable, s: NewSession): Promise<{ id: n
 }
 
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {
-  const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; models: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
-  return row && { id: Number(row.id), node: { id: Number(row.node_id), name: row.name, disabled: false }, capacity: row.capacity, models: row.models.map(Number) };
+  const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; suspended: boolean; models: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
+  return row && { id: Number(row.id), node: { id: Number(row.node_id), name: row.name, disabled: false, suspended: row.suspended }, capacity: row.capacity, models: row.models.map(Number) };
 }
 
 /** Sets the session's models; returns whether the set changed (undefined: no live session). */

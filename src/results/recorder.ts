@@ -10,6 +10,7 @@
 // Job states (per job_id):   (none) --error--> error --success--> success
 //                            (none) --success-----------------> success
 // success is final; a repeat of the same report is a replay; error after error is a replay.
+// A success verification reversed (reversed) is final too: a repeat is a replay, crediting nothing.
 import type { Database, Queryable } from '../db/database.js';
 import { Batcher, type BatcherOptions } from '../db/batcher.js';
 import { isUnavailable } from '../db/errors.js';
@@ -41,7 +42,8 @@ interface Credit { report: Report; modelId: number }
 const LOCK_EXISTING = sql('results_lock_existing', `SELECT r.node_id, r.model_id, r.status, r.result = $2::jsonb AS same_result
   FROM job_results r WHERE r.job_id = $1::text FOR UPDATE`);
 
-interface Existing { node_id: number; model_id: number; status: ResultStatus; same_result: boolean }
+/** reversed: a success whose points verification took back (src/verify/reversal.ts); final. */
+interface Existing { node_id: number; model_id: number; status: ResultStatus | 'reversed'; same_result: boolean }
 
 /** The report's explicit time as ISO text, or null for the database's clock. */
 const explicitTime = (r: Report): string | null => (r.receivedAt instanceof Date ? r.receivedAt.toISOString() : (r.receivedAt ?? null));
@@ -77,6 +79,10 @@ function decide(existing: Existing, r: Report, modelId: number): RecordOutcome |
   if (existing.status === 'success') {
     if (r.status === 'success' && existing.same_result) return { kind: 'replayed', status: 'success' };
     return { kind: 'conflict', detail: `Job ${r.jobId} already succeeded with a different report` };
+  }
+  if (existing.status === 'reversed') {
+    if (r.status === 'success' && existing.same_result) return { kind: 'replayed', status: 'success' };
+    return { kind: 'conflict', detail: `Job ${r.jobId}: its points were taken back (the node's answers failed verification)` };
   }
   // Recorded as error.
   return r.status === 'success' ? 'upgrade' : { kind: 'replayed', status: 'error' };

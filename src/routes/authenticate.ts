@@ -10,6 +10,9 @@ import { HttpError } from '../http/http-error.js';
 import { tooMany } from '../http/rate-limit.js';
 import type { Deps } from './types.js';
 
+/** A suspended node's key or session asking to serve or report (src/verify/standing.ts). */
+export const SUSPENDED_DETAIL = 'Node is suspended: its answers failed verification (its operator sees why with: ins node audit NAME)';
+
 export async function authenticateRequest({ db, principals, limiters, metrics, coordinatorConfig }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
   const blocked = limiters.failures.blockedFor(req.ip);
   if (blocked > 0) throw tooMany(blocked);

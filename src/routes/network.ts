@@ -3,6 +3,7 @@
 import { ActiveNodeCountResponses, AvailableModelsResponses, NetworkResponses, NodeViewParams, NodeViewResponses, TotalJobCountResponses } from '../generated/schemas.js';
 import { activeNodeCount, availableModels, jobCounts } from '../jobs/read.js';
 import { networkView, nodeView } from '../jobs/network.js';
+import { nodeAudit, verificationSummary } from '../verify/audit-view.js';
 import { HttpError } from '../http/http-error.js';
 import { authorizeNodeRead } from './authenticate.js';
 import type { App, Deps } from './types.js';
@@ -18,12 +19,16 @@ export function networkRoutes(app: App, deps: Deps): void {
     const byState = await jobCounts(db);
     return { total_job_count: Object.values(byState).reduce((a, b) => a + b, 0), by_state: byState };
   });
-  app.get('/network', { schema: { response: NetworkResponses } }, () => networkView(db, c.onlineWindow, c.modelsTtl));
+  app.get('/network', { schema: { response: NetworkResponses } }, async () => ({
+    ...await networkView(db, c.onlineWindow, c.modelsTtl),
+    verification: await verificationSummary(db),
+  }));
   app.get('/network/nodes/:node_name', { schema: { params: NodeViewParams, response: NodeViewResponses } }, async (req) => {
     const { node_name } = req.params;
     await authorizeNodeRead(deps, req, node_name);
     const view = await nodeView(db, node_name, c.onlineWindow, c.modelsTtl);
-    if (!view) throw new HttpError(404, 'Node not found');
-    return view;
+    const audit = await nodeAudit(db, node_name, deps.verifyConfig.evidenceWindow);
+    if (!view || !audit) throw new HttpError(404, 'Node not found');
+    return { ...view, standing: audit.standing, strikes_counting: audit.strikes_counting, points_reversed: audit.reversals.points };
   });
 }

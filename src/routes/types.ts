@@ -3,6 +3,7 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
+import type { VerifyConfig } from '../config-verify.js';
 import type { Metrics } from '../http/metrics.js';
 import type { PrincipalCache } from '../auth/authenticate.js';
 import type { KeyLimiters } from '../http/rate-limit.js';
@@ -24,6 +25,7 @@ export interface Deps {
   results: ResultRecorder;
   coordinator: Coordinator;
   coordinatorConfig: CoordinatorConfig;
+  verifyConfig: VerifyConfig;
 }
 
 declare module 'fastify' {

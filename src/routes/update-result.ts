@@ -13,7 +13,7 @@ import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
 import { rideOutage } from '../db/outage.js';
-import { authenticateRequest } from './authenticate.js';
+import { authenticateRequest, SUSPENDED_DETAIL } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
 
@@ -67,6 +67,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
     req.nodeName = principal.node.name;
     if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+    if (principal.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
     return nodeReport(req, body, principal.node);
   });
 }

@@ -1,15 +1,15 @@
 // The inference backends a worker runs jobs on, by their own wire formats:
 // - Ollama: GET /api/tags for its models; POST /api/chat with options.num_predict (max_output;
-//   0 = the backend's default) and options.temperature; streamed as NDJSON lines; usage from
+//   0 = the backend's default), options.temperature and options.seed; streamed as NDJSON lines; usage from
 //   prompt_eval_count and eval_count.
 // - OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio…): GET /v1/models; POST
-//   /v1/chat/completions with max_tokens; streamed as server-sent events (eventsource-parser);
+//   /v1/chat/completions with max_tokens and seed; streamed as server-sent events (eventsource-parser);
 //   usage from `usage` (asked for with stream_options.include_usage when streaming).
 import { createParser } from 'eventsource-parser';
 import type { BackendKind } from './options.js';
 import { http, type HttpResponse } from './http.js';
 
-export interface BackendJob { model: string; messages: { role: string; content: string }[]; max_output: number; temperature: number }
+export interface BackendJob { model: string; messages: { role: string; content: string }[]; max_output: number; temperature: number; seed?: number }
 export interface BackendAnswer { content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null }
 
 export interface Backend {
@@ -44,6 +44,7 @@ class Ollama implements Backend {
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
     const options: Record<string, number> = { temperature: job.temperature };
     if (job.max_output > 0) options.num_predict = job.max_output;
+    if (job.seed !== undefined) options.seed = job.seed;
     const res = await call(`${this.url}/api/chat`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
       body: JSON.stringify({ model: job.model, messages: job.messages, stream: onDelta !== undefined, options }),
@@ -93,6 +94,7 @@ class OpenAICompatible implements Backend {
       body: JSON.stringify({
         model: job.model, messages: job.messages, temperature: job.temperature,
         ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
+        ...(job.seed !== undefined ? { seed: job.seed } : {}),
         ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
       }),
     }, 'openai /v1/chat/completions');

@@ -12,6 +12,7 @@ export interface Job {
   messages: { role: string; content: string }[];
   max_output: number;
   temperature: number;
+  seed?: number;
   stream?: boolean;
 }
 

@@ -12,12 +12,15 @@ export interface FakeBackend {
   calls: number;
   /** Slows every answer by this many ms (generation time), sent in pieces when streaming. */
   delayMs: number;
+  /** What it answers (answerOf unless a test sets another: test/helpers/behaviours.ts). */
+  answer: AnswerFn;
   /** Kills the server and every connection at once, as a crashed backend. */
   kill(): Promise<void>;
   close(): Promise<void>;
 }
 
-export const answerOf = (model: string, messages: { content: string }[]): string => `echo(${model}): ${messages.at(-1)?.content ?? ''}`;
+export type AnswerFn = (model: string, messages: { content: string }[]) => string;
+export const answerOf: AnswerFn = (model, messages) => `echo(${model}): ${messages.at(-1)?.content ?? ''}`;
 const words = (s: string): number => s.split(/\s+/).filter(Boolean).length;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -29,7 +32,7 @@ async function body(req: IncomingMessage): Promise<Record<string, unknown>> {
 
 export async function startFakeBackend(kind: 'ollama' | 'openai', models: string[], port = 0): Promise<FakeBackend> {
   const sockets = new Set<Socket>();
-  const b: FakeBackend = { url: '', kind, calls: 0, delayMs: 0, kill: async () => {}, close: async () => {} };
+  const b: FakeBackend = { url: '', kind, calls: 0, delayMs: 0, answer: answerOf, kill: async () => {}, close: async () => {} };
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const json = (status: number, v: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(v));
     if (kind === 'ollama' && req.method === 'GET' && req.url === '/api/tags') {
@@ -45,7 +48,7 @@ export async function startFakeBackend(kind: 'ollama' | 'openai', models: string
     if (!models.includes(model)) return json(404, kind === 'ollama' ? { error: `model "${model}" not found, try pulling it first` } : { error: { message: 'model not found', type: 'invalid_request_error' } });
     b.calls++;
     const messages = r.messages as { content: string }[];
-    const answer = answerOf(model, messages);
+    const answer = b.answer(model, messages);
     const prompt = messages.map((m) => words(m.content)).reduce((a, c) => a + c, 0);
     const pieces = answer.split(/(?<= )/);
     if (!r.stream) {

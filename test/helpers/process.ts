@@ -10,7 +10,9 @@ const ENTRY = path.join(ROOT, 'src', 'cli', 'entry.ts');
 
 export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Load-style tests drive one key from one address: rate limits are off unless a test sets them.
-  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0' };
+  // Verification (a random share of jobs run twice) is off unless a test turns it on, so that
+  // tests count exactly the jobs they submit.
+  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', VERIFY: 'off', RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0' };
   for (const k of ['DATABASE_URL', 'DATA_DIR', 'PORT', 'HOST']) delete env[k];
   for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
   return env;

@@ -2,9 +2,13 @@
 // /network/nodes/{name}, with the key its operator entered). No prompts, no answers.
 interface NetworkModel { name: string; nodes: number; queued: number }
 interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
-interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[] }
+interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number }; nodes_on_probation: number; nodes_suspended: number }
+interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[]; verification: Verification }
 interface NodeJob { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null }
-export interface NodeView { name: string; online: boolean; last_seen_at: string | null; models: string[]; open_leases: number; jobs: NodeJob[] }
+export interface NodeView {
+  name: string; online: boolean; last_seen_at: string | null; models: string[]; open_leases: number; jobs: NodeJob[];
+  standing: 'trusted' | 'probation' | 'suspended'; strikes_counting: number; points_reversed: number;
+}
 
 const $ = (id: string): HTMLElement => document.getElementById(id)!;
 const cell = (text: string, className?: string) => Object.assign(document.createElement('td'), { textContent: text, ...(className ? { className } : {}) });
@@ -33,6 +37,11 @@ function renderNetwork(n: Network): void {
   $('net-recent').replaceChildren(...(n.recent.length
     ? n.recent.map((r) => Object.assign(document.createElement('li'), { textContent: `${r.model} · ${r.node ?? '?'} · ${seconds(r.seconds)} · ${ago(r.finished_at)}` }))
     : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]));
+  const v = n.verification;
+  $('net-checked').textContent = `${(v.checked_share * 100).toFixed(1)} %`;
+  $('net-suspended').textContent = String(v.nodes_suspended);
+  const s = v.strikes_24h;
+  $('net-strikes').textContent = `Strikes in the last 24 h: ${s.disagreement} disagreeing, ${s.replay} replayed, ${s.too_fast} too fast · nodes on probation: ${v.nodes_on_probation}`;
   $('net-updated').textContent = `Updated ${new Date().toISOString().slice(11, 19)} UTC`;
 }
 
@@ -66,6 +75,12 @@ export async function showNodeStatus(node: string, key: string): Promise<NodeVie
   $('node-seen').textContent = v.last_seen_at ? `last seen ${ago(v.last_seen_at)}` : 'never seen';
   $('node-models').textContent = v.models.length ? v.models.join(', ') : 'none declared';
   $('node-leases').textContent = String(v.open_leases);
+  const standing = $('node-standing');
+  standing.textContent = v.standing === 'probation' ? 'on probation' : v.standing;
+  standing.className = `badge ${v.standing === 'trusted' ? 'on' : 'off'}`;
+  $('node-strikes').textContent = `${v.strikes_counting} strike${v.strikes_counting === 1 ? '' : 's'} counting` +
+    (v.points_reversed > 0 ? ` · ${v.points_reversed} points taken back` : '') +
+    (v.standing === 'trusted' ? '' : ' · ask the network operator for the evidence (ins node audit)');
   $('node-jobs').querySelector('tbody')!.replaceChildren(...(v.jobs.length
     ? v.jobs.map((j) => row(cell(j.model, 'mono'), cell(j.outcome ?? 'running'), cell(seconds(j.seconds)), cell(ago(j.leased_at))))
     : [row(Object.assign(cell('No job yet.'), { colSpan: 4 }))]));

@@ -17,7 +17,7 @@ export async function submitCompletion(coordinator: Coordinator, owner: number, 
   return coordinator.submit({
     ownerKeyId: owner,
     model: chat.model,
-    request: { messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature, ...(chat.stream ? { stream: true } : {}) },
+    request: { messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature, ...(chat.seed !== undefined ? { seed: chat.seed } : {}), ...(chat.stream ? { stream: true } : {}) },
     timeoutSeconds: chat.timeoutSeconds,
   });
 }

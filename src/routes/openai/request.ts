@@ -1,6 +1,6 @@
 // The body of POST /v1/chat/completions, read the way OpenAI reads it: the fields this service
 // can honour become a job (model, messages, max_tokens or max_completion_tokens, temperature,
-// stream, stream_options.include_usage, Infera's request_timeout_time); unknown fields are
+// seed, stream, stream_options.include_usage, Infera's request_timeout_time); unknown fields are
 // accepted and ignored; what it cannot honour (several choices, tools, images) is refused with
 // an invalid_request_error that names the parameter.
 import { MalformedJson } from '../../validation/pydantic.js';
@@ -12,6 +12,8 @@ export interface ChatRequest {
   /** 0: the node's default. */
   maxTokens: number;
   temperature: number;
+  /** OpenAI's `seed`, when given (the coordinator draws one otherwise). */
+  seed: number | undefined;
   stream: boolean;
   includeUsage: boolean;
   timeoutSeconds: number;
@@ -87,6 +89,7 @@ export function parseChatRequest(body: unknown, limits: { defaultTimeout: number
     messages: messages(body.messages),
     maxTokens,
     temperature: number(body, 'temperature', 0, 2, false) ?? OPENAI_DEFAULT_TEMPERATURE,
+    seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
     stream: body.stream === true,
     includeUsage: isObject(options) && options.include_usage === true,
     timeoutSeconds: timeout ?? limits.defaultTimeout,

@@ -24,7 +24,7 @@ export function submitJobRoute(app: App, deps: Deps): void {
       req.userKeyId = await authenticateUser(deps, req);
     },
   }, async (req) => {
-    const { model, messages, max_output, temperature, request_timeout_time } = req.body;
+    const { model, messages, max_output, temperature, seed, request_timeout_time } = req.body;
     const timeout = request_timeout_time ?? coordinatorConfig.jobTimeout;
     if (timeout > coordinatorConfig.maxJobTimeout) {
       throw new RequestValidationError([valueError(['body', 'request_timeout_time'], `request_timeout_time must be at most ${coordinatorConfig.maxJobTimeout} seconds`, request_timeout_time)]);
@@ -32,7 +32,7 @@ export function submitJobRoute(app: App, deps: Deps): void {
     const jobId = await coordinator.submit({
       ownerKeyId: req.userKeyId!,
       model,
-      request: { messages, max_output: max_output ?? 0, temperature: temperature ?? DEFAULT_TEMPERATURE },
+      request: { messages, max_output: max_output ?? 0, temperature: temperature ?? DEFAULT_TEMPERATURE, ...(seed !== undefined ? { seed } : {}) },
       timeoutSeconds: timeout,
     });
     metrics.jobsSubmitted.inc();

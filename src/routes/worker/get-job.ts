@@ -19,7 +19,7 @@ export function getJobRoute(app: App, deps: Deps): void {
       await coordinator.undeliver(job);
       return { job_data: null };
     }
-    const { messages, max_output, temperature, stream } = job.request;
-    return { job_data: { job_id: job.jobId, api_key: job.jobKey, model: job.model, messages, max_output, temperature, ...(stream ? { stream } : {}) } };
+    const { messages, max_output, temperature, seed, stream } = job.request;
+    return { job_data: { job_id: job.jobId, api_key: job.jobKey, model: job.model, messages, max_output, temperature, ...(seed !== undefined ? { seed } : {}), ...(stream ? { stream } : {}) } };
   }));
 }

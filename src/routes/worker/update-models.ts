@@ -5,7 +5,7 @@ import { ensureModelId } from '../../repositories/models.js';
 import { declareModels } from '../../repositories/sessions.js';
 import { announceKeyChange } from '../../repositories/key-events.js';
 import { HttpError } from '../../http/http-error.js';
-import { authenticateSession } from '../authenticate.js';
+import { authenticateSession, SUSPENDED_DETAIL } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
@@ -15,6 +15,7 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const session = await authenticateSession(deps, req);
     const { node_url, models } = req.body;
     if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
+    if (session.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
     const names = [...new Set(models)].sort();
     const ids: number[] = [];
     for (const name of names) ids.push(await ensureModelId(db, name));

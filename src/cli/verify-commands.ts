@@ -1,0 +1,42 @@
+// ins node audit|reinstate: why a node stands where it does (verification, docs/verification.md),
+// and bringing a suspended node back.
+import { nodeAudit } from '../verify/audit-view.js';
+import { reinstate } from '../verify/standing.js';
+import { announceKeyChange } from '../repositories/key-events.js';
+import type { Command } from './command.js';
+import { CommandError, table } from './io.js';
+
+export const VERIFY_COMMANDS: Record<string, Command> = {
+  'node audit': {
+    usage: 'node audit NAME',
+    summary: "a node's verification record: standing, strikes with their evidence, points taken back, jobs checked",
+    args: ['NAME'],
+    async run(db, [name], { json, verify }, io) {
+      const a = await nodeAudit(db, name!, verify.evidenceWindow);
+      if (!a) throw new CommandError(`no node named "${name}"`);
+      if (json) return io.out(JSON.stringify(a));
+      io.out(`node: ${a.name}`);
+      io.out(`standing: ${a.standing}${a.since ? ` since ${a.since}` : ''}${a.reinstated_at ? ` (reinstated ${a.reinstated_at})` : ''}`);
+      io.out(`strikes counting: ${a.strikes_counting} of ${verify.strikesToSuspend} (within ${verify.evidenceWindow / 3600} h)`);
+      io.out(`agreements: ${a.agreements} (${a.clean_streak} since the last strike); jobs checked by another node (window): ${a.checked_jobs}`);
+      io.out(`points taken back: ${a.reversals.points} for ${a.reversals.results} results${Object.keys(a.reversals.by_reason).length ? ` (${Object.entries(a.reversals.by_reason).map(([r, p]) => `${r}: ${p}`).join(', ')})` : ''}`);
+      if (a.strikes.length === 0) return io.out('strikes: none');
+      io.out('strikes:');
+      for (const line of table([['AT', 'KIND', 'JOB', 'EVIDENCE'], ...a.strikes.map((s) => [s.at, s.kind, s.job_id, JSON.stringify(s.evidence)])])) io.out(`  ${line}`);
+    },
+  },
+  'node reinstate': {
+    usage: 'node reinstate NAME',
+    summary: 'bring a node on probation or suspended back to trusted; its strikes so far no longer count (points taken back stay so)',
+    args: ['NAME'],
+    async run(db, [name], { json }, io) {
+      if (!(await reinstate(db, name!))) {
+        const a = await nodeAudit(db, name!, 0);
+        throw new CommandError(a ? `node "${name}" is ${a.standing} already` : `no node named "${name}"`);
+      }
+      // Servers cache keys and sessions with the node's standing.
+      await announceKeyChange(db);
+      io.out(json ? JSON.stringify({ name, standing: 'trusted' }) : `node "${name}" reinstated: trusted again`);
+    },
+  },
+};

@@ -1,0 +1,72 @@
+// Reading the environment for config.ts: each reader checks one variable and records what is
+// wrong with it, so that every problem is reported at once.
+const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
+const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$/i;
+const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600 };
+const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
+
+export class EnvReader {
+  readonly problems: string[] = [];
+
+  constructor(private readonly env: NodeJS.ProcessEnv) {}
+
+  /** The trimmed value; undefined when unset or blank. */
+  get(name: string): string | undefined {
+    const v = this.env[name];
+    return v === undefined || v.trim() === '' ? undefined : v.trim();
+  }
+
+  int(name: string, fallback: number, min: number, max: number): number {
+    const raw = this.get(name);
+    if (raw === undefined) return fallback;
+    if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a whole number from ${min} to ${max}`);
+      return fallback;
+    }
+    return Number(raw);
+  }
+
+  /** A number from 0 to 1. */
+  fraction(name: string, fallback: number): number {
+    const raw = this.get(name);
+    if (raw === undefined) return fallback;
+    if (!/^(0(\.\d+)?|1(\.0+)?|\.\d+)$/.test(raw)) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a number from 0 to 1, e.g. 0.05`);
+      return fallback;
+    }
+    return Number(raw);
+  }
+
+  bool(name: string, fallback: boolean): boolean {
+    const raw = (this.get(name) ?? String(fallback)).toLowerCase();
+    if (!['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'].includes(raw)) this.problems.push(`${name}=${JSON.stringify(raw)}: expected true or false`);
+    return ['true', '1', 'yes', 'on'].includes(raw);
+  }
+
+  /** Seconds, from a number with an optional unit (ms, s, m, h); `zero` also accepts 0 (off). */
+  duration(name: string, fallback: number, min: number, max: number, zero = false): number {
+    const raw = this.get(name);
+    if (raw === undefined) return fallback;
+    const m = DURATION.exec(raw);
+    const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] ?? 's').toLowerCase()]! : NaN;
+    if (zero && seconds === 0) return 0;
+    if (!(seconds >= min && seconds <= max)) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${min} s to ${max} s${zero ? ' or 0' : ''}, e.g. 30s, 5m or 6h`);
+      return fallback;
+    }
+    return seconds;
+  }
+
+  /** Bytes, from a number with an optional unit (b, kb, KiB, mb, MiB). */
+  size(name: string, fallback: number, min: number, max: number, example: string): number {
+    const raw = this.get(name);
+    if (raw === undefined) return fallback;
+    const m = SIZE.exec(raw);
+    const bytes = m ? Number(m[1]) * SIZE_UNITS[(m[2] ?? 'b').toLowerCase()]! : NaN;
+    if (!(bytes >= min && bytes <= max)) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a size from ${example}`);
+      return fallback;
+    }
+    return bytes;
+  }
+}

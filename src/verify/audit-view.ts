@@ -1,0 +1,68 @@
+// What an operator sees of a node's verification (ins node audit NAME, GET /network/nodes/NAME):
+// its standing and why — the strikes with their evidence, the points taken back — and how
+// often its work was checked and found right.
+import { sql, type Queryable } from '../db/database.js';
+import type { Standing } from './standing.js';
+
+export interface NodeAudit {
+  name: string;
+  standing: Standing;
+  since: string | null;
+  reinstated_at: string | null;
+  agreements: number;
+  /** Agreements since its last strike. */
+  clean_streak: number;
+  /** Strikes that count now (within the window, since any reinstatement). */
+  strikes_counting: number;
+  strikes: { at: string; kind: string; job_id: string; evidence: Record<string, unknown> }[];
+  reversals: { results: number; points: number; by_reason: Record<string, number> };
+  /** The node's done jobs of the window that another node ran too. */
+  checked_jobs: number;
+}
+
+const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
+// $1 the node's name, $2 the evidence window (s).
+const AUDIT = sql('verify_node_audit', `SELECT n.name, coalesce(s.state, 'trusted') AS standing, ${ISO('s.changed_at')} AS since,
+    ${ISO('s.reinstated_at')} AS reinstated_at, coalesce(s.agreements, 0) AS agreements, coalesce(s.clean_streak, 0) AS clean_streak,
+    (SELECT count(*)::int FROM node_strikes k WHERE k.node_id = n.id
+      AND k.at > greatest(now() - make_interval(secs => $2::float8), coalesce(s.reinstated_at, '-infinity'))) AS strikes_counting,
+    coalesce((SELECT json_agg(x ORDER BY x.at DESC) FROM (
+      SELECT ${ISO('k.at')} AS at, k.kind, k.job_id::text AS job_id, k.evidence FROM node_strikes k WHERE k.node_id = n.id ORDER BY k.at DESC LIMIT 50) x), '[]') AS strikes,
+    json_build_object(
+      'results', (SELECT count(*)::int FROM point_reversals r WHERE r.node_id = n.id),
+      'points', (SELECT coalesce(sum(points), 0)::float8 FROM point_reversals r WHERE r.node_id = n.id),
+      'by_reason', coalesce((SELECT json_object_agg(reason, points) FROM (
+        SELECT reason, sum(points)::float8 AS points FROM point_reversals r WHERE r.node_id = n.id GROUP BY reason) g), '{}')) AS reversals,
+    (SELECT count(*)::int FROM jobs j WHERE j.node_id = n.id AND j.state = 'done' AND j.finished_at > now() - make_interval(secs => $2::float8)
+      AND EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = coalesce(j.verify_of, j.id) AND c.state = 'done' AND c.id <> j.id)) AS checked_jobs
+  FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`);
+
+/** The node's verification record; undefined when no node has that name. */
+export async function nodeAudit(db: Queryable, name: string, windowSeconds: number): Promise<NodeAudit | undefined> {
+  const [row] = await db.query<NodeAudit>(AUDIT, [name, windowSeconds]);
+  return row;
+}
+
+export interface VerificationSummary {
+  /** Of the jobs done in the last minute, the share the coordinator made to check nodes (copies and probes). */
+  checked_share: number;
+  strikes_24h: { disagreement: number; replay: number; too_fast: number };
+  nodes_on_probation: number;
+  nodes_suspended: number;
+}
+
+const SUMMARY = sql('verify_summary', `SELECT
+    coalesce((SELECT (count(*) FILTER (WHERE kind <> 'user'))::float8 / nullif(count(*), 0) FROM jobs
+      WHERE finished_at > now() - interval '1 minute' AND state = 'done'), 0) AS checked_share,
+    json_build_object(
+      'disagreement', (SELECT count(*)::int FROM node_strikes WHERE at > now() - interval '1 day' AND kind = 'disagreement'),
+      'replay', (SELECT count(*)::int FROM node_strikes WHERE at > now() - interval '1 day' AND kind = 'replay'),
+      'too_fast', (SELECT count(*)::int FROM node_strikes WHERE at > now() - interval '1 day' AND kind = 'too_fast')) AS strikes_24h,
+    (SELECT count(*)::int FROM node_standing WHERE state = 'probation') AS nodes_on_probation,
+    (SELECT count(*)::int FROM node_standing WHERE state = 'suspended') AS nodes_suspended`);
+
+/** The network's verification at a glance (the dashboard). */
+export async function verificationSummary(db: Queryable): Promise<VerificationSummary> {
+  const [row] = await db.query<VerificationSummary>(SUMMARY);
+  return { ...row!, checked_share: Math.round(row!.checked_share * 1000) / 1000 };
+}

@@ -1,0 +1,53 @@
+// Probes: jobs the coordinator makes up to check the nodes of a model, at random times (each
+// model two or more nodes serve gets one per VERIFY_PROBE_INTERVAL on average). Their prompts
+// are drawn at random from templates and word lists each time, so no two are alike and no list
+// of "control prompts" exists for a farming tool to store answers for. On the wire a probe is a
+// job like any other (temperature 0, a seed, a max_output users pick); nobody reads its answer,
+// and every probe is run again by another node and the answers compared (verify/auditor.ts).
+import { randomInt, randomUUID } from 'node:crypto';
+import { sql, type Queryable } from '../db/database.js';
+import { JOBS_CHANNEL } from '../jobs/channels.js';
+import { randomSeed } from '../jobs/submit.js';
+import { eligibleNodes } from './copies.js';
+
+const TOPICS = ['the ocean', 'a lighthouse', 'bread', 'winter', 'a bicycle', 'the moon', 'a library', 'rivers', 'volcanoes', 'a garden', 'trains',
+  'honey bees', 'a violin', 'mountains', 'coffee', 'a desert', 'clocks', 'rain', 'a market', 'glaciers', 'paper', 'owls', 'a bridge', 'salt',
+  'the first computers', 'tides', 'a city at night', 'maps', 'mushrooms', 'a harbour', 'thunderstorms', 'chess', 'letters by post', 'wool'];
+const STYLES = ['one sentence', 'two short sentences', 'a short paragraph', 'three bullet points', 'a haiku', 'one question and its answer',
+  'a list of four facts', 'a short dialogue', 'five words', 'a limerick'];
+const WORDS = ['quiet', 'bright', 'ancient', 'small', 'heavy', 'gentle', 'distant', 'careful', 'golden', 'narrow', 'patient', 'sudden', 'curious', 'hollow'];
+const TEMPLATES = [
+  (t: string, s: string, w: string) => `Write ${s} about ${t}. Use the word "${w}".`,
+  (t: string, s: string, w: string) => `Describe ${t} in ${s}, and make it feel ${w}.`,
+  (t: string, s: string, w: string) => `In ${s}, explain why ${t} can seem ${w}.`,
+  (t: string, s: string, w: string) => `Give ${s} that a child could understand about ${t}; include "${w}".`,
+  (t: string, s: string, w: string) => `I need ${s} on ${t} for a ${w} mood. Can you help?`,
+  (t: string, s: string, w: string) => `${t[0]!.toUpperCase()}${t.slice(1)}: ${s}, please, ${w} in tone.`,
+];
+const MAX_OUTPUTS = [0, 0, 64, 128, 256, 512];
+const pick = <T>(list: readonly T[]): T => list[randomInt(list.length)]!;
+
+export function probePrompt(): string {
+  return pick(TEMPLATES)(pick(TOPICS), pick(STYLES), pick(WORDS));
+}
+
+// $1 ids, $2 model ids, $3 requests, $4 deadline (s), $5 this server's id.
+const INSERT = sql('probe_insert', `WITH probes AS (
+    INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, kind)
+    SELECT q.id, NULL, q.model_id, 'queued', q.request, now() + make_interval(secs => $4::float8), 'probe'
+    FROM unnest($1::uuid[], $2::int[], $3::jsonb[]) AS q(id, model_id, request) RETURNING model_id)
+  SELECT (SELECT pg_notify('${JOBS_CHANNEL}', $5::text || ' ' || string_agg(model_id || ':1', ',')) FROM probes) IS NULL AS told`);
+
+export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadline: number; server: string; chance: number }
+
+/** Each model two or more good nodes serve gets a probe with probability `chance`; answers the models probed. */
+export async function probe(db: Queryable, o: ProbeOptions): Promise<number[]> {
+  const models = [...await eligibleNodes(db, null, o.onlineWindow, o.modelsTtl)]
+    .filter(([, nodes]) => nodes.length >= 2 && Math.random() < o.chance).map(([model]) => model);
+  if (models.length === 0) return [];
+  const requests = models.map(() => JSON.stringify({
+    messages: [{ role: 'user', content: probePrompt() }], max_output: pick(MAX_OUTPUTS), temperature: 0, seed: randomSeed(),
+  }));
+  await db.query(INSERT, [models.map(() => randomUUID()), models, requests, o.deadline, o.server]);
+  return models;
+}

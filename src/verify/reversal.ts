@@ -1,0 +1,70 @@
+// Taking points back: the results of fake work turn `reversed`, once each — the ledger
+// point_reversals is keyed by job id — and every aggregate the reads are served from is made
+// to match in the same statement, so daily_points and unique_nodes equal a recomputation from
+// job_results (the successes) before and after. What is reversed: a node's successes since a
+// time (a suspension: its evidence window), and single jobs (the answer a strike is about).
+import { sql, type Queryable } from '../db/database.js';
+
+// $1 node ids and $2 how far back from now, in seconds, their successes go (parallel arrays),
+// $3 job ids reversed whoever did them, $4 the reason. The statement's snapshot still shows the victims as successes, so what
+// remains of each touched (model, node) and (model, node, day) sets them aside by job id; rows
+// left with nothing go. Models are locked in id order before their roster version moves, as
+// results/credit.ts does, so the two never wait on each other in a cycle.
+const REVERSE = sql('verify_reverse', `WITH chosen AS (
+    SELECT r.job_id FROM unnest($1::bigint[], $2::float8[]) AS t(node_id, back)
+      JOIN job_results r ON r.node_id = t.node_id AND r.status = 'success' AND r.received_at >= now() - make_interval(secs => t.back)
+    UNION
+    SELECT unnest($3::text[])),
+  victims AS (
+    UPDATE job_results r SET status = 'reversed' FROM chosen c WHERE r.job_id = c.job_id AND r.status = 'success'
+    RETURNING r.job_id, r.node_id, r.model_id, r.points, (r.received_at AT TIME ZONE 'UTC')::date AS day),
+  ledger AS (
+    INSERT INTO point_reversals (job_id, node_id, model_id, points, day, reason)
+    SELECT job_id, node_id, model_id, points, day, $4::text FROM victims),
+  per_day AS (SELECT node_id, day, sum(points) AS points, count(*)::int AS n FROM victims GROUP BY node_id, day),
+  daily_left AS (
+    UPDATE node_daily_points d SET points = d.points - p.points, successes = d.successes - p.n
+    FROM per_day p WHERE d.node_id = p.node_id AND d.day = p.day AND d.successes > p.n),
+  daily_gone AS (DELETE FROM node_daily_points d USING per_day p WHERE d.node_id = p.node_id AND d.day = p.day AND d.successes <= p.n),
+  remaining AS (
+    SELECT t.model_id, t.node_id,
+      (SELECT r.received_at FROM job_results r WHERE r.model_id = t.model_id AND r.node_id = t.node_id AND r.status = 'success'
+        AND r.job_id NOT IN (SELECT job_id FROM victims) ORDER BY r.received_at LIMIT 1) AS f,
+      (SELECT r.received_at FROM job_results r WHERE r.model_id = t.model_id AND r.node_id = t.node_id AND r.status = 'success'
+        AND r.job_id NOT IN (SELECT job_id FROM victims) ORDER BY r.received_at DESC LIMIT 1) AS l
+    FROM (SELECT DISTINCT model_id, node_id FROM victims) t),
+  remaining_days AS (
+    SELECT t.model_id, t.node_id, t.day,
+      (SELECT r.received_at FROM job_results r WHERE r.model_id = t.model_id AND r.node_id = t.node_id AND r.status = 'success'
+        AND r.received_at >= t.day::timestamp AT TIME ZONE 'UTC' AND r.received_at < (t.day + 1)::timestamp AT TIME ZONE 'UTC'
+        AND r.job_id NOT IN (SELECT job_id FROM victims) ORDER BY r.received_at LIMIT 1) AS f,
+      (SELECT r.received_at FROM job_results r WHERE r.model_id = t.model_id AND r.node_id = t.node_id AND r.status = 'success'
+        AND r.received_at >= t.day::timestamp AT TIME ZONE 'UTC' AND r.received_at < (t.day + 1)::timestamp AT TIME ZONE 'UTC'
+        AND r.job_id NOT IN (SELECT job_id FROM victims) ORDER BY r.received_at DESC LIMIT 1) AS l
+    FROM (SELECT DISTINCT model_id, node_id, day FROM victims) t),
+  overall_set AS (
+    UPDATE model_nodes mn SET first_success_at = x.f, last_success_at = x.l FROM remaining x
+    WHERE mn.model_id = x.model_id AND mn.node_id = x.node_id AND x.f IS NOT NULL),
+  overall_gone AS (
+    DELETE FROM model_nodes mn USING remaining x WHERE mn.model_id = x.model_id AND mn.node_id = x.node_id AND x.f IS NULL),
+  days_set AS (
+    UPDATE model_node_days d SET first_success_at = x.f, last_success_at = x.l FROM remaining_days x
+    WHERE d.model_id = x.model_id AND d.node_id = x.node_id AND d.day = x.day AND x.f IS NOT NULL),
+  days_gone AS (
+    DELETE FROM model_node_days d USING remaining_days x WHERE d.model_id = x.model_id AND d.node_id = x.node_id AND d.day = x.day AND x.f IS NULL),
+  -- The caches of older days and of rosters reload (repositories/points.ts, repositories/model-roster.ts).
+  bumped AS (SELECT id FROM models WHERE id IN (SELECT model_id FROM victims) ORDER BY id FOR NO KEY UPDATE),
+  roster AS (UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)),
+  history AS (UPDATE points_history SET version = version + 1 WHERE EXISTS (SELECT 1 FROM victims))
+  SELECT count(*)::int AS results, coalesce(sum(points), 0)::float8 AS points FROM victims`);
+
+export interface Reversed { results: number; points: number }
+
+/** Reverses each node's successes of the last `seconds`, and those of the given jobs; answers how many and how many points. */
+export async function reverse(db: Queryable, which: { nodes?: { nodeId: number; seconds: number }[]; jobIds?: string[] }, reason: string): Promise<Reversed> {
+  const nodes = which.nodes ?? [];
+  const jobIds = which.jobIds ?? [];
+  if (nodes.length === 0 && jobIds.length === 0) return { results: 0, points: 0 };
+  const [row] = await db.query<Reversed>(REVERSE, [nodes.map((s) => s.nodeId), nodes.map((s) => s.seconds), jobIds, reason]);
+  return row!;
+}

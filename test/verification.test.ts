@@ -1,0 +1,233 @@
+// Verification through the real app on both backends (workers speak the wire with inject):
+// the majority's verdict, replays (checked by another node, or alone), speed, stock answers,
+// what a suspended node can no longer do and its reinstatement, probes that look like any
+// job, and reversals that leave every aggregate equal to its recomputation, exactly once.
+import { afterEach, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { runCommand } from '../src/cli/commands.js';
+import { bufferIo } from '../src/cli/io.js';
+import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
+import { maintain } from '../src/verify/maintenance.js';
+import { reverse } from '../src/verify/reversal.js';
+import { strike } from '../src/verify/standing.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { aggregatesAndRecomputation } from './helpers/aggregates.js';
+import { recordResult } from './helpers/production-paths.js';
+import { totalPoints } from './helpers/state.js';
+import { canned, prose } from './helpers/behaviours.js';
+
+const MODEL = 'verify-model';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Workers here answer at once: speed is judged only where a test sets a cap.
+const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 0, probeInterval: 0, maxTokensPerSecond: 0 };
+
+describe.each(backends)('verification on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  afterEach(async () => t?.close());
+
+  const start = async (verify: Partial<VerifyConfig>, nodes: string[], models = [MODEL]) => {
+    t = await startApp(backend, { verify: { ...VERIFY, ...verify } });
+    const user = new TestUser(t.app, await t.addUser());
+    const workers = new Map<string, TestWorker>();
+    const keys = new Map<string, string>();
+    for (const n of nodes) {
+      keys.set(n, await t.addNode(n));
+      workers.set(n, await new TestWorker(t.app, n, keys.get(n)!).start(models));
+    }
+    return { user, workers, keys };
+  };
+  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
+  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
+    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
+  const strikes = async (node: string) => q<{ kind: string }>('t_strikes', 'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
+  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
+    WHERE n.name = $1::text`, [node]))[0]!.p;
+  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
+  const until = async (what: string, ok: () => Promise<boolean>, ms = 15_000) => {
+    for (const end = Date.now() + ms; Date.now() < end; await sleep(25)) if (await ok()) return;
+    throw new Error(`timed out waiting for ${what}: ${JSON.stringify(await q('t_dbg', "SELECT kind, state, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited, attempts, exclude_nodes::text, node_id::int, (SELECT count(*)::int FROM job_leases l WHERE l.job_id = jobs.id) AS leases FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`);
+  };
+  /** Every worker polls once and answers what it got, until `done` (or every job is settled). */
+  const serve = async (workers: Map<string, TestWorker>, answer: (node: string, job: Job) => string, done = settled) => {
+    await until('the jobs to settle', async () => {
+      for (const [name, w] of workers) {
+        const job = await w.getJob();
+        if (job) expect((await w.report(job, answer(name, job))).statusCode).toBe(200);
+      }
+      return done();
+    }, 30_000);
+  };
+  const prompt = (job: Job) => job.messages.at(-1)!.content;
+
+  it('strikes the node the majority contradicts, suspends it, and takes back exactly its points', async () => {
+    const { user, workers } = await start({ share: 1 }, ['honest-1', 'honest-2', 'wrong']);
+    for (let i = 0; i < 12; i++) await user.submit(MODEL, `question ${i}: why is the sky blue?`, { temperature: 0 });
+    // "wrong" runs another model than it claims: its answers are its own, never a copy.
+    await serve(workers, (node, job) => prose(node === 'wrong' ? 'tiny-model' : MODEL, prompt(job)));
+    expect(await standing('wrong')).toBe('suspended');
+    // Three suspend it; judgements of its earlier answers may still add some.
+    const kinds = (await strikes('wrong')).map((s) => s.kind);
+    expect(kinds.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(kinds)).toEqual(new Set(['disagreement']));
+    expect(await standing('honest-1')).toBe('trusted');
+    expect(await standing('honest-2')).toBe('trusted');
+    expect(await strikes('honest-1')).toEqual([]);
+    expect(await pointsOf('wrong')).toBe(0);
+    const [ledger] = await q<{ n: number }>('t_ledger', 'SELECT count(*)::int AS n FROM point_reversals r JOIN nodes n ON n.id = r.node_id WHERE n.name = $1::text', ['wrong']);
+    expect(ledger!.n).toBeGreaterThan(0);
+    // Points are exactly the successes left: every job done once, the reversed ones nowhere.
+    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
+    expect(await totalPoints(t.db)).toBe(done!.n);
+    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+    expect(stored).toEqual(recomputed);
+    // The node sees it too.
+    const res = await t.app.inject({ method: 'GET', url: '/network/nodes/wrong', headers: { api_key: await t.addReader() } });
+    expect(res.json()).toMatchObject({ standing: 'suspended', strikes_counting: kinds.length, points_reversed: ledger!.n });
+  });
+
+  it('checks a replayed answer with another node, and strikes it when that node disagrees', async () => {
+    const { user, workers } = await start({}, ['honest', 'replayer']);
+    const only = (name: string) => new Map([[name, workers.get(name)!]]);
+    await user.submit(MODEL, 'tell me about rivers', { temperature: 0.8 });
+    await serve(only('replayer'), (_n, job) => prose(MODEL, prompt(job)));
+    const first = prose(MODEL, 'tell me about rivers');
+    await user.submit(MODEL, 'tell me about glaciers', { temperature: 0.8 });
+    // The same answer to another prompt, its whitespace jittered.
+    await serve(only('replayer'), () => first.replaceAll(' ', '  \n '), async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === 1);
+    await serve(only('honest'), (_n, job) => prose(MODEL, prompt(job)));
+    expect(await strikes('replayer')).toEqual([{ kind: 'replay' }]);
+    expect(await standing('replayer')).toBe('probation');
+    expect(await strikes('honest')).toEqual([]);
+  });
+
+  it('strikes a replay at once when no other node serves the model, and leaves stock answers alone', async () => {
+    const { user, workers } = await start({}, ['alone']);
+    for (let i = 0; i < 4; i++) await user.submit(MODEL, `prompt number ${i}`);
+    await serve(workers, () => canned(MODEL, []));
+    expect((await strikes('alone')).map((s) => s.kind)).toEqual(['replay', 'replay', 'replay']);
+    expect(await standing('alone')).toBe('suspended');
+    expect(await pointsOf('alone')).toBe(0);
+    await t.close();
+
+    // Two nodes giving the same refusal to different prompts: a stock answer, not a replay.
+    const two = await start({}, ['polite-1', 'polite-2']);
+    const refusal = "I'm sorry, but I can't help with that request. Is there anything else I can help you with today?";
+    for (let i = 0; i < 6; i++) await two.user.submit(MODEL, `something I should not ask, take ${i}`, { temperature: 0 });
+    await serve(two.workers, () => refusal);
+    expect(await strikes('polite-1')).toEqual([]);
+    expect(await strikes('polite-2')).toEqual([]);
+  });
+
+  it('strikes an answer delivered faster than the model can generate, and takes that job back', async () => {
+    const { user, workers } = await start({ maxTokensPerSecond: 200, modelMaxTokensPerSecond: { 'fast-model': 100_000 } }, ['speedy'], [MODEL, 'fast-model']);
+    await user.submit(MODEL, 'write a long story');
+    await user.submit('fast-model', 'write a long story');
+    await serve(workers, (_n, job) => prose(job.model, prompt(job)).repeat(4));
+    // Only the model whose cap it beat; the other model's cap is higher.
+    expect(await strikes('speedy')).toEqual([{ kind: 'too_fast' }]);
+    expect(await standing('speedy')).toBe('probation');
+    const [reversed] = await q<{ job_id: string; model: string }>('t_rev', 'SELECT r.job_id, m.name AS model FROM point_reversals r JOIN models m ON m.id = r.model_id');
+    expect(reversed!.model).toBe(MODEL);
+    expect(await pointsOf('speedy')).toBe(1);
+  });
+
+  it('a suspended node gets no job and cannot report; reinstated, it serves again', async () => {
+    const { user, workers, keys } = await start({}, ['bad', 'good']);
+    const bad = workers.get('bad')!;
+    const { id } = (await q<{ id: number }>('t_id', "SELECT id::int FROM nodes WHERE name = 'bad'"))[0]!;
+    await user.submit(MODEL, 'a job held by bad');
+    const held = (await bad.getJob())!;
+    for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++) await strike(t.db, id, held.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
+    await runCommand(t.db, ['node', 'audit', 'bad'], bufferIo()); // readable while suspended
+    // Before the caches hear of it, its session still names models: its poll gets nothing, and
+    // does not hide the queued job from the others.
+    await user.submit(MODEL, 'a job for the good');
+    expect(await bad.getJob()).toBeNull();
+    const forGood = (await workers.get('good')!.getJob())!;
+    expect(prompt(forGood)).toBe('a job for the good');
+    await workers.get('good')!.report(forGood, prose(MODEL, prompt(forGood)));
+    // The caches learn of it with the key events the auditor announces.
+    const { announceKeyChange } = await import('../src/repositories/key-events.js');
+    await announceKeyChange(t.db);
+    // Its answer to the job it held is not taken: the job goes back to the queue, for another node.
+    const late = await bad.report(held);
+    expect(late.json()).toMatchObject({ status: 'error', points: 0 });
+    await user.submit(MODEL, 'another job');
+    expect(await bad.getJob()).toBeNull();
+    expect((await bad.post('/worker/update_models', { node_url: 'bad', models: [MODEL] }, true)).statusCode).toBe(403);
+    // Nor can it mint points with its node key (CREDIT_POLICY=reports).
+    const minted = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'invented-1', api_key: keys.get('bad'), model_name: MODEL, result: { message: 'x' }, status: 'success' } });
+    expect(minted.statusCode).toBe(403);
+    expect(minted.json().detail).toMatch(/^Node is suspended/);
+    await serve(new Map([['good', workers.get('good')!]]), (_n, job) => prose(MODEL, prompt(job)));
+    expect(await pointsOf('good')).toBe(3);
+
+    const io = bufferIo();
+    expect(await runCommand(t.db, ['node', 'reinstate', 'bad'], io)).toBe(0);
+    expect(io.stdout).toEqual(['node "bad" reinstated: trusted again']);
+    expect(await runCommand(t.db, ['node', 'reinstate', 'bad'], bufferIo())).toBe(1);
+    await sleep(50);
+    expect((await bad.post('/worker/update_models', { node_url: 'bad', models: [MODEL] }, true)).statusCode).toBe(200);
+    await user.submit(MODEL, 'a job for the reinstated');
+    expect(await bad.getJob()).not.toBeNull();
+  });
+
+  it('probes look like any job on the wire, come from fresh prompts, and nobody can read them', async () => {
+    // The app itself makes no probes here (VERIFY_PROBE_INTERVAL 0): the test makes them.
+    const { user, workers } = await start({}, ['p-1', 'p-2']);
+    const opts = { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, server: 'test', onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1 };
+    for (let i = 0; i < 5; i++) expect((await maintain(t.db, opts))?.probed).toHaveLength(1);
+    await user.submit(MODEL, 'a user job', { temperature: 0 });
+    const jobs: Job[] = [];
+    for (let j = await workers.get('p-1')!.getJob(); j; j = await workers.get('p-1')!.getJob()) {
+      jobs.push(j);
+      await workers.get('p-1')!.report(j, prose(MODEL, prompt(j)));
+    }
+    expect(jobs).toHaveLength(6);
+    const shapes = new Set(jobs.map((j) => Object.keys(j).sort().join(',')));
+    expect([...shapes]).toEqual(['api_key,job_id,max_output,messages,model,seed,temperature']);
+    const probes = jobs.filter((j) => prompt(j) !== 'a user job');
+    expect(new Set(probes.map(prompt)).size).toBe(5);
+    expect(probes.every((p) => p.temperature === 0)).toBe(true);
+    for (const p of probes) expect((await user.result(p.job_id)).statusCode).toBe(404);
+  });
+
+  it('reverses exactly once, and every aggregate equals its recomputation across days', async () => {
+    t = await startApp(backend, { verify: VERIFY });
+    const ids: Record<string, number> = {};
+    for (const n of ['keep', 'lose']) {
+      await t.addNode(n);
+      ids[n] = (await q<{ id: number }>('t_node', 'SELECT id::int FROM nodes WHERE name = $1::text', [n]))[0]!.id;
+    }
+    const now = Date.now();
+    let k = 0;
+    for (const n of ['keep', 'lose']) {
+      for (const daysAgo of [0, 0, 1, 3, 3, 10]) {
+        for (const model of ['m-a', 'm-b']) {
+          await recordResult(t.db, { nodeId: ids[n]!, jobId: `j-${k++}`, modelName: model, status: 'success', result: { message: 'x' }, defaultPoints: 1.5,
+            receivedAt: new Date(now - daysAgo * 86_400_000 - k * 1000) });
+        }
+      }
+    }
+    const before = await totalPoints(t.db);
+    const first = await reverse(t.db, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'test');
+    // lose's 10 results of the last 4 days, and keep's j-0.
+    expect(first).toEqual({ results: 11, points: 16.5 });
+    expect(await reverse(t.db, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'again')).toEqual({ results: 0, points: 0 });
+    expect(await totalPoints(t.db)).toBe(before - 16.5);
+    // A reversed result is final: its node re-sending the report is a replay that credits nothing.
+    const again = { nodeId: ids.keep!, jobId: 'j-0', modelName: 'm-a', result: { message: 'x' }, defaultPoints: 1.5 };
+    expect(await recordResult(t.db, { ...again, status: 'success' })).toEqual({ kind: 'replayed', status: 'success' });
+    expect(await recordResult(t.db, { ...again, status: 'error' })).toMatchObject({ kind: 'conflict' });
+    expect(await totalPoints(t.db)).toBe(before - 16.5);
+    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+    expect(stored).toEqual(recomputed);
+    // unique_nodes and daily_points answer from the same aggregates, caches included.
+    const nodes = (await t.app.inject({ method: 'GET', url: '/unique_nodes?model_name=m-a&start_date=' + new Date(now - 2 * 86_400_000).toISOString() })).json();
+    expect(nodes.nodes).toEqual(['keep']);
+    const daily = (await t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: await t.addReader() }, payload: { node_name: 'lose', last_days: 12 } })).json();
+    expect(daily.map((d: { points: number }) => d.points).reduce((a: number, b: number) => a + b, 0)).toBe(3);
+  });
+});
