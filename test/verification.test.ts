@@ -8,6 +8,7 @@ import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
 import { maintain } from '../src/verify/maintenance.js';
+import { auditBatch } from '../src/verify/auditor.js';
 import { reverse } from '../src/verify/reversal.js';
 import { strike } from '../src/verify/standing.js';
 import { backends } from './helpers/db.js';
@@ -172,6 +173,28 @@ describe.each(backends)('verification on $name', (backend) => {
     expect((await bad.post('/worker/update_models', { node_url: 'bad', models: [MODEL] }, true)).statusCode).toBe(200);
     await user.submit(MODEL, 'a job for the reinstated');
     expect(await bad.getJob()).not.toBeNull();
+  });
+
+  it('takes back a report that raced with its node\'s suspension when it audits that job', async () => {
+    // The race, made still: the report is credited (the node was in good standing when its
+    // statement ran), then the node is suspended by strikes whose reversal did not see it.
+    const { user, workers } = await start({ enabled: false }, ['racer']);
+    const racer = workers.get('racer')!;
+    const { id } = (await q<{ id: number }>('t_id', "SELECT id::int FROM nodes WHERE name = 'racer'"))[0]!;
+    await user.submit(MODEL, 'a job answered as the suspension lands', { temperature: 0 });
+    const job = (await racer.getJob())!;
+    expect((await racer.report(job, prose(MODEL, prompt(job)))).json()).toMatchObject({ status: 'success' });
+    expect(await pointsOf('racer')).toBe(1);
+    for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++) await strike(t.db, id, job.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
+    expect(await standing('racer')).toBe('suspended');
+    // Its audit comes after (the completing statement queues it; VERIFY is off here, so the test does).
+    await q('t_queue', 'INSERT INTO job_audits (job_id, finished_at) VALUES ($1::uuid, now())', [job.job_id]);
+    const report = await auditBatch(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY }, server: 'test', onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60 });
+    expect(report).toMatchObject({ audited: 1, copies: 0, reversedPoints: 1 });
+    expect(await pointsOf('racer')).toBe(0);
+    expect(await q('t_ledger', 'SELECT job_id::text, reason FROM point_reversals')).toEqual([{ job_id: job.job_id, reason: 'suspended' }]);
+    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+    expect(stored).toEqual(recomputed);
   });
 
   it('probes look like any job on the wire, come from fresh prompts, and nobody can read them', async () => {

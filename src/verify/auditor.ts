@@ -99,8 +99,13 @@ class Batch {
     }
     const suspects = await this.replays(done);
     await this.judge(done.filter((d) => d.kind === 'verify'));
+    // A report that raced with its node's suspension was credited (its statement saw the node
+    // in good standing), after the suspension's reversal took its snapshot: take it back now.
+    // (Across servers, the maintenance round catches what this misses.)
+    const late = done.filter((d) => d.standing === 'suspended').map((d) => d.id);
+    this.report.reversedPoints += (await reverse(this.tx, { jobIds: late }, 'suspended')).points;
     for (const d of done) {
-      if (d.kind === 'verify') continue;
+      if (d.kind === 'verify' || d.standing === 'suspended') continue;
       const suspicion = suspects.get(d.id) ?? null;
       if (suspicion || d.kind === 'probe' || (d.request.temperature === 0 && (d.standing === 'probation' || Math.random() < v.share))) {
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: [d.node_id], suspicion });
