@@ -188,8 +188,13 @@ async function statementsPerJob(url: string, jobs: number): Promise<string> {
     s[m[1] as 'count' | 'sum'] = Number(m[3]);
     stats.set(m[2]!, s);
   }
-  return [...stats].filter(([, s]) => s.count >= jobs / 100).sort((a, b) => b[1].count - a[1].count)
+  const each = [...stats].filter(([, s]) => s.count >= jobs / 100).sort((a, b) => b[1].count - a[1].count)
     .map(([name, s]) => `${name} ${(s.count / jobs).toFixed(2)} × ${((s.sum / s.count) * 1000).toFixed(2)} ms`).join(', ');
+  // The auditor's statements run in batches, rarely each: their time per job, summed.
+  const verify = [...stats].filter(([name]) => name.startsWith('verify_'));
+  const verifyMs = verify.reduce((t, [, s]) => t + s.sum, 0) * 1000 / jobs;
+  return verify.length === 0 ? each : `${each}; verification statements ${verifyMs.toFixed(3)} ms per job (${verify.sort((a, b) => b[1].sum - a[1].sum).slice(0, 4)
+    .map(([name, s]) => `${name} ${((s.sum * 1000) / jobs).toFixed(3)}`).join(', ')})`;
 }
 
 interface BackendRun { backend: Backend; full: CycleRun; verifiedMean: number; unverifiedMean: number; extraShare: number; waiting: CycleRun; gateway: CycleRun }
@@ -214,6 +219,7 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
         const hb = http(bare.url, o.workers + o.submitters + 8);
         const run = await cycle(hb, nodes, userKey, o.submitters, o.warmup, o.duration);
         console.log(`   VERIFY=off (${n} of 2): ${JSON.stringify(run)}`);
+        console.log(`   statements per job (from /metrics): ${await statementsPerJob(bare.url, run.submitted)}`);
         await hb.pool.close();
         return run;
       } finally {

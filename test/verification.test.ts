@@ -175,6 +175,21 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await bad.getJob()).not.toBeNull();
   });
 
+  it('hands a copy to a worker that starts long-polling after it was queued, and to one that polls without waiting', async () => {
+    const { user, workers } = await start({ share: 1 }, ['first', 'second', 'third']);
+    for (const [i, checker] of ['second', 'third'].entries()) {
+      const content = `a question worth checking, take ${i}`;
+      await user.submit(MODEL, content, { temperature: 0 });
+      const job = (await workers.get('first')!.getJob())!;
+      expect((await workers.get('first')!.report(job, prose(MODEL, content))).statusCode).toBe(200);
+      // The audit queues the copy while nobody waits for it.
+      await until('the copy', async () => (await q<{ n: number }>('t_copy', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'queued'"))[0]!.n === 1);
+      const copy = i === 0 ? await workers.get(checker)!.getJob(5) : await workers.get(checker)!.getJob();
+      expect(copy && prompt(copy)).toBe(content);
+      expect((await workers.get(checker)!.report(copy!, prose(MODEL, content))).statusCode).toBe(200);
+    }
+  });
+
   it('takes back a report that raced with its node\'s suspension when it audits that job', async () => {
     // The race, made still: the report is credited (the node was in good standing when its
     // statement ran), then the node is suspended by strikes whose reversal did not see it.

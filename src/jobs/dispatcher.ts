@@ -11,9 +11,11 @@
 //   them were queued meanwhile, or the round's statement saw queued jobs it did not hand out
 //   (jobs another server holds; asks of a suspended node);
 // - copies of jobs to check a node (src/verify/) are tracked apart: a model with copies waiting
-//   still takes hand-offs, but a new poll looks rather than answering "none" at once. "Empty" is trusted only while notifications are reliable
-//   (LISTEN live); besides, once a second a cheap query asks which waited-for models do have
-//   queued jobs (jobs another server locked and let go, notifications missed).
+//   still takes hand-offs; a new long poll does not look for them (they are offered as they
+//   are queued, and by the recheck below), but a poll that looks once does.
+// "Empty" is trusted only while notifications are reliable (LISTEN live); besides, once a
+// second a cheap query asks which waited-for models do have queued jobs or copies (jobs
+// another server locked and let go, notifications missed, copies no waiter could take).
 // A job submitted on this server for a model with no queued job goes straight to a waiter of
 // that model, in the submission's own statement (claim(), jobs/submit.ts): no queue, no round.
 import type { SessionRow } from '../repositories/sessions.js';
@@ -65,6 +67,12 @@ export class Dispatcher {
   private readonly bySession = new Map<number, Set<Waiter>>();
   /** Waiters to look in the next round, in the order they started waiting. */
   private readonly pending = new Set<Waiter>();
+  /**
+   * Waiters whose round's statement is running: a submission must not claim them, or the two
+   * statements could both lease to one poll (one lease goes back, or the hand-off fails on the
+   * session's capacity and its job is queued).
+   */
+  private readonly looking = new Set<Waiter>();
   private readonly empty = new Set<number>();
   /** Per model, bumped whenever jobs of it are queued: a round may mark a model empty only if this did not move. */
   private readonly queuedGeneration = new Map<number, number>();
@@ -120,7 +128,11 @@ export class Dispatcher {
       const mine = this.bySession.get(session.id);
       while (mine && mine.size >= session.capacity) mine.values().next().value!.settle(null);
       this.add(w);
-      const knownEmpty = this.live && models.every((m) => this.empty.has(m) && !this.copies.has(m));
+      // No job for it: a long poll waits to be claimed or woken (copies are offered to waiters
+      // as they are queued, and once a second by recheck()); a poll that looks once looks for
+      // copies now, or a worker that never waits would never get one.
+      const noJobs = this.live && models.every((m) => this.empty.has(m));
+      const knownEmpty = noJobs && (!w.once || models.every((m) => !this.copies.has(m)));
       if (knownEmpty && w.once) return w.settle(null);
       if (!w.once) w.timer = setTimeout(() => w.settle(null), waitMs);
       if (!knownEmpty) this.pend(w);
@@ -141,7 +153,7 @@ export class Dispatcher {
       const taken: Waiter[] = [];
       for (const w of this.byModel.get(model) ?? []) {
         if (taken.length >= count) break;
-        if (!w.settled && !this.pending.has(w) && !w.gone()) taken.push(w);
+        if (!w.settled && !this.pending.has(w) && !this.looking.has(w) && !w.gone()) taken.push(w);
       }
       out.set(model, taken.map((w) => {
         this.remove(w);
@@ -237,6 +249,7 @@ export class Dispatcher {
         if (batch.length >= this.maxBatch) break;
       }
       if (batch.length === 0) continue;
+      for (const w of batch) this.looking.add(w);
       try {
         await this.round(batch);
       } catch (err) {
@@ -247,6 +260,8 @@ export class Dispatcher {
           if (w.once) w.settle(null);
           else setTimeout(() => this.pend(w), RETRY_MS).unref();
         }
+      } finally {
+        for (const w of batch) this.looking.delete(w);
       }
     }
     this.running = false;
