@@ -143,3 +143,22 @@ describe.runIf(TEST_DATABASE_URL)('migrations on PostgreSQL with instances start
     }
   });
 });
+
+describe.runIf(TEST_DATABASE_URL)('connections to PostgreSQL', () => {
+  it('run without JIT, in and out of transactions, on every connection of the pool', async () => {
+    const db = openPostgres({ connectionString: TEST_DATABASE_URL!, max: 3 });
+    try {
+      const show = sql('t_show_jit', 'SHOW jit');
+      // Three at once: three connections.
+      const outside = await Promise.all([1, 2, 3].map(async () => db.transaction(async (tx) => {
+        const [row] = await tx.query<{ jit: string }>(show);
+        await tx.query(sql('t_sleep', 'SELECT pg_sleep(0.05)'));
+        return row!.jit;
+      })));
+      expect(outside).toEqual(['off', 'off', 'off']);
+      expect((await db.query<{ jit: string }>(show))[0]!.jit).toBe('off');
+    } finally {
+      await db.close();
+    }
+  });
+});

@@ -107,6 +107,14 @@ export function openPostgres(opts: PgOptions): Database {
     statement_timeout: opts.statementTimeoutMillis ?? 15_000,
     // Detect a dead server on idle connections instead of hanging on them.
     keepAlive: true,
+    // No JIT: our statements are short, and one whose estimate crosses jit_above_cost (the
+    // auditor's take, estimated from stale statistics of a queue table) spent 26 ms compiling
+    // to run for 3 (docs/verification.md, Cost). Set on each new connection before the pool
+    // hands it out (a failure fails that checkout) rather than as a startup option, which
+    // connection poolers such as PgBouncer refuse.
+    // pg-pool awaits this hook; @types/pg declares it as returning void.
+    // eslint-disable-next-line @typescript-eslint/no-misused-promises
+    onConnect: async (client) => { await client.query('SET jit = off'); },
   });
   // An idle client losing its connection must not crash the process; the pool drops it.
   pool.on('error', () => {});
