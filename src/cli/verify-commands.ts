@@ -1,6 +1,6 @@
 // ins node audit|reinstate: why a node stands where it does (verification, docs/verification.md),
 // and bringing a suspended node back.
-import { nodeAudit } from '../verify/audit-view.js';
+import { nodeAudit, nodeStanding } from '../verify/audit-view.js';
 import { reinstate } from '../verify/standing.js';
 import { announceKeyChange } from '../repositories/key-events.js';
 import type { Command } from './command.js';
@@ -31,7 +31,7 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
     args: ['NAME'],
     async run(db, [name], { json }, io) {
       if (!(await reinstate(db, name!))) {
-        const a = await nodeAudit(db, name!, 0);
+        const a = await nodeStanding(db, name!, 0);
         throw new CommandError(a ? `node "${name}" is ${a.standing} already` : `no node named "${name}"`);
       }
       // Servers cache keys and sessions with the node's standing.

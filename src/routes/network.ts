@@ -3,7 +3,7 @@
 import { ActiveNodeCountResponses, AvailableModelsResponses, NetworkResponses, NodeViewParams, NodeViewResponses, TotalJobCountResponses } from '../generated/schemas.js';
 import { activeNodeCount, availableModels, jobCounts } from '../jobs/read.js';
 import { networkView, nodeView } from '../jobs/network.js';
-import { nodeAudit, verificationSummary } from '../verify/audit-view.js';
+import { nodeStanding, verificationSummary } from '../verify/audit-view.js';
 import { HttpError } from '../http/http-error.js';
 import { authorizeNodeRead } from './authenticate.js';
 import type { App, Deps } from './types.js';
@@ -27,8 +27,8 @@ export function networkRoutes(app: App, deps: Deps): void {
     const { node_name } = req.params;
     await authorizeNodeRead(deps, req, node_name);
     const view = await nodeView(db, node_name, c.onlineWindow, c.modelsTtl);
-    const audit = await nodeAudit(db, node_name, deps.verifyConfig.evidenceWindow);
-    if (!view || !audit) throw new HttpError(404, 'Node not found');
-    return { ...view, standing: audit.standing, strikes_counting: audit.strikes_counting, points_reversed: audit.reversals.points };
+    const standing = await nodeStanding(db, node_name, deps.verifyConfig.evidenceWindow);
+    if (!view || !standing) throw new HttpError(404, 'Node not found');
+    return { ...view, ...standing };
   });
 }

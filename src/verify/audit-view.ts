@@ -21,11 +21,13 @@ export interface NodeAudit {
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
+// Over nodes n LEFT JOIN node_standing s, $2 the evidence window (s): the strikes that count now.
+const STRIKES_COUNTING = `(SELECT count(*)::int FROM node_strikes k WHERE k.node_id = n.id
+      AND k.at > greatest(now() - make_interval(secs => $2::float8), coalesce(s.reinstated_at, '-infinity')))`;
 // $1 the node's name, $2 the evidence window (s).
 const AUDIT = sql('verify_node_audit', `SELECT n.name, coalesce(s.state, 'trusted') AS standing, ${ISO('s.changed_at')} AS since,
     ${ISO('s.reinstated_at')} AS reinstated_at, coalesce(s.agreements, 0) AS agreements, coalesce(s.clean_streak, 0) AS clean_streak,
-    (SELECT count(*)::int FROM node_strikes k WHERE k.node_id = n.id
-      AND k.at > greatest(now() - make_interval(secs => $2::float8), coalesce(s.reinstated_at, '-infinity'))) AS strikes_counting,
+    ${STRIKES_COUNTING} AS strikes_counting,
     coalesce((SELECT json_agg(x ORDER BY x.at DESC) FROM (
       SELECT ${ISO('k.at')} AS at, k.kind, k.job_id::text AS job_id, k.evidence FROM node_strikes k WHERE k.node_id = n.id ORDER BY k.at DESC LIMIT 50) x), '[]') AS strikes,
     json_build_object(
@@ -40,6 +42,20 @@ const AUDIT = sql('verify_node_audit', `SELECT n.name, coalesce(s.state, 'truste
 /** The node's verification record; undefined when no node has that name. */
 export async function nodeAudit(db: Queryable, name: string, windowSeconds: number): Promise<NodeAudit | undefined> {
   const [row] = await db.query<NodeAudit>(AUDIT, [name, windowSeconds]);
+  return row;
+}
+
+export type NodeStanding = Pick<NodeAudit, 'standing' | 'strikes_counting'> & { points_reversed: number };
+
+// The node view's part of the record (a page polls it): no evidence, and none of the audit's
+// scan of the node's checked jobs. $1 the node's name, $2 the evidence window (s).
+const STANDING = sql('verify_node_standing', `SELECT coalesce(s.state, 'trusted') AS standing, ${STRIKES_COUNTING} AS strikes_counting,
+    (SELECT coalesce(sum(r.points), 0)::float8 FROM point_reversals r WHERE r.node_id = n.id) AS points_reversed
+  FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`);
+
+/** The node's standing, strikes counting and points taken back; undefined when no node has that name. */
+export async function nodeStanding(db: Queryable, name: string, windowSeconds: number): Promise<NodeStanding | undefined> {
+  const [row] = await db.query<NodeStanding>(STANDING, [name, windowSeconds]);
   return row;
 }
 

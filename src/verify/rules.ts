@@ -1,4 +1,4 @@
-// The rules the auditor applies, as pure functions (tested alone in test/verify-rules.test.ts):
+// The rules the auditor applies, as pure functions (tested alone in test/verify-text.test.ts):
 // when two answers agree, who the majority contradicts, how many tokens an answer has, and
 // whether its speed is plausible.
 import { normalise, similarity, words } from './text.js';
