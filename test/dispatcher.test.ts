@@ -25,16 +25,21 @@ class HeldStore implements DispatchStore {
 const leased = (jobId: string) => ({ group: 1, slot: 1, jobId, model: 'm', request: { messages: [], max_output: 0, temperature: 0 }, attempt: 1, queuedSeconds: 0 });
 const nothing: LeaseRound = { rows: [], jobsLeft: new Set(), copiesLeft: new Set() };
 
+/** A live dispatcher with session 1 long-polling, after its first look found nothing: the model is known empty. */
+async function oneWaiting() {
+  const store = new HeldStore();
+  const d = new Dispatcher(store, { recheckMs: 60_000 });
+  d.setLive(true);
+  const first = d.next(session(1), 10_000, () => false);
+  await tick();
+  store.rounds.shift()!.answer(nothing);
+  await tick();
+  return { store, d, first };
+}
+
 describe('dispatcher', () => {
   it('does not let a submission claim a poll whose round is looking, so one poll never gets two leases', async () => {
-    const store = new HeldStore();
-    const d = new Dispatcher(store, { recheckMs: 60_000 });
-    d.setLive(true);
-    const got = d.next(session(1), 10_000, () => false);
-    await tick();
-    // The first look finds nothing: the model is known empty, the poll waits to be claimed.
-    store.rounds.shift()!.answer(nothing);
-    await tick();
+    const { store, d, first: got } = await oneWaiting();
     const [claim] = d.claim(new Map([[MODEL, 1]])).get(MODEL)!;
     await d.settleClaim(claim!, { ...leased('job-1'), group: 0, slot: 0 });
     expect((await got)?.jobId).toBe('job-1');
@@ -56,13 +61,7 @@ describe('dispatcher', () => {
   });
 
   it('lets a new long poll wait quietly while copies may be queued, but a poll that looks once looks for them', async () => {
-    const store = new HeldStore();
-    const d = new Dispatcher(store, { recheckMs: 60_000 });
-    d.setLive(true);
-    const first = d.next(session(1), 10_000, () => false);
-    await tick();
-    store.rounds.shift()!.answer(nothing);
-    await tick();
+    const { store, d, first } = await oneWaiting();
     // Copies were queued that this poll could not take (it ran the job): the model may still have some.
     d.queued(new Map([[MODEL, 1]]), 'copies');
     await tick();

@@ -79,7 +79,7 @@ export class Dispatcher {
   /**
    * Models whose copies (jobs run again to check a node, src/verify/) may be queued. Copies do
    * not make a model non-empty for hand-offs — a submission still goes straight to a waiting
-   * worker — but a poll does not skip looking while one may wait for it.
+   * worker — but a poll that looks once does look while one may wait for it.
    */
   private readonly copies = new Set<number>();
   private readonly copiesGeneration = new Map<number, number>();
@@ -132,10 +132,13 @@ export class Dispatcher {
       // as they are queued, and once a second by recheck()); a poll that looks once looks for
       // copies now, or a worker that never waits would never get one.
       const noJobs = this.live && models.every((m) => this.empty.has(m));
-      const knownEmpty = noJobs && (!w.once || models.every((m) => !this.copies.has(m)));
-      if (knownEmpty && w.once) return w.settle(null);
-      if (!w.once) w.timer = setTimeout(() => w.settle(null), waitMs);
-      if (!knownEmpty) this.pend(w);
+      if (w.once) {
+        if (noJobs && models.every((m) => !this.copies.has(m))) return w.settle(null);
+      } else {
+        w.timer = setTimeout(() => w.settle(null), waitMs);
+        if (noJobs) return;
+      }
+      this.pend(w);
     });
   }
 
