@@ -1,8 +1,11 @@
 # syntax=docker/dockerfile:1
 # Inference Network Service. Multi-stage: compile TypeScript with the dev dependencies, then a
 # runtime image with production dependencies only, running as the unprivileged `node` user.
+# Node 24 (LTS): the newest line every dependency supports (README, "Container"). Built and
+# checked by scripts/image/build.sh and check.sh (CI); podman needs `--format docker` to keep
+# the HEALTHCHECK.
 
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: `prepare` builds, and the sources are not here yet.
@@ -13,12 +16,12 @@ COPY scripts ./scripts
 COPY web ./web
 RUN npm run build
 
-FROM node:20-bookworm-slim AS deps
+FROM node:24-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=8000 \
@@ -30,7 +33,8 @@ COPY --from=build /app/web/dist ./web/dist
 COPY package.json openapi.json ./
 COPY migrations ./migrations
 COPY bin ./bin
-RUN mkdir -p /data && chown node:node /data
+# 0700: the embedded database's files are the service's alone (a new volume copies this mode).
+RUN mkdir -p /data && chown node:node /data && chmod 700 /data
 USER node
 # The embedded database lives here when DATABASE_URL is not set.
 VOLUME ["/data"]

@@ -20,10 +20,13 @@ export function parseBackends(list: string): Backend[] {
   });
 }
 
-/** Runs `ins ARGS`; resolves with its stdout, rejects when it fails. */
-export function ins(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+/** The built CLI of another checkout (e.g. `--baseline DIR`, to compare with the code before a change in one run). */
+export const entryOf = (root: string): string => path.join(path.resolve(root), 'dist', 'cli', 'entry.js');
+
+/** Runs `ins ARGS` (of `entry`, this checkout's by default); resolves with its stdout, rejects when it fails. */
+export function ins(args: string[], env: NodeJS.ProcessEnv, entry = ENTRY): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [ENTRY, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [entry, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('error', reject);
@@ -74,15 +77,18 @@ export async function adminQuery(url: string, text: string, values: unknown[] = 
 
 export interface Server { child: ChildProcess; url: string; stop: () => Promise<void> }
 
-export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string, extraEnv: Record<string, string> = {}): Promise<Server> {
+/** The built server (`ins serve` of this checkout, or `entry`: a CLI entry, or the node arguments that start a server). */
+export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string, extraEnv: Record<string, string> = {}, entry: string | string[] = ENTRY): Promise<Server> {
   const log = openSync(logFile, 'w');
   // e.g. BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=bench-results/profiles" to profile the server.
   const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, ENTRY, 'serve'], {
+  const child = spawn(process.execPath, [...nodeArgs, ...(Array.isArray(entry) ? entry : [entry, 'serve'])], {
     env: {
       ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info',
       RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '0',
       RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0',
+      // Thousands of workers poll from this one address (the idle scenario): no long-poll cap either.
+      RATE_LIMIT_LONG_POLLS_PER_KEY: '0', RATE_LIMIT_LONG_POLLS_PER_IP: '0',
       ...extraEnv,
     },
     stdio: ['ignore', log, log],

@@ -10,14 +10,18 @@
 // depend on the prompt (as honest nodes would), so verification (on, with its defaults, as in
 // production, but the speed check: bench workers answer at once) remembers every answer and
 // runs its share of copies; the full cycle runs once
-// more with VERIFY=off on a server of its own, to tell what verification costs.
+// more with VERIFY=off on a server of its own, to tell what verification costs. Then the seed's
+// way of waiting, polling get_result (bench/polls.ts; against another checkout too with
+// --baseline DIR), and with --variants what the dispatcher's shortcuts are worth (bench/variants.ts).
 import { randomBytes } from 'node:crypto';
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { Pool } from 'undici';
-import { adminQuery, freshDatabase, ins, parseBackends, percentile, printRows, ROOT, startServer, type Backend } from './common.js';
+import { adminQuery, freshDatabase, ins, parseBackends, printRows, ROOT, startServer, type Backend } from './common.js';
+import { cycle, http, type CycleRun } from './cycle.js';
 import { ourQueueCycle, pgBossCycle, type CycleResult } from './queue-cycle.js';
+import { pollComparison, type PollRun } from './polls.js';
+import { variantComparison, type VariantRun } from './variants.js';
 
 export interface DispatchOptions {
   workers: number;
@@ -28,132 +32,13 @@ export interface DispatchOptions {
   databaseUrl: string;
   pairs: number[];
   out: string | undefined;
-}
-
-const MODEL = 'bench-dispatch:latest';
-const now = () => performance.now();
-
-interface Http { pool: Pool; json: <T>(method: 'GET' | 'POST', path: string, headers?: Record<string, string>, body?: unknown) => Promise<{ status: number; body: T }> }
-
-function http(url: string, connections: number): Http {
-  const pool = new Pool(url, { connections, pipelining: 1, keepAliveTimeout: 60_000 });
-  return {
-    pool,
-    async json<T>(method: 'GET' | 'POST', p: string, headers: Record<string, string> = {}, body?: unknown) {
-      const res = await pool.request({ method, path: p, headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
-      return { status: res.statusCode, body: (await res.body.json()) as T };
-    },
-  };
-}
-
-interface JobData { job_id: string; api_key: string; model: string; messages: { content: string }[] }
-
-const WORDS = 'the a of to in is that it for on light water river stone city night garden market bridge paper clock salt honey ocean bread quiet bright ancient small gentle distant golden narrow runs falls turns holds keeps'.split(' ');
-/** About 50 words that depend only on the prompt: what an honest node at temperature 0 answers. */
-function answerTo(prompt: string): string {
-  let h = 2166136261;
-  const out: string[] = [];
-  for (let i = 0; i < 50; i++) {
-    for (const c of `${i}${prompt}`) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
-    out.push(WORDS[h % WORDS.length]!);
-  }
-  return out.join(' ');
-}
-let prompts = 0;
-const nextPrompt = () => `bench prompt ${++prompts}: tell me something about ${prompts * 7}`;
-
-export interface CycleRun { jobsPerSecond: number; submitToLease: { p50: number; p99: number }; submitToResult: { p50: number; p99: number }; submitted: number; completed: number; lost: number; duplicated: number; dbCheck: string }
-
-/** How a client gets a job done: submit_job + get_result (the seed system's clients), or one OpenAI chat completion. */
-type ClientMode = 'jobs' | 'openai';
-
-/** W workers and S clients for warmup + duration seconds; then the clients stop and the workers drain the queue. */
-async function cycle(h: Http, workers: { key: string; name: string }[], userKey: string, submitters: number, warmup: number, duration: number, mode: ClientMode = 'jobs'): Promise<CycleRun> {
-  const submittedAt = new Map<string, number>();
-  const leasedAt = new Map<string, number>();
-  const reported = new Map<string, number>();
-  const toLease: number[] = [];
-  const toResult: number[] = [];
-  let completedInWindow = 0;
-  let stopSubmitting = false;
-  let stopWorkers = false;
-  const start = now();
-  const windowStart = start + warmup * 1000;
-  const windowEnd = windowStart + duration * 1000;
-
-  const tokens = await Promise.all(workers.map(async (w) => {
-    const reg = await h.json<{ access_token: string }>('POST', '/worker/register_node', { authorization: `Bearer ${w.key}` }, { node_url: w.name, node_version: 'bench', stats: {} });
-    if (reg.status !== 200) throw new Error(`register_node ${reg.status}`);
-    const auth = { authorization: `Bearer ${reg.body.access_token}` };
-    const upd = await h.json('POST', '/worker/update_models', auth, { node_url: w.name, models: [MODEL] });
-    if (upd.status !== 200) throw new Error(`update_models ${upd.status}`);
-    return auth;
-  }));
-
-  const worker = async (auth: Record<string, string>) => {
-    while (!stopWorkers) {
-      const res = await h.json<{ job_data: JobData | null }>('GET', '/worker/get_job?node_version=bench&wait=2', auth);
-      const job = res.body.job_data;
-      if (!job) continue;
-      const t = now();
-      if (!leasedAt.has(job.job_id)) leasedAt.set(job.job_id, t);
-      const r = await h.json<{ replayed: boolean }>('POST', '/worker/update_result', {}, { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content: answerTo(job.messages.at(-1)?.content ?? '') } }, status: 'success' });
-      if (r.status === 200 && !r.body.replayed) reported.set(job.job_id, (reported.get(job.job_id) ?? 0) + 1);
-    }
-  };
-
-  // The job of a completion is known by its id, chatcmpl-<job id>, once it is done.
-  const viaJobs = async (t0: number): Promise<string> => {
-    const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_output: 64, temperature: 0 });
-    if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
-    const id = sub.body.job_id;
-    submittedAt.set(id, t0);
-    for (;;) {
-      const r = await h.json('GET', `/get_result/${id}?wait=30`, { api_key: userKey });
-      if (r.status === 200) return id;
-      if (r.status !== 404) throw new Error(`get_result ${r.status}`);
-    }
-  };
-  const viaOpenAI = async (t0: number): Promise<string> => {
-    const r = await h.json<{ id: string }>('POST', '/v1/chat/completions', { authorization: `Bearer ${userKey}` }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_tokens: 64, temperature: 0 });
-    if (r.status !== 200) throw new Error(`chat/completions ${r.status}`);
-    const id = r.body.id.slice('chatcmpl-'.length);
-    submittedAt.set(id, t0);
-    return id;
-  };
-  const submitter = async () => {
-    while (!stopSubmitting) {
-      const t0 = now();
-      const id = await (mode === 'jobs' ? viaJobs(t0) : viaOpenAI(t0));
-      const t1 = now();
-      if (t0 >= windowStart && t1 <= windowEnd) {
-        completedInWindow++;
-        toResult.push(t1 - t0);
-        const leased = leasedAt.get(id);
-        if (leased !== undefined) toLease.push(leased - t0);
-      }
-    }
-  };
-
-  const workerLoops = tokens.map(worker);
-  const submitterLoops = Array.from({ length: submitters }, submitter);
-  await new Promise((r) => setTimeout(r, (warmup + duration) * 1000));
-  stopSubmitting = true;
-  await Promise.all(submitterLoops);
-  stopWorkers = true;
-  await Promise.all(workerLoops);
-
-  toLease.sort((a, b) => a - b);
-  toResult.sort((a, b) => a - b);
-  const lost = [...submittedAt.keys()].filter((id) => !reported.has(id)).length;
-  const duplicated = [...reported.values()].filter((n) => n > 1).length;
-  const round = (x: number) => Math.round(x * 10) / 10;
-  return {
-    jobsPerSecond: Math.round(completedInWindow / duration),
-    submitToLease: { p50: round(percentile(toLease, 50)), p99: round(percentile(toLease, 99)) },
-    submitToResult: { p50: round(percentile(toResult, 50)), p99: round(percentile(toResult, 99)) },
-    submitted: submittedAt.size, completed: reported.size, lost, duplicated, dbCheck: '',
-  };
+  /** The poll mode: workers and submitters (the issue's 32 and 64). */
+  pollWorkers: number;
+  pollSubmitters: number;
+  /** Another built checkout to compare the poll mode with (the code before a change). */
+  baseline: string | undefined;
+  /** Also measure the dispatcher's shortcuts on and off. */
+  variants: boolean;
 }
 
 /**
@@ -261,7 +146,17 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
   const runs: BackendRun[] = [];
   let port = 18_500 + (process.pid % 500);
-  for (const backend of parseBackends(o.backends)) runs.push(await benchBackend(o, backend, port++));
+  const polls = new Map<Backend, PollRun[]>();
+  const variants = new Map<Backend, VariantRun[]>();
+  for (const backend of parseBackends(o.backends)) {
+    runs.push(await benchBackend(o, backend, port++));
+    console.log(`   the seed's way of waiting: ${o.pollSubmitters} submitters poll get_result every 20 ms, ${o.pollWorkers} workers${o.baseline ? `; against ${o.baseline} too` : ''}`);
+    polls.set(backend, await pollComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.pollWorkers, submitters: o.pollSubmitters, warmup: o.warmup, duration: o.duration, baseline: o.baseline }));
+    if (o.variants) {
+      console.log('   the dispatcher\'s shortcuts on and off (VERIFY=off):');
+      variants.set(backend, await variantComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.workers, submitters: o.submitters, warmup: o.warmup, duration: o.duration }));
+    }
+  }
   const cycles: CycleResult[] = [];
   for (const pairs of o.pairs) {
     cycles.push(await ourQueueCycle(o.databaseUrl, pairs, o.duration));
@@ -290,9 +185,27 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
       const added = Math.round((r.gateway.submitToResult.p50 - r.full.submitToResult.p50) * 10) / 10;
       return [r.backend, String(r.gateway.jobsPerSecond), `${r.gateway.submitToResult.p50} / ${r.gateway.submitToResult.p99}`, String(r.full.submitToResult.p50), `${added} [${added <= 2 ? 'met' : 'MISSED'}]`];
     })]);
+  console.log(`\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every 20 ms, ${o.pollWorkers} workers, VERIFY=off${o.baseline ? ' (current and baseline alternating: mean of two runs each)' : ''}:`);
+  const mean = (xs: number[]) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
+  printRows([['backend', 'code', 'jobs/s', 'submit→result p50/p99 ms', 'pending polls', 'of them answered from memory', 'jobs_own / jobs_standings statements per poll'],
+    ...[...polls].flatMap(([backend, rs]) => (['current', 'baseline'] as const).filter((c) => rs.some((r) => r.code === c)).map((code) => {
+      const of = rs.filter((r) => r.code === code);
+      return [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))), `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
+        String(mean(of.map((r) => r.pendingPolls))), String(mean(of.map((r) => r.fromMemory))),
+        `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`];
+    }))]);
+  if (variants.size > 0) {
+    console.log('\nthe dispatcher\'s shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):');
+    printRows([['backend', 'variant', 'jobs/s', 'statements per job', 'waiting worker: submit→lease p50/p99 ms'],
+      ...[...variants].flatMap(([backend, rs]) => [...new Set(rs.map((r) => r.variant))].map((variant) => {
+        const of = rs.filter((r) => r.variant === variant);
+        return [backend, variant, String(mean(of.map((r) => r.full.jobsPerSecond))), String(mean(of.map((r) => r.statementsPerJob))),
+          `${mean(of.map((r) => r.waiting.submitToLease.p50))} / ${mean(of.map((r) => r.waiting.submitToLease.p99))}`];
+      }))]);
+  }
   console.log('\nthe queue alone, one process, no HTTP (submit/send, lease/fetch, complete), PostgreSQL:');
   printRows([['queue', 'pairs', 'jobs/s', 'p50 ms', 'p99 ms'], ...cycles.map((c) => [c.queue, String(c.pairs), String(c.jobsPerSecond), String(c.p50), String(c.p99)])]);
   const out = o.out ?? path.join(ROOT, 'bench-results', `dispatch-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-  writeFileSync(out, JSON.stringify({ options: o, cores: cpus().length, node: process.version, runs, cycles }, null, 2));
+  writeFileSync(out, JSON.stringify({ options: o, cores: cpus().length, node: process.version, runs, polls: Object.fromEntries(polls), variants: Object.fromEntries(variants), cycles }, null, 2));
   console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);
 }

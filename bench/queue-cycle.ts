@@ -69,7 +69,7 @@ export async function ourQueueCycle(serverUrl: string, pairs: number, seconds: n
       await declareModels(db, s.id, [modelId]);
       sessions.push((await findSessionByTokenHash(db, hashKey(s.token), 3600))!);
     }
-    const c = await Coordinator.start(db, { ...DEFAULT_COORDINATOR, defaultPointsPerJob: 1, audit: false, events: { leased: () => {}, finished: () => {}, leasesExpired: () => {}, error: (e) => console.error(e) } });
+    const c = await Coordinator.start(db, { ...DEFAULT_COORDINATOR, defaultPointsPerJob: 1, audit: false, onError: (e) => console.error(e) });
     try {
       const r = await pairsFor(seconds, pairs, async (pair) => {
         const session = sessions[pair]!;

@@ -2,13 +2,15 @@
 // - endpoints (default): the record-keeping endpoints over an imported history (bench/endpoints.ts);
 // - dispatch: the coordinator's cycle over HTTP, then the queue alone against pg-boss (bench/dispatch.ts);
 // - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts);
-// - worker: `ins worker` between the server and an instant backend (bench/worker.ts).
+// - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
+// - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts).
 // Every size is a flag (--help).
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
 import { dispatchScenario } from './dispatch.js';
 import { idleScenario } from './idle.js';
 import { workerScenario } from './worker.js';
+import { ledgerScenario } from './ledger.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -25,6 +27,10 @@ const { values: flags } = parseArgs({
     workers: { type: 'string', default: '64' },
     submitters: { type: 'string', default: '32' },
     pairs: { type: 'string', default: '32,8' },
+    'poll-workers': { type: 'string', default: '32' },
+    'poll-submitters': { type: 'string', default: '64' },
+    baseline: { type: 'string' },
+    variants: { type: 'boolean', default: false },
     idle: { type: 'string', default: '5000' },
     backends: { type: 'string', default: 'postgres,pglite' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/test' },
@@ -35,12 +41,15 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker|ledger] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
+             [--poll-workers W (32)] [--poll-submitters S (64)] [--baseline DIR (a built checkout to compare polling with)]
+             [--variants (the dispatcher's hand-off and empty-model memory, on and off)]
   idle:      [--idle N (5000 long-polling workers)]
   worker:    [--submitters S (32)] (the first of --backends)
+  ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -60,13 +69,18 @@ async function main(): Promise<void> {
         connections: num('connections'), dataDir: flags['data-dir'], keep: flags.keep,
       });
     case 'dispatch':
-      return dispatchScenario({ ...common, workers: num('workers'), submitters: num('submitters'), pairs: flags.pairs.split(',').map(Number).filter((n) => n > 0) });
+      return dispatchScenario({
+        ...common, workers: num('workers'), submitters: num('submitters'), pairs: flags.pairs.split(',').map(Number).filter((n) => n > 0),
+        pollWorkers: num('poll-workers'), pollSubmitters: num('poll-submitters'), baseline: flags.baseline, variants: flags.variants,
+      });
     case 'idle':
       return idleScenario({ ...common, idle: num('idle') });
     case 'worker':
       return workerScenario({ ...common, submitters: num('submitters') });
+    case 'ledger':
+      return ledgerScenario({ databaseUrl: flags['database-url'], results: num('results'), nodes: num('nodes'), models: num('models'), out: flags.out, keep: flags.keep });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle or worker)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker or ledger)`);
   }
 }
 

@@ -17,6 +17,14 @@ export interface WorkerBenchOptions { duration: number; warmup: number; backends
 const MODEL = 'bench-worker:latest';
 const BACKEND_MS = 20;
 
+/** Resolves once the worker's metrics answer (it started; on a busy machine that takes a while). */
+async function metricsUp(url: string): Promise<void> {
+  for (const end = Date.now() + 60_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100))) {
+    if (await fetch(`${url}/metrics`).then((r) => r.ok, () => false)) return;
+  }
+  throw new Error(`the worker's metrics did not answer on ${url}`);
+}
+
 async function scrape(url: string, name: string): Promise<{ sum: number; count: number }> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const get = (suffix: string) => Number(new RegExp(`^${name}_${suffix} ([\\d.e+-]+)$`, 'm').exec(text)?.[1] ?? 0);
@@ -68,8 +76,9 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
     };
     try {
       // Throughput: an instant backend, --concurrency 8, 32 submitters.
+      const url = `http://127.0.0.1:${metricsPort}`;
       let w = startWorker(8);
-      await new Promise((r) => setTimeout(r, 1500));
+      await metricsUp(url);
       await run(o.submitters, o.warmup);
       const throughput = await run(o.submitters, o.duration);
       await stopWorker(w);
@@ -78,8 +87,7 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
       // Overhead: one job at a time, the backend taking BACKEND_MS.
       fake.delayMs = BACKEND_MS;
       w = startWorker(1);
-      await new Promise((r) => setTimeout(r, 1500));
-      const url = `http://127.0.0.1:${metricsPort}`;
+      await metricsUp(url);
       const [jobs0, own0] = [await scrape(url, 'ins_worker_job_seconds'), await scrape(url, 'ins_worker_overhead_seconds')];
       const serial = await run(1, Math.max(5, o.duration / 2));
       const [jobs1, own1] = [await scrape(url, 'ins_worker_job_seconds'), await scrape(url, 'ins_worker_overhead_seconds')];

@@ -5,18 +5,16 @@ import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
-import { PrincipalCache } from './auth/authenticate.js';
-import { RosterCache } from './repositories/model-roster.js';
-import { PointsLoader } from './repositories/points.js';
-import { ResultRecorder } from './results/recorder.js';
 import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
-import { createMetrics, recordAudit, type Metrics } from './http/metrics.js';
+import { createMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
-import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits } from './config.js';
+import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits, type TrustProxy } from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
-import { Verifier } from './verify/verifier.js';
+import { Service, type LedgerOptions, type ServiceOptions } from './service.js';
+
+export type { LedgerOptions } from './service.js';
 import { dailyPointsRoute } from './routes/daily-points.js';
 import { operationsRoutes } from './routes/operations.js';
 import { dashboardRoutes } from './routes/dashboard.js';
@@ -31,11 +29,11 @@ import { jobProgressRoute } from './routes/worker/job-progress.js';
 import { getPointsRoute } from './routes/get-points.js';
 import { submitJobRoute } from './routes/user/submit-job.js';
 import { getResultRoutes } from './routes/user/get-result.js';
+import { cancelJobRoute } from './routes/user/cancel-job.js';
 import { networkRoutes } from './routes/network.js';
 import { openAIRoutes } from './routes/openai/index.js';
 import type { Deps } from './routes/types.js';
-import { Coordinator } from './jobs/coordinator.js';
-import { announceKeyChange } from './repositories/key-events.js';
+import { ledgerRoutes } from './routes/ledger.js';
 
 export interface AppOptions {
   db: Database;
@@ -50,12 +48,16 @@ export interface AppOptions {
   keepAliveTimeoutMs?: number;
   /** Off unless given: tests opt in; the server passes the configured limits. */
   rateLimits?: RateLimits;
-  /** Behind a reverse proxy: take the client address from X-Forwarded-For. */
-  trustProxy?: boolean;
+  /** Behind reverse proxies at these addresses or networks: the client address from X-Forwarded-For, as far as they wrote it. */
+  trustProxy?: TrustProxy;
   /** The job coordinator's settings; the defaults of config.ts where absent. */
   coordinator?: Partial<CoordinatorConfig>;
   /** How nodes' answers are checked; the defaults of config.ts where absent. */
   verify?: Partial<VerifyConfig>;
+  /** The dispatcher's measurement switches (benchmarks only): see ServiceOptions. */
+  dispatch?: ServiceOptions['dispatch'];
+  /** The points ledger (docs/ledger.md). */
+  ledger?: LedgerOptions;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -83,7 +85,7 @@ function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
   });
 }
 
-export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { metrics: Metrics }> {
+export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { metrics: Metrics; service: Service; ledger: Service['ledger'] }> {
   const app = Fastify({
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
     bodyLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT,
@@ -119,57 +121,47 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   });
 
   const limiters = await registerRateLimits(app, opts.rateLimits ?? NO_RATE_LIMITS);
-  const principals = new PrincipalCache();
-  const detach = await principals.attach(opts.db);
-  app.addHook('onClose', async () => detach());
-  const defaultPointsPerJob = opts.defaultPointsPerJob ?? 1;
-  const coordinatorConfig: CoordinatorConfig = { ...DEFAULT_COORDINATOR, ...opts.coordinator };
-  // Done jobs wake the auditor (verify/), made right after the coordinator (nothing runs between).
-  const verifyConfig: VerifyConfig = { ...DEFAULT_VERIFY, ...opts.verify };
-  const coordinator = await Coordinator.start(opts.db, {
-    ...coordinatorConfig,
-    defaultPointsPerJob,
-    audit: verifyConfig.enabled,
-    events: {
-      leased: (seconds) => metrics.dispatchLatency.observe(seconds),
-      finished: (state, n) => {
-        metrics.jobsFinished.inc({ state }, n);
-        if (state === 'done') verifier.jobsDone();
-      },
-      leasesExpired: (n) => metrics.leaseExpiries.inc(n),
-      error: (err) => app.log.error({ err }, 'coordinator'),
-    },
-  });
-  metrics.live.waitingWorkers = () => coordinator.waitingWorkers;
-  const verifier = new Verifier(opts.db, {
-    verify: verifyConfig, server: coordinator.server,
-    onlineWindow: coordinatorConfig.onlineWindow, modelsTtl: coordinatorConfig.modelsTtl, jobTimeout: coordinatorConfig.jobTimeout,
-    events: {
+  // The domain, composed apart from HTTP (src/service.ts); the metrics observe it.
+  const service = await Service.start(opts.db, {
+    coordinator: { ...DEFAULT_COORDINATOR, ...opts.coordinator },
+    verify: { ...DEFAULT_VERIFY, ...opts.verify },
+    defaultPointsPerJob: opts.defaultPointsPerJob ?? 1,
+    ...(opts.dispatch ? { dispatch: opts.dispatch } : {}),
+    ...(opts.ledger ? { ledger: opts.ledger } : {}),
+  }, {
+    outcomes: [outcomeMetrics(metrics)],
+    verification: {
       audited: (report) => {
         recordAudit(metrics, report);
-        coordinator.jobsQueued(report.queued, 'copies');
-        // Sessions and keys are cached with the node's standing: a suspended node must serve nothing at once.
-        if (report.suspended.length) void announceKeyChange(opts.db).catch((err: unknown) => app.log.error({ err }, 'verification'));
+        if (report.setAside.length) app.log.error({ jobs: report.setAside }, 'verification: jobs set aside unaudited, their audit failed');
       },
-      probed: (models) => {
-        metrics.verification.inc({ event: 'probe' }, models.length);
-        coordinator.jobsQueued(new Map(models.map((m) => [m, 1])));
-      },
+      probed: (models) => metrics.verification.inc({ event: 'probe' }, models.length),
       reversed: (points) => metrics.pointsReversed.inc(points),
-      error: (err) => app.log.error({ err }, 'verification'),
+    },
+    ledger: {
+      closed: (report) => {
+        metrics.ledgerDaysClosed.inc(report.closed.length);
+        if (report.closed.length) app.log.info({ days: report.closed, recomputed: report.recomputed }, 'ledger: days closed');
+        if (report.disagreements.length) app.log.error({ disagreements: report.disagreements.slice(0, 20) }, 'ledger: daily_points disagrees with the entries of a day closed now (changed by hand?)');
+      },
+      error: (err) => {
+        metrics.ledgerCloseFailures.inc();
+        app.log.error({ err }, 'ledger: closing days failed; retrying at the next look');
+      },
+      cannotSign: (keyId) => app.log.warn({ keyId }, 'ledger: this server has no private key (it lives in another server\'s LEDGER_KEY_FILE): it serves the ledger but closes no day'),
+    },
+    warn: (err, what) => app.log.warn({ err }, what),
+    error: (err, where) => {
+      metrics.backgroundFailures.inc({ task: where });
+      app.log.error({ err }, where);
     },
   });
+  metrics.live.waitingWorkers = () => service.coordinator.waitingWorkers;
   // Waiting polls answer at once when the server stops, rather than holding the shutdown.
-  app.addHook('preClose', (done) => { coordinator.drain(); done(); });
+  app.addHook('preClose', (done) => { service.drain(); done(); });
   closeUnusedConnectionsOnClose(app);
-  app.addHook('onClose', async () => {
-    await verifier.close();
-    await coordinator.close();
-  });
-  const deps: Deps = {
-    db: opts.db, metrics, defaultPointsPerJob, principals, limiters, coordinator, coordinatorConfig, verifyConfig,
-    rosters: new RosterCache(opts.db), points: new PointsLoader(opts.db), results: new ResultRecorder(opts.db),
-  };
+  app.addHook('onClose', () => service.close());
+  const deps: Deps = { service, metrics, limiters };
   updateResultRoute(app, deps);
   uniqueNodesRoute(app, deps);
   dailyPointsRoute(app, deps);
@@ -182,11 +174,13 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   getPointsRoute(app, deps);
   submitJobRoute(app, deps);
   getResultRoutes(app, deps);
+  cancelJobRoute(app, deps);
   networkRoutes(app, deps);
+  ledgerRoutes(app, deps);
   await openAIRoutes(app, deps);
   await operationsRoutes(app, deps);
   await dashboardRoutes(app);
 
   await app.ready();
-  return Object.assign(app, { metrics });
+  return Object.assign(app, { metrics, service, ledger: service.ledger });
 }

@@ -1,5 +1,6 @@
 // Configuration from the environment, validated as a whole: every problem is reported, each
 // on its own line, and the process exits 1 before doing anything.
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { parsePoints } from './points-value.js';
 import { EnvReader } from './config-env.js';
@@ -15,16 +16,33 @@ export interface RateLimits {
   completionsPerUser: number;
   /** Chat completions running at once per user key, on one server. */
   concurrentPerUser: number;
+  /** job_progress calls per minute per job key (a worker streams at most ten pieces a second, and a heartbeat). */
+  progressPerKey: number;
+  /** Long polls (get_result and get_job with `wait`) waiting at once, per key and per client address, on one server; past either, a poll answers at once. */
+  longPollsPerKey: number;
+  longPollsPerIp: number;
 }
 
 /** Generous enough that a worker reporting every few seconds is never throttled. */
-export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30, completionsPerUser: 600, concurrentPerUser: 32 };
-export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0, completionsPerUser: 0, concurrentPerUser: 0 };
+export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30, completionsPerUser: 600, concurrentPerUser: 32, progressPerKey: 1200, longPollsPerKey: 64, longPollsPerIp: 1000 };
+export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0, completionsPerUser: 0, concurrentPerUser: 0, progressPerKey: 0, longPollsPerKey: 0, longPollsPerIp: 0 };
+
+/** How DATABASE_URL reaches PostgreSQL (db/pg.ts): auto finds a transaction pooler by itself. */
+export type DatabasePooler = 'auto' | 'transaction' | 'none';
+
+/**
+ * Whom to believe about the client's address (X-Forwarded-For): nobody (false), or the proxies
+ * at these addresses, networks (CIDR) or proxy-addr's names (loopback, linklocal, uniquelocal).
+ */
+export type TrustProxy = false | string[];
 
 export interface Config {
   port: number;
   host: string;
   databaseUrl: string | undefined;
+  /** A direct connection for LISTEN when DATABASE_URL is a transaction pooler. */
+  databaseDirectUrl: string | undefined;
+  databasePooler: DatabasePooler;
   dataDir: string;
   logLevel: string;
   bodyLimit: number;
@@ -35,10 +53,14 @@ export interface Config {
   migrateOnStart: boolean;
   headersTimeoutMs: number;
   keepAliveTimeoutMs: number;
-  trustProxy: boolean;
+  trustProxy: TrustProxy;
   rateLimits: RateLimits;
   coordinator: CoordinatorConfig;
   verify: VerifyConfig;
+  /** Not from the environment: the dispatcher's measurement switches, set only by the benchmark (bench/serve-variant.ts). */
+  dispatch?: { handOff?: boolean; trackEmpty?: boolean };
+  /** The ledger's signing key (PEM); unset: kept in the database (docs/ledger.md). */
+  ledgerKeyFile: string | undefined;
 }
 
 /** reports: node keys credit any new job_id (the original contract); dispatched: only leases this service handed out earn points. */
@@ -74,38 +96,86 @@ export class ConfigError extends Error {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
-/** The variables, their defaults and meaning: the README's configuration table. */
+/** What an operator sets: the variables, their defaults and meaning (the README's configuration table). */
 export const CONFIG_DOC: [string, string, string][] = [
   ['PORT', '8000', 'TCP port to listen on'],
   ['HOST', '0.0.0.0', 'address to listen on'],
   ['DATABASE_URL', '(unset)', 'PostgreSQL URL; unset = embedded PGlite in DATA_DIR'],
+  ['DATABASE_DIRECT_URL', '(unset)', 'a direct PostgreSQL URL for LISTEN, when DATABASE_URL is a pooler'],
+  ['DATABASE_POOLER', 'auto', 'auto, transaction (DATABASE_URL is PgBouncer in transaction mode) or none'],
   ['DATA_DIR', './data', 'directory of the embedded database'],
+  ['DB_POOL_MAX', '20', 'PostgreSQL connections per server'],
   ['LOG_LEVEL', 'info', 'fatal, error, warn, info, debug, trace or silent'],
+  ['TRUST_PROXY', 'false', 'addresses or networks of your reverse proxies, e.g. 10.0.0.0/8 (false: none)'],
   ['BODY_LIMIT', '1MiB', 'largest request body: bytes, or with kb/KiB/mb/MiB'],
-  ['DEFAULT_POINTS_PER_JOB', '1', 'points of a success for models without their own points_per_job'],
-  ['DB_POOL_MAX', '20', 'PostgreSQL connections of the pool'],
-  ['REQUEST_TIMEOUT_MS', '30000', 'longest time to receive a whole request'],
-  ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
-  ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first (`--no-migrate` too)'],
-  ['HEADERS_TIMEOUT_MS', '10000', 'longest time to receive request headers (slow clients are cut off)'],
-  ['KEEP_ALIVE_TIMEOUT_MS', '65000', 'how long an idle keep-alive connection stays open'],
-  ['TRUST_PROXY', 'false', 'behind a reverse proxy: client address from X-Forwarded-For'],
   ['RATE_LIMIT_PER_IP', String(DEFAULT_RATE_LIMITS.perIp), 'requests per minute per client address (0 = off)'],
+  ['DEFAULT_POINTS_PER_JOB', '1', 'points of a success for models without their own points_per_job'],
+  ['CREDIT_POLICY', 'reports', 'reports: node keys credit any new job_id; dispatched: only leased jobs earn points'],
+  ['JOB_TIMEOUT', `${DEFAULT_COORDINATOR.jobTimeout}s`, "a job's deadline after submission (s, m, h)"],
+  ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
+  ['LEDGER_KEY_FILE', '(unset)', "the points ledger's Ed25519 signing key, PEM (created if missing); unset = generated into the database (docs/ledger.md)"],
+  ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first'],
+];
+
+/** Thresholds and timeouts with measured defaults: docs/operations.md, "Advanced settings". */
+export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
+  ['REQUEST_TIMEOUT_MS', '30000', 'longest time to receive a whole request'],
+  ['HEADERS_TIMEOUT_MS', '10000', 'longest time to receive request headers (slow clients are cut off)'],
+  ['KEEP_ALIVE_TIMEOUT_MS', '65000', 'how long an idle keep-alive connection stays open (longer than a proxy keeps its idle upstream connections)'],
+  ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
   ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key (0 = off)'],
   ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key (0 = off)'],
   ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 (0 = off)'],
   ['RATE_LIMIT_COMPLETIONS_PER_USER', String(DEFAULT_RATE_LIMITS.completionsPerUser), 'chat completions per minute per user key (0 = off)'],
   ['RATE_LIMIT_CONCURRENT_PER_USER', String(DEFAULT_RATE_LIMITS.concurrentPerUser), 'chat completions running at once per user key, per server (0 = off)'],
-  ['CREDIT_POLICY', 'reports', 'reports: node keys credit any new job_id; dispatched: only jobs this service leased earn points'],
-  ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
-  ['JOB_TIMEOUT', `${DEFAULT_COORDINATOR.jobTimeout}s`, "a job's deadline after submission (s, m, h; a request may ask for up to MAX_JOB_TIMEOUT)"],
+  ['RATE_LIMIT_LONG_POLLS_PER_KEY', String(DEFAULT_RATE_LIMITS.longPollsPerKey), 'get_result/get_job polls waiting at once per key, per server; past it a poll answers at once, as with wait=0 (0 = off)'],
+  ['RATE_LIMIT_LONG_POLLS_PER_IP', String(DEFAULT_RATE_LIMITS.longPollsPerIp), 'the same per client address (0 = off)'],
   ['MAX_JOB_TIMEOUT', `${DEFAULT_COORDINATOR.maxJobTimeout / 3600}h`, 'the longest deadline a request may ask for'],
+  ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
   ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
-  ...VERIFY_CONFIG_DOC,
+  ...VERIFY_CONFIG_DOC.filter(([name]) => name !== 'VERIFY'),
 ];
+
+const TRUST_NAMES = ['loopback', 'linklocal', 'uniquelocal'];
+
+/** An address, a network (address/bits or IPv4 address/netmask) or a proxy-addr name. */
+function isTrustable(item: string): boolean {
+  if (TRUST_NAMES.includes(item)) return true;
+  const [address, bits, ...rest] = item.split('/');
+  const family = isIP(address ?? '');
+  if (family === 0 || rest.length > 0) return false;
+  if (bits === undefined) return true;
+  if (/^\d+$/.test(bits)) return Number(bits) <= (family === 4 ? 32 : 128);
+  return family === 4 && isIP(bits) === 4;
+}
+
+// TRUST_PROXY=true once meant "believe the left-most X-Forwarded-For entry", which the client
+// writes: any client could name its own address and step around per-address limits. A hop count
+// (Fastify refuses it too) cannot tell a proxy from a client that connects directly.
+function readTrustProxy(r: EnvReader): TrustProxy {
+  const raw = r.get('TRUST_PROXY');
+  const value = raw?.toLowerCase();
+  if (value === undefined || ['false', 'no', 'off', '0'].includes(value)) return false;
+  const instead = 'set TRUST_PROXY to the addresses or networks of your proxies, e.g. TRUST_PROXY=127.0.0.1 or TRUST_PROXY=10.0.0.0/8,fd00::/8 (docs/operations.md, "Behind a proxy")';
+  if (['true', 'yes', 'on'].includes(value)) {
+    r.problems.push(`TRUST_PROXY=${raw}: no longer accepted, because it believed whatever address a client wrote into X-Forwarded-For; ${instead}`);
+    return false;
+  }
+  if (/^\d+$/.test(value)) {
+    r.problems.push(`TRUST_PROXY=${raw}: a number of proxies cannot tell a proxy from a client that connects directly; ${instead}`);
+    return false;
+  }
+  const items = value.split(',').map((s) => s.trim());
+  const bad = items.filter((item) => !isTrustable(item));
+  if (bad.length > 0) {
+    r.problems.push(`TRUST_PROXY: ${bad.map((b) => JSON.stringify(b)).join(', ')} is not an address, a network (address/bits) or one of ${TRUST_NAMES.join(', ')}; ${instead}`);
+    return false;
+  }
+  return items;
+}
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const r = new EnvReader(env);
@@ -117,6 +187,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     authFailuresPerIp: r.int('RATE_LIMIT_AUTH_FAILURES_PER_IP', DEFAULT_RATE_LIMITS.authFailuresPerIp, 0, 10_000_000),
     completionsPerUser: r.int('RATE_LIMIT_COMPLETIONS_PER_USER', DEFAULT_RATE_LIMITS.completionsPerUser, 0, 10_000_000),
     concurrentPerUser: r.int('RATE_LIMIT_CONCURRENT_PER_USER', DEFAULT_RATE_LIMITS.concurrentPerUser, 0, 1_000_000),
+    // Not a setting: what an honest worker needs, with room (README, Security).
+    progressPerKey: DEFAULT_RATE_LIMITS.progressPerKey,
+    longPollsPerKey: r.int('RATE_LIMIT_LONG_POLLS_PER_KEY', DEFAULT_RATE_LIMITS.longPollsPerKey, 0, 1_000_000),
+    longPollsPerIp: r.int('RATE_LIMIT_LONG_POLLS_PER_IP', DEFAULT_RATE_LIMITS.longPollsPerIp, 0, 1_000_000),
   };
 
   const logLevel = (r.get('LOG_LEVEL') ?? 'info').toLowerCase();
@@ -134,6 +208,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     problems.push('DATABASE_URL: expected a postgres:// or postgresql:// URL (unset it to use the embedded database)');
   }
+  const databaseDirectUrl = r.get('DATABASE_DIRECT_URL');
+  if (databaseDirectUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseDirectUrl)) problems.push('DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL');
+  if (databaseDirectUrl !== undefined && databaseUrl === undefined) problems.push('DATABASE_DIRECT_URL is set without DATABASE_URL: it is the direct way to the same PostgreSQL database');
+  const pooler = (r.get('DATABASE_POOLER') ?? 'auto').toLowerCase();
+  if (pooler !== 'auto' && pooler !== 'transaction' && pooler !== 'none') problems.push(`DATABASE_POOLER=${JSON.stringify(pooler)}: expected auto, transaction or none`);
 
   const policy = r.get('CREDIT_POLICY') ?? 'reports';
   if (policy !== 'reports' && policy !== 'dispatched') problems.push(`CREDIT_POLICY=${JSON.stringify(policy)}: expected reports or dispatched`);
@@ -154,6 +233,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     port: r.int('PORT', 8000, 0, 65535),
     host: r.get('HOST') ?? '0.0.0.0',
     databaseUrl,
+    databaseDirectUrl,
+    databasePooler: pooler === 'transaction' || pooler === 'none' ? pooler : 'auto',
     dataDir: path.resolve(r.get('DATA_DIR') ?? './data'),
     logLevel,
     bodyLimit: r.size('BODY_LIMIT', 1024 * 1024, 1024, 1024 ** 3, '1KiB to 1GiB, e.g. 1048576 or 1MiB'),
@@ -164,10 +245,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     migrateOnStart: r.bool('MIGRATE_ON_START', true),
     headersTimeoutMs: r.int('HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
     keepAliveTimeoutMs: r.int('KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 3_600_000),
-    trustProxy: r.bool('TRUST_PROXY', false),
+    trustProxy: readTrustProxy(r),
     rateLimits,
     coordinator,
     verify: readVerifyConfig(r),
+    ledgerKeyFile: r.get('LEDGER_KEY_FILE') === undefined ? undefined : path.resolve(r.get('LEDGER_KEY_FILE')!),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -18,6 +18,11 @@ export function newKey(kind: KeyKind): { key: string; hash: string } {
   return { key, hash: hashKey(key) };
 }
 
+const WELL_FORMED = /^[a-z]{2}_[A-Za-z0-9_-]{43}$/;
+
+/** A key as newKey() makes them: its prefix, then 32 random bytes in base64url. */
+export const isWellFormedKey = (key: string): boolean => WELL_FORMED.test(key);
+
 /** The kind a key's prefix tells; undefined for keys without one (imported node keys). */
 export function keyKind(key: string): KeyKind | undefined {
   for (const [kind, prefix] of KINDS) if (key.startsWith(prefix)) return kind;

@@ -7,6 +7,7 @@ import { openDatabase } from './db/open.js';
 import { migrate } from './db/migrate.js';
 import { countNodes } from './repositories/nodes.js';
 import type { Database } from './db/database.js';
+import type { Lifecycle } from './jobs/lifecycle.js';
 
 export function createLogger(level: string): Logger {
   return pino({
@@ -23,11 +24,13 @@ export interface RunningServer {
   url: string;
   /** The open database, e.g. for the CLI's admin socket (closed by close()). */
   db: Database;
+  /** The app's job lifecycle: operator commands run inside the server change jobs through it. */
+  jobs: Lifecycle;
   close(): Promise<void>;
 }
 
 export async function startServer(config: Config, logger: Logger): Promise<RunningServer> {
-  const db = await openDatabase(config, 'server');
+  const db = await openDatabase(config, 'server', (message) => logger.warn(message));
   try {
     if (config.migrateOnStart) {
       const applied = await migrate(db);
@@ -46,6 +49,8 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       trustProxy: config.trustProxy,
       coordinator: config.coordinator,
       verify: config.verify,
+      ...(config.dispatch ? { dispatch: config.dispatch } : {}),
+      ledger: { keyFile: config.ledgerKeyFile, closeEvery: 3600 },
     });
     const url = await app.listen({ port: config.port, host: config.host });
 
@@ -67,7 +72,7 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
         await db.close();
       }
     })());
-    return { url, db, close };
+    return { url, db, jobs: app.service.coordinator.lifecycle, close };
   } catch (err) {
     await db.close();
     throw err;

@@ -74,6 +74,31 @@ describe('Batcher', () => {
     await expect(failing[1]).rejects.toThrow('boom');
     expect(await b.load(3)).toBe(3);
   });
+
+  it('with alone, runs the items of a failed batch one by one: each caller gets its own answer', async () => {
+    const runs: number[][] = [];
+    const b = new Batcher(async (xs: number[]) => {
+      runs.push(xs);
+      if (xs.includes(13)) throw new Error(`refused ${xs.join(',')}`);
+      return xs.map((x) => x * 10);
+    }, { maxBatch: 10, maxInFlight: 1, alone: true });
+    const settled = await Promise.allSettled([1, 13, 2, 3].map((x) => b.load(x)));
+    expect(settled.map((s) => (s.status === 'fulfilled' ? s.value : (s.reason as Error).message))).toEqual([10, 'refused 13', 20, 30]);
+    expect(runs).toEqual([[1, 13, 2, 3], [1], [13], [2], [3]]);
+  });
+
+  it('with alone, fails a batch at once on a database outage (alone, every item would fail alike)', async () => {
+    let calls = 0;
+    const outage = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
+    const b = new Batcher(async (xs: number[]) => {
+      calls++;
+      if (calls === 1) throw outage;
+      return xs;
+    }, { maxBatch: 10, maxInFlight: 1, alone: true });
+    const settled = await Promise.allSettled([1, 2, 3].map((x) => b.load(x)));
+    expect(settled.every((s) => s.status === 'rejected' && s.reason === outage)).toBe(true);
+    expect(calls).toBe(1);
+  });
 });
 
 /** Counts the statements run under each name. */
@@ -136,6 +161,19 @@ describe.each(backends)('batched statements on $name', (backend) => {
     expect(settled.map((s) => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
     const [row] = await db.query<{ n: number }>({ name: 'batch_ok_count', text: "SELECT count(*)::int AS n FROM job_results WHERE job_id LIKE 'ok-with-bad-%'" });
     expect(row!.n).toBe(3);
+  });
+
+  it('retries a refused batch of several groups item by item, each recorded once and told so', async () => {
+    const recorder = new ResultRecorder(db, { batch: { maxBatch: 16, maxInFlight: 1 } });
+    // Explicit times make groups of their own: the batch is one transaction, so the groups
+    // that went before the refused report commit nothing and are recorded alone, as new.
+    const at = (r: Report, receivedAt: string): Report => ({ ...r, receivedAt });
+    const good = [at(report('c', 'groups-1', 'success'), '2026-01-01T00:00:00Z'), at(report('c', 'groups-2', 'success'), '2026-01-02T00:00:00Z')];
+    const bad = at(report('c', 'y'.repeat(200), 'success'), '2026-01-03T00:00:00Z');
+    const settled = await Promise.allSettled([good[0]!, good[1]!, bad].map((r) => recorder.record(r)));
+    expect(settled.map((s) => (s.status === 'fulfilled' ? s.value.kind : 'rejected'))).toEqual(['recorded', 'recorded', 'rejected']);
+    const { stored, recomputed } = await aggregatesAndRecomputation(db);
+    expect(stored).toEqual(recomputed);
   });
 
   it('gives concurrent daily_points requests the answers they get alone, in fewer statements', async () => {

@@ -48,11 +48,21 @@ describe('ins and the coordinator', () => {
       expect(shown.leases).toEqual([expect.objectContaining({ attempt: 1, node: 'gpu-a', outcome: null })]);
       expect((await ins('job', 'show', leasedId)).stdout).toMatch(/leases:\n\s+ATTEMPT\s+NODE/);
 
-      // Only a queued job can be canceled; its owner then reads it as canceled.
-      expect((await ins('job', 'cancel', leasedId)).code).toBe(1);
+      // A queued or a leased job can be canceled; its owner then reads it as canceled, and the
+      // node working on the leased one is refused (400, nothing credited) when it reports.
+      const leasedCancel = await ins('job', 'cancel', leasedId);
+      expect(leasedCancel.code).toBe(0);
+      expect(leasedCancel.stdout).toMatch(/canceled \(it was leased\)/);
+      const late = await call('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: leasedId, api_key: (job as unknown as { api_key: string }).api_key, model_name: 'm-1', result: { message: 'x' }, status: 'success' }) });
+      expect(late.status).toBe(400);
+      expect(String(late.body.detail)).toMatch(/canceled/);
       const cancel = await ins('job', 'cancel', queuedId);
       expect(cancel.code).toBe(0);
+      expect((await ins('job', 'cancel', queuedId)).code).toBe(1);
       expect((await call(`/get_result/${queuedId}`, { headers: { api_key: userKey } })).body).toMatchObject({ status: 'canceled', result: { message: { content: '' } } });
+      expect(JSON.parse((await ins('job', 'show', leasedId, '--json')).stdout)).toMatchObject({ state: 'canceled', leases: [expect.objectContaining({ outcome: 'canceled' })] });
+      // Counted by the server the command ran in (ins_jobs_finished_total).
+      expect(await (await fetch(`${server.url}/metrics`)).text()).toMatch(/ins_jobs_finished_total\{state="canceled"\} 2/);
       for (const bad of [['job', 'show', 'nope'], ['job', 'list', '--state', 'lost'], ['job', 'list', '--limit', '0'], ['node', 'list', '--state', 'queued']]) {
         expect((await ins(...bad)).code, bad.join(' ')).toBe(2);
       }

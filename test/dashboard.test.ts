@@ -53,11 +53,18 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
       const job = (await call('/worker/get_job', { method: 'GET', headers: { authorization: `Bearer ${token}` } })).job_data as { job_id: string; api_key: string };
       await call('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: job.job_id, api_key: job.api_key, model_name: 'llama3.2:latest', result: { message: 'a secret answer' }, status: 'success' }) });
     }
+    // The server closes the days of the imported history at start (the ledger, docs/ledger.md):
+    // days up to two days ago, under the default 24 h window.
+    const closedThrough = async () => ((await (await fetch(`${server.url}/ledger/days?last_days=1`)).json()) as { closed_through: string | null }).closed_through;
+    for (const end = Date.now() + 120_000; (await closedThrough()) !== day(2);) {
+      if (Date.now() > end) throw new Error(`the server did not close the imported days (closed through ${await closedThrough()})`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
-  });
+  }, 180_000);
 
   afterAll(async () => {
     await browser?.close();
@@ -97,6 +104,13 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     expect(api.at(-1)).toEqual({ date: day(0), points: 4 });
     expect(await page.locator('#chart canvas').count()).toBeGreaterThan(0);
     await page.locator('details summary').click();
+    // The closed days of the last 30 (29 to 2 days ago), each checked in the browser, with the signed total equal to daily_points.
+    await page.locator('#node-ledger').waitFor({ state: 'visible' });
+    const ledger = await page.locator('#ledger-table tbody tr').evaluateAll((trs) => trs.map((tr) => ({ day: (tr as HTMLElement).dataset.day, verified: (tr as HTMLElement).dataset.verified, points: tr.querySelectorAll('td')[1]!.textContent })));
+    expect(ledger.map((r) => r.day)).toEqual(Array.from({ length: 28 }, (_, i) => day(i + 2)));
+    expect(ledger.every((r) => r.verified === 'true')).toBe(true);
+    for (const r of ledger) expect(Number(r.points)).toBe(api.find((d) => d.date === r.day)!.points);
+    expect(await page.locator('#ledger-summary').textContent()).toMatch(/^28 of 28 closed days verified in this browser, signed by key [0-9a-f]{16}\.$/);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-node.png'), fullPage: true });
 
     // 7 and 90 days through the select.
@@ -110,6 +124,30 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     await page.focus('#node-key');
     await page.keyboard.press('Enter');
     await expect.poll(() => page.locator('#points-table tbody tr').count()).toBe(7);
+    expect(consoleErrors.get(page)).toEqual([]);
+    await page.close();
+  });
+
+  it("marks a day not verified when the node's entries are not what was signed", async () => {
+    const page = await open({ width: 1280, height: 900 });
+    // The service (here: the wire, changed in transit) answers one entry with more points than it signed.
+    await page.route(`**/ledger/days/${day(3)}/nodes/*`, async (route) => {
+      const res = await route.fetch();
+      const body = (await res.json()) as { entries: { points: string }[] };
+      body.entries[0]!.points = '100';
+      await route.fulfill({ response: res, json: body });
+    });
+    await page.fill('#node-name', 'rig-berlin-01');
+    await page.fill('#node-key', KEY);
+    await page.selectOption('#node-days', '7');
+    await page.click('button:has-text("Show points")');
+    await page.locator('#node-ledger').waitFor({ state: 'visible' });
+    const bad = page.locator(`#ledger-table tbody tr[data-day="${day(3)}"]`);
+    expect(await bad.getAttribute('data-verified')).toBe('false');
+    expect(await bad.locator('td').nth(3).textContent()).toMatch(/^✗ credited: 100 now, 1\.5 when the day closed$/);
+    expect(await page.locator('#ledger-table tbody tr[data-verified="false"]').count()).toBe(1);
+    expect(await page.locator('#ledger-summary').textContent()).toMatch(/^4 of 5 closed days verified/);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-ledger-changed.png'), fullPage: true });
     expect(consoleErrors.get(page)).toEqual([]);
     await page.close();
   });

@@ -4,7 +4,7 @@
 // databases in test/coordinator.test.ts and test/verification.test.ts.
 import { describe, expect, it } from 'vitest';
 import { Dispatcher, type DispatchStore } from '../src/jobs/dispatcher.js';
-import type { Ask, Group, LeaseRound } from '../src/jobs/lease.js';
+import type { Ask, Group, LeaseRound } from '../src/jobs/sql/lease.js';
 import type { SessionRow } from '../src/repositories/sessions.js';
 
 const MODEL = 7;
@@ -22,13 +22,13 @@ class HeldStore implements DispatchStore {
   async abandonOldest(): Promise<void> {}
   async queuedModels(): Promise<{ jobs: number[]; copies: number[] }> { return { jobs: [], copies: [] }; }
 }
-const leased = (jobId: string) => ({ group: 1, slot: 1, jobId, model: 'm', request: { messages: [], max_output: 0, temperature: 0 }, attempt: 1, queuedSeconds: 0 });
+const leased = (jobId: string) => ({ group: 1, slot: 1, jobId, model: 'm', request: { messages: [], max_output: 0, temperature: 0 }, attempt: 1, queuedSeconds: 0, prefix: '' });
 const nothing: LeaseRound = { rows: [], jobsLeft: new Set(), copiesLeft: new Set() };
 
 /** A live dispatcher with session 1 long-polling, after its first look found nothing: the model is known empty. */
 async function oneWaiting() {
   const store = new HeldStore();
-  const d = new Dispatcher(store, { recheckMs: 60_000 });
+  const d = new Dispatcher(store, { recheckMs: 60_000, onError: (err) => { throw err; } });
   d.setLive(true);
   const first = d.next(session(1), 10_000, () => false);
   await tick();
@@ -41,7 +41,7 @@ describe('dispatcher', () => {
   it('does not let a submission claim a poll whose round is looking, so one poll never gets two leases', async () => {
     const { store, d, first: got } = await oneWaiting();
     const [claim] = d.claim(new Map([[MODEL, 1]])).get(MODEL)!;
-    await d.settleClaim(claim!, { ...leased('job-1'), group: 0, slot: 0 });
+    d.settleClaim(claim!, { ...leased('job-1'), group: 0, slot: 0 });
     expect((await got)?.jobId).toBe('job-1');
     // Another poll: the model is known empty, so it does not look.
     const again = d.next(session(2), 10_000, () => false);

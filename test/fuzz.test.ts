@@ -5,6 +5,11 @@
 // of cases; `npm run fuzz` (FUZZ_RUNS) runs many more.
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { DEFAULT_VERIFY } from '../src/config-verify.js';
+import { auditBatch } from '../src/verify/auditor.js';
+import { MAX_JSON_DEPTH } from '../src/validation/python-json.js';
+import { isUnstorable } from '../src/validation/pydantic.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { snapshot } from './helpers/state.js';
@@ -43,6 +48,27 @@ const nasty = fc.oneof(
   fc.constantFrom('', ' ', '\u0000', '\ud800', '😀', 'null', '7', '7.0', ' 7 ', 'success', 'error', '2024-01-01', 'x'.repeat(129)),
 );
 const field = <T>(good: fc.Arbitrary<T>) => fc.oneof({ weight: 3, arbitrary: good }, { weight: 2, arbitrary: nasty });
+// Text PostgreSQL cannot store: a NUL or a lone surrogate somewhere in it.
+const unstorable = fc.tuple(fc.string({ maxLength: 10 }), fc.constantFrom('\u0000', '\ud800', '\udfff', 'a\u0000b', '\udc00\ud800'), fc.string({ maxLength: 10 })).map(([a, b, c]) => a + b + c);
+// JSON text nested `depth` levels (arrays and objects at random) around a leaf, around the limit
+// (MAX_JSON_DEPTH) and far beyond it, well-formed or cut short; built as text, as no JS value that
+// deep survives JSON.stringify.
+const deepJson = fc.record({
+  depth: fc.oneof(fc.integer({ min: MAX_JSON_DEPTH - 3, max: MAX_JSON_DEPTH + 3 }), fc.integer({ min: 1, max: 6_000 })),
+  kinds: fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }),
+  leaf: fc.oneof(fc.constantFrom('1', '"x"', '"\\u0000"', 'null', '{}', '[]'), unstorable.map((u) => JSON.stringify(u))),
+  cut: fc.option(fc.nat(), { nil: undefined }),
+}).map(({ depth, kinds, leaf, cut }) => {
+  let open = '';
+  let close = '';
+  for (let i = 0; i < depth; i++) {
+    const object = kinds[i % kinds.length]!;
+    open += object ? '{"a":' : '[';
+    close = (object ? '}' : ']') + close;
+  }
+  const text = open + leaf + close;
+  return cut === undefined ? text : text.slice(0, cut % text.length);
+});
 
 describe.each(backends)('fuzz on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -96,6 +122,59 @@ describe.each(backends)('fuzz on $name', (backend) => {
         (body) => expect(body).toEqual({ job_id: expect.any(String), status: expect.stringMatching(/^(success|error)$/), points: expect.any(Number), replayed: expect.any(Boolean) }),
       );
     }), params);
+  });
+
+  it('bodies nested deep, well-formed or not, never fail the server (400 past MAX_JSON_DEPTH) and change nothing when refused', async () => {
+    // The model no node serves: a /v1 request that passes answers 404 at once instead of waiting for a node.
+    const where = fc.constantFrom('result', 'extra', 'body');
+    await fc.assert(fc.asyncProperty(deepJson, where, fc.constantFrom('/worker/update_result', '/submit_job', '/daily_points', '/v1/chat/completions'), async (deep, at, url) => {
+      const payload = at === 'body' ? deep
+        : `{"job_id": "deep-${Math.random().toString(36).slice(2)}", "api_key": "${nodeKey}", "model_name": "m", "status": "success", "model": "unserved-model", "messages": [{"role": "user", "content": "x"}], "${at}": ${deep}}`;
+      const headers = { 'content-type': 'application/json', api_key: url === '/daily_points' ? readerKey : userKey };
+      const before = await snapshot(t.db);
+      const res = await t.app.inject({ method: 'POST', url, payload, headers });
+      expect(res.statusCode, res.body.slice(0, 300)).toBeLessThan(500);
+      if (res.statusCode >= 400) expect(await snapshot(t.db)).toEqual(before);
+      const body = JSON.parse(res.body) as { detail?: unknown; error?: unknown };
+      if (res.statusCode === 400 && url !== '/v1/chat/completions') expect(body).toEqual({ detail: 'There was an error parsing the body' });
+      if (url === '/v1/chat/completions' && res.statusCode >= 400) expect(body.error).toBeDefined();
+    }), params);
+  });
+
+  it('text PostgreSQL cannot store, anywhere in a /v1 request for a served model, is a 400 that changes nothing', async () => {
+    const text = fc.oneof(fc.string({ maxLength: 10 }), unstorable);
+    const content = fc.oneof(text, fc.array(fc.record({ type: fc.constant('text'), text }), { minLength: 1, maxLength: 3 }));
+    const message = fc.record({ role: fc.constantFrom('user', 'system', 'assistant', 'developer'), content });
+    const request = fc.record({ model: fc.oneof({ weight: 4, arbitrary: fc.constant('fuzz-model') }, { weight: 1, arbitrary: unstorable }), messages: fc.array(message, { minLength: 1, maxLength: 3 }) })
+      .filter((r) => [r.model, ...r.messages.flatMap((m) => (typeof m.content === 'string' ? [m.content] : m.content.map((p) => p.text)))].some(isUnstorable));
+    await fc.assert(fc.asyncProperty(request, fc.constantFrom('/v1/chat/completions', '/chat/completions'), fc.boolean(), async (r, url, bearer) => {
+      const before = await snapshot(t.db);
+      // A request that got through would wait for a node: a second at most, then 504 (still a failure here).
+      const res = await t.app.inject({ method: 'POST', url, payload: { ...r, request_timeout_time: 1 }, headers: bearer ? { authorization: `Bearer ${userKey}` } : { api_key: userKey } });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.json()).toMatchObject({ error: { type: 'invalid_request_error', code: 'invalid_value' } });
+      expect(await snapshot(t.db)).toEqual(before);
+    }), params);
+  });
+
+  it('job-key reports with any token counts never fail the server, keep only counts an int holds, and every job stays auditable', async () => {
+    const count = fc.oneof(fc.integer({ min: 0, max: 2 ** 31 - 1 }), fc.constantFrom(-1, 2 ** 31 - 1, 2 ** 31, 3e9, 2 ** 53 + 1, 1e300, 0.5, '12', null), nasty);
+    const usage = fc.option(fc.record({ prompt_tokens: count, completion_tokens: count }, { requiredKeys: [] }), { nil: undefined });
+    const auth = { authorization: `Bearer ${sessionToken}` };
+    await fc.assert(fc.asyncProperty(usage, usage, async (u, inResult) => {
+      await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: userKey }, payload: { model: 'fuzz-model', messages: [{ role: 'user', content: 'count' }] } });
+      await t.app.inject({ method: 'POST', url: '/worker/update_models', headers: auth, payload: { models: ['fuzz-model'] } });
+      const job = (await t.app.inject({ method: 'GET', url: '/worker/get_job?node_version=1', headers: auth })).json<{ job_data: { job_id: string; api_key: string; model: string } | null }>().job_data;
+      expect(job).not.toBeNull();
+      const payload = { job_id: job!.job_id, api_key: job!.api_key, model_name: job!.model, status: 'success', result: { message: 'counted', ...(inResult ? { usage: inResult } : {}) }, ...(u ? { usage: u } : {}) };
+      await unchangedUnless2xx(() => t.app.inject({ method: 'POST', url: '/worker/update_result', payload }), () => undefined);
+      const [kept] = await t.db.query<{ usage: Record<string, unknown> | null }>(sql('fuzz_usage', 'SELECT usage FROM jobs WHERE id = $1::uuid'), [job!.job_id]);
+      for (const v of Object.values(kept?.usage ?? {})) expect(Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 2 ** 31 - 1, String(v)).toBe(true);
+    }), params);
+    // Whatever was kept, the audit takes every done job and sets none aside.
+    await t.db.query(sql('fuzz_queue_audits', "INSERT INTO job_audits (job_id, finished_at) SELECT id, finished_at FROM jobs WHERE state = 'done' ON CONFLICT DO NOTHING"));
+    const opts = { verify: { ...DEFAULT_VERIFY, share: 0, probeInterval: 0 }, onlineWindow: 60, modelsTtl: 21_600, jobTimeout: 240, checks: t.app.service.coordinator.lifecycle };
+    for (let report = await auditBatch(t.db, opts); report; report = await auditBatch(t.db, opts)) expect(report.setAside).toEqual([]);
   });
 
   it('POST /daily_points never fails the server', async () => {

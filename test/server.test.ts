@@ -33,9 +33,10 @@ describe('ins serve', () => {
     const closed = new Promise((r) => socket.once('close', r));
     // Headers and half the body, then the signal, then the rest.
     socket.write(`POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 20)}`);
-    await new Promise((r) => setTimeout(r, 200));
+    // The request is on the wire before the signal; the rest follows once the server is shutting down.
+    await new Promise((r) => socket.write('', r));
     server.child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 300));
+    await expect.poll(() => server.logs(), { timeout: 30_000, interval: 20 }).toContain('shutting down');
     socket.write(body.slice(20));
     await closed;
     expect(response).toMatch(/^HTTP\/1.1 200/);

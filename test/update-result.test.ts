@@ -188,7 +188,7 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
       const old = await t.addNode('delta');
       const fresh = await rotateNodeKey(t.db, 'delta');
       expect((await post(report(old))).statusCode).toBe(401);
-      expect((await post(report(fresh!))).statusCode).toBe(200);
+      expect((await post(report(fresh!.key))).statusCode).toBe(200);
     });
 
     it('413 for a body over the limit, recording nothing', async () => {

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { DailyPointsRequest, UniqueNodesQuery, UpdateResultRequest } from '../src/generated/schemas.js';
 import { MalformedJson, validatePart, type PydanticError } from '../src/validation/pydantic.js';
-import { pythonJsonFailure } from '../src/validation/python-json.js';
+import { JsonTooDeep, MAX_JSON_DEPTH, pythonJsonFailure } from '../src/validation/python-json.js';
 import { parseDateTime } from '../src/validation/datetime.js';
 import { parseJsonBody } from '../src/http/content.js';
 
@@ -174,5 +174,28 @@ describe('malformed JSON located as Python json does', () => {
 
   it('accepts what Python accepts', () => {
     expect(pythonJsonFailure(' {"a": [1, -2.5e3, true, null, "\\u00e9"]} ')).toBeNull();
+  });
+
+  it(`locates errors down to ${MAX_JSON_DEPTH} levels, and refuses deeper documents, well-formed or not, as unparseable (400)`, () => {
+    const limit = MAX_JSON_DEPTH;
+    expect(pythonJsonFailure(`${'['.repeat(limit)}x`)).toEqual({ pos: limit, msg: 'Expecting value' });
+    expect(() => pythonJsonFailure(`${'['.repeat(limit + 1)}x`)).toThrow(JsonTooDeep);
+    expect(() => pythonJsonFailure('['.repeat(900_000))).toThrow(JsonTooDeep);
+    expect(parseJsonBody(`${'['.repeat(limit)}${']'.repeat(limit)}`)).toHaveLength(1);
+    for (const text of [`${'['.repeat(limit + 1)}${']'.repeat(limit + 1)}`, `${'{"a":'.repeat(limit + 1)}1${'}'.repeat(limit + 1)}`, '['.repeat(limit + 1)]) {
+      expect(() => parseJsonBody(text)).toThrow(expect.objectContaining({ statusCode: 400, detail: 'There was an error parsing the body' }));
+    }
+  });
+});
+
+describe('text PostgreSQL cannot store, at any depth', () => {
+  const deep = (depth: number, leaf: unknown): unknown => JSON.parse(`${'{"a":'.repeat(depth)}${JSON.stringify(leaf)}${'}'.repeat(depth)}`);
+  it.each([1, 64, 66, MAX_JSON_DEPTH - 1])('finds a NUL, an unpaired surrogate or a bad key %d levels down in result', (depth) => {
+    for (const leaf of ['a\u0000', '\ud800', { 'k\u0000': 1 }, ['ok', '\udc00']]) {
+      const r = validatePart(UpdateResultRequest, 'body', { ...good, result: deep(depth, leaf) });
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.errors).toMatchObject([{ type: 'value_error', loc: ['body', 'result'] }]);
+    }
+    expect(validatePart(UpdateResultRequest, 'body', { ...good, result: deep(depth, ['fine', '😀']) }).ok).toBe(true);
   });
 });

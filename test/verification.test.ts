@@ -169,7 +169,6 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await runCommand(t.db, ['node', 'reinstate', 'bad'], io)).toBe(0);
     expect(io.stdout).toEqual(['node "bad" reinstated: trusted again']);
     expect(await runCommand(t.db, ['node', 'reinstate', 'bad'], bufferIo())).toBe(1);
-    await sleep(50);
     expect((await bad.post('/worker/update_models', { node_url: 'bad', models: [MODEL] }, true)).statusCode).toBe(200);
     await user.submit(MODEL, 'a job for the reinstated');
     expect(await bad.getJob()).not.toBeNull();
@@ -204,7 +203,7 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await standing('racer')).toBe('suspended');
     // Its audit comes after (the completing statement queues it; VERIFY is off here, so the test does).
     await q('t_queue', 'INSERT INTO job_audits (job_id, finished_at) VALUES ($1::uuid, now())', [job.job_id]);
-    const report = await auditBatch(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY }, server: 'test', onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60 });
+    const report = await auditBatch(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, checks: t.app.service.coordinator.lifecycle });
     expect(report).toMatchObject({ audited: 1, copies: 0, reversedPoints: 1 });
     expect(await pointsOf('racer')).toBe(0);
     expect(await q('t_ledger', 'SELECT job_id::text, reason FROM point_reversals')).toEqual([{ job_id: job.job_id, reason: 'suspended' }]);
@@ -215,8 +214,13 @@ describe.each(backends)('verification on $name', (backend) => {
   it('probes look like any job on the wire, come from fresh prompts, and nobody can read them', async () => {
     // The app itself makes no probes here (VERIFY_PROBE_INTERVAL 0): the test makes them.
     const { user, workers } = await start({}, ['p-1', 'p-2']);
-    const opts = { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, server: 'test', onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1 };
-    for (let i = 0; i < 5; i++) expect((await maintain(t.db, opts))?.probed).toHaveLength(1);
+    const lifecycle = t.app.service.coordinator.lifecycle;
+    const opts = { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle };
+    for (let i = 0; i < 5; i++) {
+      const r = await maintain(t.db, opts);
+      expect(r?.probed).toHaveLength(1);
+      lifecycle.apply(r!.outcome!);
+    }
     await user.submit(MODEL, 'a user job', { temperature: 0 });
     const jobs: Job[] = [];
     for (let j = await workers.get('p-1')!.getJob(); j; j = await workers.get('p-1')!.getJob()) {

@@ -73,7 +73,7 @@ export class PrincipalCache {
 
   /** Subscribes to key events; resolves to the unsubscribe function. */
   async attach(db: Database): Promise<() => Promise<void>> {
-    const unsubscribe = onLocalKeyChange(() => this.invalidate());
+    const unsubscribe = onLocalKeyChange(db, () => this.invalidate());
     const stop = await db.listen(KEY_EVENTS_CHANNEL, () => this.invalidate(), (live) => this.setLive(live));
     return async () => {
       unsubscribe();

@@ -6,6 +6,7 @@ import { chmodSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import type { Database } from '../db/database.js';
+import type { Lifecycle } from '../jobs/lifecycle.js';
 import type { Config } from '../config.js';
 import { runCommand } from './commands.js';
 import { bufferIo } from './io.js';
@@ -15,7 +16,7 @@ export interface Forwarded { code: number; stdout: string[]; stderr: string[] }
 export const adminSocketPath = (dataDir: string): string => path.join(dataDir, 'admin.sock');
 const MAX_REQUEST = 64 * 1024;
 
-export async function serveAdminSocket(db: Database, config: Config, onError: (err: unknown) => void): Promise<() => Promise<void>> {
+export async function serveAdminSocket(db: Database, config: Config, jobs: Lifecycle, onError: (err: unknown) => void): Promise<() => Promise<void>> {
   const file = adminSocketPath(config.dataDir);
   // We hold the data-directory lock, so any socket file left here is from a dead process.
   rmSync(file, { force: true });
@@ -29,19 +30,19 @@ export async function serveAdminSocket(db: Database, config: Config, onError: (e
       if (buf.length > MAX_REQUEST) return conn.destroy();
       const nl = buf.indexOf('\n');
       if (nl < 0) return;
-      void (async () => {
+      (async () => {
         const io = bufferIo();
         let code = 1;
         try {
           const { argv } = JSON.parse(buf.slice(0, nl)) as { argv: unknown };
           if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) throw new Error('bad request');
-          code = await runCommand(db, argv, io, { coordinator: config.coordinator, verify: config.verify });
+          code = await runCommand(db, argv, io, { coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile, jobs });
         } catch (err) {
           onError(err);
           io.err('ins: the server could not run this command; see its log');
         }
         conn.end(`${JSON.stringify({ code, stdout: io.stdout, stderr: io.stderr })}\n`);
-      })();
+      })().catch(onError);
     });
   });
   await new Promise<void>((resolve, reject) => {

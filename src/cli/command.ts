@@ -4,6 +4,7 @@
 import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
 import type { VerifyConfig } from '../config-verify.js';
+import { Lifecycle } from '../jobs/lifecycle.js';
 import { table, UsageError, type Io } from './io.js';
 
 export interface RunOptions {
@@ -11,12 +12,24 @@ export interface RunOptions {
   skipBadRows: boolean;
   /** Draw a progress bar on stderr (a local run on a terminal). */
   progress: boolean;
-  /** --state, --model, --limit of the listing commands. */
-  filter: { state?: string; model?: string; limit?: string };
+  /** --state, --model, --limit of the listing commands; --days of ledger verify. */
+  filter: { state?: string; model?: string; limit?: string; days?: string };
   /** The coordinator's settings of the process running the command (online window, MODELS_TTL). */
   coordinator: CoordinatorConfig;
   /** The verification settings of that process (evidence window, strikes that suspend). */
   verify: VerifyConfig;
+  /** LEDGER_KEY_FILE of that process (ins ledger close). */
+  ledgerKeyFile?: string;
+  /** The running server's job lifecycle, when the command runs inside it (the admin socket): its outcomes apply there at once. */
+  jobs?: Lifecycle;
+}
+
+/**
+ * The job lifecycle for an operator's command: the server's when the command runs inside it,
+ * else one of this process, whose changes the servers hear as another server's (NOTIFY).
+ */
+export function operatorJobs(db: Database, opts: RunOptions): Lifecycle {
+  return opts.jobs ?? new Lifecycle(db, { maxAttempts: opts.coordinator.maxAttempts, leaseTimeout: opts.coordinator.leaseTimeout, defaultPoints: 0, audit: false, onError: () => {} });
 }
 
 export interface Command {
@@ -61,16 +74,16 @@ export function keyCommand(spec: {
   arg: string;
   /** Checked before anything is touched, when the argument names something new. */
   maxLength?: number;
-  issue: (db: Database, value: string) => Promise<{ fields: Record<string, unknown>; key: string; note: string }>;
+  issue: (db: Database, value: string, opts: RunOptions) => Promise<{ fields: Record<string, unknown>; key: string; note: string }>;
 }): Command {
   return {
     usage: spec.usage,
     summary: spec.summary,
     args: [spec.arg],
-    async run(db, [value], { json }, io) {
+    async run(db, [value], opts, io) {
       if (spec.maxLength !== undefined) checkName(spec.arg, value!, spec.maxLength);
-      const { fields, key, note } = await spec.issue(db, value!);
-      io.out(json ? JSON.stringify({ ...fields, key }) : key);
+      const { fields, key, note } = await spec.issue(db, value!, opts);
+      io.out(opts.json ? JSON.stringify({ ...fields, key }) : key);
       io.err(`${note} ${KEY_NOTE}`);
     },
   };

@@ -10,9 +10,10 @@ import { DATA_COMMANDS } from './data-commands.js';
 import { NETWORK_COMMANDS } from './network-commands.js';
 import { JOB_COMMANDS } from './job-commands.js';
 import { VERIFY_COMMANDS } from './verify-commands.js';
+import { LEDGER_COMMANDS } from './ledger-commands.js';
 import { CommandError, UsageError, type Io } from './io.js';
 
-export const COMMANDS: Record<string, Command> = { ...DATA_COMMANDS, ...NETWORK_COMMANDS, ...VERIFY_COMMANDS, ...JOB_COMMANDS };
+export const COMMANDS: Record<string, Command> = { ...DATA_COMMANDS, ...NETWORK_COMMANDS, ...VERIFY_COMMANDS, ...JOB_COMMANDS, ...LEDGER_COMMANDS };
 
 export interface ParsedCommand { name: string; command: Command; args: string[]; opts: RunOptions; help: boolean }
 
@@ -24,7 +25,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
     strict: true,
     options: {
       json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' }, 'skip-bad-rows': { type: 'boolean' },
-      state: { type: 'string' }, model: { type: 'string' }, limit: { type: 'string' },
+      state: { type: 'string' }, model: { type: 'string' }, limit: { type: 'string' }, days: { type: 'string' },
     },
   });
   const two = positionals.slice(0, 2).join(' ');
@@ -33,7 +34,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
   if (!command) throw new UsageError(positionals.length ? `unknown command "${positionals.join(' ')}"` : 'no command given');
   const args = positionals.slice(name.split(' ').length);
   const help = values.help ?? false;
-  for (const flag of ['skip-bad-rows', 'state', 'model', 'limit'] as const) {
+  for (const flag of ['skip-bad-rows', 'state', 'model', 'limit', 'days'] as const) {
     if (values[flag] !== undefined && !command.flags?.includes(flag)) throw new UsageError(`"${name}" has no option --${flag}`);
   }
   if (!help && args.length !== command.args.length) {
@@ -41,7 +42,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
   }
   const opts: RunOptions = {
     json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, progress: false,
-    filter: { state: values.state, model: values.model, limit: values.limit }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
+    filter: { state: values.state, model: values.model, limit: values.limit, days: values.days }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
   };
   return { name, command, args, opts, help };
 }

@@ -1,10 +1,8 @@
 // ins job list|show|cancel: the coordinator's jobs, as an operator sees them.
-import { randomBytes } from 'node:crypto';
-import { cancelQueuedJob } from '../jobs/cancel.js';
 import { listJobs, showJob } from '../jobs/operator.js';
 import { isJobId } from '../jobs/read.js';
 import { JOB_STATES } from '../jobs/states.js';
-import { listCommand, type Command } from './command.js';
+import { listCommand, operatorJobs, type Command } from './command.js';
 import { CommandError, table, UsageError } from './io.js';
 
 function limitOf(raw: string | undefined): number {
@@ -52,15 +50,14 @@ export const JOB_COMMANDS: Record<string, Command> = {
   },
   'job cancel': {
     usage: 'job cancel ID',
-    summary: 'cancel a queued job (a leased one is being worked on and finishes)',
+    summary: 'cancel a queued or leased job (a leased one\'s node is told to stop, and earns nothing for it)',
     args: ['ID'],
-    async run(db, [id], { json }, io) {
-      // Servers wake whoever waits for the job; this process is none of them.
-      if (!(await cancelQueuedJob(db, jobId(id!), null, 'canceled by an operator', `cli-${randomBytes(3).toString('hex')}`))) {
-        const job = await showJob(db, id!);
-        throw new CommandError(job ? `job ${id} is ${job.state}, not queued: it cannot be canceled` : `no job ${id}`);
-      }
-      io.out(json ? JSON.stringify({ id, state: 'canceled' }) : `job ${id} canceled`);
+    async run(db, [id], opts, io) {
+      // Through the lifecycle: every server hears it and wakes whoever waits for the job.
+      const { before, canceled } = await operatorJobs(db, opts).cancel(jobId(id!), null, 'canceled by an operator');
+      if (before === undefined) throw new CommandError(`no job ${id}`);
+      if (!canceled) throw new CommandError(`job ${id} is ${before === 'queued' || before === 'leased' ? 'finished' : before}: it cannot be canceled`);
+      io.out(opts.json ? JSON.stringify({ id, state: 'canceled', was: before }) : `job ${id} canceled (it was ${before})`);
     },
   },
 };

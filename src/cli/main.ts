@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
+import { ADVANCED_CONFIG_DOC, ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
 import { forwardToServer, serveAdminSocket } from './admin-socket.js';
 import { COMMANDS, helpText, parseCommand, runCommand } from './commands.js';
@@ -25,6 +25,8 @@ function usage(): string {
     '',
     'environment:',
     ...CONFIG_DOC.map(([name, def, what]) => `  ${name.padEnd(24)}${what} (default ${def})`),
+    '',
+    `advanced (thresholds and timeouts, docs/operations.md): ${ADVANCED_CONFIG_DOC.map(([name]) => name).join(', ')}`,
   ];
   return lines.join('\n');
 }
@@ -56,7 +58,7 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   let closeAdmin: (() => Promise<void>) | undefined;
   if (running.db.kind === 'pglite') {
     try {
-      closeAdmin = await serveAdminSocket(running.db, config, (err) => logger.error({ err }, 'admin command failed'));
+      closeAdmin = await serveAdminSocket(running.db, config, running.jobs, (err) => logger.error({ err }, 'admin command failed'));
     } catch (err) {
       logger.fatal({ err }, 'could not open the admin socket');
       await running.close();
@@ -132,7 +134,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     return 1;
   }
   try {
-    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator, verify: config.verify });
+    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile });
   } finally {
     await db.close();
   }
@@ -150,6 +152,11 @@ export async function main(argv: string[]): Promise<number> {
   }
   // The worker runs beside a backend, not beside the database: it needs none of the server's configuration.
   if (first === 'worker') return worker(rest);
+  // So does the ledger's check over HTTP: a node operator's machine has only the URL.
+  if (first === 'ledger' && rest[0] === 'verify' && rest.some((a) => a === '--server' || a.startsWith('--server='))) {
+    const { runLedgerVerify } = await import('../ledger-client/cli.js');
+    return runLedgerVerify(rest.slice(1), (l) => consoleIo.out(l), (l) => consoleIo.err(l));
+  }
   let config: Config;
   try {
     config = loadConfig();

@@ -3,18 +3,21 @@ import { createNode, listNodes, NodeExistsError, rotateNodeKey, setNodeDisabled 
 import { addApiKey, listApiKeys, revokeApiKey, type ApiKeyKind } from '../repositories/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePoints } from '../points-value.js';
-import { checkName, keyCommand, listCommand, type Command } from './command.js';
+import { checkName, keyCommand, listCommand, operatorJobs, type Command } from './command.js';
 import { CommandError, UsageError } from './io.js';
 
 function setDisabledCommand(disabled: boolean): Command {
   const verb = disabled ? 'disable' : 'enable';
   return {
     usage: `node ${verb} NAME`,
-    summary: disabled ? 'disable a node: its key gets 403 and its sessions end from now on' : 'enable a disabled node again',
+    summary: disabled ? 'disable a node: its key gets 403, its sessions end and the jobs it holds go back to the queue' : 'enable a disabled node again',
     args: ['NAME'],
-    async run(db, [name], { json }, io) {
-      if (!(await setNodeDisabled(db, name!, disabled))) throw new CommandError(`no node named "${name}"`);
-      io.out(json ? JSON.stringify({ name, disabled }) : `node "${name}" ${verb}d`);
+    async run(db, [name], opts, io) {
+      const id = await setNodeDisabled(db, name!, disabled);
+      if (id === undefined) throw new CommandError(`no node named "${name}"`);
+      // Its job keys earn nothing from now on: the jobs go to other nodes.
+      if (disabled) await operatorJobs(db, opts).release({ nodeId: id }, 'released');
+      io.out(opts.json ? JSON.stringify({ name, disabled }) : `node "${name}" ${verb}d`);
     },
   };
 }
@@ -70,9 +73,12 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     usage: 'node rotate-key NAME',
     summary: 'give a node a new key; the old one and its sessions stop working at once',
     arg: 'NAME',
-    async issue(db, name) {
-      const key = await rotateNodeKey(db, name);
-      if (!key) throw new CommandError(`no node named "${name}"`);
+    async issue(db, name, opts) {
+      const rotated = await rotateNodeKey(db, name);
+      if (!rotated) throw new CommandError(`no node named "${name}"`);
+      // The old key's sessions are void: the jobs they hold go back to the queue.
+      await operatorJobs(db, opts).release({ nodeId: rotated.id }, 'released');
+      const { key } = rotated;
       return { fields: { name }, key, note: `New key for node "${name}"; the old key no longer works.` };
     },
   }),

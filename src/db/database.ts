@@ -3,6 +3,7 @@
 // both, so every query casts its results explicitly (int8/numeric/date come back as JS numbers
 // and strings the same way on both backends).
 
+import type { EventEmitter } from 'node:events';
 import type { Writable } from 'node:stream';
 
 /**
@@ -37,6 +38,12 @@ export interface Database extends Queryable {
    * reconnects by itself). Resolves to a stop function.
    */
   listen(channel: string, onNotify: (payload: string) => void, onLive: (live: boolean) => void): Promise<() => Promise<void>>;
+  /**
+   * In-process events among this database's users, heard synchronously (before the change's
+   * caller gets its answer): e.g. key changes (repositories/key-events.ts). One per open
+   * database, so two apps in one process share nothing but the database they share.
+   */
+  readonly events: EventEmitter;
   /** Calls fn after every statement with its name and duration; returns the unsubscribe function. */
   observeStatements(fn: StatementObserver): () => void;
   /** Pool gauges for metrics; PGlite has a single in-process connection. */

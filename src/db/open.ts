@@ -1,5 +1,5 @@
-// Opens the configured database: PostgreSQL when DATABASE_URL is set, otherwise the embedded
-// PGlite in DATA_DIR, guarded by the data-directory lock.
+// Opens the configured database: PostgreSQL when DATABASE_URL is set (directly or through a
+// pooler: db/pg.ts), otherwise the embedded PGlite in DATA_DIR, guarded by the data-directory lock.
 import { mkdirSync } from 'node:fs';
 import type { Config } from '../config.js';
 import type { Database } from './database.js';
@@ -7,9 +7,13 @@ import { lockDataDir } from './data-dir-lock.js';
 import { openPostgres } from './pg.js';
 import { openPglite } from './pglite.js';
 
-export async function openDatabase(config: Config, purpose: string): Promise<Database> {
+/** onWarning hears what the operator should know about the connection (a pooler found, LISTEN without a direct connection). */
+export async function openDatabase(config: Config, purpose: string, onWarning?: (message: string) => void): Promise<Database> {
   if (config.databaseUrl) {
-    return openPostgres({ connectionString: config.databaseUrl, max: config.dbPoolMax });
+    return openPostgres({
+      connectionString: config.databaseUrl, directConnectionString: config.databaseDirectUrl, pooler: config.databasePooler, max: config.dbPoolMax,
+      ...(onWarning ? { onWarning } : {}),
+    });
   }
   // PGlite creates its files world-readable; the directory keeps them to the owner.
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });

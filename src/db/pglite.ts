@@ -8,6 +8,15 @@
 // crash or power loss can lose the last commits; use PostgreSQL (DATABASE_URL) where that
 // matters. After each transaction we still call syncToFs() (PGlite issue #1065: transaction()
 // skips it), which makes the guarantee hold for filesystems where it is not a no-op.
+//
+// Modes: PGlite's initdb writes its files with mode 0666 whatever the umask (Emscripten sets
+// modes explicitly); the files PostgreSQL itself creates later are 0600. So at every open the
+// data directory's contents lose group write and every permission of others — PostgreSQL's
+// own rule for a data directory (0750/0640 at most) — which protects a DATA_DIR that already
+// existed with a loose mode (a container's /data is often 0755).
+import { EventEmitter } from 'node:events';
+import { chmodSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { StatementObservers, type Database, type Queryable, type Sql } from './database.js';
 
@@ -27,12 +36,27 @@ function wrap(db: PgliteLike, observers: StatementObservers): Queryable {
   };
 }
 
+/** Bits no file or directory under the data directory keeps: group write, anything for others. */
+const LOOSE = 0o027;
+
+/** Tightens the modes of everything under `dir` (not `dir` itself: its owner chose it). */
+function tightenModes(dir: string): void {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, entry.name);
+    if (entry.isSymbolicLink()) continue;
+    const mode = statSync(p).mode & 0o7777;
+    if (mode & LOOSE) chmodSync(p, mode & ~LOOSE);
+    if (entry.isDirectory()) tightenModes(p);
+  }
+}
+
 /** dataDir undefined → in memory (tests). */
 export async function openPglite(dataDir?: string): Promise<Database> {
   const db = await PGlite.create(dataDir, {
     // int8 as JS numbers, as in db/pg.ts.
     parsers: { 20: (v: string) => Number(v) },
   });
+  if (dataDir) tightenModes(dataDir);
   const observers = new StatementObservers();
   const base = wrap(db, observers);
   return {
@@ -54,6 +78,7 @@ export async function openPglite(dataDir?: string): Promise<Database> {
         await unlisten().catch(() => undefined);
       };
     },
+    events: new EventEmitter(),
     observeStatements: (fn) => observers.add(fn),
     poolStats: () => ({ total: 1, idle: 1, waiting: 0 }),
     close: () => db.close(),

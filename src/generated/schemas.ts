@@ -18,6 +18,13 @@ export const AvailableModelsResponse = Type.Object({
 }, { title: "AvailableModelsResponse" });
 export type AvailableModelsResponse = Static<typeof AvailableModelsResponse>;
 
+export const CancelJobResponse = Type.Object({
+  status: Type.Union([Type.Literal("canceled")], { title: "Status" }),
+  job_id: Type.String({ title: "Job Id" }),
+  was: Type.Union([Type.Literal("queued"), Type.Literal("leased"), Type.Literal("canceled")], { title: "Was", description: "The job's state before this call." }),
+}, { title: "CancelJobResponse" });
+export type CancelJobResponse = Static<typeof CancelJobResponse>;
+
 export const ChatMessage = Type.Object({
   role: Type.String({ title: "Role", description: "`system`, `user`, `assistant` or another role the model knows.", minLength: 1, maxLength: 64 }),
   content: Type.String({ title: "Content", maxLength: 1000000 }),
@@ -73,6 +80,7 @@ export const JobData = Type.Object({
   temperature: Type.Number({ title: "Temperature" }),
   seed: Type.Optional(Type.Integer({ title: "Seed", description: "*Ours*: the sampling seed to use (Ollama `options.seed`, OpenAI `seed`): the user's, or one drawn at random for the job. Absent for jobs submitted before it existed." })),
   stream: Type.Optional(Type.Boolean({ title: "Stream", description: "*Ours*: a client streams this answer; a worker may send partial output with `POST /worker/job_progress` while it generates. Absent for jobs nobody streams." })),
+  answer_prefix: Type.Optional(Type.String({ title: "Answer Prefix", description: "*Ours*: the beginning of the answer an earlier attempt of this job already streamed to its client (that node failed mid-answer). A worker that can continue an answer runs the job as a prefilled assistant turn (the messages, then `{\"role\": \"assistant\", \"content\": answer_prefix}`), sends as partial output only what follows, and reports the whole answer (the prefix and its continuation) with its own part's usage. A worker that cannot continue runs the job from the start and sends no partial output; if its answer does not begin with the prefix, the client's stream ends with an error. Absent when no earlier attempt streamed anything." })),
 }, { title: "JobData" });
 export type JobData = Static<typeof JobData>;
 
@@ -87,8 +95,8 @@ export const JobAnswer = Type.Object({
 export type JobAnswer = Static<typeof JobAnswer>;
 
 export const Usage = Type.Object({
-  prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0 })),
-  completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0 })),
+  prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0, maximum: 2147483647 })),
+  completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0, maximum: 2147483647 })),
 }, { title: "Usage" });
 export type Usage = Static<typeof Usage>;
 
@@ -120,12 +128,120 @@ export const HealthResponse = Type.Object({
 }, { title: "HealthResponse" });
 export type HealthResponse = Static<typeof HealthResponse>;
 
+export const JobPending = Type.Object({
+  detail: Type.String({ title: "Detail", description: "`Job not finished` while the job is open; `Job not found` for an unknown job or another user's." }),
+  state: Type.Optional(Type.Union([Type.Literal("queued"), Type.Literal("leased")], { title: "State", description: "*Ours*: queued (waiting for a node) or leased (a node is running it). Absent for an unknown job." })),
+  position: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Position", description: "*Ours*: jobs ahead of this one in its model's queue, in the order nodes take them (0 when leased); null until the server has looked, within a second of the first poll." })),
+  eta_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Eta Seconds", description: "*Ours*: seconds until a node is likely to take it, from the model's throughput over the last minutes (0 when leased); null when unknown (no job of the model done lately, or the position not known yet)." })),
+}, { title: "JobPending" });
+export type JobPending = Static<typeof JobPending>;
+
 export const JobProgressRequest = Type.Object({
   job_id: Type.String({ title: "Job Id", minLength: 1, maxLength: 128 }),
   api_key: Type.String({ title: "Api Key", description: "The job key `jk_…` of the lease." }),
-  delta: Type.String({ title: "Delta", description: "The text generated since the last call (the calls concatenate to the answer the final report carries).", maxLength: 65536 }),
+  delta: Type.String({ title: "Delta", description: "The text generated since the last call (the calls concatenate to what follows `answer_prefix` in the answer the final report carries). Empty: a heartbeat — no text, only the question whether the lease is still open (send one at least every second or two while a job runs, streamed or not: a canceled job's worker learns it from the 400).", maxLength: 65536 }),
 }, { title: "JobProgressRequest" });
 export type JobProgressRequest = Static<typeof JobProgressRequest>;
+
+export const LedgerNodeLeaf = Type.Object({
+  index: Type.Integer({ description: "The leaf's place in the day's tree (nodes by name, code point order)." }),
+  name: Type.String({ description: "The node." }),
+  credits: Type.Integer(),
+  credited: Type.String(),
+  reversals: Type.Integer(),
+  reversed: Type.String(),
+  points: Type.String({ description: "credited − reversed: the node's daily_points for the day, an exact decimal (may be negative on a day a late reversal landed)." }),
+  entries_root: Type.String({ description: "The Merkle root of the node's entries (hex)." }),
+  digests_hash: Type.String({ description: "SHA-256 of the digests of the node's entries (hex)." }),
+}, { title: "LedgerNodeLeaf", description: "A node's leaf of a day's tree: its totals and the roots of its entries." });
+export type LedgerNodeLeaf = Static<typeof LedgerNodeLeaf>;
+
+export const LedgerProof = Type.Object({
+  index: Type.Integer(),
+  size: Type.Integer({ description: "Leaves of the tree (the day's `nodes`)." }),
+  path: Type.Array(Type.String(), { description: "RFC 9162 audit path, sibling hashes from the leaf up (hex)." }),
+}, { title: "LedgerProof" });
+export type LedgerProof = Static<typeof LedgerProof>;
+
+export const LedgerNeighbour = Type.Object({
+  node: LedgerNodeLeaf,
+  proof: LedgerProof,
+}, { title: "LedgerNeighbour" });
+export type LedgerNeighbour = Static<typeof LedgerNeighbour>;
+
+export const LedgerAbsence = Type.Object({
+  left: Type.Union([LedgerNeighbour, Type.Null()]),
+  right: Type.Union([LedgerNeighbour, Type.Null()]),
+}, { title: "LedgerAbsence", description: "Proof that the node has no leaf: the leaves next to its name, adjacent in the tree." });
+export type LedgerAbsence = Static<typeof LedgerAbsence>;
+
+export const LedgerDay = Type.Object({
+  day: Type.String({ description: "The UTC day, `YYYY-MM-DD`." }),
+  previous_root: Type.String({ description: "The root of the day before (hex; 64 zeros for the ledger's first day): the chain." }),
+  root: Type.String({ description: "The Merkle root of the day's node leaves (hex, docs/ledger.md)." }),
+  nodes: Type.Integer({ description: "Nodes with entries that day (leaves of the tree)." }),
+  entries: Type.Integer({ description: "Credits and reversals of the day." }),
+  credits: Type.Integer({ description: "Credits: successes received that day (reversed since or not)." }),
+  credited: Type.String({ description: "Their points, an exact decimal (`\"12.5\"`)." }),
+  reversals: Type.Integer({ description: "Reversals whose ledger day this is." }),
+  reversed: Type.String({ description: "Their points, an exact decimal." }),
+  key_id: Type.String({ description: "The signing key (`GET /ledger/key`)." }),
+  signature: Type.String({ description: "Ed25519 over the signed message (docs/ledger.md), base64." }),
+  closed_at: Type.String({ description: "When the day was closed (UTC)." }),
+}, { title: "LedgerDay", description: "A closed day as signed." });
+export type LedgerDay = Static<typeof LedgerDay>;
+
+export const LedgerDayDetail = Type.Object({
+  day: Type.String({ description: "The UTC day, `YYYY-MM-DD`." }),
+  previous_root: Type.String({ description: "The root of the day before (hex; 64 zeros for the ledger's first day): the chain." }),
+  root: Type.String({ description: "The Merkle root of the day's node leaves (hex, docs/ledger.md)." }),
+  nodes: Type.Integer({ description: "Nodes with entries that day (leaves of the tree)." }),
+  entries: Type.Integer({ description: "Credits and reversals of the day." }),
+  credits: Type.Integer({ description: "Credits: successes received that day (reversed since or not)." }),
+  credited: Type.String({ description: "Their points, an exact decimal (`\"12.5\"`)." }),
+  reversals: Type.Integer({ description: "Reversals whose ledger day this is." }),
+  reversed: Type.String({ description: "Their points, an exact decimal." }),
+  key_id: Type.String({ description: "The signing key (`GET /ledger/key`)." }),
+  signature: Type.String({ description: "Ed25519 over the signed message (docs/ledger.md), base64." }),
+  closed_at: Type.String({ description: "When the day was closed (UTC)." }),
+  node_totals: Type.Array(LedgerNodeLeaf, { description: "Every node's leaf, in tree order: anyone can recompute the root from them." }),
+}, { title: "LedgerDayDetail" });
+export type LedgerDayDetail = Static<typeof LedgerDayDetail>;
+
+export const LedgerDays = Type.Object({
+  closed_through: Type.Union([Type.String(), Type.Null()], { description: "Every day up to this one is closed." }),
+  first_day: Type.Union([Type.String(), Type.Null()], { description: "The ledger's first day." }),
+  days: Type.Array(LedgerDay, { description: "The last closed days, oldest first." }),
+}, { title: "LedgerDays" });
+export type LedgerDays = Static<typeof LedgerDays>;
+
+export const LedgerEntry = Type.Object({
+  kind: Type.Union([Type.Literal("credit"), Type.Literal("reversal")]),
+  job_id: Type.String(),
+  model: Type.String(),
+  points: Type.String({ description: "An exact decimal." }),
+  time: Type.String({ description: "Credit: when its report was received; reversal: when it was made. `YYYY-MM-DDTHH:MM:SS.ffffffZ`." }),
+  reason: Type.Optional(Type.String({ description: "Reversals only: why (`suspended`, `strike`…)." })),
+}, { title: "LedgerEntry" });
+export type LedgerEntry = Static<typeof LedgerEntry>;
+
+export const LedgerKey = Type.Object({
+  algorithm: Type.Union([Type.Literal("Ed25519")]),
+  key_id: Type.String({ description: "Hex of the first 8 bytes of SHA-256 of the raw public key." }),
+  public_key: Type.String({ description: "The raw 32-byte Ed25519 public key, base64." }),
+  public_key_pem: Type.String({ description: "The same key as PEM (SPKI)." }),
+}, { title: "LedgerKey" });
+export type LedgerKey = Static<typeof LedgerKey>;
+
+export const LedgerNodeDay = Type.Object({
+  day: LedgerDay,
+  node: Type.Union([LedgerNodeLeaf, Type.Null()], { description: "The node's leaf as signed; null when it had no entry that day." }),
+  proof: Type.Union([LedgerProof, Type.Null()], { description: "The leaf's inclusion proof against `day.root`." }),
+  absence: Type.Union([LedgerAbsence, Type.Null()], { description: "When `node` is null: the proof that it has no leaf." }),
+  digests: Type.String({ description: "The digests of its entries when the day closed (8 bytes each, hex): name the entry that changed." }),
+  entries: Type.Array(LedgerEntry, { description: "Its entries as the service holds them now, in canonical order." }),
+}, { title: "LedgerNodeDay" });
+export type LedgerNodeDay = Static<typeof LedgerNodeDay>;
 
 export const NetworkModel = Type.Object({
   name: Type.String(),
@@ -265,9 +381,9 @@ export const UpdateResultRequest = Type.Object({
   result: Type.Object({}, { title: "Result", description: "The job's output, any JSON object; workers send `{\"message\": \"…\"}` or `{\"message\": {\"role\": …, \"content\": …}}`.", additionalProperties: true }),
   status: Type.Union([Type.Literal("success"), Type.Literal("error")], { title: "Status", description: "`success` earns points, `error` earns none." }),
   usage: Type.Optional(Type.Object({
-    prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0 })),
-    completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0 })),
-  }, { title: "Usage", description: "*Ours*: token counts of this job, kept with it (also read from `result.usage`)." })),
+    prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0, maximum: 2147483647 })),
+    completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0, maximum: 2147483647 })),
+  }, { title: "Usage", description: "*Ours*: token counts of this job, kept with it (also read from `result.usage`, where counts outside 0 to 2147483647 are ignored)." })),
 }, { title: "UpdateResultRequest", description: "A worker's report of one job. Extra fields are ignored." });
 export type UpdateResultRequest = Static<typeof UpdateResultRequest>;
 
@@ -288,7 +404,7 @@ export type UniqueNodesQuery = Static<typeof UniqueNodesQuery>;
 
 export const GetJobQuery = Type.Object({
   node_version: Type.Optional(Type.String({ title: "Node Version", description: "The worker's version (informative).", maxLength: 128 })),
-  wait: Type.Optional(Type.Number({ title: "Wait", description: "*Ours*: seconds to wait for a job (default 0).", minimum: 0, maximum: 30 })),
+  wait: Type.Optional(Type.Number({ title: "Wait", description: "*Ours*: seconds to wait for a job (default 0). Past `RATE_LIMIT_LONG_POLLS_PER_KEY` polls waiting for this token, or `RATE_LIMIT_LONG_POLLS_PER_IP` for this address, the poll answers at once, as with 0.", minimum: 0, maximum: 30 })),
 });
 export type GetJobQuery = Static<typeof GetJobQuery>;
 
@@ -298,7 +414,7 @@ export const GetPointsQuery = Type.Object({
 export type GetPointsQuery = Static<typeof GetPointsQuery>;
 
 export const GetResultQuery = Type.Object({
-  wait: Type.Optional(Type.Number({ title: "Wait", description: "*Ours*: seconds to wait for the job to become final (default 0).", minimum: 0, maximum: 30 })),
+  wait: Type.Optional(Type.Number({ title: "Wait", description: "*Ours*: seconds to wait for the job to become final (default 0). Past `RATE_LIMIT_LONG_POLLS_PER_KEY` polls waiting for this key, or `RATE_LIMIT_LONG_POLLS_PER_IP` for this address, the call answers at once, as with 0.", minimum: 0, maximum: 30 })),
 });
 export type GetResultQuery = Static<typeof GetResultQuery>;
 
@@ -312,10 +428,41 @@ export const GetCompletionTimeParams = Type.Object({
 });
 export type GetCompletionTimeParams = Static<typeof GetCompletionTimeParams>;
 
+export const CancelJobParams = Type.Object({
+  job_id: Type.String({ title: "Job Id", description: "The id `submit_job` returned." }),
+});
+export type CancelJobParams = Static<typeof CancelJobParams>;
+
 export const NodeViewParams = Type.Object({
   node_name: Type.String({ title: "Node Name", description: "The node's name.", minLength: 1, maxLength: 128 }),
 });
 export type NodeViewParams = Static<typeof NodeViewParams>;
+
+export const LedgerDaysQuery = Type.Object({
+  last_days: Type.Optional(Type.Integer({ title: "Last Days", description: "How many closed days (default 30).", minimum: 1, maximum: 3660 })),
+});
+export type LedgerDaysQuery = Static<typeof LedgerDaysQuery>;
+
+export const LedgerDayParams = Type.Object({
+  day: Type.String({ title: "Day", description: "A UTC day, `YYYY-MM-DD`.", minLength: 1, maxLength: 32 }),
+});
+export type LedgerDayParams = Static<typeof LedgerDayParams>;
+
+export const LedgerNodeDayParams = Type.Object({
+  day: Type.String({ title: "Day", description: "A UTC day, `YYYY-MM-DD`.", minLength: 1, maxLength: 32 }),
+  node_name: Type.String({ title: "Node Name", description: "The node's name.", minLength: 1, maxLength: 128 }),
+});
+export type LedgerNodeDayParams = Static<typeof LedgerNodeDayParams>;
+
+export const LedgerExportQuery = Type.Object({
+  format: Type.Optional(Type.Union([Type.Literal("jsonl"), Type.Literal("csv")], { title: "Format", description: "`jsonl` or `csv`; else from `Accept` (`text/csv`), else JSON lines." })),
+});
+export type LedgerExportQuery = Static<typeof LedgerExportQuery>;
+
+export const LedgerExportParams = Type.Object({
+  day: Type.String({ title: "Day", description: "A UTC day, `YYYY-MM-DD`.", minLength: 1, maxLength: 32 }),
+});
+export type LedgerExportParams = Static<typeof LedgerExportParams>;
 
 export const UniqueNodesResponses = {
   200: UniqueNodesResponse,
@@ -437,7 +584,7 @@ export const GetResultResponses = {
   200: GetResultResponse,
   401: ErrorDetail,
   403: ErrorDetail,
-  404: ErrorDetail,
+  404: JobPending,
   422: HTTPValidationError,
   429: ErrorDetail,
   503: ErrorDetail,
@@ -448,6 +595,17 @@ export const GetCompletionTimeResponses = {
   401: ErrorDetail,
   403: ErrorDetail,
   404: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const CancelJobResponses = {
+  200: CancelJobResponse,
+  401: ErrorDetail,
+  403: ErrorDetail,
+  404: ErrorDetail,
+  409: ErrorDetail,
   422: HTTPValidationError,
   429: ErrorDetail,
   503: ErrorDetail,
@@ -554,6 +712,43 @@ export const NetworkResponses = {
 
 export const NodeViewResponses = {
   200: NodeViewResponse,
+  401: ErrorDetail,
+  403: ErrorDetail,
+  404: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const LedgerKeyResponses = {
+  200: LedgerKey,
+  503: ErrorDetail,
+};
+
+export const LedgerDaysResponses = {
+  200: LedgerDays,
+  422: HTTPValidationError,
+  503: ErrorDetail,
+};
+
+export const LedgerDayResponses = {
+  200: LedgerDayDetail,
+  404: ErrorDetail,
+  422: HTTPValidationError,
+  503: ErrorDetail,
+};
+
+export const LedgerNodeDayResponses = {
+  200: LedgerNodeDay,
+  401: ErrorDetail,
+  403: ErrorDetail,
+  404: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const LedgerExportResponses = {
   401: ErrorDetail,
   403: ErrorDetail,
   404: ErrorDetail,

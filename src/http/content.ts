@@ -2,30 +2,42 @@
 // as JSON, an empty body is "absent", and malformed JSON is not an error here but a marker the
 // validator reports as `json_invalid` with Python's character offset. Any other content type
 // reaches validation as text (→ model_attributes_type), as FastAPI passes it to pydantic.
+// A body nested deeper than MAX_JSON_DEPTH (512) levels, well-formed or not, is 400 "There was
+// an error parsing the body", as FastAPI answers one deeper than Python's recursion limit:
+// nothing deeper reaches the validator, the database or a serialiser.
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { HttpError } from './http-error.js';
 import { MalformedJson } from '../validation/pydantic.js';
-import { pythonJsonFailure } from '../validation/python-json.js';
+import { JsonTooDeep, pythonJsonFailure, tooDeep } from '../validation/python-json.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
+const unparseable = (): HttpError => new HttpError(400, 'There was an error parsing the body');
 
 function decode(buf: Buffer): string {
   try {
     return utf8.decode(buf);
   } catch {
-    throw new HttpError(400, 'There was an error parsing the body');
+    throw unparseable();
   }
 }
 
 export function parseJsonBody(text: string): unknown {
   if (text.length === 0) return undefined;
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     // JSON.parse and Python disagree only on NaN/Infinity, which Python accepts; the scanner
     // then finds nothing and we still report where the value could not be read.
-    return new MalformedJson(pythonJsonFailure(text) ?? { pos: 0, msg: 'Expecting value' });
+    try {
+      return new MalformedJson(pythonJsonFailure(text) ?? { pos: 0, msg: 'Expecting value' });
+    } catch (err) {
+      if (err instanceof JsonTooDeep) throw unparseable();
+      throw err;
+    }
   }
+  if (tooDeep(text, value)) throw unparseable();
+  return value;
 }
 
 function isJsonType(contentType: string | undefined): boolean {

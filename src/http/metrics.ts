@@ -6,6 +6,7 @@ import type { Database } from '../db/database.js';
 import { openLeases, queueDepth } from '../jobs/read.js';
 import { standingCounts } from '../verify/standing.js';
 import type { AuditReport } from '../verify/auditor.js';
+import type { Outcome, OutcomeConsumer } from '../jobs/outcome.js';
 
 export interface Metrics {
   registry: Registry;
@@ -25,6 +26,11 @@ export interface Metrics {
   verification: Counter<'event'>;
   strikes: Counter<'kind'>;
   pointsReversed: Counter;
+  backgroundFailures: Counter<'task'>;
+  pendingPolls: Counter<'source'>;
+  /** The points ledger: days closed, and looks that failed (logged; retried at the next look). */
+  ledgerDaysClosed: Counter;
+  ledgerCloseFailures: Counter;
   /** Read at each scrape; the app points them at the coordinator. */
   live: { waitingWorkers: () => number };
 }
@@ -104,10 +110,18 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   // Verification (verify/): the share of jobs checked twice is copies / audited.
   const verification = new Counter({
     name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
-    help: 'Verification: jobs audited, copies (a job run again by another node), probes, agreements, disagreements (then a third node decides), suspensions',
+    help: 'Verification: jobs audited, copies (a job run again by another node), probes, agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited)',
   });
-  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast)', labelNames: ['kind'], registers: [registry] });
+  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up)', labelNames: ['kind'], registers: [registry] });
   const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
+  const backgroundFailures = new Counter({
+    name: 'ins_background_failures_total', labelNames: ['task'], registers: [registry],
+    help: 'Background work that failed and was given up or will be tried again (coordinator: sweeps, hand-offs, outcome consumers; verification: audits, maintenance)',
+  });
+  const pendingPolls = new Counter({
+    name: 'ins_pending_polls_total', labelNames: ['source'], registers: [registry],
+    help: 'get_result polls of a job still open (404), by where the answer came from: memory (no statement) or database',
+  });
   new Gauge({
     name: 'ins_nodes_by_standing', help: 'Nodes by standing (trusted, probation, suspended)', labelNames: ['standing'], registers: [registry],
     async collect() {
@@ -115,7 +129,9 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
       for (const [standing, n] of Object.entries(await standingCounts(db))) this.set({ standing }, n);
     },
   });
-  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, live };
+  const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
+  const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
+  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, ledgerDaysClosed, ledgerCloseFailures, live };
 }
 
 /** What an audit batch found (verify/auditor.ts). */
@@ -125,6 +141,24 @@ export function recordAudit(m: Metrics, r: AuditReport): void {
   if (r.agreements) m.verification.inc({ event: 'agreement' }, r.agreements);
   if (r.disagreements) m.verification.inc({ event: 'disagreement' }, r.disagreements);
   if (r.suspended.length) m.verification.inc({ event: 'suspension' }, r.suspended.length);
+  if (r.setAside.length) m.verification.inc({ event: 'set_aside' }, r.setAside.length);
   for (const s of r.strikes) m.strikes.inc({ kind: s.kind });
   if (r.reversedPoints) m.pointsReversed.inc(r.reversedPoints);
+}
+
+/**
+ * The job lifecycle's outcomes as metrics (a consumer, jobs/lifecycle.ts): each server counts the
+ * transitions its own statements made, so the sum over servers counts each once.
+ */
+export function outcomeMetrics(m: Metrics): OutcomeConsumer {
+  return {
+    apply(o: Outcome, local: boolean): void {
+      if (!local) return;
+      const byState = new Map<string, number>();
+      for (const { state } of o.finished.values()) byState.set(state, (byState.get(state) ?? 0) + 1);
+      for (const [state, n] of byState) m.jobsFinished.inc({ state }, n);
+      for (const seconds of o.local?.leased ?? []) m.dispatchLatency.observe(seconds);
+      if (o.local?.leasesExpired) m.leaseExpiries.inc(o.local.leasesExpired);
+    },
+  };
 }

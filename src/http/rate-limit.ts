@@ -5,12 +5,16 @@
 //   authentication from it is refused with 429 until the window ends, so guessing keys
 //   learns nothing more. (The plugin counts every call; this needs a budget one can look at
 //   without spending it, hence the small FailureLimiter below.)
-// Every 429 carries Retry-After and a `detail`.
+// Every 429 carries Retry-After and a `detail`. Per-key limits read the key where
+// authentication reads it (http/credentials.ts), so varying another header changes nothing.
+// Long polls are capped apart (LongPolls): past a cap a poll is not refused, it answers at once
+// as with wait=0, which every client of the seed's wire already handles by polling again.
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
 import type { RateLimits } from '../config.js';
 import { HttpError } from './http-error.js';
 import { hashKey } from '../keys.js';
+import { headerKey, requestKey } from './credentials.js';
 
 const WINDOW_MS = 60_000;
 
@@ -66,14 +70,47 @@ export class ConcurrencyLimiter {
   }
 }
 
+/**
+ * Long polls (get_result and get_job with `wait`) waiting at once, per key and per client
+ * address: each holds a connection and a waiter for up to 30 s, so one key or one address
+ * must not hold thousands.
+ */
+export class LongPolls {
+  private readonly perKey: ConcurrencyLimiter;
+  private readonly perIp: ConcurrencyLimiter;
+  constructor(maxPerKey: number, maxPerIp: number) {
+    this.perKey = new ConcurrencyLimiter(maxPerKey);
+    this.perIp = new ConcurrencyLimiter(maxPerIp);
+  }
+
+  /** The release of a poll that may wait, or undefined when either cap is reached (answer at once). */
+  enter(key: string, ip: string): (() => void) | undefined {
+    if (!this.perKey.enter(key)) return undefined;
+    if (!this.perIp.enter(ip)) {
+      this.perKey.leave(key);
+      return undefined;
+    }
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      this.perKey.leave(key);
+      this.perIp.leave(ip);
+    };
+  }
+}
+
 export interface KeyLimiters {
   reports: preHandlerAsyncHookHandler | undefined;
   reads: preHandlerAsyncHookHandler | undefined;
   /** Chat completions per minute per user key. */
   completions: preHandlerAsyncHookHandler | undefined;
-  /** Chat completions at once per user key (keyed by the key's hash). */
+  /** job_progress calls per minute per job key. */
+  progress: preHandlerAsyncHookHandler | undefined;
+  /** Chat completions at once per user key (keyed by the user key's id). */
   concurrent: ConcurrencyLimiter;
   failures: FailureLimiter;
+  longPolls: LongPolls;
 }
 
 // Reports carry the key in the body, reads in the header. Hashed: the limiter's memory holds
@@ -82,8 +119,9 @@ const bodyKey = (req: FastifyRequest): string => {
   const key = (req.body as { api_key?: unknown }).api_key;
   return `report:${hashKey(typeof key === 'string' ? key : '')}`;
 };
-const headerKey = (req: FastifyRequest): string => `read:${hashKey(String(req.headers.api_key ?? ''))}`;
-const userKey = (req: FastifyRequest): string => `user:${hashKey(String(req.headers.authorization ?? req.headers.api_key ?? ''))}`;
+const readKey = (req: FastifyRequest): string => `read:${hashKey(headerKey(req) ?? '')}`;
+// The key authentication will read: api_key first, else Bearer (not the raw Authorization header).
+const userKey = (req: FastifyRequest): string => `user:${hashKey(requestKey(req) ?? '')}`;
 
 export async function registerRateLimits(app: FastifyInstance, limits: RateLimits): Promise<KeyLimiters> {
   await app.register(rateLimit, {
@@ -107,9 +145,11 @@ export async function registerRateLimits(app: FastifyInstance, limits: RateLimit
   };
   return {
     reports: perKey(limits.reportsPerKey, bodyKey),
-    reads: perKey(limits.readsPerKey, headerKey),
+    reads: perKey(limits.readsPerKey, readKey),
     completions: perKey(limits.completionsPerUser, userKey),
+    progress: perKey(limits.progressPerKey, (req) => `progress:${bodyKey(req)}`),
     concurrent: new ConcurrencyLimiter(limits.concurrentPerUser),
     failures: new FailureLimiter(limits.authFailuresPerIp),
+    longPolls: new LongPolls(limits.longPollsPerKey, limits.longPollsPerIp),
   };
 }

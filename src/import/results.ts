@@ -1,10 +1,12 @@
 // `ins import results FILE.csv`: job results history with the points they were credited.
 // Columns job_id,node_name,model_name,status,points,received_at and optionally result (a JSON
 // object). Nodes must exist (import them first); models are created as needed. The
-// aggregates grow by exactly what is imported, in the same transaction.
-import type { Queryable } from '../db/database.js';
+// aggregates grow by exactly what is imported, in the same transaction. A success on a day the
+// points ledger has closed is a bad row (docs/ledger.md): a closed day never changes. The
+// check reads ledger_state FOR SHARE, held until the import commits, so a day cannot close
+// between the check and the commit (the close waits, then counts the imported credits).
+import { sql, type Queryable } from '../db/database.js';
 import { parsePoints } from '../points-value.js';
-import { creditStatement } from '../results/credit.js';
 import { parseDateTime } from '../validation/datetime.js';
 import type { ImportSpec } from './run.js';
 
@@ -34,15 +36,62 @@ function checkRow(f: Record<string, string>): (string | number | null)[] | strin
   return [job_id, node_name, model_name, status, points, at.iso, json];
 }
 
-// The staged rows, resolved to ids, credited by the service's own statement (results/credit.ts)
-// with their explicit times and points: imported history lands in the aggregates exactly as
-// reported history does.
-const CREDIT_IMPORT = creditStatement('import_results_credit', {
-  input: `
+// The staged rows, resolved to ids, credited with their explicit times and points by the
+// service's credit part (results/credit.ts: the same text in every credit statement): imported
+// history lands in the aggregates exactly as reported history does.
+const CREDIT_IMPORT = sql('import_results_credit', `WITH input AS (
   SELECT s.job_id, n.id AS node_id, m.id AS model_id, s.status, s.result, s.points, s.received_at, true AS explicit
-  FROM import_results s JOIN nodes n ON n.name = s.node_name JOIN models m ON m.name = s.model_name`,
-  output: 'SELECT count(*)::int AS n FROM credited',
-});
+  FROM import_results s JOIN nodes n ON n.name = s.node_name JOIN models m ON m.name = s.model_name
+),
+-- credit: begin
+credited AS (
+  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
+  SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
+  ORDER BY job_id
+  ON CONFLICT (job_id) DO UPDATE
+    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at
+    WHERE r.status = 'error' AND EXCLUDED.status = 'success' AND r.node_id = EXCLUDED.node_id AND r.model_id = EXCLUDED.model_id
+  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
+),
+daily AS (
+  INSERT INTO node_daily_points (node_id, day, points, successes)
+  SELECT node_id, day, sum(points), count(*) FROM credited WHERE status = 'success'
+  GROUP BY node_id, day ORDER BY node_id, day
+  ON CONFLICT (node_id, day) DO UPDATE
+    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes
+),
+overall AS (
+  INSERT INTO model_nodes (model_id, node_id, first_success_at, last_success_at)
+  SELECT model_id, node_id, min(received_at), max(received_at) FROM credited WHERE status = 'success'
+  GROUP BY model_id, node_id ORDER BY model_id, node_id
+  ON CONFLICT (model_id, node_id) DO UPDATE
+    SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
+        last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
+),
+per_day AS (
+  INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
+  SELECT model_id, node_id, day, min(received_at), max(received_at) FROM credited WHERE status = 'success'
+  GROUP BY model_id, node_id, day ORDER BY model_id, node_id, day
+  ON CONFLICT (model_id, node_id, day) DO UPDATE
+    SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
+        last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
+  RETURNING model_id, (xmax = 0) AS inserted
+),
+explicit AS (SELECT EXISTS (SELECT 1 FROM input WHERE explicit) AS given),
+bumped AS (
+  SELECT id FROM models
+  WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR (SELECT given FROM explicit))
+  ORDER BY id FOR NO KEY UPDATE
+),
+roster AS (
+  UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
+),
+history AS (
+  UPDATE points_history SET version = version + 1
+  WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
+)
+-- credit: end
+SELECT count(*)::int AS n FROM credited`);
 
 async function apply(tx: Queryable): Promise<number> {
   await tx.exec(`INSERT INTO models (name) SELECT DISTINCT model_name FROM import_results ON CONFLICT (name) DO NOTHING`);
@@ -66,6 +115,11 @@ export const resultsImport: ImportSpec = {
       FROM import_results s JOIN job_results r ON r.job_id = s.job_id
     UNION ALL
     SELECT x.line, 'job_id "' || x.job_id || '" repeats line ' || x.first
-      FROM (SELECT line, job_id, min(line) OVER (PARTITION BY job_id) AS first FROM import_results) x WHERE x.line > x.first`,
+      FROM (SELECT line, job_id, min(line) OVER (PARTITION BY job_id) AS first FROM import_results) x WHERE x.line > x.first
+    UNION ALL
+    SELECT s.line, 'received_at falls on ' || ((s.received_at AT TIME ZONE 'UTC')::date)::text || ', a day the points ledger has closed (closed through '
+        || l.closed_through::text || '): a closed day never changes; import history before its day closes (docs/ledger.md)'
+      FROM import_results s, (SELECT closed_through FROM ledger_state FOR SHARE) l
+      WHERE s.status = 'success' AND (s.received_at AT TIME ZONE 'UTC')::date <= l.closed_through`,
   apply,
 };

@@ -1,7 +1,8 @@
 // What a worker's result becomes for the user: real workers send `{"message": "text"}` or
 // `{"message": {"role", "content"}}`; users always read `{"message": {"role", "content"}}`.
 // Usage (ours): `prompt_tokens` and `completion_tokens`, from the report's `usage` or
-// `result.usage`, kept when they are whole numbers >= 0.
+// `result.usage`, kept when they are whole numbers from 0 to MAX_TOKENS (what PostgreSQL's
+// integer holds: the auditor computes with them).
 
 export interface Answer { message: { role: string; content: string } }
 export interface Usage { prompt_tokens?: number; completion_tokens?: number }
@@ -16,7 +17,10 @@ export function answerOf(result: Record<string, unknown>): Answer {
   return { message: { role: 'assistant', content: '' } };
 }
 
-const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
+/** The most tokens a report may count (openapi.json UpdateResultRequest.usage). */
+export const MAX_TOKENS = 2_147_483_647;
+
+const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_TOKENS ? v : undefined);
 
 export function usageOf(...sources: unknown[]): Usage | null {
   for (const s of sources) {

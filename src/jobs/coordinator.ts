@@ -1,39 +1,38 @@
-// The coordinator of one server: submissions, dispatch to waiting workers, completions, lease
-// expiry and deadlines, and the notifications that keep several servers in step
-// (jobs/channels.ts). The routes call this; the parts live in the files beside it.
-import { randomBytes } from 'node:crypto';
+// The coordinator of one server, as the routes use it: submissions, dispatch to waiting
+// workers, completions, give-ups, cancels, partial output and waiting for results. Every state
+// change goes through the lifecycle (jobs/lifecycle.ts), whose outcomes reach the parts here —
+// the dispatcher, the result watch, the progress relay — and any other consumer added with
+// use() (the verifier, the metrics).
 import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
 import type { SessionRow } from '../repositories/sessions.js';
-import { jobsAndCopies, JOBS_CHANNEL, parsePayload, RESULTS_CHANNEL } from './channels.js';
+import { Lifecycle, type LiveConsumer } from './lifecycle.js';
 import { Submitter, type Submission } from './submit.js';
 import { Dispatcher, type DeliveredJob } from './dispatcher.js';
-import { leaseJobs, releaseLeases, type Requeued } from './lease.js';
 import { Completer, nodeLeaseOf, type Completion, type JobReport } from './complete.js';
-import { Sweeper, type SweepResult } from './sweeper.js';
+import { Sweeper } from './sweeper.js';
 import { ResultWatch, type Finished } from './watch.js';
-import { JobReader, type UserJob } from './read.js';
-import { PROGRESS_CHANNEL, ProgressRelay } from './progress.js';
+import { finalJobs, JobReader, type UserJob } from './read.js';
+import { PROGRESS_CHANNEL, ProgressRelay, type Piece } from './progress.js';
 import { Presence } from './presence.js';
-import { cancelQueuedJob } from './cancel.js';
+import { OpenJobs, type Standing } from './open-jobs.js';
+import { Throughput } from './throughput.js';
+import { standingsOf } from './sql/standings.js';
 import { sql } from '../db/database.js';
 import type { JobState } from './states.js';
-
-/** What the coordinator tells the metrics (http/metrics.ts). */
-export interface CoordinatorEvents {
-  leased: (queuedSeconds: number) => void;
-  finished: (state: JobState, count: number) => void;
-  leasesExpired: (count: number) => void;
-  error: (err: unknown) => void;
-}
 
 export interface CoordinatorOptions extends CoordinatorConfig {
   defaultPointsPerJob: number;
   /** Done jobs are audited (verification on). */
   audit: boolean;
-  events: CoordinatorEvents;
+  /** A background task or a consumer failed: logged and counted by the caller; the coordinator carries on. */
+  onError: (err: unknown) => void;
   /** How often session last-seen times are written. */
   presenceFlushMs?: number;
+  /** A job submitted for a model with a worker waiting here goes straight to it (default on; off only to measure what it saves). */
+  handOff?: boolean;
+  /** The dispatcher remembers models with no queued job (default on; off only to measure what it saves). */
+  trackEmpty?: boolean;
 }
 
 // Of the models $1, which have queued jobs, and which queued copies (one EXISTS per partial index).
@@ -43,62 +42,60 @@ const QUEUED_MODELS = sql('jobs_queued_models', `SELECT m.id,
   FROM unnest($1::int[]) AS m(id)`);
 
 export class Coordinator {
-  /** This server's id in notifications: it skips its own. */
-  readonly server = randomBytes(6).toString('hex');
+  readonly lifecycle: Lifecycle;
   private readonly submitter: Submitter;
   private readonly dispatcher: Dispatcher;
   private readonly completer: Completer;
   private readonly sweeper: Sweeper;
-  private readonly watch = new ResultWatch();
+  private readonly watch: ResultWatch;
   private readonly presence: Presence;
   private readonly reader: JobReader;
   private readonly progress: ProgressRelay;
+  private readonly throughput = new Throughput();
+  private readonly openJobs: OpenJobs;
   private stopListening: (() => Promise<void>)[] = [];
 
-  private constructor(private readonly db: Database, private readonly opts: CoordinatorOptions) {
-    const { events } = opts;
+  private constructor(private readonly db: Database, opts: CoordinatorOptions) {
+    const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError });
+    this.lifecycle = lifecycle;
+    this.watch = new ResultWatch((ids) => finalJobs(db, ids), opts.onError);
     this.dispatcher = new Dispatcher({
-      lease: (asks, groups) => leaseJobs(db, asks, groups, opts.leaseTimeout),
-      undeliver: async (keyHash) => this.requeued(await releaseLeases(db, { keyHashes: [keyHash] }, 'released', true, opts.maxAttempts, this.server)),
-      abandonOldest: async (sessionId) => this.requeued(await releaseLeases(db, { sessionId, most: 1 }, 'abandoned', false, opts.maxAttempts, this.server)),
+      lease: (asks, groups) => lifecycle.lease(asks, groups),
+      undeliver: (keyHash) => lifecycle.release({ keyHashes: [keyHash] }, 'released', true),
+      abandonOldest: (sessionId) => lifecycle.release({ sessionId, most: 1 }, 'abandoned'),
       queuedModels: async (ids) => {
         const rows = await db.query<{ id: number; jobs: boolean; copies: boolean }>(QUEUED_MODELS, [ids]);
         return { jobs: rows.filter((r) => r.jobs).map((r) => r.id), copies: rows.filter((r) => r.copies).map((r) => r.id) };
       },
-    }, { onError: events.error });
-    this.progress = new ProgressRelay(db, this.server);
-    this.submitter = new Submitter(db, this.server, opts.leaseTimeout, {
-      claim: (counts) => this.dispatcher.claim(counts),
-      settleClaim: (claim, job) => this.dispatcher.settleClaim(claim, job),
-      queued: (counts) => this.dispatcher.queued(counts),
-    });
-    this.completer = new Completer(db, { defaultPoints: opts.defaultPointsPerJob, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit }, (queued, finished, done, ended) => {
-      this.dispatcher.queued(queued);
-      this.watch.finished(finished, done);
-      this.progress.ended(ended);
-    });
+    }, { onError: opts.onError, trackEmpty: opts.trackEmpty });
+    this.progress = new ProgressRelay(db, lifecycle.server);
+    this.openJobs = new OpenJobs((ids) => standingsOf(db, ids), this.throughput, opts.onError);
+    for (const consumer of [this.dispatcher, this.watch, this.progress, this.throughput, this.openJobs]) lifecycle.use(consumer);
+    this.submitter = new Submitter(db, lifecycle, opts.handOff === false ? undefined : this.dispatcher,
+      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }));
+    this.completer = new Completer(db, lifecycle);
     this.reader = new JobReader(db);
-    this.sweeper = new Sweeper(db, opts.sweepInterval * 1000, opts.maxAttempts, this.server, (r) => this.swept(r), events.error);
-    this.presence = new Presence(db, opts.presenceFlushMs ?? 5_000, events.error);
+    this.sweeper = new Sweeper(lifecycle, opts.sweepInterval * 1000, opts.onError);
+    this.presence = new Presence(db, opts.presenceFlushMs ?? 5_000, opts.onError);
   }
 
   static async start(db: Database, opts: CoordinatorOptions): Promise<Coordinator> {
     const c = new Coordinator(db, opts);
     c.stopListening = [
-      await db.listen(JOBS_CHANNEL, (payload) => {
-        const p = parsePayload(payload);
-        if (p.server === c.server) return;
-        const { jobs, copies } = jobsAndCopies(p.items);
-        c.dispatcher.queued(jobs);
-        c.dispatcher.queued(copies, 'copies');
-      }, (live) => c.dispatcher.setLive(live)),
-      await db.listen(RESULTS_CHANNEL, (payload) => {
-        const p = parsePayload(payload);
-        if (p.server !== c.server) c.watch.finished(p.items);
-      }, (live) => { if (live) c.watch.wakeAll(); }),
+      await c.lifecycle.listen(),
       await db.listen(PROGRESS_CHANNEL, (payload) => c.progress.heard(payload), () => {}),
     ];
     return c;
+  }
+
+  /** This server's id in announcements. */
+  get server(): string {
+    return this.lifecycle.server;
+  }
+
+  /** Adds a consumer of every job outcome (the verifier, the metrics). */
+  use(consumer: LiveConsumer): void {
+    this.lifecycle.use(consumer);
   }
 
   submit(s: Submission): Promise<string> {
@@ -106,16 +103,14 @@ export class Coordinator {
   }
 
   /** The next job for a worker session, waiting up to waitMs (0: look once). */
-  async next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
+  next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
     this.presence.touch(session.id);
-    const job = await this.dispatcher.next(session, waitMs, gone);
-    if (job) this.opts.events.leased(job.queuedSeconds);
-    return job;
+    return this.dispatcher.next(session, waitMs, gone);
   }
 
-  /** Gives back a job whose worker could not be told about it (it hung up). */
-  async undeliver(job: DeliveredJob): Promise<void> {
-    this.requeued(await releaseLeases(this.db, { keyHashes: [job.keyHash] }, 'released', true, this.opts.maxAttempts, this.server));
+  /** Gives back a job whose worker could not be told about it (it hung up): no attempt. */
+  undeliver(job: DeliveredJob): Promise<void> {
+    return this.lifecycle.release({ keyHashes: [job.keyHash] }, 'released', true);
   }
 
   /** A session was seen (any call with its token). */
@@ -123,10 +118,8 @@ export class Coordinator {
     this.presence.touch(sessionId);
   }
 
-  async complete(r: JobReport): Promise<Completion> {
-    const c = await this.completer.complete(r);
-    if (c.kind === 'completed' && c.state !== 'queued') this.opts.events.finished(c.state, 1);
-    return c;
+  complete(r: JobReport): Promise<Completion> {
+    return this.completer.complete(r);
   }
 
   /** For a node-key report of a job id: see complete.ts nodeLeaseOf. */
@@ -135,17 +128,18 @@ export class Coordinator {
   }
 
   /** A session ends (deregister): its leases go back to the queue at once. */
-  async endSession(sessionId: number): Promise<void> {
-    this.requeued(await releaseLeases(this.db, { sessionId }, 'released', false, this.opts.maxAttempts, this.server));
+  endSession(sessionId: number): Promise<void> {
+    return this.lifecycle.release({ sessionId }, 'released');
   }
 
-  async cancel(jobId: string, ownerKeyId: number | null, why: string): Promise<boolean> {
-    const canceled = await cancelQueuedJob(this.db, jobId, ownerKeyId, why, this.server);
-    if (canceled) {
-      this.watch.finished([jobId]);
-      this.opts.events.finished('canceled', 1);
-    }
-    return canceled;
+  /** A node was disabled: every lease it holds goes back to the queue. */
+  endNodeLeases(nodeId: number): Promise<void> {
+    return this.lifecycle.release({ nodeId }, 'released');
+  }
+
+  /** Cancels a queued or leased job of this owner (null: an operator, any owner). */
+  cancel(jobId: string, ownerKeyId: number | null, why: string): Promise<{ before: JobState | undefined; canceled: boolean }> {
+    return this.lifecycle.cancel(jobId, ownerKeyId, why);
   }
 
   /** Resolves once the job reached a final state (as announced), or undefined after timeoutMs or on abort. */
@@ -153,13 +147,13 @@ export class Coordinator {
     return this.watch.wait(jobId, timeoutMs, signal);
   }
 
-  /** A worker's partial output of a streamed job (jobs/progress.ts); false when its lease is not open. */
-  publishProgress(keyHash: string, jobId: string, delta: string): Promise<boolean> {
-    return this.progress.publish(keyHash, jobId, delta);
+  /** A worker's partial output of a streamed job (empty: a heartbeat); false when its lease is not open. */
+  publishProgress(keyHash: string, jobId: string, text: string): Promise<boolean> {
+    return this.progress.publish(keyHash, jobId, text);
   }
 
   /** Hears a streamed job's partial output; returns the unsubscribe function. */
-  onProgress(jobId: string, fn: (delta: string) => void): () => void {
+  onProgress(jobId: string, fn: (piece: Piece) => void): () => void {
     return this.progress.listen(jobId, fn);
   }
 
@@ -168,9 +162,14 @@ export class Coordinator {
     return this.reader.own(jobId, ownerKeyId);
   }
 
-  /** Jobs were queued by another part of this server (probes), or copies of jobs to check (src/verify/). */
-  jobsQueued(counts: Map<number, number>, what: 'jobs' | 'copies' = 'jobs'): void {
-    this.dispatcher.queued(counts, what);
+  /** Where a job this server knows to be open stands, from memory; undefined: read the job (ownJob). */
+  pendingJob(jobId: string, ownerKeyId: number): Standing | undefined {
+    return this.openJobs.get(jobId, ownerKeyId);
+  }
+
+  /** A job read open: remembered, so that its next polls cost nothing; answers where it stands. */
+  seenOpen(job: UserJob, ownerKeyId: number): Standing {
+    return this.openJobs.remember(job.id, ownerKeyId, { state: job.state === 'leased' ? 'leased' : 'queued', model: job.modelId });
   }
 
   get waitingWorkers(): number {
@@ -185,22 +184,10 @@ export class Coordinator {
 
   async close(): Promise<void> {
     this.drain();
+    this.openJobs.close();
+    this.watch.close();
     await this.sweeper.close();
     await this.presence.close();
     for (const stop of this.stopListening) await stop();
-  }
-
-  private requeued(r: Requeued): void {
-    this.dispatcher.queued(r.queued);
-    this.watch.finished(r.ended);
-    if (r.ended.length > 0) this.opts.events.finished('failed', r.ended.length);
-  }
-
-  private swept(r: SweepResult): void {
-    this.dispatcher.queued(r.queued);
-    this.watch.finished(r.finished);
-    if (r.leasesEnded > 0) this.opts.events.leasesExpired(r.leasesEnded);
-    if (r.expired > 0) this.opts.events.finished('expired', r.expired);
-    if (r.failed > 0) this.opts.events.finished('failed', r.failed);
   }
 }

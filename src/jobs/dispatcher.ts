@@ -20,15 +20,21 @@
 // that model, in the submission's own statement (claim(), jobs/submit.ts): no queue, no round.
 import type { SessionRow } from '../repositories/sessions.js';
 import { newKey } from '../keys.js';
-import type { Ask, Group, LeasedJob, LeaseRound } from './lease.js';
-import type { JobRequest } from './submit.js';
+import type { Ask, Group, LeasedJob, LeaseRound } from './sql/lease.js';
+import type { JobRequest } from './request.js';
+import type { Outcome } from './outcome.js';
+import type { LiveConsumer } from './lifecycle.js';
 
-export interface DeliveredJob { jobId: string; jobKey: string; keyHash: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number }
+export interface DeliveredJob {
+  jobId: string; jobKey: string; keyHash: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number;
+  /** The answer's beginning an earlier attempt streamed (job_data.answer_prefix); empty when none. */
+  prefix: string;
+}
 
 /** A waiting poll taken out of waiting to get a job straight from a submission (claim()). */
 export interface Claim { sessionId: number; nodeId: number; keyHash: string; rank: number; readonly waiter: unknown }
 
-/** What the dispatcher needs of the database (jobs/coordinator.ts binds it). */
+/** What the dispatcher needs of the lifecycle (jobs/coordinator.ts binds it). */
 export interface DispatchStore {
   lease(asks: Ask[], groups: Group[]): Promise<LeaseRound>;
   /** Gives back a lease its worker never got (it hung up meanwhile); it is no attempt. */
@@ -56,12 +62,14 @@ export interface DispatcherOptions {
   maxBatch?: number;
   /** How often the waited-for models are checked for queued jobs anyway. */
   recheckMs?: number;
-  onError?: (err: unknown) => void;
+  /** Remember models known to have no queued job (a new long poll then waits without a round); off only to measure what it saves. */
+  trackEmpty?: boolean;
+  onError: (err: unknown) => void;
 }
 
 const RETRY_MS = 250;
 
-export class Dispatcher {
+export class Dispatcher implements LiveConsumer {
   private readonly waiters = new Set<Waiter>();
   private readonly byModel = new Map<number, Set<Waiter>>();
   private readonly bySession = new Map<number, Set<Waiter>>();
@@ -88,10 +96,19 @@ export class Dispatcher {
   private readonly timer: NodeJS.Timeout;
   private readonly maxBatch: number;
 
-  constructor(private readonly store: DispatchStore, private readonly opts: DispatcherOptions = {}) {
+  private readonly trackEmpty: boolean;
+
+  constructor(private readonly store: DispatchStore, private readonly opts: DispatcherOptions) {
     this.maxBatch = opts.maxBatch ?? 64;
-    this.timer = setInterval(() => void this.recheck(), opts.recheckMs ?? 1_000);
+    this.trackEmpty = opts.trackEmpty ?? true;
+    this.timer = setInterval(() => { this.recheck().catch(opts.onError); }, opts.recheckMs ?? 1_000);
     this.timer.unref();
+  }
+
+  /** Jobs and copies queued, here or on another server, wake as many waiters of their models. */
+  apply(o: Outcome): void {
+    if (o.queued.size > 0) this.queued(o.queued);
+    if (o.copies.size > 0) this.queued(o.copies, 'copies');
   }
 
   /** Number of polls waiting for a job (a metric). */
@@ -131,7 +148,7 @@ export class Dispatcher {
       // No job for it: a long poll waits to be claimed or woken (copies are offered to waiters
       // as they are queued, and once a second by recheck()); a poll that looks once looks for
       // copies now, or a worker that never waits would never get one.
-      const noJobs = this.live && models.every((m) => this.empty.has(m));
+      const noJobs = this.live && this.trackEmpty && models.every((m) => this.empty.has(m));
       if (w.once) {
         if (noJobs && models.every((m) => !this.copies.has(m))) return w.settle(null);
       } else {
@@ -149,7 +166,7 @@ export class Dispatcher {
    */
   claim(counts: Map<number, number>): Map<number, Claim[]> {
     const out = new Map<number, Claim[]>();
-    if (!this.live) return out;
+    if (!this.live || !this.trackEmpty) return out;
     const ranks = new Map<number, number>();
     for (const [model, count] of counts) {
       if (!this.empty.has(model)) continue;
@@ -169,10 +186,17 @@ export class Dispatcher {
     return out;
   }
 
-  /** The claim's job, leased to it by the submission; null: it was not (it waits on). */
-  async settleClaim(claim: Claim, job: LeasedJob | null): Promise<void> {
+  /**
+   * The claim's job, leased to it by the submission; null: it was not (it waits on). Never
+   * fails: a job that cannot be delivered and cannot be given back either is left to its
+   * lease's expiry, and the failure reported.
+   */
+  settleClaim(claim: Claim, job: LeasedJob | null): void {
     const { w, key } = claim.waiter as { w: Waiter; key: { key: string; hash: string } };
-    if (job) return this.deliver(w, job, key);
+    if (job) {
+      this.deliver(w, job, key).catch(this.opts.onError);
+      return;
+    }
     if (w.settled) return;
     this.add(w);
     this.pend(w);
@@ -217,7 +241,7 @@ export class Dispatcher {
     this.pending.add(w);
     if (!this.running) {
       this.running = true;
-      setImmediate(() => void this.rounds());
+      setImmediate(() => { this.rounds().catch(this.opts.onError); });
     }
   }
 
@@ -258,7 +282,7 @@ export class Dispatcher {
       } catch (err) {
         // The database is away for a moment: a poll that looks once answers "no job" (the
         // worker polls again), the others look again shortly, within their wait.
-        this.opts.onError?.(err);
+        this.opts.onError(err);
         for (const w of batch) {
           if (w.once) w.settle(null);
           else setTimeout(() => this.pend(w), RETRY_MS).unref();
@@ -316,7 +340,7 @@ export class Dispatcher {
       // Nothing left: the models are empty, unless jobs of them were queued meanwhile.
       if (jobsLeft.has(i + 1)) {
         if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])));
-      } else if (this.live) {
+      } else if (this.live && this.trackEmpty) {
         for (const m of models) if ((this.queuedGeneration.get(m) ?? 0) === generations.get(m)) this.empty.add(m);
       }
       if (copiesLeft.has(i + 1)) {
@@ -333,7 +357,7 @@ export class Dispatcher {
       await this.store.undeliver(key.hash);
       return;
     }
-    w.settle({ jobId: row.jobId, jobKey: key.key, keyHash: key.hash, model: row.model, request: row.request, attempt: row.attempt, queuedSeconds: row.queuedSeconds });
+    w.settle({ jobId: row.jobId, jobKey: key.key, keyHash: key.hash, model: row.model, request: row.request, attempt: row.attempt, queuedSeconds: row.queuedSeconds, prefix: row.prefix });
   }
 
   private async recheck(): Promise<void> {
@@ -344,7 +368,7 @@ export class Dispatcher {
       this.queued(new Map(jobs.map((m) => [m, this.byModel.get(m)?.size ?? 0])));
       this.queued(new Map(copies.map((m) => [m, this.byModel.get(m)?.size ?? 0])), 'copies');
     } catch (err) {
-      this.opts.onError?.(err);
+      this.opts.onError(err);
     }
   }
 }

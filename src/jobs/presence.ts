@@ -9,7 +9,7 @@ export class Presence {
   private readonly timer: NodeJS.Timeout;
 
   constructor(private readonly db: Database, flushMs: number, private readonly onError: (err: unknown) => void) {
-    this.timer = setInterval(() => void this.flush(), flushMs);
+    this.timer = setInterval(() => { this.flush().catch(onError); }, flushMs);
     this.timer.unref();
   }
 

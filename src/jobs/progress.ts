@@ -1,27 +1,52 @@
-// Partial output while a node generates (ours): a worker sends the text of a streamed job as
-// it comes (POST /worker/job_progress), and whoever streams that job to a client hears it —
-// on this server directly, on another through PROGRESS_CHANNEL. Nothing is stored: the final
-// report is the answer of record; progress only lets a streaming client see it early.
+// Partial output while a node generates (POST /worker/job_progress): the text of a streamed job
+// is kept with its lease (sql/progress.ts) and relayed to whoever streams that job to its
+// client — on this server directly, on another through PROGRESS_CHANNEL. Each piece carries its
+// place in the whole answer (`at`, in characters, the prefix an earlier attempt streamed
+// included), so a stream can tell text that continues what it sent from text it cannot place.
+// A lease that has ended takes nothing: the worker is told (its job was canceled, expired or
+// finished elsewhere) and nothing of it reaches the client.
+//
+// Heartbeats (progress without text) cost no statement for a lease this server knows is open:
+// leases are remembered once checked, and forgotten when the lifecycle says their job was
+// requeued or finished (outcomes, here or announced by another server) — trusted only while
+// notifications are reliable (LISTEN live), as the dispatcher trusts its memory.
 import { sql, type Queryable } from '../db/database.js';
+import { keepProgress, openLeaseAttempt, type Kept } from './sql/progress.js';
+import type { Outcome } from './outcome.js';
+import type { LiveConsumer } from './lifecycle.js';
 
 export const PROGRESS_CHANNEL = 'ins_progress';
+/** Most characters of partial output a lease keeps and relays; the rest of the answer reaches the client with the report. */
+export const PROGRESS_CAP_CHARS = 65_536;
 // NOTIFY payloads are at most 8000 bytes; a character takes at most 4 in UTF-8.
-const PIECE = 1_800;
+const PIECE_CHARS = 1_800;
+const MAX_REMEMBERED = 100_000;
 
 const NOTIFY = sql('jobs_progress_notify', `SELECT pg_notify('${PROGRESS_CHANNEL}', $1::text) AS sent`);
-// $1 the job key's hash, $2 the job id: the lease is open, for that job.
-const OPEN_LEASE = sql('jobs_progress_lease', `SELECT 1 AS open FROM job_leases
-  WHERE key_hash = $1::text AND ended_at IS NULL AND job_id::text = $2::text`);
 
-export class ProgressRelay {
-  private readonly listeners = new Map<string, Set<(delta: string) => void>>();
-  /** Leases seen open (key hash → job id), so a stream of chunks costs one check. */
+/** A piece of a streamed job's answer: from the lease of `attempt`, starting at character `at` of the whole answer. */
+export interface Piece { attempt: number; at: number; text: string }
+
+/** Characters (code points), as PostgreSQL counts them. */
+export const charLength = (s: string): number => {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+};
+
+export class ProgressRelay implements LiveConsumer {
+  private readonly listeners = new Map<string, Set<(p: Piece) => void>>();
+  /** Leases known open: job key hash → job id, and the reverse, to forget them by job. */
   private readonly open = new Map<string, string>();
+  private readonly byJob = new Map<string, string>();
+  /** Checks running, per job: an outcome for the job meanwhile makes their answer stale (not remembered). */
+  private readonly checking = new Map<string, { stale: boolean }>();
+  private live = false;
 
   constructor(private readonly db: Queryable, private readonly server: string) {}
 
   /** Hears the job's partial output; returns the unsubscribe function. */
-  listen(jobId: string, fn: (delta: string) => void): () => void {
+  listen(jobId: string, fn: (p: Piece) => void): () => void {
     let set = this.listeners.get(jobId);
     if (!set) this.listeners.set(jobId, (set = new Set()));
     set.add(fn);
@@ -31,35 +56,82 @@ export class ProgressRelay {
     };
   }
 
-  /** A worker's partial output for the job of an open lease; false when that lease is not open. */
-  async publish(keyHash: string, jobId: string, delta: string): Promise<boolean> {
-    if (this.open.get(keyHash) !== jobId) {
-      if ((await this.db.query(OPEN_LEASE, [keyHash, jobId])).length === 0) return false;
-      if (this.open.size >= 10_000) this.open.delete(this.open.keys().next().value!);
-      this.open.set(keyHash, jobId);
+  /** A worker's partial output (empty: a heartbeat); false when the lease is not open (ended, or not this job's). */
+  async publish(keyHash: string, jobId: string, text: string): Promise<boolean> {
+    if (text === '' && this.live && this.open.get(keyHash) === jobId) return true;
+    const check = { stale: false };
+    this.checking.set(jobId, check);
+    let kept: Kept | undefined;
+    try {
+      kept = text === ''
+        ? await openLeaseAttempt(this.db, keyHash, jobId).then((attempt) => (attempt === undefined ? undefined : { attempt, at: 0, kept: 0 }))
+        : await keepProgress(this.db, keyHash, jobId, text, PROGRESS_CAP_CHARS);
+    } finally {
+      if (this.checking.get(jobId) === check) this.checking.delete(jobId);
     }
-    if (delta.length === 0) return true;
-    if (this.listeners.has(jobId)) return this.deliver(jobId, delta), true;
+    if (!kept) return this.forgetKey(keyHash), false;
+    if (!check.stale) this.remember(keyHash, jobId);
+    if (kept.kept === 0) return true;
+    const chars = Array.from(text).slice(0, kept.kept);
+    const piece: Piece = { attempt: kept.attempt, at: kept.at, text: chars.length === text.length ? text : chars.join('') };
+    if (this.listeners.has(jobId)) {
+      this.deliver(jobId, piece);
+      return true;
+    }
     // Nobody streams it here: perhaps on another server.
-    for (let i = 0; i < delta.length; i += PIECE) await this.db.query(NOTIFY, [`${this.server} ${jobId} ${delta.slice(i, i + PIECE)}`]);
+    for (let i = 0; i < chars.length; i += PIECE_CHARS) {
+      await this.db.query(NOTIFY, [`${this.server} ${jobId} ${piece.attempt} ${piece.at + i} ${chars.slice(i, i + PIECE_CHARS).join('')}`]);
+    }
     return true;
   }
 
-  /** These jobs' leases ended here: their keys are checked again (and refused) from now on. */
-  ended(jobIds: Iterable<string>): void {
-    const gone = new Set(jobIds);
-    if (gone.size === 0 || this.open.size === 0) return;
-    for (const [hash, jobId] of this.open) if (gone.has(jobId)) this.open.delete(hash);
+  /** Jobs requeued or finished: their leases are no longer open. */
+  apply(o: Outcome): void {
+    for (const id of o.requeuedLeases.keys()) this.forgetJob(id);
+    for (const id of o.finished.keys()) this.forgetJob(id);
+  }
+
+  setLive(live: boolean): void {
+    this.live = live;
+    if (!live) {
+      this.open.clear();
+      this.byJob.clear();
+      for (const check of this.checking.values()) check.stale = true;
+    }
   }
 
   /** A PROGRESS_CHANNEL payload from any server. */
   heard(payload: string): void {
-    const [server, jobId] = payload.split(' ', 2);
-    if (server === this.server || !jobId) return;
-    this.deliver(jobId, payload.slice(server!.length + jobId.length + 2));
+    const [server, jobId, attempt, at] = payload.split(' ', 4);
+    if (server === this.server || !jobId || attempt === undefined || at === undefined || !this.listeners.has(jobId)) return;
+    const head = `${server} ${jobId} ${attempt} ${at} `;
+    this.deliver(jobId, { attempt: Number(attempt), at: Number(at), text: payload.slice(head.length) });
   }
 
-  private deliver(jobId: string, delta: string): void {
-    for (const fn of [...(this.listeners.get(jobId) ?? [])]) fn(delta);
+  private remember(keyHash: string, jobId: string): void {
+    if (this.open.size >= MAX_REMEMBERED) {
+      const [oldKey, oldJob] = this.open.entries().next().value!;
+      this.open.delete(oldKey);
+      this.byJob.delete(oldJob);
+    }
+    this.open.set(keyHash, jobId);
+    this.byJob.set(jobId, keyHash);
+  }
+
+  private forgetKey(keyHash: string): void {
+    const jobId = this.open.get(keyHash);
+    this.open.delete(keyHash);
+    if (jobId !== undefined && this.byJob.get(jobId) === keyHash) this.byJob.delete(jobId);
+  }
+
+  private forgetJob(jobId: string): void {
+    const check = this.checking.get(jobId);
+    if (check) check.stale = true;
+    const key = this.byJob.get(jobId);
+    if (key !== undefined) this.forgetKey(key);
+  }
+
+  private deliver(jobId: string, piece: Piece): void {
+    for (const fn of [...(this.listeners.get(jobId) ?? [])]) fn(piece);
   }
 }

@@ -7,6 +7,7 @@ import type { Answer, Usage } from './answer.js';
 export interface UserJob {
   id: string;
   model: string;
+  modelId: number;
   state: JobState;
   result: Answer | null;
   usage: Usage | null;
@@ -23,7 +24,7 @@ const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"H
 
 // Many reads at once (db/batcher.ts): $1 job ids, $2 their owners' key ids. Another user's
 // job is not found.
-const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.state, j.result, j.usage, j.detail,
+const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.result, j.usage, j.detail,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
     extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds,
     extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds"
@@ -44,6 +45,8 @@ const JOB_COUNTS = sql('jobs_counts', 'SELECT state, count(*)::int AS n FROM job
 const QUEUE_DEPTH = sql('jobs_queue_depth', `SELECT m.name AS model, count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id
   WHERE j.state = 'queued' GROUP BY m.name`);
 const OPEN_LEASES = sql('jobs_open_leases', 'SELECT count(*)::int AS n FROM job_leases WHERE ended_at IS NULL');
+// $1 job ids: those in a final state.
+const FINAL_JOBS = sql('jobs_final', `SELECT id::text FROM jobs WHERE id = ANY($1::uuid[]) AND state IN ('done', 'failed', 'expired', 'canceled')`);
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isJobId = (id: string): boolean => UUID.test(id);
@@ -84,6 +87,11 @@ export async function jobCounts(db: Queryable): Promise<Record<JobState, number>
 
 export async function queueDepth(db: Queryable): Promise<{ model: string; n: number }[]> {
   return db.query(QUEUE_DEPTH);
+}
+
+/** Which of these jobs are in a final state. */
+export async function finalJobs(db: Queryable, jobIds: string[]): Promise<string[]> {
+  return (await db.query<{ id: string }>(FINAL_JOBS, [jobIds.filter(isJobId)])).map((r) => r.id);
 }
 
 export async function openLeases(db: Queryable): Promise<number> {

@@ -1,27 +1,39 @@
 // A job's lifecycle, one frozen set of states (mirrored by the CHECK of jobs.state in
-// migrations/0005_coordinator.sql) and the transitions the coordinator makes:
+// migrations/0005_coordinator.sql) and the transitions the coordinator makes, each one
+// statement of src/jobs/sql/ (run by jobs/lifecycle.ts):
 //
-//                submit              lease (get_job)             success report
-//   (none) ─────────────▶ queued ───────────────────▶ leased ─────────────────────▶ done
-//                          │  ▲                          │
-//                          │  └──────────────────────────┤ lease expired, node deregistered,
-//                          │      attempts < MAX_ATTEMPTS│ error report, lease abandoned
-//                          │                             │
-//                          │                             ├──▶ failed   (the same, attempts = MAX_ATTEMPTS)
-//                          │                             │
-//                          ├─────────────────────────────┴──▶ expired  (past the job's deadline)
-//                          │
-//                          └──▶ canceled  (by its owner or an operator, while queued)
+//                 submit                  lease                    complete (success)
+//   (none) ─────────────────────▶ queued ──────────────────▶ leased ─────────────────────▶ done
+//           sql/submit.ts (or      ▲  │     sql/lease.ts        │   sql/complete.ts
+//           straight to leased:    │  │                         │
+//           a hand-off)            ├──┼─────────────────────────┤ give-up, sql/release.ts: the node deregistered,
+//                                  │  │                         │ was disabled, asked for more than it holds, or
+//                                  │  │                         │ hung up; no failure of the job
+//                                  └──┼─────────────────────────┤ failure: an error report (sql/complete.ts) or
+//                                     │                         │ the lease ran out (sql/sweep.ts), while
+//                                     │                         │ failures < MAX_ATTEMPTS
+//                                     │                         ├──▶ failed    the same, at MAX_ATTEMPTS
+//                                     ├─────────────────────────┼──▶ expired   past the deadline (sql/sweep.ts)
+//                                     └─────────────────────────┴──▶ canceled  by its owner or an operator (sql/cancel.ts)
 //
+//   queue checks (sql/queue-checks.ts): verification's copies and probes start queued.
+//
+// A lease that ends without the job done hands what it streamed to the client on to the next
+// lease as the answer's beginning (jobs.streamed, job_data.answer_prefix).
 // done, failed, expired and canceled are final. A job is leased to one node at a time; each
 // lease is one attempt (job_leases), ended with one of LEASE_OUTCOMES. A job is done exactly
-// once, by exactly one node, and that node is credited exactly once (results/credit.ts).
+// once, by exactly one node, and that node is credited exactly once (the credit part of
+// sql/complete.ts, results/credit.ts).
 
 export const JOB_STATES = Object.freeze(['queued', 'leased', 'done', 'failed', 'expired', 'canceled'] as const);
 export type JobState = (typeof JOB_STATES)[number];
 
 export const FINAL_STATES: ReadonlySet<JobState> = Object.freeze(new Set<JobState>(['done', 'failed', 'expired', 'canceled']));
 
-/** How a lease ended: the job done, an error report, its time up, the node gone or asking anew, the job's deadline. */
-export const LEASE_OUTCOMES = Object.freeze(['done', 'error', 'expired', 'released', 'abandoned', 'deadline'] as const);
+/**
+ * How a lease ended: the job done, an error report, its time up, given up (the node gone or
+ * disabled; or asking for more than it holds: abandoned), the job's deadline, the job canceled.
+ * error and expired are failures of the job; released and abandoned are not.
+ */
+export const LEASE_OUTCOMES = Object.freeze(['done', 'error', 'expired', 'released', 'abandoned', 'deadline', 'canceled'] as const);
 export type LeaseOutcome = (typeof LEASE_OUTCOMES)[number];

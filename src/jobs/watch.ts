@@ -1,16 +1,52 @@
 // Waiting for jobs to reach a final state, on one server, without polling: whoever waits
-// (get_result with `wait`, the OpenAI-compatible API) registers here, and is woken when a
-// statement of this server finishes the job — with the job's answer when that statement had
-// it, so the waiter need not read it back — or when RESULTS_CHANNEL says another server did.
-import type { Answer, Usage } from './answer.js';
+// (get_result with `wait`, the OpenAI-compatible API) registers here, and is woken by the
+// lifecycle's outcome that finishes the job — with the job's answer when a statement of this
+// server finished it, so the waiter need not read it back — or by another server's announcement.
+// While announcements may be missed (LISTEN down, or never up behind a transaction pooler
+// without DATABASE_DIRECT_URL), the waited-for jobs are looked up once a second, and once more
+// when LISTEN is back: those found final are woken.
+import type { DoneJob, Outcome } from './outcome.js';
+import type { LiveConsumer } from './lifecycle.js';
 
-/** A job done by a statement of this server: what its owner reads. */
-export interface DoneJob { state: 'done'; result: Answer; usage: Usage | null; queuedSeconds: number | null }
 /** Woken: the job is final; `done` when this server has its answer at hand. */
 export interface Finished { done?: DoneJob }
 
-export class ResultWatch {
+/** Which of these jobs are final (one statement). */
+export type FinalOf = (jobIds: string[]) => Promise<string[]>;
+
+const RECHECK_MS = 1_000;
+
+export class ResultWatch implements LiveConsumer {
   private readonly waiting = new Map<string, Set<(f: Finished) => void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private checking: Promise<void> | undefined;
+
+  constructor(private readonly finalOf: FinalOf, private readonly onError: (err: unknown) => void) {}
+
+  apply(o: Outcome): void {
+    if (o.finished.size > 0) this.finished(o.finished.keys(), o.local?.done);
+  }
+
+  setLive(live: boolean): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    if (!live) {
+      this.timer = setInterval(() => this.check(), RECHECK_MS);
+      this.timer.unref();
+    }
+    this.check();
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+  }
+
+  /** Wakes the waiters of the waited-for jobs that are final by now. */
+  private check(): void {
+    if (this.checking || this.waiting.size === 0) return;
+    this.checking = this.finalOf([...this.waiting.keys()]).then((ids) => this.finished(ids), this.onError)
+      .finally(() => { this.checking = undefined; });
+  }
 
   /** Resolves once the job is final (as announced), or undefined after timeoutMs or on abort. */
   wait(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<Finished | undefined> {

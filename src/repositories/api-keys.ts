@@ -1,6 +1,6 @@
 // API keys that belong to no node: reader keys (rk_, dashboards: read any node's daily points,
 // cannot report) and user keys (uk_, applications: submit jobs, read their own results).
-import { sql, type Queryable } from '../db/database.js';
+import { sql, type Database, type Queryable } from '../db/database.js';
 import { newKey } from '../keys.js';
 import { announceKeyChange } from './key-events.js';
 
@@ -35,7 +35,7 @@ export async function listApiKeys(db: Queryable): Promise<ApiKeyListing[]> {
  * Revokes by id, or by label when exactly one active key has it. Returns the revoked id, or a
  * reason it could not choose one.
  */
-export async function revokeApiKey(db: Queryable, idOrLabel: string): Promise<{ id: number } | { error: string }> {
+export async function revokeApiKey(db: Database, idOrLabel: string): Promise<{ id: number } | { error: string }> {
   let id: number | undefined;
   if (/^\d+$/.test(idOrLabel) && idOrLabel.length < 16) {
     id = Number(idOrLabel);

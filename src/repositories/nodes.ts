@@ -1,5 +1,5 @@
 // Nodes and their keys: what the CLI manages and what authentication reads.
-import { sql, type Queryable } from '../db/database.js';
+import { sql, type Database, type Queryable } from '../db/database.js';
 import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
 import { newKey } from '../keys.js';
 import { announceKeyChange } from './key-events.js';
@@ -59,19 +59,20 @@ export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<No
   return row ? { ...row, id: Number(row.id) } : undefined;
 }
 
-/** Returns false when no node has this name. */
-export async function setNodeDisabled(db: Queryable, name: string, disabled: boolean): Promise<boolean> {
-  const found = (await db.query(SET_DISABLED, [name, disabled])).length > 0;
-  if (found) await announceKeyChange(db);
-  return found;
+/** The node's id; undefined when no node has this name. */
+export async function setNodeDisabled(db: Database, name: string, disabled: boolean): Promise<number | undefined> {
+  const [row] = await db.query<{ id: number }>(SET_DISABLED, [name, disabled]);
+  if (row) await announceKeyChange(db);
+  return row ? Number(row.id) : undefined;
 }
 
 /** Replaces the node's key; the old key stops working with this commit. Undefined: no such node. */
-export async function rotateNodeKey(db: Queryable, name: string): Promise<string | undefined> {
+export async function rotateNodeKey(db: Database, name: string): Promise<{ id: number; key: string } | undefined> {
   const { key, hash } = newKey('node');
-  if ((await db.query(ROTATE, [name, hash])).length === 0) return undefined;
+  const [row] = await db.query<{ id: number }>(ROTATE, [name, hash]);
+  if (!row) return undefined;
   await announceKeyChange(db);
-  return key;
+  return { id: Number(row.id), key };
 }
 
 export async function countNodes(db: Queryable): Promise<number> {

@@ -18,10 +18,16 @@ export interface SessionListing { node: string; session: number; node_version: s
 
 const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended, n.key_hash
   FROM nodes n WHERE n.name = $1::text`);
-const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secret_checks (node_id, client_addr, checked_at) VALUES ($1::bigint, $2::text, now())
-  ON CONFLICT (node_id, client_addr) DO UPDATE SET checked_at = EXCLUDED.checked_at`);
-const RECENT_CHECK = sql('sessions_recent_secret_check', `SELECT 1 AS ok FROM node_secret_checks
-  WHERE node_id = $1::bigint AND client_addr = $2::text AND checked_at > now() - make_interval(secs => $3::int)`);
+// A check proves the key whose hash it records ($3), at one address.
+const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secret_checks (node_id, client_addr, checked_at, key_hash)
+  VALUES ($1::bigint, $2::text, now(), $3::text)
+  ON CONFLICT (node_id, client_addr) DO UPDATE SET checked_at = EXCLUDED.checked_at, key_hash = EXCLUDED.key_hash`);
+// Uses up the node's check from this address ($1, $2) made within $3 seconds, if it proved the
+// node's key of now; returns that key's hash. One DELETE: of concurrent uses, one wins.
+const USE_CHECK = sql('sessions_use_secret_check', `DELETE FROM node_secret_checks c USING nodes n
+  WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int)
+    AND n.id = c.node_id AND n.key_hash = c.key_hash
+  RETURNING c.key_hash`);
 const INSERT = sql('sessions_insert', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, node_version, stats, capacity)
   VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::int) RETURNING id`);
 // $2: the MODELS_TTL in seconds.
@@ -54,12 +60,18 @@ export async function findNodeForRegistration(db: Queryable, name: string): Prom
   return row ? { ...row, id: Number(row.id) } : undefined;
 }
 
-export async function recordSecretCheck(db: Queryable, nodeId: number, clientAddr: string): Promise<void> {
-  await db.query(RECORD_CHECK, [nodeId, clientAddr]);
+/** A check_node_secret success: `keyHash` is the hash of the key it proved. */
+export async function recordSecretCheck(db: Queryable, nodeId: number, clientAddr: string, keyHash: string): Promise<void> {
+  await db.query(RECORD_CHECK, [nodeId, clientAddr, keyHash]);
 }
 
-export async function hasRecentSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<boolean> {
-  return (await db.query(RECENT_CHECK, [nodeId, clientAddr, withinSeconds])).length > 0;
+/**
+ * Uses up the check of this node from this address, if one was made within `withinSeconds`
+ * with the node's current key: that key's hash, else undefined. A check serves once.
+ */
+export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<string | undefined> {
+  const [row] = await db.query<{ key_hash: string }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);
+  return row?.key_hash;
 }
 
 export interface NewSession { nodeId: number; nodeKeyHash: string; nodeVersion: string; stats: Record<string, unknown>; capacity: number }

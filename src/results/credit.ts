@@ -1,24 +1,42 @@
-// The one statement that records job results and credits them: every point the service ever
-// credits — a batch of reports, an upgrade from error to success, an imported history —
-// goes through creditStatement, so the aggregates the reads are served from cannot drift
-// apart between write paths. The holes are the caller's:
-// - `with` (optional): statements that come first and that `input` reads, e.g. ending a
-//   job's lease (jobs/complete.ts);
-// - `input`: the rows to record (job_id, node_id, model_id, status, result, points,
-//   received_at, explicit), where `explicit` says the time was given (imports, tests) rather
-//   than taken from the database's clock;
-// - `output`: the final SELECT over `credited`, the rows this statement recorded.
+// Crediting: every point the service credits is recorded in job_results and added to the
+// aggregates the reads are served from (node_daily_points, model_nodes, model_node_days, and
+// the versions of the caches above them) in the statement that records it. Three statements
+// credit, each written whole where it runs:
+// - CREDIT_REPORTS (here): node-key reports, batched, and upgrades from error to success
+//   (results/recorder.ts);
+// - jobs_complete (jobs/sql/complete.ts): reports with a job key, which also end the lease;
+// - import_results_credit (import/results.ts): imported history with its explicit times.
+// Their aggregate part — from `credited AS (` to the end of `history AS (…)`, between the
+// markers `-- credit: begin` and `-- credit: end` — is the same text in all three
+// (test/credit-statements.test.ts), so the aggregates cannot drift apart between write paths.
+// Each statement provides `input` (job_id, node_id, model_id, status, result, points,
+// received_at, explicit: the time was given, by an import or a test, rather than taken from the
+// database's clock) before the marker, and reads `credited` (the rows recorded) after it.
 //
 // A job id that exists already is upgraded when the stored row is an error of the same node
 // and model and the new one a success (ON CONFLICT … DO UPDATE … WHERE); otherwise it is left
 // alone and not returned, and the caller decides (replay or conflict, results/recorder.ts).
 // Sums are made per aggregate row first (ON CONFLICT DO UPDATE may touch a row once per
 // statement) and written in key order, so concurrent statements lock rows in the same order.
-import { sql, type Sql } from '../db/database.js';
+// Rosters cached by servers stay exact (repositories/model-roster.ts): a node's first success of
+// a day for a model, or a success at an explicit (possibly earlier) time, makes them reload; the
+// models are locked in id order first, so statements bumping several never wait in a cycle.
+// Likewise the older daily points servers cache (repositories/points.ts): an explicit time may
+// be any day.
+import { sql } from '../db/database.js';
 
-export const creditStatement = (name: string, { with: first, input, output }: { with?: string; input: string; output: string }): Sql => sql(name, `
-WITH ${first ? `${first},
-` : ''}input AS (${input}),
+// The service's reports, any number at once: $1..$5 job ids, node ids, model ids, statuses,
+// results (parallel arrays); $6 the default points of a success; $7 the time (NULL: the
+// database's clock); $8 whether $7 is an explicit time. A success earns the model's
+// points_per_job as it is at this statement. Answers the recorded job ids with their points.
+export const CREDIT_REPORTS = sql('results_credit', `WITH input AS (
+  SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
+    CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
+    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
+  FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
+  JOIN models m ON m.id = q.model_id
+),
+-- credit: begin
 credited AS (
   INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
   SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
@@ -53,10 +71,6 @@ per_day AS (
   RETURNING model_id, (xmax = 0) AS inserted
 ),
 explicit AS (SELECT EXISTS (SELECT 1 FROM input WHERE explicit) AS given),
--- Rosters cached by servers stay exact (repositories/model-roster.ts): a node's first success
--- of a day for a model, or a success at an explicit (possibly earlier) time, makes them
--- reload. The models are locked in id order first, so statements bumping several never wait
--- in a cycle.
 bumped AS (
   SELECT id FROM models
   WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR (SELECT given FROM explicit))
@@ -65,24 +79,9 @@ bumped AS (
 roster AS (
   UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
 ),
--- Likewise the older daily points servers cache (repositories/points.ts): an explicit time
--- may be any day.
 history AS (
   UPDATE points_history SET version = version + 1
   WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
 )
-${output}`);
-
-// The service's reports, any number at once: $1..$5 job ids, node ids, model ids, statuses,
-// results (parallel arrays); $6 the default points of a success; $7 the time (NULL: the
-// database's clock); $8 whether $7 is an explicit time. A success earns the model's
-// points_per_job as it is at this statement. Answers the recorded job ids with their points.
-export const CREDIT_REPORTS = creditStatement('results_credit', {
-  input: `
-  SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
-    CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
-    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
-  FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
-  JOIN models m ON m.id = q.model_id`,
-  output: 'SELECT job_id, points::float8 AS points FROM credited',
-});
+-- credit: end
+SELECT job_id, points::float8 AS points FROM credited`);

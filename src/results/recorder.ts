@@ -13,7 +13,6 @@
 // A success verification reversed (reversed) is final too: a repeat is a replay, crediting nothing.
 import type { Database, Queryable } from '../db/database.js';
 import { Batcher, type BatcherOptions } from '../db/batcher.js';
-import { isUnavailable } from '../db/errors.js';
 import { sql } from '../db/database.js';
 import { ensureModelId } from '../repositories/models.js';
 import { CREDIT_REPORTS } from './credit.js';
@@ -103,10 +102,8 @@ async function recordExisting(db: Database, c: Credit, clock?: string): Promise<
   });
 }
 
-const toError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
-
 export interface RecorderOptions {
-  batch?: BatcherOptions;
+  batch?: Omit<BatcherOptions, 'alone'>;
   /**
    * Tests only: the time new reports are received at, standing in for the database's clock
    * (unlike Report.receivedAt, which stands for an explicit time, as imports give).
@@ -116,28 +113,27 @@ export interface RecorderOptions {
 
 /** Records reports exactly once, sharing statements between concurrent ones. */
 export class ResultRecorder {
-  private readonly batcher: Batcher<Credit, number | undefined | Error>;
+  private readonly batcher: Batcher<Credit, number | undefined>;
   private readonly clock?: () => string;
 
   constructor(private readonly db: Database, opts: RecorderOptions = {}) {
-    this.batcher = new Batcher((batch) => this.creditBatch(batch), opts.batch ?? { maxBatch: 64, maxInFlight: 4 });
+    // alone: one report the database refuses (a value it cannot take) must not fail the others
+    // of its batch; alone, each gets its own answer (db/batcher.ts).
+    this.batcher = new Batcher((batch) => this.creditBatch(batch), { ...(opts.batch ?? { maxBatch: 64, maxInFlight: 4 }), alone: true });
     this.clock = opts.clock;
   }
 
   async record(report: Report): Promise<RecordOutcome> {
     const c = { report, modelId: await ensureModelId(this.db, report.modelName) };
     const points = await this.batcher.load(c);
-    if (points instanceof Error) throw points;
     if (points !== undefined) return { kind: 'recorded', status: report.status, points };
     return recordExisting(this.db, c, this.clock?.());
   }
 
-  // A deadlock with another server's batch is retried by the database layer (db/pg.ts).
-  private run(batch: Credit[]): Promise<(number | undefined)[]> {
-    return credit(this.db, batch, this.clock?.());
-  }
-
-  private async creditBatch(batch: Credit[]): Promise<(number | undefined | Error)[]> {
+  // All or nothing, as the batcher's `alone` needs: one statement, or one transaction when the
+  // batch holds several groups. A deadlock with another server's batch is retried by the
+  // database layer (db/pg.ts).
+  private async creditBatch(batch: Credit[]): Promise<(number | undefined)[]> {
     // One statement takes one job_id once, one default and one explicit time: the rest of
     // the batch waits for the path of existing rows, or for a group of its own.
     const seen = new Set<string>();
@@ -148,23 +144,13 @@ export class ResultRecorder {
       const key = `${c.report.defaultPoints} ${explicitTime(c.report) ?? ''}`;
       groups.set(key, [...(groups.get(key) ?? []), c]);
     }
-    const points = new Map<Credit, number | undefined | Error>();
-    for (const group of groups.values()) {
-      try {
-        (await this.run(group)).forEach((p, i) => points.set(group[i]!, p));
-      } catch (err) {
-        if (isUnavailable(err)) throw err;
-        // One report the database refuses (a value it cannot take) must not fail the others:
-        // alone, each gets its own answer.
-        for (const c of group) {
-          try {
-            points.set(c, group.length === 1 ? toError(err) : (await this.run([c]))[0]);
-          } catch (e) {
-            points.set(c, toError(e));
-          }
-        }
-      }
-    }
+    const points = new Map<Credit, number | undefined>();
+    const clock = this.clock?.();
+    const run = async (db: Queryable) => {
+      for (const group of groups.values()) (await credit(db, group, clock)).forEach((p, i) => points.set(group[i]!, p));
+    };
+    if (groups.size === 1) await run(this.db);
+    else await this.db.transaction(run);
     return batch.map((c) => points.get(c));
   }
 }

@@ -8,15 +8,18 @@ import { authenticate, type Principal } from '../auth/authenticate.js';
 import type { SessionRow } from '../repositories/sessions.js';
 import { HttpError } from '../http/http-error.js';
 import { tooMany } from '../http/rate-limit.js';
+import { bearerToken, requestKey } from '../http/credentials.js';
 import type { Deps } from './types.js';
+
+export { bearerToken, requestKey };
 
 /** A suspended node's key or session asking to serve or report (src/verify/standing.ts). */
 export const SUSPENDED_DETAIL = 'Node is suspended: its answers failed verification (its operator sees why with: ins node audit NAME)';
 
-export async function authenticateRequest({ db, principals, limiters, metrics, coordinatorConfig }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
+export async function authenticateRequest({ service: { db, principals, options }, limiters, metrics }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
   const blocked = limiters.failures.blockedFor(req.ip);
   if (blocked > 0) throw tooMany(blocked);
-  const principal = await authenticate(db, key, { cache: principals, onLookup: (source) => metrics.keyLookups.inc({ source }), modelsTtlSeconds: coordinatorConfig.modelsTtl });
+  const principal = await authenticate(db, key, { cache: principals, onLookup: (source) => metrics.keyLookups.inc({ source }), modelsTtlSeconds: options.coordinator.modelsTtl });
   if (!principal) {
     limiters.failures.fail(req.ip);
     throw new HttpError(401, 'Invalid API key');
@@ -24,18 +27,6 @@ export async function authenticateRequest({ db, principals, limiters, metrics, c
   return principal;
 }
 
-const last = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[v.length - 1] : v);
-
-/** The bearer token of the Authorization header, if any. */
-export function bearerToken(req: FastifyRequest): string | undefined {
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-  return m?.[1];
-}
-
-/** The key in the `api_key` header, else the bearer token. */
-export function requestKey(req: FastifyRequest): string | undefined {
-  return last(req.headers.api_key) || bearerToken(req);
-}
 
 /** The worker session of the request's bearer token (401 without a valid one). */
 export async function authenticateSession(deps: Deps, req: FastifyRequest): Promise<SessionRow> {
@@ -44,7 +35,7 @@ export async function authenticateSession(deps: Deps, req: FastifyRequest): Prom
   const principal = await authenticateRequest(deps, req, token);
   if (principal.kind !== 'session') throw new HttpError(401, 'Invalid session token: register the node first', { 'www-authenticate': 'Bearer' });
   req.nodeName = principal.session.node.name;
-  deps.coordinator.seen(principal.session.id);
+  deps.service.coordinator.seen(principal.session.id);
   return principal.session;
 }
 
@@ -58,13 +49,11 @@ export async function authenticateUser(deps: Deps, req: FastifyRequest): Promise
 }
 
 /**
- * A read of one node's data: the node's own key or session token (header `api_key` or Bearer),
- * or a reader key. Another node, a disabled one, or another kind of key: 403.
+ * Whether this caller may read node `nodeName`'s data: the node's own key or session token, or
+ * a reader key. Another node, a disabled one, or another kind of key (a user key): 403, the
+ * same whether `nodeName` exists or not (no probing for names).
  */
-export async function authorizeNodeRead(deps: Deps, req: FastifyRequest, nodeName: string): Promise<void> {
-  const key = requestKey(req);
-  if (!key) throw new HttpError(401, 'Not authenticated');
-  const principal = await authenticateRequest(deps, req, key);
+export function checkNodeRead(req: FastifyRequest, principal: Principal, nodeName: string): void {
   const own = principal.kind === 'session' ? principal.session.node : principal.kind === 'node' ? principal.node : undefined;
   if (own) {
     req.nodeName = own.name;
@@ -73,4 +62,11 @@ export async function authorizeNodeRead(deps: Deps, req: FastifyRequest, nodeNam
   } else if (principal.kind !== 'reader') {
     throw new HttpError(403, "This key cannot read nodes' data");
   }
+}
+
+/** A read of one node's data with the key of the `api_key` header or Bearer (checkNodeRead). */
+export async function authorizeNodeRead(deps: Deps, req: FastifyRequest, nodeName: string): Promise<void> {
+  const key = requestKey(req);
+  if (!key) throw new HttpError(401, 'Not authenticated');
+  checkNodeRead(req, await authenticateRequest(deps, req, key), nodeName);
 }

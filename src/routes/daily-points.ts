@@ -1,11 +1,15 @@
-// POST /daily_points: a node's points per UTC day, for the node's own key or a reader key.
+// POST /daily_points: a node's points per UTC day, for the node's own key (or session) or a
+// reader key — the same rule as get_points and /network/nodes/{name} (routes/authenticate.ts
+// checkNodeRead), with the key in the `api_key` header only, as the seed's dashboards send it.
 // The key is checked before the body (as FastAPI's APIKeyHeader dependency does): a request
-// without a valid key learns nothing, not even which fields are wrong.
+// without a valid key learns nothing, not even which fields are wrong; a key that may not read
+// the node learns nothing either, not even whether it exists.
 import type { FastifyRequest } from 'fastify';
 import { DailyPointsRequest, DailyPointsResponses } from '../generated/schemas.js';
 import type { Principal } from '../auth/principal.js';
-import { authenticateRequest } from './authenticate.js';
+import { authenticateRequest, checkNodeRead } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
+import { headerKey } from '../http/credentials.js';
 import type { App, Deps } from './types.js';
 
 declare module 'fastify' {
@@ -15,7 +19,8 @@ declare module 'fastify' {
 }
 
 export function dailyPointsRoute(app: App, deps: Deps): void {
-  const { points, limiters } = deps;
+  const { limiters } = deps;
+  const { points } = deps.service;
   app.post('/daily_points', {
     schema: {
       body: DailyPointsRequest,
@@ -23,20 +28,13 @@ export function dailyPointsRoute(app: App, deps: Deps): void {
     },
     ...(limiters.reads ? { preHandler: limiters.reads } : {}),
     preValidation: async (req: FastifyRequest) => {
-      const header = req.headers.api_key;
-      const key = Array.isArray(header) ? header[header.length - 1] : header;
+      const key = headerKey(req);
       if (!key) throw new HttpError(401, 'Not authenticated');
       req.principal = await authenticateRequest(deps, req, key);
     },
   }, async (req, reply) => {
     const { node_name, last_days } = req.body;
-    const principal = req.principal!;
-    if (principal.kind === 'node') {
-      req.nodeName = principal.node.name;
-      if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
-      // Another node's name is refused the same way whether or not it exists.
-      if (principal.node.name !== node_name) throw new HttpError(403, "This key may only read its own node's points");
-    }
+    checkNodeRead(req, req.principal!, node_name);
     const days = await points.loadJson(node_name, last_days);
     if (days === undefined) throw new HttpError(404, 'Node not found');
     // Already the response's JSON (repositories/points.ts); a string is sent as it is.

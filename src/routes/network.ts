@@ -9,7 +9,7 @@ import { authorizeNodeRead } from './authenticate.js';
 import type { App, Deps } from './types.js';
 
 export function networkRoutes(app: App, deps: Deps): void {
-  const { db, coordinatorConfig: c } = deps;
+  const { db, options: { coordinator: c, verify } } = deps.service;
   app.get('/available_models', { schema: { response: AvailableModelsResponses } }, async () => {
     const details = await availableModels(db, c.onlineWindow, c.modelsTtl);
     return { models: details.map((m) => m.name), details };
@@ -27,7 +27,7 @@ export function networkRoutes(app: App, deps: Deps): void {
     const { node_name } = req.params;
     await authorizeNodeRead(deps, req, node_name);
     const view = await nodeView(db, node_name, c.onlineWindow, c.modelsTtl);
-    const standing = await nodeStanding(db, node_name, deps.verifyConfig.evidenceWindow);
+    const standing = await nodeStanding(db, node_name, verify.evidenceWindow);
     if (!view || !standing) throw new HttpError(404, 'Node not found');
     return { ...view, ...standing };
   });

@@ -12,7 +12,7 @@ import type { App, Deps } from './types.js';
 export const OPENAPI_FILE = path.join(PACKAGE_ROOT, 'openapi.json');
 const PING = sql('ping', 'SELECT 1 AS ok');
 
-export async function operationsRoutes(app: App, { db, metrics }: Deps): Promise<void> {
+export async function operationsRoutes(app: App, { service: { db }, metrics }: Deps): Promise<void> {
   // Probes and metrics are never rate limited: an orchestrator must always get an answer.
   const unlimited = { rateLimit: false } as const;
   app.get('/healthz', { config: unlimited, schema: { hide: true, response: HealthzResponses } }, () => Promise.resolve({ status: 'ok' as const }));

@@ -5,7 +5,7 @@ import { instantKey } from '../validation/datetime.js';
 import { valueError } from '../validation/pydantic.js';
 import type { App, Deps } from './types.js';
 
-export function uniqueNodesRoute(app: App, { rosters }: Deps): void {
+export function uniqueNodesRoute(app: App, { service: { rosters } }: Deps): void {
   app.get('/unique_nodes', {
     schema: {
       querystring: UniqueNodesQuery,

@@ -7,7 +7,7 @@
 //   original contract, results/recorder.ts) and is refused under CREDIT_POLICY=dispatched.
 import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
-import { hashKey, keyKind } from '../keys.js';
+import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
 import { answerOf, usageOf } from '../jobs/answer.js';
 import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
@@ -21,7 +21,8 @@ type Body = UpdateResultRequest;
 interface Reply { job_id: string; status: 'success' | 'error'; points: number; replayed: boolean }
 
 export function updateResultRoute(app: App, deps: Deps): void {
-  const { results, metrics, defaultPointsPerJob, limiters, coordinator, coordinatorConfig } = deps;
+  const { metrics, limiters } = deps;
+  const { results, coordinator, options: { defaultPointsPerJob, coordinator: coordinatorConfig } } = deps.service;
 
   async function completeLease(body: Body, keyHash: string): Promise<Reply> {
     const result = body.result as Record<string, unknown>;
@@ -61,8 +62,13 @@ export function updateResultRoute(app: App, deps: Deps): void {
     ...(limiters.reports ? { preHandler: limiters.reports } : {}),
   }, async (req) => {
     const body = req.body;
-    // A short database outage is ridden out here: a 5xx stops the real worker for hours.
-    if (keyKind(body.api_key) === 'job') return rideOutage(() => completeLease(body, hashKey(body.api_key)));
+    if (keyKind(body.api_key) === 'job') {
+      // Only a key the service could have issued joins a batch of reports (the batched statement
+      // itself is the rest of the check: a report matches only its own open lease).
+      if (!isWellFormedKey(body.api_key)) throw new HttpError(400, 'Unknown job key');
+      // A short database outage is ridden out here: a 5xx stops the real worker for hours.
+      return rideOutage(() => completeLease(body, hashKey(body.api_key)));
+    }
     const principal = await authenticateRequest(deps, req, body.api_key);
     if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
     req.nodeName = principal.node.name;

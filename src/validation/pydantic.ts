@@ -69,15 +69,29 @@ const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' 
 
 // PostgreSQL cannot store U+0000 or an unpaired UTF-16 surrogate in text or jsonb; pydantic
 // would accept them and the database would then fail. Refused here with a location instead
-// (a deliberate difference from FastAPI).
-const NUL_ERROR = 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored';
+// (a deliberate difference from FastAPI), at any depth: keys and values of free-form objects
+// are walked with a stack of their own, not by recursion.
+export const NUL_ERROR = 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored';
 // eslint-disable-next-line no-control-regex -- matching U+0000 is the point
 const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-function hasUnstorableText(v: unknown, depth = 0): boolean {
-  if (typeof v === 'string') return UNSTORABLE.test(v);
-  if (depth > 64 || typeof v !== 'object' || v === null) return false;
-  if (Array.isArray(v)) return v.some((x) => hasUnstorableText(x, depth + 1));
-  return Object.entries(v).some(([k, x]) => UNSTORABLE.test(k) || hasUnstorableText(x, depth + 1));
+/** Whether PostgreSQL cannot store this text. */
+export const isUnstorable = (s: string): boolean => UNSTORABLE.test(s);
+function hasUnstorableText(v: unknown): boolean {
+  const stack: unknown[] = [v];
+  while (stack.length > 0) {
+    const x = stack.pop();
+    if (typeof x === 'string') {
+      if (UNSTORABLE.test(x)) return true;
+    } else if (Array.isArray(x)) {
+      for (const y of x as unknown[]) stack.push(y);
+    } else if (typeof x === 'object' && x !== null) {
+      for (const k in x) {
+        if (UNSTORABLE.test(k)) return true;
+        stack.push((x as Record<string, unknown>)[k]);
+      }
+    }
+  }
+  return false;
 }
 const nulFail = (loc: Loc, input: unknown): Result => ({ ok: false, errors: [valueError(loc, NUL_ERROR, input)] });
 

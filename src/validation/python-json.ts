@@ -2,8 +2,46 @@
 // `["body", <char offset>]` location and `ctx.error` message as the FastAPI service we replace.
 // Only called after JSON.parse has already failed (the hot path never runs this scanner).
 // Follows CPython 3.12's json.decoder/_json.c; offsets are in code points, as in Python.
+//
+// Nesting: Python's decoder recurses and raises RecursionError (not a decode error) past its
+// recursion limit, about 1,000 levels, which FastAPI answers with 400 "There was an error
+// parsing the body". Ours is MAX_JSON_DEPTH, lower than Python's and than what JavaScript's
+// own recursion (JSON.stringify, this scanner) survives: deeper documents, well-formed or
+// not, throw JsonTooDeep.
 
 export interface JsonDecodeFailure { pos: number; msg: string }
+
+/** Most levels of arrays and objects inside one another in a request body. */
+export const MAX_JSON_DEPTH = 512;
+
+/** A document nested deeper than MAX_JSON_DEPTH (Python's RecursionError). */
+export class JsonTooDeep extends Error {
+  constructor() { super(`JSON nested deeper than ${MAX_JSON_DEPTH} levels`); }
+}
+
+/** Whether a parsed JSON value holds a container below `levels` levels (walks containers only, stops at the first). */
+function deeperThan(v: unknown, levels: number): boolean {
+  if (typeof v !== 'object' || v === null) return false;
+  if (levels === 0) return true;
+  if (Array.isArray(v)) return v.some((x) => deeperThan(x, levels - 1));
+  for (const k in v) if (deeperThan((v as Record<string, unknown>)[k], levels - 1)) return true;
+  return false;
+}
+
+/** Whether `text` holds more than MAX_JSON_DEPTH opening brackets (inside strings too: an upper bound of its depth). */
+function manyBrackets(text: string): boolean {
+  let n = 0;
+  for (const bracket of ['{', '[']) {
+    for (let i = text.indexOf(bracket); i !== -1; i = text.indexOf(bracket, i + 1)) if (++n > MAX_JSON_DEPTH) return true;
+  }
+  return false;
+}
+
+/** Whether the value JSON.parse made of `text` is nested deeper than MAX_JSON_DEPTH. */
+export function tooDeep(text: string, value: unknown): boolean {
+  // A level takes two characters and an opening bracket at least: most documents need no walk.
+  return text.length > 2 * MAX_JSON_DEPTH && manyBrackets(text) && deeperThan(value, MAX_JSON_DEPTH);
+}
 
 const WS = new Set([' ', '\t', '\n', '\r']);
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?/y;
@@ -45,7 +83,7 @@ function scanString(s: string, end: number): number {
   }
 }
 
-function scanObject(s: string, end: number): number {
+function scanObject(s: string, end: number, depth: number): number {
   end = skipWs(s, end);
   if (s[end] === '}') return end + 1;
   if (s[end] !== '"') throw new Fail('Expecting property name enclosed in double quotes', end);
@@ -55,7 +93,7 @@ function scanObject(s: string, end: number): number {
     end = skipWs(s, end);
     if (s[end] !== ':') throw new Fail("Expecting ':' delimiter", end);
     end = skipWs(s, end + 1);
-    const after = afterItem(s, scanValueOrFail(s, end), '}');
+    const after = afterItem(s, scanValueOrFail(s, end, depth), '}');
     if (after.done) return after.end;
     end = after.end;
     if (s[end] !== '"') throw new Fail('Expecting property name enclosed in double quotes', end);
@@ -63,11 +101,11 @@ function scanObject(s: string, end: number): number {
   }
 }
 
-function scanArray(s: string, end: number): number {
+function scanArray(s: string, end: number, depth: number): number {
   end = skipWs(s, end);
   if (s[end] === ']') return end + 1;
   for (;;) {
-    const after = afterItem(s, scanValueOrFail(s, end), ']');
+    const after = afterItem(s, scanValueOrFail(s, end, depth), ']');
     if (after.done) return after.end;
     end = after.end;
   }
@@ -82,21 +120,23 @@ function afterItem(s: string, end: number, close: string): { end: number; done: 
   return { end: skipWs(s, end + 1), done: false };
 }
 
-function scanValueOrFail(s: string, i: number): number {
+/** `depth`: the containers around the value. */
+function scanValueOrFail(s: string, i: number, depth: number): number {
   try {
-    return scanValue(s, i);
+    return scanValue(s, i, depth);
   } catch (e) {
     if (e instanceof NoValue) throw new Fail('Expecting value', e.at);
     throw e;
   }
 }
 
-function scanValue(s: string, i: number): number {
+function scanValue(s: string, i: number, depth: number): number {
   if (i >= s.length) throw new NoValue(i);
   const c = s[i]!;
   if (c === '"') return scanString(s, i + 1);
-  if (c === '{') return scanObject(s, i + 1);
-  if (c === '[') return scanArray(s, i + 1);
+  if ((c === '{' || c === '[') && depth >= MAX_JSON_DEPTH) throw new JsonTooDeep();
+  if (c === '{') return scanObject(s, i + 1, depth + 1);
+  if (c === '[') return scanArray(s, i + 1, depth + 1);
   for (const word of ['null', 'true', 'false']) {
     if (s.startsWith(word, i)) return i + word.length;
   }
@@ -120,13 +160,16 @@ function codePointOffset(s: string, utf16Index: number): number {
   return n;
 }
 
-/** The failure Python would report for `text`, or null if Python would accept it. */
+/**
+ * The failure Python would report for `text`, or null if Python would accept it. Throws
+ * JsonTooDeep for a document nested deeper than MAX_JSON_DEPTH before its first error.
+ */
 export function pythonJsonFailure(text: string): JsonDecodeFailure | null {
   let pos: number;
   let msg: string;
   try {
     const start = skipWs(text, 0);
-    const end = skipWs(text, scanValueOrFail(text, start));
+    const end = skipWs(text, scanValueOrFail(text, start, 0));
     if (end === text.length) return null;
     pos = end;
     msg = 'Extra data';

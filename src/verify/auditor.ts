@@ -13,21 +13,31 @@
 // node's standing (verify/standing.ts), and a suspension reverses its points of the evidence
 // window (verify/reversal.ts). Everything of a batch commits together; what it caused is told
 // afterwards, once.
-import { randomUUID } from 'node:crypto';
+//
+// One job must not stop the audit of all: when a batch fails (anything but a database
+// outage), its jobs are taken again and audited one by one, each in a savepoint of its own,
+// and a job whose audit fails alone is set aside — taken off the queue unaudited, and told
+// (logged, counted as ins_verification_total{event="set_aside"}) — while the others are
+// audited. Values a node sent are read defensively (its token count is clamped to an int).
 import { sql, type Database, type Queryable } from '../db/database.js';
+import type { Outcome } from '../jobs/outcome.js';
+import { isRetryable, isUnavailable } from '../db/errors.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { simhash, textHash } from './text.js';
 import { outputTokens, tooFast, verdict, wordCount, type Answered } from './rules.js';
 import { agree, strike, type Standing, type StrikeKind } from './standing.js';
 import { rememberAndMatch } from './answers.js';
-import { queueCopies, type CopyPlan } from './copies.js';
+import { queueCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { reverse } from './reversal.js';
 
 interface Done {
   id: string; kind: 'user' | 'probe' | 'verify'; verify_of: string | null; suspicion: Record<string, unknown> | null;
   node_id: number; model_id: number; model: string;
   request: { messages: { role: string; content: string }[]; temperature: number };
+  /** The node's own part of the answer: all of it, but for a job it continued from another node's beginning. */
   content: string; completion_tokens: number | null; lease_seconds: number | null; standing: Standing;
+  /** The node continued an answer another node began (jobs.streamed): its part is judged alone, and the job is not copied. */
+  continued: boolean;
 }
 
 /** Most jobs one audit transaction takes. */
@@ -35,17 +45,31 @@ export const AUDIT_BATCH = 500;
 /** SimHashes at most this many bits apart are near copies. */
 const NEAR_BITS = 3;
 
-// $1 most jobs. Takes the oldest done jobs waiting for the audit out of the queue (the batch's
-// transaction commits the audit with it), with what the audit needs; the lease that did the
-// job gives its time.
-const TAKE = sql('verify_take', `WITH taken AS (
-    DELETE FROM job_audits a WHERE a.job_id IN (SELECT job_id FROM job_audits ORDER BY finished_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
-    RETURNING a.job_id, a.finished_at)
-  SELECT j.id::text, j.kind, j.verify_of::text, j.suspicion, j.node_id::int, j.model_id, m.name AS model, j.request,
-    coalesce(j.result -> 'message' ->> 'content', '') AS content, (j.usage ->> 'completion_tokens')::int AS completion_tokens,
-    (SELECT extract(epoch FROM l.ended_at - l.leased_at)::float8 FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' LIMIT 1) AS lease_seconds,
-    coalesce((SELECT r.state FROM node_standing r WHERE r.node_id = j.node_id), 'trusted') AS standing
-  FROM taken t JOIN jobs j ON j.id = t.job_id JOIN models m ON m.id = j.model_id ORDER BY t.finished_at, j.id`);
+// What the audit reads of a job (j, with its model m, its answer x and the lease l that did it).
+// The lease gives the node's time, its usage and the beginning it was handed: verification
+// judges each node only by its own part (a node that continued another's answer wrote what
+// follows that beginning). The node's token count is any JSON it sent: clamped into an int,
+// null unless a number.
+const DONE_COLUMNS = `j.id::text, j.kind, j.verify_of::text, j.suspicion, j.node_id::int, j.model_id, m.name AS model, j.request,
+    CASE WHEN l.prefix <> '' AND starts_with(x.content, l.prefix) THEN substr(x.content, char_length(l.prefix) + 1) ELSE x.content END AS content,
+    CASE WHEN jsonb_typeof(l.usage -> 'completion_tokens') = 'number'
+      THEN least(greatest((l.usage ->> 'completion_tokens')::numeric, 0), 2147483647)::int END AS completion_tokens,
+    extract(epoch FROM l.ended_at - l.leased_at)::float8 AS lease_seconds, coalesce(l.prefix <> '', false) AS continued,
+    coalesce((SELECT r.state FROM node_standing r WHERE r.node_id = j.node_id), 'trusted') AS standing`;
+const DONE_FROM = `jobs j JOIN models m ON m.id = j.model_id
+  CROSS JOIN LATERAL (SELECT coalesce(j.result -> 'message' ->> 'content', '') AS content) x
+  LEFT JOIN LATERAL (SELECT * FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' LIMIT 1) l ON true`;
+// $1 most jobs: the oldest done jobs waiting for the audit, taken out of the queue (the
+// transaction commits the audit with it).
+const TAKEN = `DELETE FROM job_audits a WHERE a.job_id IN (SELECT job_id FROM job_audits ORDER BY finished_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
+    RETURNING a.job_id, a.finished_at`;
+// The batch: the jobs taken, with what the audit needs.
+const TAKE = sql('verify_take', `WITH taken AS (${TAKEN})
+  SELECT ${DONE_COLUMNS}
+  FROM taken t JOIN ${DONE_FROM} ON j.id = t.job_id ORDER BY t.finished_at, j.id`);
+// After a failed batch: the jobs taken alone, then each one's data ($1) in its savepoint.
+const TAKE_IDS = sql('verify_take_ids', `WITH taken AS (${TAKEN}) SELECT job_id::text AS id FROM taken ORDER BY finished_at, job_id`);
+const LOAD = sql('verify_load', `SELECT ${DONE_COLUMNS} FROM ${DONE_FROM} WHERE j.id = $1::uuid`);
 // The originals of the batch's copies ($1), locked in id order so that one server judges each
 // at a time (an original was audited before any copy of it existed, so no batch holds it).
 const LOCK_ORIGINALS = sql('verify_lock_originals', 'SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE');
@@ -63,27 +87,75 @@ export interface AuditReport {
   suspended: { nodeId: number; results: number; points: number }[];
   /** Points taken back by this batch (strikes' jobs and suspensions). */
   reversedPoints: number;
-  /** Jobs queued (copies), per model: waiting workers may take them. */
-  queued: Map<number, number>;
+  /** The copies queued: the lifecycle's outcomes, to apply once the batch committed. */
+  outcomes: Outcome[];
+  /** Jobs whose audit failed on its own: taken off the queue unaudited, with the reason. */
+  setAside: { jobId: string; error: string }[];
 }
 
-export interface AuditorOptions { verify: VerifyConfig; server: string; onlineWindow: number; modelsTtl: number; jobTimeout: number }
+const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] });
+
+function merge(into: AuditReport, r: AuditReport): void {
+  into.audited += r.audited;
+  into.copies += r.copies;
+  into.agreements += r.agreements;
+  into.disagreements += r.disagreements;
+  into.strikes.push(...r.strikes);
+  into.suspended.push(...r.suspended);
+  into.reversedPoints += r.reversedPoints;
+  into.outcomes.push(...r.outcomes);
+  into.setAside.push(...r.setAside);
+}
+
+export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
 
 const promptText = (d: Done): string => d.request.messages.map((m) => `${m.role}: ${m.content}`).join('\n');
 
-/** Audits up to AUDIT_BATCH done jobs in one transaction; undefined when there were none. */
+/**
+ * Audits up to AUDIT_BATCH done jobs in one transaction; undefined when there were none. A
+ * batch that fails is audited again job by job (auditAlone).
+ */
 export async function auditBatch(db: Database, opts: AuditorOptions): Promise<AuditReport | undefined> {
+  try {
+    return await db.transaction(async (tx) => {
+      const done = await tx.query<Done>(TAKE, [AUDIT_BATCH]);
+      if (done.length === 0) return undefined;
+      const batch = new Batch(tx, opts);
+      await batch.audit(done);
+      return batch.report;
+    });
+  } catch (err) {
+    if (isUnavailable(err)) throw err;
+    return auditAlone(db, opts);
+  }
+}
+
+/** Up to AUDIT_BATCH jobs in one transaction, each audited in a savepoint; a job that fails alone is set aside. */
+async function auditAlone(db: Database, opts: AuditorOptions): Promise<AuditReport | undefined> {
   return db.transaction(async (tx) => {
-    const done = await tx.query<Done>(TAKE, [AUDIT_BATCH]);
-    if (done.length === 0) return undefined;
-    const batch = new Batch(tx, opts);
-    await batch.audit(done);
-    return batch.report;
+    const ids = await tx.query<{ id: string }>(TAKE_IDS, [AUDIT_BATCH]);
+    if (ids.length === 0) return undefined;
+    const report = emptyReport();
+    for (const { id } of ids) {
+      await tx.exec('SAVEPOINT audit_job');
+      try {
+        const batch = new Batch(tx, opts);
+        await batch.audit(await tx.query<Done>(LOAD, [id]));
+        await tx.exec('RELEASE SAVEPOINT audit_job');
+        merge(report, batch.report);
+      } catch (err) {
+        // An outage or a deadlock is no fault of the job: the whole transaction fails (and is retried).
+        if (isUnavailable(err) || isRetryable(err)) throw err;
+        await tx.exec('ROLLBACK TO SAVEPOINT audit_job');
+        report.setAside.push({ jobId: id, error: err instanceof Error ? err.message : String(err) });
+      }
+    }
+    return report;
   });
 }
 
 class Batch {
-  readonly report: AuditReport = { audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, queued: new Map() };
+  readonly report: AuditReport = emptyReport();
   private readonly plans: CopyPlan[] = [];
   private readonly agreed: number[] = [];
   private readonly struck: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown> }[] = [];
@@ -105,14 +177,15 @@ class Batch {
     const late = done.filter((d) => d.standing === 'suspended').map((d) => d.id);
     this.report.reversedPoints += (await reverse(this.tx, { jobIds: late }, 'suspended')).points;
     for (const d of done) {
-      if (d.kind === 'verify' || d.standing === 'suspended') continue;
+      // A continued answer is two nodes' work: a copy's verdict could not tell whose part was wrong.
+      if (d.kind === 'verify' || d.standing === 'suspended' || d.continued) continue;
       const suspicion = suspects.get(d.id) ?? null;
       if (suspicion || d.kind === 'probe' || (d.request.temperature === 0 && (d.standing === 'probation' || Math.random() < v.share))) {
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: [d.node_id], suspicion });
       }
     }
-    const { queued, made } = await queueCopies(this.tx, this.plans, { ...this.opts, deadline: this.opts.jobTimeout, newId: randomUUID });
-    this.report.queued = queued;
+    const { outcome, made } = await queueCopies(this.tx, this.plans, { ...this.opts, deadline: this.opts.jobTimeout });
+    if (outcome) this.report.outcomes.push(outcome);
     this.report.copies = made.length;
     // A suspected replay nobody else can check is judged on its own evidence.
     for (const p of this.plans) {

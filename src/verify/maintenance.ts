@@ -5,6 +5,8 @@
 // its queue (too old to judge; a server that audits fell that far behind).
 import { sql, type Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
+import type { Outcome } from '../jobs/outcome.js';
+import type { CheckQueue } from './copies.js';
 import { probe } from './probes.js';
 import { reverse } from './reversal.js';
 import { pruneAnswers } from './answers.js';
@@ -17,10 +19,10 @@ const SUSPENDED = sql('verify_suspended', `SELECT node_id::int AS "nodeId", extr
   FROM node_standing WHERE state = 'suspended'`);
 const STALE = sql('verify_drop_stale', 'DELETE FROM job_audits WHERE finished_at < now() - make_interval(secs => $1::float8)');
 
-export interface MaintenanceOptions { verify: VerifyConfig; server: string; onlineWindow: number; modelsTtl: number; jobTimeout: number; tickSeconds: number }
+export interface MaintenanceOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; tickSeconds: number; checks: CheckQueue }
 
-/** One round, if this server gets the lock: answers the models probed and the points taken back. */
-export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ probed: number[]; reversed: number } | undefined> {
+/** One round, if this server gets the lock: answers the models probed (with the outcome to apply), and the points taken back. */
+export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ probed: number[]; outcome: Outcome | undefined; reversed: number } | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
@@ -29,8 +31,8 @@ export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ p
     await pruneAnswers(tx, v.evidenceWindow);
     await tx.query(STALE, [v.evidenceWindow]);
     const probed = v.probeInterval > 0
-      ? await probe(tx, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, server: o.server, chance: Math.min(1, o.tickSeconds / v.probeInterval) })
-      : [];
-    return { probed, reversed: late.points };
+      ? await probe(tx, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, chance: Math.min(1, o.tickSeconds / v.probeInterval), checks: o.checks })
+      : { models: [], outcome: undefined };
+    return { probed: probed.models, outcome: probed.outcome, reversed: late.points };
   });
 }

@@ -5,10 +5,10 @@
 // job like any other (temperature 0, a seed, a max_output users pick); nobody reads its answer,
 // and every probe is run again by another node and the answers compared (verify/auditor.ts).
 import { randomInt, randomUUID } from 'node:crypto';
-import { sql, type Queryable } from '../db/database.js';
-import { JOBS_CHANNEL } from '../jobs/channels.js';
-import { randomSeed } from '../jobs/submit.js';
-import { eligibleNodes } from './copies.js';
+import type { Queryable } from '../db/database.js';
+import type { Outcome } from '../jobs/outcome.js';
+import { randomSeed } from '../jobs/request.js';
+import { eligibleNodes, type CheckQueue } from './copies.js';
 
 const TOPICS = ['the ocean', 'a lighthouse', 'bread', 'winter', 'a bicycle', 'the moon', 'a library', 'rivers', 'volcanoes', 'a garden', 'trains',
   'honey bees', 'a violin', 'mountains', 'coffee', 'a desert', 'clocks', 'rain', 'a market', 'glaciers', 'paper', 'owls', 'a bridge', 'salt',
@@ -31,23 +31,16 @@ export function probePrompt(): string {
   return pick(TEMPLATES)(pick(TOPICS), pick(STYLES), pick(WORDS));
 }
 
-// $1 ids, $2 model ids, $3 requests, $4 deadline (s), $5 this server's id.
-const INSERT = sql('probe_insert', `WITH probes AS (
-    INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, kind)
-    SELECT q.id, NULL, q.model_id, 'queued', q.request, now() + make_interval(secs => $4::float8), 'probe'
-    FROM unnest($1::uuid[], $2::int[], $3::jsonb[]) AS q(id, model_id, request) RETURNING model_id)
-  SELECT (SELECT pg_notify('${JOBS_CHANNEL}', $5::text || ' ' || string_agg(model_id || ':1', ',')) FROM probes) IS NULL AS told`);
+export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadline: number; chance: number; checks: CheckQueue }
 
-export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadline: number; server: string; chance: number }
-
-/** Each model two or more good nodes serve gets a probe with probability `chance`; answers the models probed. */
-export async function probe(db: Queryable, o: ProbeOptions): Promise<number[]> {
+/** Each model two or more good nodes serve gets a probe with probability `chance`; answers the models probed and the outcome to apply once the transaction commits. */
+export async function probe(db: Queryable, o: ProbeOptions): Promise<{ models: number[]; outcome: Outcome | undefined }> {
   const models = [...await eligibleNodes(db, null, o.onlineWindow, o.modelsTtl)]
     .filter(([, nodes]) => nodes.length >= 2 && Math.random() < o.chance).map(([model]) => model);
-  if (models.length === 0) return [];
-  const requests = models.map(() => JSON.stringify({
-    messages: [{ role: 'user', content: probePrompt() }], max_output: pick(MAX_OUTPUTS), temperature: 0, seed: randomSeed(),
-  }));
-  await db.query(INSERT, [models.map(() => randomUUID()), models, requests, o.deadline, o.server]);
-  return models;
+  if (models.length === 0) return { models, outcome: undefined };
+  const outcome = await o.checks.queueChecks(db, models.map((modelId) => ({
+    kind: 'probe' as const, id: randomUUID(), modelId,
+    request: { messages: [{ role: 'user', content: probePrompt() }], max_output: pick(MAX_OUTPUTS), temperature: 0, seed: randomSeed() },
+  })), o.deadline);
+  return { models, outcome };
 }

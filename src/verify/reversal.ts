@@ -1,15 +1,26 @@
 // Taking points back: the results of fake work turn `reversed`, once each — the ledger
 // point_reversals is keyed by job id — and every aggregate the reads are served from is made
 // to match in the same statement, so daily_points and unique_nodes equal a recomputation from
-// job_results (the successes) before and after. What is reversed: a node's successes since a
-// time (a suspension: its evidence window), and single jobs (the answer a strike is about).
+// job_results and point_reversals before and after. What is reversed: a node's successes since
+// a time (a suspension: its evidence window), and single jobs (the answer a strike is about).
+//
+// Each reversal is an entry of the points ledger (docs/ledger.md) on its ledger day: the day of
+// the credit it takes back while that day is open, else the day it is made (a closed day never
+// changes). point_reversals.day is that day, and so is the node_daily_points row it lowers: a
+// late reversal lowers today's points. Whether the credit's day is closed is read from
+// ledger_state FOR SHARE in this statement: a close holds that row FOR UPDATE while it
+// re-counts its day and commits (src/ledger/close.ts), so this statement either commits before
+// the close counts (and the close, seeing its day changed, computes it again) or waits and
+// then reads the day closed (a locking read returns the newest committed row).
 import { sql, type Queryable } from '../db/database.js';
 
 // $1 node ids and $2 how far back from now, in seconds, their successes go (parallel arrays),
 // $3 job ids reversed whoever did them, $4 the reason. The statement's snapshot still shows the victims as successes, so what
 // remains of each touched (model, node) and (model, node, day) sets them aside by job id; rows
 // left with nothing go. Models are locked in id order before their roster version moves, as
-// results/credit.ts does, so the two never wait on each other in a cycle.
+// results/credit.ts does, so the two never wait on each other in a cycle. A (node, day) row
+// lowered by a late reversal is upserted (it may not exist yet today), never deleted, so it
+// cannot race with a credit creating it; rows of open days lose exactly their own successes.
 const REVERSE = sql('verify_reverse', `WITH chosen AS (
     SELECT r.job_id FROM unnest($1::bigint[], $2::float8[]) AS t(node_id, back)
       JOIN job_results r ON r.node_id = t.node_id AND r.status = 'success' AND r.received_at >= now() - make_interval(secs => t.back)
@@ -18,14 +29,28 @@ const REVERSE = sql('verify_reverse', `WITH chosen AS (
   victims AS (
     UPDATE job_results r SET status = 'reversed' FROM chosen c WHERE r.job_id = c.job_id AND r.status = 'success'
     RETURNING r.job_id, r.node_id, r.model_id, r.points, (r.received_at AT TIME ZONE 'UTC')::date AS day),
+  closed AS (SELECT closed_through FROM ledger_state FOR SHARE),
+  placed AS (
+    SELECT v.*, CASE WHEN c.closed_through IS NULL OR v.day > c.closed_through THEN v.day
+      ELSE greatest((now() AT TIME ZONE 'UTC')::date, c.closed_through + 1) END AS ledger_day
+    FROM victims v CROSS JOIN closed c),
   ledger AS (
     INSERT INTO point_reversals (job_id, node_id, model_id, points, day, reason)
-    SELECT job_id, node_id, model_id, points, day, $4::text FROM victims),
-  per_day AS (SELECT node_id, day, sum(points) AS points, count(*)::int AS n FROM victims GROUP BY node_id, day),
+    SELECT job_id, node_id, model_id, points, ledger_day, $4::text FROM placed),
+  per_day AS (
+    SELECT node_id, ledger_day AS day, sum(points) AS points, (count(*) FILTER (WHERE ledger_day = day))::int AS n, bool_or(ledger_day <> day) AS late
+    FROM placed GROUP BY node_id, ledger_day),
   daily_left AS (
     UPDATE node_daily_points d SET points = d.points - p.points, successes = d.successes - p.n
-    FROM per_day p WHERE d.node_id = p.node_id AND d.day = p.day AND d.successes > p.n),
-  daily_gone AS (DELETE FROM node_daily_points d USING per_day p WHERE d.node_id = p.node_id AND d.day = p.day AND d.successes <= p.n),
+    FROM per_day p WHERE NOT p.late AND d.node_id = p.node_id AND d.day = p.day AND NOT (d.successes = p.n AND d.points = p.points)),
+  daily_gone AS (
+    DELETE FROM node_daily_points d USING per_day p
+    WHERE NOT p.late AND d.node_id = p.node_id AND d.day = p.day AND d.successes = p.n AND d.points = p.points),
+  daily_late AS (
+    INSERT INTO node_daily_points (node_id, day, points, successes)
+    SELECT node_id, day, -points, -n FROM per_day WHERE late ORDER BY node_id, day
+    ON CONFLICT (node_id, day) DO UPDATE
+      SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes),
   remaining AS (
     SELECT t.model_id, t.node_id,
       (SELECT r.received_at FROM job_results r WHERE r.model_id = t.model_id AND r.node_id = t.node_id AND r.status = 'success'

@@ -1,11 +1,19 @@
-// Verification on one server (docs/verification.md): audits of done jobs in batches (jobs done
-// here wake it, 250 ms later; once a second it also looks for jobs done elsewhere and left unaudited), and
-// every few seconds the maintenance round (verify/maintenance.ts). What they find is told to
-// the metrics and to the coordinator (copies and probes are jobs to hand out).
+// Verification on one server (docs/verification.md), a consumer of the job lifecycle's outcomes
+// (jobs/lifecycle.ts): jobs done here wake the audit (250 ms later, to batch them; once a second
+// it also looks for jobs done elsewhere and left unaudited), nodes that gave a job up twice get a
+// strike, and every few seconds the maintenance round runs (verify/maintenance.ts). Copies and
+// probes are queued through the lifecycle, whose outcome is applied once their transaction
+// commits. What it finds is told to the metrics (events); a suspension is announced as a key
+// change, since sessions and keys are cached with their node's standing.
 import type { Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
+import type { Outcome } from '../jobs/outcome.js';
+import type { LiveConsumer } from '../jobs/lifecycle.js';
+import { announceKeyChange } from '../repositories/key-events.js';
 import { AUDIT_BATCH, auditBatch, type AuditReport } from './auditor.js';
 import { maintain } from './maintenance.js';
+import { strikeGiveUps } from './give-ups.js';
+import type { CheckQueue } from './copies.js';
 
 export interface VerifierEvents {
   audited: (report: AuditReport) => void;
@@ -15,17 +23,21 @@ export interface VerifierEvents {
   error: (err: unknown) => void;
 }
 
-export interface VerifierOptions { verify: VerifyConfig; server: string; onlineWindow: number; modelsTtl: number; jobTimeout: number; events: VerifierEvents }
+/** The lifecycle, as verification uses it: queue checks, and apply their outcome once committed. */
+export interface JobChecks extends CheckQueue { apply(outcome: Outcome): void }
+
+export interface VerifierOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; jobs: JobChecks; events: VerifierEvents }
 
 /** How long done jobs gather before an audit: batches, not a statement per job. */
 const AUDIT_DELAY_MS = 250;
 const FALLBACK_MS = 1_000;
 
-export class Verifier {
+export class Verifier implements LiveConsumer {
   private running: Promise<void> | undefined;
   private scheduled: NodeJS.Timeout | undefined;
   private readonly timers: NodeJS.Timeout[] = [];
   private maintaining: Promise<void> | undefined;
+  private striking: Promise<void> = Promise.resolve();
   private closed = false;
 
   constructor(private readonly db: Database, private readonly opts: VerifierOptions) {
@@ -35,13 +47,14 @@ export class Verifier {
     for (const t of this.timers) t.unref();
   }
 
-  /** Jobs were done here: audit them shortly. */
-  jobsDone(): void {
-    if (this.closed || !this.opts.verify.enabled || this.scheduled) return;
-    this.scheduled = setTimeout(() => {
-      this.scheduled = undefined;
-      this.wake();
-    }, AUDIT_DELAY_MS);
+  /** Jobs done by this server's statements are audited shortly; repeated give-ups are struck. */
+  apply(o: Outcome, local: boolean): void {
+    if (!local || this.closed || !this.opts.verify.enabled) return;
+    if ([...o.finished.values()].some((f) => f.state === 'done')) this.jobsDone();
+    const giveUps = o.local?.repeatGiveUps;
+    if (giveUps?.length) {
+      this.striking = this.striking.then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify))).catch(this.opts.events.error);
+    }
   }
 
   async close(): Promise<void> {
@@ -50,6 +63,15 @@ export class Verifier {
     for (const t of this.timers) clearInterval(t);
     await this.running;
     await this.maintaining;
+    await this.striking;
+  }
+
+  private jobsDone(): void {
+    if (this.scheduled) return;
+    this.scheduled = setTimeout(() => {
+      this.scheduled = undefined;
+      this.wake();
+    }, AUDIT_DELAY_MS);
   }
 
   private wake(): void {
@@ -60,17 +82,25 @@ export class Verifier {
   private async drain(): Promise<void> {
     // A full batch means more are waiting; a partial one, that the next wake will do.
     for (;;) {
-      const report = await auditBatch(this.db, this.opts);
+      const report = await auditBatch(this.db, { ...this.opts, checks: this.opts.jobs });
       if (!report) return;
-      this.opts.events.audited(report);
-      if (this.closed || report.audited < AUDIT_BATCH) return;
+      await this.told(report);
+      if (this.closed || report.audited + report.setAside.length < AUDIT_BATCH) return;
     }
+  }
+
+  /** A committed batch's findings: copies to hand out, the metrics, suspensions announced. */
+  private async told(report: AuditReport): Promise<void> {
+    for (const outcome of report.outcomes) this.opts.jobs.apply(outcome);
+    this.opts.events.audited(report);
+    if (report.suspended.length) await announceKeyChange(this.db);
   }
 
   private maintain(tickSeconds: number): void {
     if (this.closed || this.maintaining) return;
-    this.maintaining = maintain(this.db, { ...this.opts, tickSeconds })
+    this.maintaining = maintain(this.db, { ...this.opts, tickSeconds, checks: this.opts.jobs })
       .then((r) => {
+        if (r?.outcome) this.opts.jobs.apply(r.outcome);
         if (r?.probed.length) this.opts.events.probed(r.probed);
         if (r?.reversed) this.opts.events.reversed(r.reversed);
       }, this.opts.events.error)

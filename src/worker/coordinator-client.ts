@@ -14,6 +14,8 @@ export interface Job {
   temperature: number;
   seed?: number;
   stream?: boolean;
+  /** The beginning of the answer an earlier attempt already streamed to the client (its node failed mid-answer): continue it. Absent or non-empty. */
+  answer_prefix?: string;
 }
 
 export interface Report { status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string }
@@ -28,7 +30,8 @@ export interface ClientEvents { retrying: (what: string, attempt: number, reason
 export class CoordinatorClient {
   token = '';
 
-  constructor(private readonly server: string, private readonly node: string, private readonly key: string, private readonly events: ClientEvents, private readonly stopped: AbortSignal) {}
+  /** retryMaxMs: the longest pause between tries while the server is away (--retry-max). */
+  constructor(private readonly server: string, private readonly node: string, private readonly key: string, private readonly events: ClientEvents, private readonly stopped: AbortSignal, private readonly retryMaxMs = 30_000) {}
 
   /** One call, retried while the server is unreachable, overloaded or failing (5xx, 429). */
   private async call<T>(what: string, method: 'GET' | 'POST', path: string, opts: { body?: unknown; auth?: string; signal?: AbortSignal; retry?: boolean } = {}): Promise<T> {
@@ -51,7 +54,7 @@ export class CoordinatorClient {
     };
     if (opts.retry === false) return attempt();
     return pRetry(attempt, {
-      forever: true, minTimeout: 500, maxTimeout: 30_000, factor: 2, randomize: true,
+      forever: true, minTimeout: Math.min(500, this.retryMaxMs), maxTimeout: this.retryMaxMs, factor: 2, randomize: true,
       shouldRetry: (err) => !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429),
       onFailedAttempt: (err) => this.events.retrying(what, err.attemptNumber, err.message),
     });
@@ -81,9 +84,12 @@ export class CoordinatorClient {
     return (await this.call<{ points: number }>('update_result', 'POST', '/worker/update_result', { body })).points;
   }
 
-  /** Partial output; not retried (the report carries the whole answer). */
-  async progress(job: Job, delta: string): Promise<void> {
-    await this.call('job_progress', 'POST', '/worker/job_progress', { body: { job_id: job.job_id, api_key: job.api_key, delta }, retry: false });
+  /**
+   * Partial output, or "" as a heartbeat; not retried (the report carries the whole answer).
+   * Throws CoordinatorError 400 once the lease has ended (canceled, expired, finished elsewhere).
+   */
+  async progress(job: Job, delta: string, signal?: AbortSignal): Promise<void> {
+    await this.call('job_progress', 'POST', '/worker/job_progress', { body: { job_id: job.job_id, api_key: job.api_key, delta }, retry: false, signal });
   }
 
   async deregister(): Promise<void> {

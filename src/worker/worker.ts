@@ -5,32 +5,45 @@
 // - A backend failure reports the job as an error (it goes back to the queue for another node),
 //   then the worker declares no models until the backend answers again, so it takes no job it
 //   cannot run.
+// - A job whose answer an earlier attempt began (`answer_prefix`: its node failed mid-answer)
+//   is continued on a backend that can (backend.ts), and only the continuation is sent as
+//   progress; the report carries the whole answer, with the worker's own usage. A backend that
+//   cannot continue runs the job from the start (and relays only what follows the prefix, while
+//   its answer matches it: progress.ts afterPrefix).
+// - Every running job sends job_progress at least every second (progress.ts): a 400 there means
+//   the lease has ended (canceled, expired, finished elsewhere), so the backend request is
+//   aborted at once, the job is not reported, and the slot takes its next job.
 // - The coordinator unreachable: every call backs off and retries for ever (coordinator-client.ts).
 //   A 401 (the session ended) registers again.
 // - A slot asks for its next job while the report of its last one is on its way (each slot
 //   holds at most two leases, so the session's capacity is twice --concurrency): the
 //   coordinator's time to take a report is not lost to the node.
 // - stop(): no new polls, the jobs in flight finish (up to the grace period), then deregister.
-import { createBackend, type Backend } from './backends.js';
+import { BackendError, createBackend, type Backend, type BackendAnswer } from './backends.js';
 import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-client.js';
 import type { WorkerOptions } from './options.js';
+import { afterPrefix, LeaseLink } from './progress.js';
 
 export type WorkerState = 'starting' | 'waiting' | 'working' | 'backend down' | 'stopping' | 'stopped';
+
+/** success/error: reported so; refused: the report was refused; canceled: the lease ended while the job ran (aborted, not reported). */
+export type JobOutcome = 'success' | 'error' | 'refused' | 'canceled';
 
 export interface WorkerEvents {
   log: (level: 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>) => void;
   /** seconds: from the job taken to its report answered; overhead: the worker's own part of it (before the report, less the backend's time). */
-  jobDone: (job: Job, outcome: 'success' | 'error' | 'refused', seconds: number, points: number, overhead: number) => void;
+  jobDone: (job: Job, outcome: JobOutcome, seconds: number, points: number, overhead: number) => void;
 }
 
 const MODELS_CHECK_MS = 60_000;
 const BACKEND_RETRY_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
-const PROGRESS_EVERY_MS = 100;
 
 export class Worker {
   state: WorkerState = 'starting';
   readonly current = new Map<number, { job: Job; since: number }>();
   jobsDone = 0;
+  /** Jobs aborted because their lease ended (canceled by the user, expired, finished elsewhere). */
+  jobsCanceled = 0;
   private models: string[] = [];
   private declaredAt = 0;
   private expiresIn = 0;
@@ -42,16 +55,17 @@ export class Worker {
   private readonly backend: Backend;
 
   constructor(private readonly opts: WorkerOptions, private readonly events: WorkerEvents) {
-    this.backend = createBackend(opts.backend, opts.backendUrl);
+    this.backend = createBackend(opts.backend, opts.backendUrl, opts.continueAnswers);
     this.client = new CoordinatorClient(opts.server, opts.node, opts.key, {
       retrying: (what, attempt, reason) => events.log('warn', `${what} failed (${reason}); retrying`, { attempt }),
-    }, this.stopping.signal);
+    }, this.stopping.signal, opts.retryMaxMs);
   }
 
   /** Runs until stop(); resolves once the worker deregistered. */
   async run(): Promise<void> {
     await this.client.register(this.capacity);
     this.events.log('info', 'registered', { node: this.opts.node, server: this.opts.server });
+    await this.detectBackend();
     await this.refreshModels(true);
     this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => this.events.log('warn', `model check failed: ${String(err)}`)), MODELS_CHECK_MS);
     this.timer.unref();
@@ -78,6 +92,13 @@ export class Worker {
   /** Leases the session may hold: a job running and one being reported, per slot. */
   private get capacity(): number {
     return 2 * this.opts.concurrency;
+  }
+
+  /** Finds out what the backend is, and whether it continues answers (again after it was down: it may have changed). */
+  private async detectBackend(): Promise<void> {
+    await this.backend.detect();
+    this.events.log('info', `backend: ${this.backend.name}; ${this.backend.continues ? 'continues answers another node began' : 'runs answers another node began from the start'}`,
+      { backend: this.backend.name, continues: this.backend.continues });
   }
 
   private async backendModels(): Promise<string[]> {
@@ -150,31 +171,44 @@ export class Worker {
     let backendMs = 0;
     this.current.set(slot, { job, since: started });
     this.state = 'working';
-    // A job in flight finishes unless the grace period after a stop runs out.
-    const grace = new AbortController();
-    const onStop = () => setTimeout(() => grace.abort(), this.opts.graceMs).unref();
+    // The backend call ends early when the grace period after a stop runs out, or the lease ended.
+    const abort = new AbortController();
+    const onStop = () => setTimeout(() => abort.abort(), this.opts.graceMs).unref();
     this.stopping.signal.addEventListener('abort', onStop, { once: true });
-    let outcome: 'success' | 'error' | 'refused' = 'success';
-    let report: Parameters<CoordinatorClient['report']>[1];
+    const link = new LeaseLink(this.client, job, () => abort.abort());
+    link.start();
+    let outcome: JobOutcome = 'success';
+    let report: Parameters<CoordinatorClient['report']>[1] | undefined;
     try {
       const b0 = performance.now();
-      const answer = await this.backend.chat(job, job.stream ? this.progressSender(job) : undefined, grace.signal);
+      const { prefix, answer } = await this.runJob(job, link, abort.signal);
       backendMs = performance.now() - b0;
-      report = { status: 'success', content: answer.content, usage: answer.usage };
+      report = { status: 'success', content: prefix + answer.content, usage: answer.usage };
     } catch (err) {
-      outcome = 'error';
-      report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
-      this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);
-      if (!grace.signal.aborted) this.markBackendDown();
+      if (link.ended === undefined) {
+        outcome = 'error';
+        report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
+        this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);
+        if (!abort.signal.aborted) this.markBackendDown();
+      }
     } finally {
       this.stopping.signal.removeEventListener('abort', onStop);
+      await link.stop();
       this.current.delete(slot);
     }
+    if (link.ended !== undefined || !report) {
+      // The lease ended while the job ran: whatever the backend gave is no one's to report.
+      this.jobsCanceled++;
+      this.events.log('warn', `job ${job.job_id}: the lease ended (${link.ended}); its backend request was aborted and it is not reported`, { job: job.job_id });
+      const overhead = (performance.now() - t0 - backendMs) / 1000;
+      return () => Promise.resolve(this.events.jobDone(job, 'canceled', (Date.now() - started) / 1000, 0, overhead));
+    }
+    const done = report;
     return async () => {
       const overhead = (performance.now() - t0 - backendMs) / 1000;
       let points = 0;
       try {
-        points = await this.client.report(job, report);
+        points = await this.client.report(job, done);
       } catch (err) {
         outcome = 'refused';
         this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(err)}`);
@@ -184,19 +218,28 @@ export class Worker {
     };
   }
 
-  /** Partial output, sent at most every PROGRESS_EVERY_MS, in order. */
-  private progressSender(job: Job): (delta: string) => void {
-    let pending = '';
-    let sending: Promise<void> | undefined;
-    const flush = (): Promise<void> => {
-      const delta = pending;
-      pending = '';
-      return this.client.progress(job, delta).catch(() => undefined);
-    };
-    return (delta) => {
-      pending += delta;
-      sending ??= new Promise<void>((r) => setTimeout(r, PROGRESS_EVERY_MS)).then(flush).finally(() => { sending = undefined; });
-    };
+  /**
+   * The job on the backend: continued from its answer_prefix where the backend can (prefix is
+   * then that beginning, and answer only what follows), else from the start (prefix ""). Only
+   * text that follows the prefix goes out as progress.
+   */
+  private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
+    const relay = (delta: string) => link.push(delta);
+    const fromStart = async () => ({
+      prefix: '',
+      answer: await this.backend.chat(job, job.stream ? (job.answer_prefix ? afterPrefix(job.answer_prefix, relay) : relay) : undefined, signal),
+    });
+    if (!job.answer_prefix || !this.backend.continues) return fromStart();
+    let relayed = false;
+    try {
+      const answer = await this.backend.chat({ ...job, prefix: job.answer_prefix }, job.stream ? (d) => { relayed = true; relay(d); } : undefined, signal);
+      return { prefix: job.answer_prefix, answer };
+    } catch (err) {
+      // The backend refused the continuation itself (llama.cpp refuses one for a thinking model): run it from the start.
+      if (relayed || !(err instanceof BackendError && err.status !== undefined && err.status >= 400 && err.status < 500)) throw err;
+      this.events.log('warn', `job ${job.job_id}: the backend would not continue the answer (${err.message}); running it from the start`);
+      return fromStart();
+    }
   }
 
   /** Declares no models until the backend answers again, then declares them anew. */
@@ -210,8 +253,9 @@ export class Worker {
         try {
           const models = await this.backendModels();
           this.backendDown = undefined;
-          await this.declare(models);
           this.events.log('info', 'the backend answers again');
+          await this.detectBackend();
+          await this.declare(models);
           return;
         } catch {
           // still down

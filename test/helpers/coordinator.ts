@@ -45,7 +45,7 @@ export class TestWorker {
 }
 
 export class TestUser {
-  constructor(private readonly app: TestApp, private readonly key: string) {}
+  constructor(private readonly app: TestApp, readonly key: string) {}
 
   async submit(model: string, content = 'Hello', extra: Record<string, unknown> = {}): Promise<string> {
     const res = await this.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: this.key }, payload: { model, messages: [{ role: 'user', content }], max_output: 0, temperature: 0, ...extra } });

@@ -72,7 +72,8 @@ export async function startServerProcess(env: Record<string, string | undefined>
   child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
+  // Generous: a loaded machine starts processes slowly; a server that never gets there is killed, not left behind.
+  const deadline = Date.now() + 90_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`server exited early:\n${logs}`);
     try {
@@ -80,7 +81,10 @@ export async function startServerProcess(env: Record<string, string | undefined>
     } catch {
       // not listening yet
     }
-    if (Date.now() > deadline) throw new Error(`server did not become ready:\n${logs}`);
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`server did not become ready:\n${logs}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   return { child, url, logs: () => logs, exited };

@@ -1,10 +1,12 @@
 // The dashboard: the network view (web/src/network.ts) and two forms over the service's own
-// endpoints (POST /daily_points with the node's status, GET /unique_nodes). The key lives in
+// endpoints (POST /daily_points with the node's status and its verified days, web/src/ledger.ts;
+// GET /unique_nodes). The key lives in
 // the form, and in sessionStorage only if asked.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
 import { showNodeStatus, startNetworkView } from './network.js';
+import { showVerifiedDays } from './ledger.js';
 
 interface DayPoints { date: string; points: number }
 interface UniqueNodes { model_name: string; start_date: string | null; end_date: string | null; count: number; nodes: string[] }
@@ -126,6 +128,7 @@ async function onNodeSubmit(e: Event): Promise<void> {
     });
     renderPoints(node, days);
     await showNodeStatus(node, key);
+    await showVerifiedDays(node, key, lastDays, new Map(days.map((d) => [d.date, d.points])));
   } catch (err) {
     $('node-result').hidden = true;
     showError('node-error', explain(err, { node }));

@@ -2,27 +2,41 @@
 // completion, answered as OpenAI's `chat.completion`, or with `stream: true` as server-sent
 // events the SDKs parse: a role chunk at once, the content, a finish chunk, a usage chunk when
 // asked, `data: [DONE]`; keep-alive comments while the job waits (@fastify/sse heartbeat).
+//
+// A streamed answer is the job's answer of record, never another text: the node's partial
+// output is relayed only where it continues what the client has (each piece says where it
+// goes, jobs/progress.ts); when a node fails mid-answer the next one continues the same text
+// (job_data.answer_prefix), and if the node that finishes the job did not, the stream ends with
+// an error event rather than with text that differs from the record. What was sent is kept as
+// its length and a running hash, not as text.
+import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { hashKey } from '../../keys.js';
-import { authenticateUser, requestKey } from '../authenticate.js';
+import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { OpenAIError } from './errors.js';
 import { parseChatRequest, type ChatRequest } from './request.js';
 import { awaitCompletion, failureError, finishReason, submitCompletion, usageOf, type Outcome } from './completion.js';
 import type { ServedModels } from './models.js';
-import type { OpenAIApp } from './index.js';
+import type { OpenAIApp } from './context.js';
+import { charLength } from '../../jobs/progress.js';
+
+/** How often a streamed completion waiting for a node may tell where its job stands. */
+const QUEUE_COMMENT_MS = 1_000;
 
 export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const { coordinator, coordinatorConfig: c, limiters, metrics } = deps;
+  const { limiters, metrics } = deps;
+  const { coordinator, options: { coordinator: c } } = deps.service;
 
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const owner = await authenticateUser(deps, req);
     const chat = parseChatRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
     if (!(await served.has(chat.model))) {
-      metrics.completions.inc({ model: chat.model, outcome: 'model_not_found' });
+      // Not a model the network serves: one series for all such names, however many are made up.
+      metrics.completions.inc({ model: 'other', outcome: 'model_not_found' });
       throw new OpenAIError(404, `The model '${chat.model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
     }
-    const slot = hashKey(requestKey(req) ?? '');
+    // The user, however its key was sent.
+    const slot = `user:${owner}`;
     if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });
     const started = performance.now();
     const gone = new AbortController();
@@ -30,7 +44,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     try {
       const jobId = await submitCompletion(coordinator, owner, chat);
       const ids = { id: `chatcmpl-${jobId}`, created: Math.floor(Date.now() / 1000), model: chat.model };
-      if (chat.stream) return await stream(reply, chat, ids, started, jobId, () => awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
+      if (chat.stream) return await stream(reply, chat, ids, started, jobId, owner, () => awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
       const outcome = await awaitCompletion(coordinator, owner, jobId, chat, gone.signal);
       record(chat, outcome, started);
       if (outcome.kind !== 'done') {
@@ -54,7 +68,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     if (!chat.stream) metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   }
 
-  async function stream(reply: FastifyReply, chat: ChatRequest, ids: { id: string; created: number; model: string }, started: number, jobId: string, wait: () => Promise<Outcome>): Promise<void> {
+  async function stream(reply: FastifyReply, chat: ChatRequest, ids: { id: string; created: number; model: string }, started: number, jobId: string, owner: number, wait: () => Promise<Outcome>): Promise<void> {
     const usageField = chat.includeUsage ? { usage: null } : {};
     const chunk = (delta: Record<string, string>, finish: string | null) => ({
       data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...usageField },
@@ -62,17 +76,37 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     const sse = reply.sse;
     await sse.send(chunk({ role: 'assistant', content: '' }, null));
     metrics.completionFirstByte.observe((performance.now() - started) / 1000);
-    // Partial output as the node sends it (jobs/progress.ts), in order.
-    let relayed = '';
+    // Partial output as the nodes send it (jobs/progress.ts): a piece that starts where the
+    // client's text ends is sent; any other (a gap: a notification lost, or text past the cap)
+    // is left to the answer of record at the end.
+    let sentChars = 0;
+    let sentUnits = 0;
+    const sentHash = createHash('sha256');
     let sending = Promise.resolve();
-    const stop = coordinator.onProgress(jobId, (delta) => {
-      relayed += delta;
-      sending = sending.then(() => (sse.isConnected ? sse.send(chunk({ content: delta }, null)) : undefined)).catch(() => undefined);
+    const stop = coordinator.onProgress(jobId, (piece) => {
+      if (piece.at !== sentChars || piece.text === '') return;
+      sentChars += charLength(piece.text);
+      sentUnits += piece.text.length;
+      sentHash.update(piece.text);
+      sending = sending.then(() => (sse.isConnected ? sse.send(chunk({ content: piece.text }, null)) : undefined)).catch(() => undefined);
     });
+    // Until the answer begins, where the job stands, as SSE comments (ignored by SSE parsers):
+    // `: queue {"state":"queued","position":3,"eta_seconds":12}`, from memory (jobs/open-jobs.ts).
+    let told = '';
+    const tell = () => {
+      const s = sentChars === 0 ? coordinator.pendingJob(jobId, owner) : undefined;
+      const line = s ? `: queue ${JSON.stringify({ state: s.state, position: s.position ?? null, eta_seconds: s.eta_seconds ?? null })}\n\n` : '';
+      if (!line || line === told) return;
+      told = line;
+      sending = sending.then(() => { if (sse.isConnected) reply.raw.write(line); }).catch(() => undefined);
+    };
+    tell();
+    const standing = setInterval(tell, QUEUE_COMMENT_MS);
     let outcome: Outcome;
     try {
       outcome = await wait();
     } finally {
+      clearInterval(standing);
       stop();
       await sending;
     }
@@ -84,9 +118,17 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       await sse.send({ data: { error: { message: f.message, type: f.type, param: null, code: f.code } } });
       return sse.close();
     }
-    // The rest of the answer of record (all of it when the node sent no partial output).
+    // The rest of the answer of record (all of it when no partial output was relayed).
     const content = outcome.answer.message.content;
-    const rest = content.startsWith(relayed) ? content.slice(relayed.length) : '';
+    if (sentUnits > 0 && createHash('sha256').update(content.slice(0, sentUnits)).digest('hex') !== sentHash.digest('hex')) {
+      metrics.completions.inc({ model: chat.model, outcome: 'diverged' });
+      await sse.send({ data: { error: {
+        message: 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; the job\'s answer is another text. Read it whole with a non-streaming request or GET /get_result.',
+        type: 'server_error', param: null, code: 'answer_diverged',
+      } } });
+      return sse.close();
+    }
+    const rest = content.slice(sentUnits);
     if (rest) await sse.send(chunk({ content: rest }, null));
     await sse.send(chunk({}, finishReason(chat, outcome.usage)));
     if (chat.includeUsage) {

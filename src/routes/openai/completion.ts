@@ -1,7 +1,7 @@
 // A chat completion's life on this server: submit the job, wait for its final state (woken by
 // the coordinator, jobs/watch.ts, never by polling), and say how it ended. A client that hangs
-// up before a node took the job cancels it; once a node has it, it runs on and the node is
-// credited when it delivers.
+// up cancels its job, queued or leased: nobody will read the answer, so no node works on it
+// (its worker learns it at its next job_progress or report) and none is credited for it.
 import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
@@ -27,8 +27,7 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
   const finished = await coordinator.waitFinal(jobId, chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS, gone);
   if (finished?.done) return { kind: 'done', answer: finished.done.result, usage: finished.done.usage, queuedSeconds: finished.done.queuedSeconds };
   if (gone.aborted) {
-    // Still queued: nobody will read it, so nobody runs it. Leased: the node finishes and is paid.
-    await coordinator.cancel(jobId, owner, 'the client went away before a node took the job');
+    await coordinator.cancel(jobId, owner, 'the client went away');
     return { kind: 'gone', detail: 'the client went away' };
   }
   const job = await coordinator.ownJob(jobId, owner);

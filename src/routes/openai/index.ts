@@ -2,13 +2,11 @@
 // (openai/errors.ts), its bodies are read as OpenAI reads them (openai/request.ts), and
 // streaming uses @fastify/sse (heartbeat comments keep idle streams open through proxies).
 import fastifySseModule, { type SSEPluginOptions } from '@fastify/sse';
-import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import type { App, Deps } from '../types.js';
 import { openAIErrorHandler } from './errors.js';
 import { chatCompletionRoutes } from './chat-completions.js';
 import { modelRoutes, ServedModels } from './models.js';
-
-export type OpenAIApp = FastifyInstance;
 
 // The package is CommonJS: its module object is the fastify-plugin-wrapped plugin (which
 // decorates the registering context), while its types describe the module as an ES namespace.
@@ -18,7 +16,7 @@ const fastifySse = fastifySseModule as unknown as FastifyPluginAsync<SSEPluginOp
 export const SSE_HEARTBEAT_MS = 15_000;
 
 export async function openAIRoutes(app: App, deps: Deps): Promise<void> {
-  const served = new ServedModels(deps.db, deps.coordinatorConfig);
+  const served = new ServedModels(deps.service.db, deps.service.options.coordinator);
   await app.register(async (scope) => {
     scope.setErrorHandler(openAIErrorHandler);
     await scope.register(fastifySse, { heartbeatInterval: SSE_HEARTBEAT_MS });

@@ -6,7 +6,7 @@ import type { Queryable } from '../../db/database.js';
 import type { CoordinatorConfig } from '../../config.js';
 import { availableModels } from '../../jobs/read.js';
 import { OpenAIError } from './errors.js';
-import type { OpenAIApp } from './index.js';
+import type { OpenAIApp } from './context.js';
 
 const FRESH_MS = 1_000;
 

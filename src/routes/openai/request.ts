@@ -2,8 +2,9 @@
 // can honour become a job (model, messages, max_tokens or max_completion_tokens, temperature,
 // seed, stream, stream_options.include_usage, Infera's request_timeout_time); unknown fields are
 // accepted and ignored; what it cannot honour (several choices, tools, images) is refused with
-// an invalid_request_error that names the parameter.
-import { MalformedJson } from '../../validation/pydantic.js';
+// an invalid_request_error that names the parameter. Text PostgreSQL cannot store (NUL, unpaired
+// surrogates) is refused here as on every other route, before anything is queued.
+import { isUnstorable, MalformedJson, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
 
 export interface ChatRequest {
@@ -27,12 +28,17 @@ const MAX_MESSAGES = 1000;
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const given = (v: unknown): boolean => v !== undefined && v !== null;
 
+const storable = (text: string, param: string): string => {
+  if (isUnstorable(text)) throw invalidRequest(`Invalid '${param}': ${NUL_ERROR}.`, param, 'invalid_value');
+  return text;
+};
+
 function content(v: unknown, i: number): string {
-  if (typeof v === 'string') return v;
+  if (typeof v === 'string') return storable(v, `messages[${i}].content`);
   if (Array.isArray(v)) {
     // Content parts: text is joined; anything else (images, audio, files) cannot be run here.
     return v.map((part, k) => {
-      if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return part.text;
+      if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return storable(part.text, `messages[${i}].content`);
       const kind = isObject(part) && typeof part.type === 'string' ? part.type : 'non-text';
       throw invalidRequest(`Content parts of type '${kind}' are not supported: the nodes run text models. Send text only.`, `messages[${i}].content[${k}]`, 'unsupported_content');
     }).join('');
@@ -72,6 +78,7 @@ export function parseChatRequest(body: unknown, limits: { defaultTimeout: number
   }
   if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
   if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
+  storable(body.model, 'model');
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
   for (const name of ['tools', 'functions']) {

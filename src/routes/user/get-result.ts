@@ -1,9 +1,17 @@
 // GET /get_result/{job_id}: the owner reads its job's answer. While the job is open: 404 (real
-// clients poll every few seconds until they get something else); `wait` (ours) waits for the
-// job to become final first, woken by the coordinator (jobs/watch.ts), not by polling.
+// clients poll every few seconds until they get something else), with where it stands — state,
+// position in its model's queue, an estimate of the wait (ours) —, answered from memory when
+// this server knows the job is open (jobs/open-jobs.ts), so polls of a pending job cost no
+// statement. `wait` (ours) waits for the job to become final first, woken by the coordinator
+// (jobs/watch.ts), not by polling; such a long poll tells nginx not to buffer it
+// (X-Accel-Buffering; deploy/nginx/ins.conf). Past the long-poll caps of its key or address
+// (http/rate-limit.ts LongPolls) it answers at once, as with wait=0: the seed's clients poll
+// anyway, and a new status would stop them.
 // GET /get_completion_time/{job_id}: how long the job took.
+import type { FastifyReply } from 'fastify';
 import { GetCompletionTimeParams, GetCompletionTimeResponses, GetResultParams, GetResultQuery, GetResultResponses } from '../../generated/schemas.js';
 import type { UserJob } from '../../jobs/read.js';
+import type { Standing } from '../../jobs/open-jobs.js';
 import { FINAL_STATES } from '../../jobs/states.js';
 import { HttpError } from '../../http/http-error.js';
 import { authenticateUser } from '../authenticate.js';
@@ -16,12 +24,26 @@ function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: 
   return { status: job.state as 'failed' | 'expired' | 'canceled', job_id: jobId, detail: job.detail ?? job.state, result: { message: { role: 'assistant', content: '' } } };
 }
 
+/** The 404 of an open job: `detail` as the seed's clients know it, and where the job stands. */
+const pending = (reply: FastifyReply, s: Standing) => reply.code(404).send({ detail: 'Job not finished', state: s.state, position: s.position ?? null, eta_seconds: s.eta_seconds ?? null });
+
 export function getResultRoutes(app: App, deps: Deps): void {
-  const { coordinator } = deps;
-  app.get('/get_result/:job_id', { schema: { params: GetResultParams, querystring: GetResultQuery, response: GetResultResponses } }, async (req) => {
+  const { limiters } = deps;
+  const { coordinator } = deps.service;
+  app.get('/get_result/:job_id', { schema: { params: GetResultParams, querystring: GetResultQuery, response: GetResultResponses } }, async (req, reply) => {
+    const asked = (req.query.wait ?? 0) * 1000;
+    if (asked > 0) reply.header('x-accel-buffering', 'no');
     const owner = await authenticateUser(deps, req);
     const { job_id } = req.params;
-    const waitMs = (req.query.wait ?? 0) * 1000;
+    const release = asked > 0 ? limiters.longPolls.enter(`user:${owner}`, req.ip) : undefined;
+    const waitMs = release ? asked : 0;
+    if (waitMs === 0) {
+      const known = coordinator.pendingJob(job_id, owner);
+      if (known) {
+        deps.metrics.pendingPolls.inc({ source: 'memory' });
+        return pending(reply, known);
+      }
+    }
     // Listening before the first read: a job finishing in between still wakes us.
     const stop = new AbortController();
     const woken = waitMs > 0 ? coordinator.waitFinal(job_id, waitMs, stop.signal) : undefined;
@@ -29,13 +51,18 @@ export function getResultRoutes(app: App, deps: Deps): void {
       const job = await coordinator.ownJob(job_id, owner);
       if (!job) throw new HttpError(404, NOT_FOUND);
       if (FINAL_STATES.has(job.state)) return resultOf(job, job_id);
+      const standing = coordinator.seenOpen(job, owner);
       const finished = await woken;
       if (finished?.done) return resultOf(finished.done, job_id);
       const again = finished && (await coordinator.ownJob(job_id, owner));
-      if (!again || !FINAL_STATES.has(again.state)) throw new HttpError(404, 'Job not finished');
+      if (!again || !FINAL_STATES.has(again.state)) {
+        deps.metrics.pendingPolls.inc({ source: 'database' });
+        return pending(reply, coordinator.pendingJob(job_id, owner) ?? standing);
+      }
       return resultOf(again, job_id);
     } finally {
       stop.abort();
+      release?.();
     }
   });
 

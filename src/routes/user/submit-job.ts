@@ -17,7 +17,9 @@ declare module 'fastify' {
 }
 
 export function submitJobRoute(app: App, deps: Deps): void {
-  const { coordinator, coordinatorConfig, metrics } = deps;
+  const { metrics } = deps;
+  const { coordinator } = deps.service;
+  const coordinatorConfig = deps.service.options.coordinator;
   app.post('/submit_job', {
     schema: { body: SubmitJobRequest, response: SubmitJobResponses },
     preValidation: async (req: FastifyRequest) => {

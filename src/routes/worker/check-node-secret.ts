@@ -1,5 +1,6 @@
 // POST /check_node_secret: is `secret` the key of node `node_id`? Real workers ask right
-// before register_node, which then trusts this address for that node for a short while.
+// before register_node, which then trusts this address for that node once, for a short while,
+// while that key is still the node's (routes/worker/register-node.ts).
 import { timingSafeEqual } from 'node:crypto';
 import { CheckNodeSecretRequest, CheckNodeSecretResponses } from '../../generated/schemas.js';
 import { hashKey } from '../../keys.js';
@@ -14,7 +15,7 @@ export function isKeyOf(key: string, hash: string): boolean {
   return key.length > 0 && timingSafeEqual(Buffer.from(hashKey(key)), Buffer.from(hash));
 }
 
-export function checkNodeSecretRoute(app: App, { db, limiters }: Deps): void {
+export function checkNodeSecretRoute(app: App, { service: { db }, limiters }: Deps): void {
   app.post('/check_node_secret', { schema: { body: CheckNodeSecretRequest, response: CheckNodeSecretResponses } }, (req) => rideOutage(async () => {
     const blocked = limiters.failures.blockedFor(req.ip);
     if (blocked > 0) throw tooMany(blocked);
@@ -27,7 +28,7 @@ export function checkNodeSecretRoute(app: App, { db, limiters }: Deps): void {
     }
     req.nodeName = node.name;
     if (node.disabled) throw new HttpError(403, 'Node is disabled');
-    await recordSecretCheck(db, node.id, req.ip);
+    await recordSecretCheck(db, node.id, req.ip, node.key_hash);
     return { status: 'success' };
   }));
 }

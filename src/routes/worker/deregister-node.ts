@@ -8,7 +8,7 @@ import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
 export function deregisterNodeRoute(app: App, deps: Deps): void {
-  const { db, coordinator } = deps;
+  const { db, coordinator } = deps.service;
   app.post('/worker/deregister_node', { schema: { body: DeregisterNodeRequest, response: DeregisterNodeResponses } }, (req) => rideOutage(async () => {
     const session = await authenticateSession(deps, req);
     // Ended first, so no new lease can reach it; then its leases go back.

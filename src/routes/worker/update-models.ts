@@ -10,7 +10,8 @@ import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
 export function updateModelsRoute(app: App, deps: Deps): void {
-  const { db, coordinatorConfig } = deps;
+  const { db } = deps.service;
+  const coordinatorConfig = deps.service.options.coordinator;
   app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, (req) => rideOutage(async () => {
     const session = await authenticateSession(deps, req);
     const { node_url, models } = req.body;

@@ -1,20 +1,22 @@
-// Leases: handing queued jobs to waiting workers, and taking them back. Each statement is
-// whole here; jobs/dispatcher.ts decides when they run.
+// Transition: lease (queued → leased). One statement per dispatch round (jobs/dispatcher.ts)
+// for every waiting poll that may find a job.
 //
 // Lock order, to keep concurrent statements out of deadlocks: a lease row (job_leases) before
-// its job row (jobs) wherever both change — completion, release and the sweeper. Dispatch only
-// locks queued jobs, which no lease points to.
-import { sql, type Queryable } from '../db/database.js';
-import { JOBS_CHANNEL, modelCounts, RESULTS_CHANNEL } from './channels.js';
-import type { JobRequest } from './submit.js';
-import type { LeaseOutcome } from './states.js';
+// its job row (jobs) wherever both change — completion, release, cancel and the sweep. This
+// statement only locks queued jobs, which no open lease points to.
+import { sql, type Queryable } from '../../db/database.js';
+import type { JobRequest } from '../request.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
 export interface Ask { group: number; slot: number; sessionId: number; nodeId: number; keyHash: string; rank: number }
 /** Asks with the same model set form a group; it leases at most `count` jobs, the oldest first. */
 export interface Group { group: number; models: number[]; count: number }
 
-export interface LeasedJob { group: number; slot: number; jobId: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number }
+export interface LeasedJob {
+  group: number; slot: number; jobId: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number;
+  /** The answer's beginning an earlier attempt streamed to the client (jobs.streamed): the node continues it. */
+  prefix: string;
+}
 export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: true };
 
 // $1..$6 the asks: group, slot, session id, node id, job key hash, rank among this batch's
@@ -24,10 +26,10 @@ export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: 
 // groups with overlapping models may pick the same job (a statement does not skip its own
 // locks): it goes to the first group, and the other ask stays waiting for the next round.
 // Copies of jobs being verified (verify_of, src/verify/) go first: each group takes its oldest
-// copies as it takes jobs, and the k-th copy goes to the group's k-th ask unless that ask's
-// node ran the job (exclude_nodes); then the copy waits for another round. The asks left take
-// the oldest other jobs, in order.
-const LEASE = sql('jobs_lease', `WITH asks AS (
+// copies as it takes jobs. The k-th job (or copy) goes to the group's k-th free ask unless that
+// ask's node may not have it (exclude_nodes: it ran the job being checked, or gave this job up
+// twice); then it waits for another round.
+export const LEASE = sql('jobs_lease', `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
   FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::text[], $6::int[]) AS a(g, k, session_id, node_id, key_hash, rank)
@@ -53,12 +55,12 @@ free_asks AS (
   WHERE NOT EXISTS (SELECT 1 FROM copies_assigned c WHERE c.g = a.g AND c.k = a.k)
 ),
 picked AS (
-  SELECT g.g, p.id, row_number() OVER (PARTITION BY g.g ORDER BY p.submitted_at, p.id)::int AS k
+  SELECT g.g, p.id, p.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY p.submitted_at, p.id)::int AS k
   FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
   CROSS JOIN LATERAL (
-    SELECT c.id, c.submitted_at FROM unnest(g.models::int[]) AS gm(model_id)
+    SELECT c.id, c.submitted_at, c.exclude_nodes FROM unnest(g.models::int[]) AS gm(model_id)
     CROSS JOIN LATERAL (
-      SELECT j.id, j.submitted_at FROM jobs j
+      SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
       WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = gm.model_id AND j.deadline_at > now()
       ORDER BY j.submitted_at, j.id LIMIT g.n
       FOR UPDATE SKIP LOCKED) c
@@ -68,18 +70,18 @@ assigned AS (
   SELECT * FROM copies_assigned
   UNION ALL
   (SELECT DISTINCT ON (p.id) p.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
-  FROM picked p JOIN free_asks a ON a.g = p.g AND a.fk = p.k AND a.open + a.rank <= a.capacity
+  FROM picked p JOIN free_asks a ON a.g = p.g AND a.fk = p.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(p.exclude_nodes))
   ORDER BY p.id, p.g)
 ),
 leased AS (
   UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, node_id = a.node_id, first_leased_at = coalesce(j.first_leased_at, now()),
     lease_expires_at = least(j.deadline_at, now() + make_interval(secs => $10::float8))
   FROM assigned a WHERE j.id = a.job_id
-  RETURNING j.id, j.model_id, j.request, j.attempts, j.lease_expires_at, j.submitted_at
+  RETURNING j.id, j.model_id, j.request, j.attempts, j.lease_expires_at, j.submitted_at, j.streamed
 ),
 recorded AS (
-  INSERT INTO job_leases (key_hash, job_id, attempt, node_id, session_id, expires_at)
-  SELECT a.key_hash, l.id, l.attempts, a.node_id, a.session_id, l.lease_expires_at
+  INSERT INTO job_leases (key_hash, job_id, attempt, node_id, session_id, expires_at, prefix)
+  SELECT a.key_hash, l.id, l.attempts, a.node_id, a.session_id, l.lease_expires_at, l.streamed
   FROM assigned a JOIN leased l ON l.id = a.job_id
 ),
 -- Groups whose models still have queued jobs, or copies, this round did not hand out: copies
@@ -95,17 +97,20 @@ left_over AS (
   FROM unnest($7::int[], $8::text[]) AS g(g, models)
 )
 SELECT a.g, a.k, 'leased' AS row, l.id::text AS job_id, m.name AS model, l.request, l.attempts AS attempt,
-    extract(epoch FROM now() - l.submitted_at)::float8 AS queued_seconds
+    extract(epoch FROM now() - l.submitted_at)::float8 AS queued_seconds, l.streamed AS prefix
   FROM assigned a JOIN leased l ON l.id = a.job_id JOIN models m ON m.id = l.model_id
 UNION ALL
-SELECT a.g, a.k, 'over_capacity', NULL, NULL, NULL, NULL, NULL FROM asks a WHERE a.open + a.rank > a.capacity
+SELECT a.g, a.k, 'over_capacity', NULL, NULL, NULL, NULL, NULL, NULL FROM asks a WHERE a.open + a.rank > a.capacity
 UNION ALL
-SELECT c.g, 0, 'jobs_left', NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.jobs
+SELECT c.g, 0, 'jobs_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.jobs
 UNION ALL
-SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`);
+SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`);
 // (A suspended node's asks are in neither part: they get nothing, and wait.)
 
-interface Row { g: number; k: number; row: 'leased' | 'over_capacity' | 'jobs_left' | 'copies_left'; job_id: string | null; model: string | null; request: JobRequest | null; attempt: number | null; queued_seconds: number | null }
+interface Row {
+  g: number; k: number; row: 'leased' | 'over_capacity' | 'jobs_left' | 'copies_left';
+  job_id: string | null; model: string | null; request: JobRequest | null; attempt: number | null; queued_seconds: number | null; prefix: string | null;
+}
 
 /** A round's leases, and the groups whose models still have queued jobs, or copies, it did not hand out. */
 export interface LeaseRound { rows: LeaseRow[]; jobsLeft: Set<number>; copiesLeft: Set<number> }
@@ -119,60 +124,8 @@ export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: rea
   return {
     rows: rows.filter((r) => r.row === 'leased' || r.row === 'over_capacity').map((r): LeaseRow => (r.row === 'over_capacity'
       ? { group: r.g, slot: r.k, overCapacity: true }
-      : { group: r.g, slot: r.k, jobId: r.job_id!, model: r.model!, request: r.request!, attempt: r.attempt!, queuedSeconds: r.queued_seconds! })),
+      : { group: r.g, slot: r.k, jobId: r.job_id!, model: r.model!, request: r.request!, attempt: r.attempt!, queuedSeconds: r.queued_seconds!, prefix: r.prefix ?? '' })),
     jobsLeft: new Set(rows.filter((r) => r.row === 'jobs_left').map((r) => r.g)),
     copiesLeft: new Set(rows.filter((r) => r.row === 'copies_left').map((r) => r.g)),
   };
-}
-
-// Ends open leases and puts their jobs back in the queue — or fails them, once they had
-// MAX_ATTEMPTS leases. The leases: those with the given key hashes ($1), or the oldest $3
-// open ones of session $2. $4 the outcome; $5 true when the lease never reached the worker,
-// so it does not count as an attempt: its row goes (the next lease takes its attempt number,
-// and (job_id, attempt) is unique); $6 MAX_ATTEMPTS; $7 this server's id. Tells the
-// servers which models have jobs again and which jobs ended (jobs/channels.ts), and answers
-// the same.
-const RELEASE = sql('jobs_release', `WITH chosen AS (
-  SELECT key_hash FROM job_leases
-  WHERE ended_at IS NULL AND (key_hash = ANY($1::text[]) OR session_id = $2::bigint)
-  ORDER BY leased_at LIMIT $3::int
-),
-kept AS (
-  UPDATE job_leases l SET ended_at = now(), outcome = $4::text
-  FROM chosen c WHERE l.key_hash = c.key_hash AND l.ended_at IS NULL AND NOT $5::boolean
-  RETURNING l.job_id
-),
-dropped AS (
-  DELETE FROM job_leases l USING chosen c WHERE l.key_hash = c.key_hash AND l.ended_at IS NULL AND $5::boolean
-  RETURNING l.job_id
-),
-ended AS (SELECT job_id FROM kept UNION ALL SELECT job_id FROM dropped),
-back AS (
-  UPDATE jobs j SET
-    attempts = j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END,
-    state = CASE WHEN j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END >= $6::int THEN 'failed' ELSE 'queued' END,
-    finished_at = CASE WHEN j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END >= $6::int THEN now() END,
-    detail = CASE WHEN j.attempts - CASE WHEN $5::boolean THEN 1 ELSE 0 END >= $6::int THEN 'no node finished it in ' || $6::int || ' attempts' END,
-    node_id = NULL, lease_expires_at = NULL
-  FROM ended e WHERE j.id = e.job_id AND j.state = 'leased'
-  RETURNING j.id, j.state, j.model_id
-),
-queued AS (SELECT string_agg(model_id || ':' || n, ',') AS items FROM (SELECT model_id, count(*) AS n FROM back WHERE state = 'queued' GROUP BY model_id) c),
-failed AS (SELECT string_agg(id::text, ',') AS items FROM back WHERE state = 'failed'),
-told AS (
-  SELECT pg_notify('${JOBS_CHANNEL}', $7::text || ' ' || items) FROM queued WHERE items IS NOT NULL
-  UNION ALL
-  SELECT pg_notify('${RESULTS_CHANNEL}', $7::text || ' ' || items) FROM failed WHERE items IS NOT NULL)
-SELECT (SELECT count(*)::int FROM back) AS released, (SELECT count(*)::int FROM told) AS told,
-  coalesce((SELECT items FROM queued), '') AS queued, coalesce((SELECT items FROM failed), '') AS failed`);
-
-export interface ReleaseWhich { keyHashes?: string[]; sessionId?: number; most?: number }
-/** What a statement put back in the queue (jobs per model) and which jobs it ended. */
-export interface Requeued { released: number; queued: Map<number, number>; ended: string[] }
-
-/** Ends the chosen open leases with `outcome`; the jobs go back to the queue, or fail. */
-export async function releaseLeases(db: Queryable, which: ReleaseWhich, outcome: LeaseOutcome, undelivered: boolean, maxAttempts: number, server: string): Promise<Requeued> {
-  const [row] = await db.query<{ released: number; queued: string; failed: string }>(RELEASE, [
-    which.keyHashes ?? [], which.sessionId ?? null, which.most ?? 1_000_000, outcome, undelivered, maxAttempts, server]);
-  return { released: row!.released, queued: modelCounts(row!.queued.split(',').filter(Boolean)), ended: row!.failed.split(',').filter(Boolean) };
 }

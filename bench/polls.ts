@@ -1,0 +1,68 @@
+// The seed system's way of waiting, in the dispatch scenario: S submitters each submit a job
+// and poll GET /get_result every 20 ms (no `wait`) until it stops answering 404; W workers
+// long-poll and report. Measured: jobs/s, submit→result, and what a pending poll costs the
+// database (statements per 404, from the server's per-statement metrics). With `--baseline DIR`
+// (another checkout, built: e.g. `git worktree add /tmp/before <commit> && cd /tmp/before &&
+// npm ci && npm run build`), the same runs against that checkout's server in the same run,
+// alternating baseline, current, current, baseline, each on a fresh database.
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { ENTRY, entryOf, freshDatabase, ins, ROOT, startServer, type Backend } from './common.js';
+import { cycle, http, type CycleRun } from './cycle.js';
+
+export interface PollRun { code: 'current' | 'baseline'; run: CycleRun; pendingPolls: number; fromMemory: number; statementsPerPoll: Record<string, number> }
+
+/** A counter of the server's metrics (0 when absent). */
+function counter(text: string, name: string, labels: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && labels.split(',').every((kv) => l.includes(kv)));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+}
+
+async function onePollRun(code: PollRun['code'], entry: string, backend: Backend, databaseUrl: string, port: number, workers: number, submitters: number, warmup: number, duration: number): Promise<PollRun> {
+  const db = await freshDatabase(backend, databaseUrl, `ins_bench_polls_${process.pid}`);
+  try {
+    const nodes = Array.from({ length: workers }, (_, i) => ({ name: `poll-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
+    const file = path.join(ROOT, 'bench-results', `poll-nodes-${process.pid}.csv`);
+    writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
+    await ins(['import', 'nodes', file], db.env, entry);
+    const userKey = (await ins(['key', 'add-user', 'bench'], db.env, entry)).trim();
+    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-polls-${backend}-${code}.log`), { VERIFY: 'off' }, entry);
+    try {
+      const h = http(server.url, workers + submitters + 8);
+      const run = await cycle(h, nodes, userKey, submitters, warmup, duration, 'poll');
+      await h.pool.close();
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const pending = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="404"');
+      const done = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="200"');
+      const polls = pending + done;
+      // Statements a poll may run: the job's read (concurrent reads share one) and, since issue 21,
+      // the once-a-second refresh of where the polled jobs stand. Pending polls answered from
+      // memory ran none (ins_pending_polls_total, a baseline without it reads every one).
+      const per: Record<string, number> = {};
+      for (const name of ['jobs_own', 'jobs_standings']) {
+        per[name] = Math.round((counter(text, 'ins_db_statement_duration_seconds_count', `statement="${name}"`) / Math.max(1, polls)) * 1000) / 1000;
+      }
+      const fromMemory = counter(text, 'ins_pending_polls_total', 'source="memory"');
+      return { code, run, pendingPolls: pending, fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000, statementsPerPoll: per };
+    } finally {
+      await server.stop();
+    }
+  } finally {
+    await db.cleanup();
+  }
+}
+
+/** Poll-mode runs for this checkout and, given one, the baseline: alternating, so that neither has the warmer machine. */
+export async function pollComparison(o: { backend: Backend; databaseUrl: string; port: number; workers: number; submitters: number; warmup: number; duration: number; baseline: string | undefined }): Promise<PollRun[]> {
+  const order: [PollRun['code'], string][] = o.baseline
+    ? [['baseline', entryOf(o.baseline)], ['current', ENTRY], ['current', ENTRY], ['baseline', entryOf(o.baseline)]]
+    : [['current', ENTRY]];
+  const runs: PollRun[] = [];
+  for (const [code, entry] of order) {
+    const r = await onePollRun(code, entry, o.backend, o.databaseUrl, o.port, o.workers, o.submitters, o.warmup, o.duration);
+    console.log(`   poll mode (${code}): ${JSON.stringify(r)}`);
+    runs.push(r);
+  }
+  return runs;
+}

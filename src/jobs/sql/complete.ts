@@ -1,0 +1,156 @@
+// Transition: complete (leased → done, or → queued|failed on an error report) — a worker's
+// report with the job key (jk_) of its lease. Concurrent reports share this statement
+// (jobs/complete.ts batches them); it ends the leases, finishes or requeues the jobs, queues the
+// done ones for the auditor, and credits the successes (the credit part every credit statement
+// shares, results/credit.ts), all in one commit. The lease is the gate: it must be open, for
+// that job and model, before the job's deadline, and held by a node that is enabled —
+// whoever ends a lease first (a report, the sweep, a release, a cancel) wins.
+import { sql, type Queryable } from '../../db/database.js';
+import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
+import type { Answer, Usage } from '../answer.js';
+import type { JobState } from '../states.js';
+
+// $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
+// job_results), answers (what the owner reads), usages; $8 the default points of a success; $9
+// MAX_ATTEMPTS; $10 this server's id; $11 whether done jobs wait for the auditor (job_audits,
+// src/verify/; not while VERIFY=off). A suspended node's answer is not taken
+// (src/verify/standing.ts): its lease ends as an error and the job goes back to the queue for
+// another node. A done job's usage is the sum of what every lease of it reported (a job
+// continued by another node after its first one failed mid-answer costs both parts).
+export const COMPLETE = sql('jobs_complete', `WITH reports AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[])
+    AS q(key_hash, job_id, model_name, status, result, answer, usage)
+),
+ended AS (
+  UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE WHEN q.status = 'success'
+      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = l.node_id AND r.state = 'suspended') THEN 'done' ELSE 'error' END
+  FROM reports q, jobs j, models m, nodes n
+  WHERE l.key_hash = q.key_hash AND l.ended_at IS NULL AND l.job_id::text = q.job_id
+    AND j.id = l.job_id AND j.state = 'leased' AND j.deadline_at > now()
+    AND m.id = j.model_id AND m.name = q.model_name
+    AND n.id = l.node_id AND n.disabled_at IS NULL
+  RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix || l.partial AS streamed, j.model_id,
+    CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage
+),
+usages AS (
+  SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
+      'prompt_tokens', sum((u.usage ->> 'prompt_tokens')::bigint), 'completion_tokens', sum((u.usage ->> 'completion_tokens')::bigint))), '{}') AS usage
+  FROM ended e CROSS JOIN LATERAL (
+    SELECT e.usage UNION ALL SELECT p.usage FROM job_leases p WHERE p.job_id = e.job_id AND p.key_hash <> e.key_hash AND p.usage IS NOT NULL) u
+  WHERE e.status = 'success' GROUP BY e.job_id
+),
+finished AS (
+  UPDATE jobs j SET
+    state = CASE WHEN e.status = 'success' THEN 'done' WHEN j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
+    failures = j.failures + CASE WHEN e.status = 'error' THEN 1 ELSE 0 END,
+    result = CASE WHEN e.status = 'success' THEN e.answer END,
+    usage = u.usage,
+    node_id = CASE WHEN e.status = 'success' THEN e.node_id END,
+    streamed = CASE WHEN e.status = 'error' AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
+    lease_expires_at = NULL,
+    finished_at = CASE WHEN e.status = 'success' OR j.failures + 1 >= $9::int THEN now() END,
+    detail = CASE WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END
+  FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
+  WHERE j.id = e.job_id
+  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds
+),
+announced AS (
+  SELECT jobs_announce($10::text,
+    ARRAY(SELECT model_id FROM finished WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM finished WHERE state = 'queued' AND verify_of IS NOT NULL),
+    ARRAY(SELECT id FROM finished WHERE state <> 'queued'), ARRAY(SELECT state FROM finished WHERE state <> 'queued'), ARRAY(SELECT model_id FROM finished WHERE state <> 'queued'),
+    ARRAY(SELECT id FROM finished WHERE state = 'queued'), ARRAY(SELECT attempt FROM finished WHERE state = 'queued')) AS items
+),
+audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM finished WHERE state = 'done' AND $11::boolean),
+input AS (
+  SELECT e.job_id::text AS job_id, e.node_id, e.model_id, 'success'::text AS status, e.result,
+    coalesce(m.points_per_job, $8::numeric) AS points, now() AS received_at, false AS explicit
+  FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
+),
+-- credit: begin
+credited AS (
+  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
+  SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
+  ORDER BY job_id
+  ON CONFLICT (job_id) DO UPDATE
+    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at
+    WHERE r.status = 'error' AND EXCLUDED.status = 'success' AND r.node_id = EXCLUDED.node_id AND r.model_id = EXCLUDED.model_id
+  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
+),
+daily AS (
+  INSERT INTO node_daily_points (node_id, day, points, successes)
+  SELECT node_id, day, sum(points), count(*) FROM credited WHERE status = 'success'
+  GROUP BY node_id, day ORDER BY node_id, day
+  ON CONFLICT (node_id, day) DO UPDATE
+    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes
+),
+overall AS (
+  INSERT INTO model_nodes (model_id, node_id, first_success_at, last_success_at)
+  SELECT model_id, node_id, min(received_at), max(received_at) FROM credited WHERE status = 'success'
+  GROUP BY model_id, node_id ORDER BY model_id, node_id
+  ON CONFLICT (model_id, node_id) DO UPDATE
+    SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
+        last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
+),
+per_day AS (
+  INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
+  SELECT model_id, node_id, day, min(received_at), max(received_at) FROM credited WHERE status = 'success'
+  GROUP BY model_id, node_id, day ORDER BY model_id, node_id, day
+  ON CONFLICT (model_id, node_id, day) DO UPDATE
+    SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
+        last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
+  RETURNING model_id, (xmax = 0) AS inserted
+),
+explicit AS (SELECT EXISTS (SELECT 1 FROM input WHERE explicit) AS given),
+bumped AS (
+  SELECT id FROM models
+  WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR (SELECT given FROM explicit))
+  ORDER BY id FOR NO KEY UPDATE
+),
+roster AS (
+  UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
+),
+history AS (
+  UPDATE points_history SET version = version + 1
+  WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
+)
+-- credit: end
+SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, a.items AS announced
+FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
+
+export interface JobReport {
+  keyHash: string;
+  jobId: string;
+  modelName: string;
+  status: 'success' | 'error';
+  /** The result as the worker sent it (kept in job_results) and as the user reads it. */
+  result: Record<string, unknown>;
+  answer: Answer;
+  usage: Usage | null;
+}
+
+/** A report the statement took: its lease ended, and how. */
+export interface Completed { status: 'success' | 'error'; points: number; state: JobState; modelId: number; nodeId: number }
+
+interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; announced: string }
+
+export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
+
+/** Completes the reports (each lease once: callers de-duplicate); answers those the statement took, by job key hash, and the outcome. */
+export async function completeJobs(db: Queryable, reports: readonly JobReport[], o: CompleteOptions): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
+  const rows = await db.query<Row>(COMPLETE, [
+    reports.map((r) => r.keyHash), reports.map((r) => r.jobId), reports.map((r) => r.modelName), reports.map((r) => r.status),
+    reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
+    o.defaultPoints, o.maxAttempts, o.server, o.audit,
+  ]);
+  const outcome = parseItems(rows[0]?.announced ?? '');
+  const byKey = new Map(reports.map((r) => [r.keyHash, r]));
+  const completed = new Map<string, Completed>();
+  const done = new Map<string, DoneJob>();
+  for (const row of rows) {
+    completed.set(row.key_hash, { status: row.status, points: row.points, state: row.state, modelId: row.model_id, nodeId: row.node_id });
+    const r = byKey.get(row.key_hash)!;
+    if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: row.usage, queuedSeconds: row.queued_seconds });
+  }
+  if (done.size > 0) outcome.local = { done };
+  return { completed, outcome };
+}

@@ -1,0 +1,57 @@
+// Transition: expiry (leased → queued or failed; queued|leased → expired), without a timer per
+// job: every SWEEP_INTERVAL one server — the one that gets the advisory lock, so one at a time
+// across servers — ends the leases past their end (their time was up: a failed attempt; the job
+// goes back to the queue with what it streamed kept, or fails after MAX_ATTEMPTS) and expires
+// the open jobs past their deadline. jobs/sweeper.ts runs it.
+import { sql, type Database } from '../../db/database.js';
+import { parseItems, type Outcome } from '../outcome.js';
+
+// Any constant shared by all servers: "ins_sw" in ASCII.
+const LOCK_KEY = 0x696e735f7377;
+export const TRY_LOCK = sql('sweep_try_lock', `SELECT pg_try_advisory_xact_lock(${LOCK_KEY}) AS got`);
+
+// $1 MAX_ATTEMPTS, $2 this server's id. A lease ends before its job changes (the lock order of
+// sql/lease.ts); `requeued` and `late` touch disjoint jobs: a lease past the job's deadline ends
+// as 'deadline' and its job expires with the queued ones.
+export const SWEEP = sql('sweep', `WITH ended AS (
+  UPDATE job_leases l SET ended_at = now(), outcome = CASE WHEN j.deadline_at <= now() THEN 'deadline' ELSE 'expired' END
+  FROM jobs j WHERE l.ended_at IS NULL AND l.expires_at <= now() AND j.id = l.job_id
+  RETURNING l.job_id, l.outcome, l.attempt, l.prefix || l.partial AS streamed
+),
+requeued AS (
+  UPDATE jobs j SET
+    state = CASE WHEN j.failures + 1 >= $1::int THEN 'failed' ELSE 'queued' END,
+    failures = j.failures + 1,
+    finished_at = CASE WHEN j.failures + 1 >= $1::int THEN now() END,
+    detail = CASE WHEN j.failures + 1 >= $1::int THEN 'no node finished it in ' || $1::int || ' attempts' END,
+    streamed = CASE WHEN j.failures + 1 >= $1::int THEN '' ELSE e.streamed END,
+    node_id = NULL, lease_expires_at = NULL
+  FROM ended e WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
+  RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt
+),
+late AS (
+  UPDATE jobs j SET state = 'expired', finished_at = now(), detail = 'the deadline passed before a node finished it',
+    node_id = NULL, lease_expires_at = NULL, streamed = ''
+  WHERE j.state IN ('queued', 'leased') AND j.deadline_at <= now()
+  RETURNING j.id, j.model_id
+),
+final AS (SELECT id, state, model_id FROM requeued WHERE state = 'failed' UNION ALL SELECT id, 'expired', model_id FROM late),
+announced AS (
+  SELECT jobs_announce($2::text,
+    ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NOT NULL),
+    ARRAY(SELECT id FROM final), ARRAY(SELECT state FROM final), ARRAY(SELECT model_id FROM final),
+    ARRAY(SELECT id FROM requeued WHERE state = 'queued'), ARRAY(SELECT attempt FROM requeued WHERE state = 'queued')) AS items
+)
+SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended FROM announced a`);
+
+/** One sweep, if this server gets the lock; undefined when another server is sweeping. */
+export async function sweep(db: Database, maxAttempts: number, server: string): Promise<Outcome | undefined> {
+  return db.transaction(async (tx) => {
+    const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
+    if (!lock!.got) return undefined;
+    const [r] = await tx.query<{ announced: string; leases_ended: number }>(SWEEP, [maxAttempts, server]);
+    const o = parseItems(r!.announced);
+    if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };
+    return o;
+  });
+}

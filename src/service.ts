@@ -1,0 +1,111 @@
+// The service's domain, composed: one per app (src/app.ts builds HTTP on top of it), nothing
+// shared between two in one process but what they are given. The job coordinator (and its
+// lifecycle), verification — a consumer of the lifecycle's outcomes that queues its checks
+// through it —, the points ledger (its key, its reads, the closer of days), the key cache, the
+// caches of the record-keeping reads, the result recorder. Whoever observes the service (the
+// metrics, the log) is given at start: outcome consumers, verification's and the ledger's events.
+import type { Database } from './db/database.js';
+import type { CoordinatorConfig } from './config.js';
+import type { VerifyConfig } from './config-verify.js';
+import { Coordinator } from './jobs/coordinator.js';
+import type { LiveConsumer } from './jobs/lifecycle.js';
+import { Verifier, type VerifierEvents } from './verify/verifier.js';
+import { PrincipalCache } from './auth/authenticate.js';
+import { RosterCache } from './repositories/model-roster.js';
+import { PointsLoader } from './repositories/points.js';
+import { ResultRecorder } from './results/recorder.js';
+import { LedgerKeyError, LedgerKeys } from './ledger/keys.js';
+import { LedgerReader } from './ledger/read.js';
+import { DayCloser, type DayCloserEvents } from './ledger/closer.js';
+
+export interface ServiceOptions {
+  coordinator: CoordinatorConfig;
+  verify: VerifyConfig;
+  defaultPointsPerJob: number;
+  /** Measurement switches of the dispatcher (docs/coordinator.md, Dispatch): both on unless a benchmark turns one off. */
+  dispatch?: { handOff?: boolean; trackEmpty?: boolean };
+  /** The points ledger (docs/ledger.md). */
+  ledger?: LedgerOptions;
+}
+
+export interface LedgerOptions {
+  /** LEDGER_KEY_FILE; else the key lives in the database. */
+  keyFile?: string;
+  /** Seconds between looks for days to close (and one at start); unset: no automatic closing (tests close with app.ledger.closer). */
+  closeEvery?: number;
+  /** Seconds after a day's end before it closes; default the evidence window (VERIFY_EVIDENCE_WINDOW). */
+  window?: number;
+}
+
+export interface ServiceObservers {
+  /** Consumers of every job outcome (the metrics), besides the service's own. */
+  outcomes: LiveConsumer[];
+  /** What verification finds, and its failures. */
+  verification: Omit<VerifierEvents, 'error'>;
+  /** What the closer of days does (ledger/closer.ts). */
+  ledger: DayCloserEvents & { cannotSign: (keyId: string) => void };
+  /** A background task failed (logged and counted by the observer; the service carries on). */
+  error: (err: unknown, where: 'coordinator' | 'verification') => void;
+  /** The ledger's signing key could not be read at start (the database is away): it is read when needed. */
+  warn: (err: unknown, what: string) => void;
+}
+
+export class Service {
+  private constructor(
+    readonly db: Database,
+    readonly options: ServiceOptions,
+    readonly coordinator: Coordinator,
+    readonly verifier: Verifier,
+    readonly principals: PrincipalCache,
+    readonly rosters: RosterCache,
+    readonly points: PointsLoader,
+    readonly results: ResultRecorder,
+    readonly ledger: { keys: LedgerKeys; reader: LedgerReader; closer: DayCloser },
+    private readonly detachPrincipals: () => Promise<void>,
+  ) {}
+
+  static async start(db: Database, options: ServiceOptions, observers: ServiceObservers): Promise<Service> {
+    const principals = new PrincipalCache();
+    const detach = await principals.attach(db);
+    const c = options.coordinator;
+    const coordinator = await Coordinator.start(db, {
+      ...c,
+      defaultPointsPerJob: options.defaultPointsPerJob,
+      audit: options.verify.enabled,
+      onError: (err) => observers.error(err, 'coordinator'),
+      ...options.dispatch,
+    });
+    const lifecycle = coordinator.lifecycle;
+    const verifier = new Verifier(db, {
+      verify: options.verify, onlineWindow: c.onlineWindow, modelsTtl: c.modelsTtl, jobTimeout: c.jobTimeout,
+      jobs: { queueChecks: (tx, checks, deadline) => lifecycle.queueChecks(tx, checks, deadline), apply: (o) => lifecycle.apply(o) },
+      events: { ...observers.verification, error: (err) => observers.error(err, 'verification') },
+    });
+    coordinator.use(verifier);
+    for (const consumer of observers.outcomes) coordinator.use(consumer);
+    // The points ledger: days close by themselves on every server that can sign (one at a time).
+    const window = options.ledger?.window ?? options.verify.evidenceWindow;
+    const keys = new LedgerKeys(db, options.ledger?.keyFile);
+    // A key file that is not the ledger's stops the start; a database away now is tried again later.
+    await keys.get().catch((err: unknown) => {
+      if (err instanceof LedgerKeyError) throw err;
+      observers.warn(err, 'ledger: could not read the signing key yet; trying again when it is needed');
+    });
+    const closer = new DayCloser(db, keys, { window, server: coordinator.server }, observers.ledger);
+    if (options.ledger?.closeEvery) closer.start(options.ledger.closeEvery);
+    const ledger = { keys, reader: new LedgerReader(db, window), closer };
+    return new Service(db, options, coordinator, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, detach);
+  }
+
+  /** Waiting polls answer at once (the server is stopping). */
+  drain(): void {
+    this.coordinator.drain();
+  }
+
+  async close(): Promise<void> {
+    await this.ledger.closer.close();
+    await this.verifier.close();
+    await this.coordinator.close();
+    await this.detachPrincipals();
+  }
+}

@@ -1,0 +1,80 @@
+// What a worker asks of an inference backend (ollama.ts, openai-compatible.ts), and the HTTP
+// call they share. A backend may be able to *continue* an answer another node began (a
+// prefilled assistant turn: docs/worker.md says which backends and versions do, and how the
+// worker finds out); one that cannot runs the job from the start.
+import { http, type HttpResponse } from './http.js';
+
+export interface BackendJob {
+  model: string;
+  messages: { role: string; content: string }[];
+  max_output: number;
+  temperature: number;
+  seed?: number;
+  /** The answer's beginning, written by an earlier attempt: continue it. Only given to a backend whose `continues` is true. */
+  prefix?: string;
+}
+
+export interface BackendAnswer {
+  /** The text this call generated: with a prefix, only what follows it. */
+  content: string;
+  /** The backend's own counts: with a prefix, completion_tokens are the continuation's only. */
+  usage: { prompt_tokens?: number; completion_tokens?: number } | null;
+}
+
+export interface Backend {
+  /** What the backend is, as far as the worker found out (for the log), e.g. "vLLM 0.10.2". */
+  readonly name: string;
+  /** It continues a prefilled assistant turn (the way its API documents). */
+  readonly continues: boolean;
+  /** Finds out what the backend is and whether it continues answers; never throws (unknown: it does not). */
+  detect(): Promise<void>;
+  models(): Promise<string[]>;
+  /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
+  chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
+}
+
+/** The backend failed the call; `status` is its HTTP status when it answered one. */
+export class BackendError extends Error {
+  constructor(message: string, readonly status?: number) { super(message); }
+}
+
+export async function call(url: string, init: Parameters<typeof http>[1], what: string): Promise<HttpResponse> {
+  let res: HttpResponse;
+  try {
+    res = await http(url, init);
+  } catch (err) {
+    throw new BackendError(`${what}: ${(err as Error).message}`);
+  }
+  if (res.status >= 300) throw new BackendError(`${what}: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`, res.status);
+  return res;
+}
+
+const PROBE_TIMEOUT_MS = 10_000;
+
+/** A GET or POST whose JSON answer is wanted, or undefined (not there, not JSON, unreachable, too slow): for detection. */
+export async function probe(url: string, body?: unknown): Promise<unknown> {
+  try {
+    const signal = AbortSignal.timeout(PROBE_TIMEOUT_MS);
+    const res = await http(url, body === undefined ? { signal } : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal });
+    const text = await res.text();
+    return res.status === 200 ? (JSON.parse(text) as unknown) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
+
+/** The messages with the answer's beginning as a last, open assistant turn. */
+export const withPrefix = (job: BackendJob): BackendJob['messages'] =>
+  job.prefix ? [...job.messages, { role: 'assistant', content: job.prefix }] : job.messages;
+
+/** `version` ("0.6.3", "0.6.3.post1", "v0.10.1rc1", "0.11.0+cu128") is at least `least` ("0.6.3"); false when it is not a version. */
+export function versionAtLeast(version: string, least: string): boolean {
+  const parse = (v: string) => /^v?(\d+)\.(\d+)(?:\.(\d+))?/.exec(v.trim())?.slice(1, 4).map((n) => Number(n ?? 0));
+  const a = parse(version);
+  const b = parse(least)!;
+  if (!a) return false;
+  for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return a[i]! > b[i]!;
+  return true;
+}

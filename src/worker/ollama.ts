@@ -1,0 +1,72 @@
+// Ollama, by its API reference (docs/api.md of ollama/ollama): GET /api/tags for its models;
+// POST /api/chat with options.num_predict (max_output; 0 = the backend's default),
+// options.temperature and options.seed; streamed as NDJSON lines; usage from prompt_eval_count
+// and eval_count. GET /api/version says which Ollama it is.
+// Continuing an answer: /api/chat continues a conversation whose last message is the
+// assistant's (the model's template stops after it) since Ollama 0.2.8 (ollama/ollama#5802,
+// July 2024); nothing needs setting. The answer then carries only the new text, and eval_count
+// counts only its tokens. Builds from source report version 0.0.0: taken as recent.
+import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+
+const CONTINUES_SINCE = '0.2.8';
+
+export class Ollama implements Backend {
+  name = 'Ollama';
+  continues = false;
+
+  constructor(private readonly url: string, private readonly mayContinue: boolean) {}
+
+  async detect(): Promise<void> {
+    const version = ((await probe(`${this.url}/api/version`)) as { version?: unknown } | undefined)?.version;
+    if (typeof version !== 'string') {
+      this.name = 'Ollama (version unknown)';
+      this.continues = false;
+      return;
+    }
+    this.name = `Ollama ${version}`;
+    this.continues = this.mayContinue && (version === '0.0.0' || versionAtLeast(version, CONTINUES_SINCE));
+  }
+
+  async models(): Promise<string[]> {
+    const body = (await (await call(`${this.url}/api/tags`, {}, 'ollama /api/tags')).json()) as { models?: { name?: unknown }[] };
+    return (body.models ?? []).map((m) => m.name).filter((n): n is string => typeof n === 'string');
+  }
+
+  async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
+    const options: Record<string, number> = { temperature: job.temperature };
+    if (job.max_output > 0) options.num_predict = job.max_output;
+    if (job.seed !== undefined) options.seed = job.seed;
+    const res = await call(`${this.url}/api/chat`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+      body: JSON.stringify({ model: job.model, messages: withPrefix(job), stream: onDelta !== undefined, options }),
+    }, 'ollama /api/chat');
+    type Line = { message?: { content?: string }; done?: boolean; prompt_eval_count?: number; eval_count?: number; error?: string };
+    const usage = (l: Line) => ({ prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) });
+    if (!onDelta) {
+      const body = (await res.json()) as Line;
+      if (body.error) throw new BackendError(`ollama: ${body.error}`);
+      return { content: body.message?.content ?? '', usage: usage(body) };
+    }
+    let content = '';
+    let last: Line = {};
+    let buffer = '';
+    for await (const text of res.chunks()) {
+      buffer += text;
+      let nl: number;
+      while ((nl = buffer.indexOf('\n')) >= 0) {
+        const line = buffer.slice(0, nl).trim();
+        buffer = buffer.slice(nl + 1);
+        if (!line) continue;
+        last = JSON.parse(line) as Line;
+        if (last.error) throw new BackendError(`ollama: ${last.error}`);
+        const delta = last.message?.content ?? '';
+        if (delta) {
+          content += delta;
+          onDelta(delta);
+        }
+      }
+    }
+    if (!last.done) throw new BackendError('ollama: the answer ended before done');
+    return { content, usage: usage(last) };
+  }
+}

@@ -1,0 +1,82 @@
+// Configuration: the variables an operator sets (README's table) and the advanced ones
+// (docs/operations.md) are exactly those loadConfig reads; TRUST_PROXY trusts named proxies
+// only, and the values that once trusted whatever a client wrote stop the server with what to
+// set instead; the pooler's variables are checked.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ADVANCED_CONFIG_DOC, CONFIG_DOC, ConfigError, loadConfig } from '../src/config.js';
+import { ROOT, runCli } from './helpers/process.js';
+
+const problemsOf = (env: Record<string, string>): string[] => {
+  try {
+    loadConfig(env);
+    return [];
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+};
+
+/** The variable names in the first column of the markdown table under `heading`. */
+function tableUnder(file: string, heading: string): string[] {
+  const text = readFileSync(path.join(ROOT, file), 'utf8');
+  const at = text.indexOf(`\n${heading}\n`);
+  expect(at, `${file} has a section "${heading}"`).toBeGreaterThan(-1);
+  const names: string[] = [];
+  let inTable = false;
+  for (const line of text.slice(at + heading.length + 2).split('\n')) {
+    if (line.startsWith('|')) inTable = true;
+    else if (inTable) break;
+    const m = /^\| `([A-Z_]+)` \|/.exec(line);
+    if (m) names.push(m[1]!);
+  }
+  return names;
+}
+
+describe('configuration', () => {
+  it('documents every variable it reads, once: the operator\'s in the README, the advanced ones in docs/operations.md', () => {
+    const read = new Set<string>();
+    loadConfig(new Proxy({}, { get: (_t, name) => (typeof name === 'string' && read.add(name), undefined) }));
+    const operator = CONFIG_DOC.map(([n]) => n);
+    const advanced = ADVANCED_CONFIG_DOC.map(([n]) => n);
+    expect(new Set([...operator, ...advanced]).size).toBe(operator.length + advanced.length);
+    expect([...read].sort()).toEqual([...operator, ...advanced].sort());
+    expect(tableUnder('README.md', '## Configuration')).toEqual(operator);
+    expect(tableUnder('docs/operations.md', '## Advanced settings')).toEqual(advanced);
+    // Fits on a screen (other variables may join it, but not the thresholds).
+    expect(operator.length).toBeLessThanOrEqual(20);
+  });
+
+  it('TRUST_PROXY: off by default, else the proxies\' addresses, networks or names', () => {
+    expect(loadConfig({}).trustProxy).toBe(false);
+    expect(loadConfig({ TRUST_PROXY: 'false' }).trustProxy).toBe(false);
+    expect(loadConfig({ TRUST_PROXY: '0' }).trustProxy).toBe(false);
+    expect(loadConfig({ TRUST_PROXY: '127.0.0.1' }).trustProxy).toEqual(['127.0.0.1']);
+    expect(loadConfig({ TRUST_PROXY: ' 10.0.0.0/8, fd00::/8,192.168.1.0/255.255.255.0 , loopback' }).trustProxy).toEqual(['10.0.0.0/8', 'fd00::/8', '192.168.1.0/255.255.255.0', 'loopback']);
+  });
+
+  it('TRUST_PROXY=true (or a hop count) stops the server with what to set instead; nonsense is named', () => {
+    for (const value of ['true', 'yes', 'on', 'TRUE']) {
+      const [problem] = problemsOf({ TRUST_PROXY: value });
+      expect(problem).toMatch(/no longer accepted.*X-Forwarded-For.*set TRUST_PROXY to the addresses or networks of your proxies, e\.g\. TRUST_PROXY=127\.0\.0\.1/);
+    }
+    expect(problemsOf({ TRUST_PROXY: '2' })[0]).toMatch(/a number of proxies cannot tell a proxy from a client/);
+    expect(problemsOf({ TRUST_PROXY: '10.0.0.0/33,proxy.internal,1.2.3.4/8/8' })[0]).toMatch(/"10\.0\.0\.0\/33", "proxy\.internal", "1\.2\.3\.4\/8\/8" is not an address/);
+  });
+
+  it('DATABASE_POOLER and DATABASE_DIRECT_URL', () => {
+    expect(loadConfig({}).databasePooler).toBe('auto');
+    expect(loadConfig({ DATABASE_URL: 'postgresql://p:6432/ins', DATABASE_DIRECT_URL: 'postgresql://db:5432/ins', DATABASE_POOLER: 'Transaction' })).toMatchObject({ databasePooler: 'transaction', databaseDirectUrl: 'postgresql://db:5432/ins' });
+    expect(problemsOf({ DATABASE_POOLER: 'session' })).toEqual(['DATABASE_POOLER="session": expected auto, transaction or none']);
+    expect(problemsOf({ DATABASE_DIRECT_URL: 'postgresql://db/ins' })).toEqual(['DATABASE_DIRECT_URL is set without DATABASE_URL: it is the direct way to the same PostgreSQL database']);
+    expect(problemsOf({ DATABASE_URL: 'postgresql://p/ins', DATABASE_DIRECT_URL: 'mysql://db/ins' })).toEqual(['DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL']);
+  });
+
+  it('ins serve with TRUST_PROXY=true exits 1 before listening, saying what to set', async () => {
+    const r = await runCli(['serve'], { TRUST_PROXY: 'true', PORT: '0' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/- TRUST_PROXY=true: no longer accepted/);
+    expect(r.stdout).not.toMatch(/listening/);
+  });
+});

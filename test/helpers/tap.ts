@@ -1,0 +1,51 @@
+// A real HTTP proxy between a worker and the coordinator (the real app), for tests of the
+// worker's side of the wire: it records what the worker sends (job_progress, update_result)
+// and what it was answered, and can add fields to the `job_data` the worker gets — as a
+// coordinator does for a job whose answer an earlier attempt began (`answer_prefix`).
+import { createServer, type Server } from 'node:http';
+
+export interface Tap {
+  url: string;
+  /** Fields added to each job_data handed to the worker (undefined: none). */
+  jobData: ((job: Record<string, unknown>) => Record<string, unknown>) | undefined;
+  progress: { job_id: string; delta: string; status: number }[];
+  reports: { job_id: string; content: unknown; usage: unknown; status: number }[];
+  close(): Promise<void>;
+}
+
+export async function startTap(target: string): Promise<Tap> {
+  const tap: Tap = { url: '', jobData: undefined, progress: [], reports: [], close: async () => {} };
+  const server: Server = createServer((req, res) => {
+    const upstream = new AbortController();
+    res.on('close', () => upstream.abort());
+    void (async () => {
+      let body = '';
+      for await (const chunk of req) body += String(chunk);
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && !['host', 'content-length', 'connection'].includes(k)) headers[k] = v;
+      const r = await fetch(`${target}${req.url}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : body, signal: upstream.signal });
+      let text = await r.text();
+      const path = (req.url ?? '').split('?')[0];
+      if (path === '/worker/get_job' && r.status === 200 && tap.jobData) {
+        const answer = JSON.parse(text) as { job_data: Record<string, unknown> | null };
+        if (answer.job_data) text = JSON.stringify({ job_data: { ...answer.job_data, ...tap.jobData(answer.job_data) } });
+      }
+      if (path === '/worker/job_progress') {
+        const b = JSON.parse(body) as { job_id: string; delta: string };
+        tap.progress.push({ job_id: b.job_id, delta: b.delta, status: r.status });
+      }
+      if (path === '/worker/update_result') {
+        const b = JSON.parse(body) as { job_id: string; result: { message: { content?: unknown } | string }; usage?: unknown };
+        tap.reports.push({ job_id: b.job_id, content: typeof b.result.message === 'object' ? b.result.message.content : b.result.message, usage: b.usage, status: r.status });
+      }
+      res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' }).end(text);
+    })().catch(() => res.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  tap.url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  tap.close = () => new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+  return tap;
+}

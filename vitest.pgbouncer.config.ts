@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config';
+
+// The tests that drive the coordinator end to end, again through Debian's PgBouncer in
+// transaction mode (test/helpers/pgbouncer-setup.ts): unnamed statements, per-transaction
+// settings, LISTEN on a direct connection.
+export default defineConfig({
+  test: {
+    include: ['test/coordinator.test.ts', 'test/coordinator-servers.test.ts', 'test/openai.test.ts'],
+    globalSetup: ['test/helpers/pgbouncer-setup.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    pool: 'forks',
+    maxWorkers: 3,
+  },
+});
