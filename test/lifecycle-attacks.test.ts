@@ -43,6 +43,11 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     // Counted against the node: a strike of its own kind (the verifier records it, off the request path).
     await expect.poll(async () => (await q<{ kind: string }>('t_strikes', "SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'quitter'")).map((s) => s.kind), { timeout: 10_000 })
       .toEqual(['give_up']);
+    // The job it is shut out of does not block the queue behind it: the node still gets the next job.
+    const next = await user.submit('quit-model', 'the job behind it');
+    const back = await new TestWorker(t.app, 'quitter', key).start(['quit-model']);
+    expect((await back.getJob())?.job_id).toBe(next);
+    expect((await back.deregister()).statusCode).toBe(200);
     // An honest node still gets the job and finishes it.
     const honest = await worker('quit-model');
     const got = (await honest.getJob())!;

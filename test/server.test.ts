@@ -1,5 +1,6 @@
 // The server as a process: configuration errors, graceful SIGTERM with a request in flight,
 // logs without secrets, and the embedded data directory guarded against a second server.
+import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -27,19 +28,22 @@ describe('ins serve', () => {
     const body = JSON.stringify({ job_id: 'in-flight', api_key: key, model_name: 'm', result: { message: 'very secret output' }, status: 'success' });
     const { port } = new URL(server.url);
     const socket = net.connect(Number(port), '127.0.0.1');
+    socket.on('error', () => undefined); // a reset shows as a missing response below
     await new Promise((r) => socket.once('connect', r));
     let response = '';
-    socket.on('data', (d: Buffer) => (response += d.toString()));
+    const data = new EventEmitter();
+    socket.on('data', (d: Buffer) => { response += d.toString(); data.emit('data'); });
     const closed = new Promise((r) => socket.once('close', r));
-    // Headers and half the body, then the signal, then the rest.
-    socket.write(`POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 20)}`);
-    // The request is on the wire before the signal; the rest follows once the server is shutting down.
-    await new Promise((r) => socket.write('', r));
+    // Headers and half the body, then the signal, then the rest. `Expect: 100-continue` makes
+    // the server say when it has the request in hand: the signal comes after that, never
+    // while the request is still unread in the socket's buffer.
+    socket.write(`POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n${body.slice(0, 20)}`);
+    while (!response.includes('100 Continue')) await once(data, 'data');
     server.child.kill('SIGTERM');
     await expect.poll(() => server.logs(), { timeout: 30_000, interval: 20 }).toContain('shutting down');
     socket.write(body.slice(20));
     await closed;
-    expect(response).toMatch(/^HTTP\/1.1 200/);
+    expect(response).toMatch(/^HTTP\/1.1 100 Continue\r\n\r\nHTTP\/1.1 200/);
     expect(response).toContain('"points":1');
     expect(await server.exited).toBe(0);
     const logs = server.logs();

@@ -36,12 +36,19 @@ export const LEASE = sql('jobs_lease', `WITH asks AS (
   JOIN node_sessions s ON s.id = a.session_id AND s.ended_at IS NULL
   WHERE NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended')
 ),
+-- The groups, each with the nodes asking in it: a job (or copy) every one of them is excluded
+-- from is skipped, so it cannot stand at the head of the queue and starve the jobs behind it.
+groups AS (
+  SELECT g.g, g.models, g.n, coalesce((SELECT array_agg(DISTINCT a.node_id) FROM asks a WHERE a.g = g.g), '{}')::bigint[] AS nodes
+  FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
+),
 copies AS (
   SELECT g.g, c.id, c.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY c.submitted_at, c.id)::int AS k
-  FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
+  FROM groups g
   CROSS JOIN LATERAL (
     SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
     WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models::int[]) AND j.deadline_at > now()
+      AND NOT (j.exclude_nodes @> g.nodes)
     ORDER BY j.submitted_at, j.id LIMIT g.n
     FOR UPDATE SKIP LOCKED) c
 ),
@@ -56,12 +63,13 @@ free_asks AS (
 ),
 picked AS (
   SELECT g.g, p.id, p.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY p.submitted_at, p.id)::int AS k
-  FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
+  FROM groups g
   CROSS JOIN LATERAL (
     SELECT c.id, c.submitted_at, c.exclude_nodes FROM unnest(g.models::int[]) AS gm(model_id)
     CROSS JOIN LATERAL (
       SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
       WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = gm.model_id AND j.deadline_at > now()
+        AND NOT (j.exclude_nodes @> g.nodes)
       ORDER BY j.submitted_at, j.id LIMIT g.n
       FOR UPDATE SKIP LOCKED) c
     ORDER BY c.submitted_at, c.id LIMIT g.n) p
