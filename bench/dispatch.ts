@@ -151,7 +151,8 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
   for (const backend of parseBackends(o.backends)) {
     runs.push(await benchBackend(o, backend, port++));
     console.log(`   the seed's way of waiting: ${o.pollSubmitters} submitters poll get_result every 20 ms, ${o.pollWorkers} workers${o.baseline ? `; against ${o.baseline} too` : ''}`);
-    polls.set(backend, await pollComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.pollWorkers, submitters: o.pollSubmitters, warmup: o.warmup, duration: o.duration, baseline: o.baseline }));
+    polls.set(backend, await pollComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.pollWorkers, submitters: o.pollSubmitters, warmup: o.warmup, duration: o.duration, baseline: o.baseline,
+      dispatch: { workers: o.workers, submitters: o.submitters } }));
     if (o.variants) {
       console.log('   the dispatcher\'s shortcuts on and off (VERIFY=off):');
       variants.set(backend, await variantComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.workers, submitters: o.submitters, warmup: o.warmup, duration: o.duration }));
@@ -187,13 +188,20 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
     })]);
   console.log(`\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every 20 ms, ${o.pollWorkers} workers, VERIFY=off${o.baseline ? ' (current and baseline alternating: mean of two runs each)' : ''}:`);
   const mean = (xs: number[]) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
+  const table = (backend: Backend, mode: PollRun['mode']) => (['current', 'baseline'] as const)
+    .map((code) => [code, (polls.get(backend) ?? []).filter((r) => r.code === code && r.mode === mode)] as const).filter(([, of]) => of.length > 0);
   printRows([['backend', 'code', 'jobs/s', 'submit→result p50/p99 ms', 'pending polls', 'of them answered from memory', 'jobs_own / jobs_standings statements per poll'],
-    ...[...polls].flatMap(([backend, rs]) => (['current', 'baseline'] as const).filter((c) => rs.some((r) => r.code === c)).map((code) => {
-      const of = rs.filter((r) => r.code === code);
-      return [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))), `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
-        String(mean(of.map((r) => r.pendingPolls))), String(mean(of.map((r) => r.fromMemory))),
-        `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`];
-    }))]);
+    ...[...polls.keys()].flatMap((backend) => table(backend, 'poll').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
+      `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
+      String(mean(of.map((r) => r.pendingPolls))), String(mean(of.map((r) => r.fromMemory))),
+      `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`]))]);
+  if (o.baseline) {
+    console.log(`\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, VERIFY=off; mean of two runs each, alternating):`);
+    printRows([['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms'],
+      ...[...polls.keys()].flatMap((backend) => table(backend, 'jobs').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
+        `${mean(of.map((r) => r.run.submitToLease.p50))} / ${mean(of.map((r) => r.run.submitToLease.p99))}`,
+        `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`]))]);
+  }
   if (variants.size > 0) {
     console.log('\nthe dispatcher\'s shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):');
     printRows([['backend', 'variant', 'jobs/s', 'statements per job', 'waiting worker: submit→lease p50/p99 ms'],

@@ -4,14 +4,16 @@
 // database (statements per 404, from the server's per-statement metrics). With `--baseline DIR`
 // (another checkout, built: e.g. `git worktree add /tmp/before <commit> && cd /tmp/before &&
 // npm ci && npm run build`), the same runs against that checkout's server in the same run,
-// alternating baseline, current, current, baseline, each on a fresh database.
+// alternating baseline, current, current, baseline, each on a fresh database; and then the
+// dispatch cycle itself (get_result with `wait`, as in bench/dispatch.ts) the same way, so that
+// a change to the lifecycle is measured against the code before it in one run.
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ENTRY, entryOf, freshDatabase, ins, ROOT, startServer, type Backend } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 
-export interface PollRun { code: 'current' | 'baseline'; run: CycleRun; pendingPolls: number; fromMemory: number; statementsPerPoll: Record<string, number> }
+export interface PollRun { code: 'current' | 'baseline'; mode: 'poll' | 'jobs'; run: CycleRun; pendingPolls: number; fromMemory: number; statementsPerPoll: Record<string, number> }
 
 /** A counter of the server's metrics (0 when absent). */
 function counter(text: string, name: string, labels: string): number {
@@ -19,7 +21,7 @@ function counter(text: string, name: string, labels: string): number {
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
-async function onePollRun(code: PollRun['code'], entry: string, backend: Backend, databaseUrl: string, port: number, workers: number, submitters: number, warmup: number, duration: number): Promise<PollRun> {
+async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: string, backend: Backend, databaseUrl: string, port: number, workers: number, submitters: number, warmup: number, duration: number): Promise<PollRun> {
   const db = await freshDatabase(backend, databaseUrl, `ins_bench_polls_${process.pid}`);
   try {
     const nodes = Array.from({ length: workers }, (_, i) => ({ name: `poll-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
@@ -30,7 +32,7 @@ async function onePollRun(code: PollRun['code'], entry: string, backend: Backend
     const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-polls-${backend}-${code}.log`), { VERIFY: 'off' }, entry);
     try {
       const h = http(server.url, workers + submitters + 8);
-      const run = await cycle(h, nodes, userKey, submitters, warmup, duration, 'poll');
+      const run = await cycle(h, nodes, userKey, submitters, warmup, duration, mode);
       await h.pool.close();
       const text = await (await fetch(`${server.url}/metrics`)).text();
       const pending = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="404"');
@@ -44,7 +46,7 @@ async function onePollRun(code: PollRun['code'], entry: string, backend: Backend
         per[name] = Math.round((counter(text, 'ins_db_statement_duration_seconds_count', `statement="${name}"`) / Math.max(1, polls)) * 1000) / 1000;
       }
       const fromMemory = counter(text, 'ins_pending_polls_total', 'source="memory"');
-      return { code, run, pendingPolls: pending, fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000, statementsPerPoll: per };
+      return { code, mode, run, pendingPolls: pending, fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000, statementsPerPoll: per };
     } finally {
       await server.stop();
     }
@@ -53,15 +55,21 @@ async function onePollRun(code: PollRun['code'], entry: string, backend: Backend
   }
 }
 
-/** Poll-mode runs for this checkout and, given one, the baseline: alternating, so that neither has the warmer machine. */
-export async function pollComparison(o: { backend: Backend; databaseUrl: string; port: number; workers: number; submitters: number; warmup: number; duration: number; baseline: string | undefined }): Promise<PollRun[]> {
-  const order: [PollRun['code'], string][] = o.baseline
-    ? [['baseline', entryOf(o.baseline)], ['current', ENTRY], ['current', ENTRY], ['baseline', entryOf(o.baseline)]]
-    : [['current', ENTRY]];
+/**
+ * Poll-mode runs for this checkout and, given one, the baseline: alternating, so that neither has
+ * the warmer machine; with a baseline, the dispatch cycle (`wait`) too, with its own workers and submitters.
+ */
+export async function pollComparison(o: { backend: Backend; databaseUrl: string; port: number; workers: number; submitters: number; warmup: number; duration: number; baseline: string | undefined;
+  dispatch: { workers: number; submitters: number } }): Promise<PollRun[]> {
+  const alternate = (mode: PollRun['mode']): [PollRun['code'], PollRun['mode'], string][] => (o.baseline
+    ? [['baseline', mode, entryOf(o.baseline)], ['current', mode, ENTRY], ['current', mode, ENTRY], ['baseline', mode, entryOf(o.baseline)]]
+    : [['current', mode, ENTRY]]);
+  const order = o.baseline ? [...alternate('poll'), ...alternate('jobs')] : alternate('poll');
   const runs: PollRun[] = [];
-  for (const [code, entry] of order) {
-    const r = await onePollRun(code, entry, o.backend, o.databaseUrl, o.port, o.workers, o.submitters, o.warmup, o.duration);
-    console.log(`   poll mode (${code}): ${JSON.stringify(r)}`);
+  for (const [code, mode, entry] of order) {
+    const [workers, submitters] = mode === 'poll' ? [o.workers, o.submitters] : [o.dispatch.workers, o.dispatch.submitters];
+    const r = await onePollRun(code, mode, entry, o.backend, o.databaseUrl, o.port, workers, submitters, o.warmup, o.duration);
+    console.log(`   ${mode === 'poll' ? 'poll mode' : 'dispatch cycle'} (${code}): ${JSON.stringify(r)}`);
     runs.push(r);
   }
   return runs;
