@@ -190,17 +190,19 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
   const mean = (xs: number[]) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
   const table = (backend: Backend, mode: PollRun['mode']) => (['current', 'baseline'] as const)
     .map((code) => [code, (polls.get(backend) ?? []).filter((r) => r.code === code && r.mode === mode)] as const).filter(([, of]) => of.length > 0);
-  printRows([['backend', 'code', 'jobs/s', 'submit→result p50/p99 ms', 'pending polls', 'of them answered from memory', 'jobs_own / jobs_standings statements per poll'],
+  printRows([['backend', 'code', 'jobs/s', 'submit→result p50/p99 ms', 'pending polls', 'of them answered from memory', 'jobs_own / jobs_standings statements per poll', 'server CPU / database ms per job'],
     ...[...polls.keys()].flatMap((backend) => table(backend, 'poll').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
       `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
       String(mean(of.map((r) => r.pendingPolls))), String(mean(of.map((r) => r.fromMemory))),
-      `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`]))]);
+      `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`,
+      `${mean(of.map((r) => r.serverCpuMsPerJob))} / ${mean(of.map((r) => r.databaseMsPerJob))}`]))]);
   if (o.baseline) {
     console.log(`\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, VERIFY=off; mean of two runs each, alternating):`);
-    printRows([['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms'],
+    printRows([['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'server CPU / database ms per job'],
       ...[...polls.keys()].flatMap((backend) => table(backend, 'jobs').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
         `${mean(of.map((r) => r.run.submitToLease.p50))} / ${mean(of.map((r) => r.run.submitToLease.p99))}`,
-        `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`]))]);
+        `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
+        `${mean(of.map((r) => r.serverCpuMsPerJob))} / ${mean(of.map((r) => r.databaseMsPerJob))}`]))]);
   }
   if (variants.size > 0) {
     console.log('\nthe dispatcher\'s shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):');

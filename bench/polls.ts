@@ -13,7 +13,18 @@ import path from 'node:path';
 import { ENTRY, entryOf, freshDatabase, ins, ROOT, startServer, type Backend } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 
-export interface PollRun { code: 'current' | 'baseline'; mode: 'poll' | 'jobs'; run: CycleRun; pendingPolls: number; fromMemory: number; statementsPerPoll: Record<string, number> }
+export interface PollRun {
+  code: 'current' | 'baseline'; mode: 'poll' | 'jobs'; run: CycleRun; pendingPolls: number; fromMemory: number; statementsPerPoll: Record<string, number>;
+  /** The server's CPU (process_cpu_seconds_total) and its statements' summed time, per job done, in ms. */
+  serverCpuMsPerJob: number; databaseMsPerJob: number;
+}
+
+/** The sum of a metric's series (all labels). */
+function total(text: string, name: string): number {
+  let n = 0;
+  for (const l of text.split('\n')) if (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) n += Number(l.slice(l.lastIndexOf(' ') + 1));
+  return n;
+}
 
 /** A counter of the server's metrics (0 when absent). */
 function counter(text: string, name: string, labels: string): number {
@@ -32,9 +43,11 @@ async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: s
     const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-polls-${backend}-${code}.log`), { VERIFY: 'off' }, entry);
     try {
       const h = http(server.url, workers + submitters + 8);
+      const before = await (await fetch(`${server.url}/metrics`)).text();
       const run = await cycle(h, nodes, userKey, submitters, warmup, duration, mode);
       await h.pool.close();
       const text = await (await fetch(`${server.url}/metrics`)).text();
+      const perJob = (name: string) => Math.round(((total(text, name) - total(before, name)) * 1000 / Math.max(1, run.submitted)) * 1000) / 1000;
       const pending = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="404"');
       const done = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="200"');
       const polls = pending + done;
@@ -46,7 +59,7 @@ async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: s
         per[name] = Math.round((counter(text, 'ins_db_statement_duration_seconds_count', `statement="${name}"`) / Math.max(1, polls)) * 1000) / 1000;
       }
       const fromMemory = counter(text, 'ins_pending_polls_total', 'source="memory"');
-      return { code, mode, run, pendingPolls: pending, fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000, statementsPerPoll: per };
+      return { code, mode, run, serverCpuMsPerJob: perJob('process_cpu_seconds_total'), databaseMsPerJob: perJob('ins_db_statement_duration_seconds_sum'), pendingPolls: pending, fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000, statementsPerPoll: per };
     } finally {
       await server.stop();
     }
