@@ -1,11 +1,10 @@
 // Debian's nginx for tests, started on a free port with deploy/nginx/ins.conf — the same file
 // deploy/compose.yaml runs — with only its addresses changed: the upstream servers and the
 // port it listens on. Skipped by the tests where nginx is not installed.
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
-import { connect } from 'node:net';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { startDaemon } from './daemon.js';
 import { freePort, ROOT } from './process.js';
 
 export const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
@@ -38,37 +37,7 @@ export async function startNginx(servers: string[]): Promise<Nginx> {
     `  include ${dir}/ins.conf;`,
     '}', '',
   ].join('\n'));
-  const child = spawn(NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let logs = '';
-  child.stdout.on('data', (d: Buffer) => (logs += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (logs += d.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  // A test process that ends without stop() (a hook timed out) takes nginx with it.
-  const orphan = () => child.kill('SIGKILL');
-  process.once('exit', orphan);
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`nginx exited:\n${logs}`);
-    const up = await new Promise<boolean>((resolve) => {
-      const s = connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
-      s.on('error', () => resolve(false));
-    });
-    if (up) break;
-    if (Date.now() > deadline) throw new Error(`nginx did not listen on ${port}:\n${logs}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: () => logs,
-    async stop() {
-      process.off('exit', orphan);
-      if (child.exitCode === null) {
-        // SIGTERM: nginx's fast shutdown, which does not wait for long polls still open.
-        child.kill('SIGTERM');
-        await exited;
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  // SIGTERM on stop: nginx's fast shutdown, which does not wait for long polls still open.
+  const daemon = await startDaemon('nginx', NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], port, dir);
+  return { url: `http://127.0.0.1:${port}`, port, logs: daemon.logs, stop: daemon.stop };
 }

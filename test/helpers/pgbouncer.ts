@@ -2,11 +2,10 @@
 // (TEST_DATABASE_URL), with the settings of deploy/pgbouncer/pgbouncer.ini (transaction
 // pooling) but this machine's addresses: every database of that server under its own name,
 // trust authentication (the test server trusts local connections anyway).
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
-import { connect } from 'node:net';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { startDaemon } from './daemon.js';
 import { freePort, ROOT } from './process.js';
 
 export const PGBOUNCER = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((p) => existsSync(p));
@@ -56,25 +55,7 @@ export async function startPgBouncer(databaseUrl: string, overrides: Record<stri
   writeFileSync(path.join(dir, 'pgbouncer.ini'), ini, { mode: 0o644 });
 
   const asRoot = process.getuid?.() === 0;
-  const child: ChildProcess = spawn(PGBOUNCER, [...(asRoot ? ['-u', 'nobody'] : []), path.join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let logs = '';
-  child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  // A test process that ends without stop() (a hook timed out) takes PgBouncer with it.
-  const orphan = () => child.kill('SIGKILL');
-  process.once('exit', orphan);
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`pgbouncer exited:\n${logs}`);
-    const up = await new Promise<boolean>((resolve) => {
-      const s = connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
-      s.on('error', () => resolve(false));
-    });
-    if (up) break;
-    if (Date.now() > deadline) throw new Error(`pgbouncer did not listen on ${port}:\n${logs}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const daemon = await startDaemon('pgbouncer', PGBOUNCER, [...(asRoot ? ['-u', 'nobody'] : []), path.join(dir, 'pgbouncer.ini')], port, dir);
   return {
     port,
     url(name: string) {
@@ -84,14 +65,7 @@ export async function startPgBouncer(databaseUrl: string, overrides: Record<stri
       u.pathname = `/${name}`;
       return u.toString();
     },
-    logs: () => logs,
-    async stop() {
-      process.off('exit', orphan);
-      if (child.exitCode === null) {
-        child.kill('SIGTERM');
-        await exited;
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
+    logs: daemon.logs,
+    stop: daemon.stop,
   };
 }
