@@ -33,9 +33,9 @@ export const SUBMIT = sql('jobs_submit', `WITH input AS (
     WITH ORDINALITY AS q(id, owner_key_id, model_id, request, timeout, session_id, node_id, key_hash, rank, reserve, ord)
 ),
 limits AS (
-  SELECT k.id AS key_id, coalesce(k.quota_jobs, $13::bigint) AS qj, coalesce(k.quota_tokens, $14::bigint) AS qt, 1.0 / k.priority::float8 AS step,
+  SELECT o.key_id, coalesce(k.quota_jobs, $13::bigint) AS qj, coalesce(k.quota_tokens, $14::bigint) AS qt, 1.0 / coalesce(k.priority, 1)::float8 AS step,
     (now() AT TIME ZONE 'UTC')::date AS day
-  FROM api_keys k WHERE k.id IN (SELECT owner_key_id FROM input)
+  FROM (SELECT DISTINCT owner_key_id AS key_id FROM input) o LEFT JOIN api_keys k ON k.id = o.key_id
 ),
 counted AS (
   INSERT INTO key_usage AS u (key_id, day, model_id, jobs, tokens, prev_jobs, prev_tokens)
