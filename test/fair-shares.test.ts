@@ -11,6 +11,8 @@ import { NO_RATE_LIMITS } from '../src/config.js';
 import { addApiKey, setKeyPriority, setKeyQuota } from '../src/repositories/api-keys.js';
 import { createNode } from '../src/repositories/nodes.js';
 import { secondsToUtcMidnight } from '../src/jobs/submit.js';
+import { runCommand } from '../src/cli/commands.js';
+import { bufferIo } from '../src/cli/io.js';
 import { backends, createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -199,6 +201,30 @@ describe.each(backends)('fair shares on $name', (backend) => {
     }
     // And the fast user got most of the turns meanwhile (its priority), not all of them.
     expect(rounds).toBeGreaterThan(8);
+  });
+
+  it('sets quotas and priorities with ins key set-quota / set-priority; ins key usage shows the enforced counter', async () => {
+    const { key } = await user('cli-app');
+    const ins = async (...argv: string[]) => {
+      const io = bufferIo();
+      return { code: await runCommand(t.db, argv, io), io };
+    };
+    expect((await ins('key', 'set-quota', 'cli-app', '--jobs', '2', '--tokens', '5000')).code).toBe(0);
+    expect((await ins('key', 'set-priority', 'cli-app', '3')).code).toBe(0);
+    const answers = await Promise.all(Array.from({ length: 3 }, () => submitRaw(t.app, key, 'cli-model', { max_output: 10 })));
+    expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 200, 429]);
+    const shown = await ins('key', 'usage', 'cli-app', '--json');
+    expect(JSON.parse(shown.io.stdout[0]!)).toMatchObject({ used: { jobs: 2, tokens: 20 }, quota: { jobs: 2, tokens: 5000 }, priority: 3, models: [{ model: 'cli-model', jobs: 2, tokens: 20 }] });
+    expect((await ins('key', 'usage', 'cli-app')).io.stdout[0]).toMatch(/jobs 2 of 2, output tokens 20 of 5000; priority 3/);
+    // Back to the configured default (none here): no limit.
+    expect((await ins('key', 'set-quota', 'cli-app', '--jobs', 'default')).code).toBe(0);
+    expect(await usageOf(t.app, key)).toMatchObject({ quota: { jobs: null, tokens: 5000 } });
+    expect((await submitRaw(t.app, key, 'cli-model', { max_output: 10 })).statusCode).toBe(200);
+    // Wrong arguments change nothing (exit 2).
+    expect((await ins('key', 'set-quota', 'cli-app')).code).toBe(2);
+    expect((await ins('key', 'set-quota', 'cli-app', '--jobs', '-1')).code).toBe(2);
+    expect((await ins('key', 'set-priority', 'cli-app', '0')).code).toBe(2);
+    expect((await ins('key', 'set-priority', 'nobody', '2')).code).toBe(1);
   });
 
   it('keeps kirabot-style polling as it was: submit_job, then get_result until it stops answering 404', async () => {
