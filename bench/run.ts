@@ -3,6 +3,7 @@
 // - dispatch: the coordinator's cycle over HTTP, then the queue alone against pg-boss (bench/dispatch.ts);
 // - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts);
 // - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
+// - fair: fair queueing, a heavy user's backlog beside a light user (bench/fair.ts);
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts).
 // Every size is a flag (--help).
 import { parseArgs } from 'node:util';
@@ -11,6 +12,7 @@ import { dispatchScenario } from './dispatch.js';
 import { idleScenario } from './idle.js';
 import { workerScenario } from './worker.js';
 import { ledgerScenario } from './ledger.js';
+import { fairScenario } from './fair.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -32,6 +34,10 @@ const { values: flags } = parseArgs({
     baseline: { type: 'string' },
     variants: { type: 'boolean', default: false },
     idle: { type: 'string', default: '5000' },
+    'fair-workers': { type: 'string', default: '16' },
+    backlog: { type: 'string', default: '5000' },
+    'service-ms': { type: 'string', default: '20' },
+    'light-rate': { type: 'string', default: '1' },
     backends: { type: 'string', default: 'postgres,pglite' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/test' },
     'data-dir': { type: 'string', default: 'bench-results/data' },
@@ -41,13 +47,14 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker|ledger] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker|fair|ledger] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
              [--poll-workers W (32)] [--poll-submitters S (64)] [--baseline DIR (a built checkout to compare polling with)]
              [--variants (the dispatcher's hand-off and empty-model memory, on and off)]
   idle:      [--idle N (5000 long-polling workers)]
+  fair:      [--fair-workers W (16)] [--backlog N (5000)] [--service-ms MS (20)] [--light-rate R (1/s)] [--baseline DIR] (PostgreSQL)
   worker:    [--submitters S (32)] (the first of --backends)
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
@@ -77,10 +84,13 @@ async function main(): Promise<void> {
       return idleScenario({ ...common, idle: num('idle') });
     case 'worker':
       return workerScenario({ ...common, submitters: num('submitters') });
+    case 'fair':
+      return fairScenario({ databaseUrl: flags['database-url'], warmup: num('warmup'), duration: num('duration'), out: flags.out, baseline: flags.baseline,
+        workers: num('fair-workers'), backlog: num('backlog'), serviceMs: num('service-ms'), lightPerSecond: num('light-rate') });
     case 'ledger':
       return ledgerScenario({ databaseUrl: flags['database-url'], results: num('results'), nodes: num('nodes'), models: num('models'), out: flags.out, keep: flags.keep });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker or ledger)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker, fair or ledger)`);
   }
 }
 

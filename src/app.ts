@@ -30,6 +30,7 @@ import { getPointsRoute } from './routes/get-points.js';
 import { submitJobRoute } from './routes/user/submit-job.js';
 import { getResultRoutes } from './routes/user/get-result.js';
 import { cancelJobRoute } from './routes/user/cancel-job.js';
+import { usageRoute } from './routes/user/usage.js';
 import { networkRoutes } from './routes/network.js';
 import { openAIRoutes } from './routes/openai/index.js';
 import type { Deps } from './routes/types.js';
@@ -175,6 +176,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   submitJobRoute(app, deps);
   getResultRoutes(app, deps);
   cancelJobRoute(app, deps);
+  usageRoute(app, deps);
   networkRoutes(app, deps);
   ledgerRoutes(app, deps);
   await openAIRoutes(app, deps);

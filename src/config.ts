@@ -82,10 +82,16 @@ export interface CoordinatorConfig {
   sweepInterval: number;
   /** A node seen this recently is online (active_node_count, ins node list). */
   onlineWindow: number;
+  /** Daily quotas of user keys without their own (`ins key set-quota`); null: none. */
+  quotaJobs: number | null;
+  quotaTokens: number | null;
+  /** Output tokens a job that sets no max_output reserves of its owner's daily token quota until its node reports its count. */
+  quotaReserveTokens: number;
 }
 
 export const DEFAULT_COORDINATOR: CoordinatorConfig = {
   creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60,
+  quotaJobs: null, quotaTokens: null, quotaReserveTokens: 1024,
 };
 
 export class ConfigError extends Error {
@@ -112,6 +118,8 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['DEFAULT_POINTS_PER_JOB', '1', 'points of a success for models without their own points_per_job'],
   ['CREDIT_POLICY', 'reports', 'reports: node keys credit any new job_id; dispatched: only leased jobs earn points'],
   ['JOB_TIMEOUT', `${DEFAULT_COORDINATOR.jobTimeout}s`, "a job's deadline after submission (s, m, h)"],
+  ['DEFAULT_QUOTA_JOBS', '(unset)', 'jobs a user key may submit per UTC day, unless `ins key set-quota` gave it its own (unset: no limit)'],
+  ['DEFAULT_QUOTA_TOKENS', '(unset)', 'output tokens a user key may use per UTC day, likewise (unset: no limit)'],
   ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
   ['LEDGER_KEY_FILE', '(unset)', "the points ledger's Ed25519 signing key, PEM (created if missing); unset = generated into the database (docs/ledger.md)"],
   ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first'],
@@ -131,6 +139,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['RATE_LIMIT_LONG_POLLS_PER_KEY', String(DEFAULT_RATE_LIMITS.longPollsPerKey), 'get_result/get_job polls waiting at once per key, per server; past it a poll answers at once, as with wait=0 (0 = off)'],
   ['RATE_LIMIT_LONG_POLLS_PER_IP', String(DEFAULT_RATE_LIMITS.longPollsPerIp), 'the same per client address (0 = off)'],
   ['MAX_JOB_TIMEOUT', `${DEFAULT_COORDINATOR.maxJobTimeout / 3600}h`, 'the longest deadline a request may ask for'],
+  ['QUOTA_RESERVE_TOKENS', String(DEFAULT_COORDINATOR.quotaReserveTokens), 'output tokens a job without max_output reserves of the token quota until its node reports its count'],
   ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
@@ -226,6 +235,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     modelsTtl: r.duration('MODELS_TTL', d.modelsTtl, 1, 30 * 86400),
     sweepInterval: r.duration('SWEEP_INTERVAL', d.sweepInterval, 0.05, 3600),
     onlineWindow: r.duration('NODE_ONLINE_WINDOW', d.onlineWindow, 1, 86400),
+    quotaJobs: r.get('DEFAULT_QUOTA_JOBS') === undefined ? null : r.int('DEFAULT_QUOTA_JOBS', 0, 0, 1e15),
+    quotaTokens: r.get('DEFAULT_QUOTA_TOKENS') === undefined ? null : r.int('DEFAULT_QUOTA_TOKENS', 0, 0, 1e15),
+    quotaReserveTokens: r.int('QUOTA_RESERVE_TOKENS', d.quotaReserveTokens, 0, 1e9),
   };
   if (coordinator.jobTimeout > coordinator.maxJobTimeout) problems.push(`JOB_TIMEOUT (${coordinator.jobTimeout} s) is longer than MAX_JOB_TIMEOUT (${coordinator.maxJobTimeout} s)`);
 

@@ -20,6 +20,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
   let server: ServerProcess;
   let browser: Browser;
   let reader: string;
+  let appKey = '';
   const consoleErrors = new Map<Page, string[]>();
 
   beforeAll(async () => {
@@ -43,6 +44,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     }
     // A worker of rig-oslo-02 on the coordinator, two jobs done, one waiting for another model.
     const userKey = (await runCli(['key', 'add-user', 'dashboard-app'], env)).stdout.trim();
+    appKey = userKey;
     const call = async (p: string, init: RequestInit) => (await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers } })).json() as Promise<Record<string, unknown>>;
     const token = String((await call('/worker/register_node', { method: 'POST', headers: { authorization: `Bearer ${OTHER_KEY}` }, body: JSON.stringify({ node_url: 'rig-oslo-02' }) })).access_token);
     await call('/worker/update_models', { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify({ models: ['llama3.2:latest'] }) });
@@ -152,11 +154,23 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     await page.close();
   });
 
+  it('shows an application its usage today against its quota, per model (GET /usage)', async () => {
+    const page = await open({ width: 1280, height: 900 });
+    await page.fill('#usage-key', appKey);
+    await page.click('#usage-form button[type=submit]');
+    await expect.poll(() => page.locator('#usage-result').isVisible()).toBe(true);
+    expect(await page.locator('#usage-jobs').textContent()).toBe('3 (no limit)');
+    // No node reported a count: each job keeps its reservation (QUOTA_RESERVE_TOKENS, 1024).
+    expect(await page.locator('#usage-tokens').textContent()).toBe('3072 (no limit)');
+    const models = await page.locator('#usage-models tbody tr').evaluateAll((trs) => trs.map((tr) => Array.from(tr.querySelectorAll('td'), (td) => td.textContent)));
+    expect(models).toEqual([['llama3.2:latest', '2', '2048'], ['mistral:7b', '1', '1024']]);
+  });
+
   it('shows the network now, and a node its status and last jobs, never a prompt or an answer', async () => {
     const page = await open({ width: 1280, height: 900 });
     await expect.poll(() => page.locator('#net-active').textContent()).toBe('1');
     const models = await page.locator('#net-models tbody tr').evaluateAll((trs) => trs.map((tr) => Array.from(tr.querySelectorAll('td'), (td) => td.textContent)));
-    expect(models).toEqual([['llama3.2:latest', '1', '0'], ['mistral:7b', '0', '1']]);
+    expect(models).toEqual([['llama3.2:latest', '1', '0', '2'], ['mistral:7b', '0', '1', '0']]); // the last column: done in the last minute
     expect(await page.locator('#net-queued').textContent()).toBe('1');
     expect(await page.locator('#net-recent li').count()).toBe(2);
     expect(await page.locator('#net-recent li').first().textContent()).toMatch(/^llama3\.2:latest · rig-oslo-02 · /);

@@ -12,8 +12,8 @@ export interface RunOptions {
   skipBadRows: boolean;
   /** Draw a progress bar on stderr (a local run on a terminal). */
   progress: boolean;
-  /** --state, --model, --limit of the listing commands; --days of ledger verify. */
-  filter: { state?: string; model?: string; limit?: string; days?: string };
+  /** --state, --model, --limit of the listing commands; --days of ledger verify; --jobs, --tokens of key set-quota. */
+  filter: { state?: string; model?: string; limit?: string; days?: string; jobs?: string; tokens?: string };
   /** The coordinator's settings of the process running the command (online window, MODELS_TTL). */
   coordinator: CoordinatorConfig;
   /** The verification settings of that process (evidence window, strikes that suspend). */

@@ -26,6 +26,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
     options: {
       json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' }, 'skip-bad-rows': { type: 'boolean' },
       state: { type: 'string' }, model: { type: 'string' }, limit: { type: 'string' }, days: { type: 'string' },
+      jobs: { type: 'string' }, tokens: { type: 'string' },
     },
   });
   const two = positionals.slice(0, 2).join(' ');
@@ -34,7 +35,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
   if (!command) throw new UsageError(positionals.length ? `unknown command "${positionals.join(' ')}"` : 'no command given');
   const args = positionals.slice(name.split(' ').length);
   const help = values.help ?? false;
-  for (const flag of ['skip-bad-rows', 'state', 'model', 'limit', 'days'] as const) {
+  for (const flag of ['skip-bad-rows', 'state', 'model', 'limit', 'days', 'jobs', 'tokens'] as const) {
     if (values[flag] !== undefined && !command.flags?.includes(flag)) throw new UsageError(`"${name}" has no option --${flag}`);
   }
   if (!help && args.length !== command.args.length) {
@@ -42,7 +43,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
   }
   const opts: RunOptions = {
     json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, progress: false,
-    filter: { state: values.state, model: values.model, limit: values.limit, days: values.days }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
+    filter: { state: values.state, model: values.model, limit: values.limit, days: values.days, jobs: values.jobs, tokens: values.tokens }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
   };
   return { name, command, args, opts, help };
 }

@@ -1,10 +1,10 @@
 // ins node …, ins key …, ins model …: the network's nodes, keys and models.
 import { createNode, listNodes, NodeExistsError, rotateNodeKey, setNodeDisabled } from '../repositories/nodes.js';
-import { addApiKey, listApiKeys, revokeApiKey, type ApiKeyKind } from '../repositories/api-keys.js';
+import { addApiKey, keyUsage, listApiKeys, resolveKey, revokeApiKey, setKeyPriority, setKeyQuota, type ApiKeyKind } from '../repositories/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePoints } from '../points-value.js';
 import { checkName, keyCommand, listCommand, operatorJobs, type Command } from './command.js';
-import { CommandError, UsageError } from './io.js';
+import { CommandError, table, UsageError } from './io.js';
 
 function setDisabledCommand(disabled: boolean): Command {
   const verb = disabled ? 'disable' : 'enable';
@@ -100,6 +100,54 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       const r = await revokeApiKey(db, which!);
       if ('error' in r) throw new CommandError(r.error);
       io.out(json ? JSON.stringify({ id: r.id, revoked: true }) : `key ${r.id} revoked`);
+    },
+  },
+  'key set-quota': {
+    usage: 'key set-quota ID|LABEL [--jobs N|default] [--tokens N|default]',
+    summary: 'a user key\'s daily quotas (UTC day): jobs and output tokens; "default" clears one back to DEFAULT_QUOTA_JOBS / DEFAULT_QUOTA_TOKENS (unset there: no limit)',
+    args: ['ID|LABEL'],
+    flags: ['jobs', 'tokens'],
+    async run(db, [which], { json, filter }, io) {
+      const parse = (flag: string, v: string | undefined): number | null | undefined => {
+        if (v === undefined) return undefined;
+        if (v === 'default') return null;
+        if (!/^\d{1,15}$/.test(v)) throw new UsageError(`--${flag} takes a whole number >= 0 or "default" (got "${v}")`);
+        return Number(v);
+      };
+      const jobs = parse('jobs', filter.jobs);
+      const tokens = parse('tokens', filter.tokens);
+      if (jobs === undefined && tokens === undefined) throw new UsageError('give --jobs, --tokens or both');
+      const r = await setKeyQuota(db, which!, jobs, tokens);
+      if ('error' in r) throw new CommandError(r.error);
+      const shown = (v: number | null | undefined) => (v === undefined ? 'unchanged' : v === null ? 'default' : String(v));
+      io.out(json ? JSON.stringify({ id: r.id, jobs: jobs ?? null, tokens: tokens ?? null }) : `key ${r.id}: jobs per day ${shown(jobs)}, output tokens per day ${shown(tokens)}`);
+    },
+  },
+  'key set-priority': {
+    usage: 'key set-priority ID|LABEL N',
+    summary: 'a user key\'s weight in each model\'s fair queue (a number > 0, at most 1000; default 1): with 2, it is served twice as often as a key with 1 while both wait',
+    args: ['ID|LABEL', 'N'],
+    async run(db, [which, raw], { json }, io) {
+      const n = Number(raw);
+      if (!/^\d+(\.\d+)?$/.test(raw!) || !(n > 0 && n <= 1000)) throw new UsageError(`N must be a number > 0 and at most 1000 (got "${raw}")`);
+      const r = await setKeyPriority(db, which!, n);
+      if ('error' in r) throw new CommandError(r.error);
+      io.out(json ? JSON.stringify({ id: r.id, priority: n }) : `key ${r.id}: priority ${n}`);
+    },
+  },
+  'key usage': {
+    usage: 'key usage ID|LABEL',
+    summary: 'a user key\'s usage today (UTC) against its daily quota, in total and per model (what GET /usage shows)',
+    args: ['ID|LABEL'],
+    async run(db, [which], { json, coordinator }, io) {
+      const r = await resolveKey(db, which!, 'ask');
+      if ('error' in r) throw new CommandError(r.error);
+      const u = r.id === undefined ? undefined : await keyUsage(db, r.id, { jobs: coordinator.quotaJobs ?? null, tokens: coordinator.quotaTokens ?? null });
+      if (!u) throw new CommandError(`no key ${which}`);
+      if (json) return io.out(JSON.stringify(u));
+      const of = (used: number, quota: number | null) => `${used}${quota === null ? ' (no limit)' : ` of ${quota}`}`;
+      io.out(`${u.day} (UTC): jobs ${of(u.used.jobs, u.quota.jobs)}, output tokens ${of(u.used.tokens, u.quota.tokens)}; priority ${u.priority}`);
+      for (const line of table([['MODEL', 'JOBS', 'TOKENS'], ...u.models.map((m) => [m.model, String(m.jobs), String(m.tokens)])])) io.out(line);
     },
   },
   'model set-points': {

@@ -131,7 +131,7 @@ export type HealthResponse = Static<typeof HealthResponse>;
 export const JobPending = Type.Object({
   detail: Type.String({ title: "Detail", description: "`Job not finished` while the job is open; `Job not found` for an unknown job or another user's." }),
   state: Type.Optional(Type.Union([Type.Literal("queued"), Type.Literal("leased")], { title: "State", description: "*Ours*: queued (waiting for a node) or leased (a node is running it). Absent for an unknown job." })),
-  position: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Position", description: "*Ours*: jobs ahead of this one in its model's queue, in the order nodes take them (0 when leased); null until the server has looked, within a second of the first poll." })),
+  position: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Position", description: "*Ours*: jobs ahead of this one in its model's queue, in the order nodes take them — the fair order: owners in turn, weighted by their keys' priority, oldest first within an owner (0 when leased); null until the server has looked, within a second of the first poll." })),
   eta_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Eta Seconds", description: "*Ours*: seconds until a node is likely to take it, from the model's throughput over the last minutes (0 when leased); null when unknown (no job of the model done lately, or the position not known yet)." })),
 }, { title: "JobPending" });
 export type JobPending = Static<typeof JobPending>;
@@ -247,6 +247,7 @@ export const NetworkModel = Type.Object({
   name: Type.String(),
   nodes: Type.Integer({ description: "Online nodes serving it." }),
   queued: Type.Integer({ description: "Jobs waiting for a node." }),
+  jobs_per_minute: Type.Integer({ description: "*Ours*: jobs of the model done in the last minute: its throughput (a queued job's wait is about its position divided by this)." }),
 }, { title: "NetworkModel" });
 export type NetworkModel = Static<typeof NetworkModel>;
 
@@ -394,6 +395,32 @@ export const UpdateResultResponse = Type.Object({
   replayed: Type.Boolean({ title: "Replayed", description: "True when the call changed nothing because the job was already recorded." }),
 }, { title: "UpdateResultResponse" });
 export type UpdateResultResponse = Static<typeof UpdateResultResponse>;
+
+export const UsageCounts = Type.Object({
+  jobs: Type.Integer({ description: "Jobs accepted today (UTC).", minimum: 0 }),
+  tokens: Type.Integer({ description: "Output tokens today: reported by the nodes for finished jobs, reserved (`max_output`, or QUOTA_RESERVE_TOKENS) for open ones." }),
+}, { title: "UsageCounts" });
+export type UsageCounts = Static<typeof UsageCounts>;
+
+export const UsageModel = Type.Object({
+  model: Type.String(),
+  jobs: Type.Integer({ minimum: 0 }),
+  tokens: Type.Integer(),
+}, { title: "UsageModel" });
+export type UsageModel = Static<typeof UsageModel>;
+
+export const UsageResponse = Type.Object({
+  day: Type.String({ description: "Today, UTC: the day the counters are for.", format: "date" }),
+  reset_seconds: Type.Integer({ description: "Seconds until 00:00 UTC, when the counters start again (the `Retry-After` of a 429 for the quota).", minimum: 0 }),
+  used: UsageCounts,
+  quota: Type.Object({
+    jobs: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: "Jobs per UTC day; null: no limit." }),
+    tokens: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: "Output tokens per UTC day; null: no limit." }),
+  }),
+  priority: Type.Number({ description: "The key's weight in each model's fair queue (1 unless set)." }),
+  models: Type.Array(UsageModel, { description: "Today's counters per model." }),
+}, { title: "UsageResponse" });
+export type UsageResponse = Static<typeof UsageResponse>;
 
 export const UniqueNodesQuery = Type.Object({
   model_name: Type.String({ title: "Model Name", description: "The model name exactly as workers report it, e.g. `llama3.2:latest`.", minLength: 1, maxLength: 256 }),
@@ -607,6 +634,14 @@ export const CancelJobResponses = {
   404: ErrorDetail,
   409: ErrorDetail,
   422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const UsageResponses = {
+  200: UsageResponse,
+  401: ErrorDetail,
+  403: ErrorDetail,
   429: ErrorDetail,
   503: ErrorDetail,
 };

@@ -56,7 +56,8 @@ export class Coordinator {
   private stopListening: (() => Promise<void>)[] = [];
 
   private constructor(private readonly db: Database, opts: CoordinatorOptions) {
-    const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError });
+    const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError,
+      quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
     this.lifecycle = lifecycle;
     this.watch = new ResultWatch((ids) => finalJobs(db, ids), opts.onError);
     this.dispatcher = new Dispatcher({
@@ -72,7 +73,7 @@ export class Coordinator {
     this.openJobs = new OpenJobs((ids) => standingsOf(db, ids), this.throughput, opts.onError);
     for (const consumer of [this.dispatcher, this.watch, this.progress, this.throughput, this.openJobs]) lifecycle.use(consumer);
     this.submitter = new Submitter(db, lifecycle, opts.handOff === false ? undefined : this.dispatcher,
-      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }));
+      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }), opts.quotaReserveTokens ?? 0);
     this.completer = new Completer(db, lifecycle);
     this.reader = new JobReader(db);
     this.sweeper = new Sweeper(lifecycle, opts.sweepInterval * 1000, opts.onError);

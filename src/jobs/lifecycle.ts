@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Database, Queryable } from '../db/database.js';
 import { JOBS_CHANNEL, parsePayload, type Outcome, type OutcomeConsumer } from './outcome.js';
-import { submitJobs, type SubmitRow } from './sql/submit.js';
+import { submitJobs, type QuotaDefaults, type Refusal, type SubmitRow } from './sql/submit.js';
 import { leaseJobs, type Ask, type Group, type LeaseRound } from './sql/lease.js';
 import { releaseLeases, type GiveUp, type ReleaseWhich } from './sql/release.js';
 import { completeJobs, type CompleteOptions, type Completed, type JobReport } from './sql/complete.js';
@@ -29,6 +29,8 @@ export interface LifecycleOptions {
   defaultPoints: number;
   /** Done jobs wait for the auditor (verification on). */
   audit: boolean;
+  /** The daily quotas of user keys without their own (null: none). */
+  quota?: QuotaDefaults;
   /** A consumer failed: it is logged and counted; the others still get the outcome. */
   onError: (err: unknown) => void;
 }
@@ -69,10 +71,11 @@ export class Lifecycle {
     });
   }
 
-  async submit(rows: readonly SubmitRow[]): Promise<Set<string>> {
-    const { handed, outcome } = await submitJobs(this.db, rows, this.opts.leaseTimeout, this.server);
+  /** Submits the jobs: which were handed to a waiting worker, and which were refused (over their owner's quota). */
+  async submit(rows: readonly SubmitRow[]): Promise<{ handed: Set<string>; refused: Map<string, Refusal> }> {
+    const { handed, refused, outcome } = await submitJobs(this.db, rows, this.opts.leaseTimeout, this.server, this.opts.quota);
     this.apply(outcome);
-    return handed;
+    return { handed, refused };
   }
 
   async lease(asks: readonly Ask[], groups: readonly Group[]): Promise<LeaseRound> {

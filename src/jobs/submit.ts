@@ -7,11 +7,23 @@ import { Batcher } from '../db/batcher.js';
 import { ensureModelId } from '../repositories/models.js';
 import type { Claim } from './dispatcher.js';
 import type { Lifecycle } from './lifecycle.js';
-import type { SubmitRow } from './sql/submit.js';
+import type { Refusal, SubmitRow } from './sql/submit.js';
 import type { LeasedJob } from './sql/lease.js';
 import { randomSeed, type JobRequest } from './request.js';
 
 export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }
+
+/** A submission over its owner's daily quota (of jobs, or of output tokens): nothing was queued. */
+export class QuotaExceeded extends Error {
+  constructor(readonly which: Refusal, readonly retryAfterSeconds: number) {
+    super(`the key's daily quota of ${which === 'jobs' ? 'jobs' : 'output tokens'} is used up until 00:00 UTC`);
+  }
+}
+
+/** Seconds until the next UTC midnight (at least 1): when a day's quota starts again. */
+export function secondsToUtcMidnight(now = Date.now()): number {
+  return Math.max(1, Math.ceil((86_400_000 - (now % 86_400_000)) / 1000));
+}
 
 /** Where submitted jobs may go straight to a waiting worker (the dispatcher). */
 export interface HandOff {
@@ -25,9 +37,10 @@ interface Pending extends SubmitRow { model: string }
 export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, handed: boolean) => void;
 
 export class Submitter {
-  private readonly batcher: Batcher<Pending, undefined>;
+  private readonly batcher: Batcher<Pending, Refusal | undefined>;
 
-  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted) {
+  /** reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota. */
+  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens = 0) {
     this.batcher = new Batcher(async (rows) => {
       const claims = new Map<Pending, Claim>();
       if (handOff) {
@@ -41,33 +54,39 @@ export class Submitter {
         }
       }
       let handed: Set<string>;
+      let refused: Map<string, Refusal>;
       try {
-        handed = await lifecycle.submit(rows.map((r) => {
+        ({ handed, refused } = await lifecycle.submit(rows.map((r) => {
           const c = claims.get(r);
           return c ? { ...r, handOff: { sessionId: c.sessionId, nodeId: c.nodeId, keyHash: c.keyHash, rank: c.rank } } : r;
-        }));
+        })));
       } catch (err) {
         for (const claim of claims.values()) handOff!.settleClaim(claim, null);
         throw err;
       }
-      for (const r of rows) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
+      for (const r of rows) if (!refused.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
       // A claim the statement could not use (its session at capacity, or ended) waits on.
       for (const [r, claim] of claims) {
         handOff!.settleClaim(claim, handed.has(r.id)
           ? { group: 0, slot: 0, jobId: r.id, model: r.model, request: r.request, attempt: 1, queuedSeconds: 0, prefix: '' }
           : null);
       }
-      return rows.map(() => undefined);
+      return rows.map((r) => refused.get(r.id));
     // alone: a submission the database refuses fails alone; the others of its batch are taken.
     }, { maxBatch: 128, maxInFlight: 1, alone: true });
   }
 
-  /** Submits the job (queued, or handed to a waiting worker); resolves to its id once committed. */
+  /**
+   * Submits the job (queued, or handed to a waiting worker); resolves to its id once committed.
+   * Over its owner's daily quota: rejects with QuotaExceeded, and nothing was queued.
+   */
   async submit(s: Submission): Promise<string> {
     const id = randomUUID();
     const modelId = await ensureModelId(this.db, s.model);
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
-    await this.batcher.load({ id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds });
+    const reserve = s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
+    const refused = await this.batcher.load({ id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve });
+    if (refused) throw new QuotaExceeded(refused, secondsToUtcMidnight());
     return id;
   }
 }

@@ -7,6 +7,7 @@ import 'uplot/dist/uPlot.min.css';
 import './style.css';
 import { showNodeStatus, startNetworkView } from './network.js';
 import { showVerifiedDays } from './ledger.js';
+import { startUsageForm } from './usage.js';
 
 interface DayPoints { date: string; points: number }
 interface UniqueNodes { model_name: string; start_date: string | null; end_date: string | null; count: number; nodes: string[] }
@@ -182,3 +183,4 @@ window.addEventListener('resize', () => {
 });
 restore();
 startNetworkView();
+startUsageForm();

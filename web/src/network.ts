@@ -1,6 +1,6 @@
 // The network view (GET /network, refreshed every 5 s) and a node's status (GET
 // /network/nodes/{name}, with the key its operator entered). No prompts, no answers.
-interface NetworkModel { name: string; nodes: number; queued: number }
+interface NetworkModel { name: string; nodes: number; queued: number; jobs_per_minute: number }
 interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
 interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number }; nodes_on_probation: number; nodes_suspended: number }
 interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[]; verification: Verification }
@@ -32,8 +32,8 @@ function renderNetwork(n: Network): void {
   $('net-rate').textContent = String(n.jobs_per_minute);
   $('net-queued').textContent = String(n.queued);
   $('net-models').querySelector('tbody')!.replaceChildren(...(n.models.length
-    ? n.models.map((m) => row(cell(m.name, 'mono'), cell(String(m.nodes)), cell(String(m.queued))))
-    : [row(Object.assign(cell('No node is online yet.'), { colSpan: 3 }))]));
+    ? n.models.map((m) => row(cell(m.name, 'mono'), cell(String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))))
+    : [row(Object.assign(cell('No node is online yet.'), { colSpan: 4 }))]));
   $('net-recent').replaceChildren(...(n.recent.length
     ? n.recent.map((r) => Object.assign(document.createElement('li'), { textContent: `${r.model} · ${r.node ?? '?'} · ${seconds(r.seconds)} · ${ago(r.finished_at)}` }))
     : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]));

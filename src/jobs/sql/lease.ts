@@ -9,7 +9,7 @@ import type { JobRequest } from '../request.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
 export interface Ask { group: number; slot: number; sessionId: number; nodeId: number; keyHash: string; rank: number }
-/** Asks with the same model set form a group; it leases at most `count` jobs, the oldest first. */
+/** Asks with the same model set form a group; it leases at most `count` jobs, first in fair order. */
 export interface Group { group: number; models: number[]; count: number }
 
 export interface LeasedJob {
@@ -26,9 +26,13 @@ export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: 
 // groups with overlapping models may pick the same job (a statement does not skip its own
 // locks): it goes to the first group, and the other ask stays waiting for the next round.
 // Copies of jobs being verified (verify_of, src/verify/) go first: each group takes its oldest
-// copies as it takes jobs. The k-th job (or copy) goes to the group's k-th free ask unless that
-// ask's node may not have it (exclude_nodes: it ran the job being checked, or gave this job up
-// twice); then it waits for another round.
+// copies as it takes jobs. Jobs are taken in their model's fair order, (fair_key, id)
+// (sql/submit.ts: owners in turn, weighted by priority, oldest first within an owner), through
+// the partial index jobs_queued (model_id, fair_key, id). A job (or copy) that every ask of the
+// group is excluded from (exclude_nodes: its node ran the job being checked, or gave this job
+// up twice) is skipped, not taken: it would only block the jobs behind it. The k-th job (or
+// copy) goes to the group's k-th free ask unless that ask's node may not have it; then it
+// waits for another round.
 export const LEASE = sql('jobs_lease', `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
@@ -36,10 +40,8 @@ export const LEASE = sql('jobs_lease', `WITH asks AS (
   JOIN node_sessions s ON s.id = a.session_id AND s.ended_at IS NULL
   WHERE NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended')
 ),
--- The groups, each with the nodes asking in it: a job (or copy) every one of them is excluded
--- from is skipped, so it cannot stand at the head of the queue and starve the jobs behind it.
 groups AS (
-  SELECT g.g, g.models, g.n, coalesce((SELECT array_agg(DISTINCT a.node_id) FROM asks a WHERE a.g = g.g), '{}')::bigint[] AS nodes
+  SELECT g.g, g.models::int[] AS models, g.n, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes
   FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
 ),
 copies AS (
@@ -47,7 +49,7 @@ copies AS (
   FROM groups g
   CROSS JOIN LATERAL (
     SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
-    WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models::int[]) AND j.deadline_at > now()
+    WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models) AND j.deadline_at > now()
       AND NOT (j.exclude_nodes @> g.nodes)
     ORDER BY j.submitted_at, j.id LIMIT g.n
     FOR UPDATE SKIP LOCKED) c
@@ -62,17 +64,17 @@ free_asks AS (
   WHERE NOT EXISTS (SELECT 1 FROM copies_assigned c WHERE c.g = a.g AND c.k = a.k)
 ),
 picked AS (
-  SELECT g.g, p.id, p.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY p.submitted_at, p.id)::int AS k
+  SELECT g.g, p.id, p.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY p.fair_key, p.id)::int AS k
   FROM groups g
   CROSS JOIN LATERAL (
-    SELECT c.id, c.submitted_at, c.exclude_nodes FROM unnest(g.models::int[]) AS gm(model_id)
+    SELECT c.id, c.fair_key, c.exclude_nodes FROM unnest(g.models) AS gm(model_id)
     CROSS JOIN LATERAL (
-      SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
+      SELECT j.id, j.fair_key, j.exclude_nodes FROM jobs j
       WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = gm.model_id AND j.deadline_at > now()
         AND NOT (j.exclude_nodes @> g.nodes)
-      ORDER BY j.submitted_at, j.id LIMIT g.n
+      ORDER BY j.fair_key, j.id LIMIT g.n
       FOR UPDATE SKIP LOCKED) c
-    ORDER BY c.submitted_at, c.id LIMIT g.n) p
+    ORDER BY c.fair_key, c.id LIMIT g.n) p
 ),
 assigned AS (
   SELECT * FROM copies_assigned

@@ -1,29 +1,89 @@
 // Transition: submit (none → queued, or none → leased for a hand-off). Concurrent submissions
-// share this statement (jobs/submit.ts batches them). A job of a model that has a worker
-// waiting on this server, and no older queued job, is leased to that worker here and now (a
-// hand-off: the dispatcher's claim()), as jobs_lease would; the others are queued.
+// share this statement (jobs/submit.ts batches them). Each owner's daily quota is counted here,
+// in the statement that accepts the jobs: one conditional upsert of the owner's counter for the
+// UTC day (key_usage, model 0), whose row lock makes concurrent statements (on any server) take
+// turns, so that the jobs accepted never exceed the quota. A job beyond it is refused (not
+// inserted). Each accepted job gets its place in its model's fair queue (fair_key, start-time
+// fair queueing: migrations/0011_fair_shares.sql). A job of a model that has a worker waiting on
+// this server, and no older queued job, is leased to that worker here and now (a hand-off: the
+// dispatcher's claim()), as jobs_lease would; the others are queued.
 import { sql, type Queryable } from '../../db/database.js';
 import { parseItems, type Outcome } from '../outcome.js';
 import type { JobRequest } from '../request.js';
 
 // $1..$5 the jobs: ids, owner key ids, model ids, requests, timeouts in seconds; $6..$9 their
 // hand-offs (NULL: none): session ids, node ids, job key hashes, ranks among this batch's
-// hand-offs of the same session; $10 the lease timeout in seconds; $11 this server's id. A
-// hand-off holds only if the session is live, below its capacity and its node not suspended,
-// as in jobs_lease; otherwise the job is queued.
-export const SUBMIT = sql('jobs_submit', `WITH q AS (
-  SELECT q.*, coalesce(s.ended_at IS NULL
-      AND (SELECT count(*) FROM job_leases l WHERE l.session_id = q.session_id AND l.ended_at IS NULL) + q.rank <= s.capacity
-      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = q.node_id AND r.state = 'suspended'), false) AS direct
-  FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::jsonb[], $5::float8[], $6::bigint[], $7::bigint[], $8::text[], $9::int[])
-    AS q(id, owner_key_id, model_id, request, timeout, session_id, node_id, key_hash, rank)
-  LEFT JOIN node_sessions s ON s.id = q.session_id
+// hand-offs of the same session; $10 the lease timeout in seconds; $11 this server's id; $12
+// the output tokens each job reserves; $13, $14 the default daily quotas of jobs and tokens
+// (NULL: none) for keys without their own. A hand-off holds only if the session is live, below
+// its capacity and its node not suspended, as in jobs_lease; otherwise the job is queued.
+//
+// Quota: an owner's jobs in this batch, in order, fit while its count and its tokens (reserved
+// and used) stay within the quota: a prefix of them. The upsert computes that prefix from the
+// row it locked (the latest, whatever other statements committed meanwhile) and keeps the total
+// it had before (prev_*), so the statement knows which of its jobs fit.
+//
+// Fair queueing: a job's fair_key is its owner's last key for the model plus 1/priority, but at
+// least the model's virtual time (its smallest queued fair_key; the wall clock when none is
+// queued). n jobs of one owner and model in a batch take n consecutive keys.
+export const SUBMIT = sql('jobs_submit', `WITH input AS (
+  SELECT q.*, row_number() OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS r,
+    sum(q.reserve) OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS cum
+  FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::jsonb[], $5::float8[], $6::bigint[], $7::bigint[], $8::text[], $9::int[], $12::bigint[])
+    WITH ORDINALITY AS q(id, owner_key_id, model_id, request, timeout, session_id, node_id, key_hash, rank, reserve, ord)
+),
+limits AS (
+  SELECT o.key_id, coalesce(k.quota_jobs, $13::bigint) AS qj, coalesce(k.quota_tokens, $14::bigint) AS qt, 1.0 / coalesce(k.priority, 1)::float8 AS step,
+    (now() AT TIME ZONE 'UTC')::date AS day
+  FROM (SELECT DISTINCT owner_key_id AS key_id FROM input) o LEFT JOIN api_keys k ON k.id = o.key_id
+),
+counted AS (
+  INSERT INTO key_usage AS u (key_id, day, model_id, jobs, tokens, prev_jobs, prev_tokens)
+  SELECT l.key_id, l.day, 0, count(i.id), coalesce(max(i.cum), 0), 0, 0
+  FROM limits l LEFT JOIN input i ON i.owner_key_id = l.key_id AND (l.qj IS NULL OR i.r <= l.qj) AND (l.qt IS NULL OR i.cum <= l.qt)
+  GROUP BY l.key_id, l.day ORDER BY l.key_id
+  ON CONFLICT (key_id, day, model_id) DO UPDATE SET prev_jobs = u.jobs, prev_tokens = u.tokens,
+    jobs = u.jobs + (SELECT count(*) FROM input i JOIN limits l ON l.key_id = i.owner_key_id
+      WHERE i.owner_key_id = u.key_id AND (l.qj IS NULL OR u.jobs + i.r <= l.qj) AND (l.qt IS NULL OR u.tokens + i.cum <= l.qt)),
+    tokens = u.tokens + coalesce((SELECT max(i.cum) FROM input i JOIN limits l ON l.key_id = i.owner_key_id
+      WHERE i.owner_key_id = u.key_id AND (l.qj IS NULL OR u.jobs + i.r <= l.qj) AND (l.qt IS NULL OR u.tokens + i.cum <= l.qt)), 0)
+  RETURNING u.key_id, u.day, u.jobs - u.prev_jobs AS fit, u.prev_jobs, u.prev_tokens
+),
+accepted AS (
+  SELECT i.*, c.day, l.step, row_number() OVER (PARTITION BY i.owner_key_id, i.model_id ORDER BY i.ord) AS lane_r,
+    count(*) OVER (PARTITION BY i.owner_key_id, i.model_id) AS lane_n
+  FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id WHERE i.r <= c.fit
+),
+per_model AS (
+  INSERT INTO key_usage AS u (key_id, day, model_id, jobs, tokens)
+  SELECT owner_key_id, day, model_id, count(*), sum(reserve) FROM accepted GROUP BY owner_key_id, day, model_id ORDER BY 1, 3
+  ON CONFLICT (key_id, day, model_id) DO UPDATE SET jobs = u.jobs + EXCLUDED.jobs, tokens = u.tokens + EXCLUDED.tokens
+),
+lanes_in AS (
+  SELECT a.owner_key_id, a.model_id, max(a.lane_n) AS n, max(a.step) AS step,
+    coalesce((SELECT min(j.fair_key) FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = a.model_id),
+      extract(epoch FROM clock_timestamp())::float8) AS vt
+  FROM accepted a GROUP BY a.owner_key_id, a.model_id
+),
+lanes AS (
+  INSERT INTO fair_lanes AS f (owner_key_id, model_id, last_key)
+  SELECT owner_key_id, model_id, vt + (n - 1) * step FROM lanes_in ORDER BY owner_key_id, model_id
+  ON CONFLICT (owner_key_id, model_id) DO UPDATE SET last_key = greatest(EXCLUDED.last_key,
+    f.last_key + (SELECT n * step FROM lanes_in l WHERE l.owner_key_id = f.owner_key_id AND l.model_id = f.model_id))
+  RETURNING f.owner_key_id, f.model_id, f.last_key
+),
+q AS (
+  SELECT a.*, f.last_key - (a.lane_n - a.lane_r) * a.step AS fair_key, coalesce(s.ended_at IS NULL
+      AND (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) + a.rank <= s.capacity
+      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended'), false) AS direct
+  FROM accepted a JOIN lanes f ON f.owner_key_id = a.owner_key_id AND f.model_id = a.model_id
+  LEFT JOIN node_sessions s ON s.id = a.session_id
 ),
 submitted AS (
-  INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, first_leased_at, lease_expires_at)
+  INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, first_leased_at, lease_expires_at, usage_day, reserved_tokens, fair_key)
   SELECT id, owner_key_id, model_id, CASE WHEN direct THEN 'leased' ELSE 'queued' END, request, now() + make_interval(secs => timeout),
     CASE WHEN direct THEN 1 ELSE 0 END, CASE WHEN direct THEN node_id END, CASE WHEN direct THEN now() END,
-    CASE WHEN direct THEN now() + make_interval(secs => least(timeout, $10::float8)) END
+    CASE WHEN direct THEN now() + make_interval(secs => least(timeout, $10::float8)) END, day, reserve, fair_key
   FROM q
   RETURNING id, model_id, state, lease_expires_at
 ),
@@ -34,23 +94,35 @@ handed AS (
 announced AS (
   SELECT jobs_announce($11::text, ARRAY(SELECT model_id FROM submitted WHERE state = 'queued'), '{}', '{}', '{}', '{}', '{}', '{}') AS items
 )
-SELECT s.id::text AS id, s.state = 'leased' AS handed, a.items AS announced FROM submitted s CROSS JOIN announced a`);
+SELECT s.id::text AS id, s.state = 'leased' AS handed, NULL AS refused, a.items AS announced FROM submitted s CROSS JOIN announced a
+UNION ALL
+SELECT i.id::text, false, CASE WHEN l.qj IS NOT NULL AND c.prev_jobs + i.r > l.qj THEN 'jobs' ELSE 'tokens' END, a.items
+FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id CROSS JOIN announced a WHERE i.r > c.fit`);
 
 export interface SubmitRow {
   id: string; ownerKeyId: number; modelId: number; request: JobRequest; timeout: number;
+  /** Output tokens the job reserves of its owner's daily quota until the node reports its count. */
+  reserve: number;
   /** A waiting worker to hand the job to, if its session can take it. */
   handOff?: { sessionId: number; nodeId: number; keyHash: string; rank: number };
 }
 
-/** Submits the jobs; answers which were handed off, and the outcome. */
-export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string): Promise<{ handed: Set<string>; outcome: Outcome }> {
-  const out = await db.query<{ id: string; handed: boolean; announced: string }>(SUBMIT, [
+/** The daily quotas of keys without their own (null: none). */
+export interface QuotaDefaults { jobs: number | null; tokens: number | null }
+
+/** Which quota refused a job. */
+export type Refusal = 'jobs' | 'tokens';
+
+/** Submits the jobs; answers which were handed off, which were refused (over their owner's quota), and the outcome. */
+export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string, quota: QuotaDefaults = { jobs: null, tokens: null }): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
+  const out = await db.query<{ id: string; handed: boolean; refused: Refusal | null; announced: string }>(SUBMIT, [
     rows.map((r) => r.id), rows.map((r) => r.ownerKeyId), rows.map((r) => r.modelId), rows.map((r) => JSON.stringify(r.request)), rows.map((r) => r.timeout),
     rows.map((r) => r.handOff?.sessionId ?? null), rows.map((r) => r.handOff?.nodeId ?? null), rows.map((r) => r.handOff?.keyHash ?? null), rows.map((r) => r.handOff?.rank ?? null),
-    leaseSeconds, server,
+    leaseSeconds, server, rows.map((r) => r.reserve), quota.jobs, quota.tokens,
   ]);
   const handed = new Set(out.filter((o) => o.handed).map((o) => o.id));
+  const refused = new Map(out.filter((o) => o.refused).map((o) => [o.id, o.refused!]));
   const outcome = parseItems(out[0]?.announced ?? '');
   if (handed.size > 0) outcome.local = { leased: [...handed].map(() => 0) };
-  return { handed, outcome };
+  return { handed, refused, outcome };
 }

@@ -6,6 +6,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from '../../http/http-error.js';
 import { isUnavailable } from '../../db/errors.js';
+import { QuotaExceeded } from '../../jobs/submit.js';
 
 export class OpenAIError extends Error {
   constructor(
@@ -30,6 +31,10 @@ export const invalidRequest = (message: string, param: string | null, code: stri
 /** The service's own errors (authentication, rate limits, body size, database) in OpenAI's words. */
 export function toOpenAIError(err: unknown): OpenAIError {
   if (err instanceof OpenAIError) return err;
+  // A used-up budget is OpenAI's insufficient_quota (429, as OpenAI answers it), not a rate limit.
+  if (err instanceof QuotaExceeded) {
+    return new OpenAIError(429, `You exceeded your current quota: ${err.message}. GET /usage shows it.`, 'insufficient_quota', null, 'insufficient_quota', { 'retry-after': String(err.retryAfterSeconds) });
+  }
   if (err instanceof HttpError) {
     switch (err.statusCode) {
       case 401:

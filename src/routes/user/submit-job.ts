@@ -3,6 +3,8 @@
 import type { FastifyRequest } from 'fastify';
 import { SubmitJobRequest, SubmitJobResponses } from '../../generated/schemas.js';
 import { RequestValidationError } from '../../http/validator.js';
+import { HttpError } from '../../http/http-error.js';
+import { QuotaExceeded } from '../../jobs/submit.js';
 import { valueError } from '../../validation/pydantic.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
@@ -36,6 +38,10 @@ export function submitJobRoute(app: App, deps: Deps): void {
       model,
       request: { messages, max_output: max_output ?? 0, temperature: temperature ?? DEFAULT_TEMPERATURE, ...(seed !== undefined ? { seed } : {}) },
       timeoutSeconds: timeout,
+    }).catch((err: unknown) => {
+      // Over the key's daily quota: 429 until the next UTC midnight (GET /usage tells how much is left).
+      if (err instanceof QuotaExceeded) throw new HttpError(429, `Quota exceeded: ${err.message}`, { 'retry-after': String(err.retryAfterSeconds) });
+      throw err;
     });
     metrics.jobsSubmitted.inc();
     return { status: 'success', job_id: jobId };
