@@ -45,3 +45,5 @@ CREATE TABLE fair_lanes (
 );
 DROP INDEX jobs_queued;
 CREATE INDEX jobs_queued ON jobs (model_id, fair_key, id) WHERE state = 'queued' AND verify_of IS NULL;
+-- A lane's last queued job (the submit statement continues after it, or restarts at the head).
+CREATE INDEX jobs_queued_lanes ON jobs (model_id, owner_key_id, fair_key) WHERE state = 'queued' AND verify_of IS NULL;

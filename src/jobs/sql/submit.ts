@@ -25,7 +25,8 @@ import type { JobRequest } from '../request.js';
 //
 // Fair queueing: a job's fair_key is its owner's last key for the model plus 1/priority, but at
 // least the model's virtual time (its smallest queued fair_key; the wall clock when none is
-// queued). n jobs of one owner and model in a batch take n consecutive keys.
+// queued); an owner with no job of the model queued starts again at the virtual time. n jobs of
+// one owner and model in a batch take n consecutive keys.
 export const SUBMIT = sql('jobs_submit', `WITH input AS (
   SELECT q.*, row_number() OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS r,
     sum(q.reserve) OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS cum
@@ -59,17 +60,24 @@ per_model AS (
   SELECT owner_key_id, day, model_id, count(*), sum(reserve) FROM accepted GROUP BY owner_key_id, day, model_id ORDER BY 1, 3
   ON CONFLICT (key_id, day, model_id) DO UPDATE SET jobs = u.jobs + EXCLUDED.jobs, tokens = u.tokens + EXCLUDED.tokens
 ),
-lanes_in AS (
+lanes_vt AS (
   SELECT a.owner_key_id, a.model_id, max(a.lane_n) AS n, max(a.step) AS step,
     coalesce((SELECT min(j.fair_key) FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = a.model_id),
-      extract(epoch FROM clock_timestamp())::float8) AS vt
+      extract(epoch FROM clock_timestamp())::float8) AS vt,
+    (SELECT max(j.fair_key) FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = a.model_id AND j.owner_key_id = a.owner_key_id) AS queued_top
   FROM accepted a GROUP BY a.owner_key_id, a.model_id
+),
+-- A lane continues after its last queued job, and restarts at V when it has none queued: its
+-- last key may lie far ahead for jobs that left the queue without being served (canceled,
+-- expired), and those must not push its next job behind everyone else's.
+lanes_in AS (
+  SELECT l.*, coalesce(l.queued_top, l.vt - l.step) AS top FROM lanes_vt l
 ),
 lanes AS (
   INSERT INTO fair_lanes AS f (owner_key_id, model_id, last_key)
-  SELECT owner_key_id, model_id, vt + (n - 1) * step FROM lanes_in ORDER BY owner_key_id, model_id
+  SELECT owner_key_id, model_id, greatest(vt, top + step) + (n - 1) * step FROM lanes_in ORDER BY owner_key_id, model_id
   ON CONFLICT (owner_key_id, model_id) DO UPDATE SET last_key = greatest(EXCLUDED.last_key,
-    f.last_key + (SELECT n * step FROM lanes_in l WHERE l.owner_key_id = f.owner_key_id AND l.model_id = f.model_id))
+    (SELECT least(f.last_key, l.top) + l.n * l.step FROM lanes_in l WHERE l.owner_key_id = f.owner_key_id AND l.model_id = f.model_id))
   RETURNING f.owner_key_id, f.model_id, f.last_key
 ),
 q AS (
