@@ -63,6 +63,8 @@ export interface Config {
   ledgerKeyFile: string | undefined;
   /** JOB_RETENTION in seconds: finished jobs' payloads and lease history are deleted after it; 0 keeps everything (src/retention/). */
   jobRetention: number;
+  /** Not from the environment: seconds between retention's looks (60), set only by the benchmark (bench/serve-retention.ts). */
+  retentionEvery?: number;
 }
 
 /** JOB_RETENTION's default: 7 days. */

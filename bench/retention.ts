@@ -1,0 +1,163 @@
+// The retention scenario (`npm run bench -- --scenario retention`), PostgreSQL only:
+// (a) GET /total_job_count against the built server, with no job and with --jobs finished jobs
+//     (default 3,000,000) written straight into PostgreSQL with one INSERT … SELECT
+//     generate_series (the counters follow, through their trigger); the count the service made
+//     before (a GROUP BY over jobs) is timed on the same table for comparison; and the bytes a
+//     finished job takes in jobs;
+// (b) a soak: the job cycle over HTTP (bench/cycle.ts) for --duration seconds on a fresh
+//     database, with retention's window at --window seconds (bench/serve-retention.ts; looks
+//     every 2 s), sampling the database's and the tables' sizes every 10 s. The ledger is marked
+//     closed through today first, so that only the window bounds retention (in service, days
+//     close after they end and the evidence window passes: the retained history is then the
+//     window plus up to two days).
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { adminQuery, freshDatabase, ins, percentile, printRows, ROOT, startServer } from './common.js';
+import { cycle, http, MODEL } from './cycle.js';
+
+export interface RetentionBenchOptions { databaseUrl: string; jobs: number; window: number; duration: number; workers: number; submitters: number; out: string | undefined }
+
+const MB = 1024 * 1024;
+
+async function latencies(url: string, n: number): Promise<{ p50: number; p99: number; total: number }> {
+  const ms: number[] = [];
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const res = await fetch(`${url}/total_job_count`);
+    total = ((await res.json()) as { total_job_count: number }).total_job_count;
+    ms.push(performance.now() - t);
+  }
+  ms.sort((a, b) => a - b);
+  return { p50: percentile(ms, 50), p99: percentile(ms, 99), total };
+}
+
+async function counts(o: RetentionBenchOptions): Promise<string[][]> {
+  const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_retention_counts_${process.pid}`);
+  const rows: string[][] = [['jobs', 'total_job_count p50 ms', 'p99 ms', 'the old count(*) GROUP BY state, ms', 'jobs table MB', 'bytes per job']];
+  try {
+    await ins(['migrate'], db.env);
+    const server = await startServer(db.env, 18_531, path.join(ROOT, 'bench-results', 'server-retention-counts.log'), { JOB_RETENTION: '0' });
+    const client = new pg.Client({ connectionString: db.env.DATABASE_URL });
+    await client.connect();
+    try {
+      const oldCount = async () => {
+        const ms: number[] = [];
+        for (let i = 0; i < 5; i++) {
+          const t = performance.now();
+          await client.query('SELECT state, count(*)::int AS n FROM jobs GROUP BY state');
+          ms.push(performance.now() - t);
+        }
+        return ms.sort((a, b) => a - b)[2]!;
+      };
+      const size = async () => (await client.query<{ b: string }>("SELECT pg_total_relation_size('jobs')::text AS b")).rows[0]!.b;
+      await latencies(server.url, 50);
+      const empty = await latencies(server.url, 500);
+      rows.push(['0', empty.p50.toFixed(2), empty.p99.toFixed(2), (await oldCount()).toFixed(2), (Number(await size()) / MB).toFixed(1), '']);
+      const t = performance.now();
+      await client.query(`INSERT INTO models (name) VALUES ('${MODEL}') ON CONFLICT DO NOTHING`);
+      // Finished jobs of the last 30 days: a prompt and an answer of the bench's sizes (cycle.ts).
+      await client.query(`INSERT INTO jobs (id, model_id, state, request, attempts, submitted_at, first_leased_at, deadline_at, node_id, finished_at, result, usage)
+        SELECT md5(i::text)::uuid, (SELECT id FROM models WHERE name = '${MODEL}'), CASE WHEN i % 50 = 0 THEN 'expired' ELSE 'done' END,
+          jsonb_build_object('messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', 'bench prompt ' || i || ': tell me something about ' || i * 7)),
+            'max_output', 64, 'temperature', 0, 'seed', i),
+          1, ts, ts, ts + interval '240 seconds', 1, ts + interval '2 seconds',
+          jsonb_build_object('message', jsonb_build_object('role', 'assistant', 'content', repeat('light water river stone ', 12))),
+          '{"prompt_tokens": 20, "completion_tokens": 50}'::jsonb
+        FROM generate_series(1, $1::int) AS i, LATERAL (SELECT now() - make_interval(secs => 30 * 86400.0 * i / $1::int) AS ts) x`, [o.jobs]);
+      await client.query('VACUUM ANALYZE jobs');
+      console.log(`seeded ${o.jobs} jobs in ${((performance.now() - t) / 1000).toFixed(0)} s`);
+      await latencies(server.url, 50);
+      const full = await latencies(server.url, 500);
+      if (full.total !== o.jobs) throw new Error(`total_job_count ${full.total}, expected ${o.jobs}`);
+      const bytes = Number(await size());
+      rows.push([String(o.jobs), full.p50.toFixed(2), full.p99.toFixed(2), (await oldCount()).toFixed(0), (bytes / MB).toFixed(0), (bytes / o.jobs).toFixed(0)]);
+    } finally {
+      await client.end();
+      await server.stop();
+    }
+  } finally {
+    await db.cleanup();
+  }
+  return rows;
+}
+
+interface Sample { at: number; database: number; jobs: number; leases: number; results: number; kept: number; tombstones: number; total: number }
+
+async function soak(o: RetentionBenchOptions): Promise<{ samples: Sample[]; jobsPerSecond: number; sizing: string[][] }> {
+  const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_retention_soak_${process.pid}`);
+  try {
+    await ins(['migrate'], db.env);
+    await adminQuery(db.env.DATABASE_URL!, "UPDATE ledger_state SET closed_through = (now() AT TIME ZONE 'UTC')::date");
+    const nodes = await Promise.all(Array.from({ length: o.workers }, async (_, i) => ({ name: `soak-${i}`, key: (await ins(['node', 'add', `soak-${i}`], db.env)).trim() })));
+    const userKey = (await ins(['key', 'add-user', 'soak'], db.env)).trim();
+    const server = await startServer(db.env, 18_532, path.join(ROOT, 'bench-results', 'server-retention-soak.log'),
+      { VERIFY: 'off', BENCH_RETENTION_SECONDS: String(o.window), BENCH_RETENTION_EVERY: '2' }, ['--import', 'tsx', path.join(ROOT, 'bench', 'serve-retention.ts')]);
+    const client = new pg.Client({ connectionString: db.env.DATABASE_URL });
+    await client.connect();
+    const samples: Sample[] = [];
+    const started = performance.now();
+    const sample = async () => {
+      const { rows: [r] } = await client.query<Record<string, string>>(`SELECT pg_database_size(current_database())::text AS database,
+          pg_total_relation_size('jobs')::text AS jobs, pg_total_relation_size('job_leases')::text AS leases, pg_total_relation_size('job_results')::text AS results,
+          (SELECT count(*) FROM jobs)::text AS kept, (SELECT count(*) FROM job_results WHERE result = 'null'::jsonb)::text AS tombstones,
+          (SELECT sum(jobs) FROM job_counts)::text AS total`);
+      samples.push({
+        at: Math.round((performance.now() - started) / 1000), database: Number(r!.database), jobs: Number(r!.jobs), leases: Number(r!.leases),
+        results: Number(r!.results), kept: Number(r!.kept), tombstones: Number(r!.tombstones), total: Number(r!.total ?? 0),
+      });
+    };
+    let stop = false;
+    const sampler = (async () => { while (!stop) { await sample(); await new Promise((r) => setTimeout(r, 10_000)); } })();
+    let jobsPerSecond = 0;
+    try {
+      const h = http(server.url, o.workers + o.submitters + 8);
+      const run = await cycle(h, nodes, userKey, o.submitters, 0, o.duration);
+      jobsPerSecond = run.jobsPerSecond;
+      await h.pool.close();
+    } finally {
+      stop = true;
+      await sampler;
+      await sample();
+    }
+    // Per row, as stored at the end: a finished job within the window (its jobs row, its lease,
+    // its job_results row with the body, and their indexes), and a tombstone (the job_results row
+    // with the hash, and its share of the indexes that keep it).
+    const { rows: [z] } = await client.query<Record<string, string>>(`SELECT
+        (SELECT avg(pg_column_size(j.*)) FROM jobs j)::int AS job_row, (SELECT avg(pg_column_size(l.*)) FROM job_leases l)::int AS lease_row,
+        (SELECT avg(pg_column_size(r.*)) FROM job_results r WHERE result <> 'null'::jsonb)::int AS result_row,
+        (SELECT avg(pg_column_size(r.*)) FROM job_results r WHERE result = 'null'::jsonb)::int AS tombstone_row,
+        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'jobs'::regclass)::float8 / greatest((SELECT count(*) FROM jobs), 1) AS job_indexes,
+        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'job_leases'::regclass)::float8 / greatest((SELECT count(*) FROM job_leases), 1) AS lease_indexes,
+        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'job_results'::regclass AND indexrelid <> 'job_results_kept_bodies'::regclass)::float8
+          / greatest((SELECT count(*) FROM job_results), 1) AS result_indexes`);
+    await client.end();
+    await server.stop();
+    const sizing = [
+      ['per row (bytes)', 'row', 'its indexes'],
+      ['jobs', String(z!.job_row), Number(z!.job_indexes).toFixed(0)],
+      ['job_leases', String(z!.lease_row), Number(z!.lease_indexes).toFixed(0)],
+      ['job_results with the body', String(z!.result_row), Number(z!.result_indexes).toFixed(0)],
+      ['job_results tombstone', String(z!.tombstone_row), Number(z!.result_indexes).toFixed(0)],
+    ];
+    return { samples, jobsPerSecond, sizing };
+  } finally {
+    await db.cleanup();
+  }
+}
+
+export async function retentionScenario(o: RetentionBenchOptions): Promise<void> {
+  mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
+  console.log(`(a) total_job_count, 0 and ${o.jobs} jobs`);
+  const a = await counts(o);
+  printRows(a);
+  console.log(`\n(b) soak: ${o.workers} workers, ${o.submitters} clients, ${o.duration} s, retention window ${o.window} s`);
+  const b = await soak(o);
+  printRows([
+    ['s', 'database MB', 'jobs MB', 'job_leases MB', 'job_results MB', 'jobs kept', 'tombstones', 'jobs ever'],
+    ...b.samples.map((s) => [String(s.at), (s.database / MB).toFixed(1), (s.jobs / MB).toFixed(1), (s.leases / MB).toFixed(1), (s.results / MB).toFixed(1), String(s.kept), String(s.tombstones), String(s.total)]),
+  ]);
+  console.log(`${b.jobsPerSecond.toFixed(0)} jobs/s`);
+  printRows(b.sizing);
+}
