@@ -16,6 +16,9 @@ CREATE INDEX job_results_kept_bodies ON job_results (received_at) WHERE result <
 -- Open leases per node (the node view, ins node list, the network view): the only index on a
 -- node's leases was (node_id, leased_at), which walks all of a node's history to count a few.
 CREATE INDEX job_leases_node_open ON job_leases (node_id) WHERE ended_at IS NULL;
+-- The dashboard's strikes of the last 24 hours (verify/audit-view.ts): by time, not a walk of
+-- every strike ever made.
+CREATE INDEX node_strikes_at ON node_strikes (at);
 
 -- Jobs ever, per state: GET /total_job_count reads these rows, never the jobs. Maintained by
 -- the statement-level triggers below in the transaction of every write that changes a job's
