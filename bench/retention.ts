@@ -1,6 +1,6 @@
 // The retention scenario (`npm run bench -- --scenario retention`), PostgreSQL only:
 // (a) GET /total_job_count against the built server, with no job and with --jobs finished jobs
-//     (default 3,000,000) written straight into PostgreSQL with one INSERT … SELECT
+//     (default 3,000,000; 0 skips this part) written straight into PostgreSQL with one INSERT … SELECT
 //     generate_series (the counters follow, through their trigger); the count the service made
 //     before (a GROUP BY over jobs) is timed on the same table for comparison; and the bytes a
 //     finished job takes in jobs;
@@ -9,7 +9,9 @@
 //     every 2 s), sampling the database's and the tables' sizes every 10 s. The ledger is marked
 //     closed through today first, so that only the window bounds retention (in service, days
 //     close after they end and the evidence window passes: the retained history is then the
-//     window plus up to two days).
+//     window plus up to two days). With the server's autovacuum off, the soak vacuums the three
+//     tables itself every 10 s. At the end: bytes per job kept and per tombstone;
+// (c) the job cycle with the job counters' triggers and without them (jobs/s).
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
@@ -108,8 +110,18 @@ async function soak(o: RetentionBenchOptions): Promise<{ samples: Sample[]; jobs
         results: Number(r!.results), kept: Number(r!.kept), tombstones: Number(r!.tombstones), total: Number(r!.total ?? 0),
       });
     };
+    // A server with autovacuum off (this machine's is) never reclaims a deleted row: the soak then
+    // does autovacuum's work on the three tables itself, after each sample.
+    const autovacuum = (await client.query<{ autovacuum: string }>('SHOW autovacuum')).rows[0]!.autovacuum === 'on';
+    if (!autovacuum) console.log('autovacuum is off on this server: the soak runs VACUUM jobs, job_leases, job_results every 10 s instead');
     let stop = false;
-    const sampler = (async () => { while (!stop) { await sample(); await new Promise((r) => setTimeout(r, 10_000)); } })();
+    const sampler = (async () => {
+      while (!stop) {
+        await sample();
+        if (!autovacuum) await client.query('VACUUM jobs, job_leases, job_results');
+        await new Promise((r) => setTimeout(r, 10_000));
+      }
+    })();
     let jobsPerSecond = 0;
     try {
       const h = http(server.url, o.workers + o.submitters + 8);
@@ -121,25 +133,30 @@ async function soak(o: RetentionBenchOptions): Promise<{ samples: Sample[]; jobs
       await sampler;
       await sample();
     }
-    // Per row, as stored at the end: a finished job within the window (its jobs row, its lease,
-    // its job_results row with the body, and their indexes), and a tombstone (the job_results row
-    // with the hash, and its share of the indexes that keep it).
-    const { rows: [z] } = await client.query<Record<string, string>>(`SELECT
-        (SELECT avg(pg_column_size(j.*)) FROM jobs j)::int AS job_row, (SELECT avg(pg_column_size(l.*)) FROM job_leases l)::int AS lease_row,
-        (SELECT avg(pg_column_size(r.*)) FROM job_results r WHERE result <> 'null'::jsonb)::int AS result_row,
-        (SELECT avg(pg_column_size(r.*)) FROM job_results r WHERE result = 'null'::jsonb)::int AS tombstone_row,
-        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'jobs'::regclass)::float8 / greatest((SELECT count(*) FROM jobs), 1) AS job_indexes,
-        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'job_leases'::regclass)::float8 / greatest((SELECT count(*) FROM job_leases), 1) AS lease_indexes,
-        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'job_results'::regclass AND indexrelid <> 'job_results_kept_bodies'::regclass)::float8
-          / greatest((SELECT count(*) FROM job_results), 1) AS result_indexes`);
-    await client.end();
     await server.stop();
+    // Bytes per job as stored, once the tables are compacted (VACUUM FULL): a finished job within
+    // the window (its jobs row and lease with their indexes, its job_results row with the body,
+    // its share of job_results' indexes) and a tombstone after it (the job_results row with the
+    // hash and its share of the indexes that keep it). A row is its pg_column_size (tuple header
+    // included) and a 4-byte line pointer.
+    await client.query('VACUUM FULL jobs, job_leases, job_results');
+    const { rows: [z] } = await client.query<Record<string, number>>(`WITH n AS (SELECT (SELECT count(*) FROM jobs) AS jobs,
+        (SELECT count(*) FROM job_results) AS results, (SELECT count(*) FROM job_results WHERE result <> 'null'::jsonb) AS bodies)
+      SELECT n.jobs::float8 AS jobs, n.results::float8 AS results,
+        (pg_total_relation_size('jobs') + pg_total_relation_size('job_leases'))::float8 / greatest(n.jobs, 1) AS job_and_leases,
+        (SELECT avg(pg_column_size(r.*)) + 4 FROM job_results r WHERE result <> 'null'::jsonb)::float8 AS body_row,
+        (SELECT avg(pg_column_size(r.*)) + 4 FROM job_results r WHERE result = 'null'::jsonb)::float8 AS tombstone_row,
+        (SELECT sum(pg_relation_size(indexrelid)) FROM pg_index WHERE indrelid = 'job_results'::regclass AND indexrelid <> 'job_results_kept_bodies'::regclass)::float8
+          / greatest(n.results, 1) AS result_indexes,
+        pg_relation_size('job_results_kept_bodies')::float8 / greatest(n.bodies, 1) AS kept_index
+      FROM n`);
+    await client.end();
+    const kept = z!.job_and_leases! + z!.body_row! + z!.result_indexes! + z!.kept_index!;
+    const tombstone = z!.tombstone_row! + z!.result_indexes!;
     const sizing = [
-      ['per row (bytes)', 'row', 'its indexes'],
-      ['jobs', String(z!.job_row), Number(z!.job_indexes).toFixed(0)],
-      ['job_leases', String(z!.lease_row), Number(z!.lease_indexes).toFixed(0)],
-      ['job_results with the body', String(z!.result_row), Number(z!.result_indexes).toFixed(0)],
-      ['job_results tombstone', String(z!.tombstone_row), Number(z!.result_indexes).toFixed(0)],
+      ['bytes per job (compacted)', 'bytes', 'of which'],
+      ['within the window', kept.toFixed(0), `jobs + job_leases with indexes ${z!.job_and_leases!.toFixed(0)}, job_results row with body ${z!.body_row!.toFixed(0)}, indexes ${(z!.result_indexes! + z!.kept_index!).toFixed(0)}`],
+      ['after it (tombstone)', tombstone.toFixed(0), `job_results row ${z!.tombstone_row!.toFixed(0)}, indexes ${z!.result_indexes!.toFixed(0)}`],
     ];
     return { samples, jobsPerSecond, sizing };
   } finally {
@@ -147,11 +164,54 @@ async function soak(o: RetentionBenchOptions): Promise<{ samples: Sample[]; jobs
   }
 }
 
+/**
+ * (c) What the counters' triggers cost the job cycle: runs of --duration/4 seconds (at least 15)
+ * with the triggers and without (dropped between runs, then made again), on-off-off-on.
+ */
+async function triggerCost(o: RetentionBenchOptions): Promise<string[][]> {
+  const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_retention_triggers_${process.pid}`);
+  try {
+    await ins(['migrate'], db.env);
+    const nodes = await Promise.all(Array.from({ length: o.workers }, async (_, i) => ({ name: `ab-${i}`, key: (await ins(['node', 'add', `ab-${i}`], db.env)).trim() })));
+    const userKey = (await ins(['key', 'add-user', 'ab'], db.env)).trim();
+    const server = await startServer(db.env, 18_533, path.join(ROOT, 'bench-results', 'server-retention-triggers.log'), { VERIFY: 'off', JOB_RETENTION: '0' });
+    const seconds = Math.max(15, Math.round(o.duration / 4));
+    const runs: Record<'on' | 'off', number[]> = { on: [], off: [] };
+    try {
+      for (const mode of ['on', 'off', 'off', 'on'] as const) {
+        const url = db.env.DATABASE_URL!;
+        if (mode === 'off') {
+          await adminQuery(url, 'DROP TRIGGER IF EXISTS job_counts_inserted ON jobs');
+          await adminQuery(url, 'DROP TRIGGER IF EXISTS job_counts_updated ON jobs');
+        } else {
+          await adminQuery(url, `CREATE OR REPLACE TRIGGER job_counts_inserted AFTER INSERT ON jobs
+            REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION job_counts_inserted()`);
+          await adminQuery(url, `CREATE OR REPLACE TRIGGER job_counts_updated AFTER UPDATE ON jobs
+            REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION job_counts_updated()`);
+        }
+        const h = http(server.url, o.workers + o.submitters + 8);
+        runs[mode].push((await cycle(h, nodes, userKey, o.submitters, 2, seconds)).jobsPerSecond);
+        await h.pool.close();
+      }
+    } finally {
+      await server.stop();
+    }
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    return [['counters', 'jobs/s (runs)', 'mean'],
+      ['triggers on', runs.on.join(', '), mean(runs.on).toFixed(0)],
+      ['triggers off', runs.off.join(', '), mean(runs.off).toFixed(0)],
+      ['kept', '', `${(100 * mean(runs.on) / mean(runs.off)).toFixed(1)} %`]];
+  } finally {
+    await db.cleanup();
+  }
+}
+
 export async function retentionScenario(o: RetentionBenchOptions): Promise<void> {
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
-  console.log(`(a) total_job_count, 0 and ${o.jobs} jobs`);
-  const a = await counts(o);
-  printRows(a);
+  if (o.jobs > 0) {
+    console.log(`(a) total_job_count, 0 and ${o.jobs} jobs`);
+    printRows(await counts(o));
+  }
   console.log(`\n(b) soak: ${o.workers} workers, ${o.submitters} clients, ${o.duration} s, retention window ${o.window} s`);
   const b = await soak(o);
   printRows([
@@ -160,4 +220,6 @@ export async function retentionScenario(o: RetentionBenchOptions): Promise<void>
   ]);
   console.log(`${b.jobsPerSecond.toFixed(0)} jobs/s`);
   printRows(b.sizing);
+  console.log(`\n(c) the job counters' triggers on the job cycle: ${o.workers} workers, ${o.submitters} clients`);
+  printRows(await triggerCost(o));
 }

@@ -24,7 +24,9 @@ CREATE INDEX node_strikes_at ON node_strikes (at);
 -- the statement-level triggers below in the transaction of every write that changes a job's
 -- state; retention's deletes change nothing here (the total is of history, not of rows kept).
 -- Each backend adds to a shard of its own (its process id modulo 16), so that concurrent
--- writers do not queue behind one row; a read sums at most 16 rows per state.
+-- writers do not queue behind one row; a read sums at most 16 rows per state. Rows are written
+-- in state order; two connections sharing a shard whose transactions write jobs in several
+-- statements can still deadlock, which rolls one back and the database layer retries (db/pg.ts).
 CREATE TABLE job_counts (
   shard smallint NOT NULL,
   state text NOT NULL,

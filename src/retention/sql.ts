@@ -59,3 +59,8 @@ chosen AS (
 leases AS (DELETE FROM job_leases l USING chosen c WHERE l.job_id = c.id RETURNING 1),
 gone AS (DELETE FROM jobs j USING chosen c WHERE j.id = c.id RETURNING 1)
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows, (SELECT count(*)::int FROM leases) AS leases`);
+
+// The embedded database (PGlite) runs no autovacuum: after a look that deleted rows, the server
+// vacuums the three tables itself, so that their space is reused rather than the files grown.
+// PostgreSQL's autovacuum does this on its own.
+export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results');
