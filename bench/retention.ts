@@ -11,14 +11,17 @@
 //     close after they end and the evidence window passes: the retained history is then the
 //     window plus up to two days). With the server's autovacuum off, the soak vacuums the three
 //     tables itself every 10 s. At the end: bytes per job kept and per tombstone;
-// (c) the job cycle with the job counters' triggers and without them (jobs/s).
-import { mkdirSync } from 'node:fs';
+// (c) the job cycle with the job counters' triggers and without them (jobs/s);
+// (b') with pglite among --backends, first the soak on the embedded database (its data directory's size).
+import { mkdirSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
+import { sql } from '../src/db/database.js';
+import { openPglite } from '../src/db/pglite.js';
 import { adminQuery, freshDatabase, ins, percentile, printRows, ROOT, startServer } from './common.js';
 import { cycle, http, MODEL } from './cycle.js';
 
-export interface RetentionBenchOptions { databaseUrl: string; jobs: number; window: number; duration: number; workers: number; submitters: number; out: string | undefined }
+export interface RetentionBenchOptions { databaseUrl: string; backends: string; jobs: number; window: number; duration: number; workers: number; submitters: number; out: string | undefined }
 
 const MB = 1024 * 1024;
 
@@ -164,6 +167,68 @@ async function soak(o: RetentionBenchOptions): Promise<{ samples: Sample[]; jobs
   }
 }
 
+/** Bytes of the files under `dir`. */
+function diskUsage(dir: string): number {
+  let total = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) total += diskUsage(p);
+    else if (e.isFile()) total += statSync(p).size;
+  }
+  return total;
+}
+
+/**
+ * (b') the same soak on the embedded database (PGlite has no autovacuum: retention vacuums the
+ * three tables after each look that deleted rows): the data directory's size every 10 s, then the
+ * tables, read with the server stopped.
+ */
+async function soakEmbedded(o: RetentionBenchOptions): Promise<string[][]> {
+  const db = await freshDatabase('pglite', o.databaseUrl, 'unused');
+  const dir = db.env.DATA_DIR!;
+  try {
+    await ins(['migrate'], db.env);
+    const direct = await openPglite(dir);
+    await direct.query(sql('bench_close_ledger', "UPDATE ledger_state SET closed_through = (now() AT TIME ZONE 'UTC')::date"));
+    await direct.close();
+    const nodes: { name: string; key: string }[] = [];
+    for (let i = 0; i < o.workers; i++) nodes.push({ name: `soak-${i}`, key: (await ins(['node', 'add', `soak-${i}`], db.env)).trim() });
+    const userKey = (await ins(['key', 'add-user', 'soak'], db.env)).trim();
+    const server = await startServer(db.env, 18_534, path.join(ROOT, 'bench-results', 'server-retention-soak-embedded.log'),
+      { VERIFY: 'off', BENCH_RETENTION_SECONDS: String(o.window), BENCH_RETENTION_EVERY: '2' }, ['--import', 'tsx', path.join(ROOT, 'bench', 'serve-retention.ts')]);
+    const rows: string[][] = [['s', 'data directory MB', 'of which pg_wal MB', 'jobs ever']];
+    const started = performance.now();
+    let stop = false;
+    const sample = async () => {
+      const total = ((await (await fetch(`${server.url}/total_job_count`)).json()) as { total_job_count: number }).total_job_count;
+      rows.push([String(Math.round((performance.now() - started) / 1000)), (diskUsage(dir) / MB).toFixed(1), (diskUsage(path.join(dir, 'pg_wal')) / MB).toFixed(1), String(total)]);
+    };
+    const sampler = (async () => { while (!stop) { await sample(); await new Promise((r) => setTimeout(r, 10_000)); } })();
+    let jobsPerSecond = 0;
+    try {
+      const h = http(server.url, o.workers + o.submitters + 8);
+      jobsPerSecond = (await cycle(h, nodes, userKey, o.submitters, 0, o.duration)).jobsPerSecond;
+      await h.pool.close();
+    } finally {
+      stop = true;
+      await sampler;
+      await sample();
+      await server.stop();
+    }
+    const after = await openPglite(dir);
+    const [t] = await after.query<Record<string, number>>(sql('bench_tables', `SELECT (SELECT count(*) FROM jobs)::int AS kept,
+        (SELECT count(*) FROM job_results WHERE result = 'null'::jsonb)::int AS tombstones,
+        pg_total_relation_size('jobs')::float8 / 1048576 AS jobs_mb, pg_total_relation_size('job_leases')::float8 / 1048576 AS leases_mb,
+        pg_total_relation_size('job_results')::float8 / 1048576 AS results_mb`));
+    await after.close();
+    rows.push(['end', '', `jobs ${t!.jobs_mb!.toFixed(1)} MB, job_leases ${t!.leases_mb!.toFixed(1)} MB, job_results ${t!.results_mb!.toFixed(1)} MB`,
+      `${t!.kept} kept, ${t!.tombstones} tombstones, ${jobsPerSecond} jobs/s`]);
+    return rows;
+  } finally {
+    await db.cleanup();
+  }
+}
+
 /**
  * (c) What the counters' triggers cost the job cycle: runs of --duration/4 seconds (at least 15)
  * with the triggers and without (dropped between runs, then made again), on-off-off-on.
@@ -208,6 +273,12 @@ async function triggerCost(o: RetentionBenchOptions): Promise<string[][]> {
 
 export async function retentionScenario(o: RetentionBenchOptions): Promise<void> {
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
+  const backends = o.backends.split(',');
+  if (backends.includes('pglite')) {
+    console.log(`(b') soak on the embedded database: ${o.workers} workers, ${o.submitters} clients, ${o.duration} s, retention window ${o.window} s`);
+    printRows(await soakEmbedded(o));
+    if (!backends.includes('postgres')) return;
+  }
   if (o.jobs > 0) {
     console.log(`(a) total_job_count, 0 and ${o.jobs} jobs`);
     printRows(await counts(o));

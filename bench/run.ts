@@ -55,7 +55,7 @@ if (flags.help) {
   worker:    [--submitters S (32)] (the first of --backends)
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
-             [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL)
+             [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -87,7 +87,7 @@ async function main(): Promise<void> {
       return ledgerScenario({ databaseUrl: flags['database-url'], results: num('results'), nodes: num('nodes'), models: num('models'), out: flags.out, keep: flags.keep });
     case 'retention':
       return retentionScenario({
-        databaseUrl: flags['database-url'], jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
+        databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
       });
     default:
       throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker, ledger or retention)`);

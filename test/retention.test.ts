@@ -98,14 +98,14 @@ describe.each(backends)('retention on $name', (backend) => {
     expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
 
     // Past both: in batches of two, the finished jobs go with their leases; the bodies become hashes.
-    // The embedded database has no autovacuum: retention vacuums after deleting.
+    // The embedded database has no autovacuum nor checkpointer: retention vacuums and checkpoints after deleting.
     const statements: string[] = [];
     const unobserve = t.db.observeStatements((name) => { statements.push(name); });
     expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, busy: false });
     unobserve();
     expect(statements.filter((n) => n.startsWith('retention_'))).toEqual([
       'retention_prune_results', 'retention_prune_results', 'retention_prune_results', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_jobs',
-      ...(backend.name === 'pglite' ? ['retention_vacuum'] : []),
+      ...(backend.name === 'pglite' ? ['retention_vacuum', 'retention_checkpoint'] : []),
     ]);
     expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
     expect(await q('t_jobs_left', 'SELECT id::text, state FROM jobs')).toEqual([{ id: open, state: 'queued' }]);

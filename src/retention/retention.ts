@@ -4,7 +4,7 @@
 // lock (it is pruning: this server stops its look), or the server stops. A failure is reported
 // through `error` and the next look tries again; it never escapes.
 import type { Database } from '../db/database.js';
-import { PRUNE_JOBS, PRUNE_RESULTS, VACUUM } from './sql.js';
+import { CHECKPOINT, PRUNE_JOBS, PRUNE_RESULTS, VACUUM } from './sql.js';
 
 export interface RetentionOptions {
   /** JOB_RETENTION in seconds: finished jobs older than this lose their payloads; 0 keeps everything. */
@@ -86,7 +86,10 @@ export class Retention {
         await new Promise((resolve) => setImmediate(resolve));
       }
     }
-    if (this.db.kind === 'pglite' && (report.jobs || report.results) && !this.stopped) await this.db.query(VACUUM);
+    if (this.db.kind === 'pglite' && (report.jobs || report.results) && !this.stopped) {
+      await this.db.query(VACUUM);
+      await this.db.query(CHECKPOINT);
+    }
     return report;
   }
 

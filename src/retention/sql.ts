@@ -60,7 +60,9 @@ leases AS (DELETE FROM job_leases l USING chosen c WHERE l.job_id = c.id RETURNI
 gone AS (DELETE FROM jobs j USING chosen c WHERE j.id = c.id RETURNING 1)
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows, (SELECT count(*)::int FROM leases) AS leases`);
 
-// The embedded database (PGlite) runs no autovacuum: after a look that deleted rows, the server
-// vacuums the three tables itself, so that their space is reused rather than the files grown.
-// PostgreSQL's autovacuum does this on its own.
+// The embedded database (PGlite) runs no autovacuum and no checkpointer: after a look that
+// deleted rows, the server vacuums the three tables itself, so that their space is reused rather
+// than the files grown, and checkpoints, so that the write-ahead log's segments are recycled
+// rather than piling up to max_wal_size (1 GB) first. PostgreSQL's own processes do both.
 export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results');
+export const CHECKPOINT = sql('retention_checkpoint', 'CHECKPOINT');
