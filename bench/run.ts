@@ -4,7 +4,8 @@
 // - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts);
 // - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
 // - fair: fair queueing, a heavy user's backlog beside a light user (bench/fair.ts);
-// - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts).
+// - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
+// - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts).
 // Every size is a flag (--help).
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
@@ -13,6 +14,7 @@ import { idleScenario } from './idle.js';
 import { workerScenario } from './worker.js';
 import { ledgerScenario } from './ledger.js';
 import { fairScenario } from './fair.js';
+import { retentionScenario } from './retention.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -43,11 +45,13 @@ const { values: flags } = parseArgs({
     'data-dir': { type: 'string', default: 'bench-results/data' },
     out: { type: 'string' },
     keep: { type: 'boolean', default: false },
+    jobs: { type: 'string', default: '3000000' },
+    window: { type: 'string', default: '20' },
     help: { type: 'boolean' },
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker|fair|ledger] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker|fair|ledger|retention] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -57,6 +61,8 @@ if (flags.help) {
   fair:      [--fair-workers W (16)] [--backlog N (5000)] [--service-ms MS (20)] [--light-rate R (1/s)] [--baseline DIR] (PostgreSQL)
   worker:    [--submitters S (32)] (the first of --backends)
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
+  retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
+             [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -89,8 +95,12 @@ async function main(): Promise<void> {
         workers: num('fair-workers'), backlog: num('backlog'), serviceMs: num('service-ms'), lightPerSecond: num('light-rate') });
     case 'ledger':
       return ledgerScenario({ databaseUrl: flags['database-url'], results: num('results'), nodes: num('nodes'), models: num('models'), out: flags.out, keep: flags.keep });
+    case 'retention':
+      return retentionScenario({
+        databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
+      });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker, fair or ledger)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker, fair, ledger or retention)`);
   }
 }
 

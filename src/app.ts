@@ -13,8 +13,10 @@ import { registerRateLimits } from './http/rate-limit.js';
 import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits, type TrustProxy } from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
 import { Service, type LedgerOptions, type ServiceOptions } from './service.js';
+import type { RetentionOptions } from './retention/retention.js';
 
 export type { LedgerOptions } from './service.js';
+export type { RetentionOptions } from './retention/retention.js';
 import { dailyPointsRoute } from './routes/daily-points.js';
 import { operationsRoutes } from './routes/operations.js';
 import { dashboardRoutes } from './routes/dashboard.js';
@@ -59,6 +61,8 @@ export interface AppOptions {
   dispatch?: ServiceOptions['dispatch'];
   /** The points ledger (docs/ledger.md). */
   ledger?: LedgerOptions;
+  /** Retention of finished jobs (src/retention/); absent: off. */
+  retention?: RetentionOptions;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -129,6 +133,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     defaultPointsPerJob: opts.defaultPointsPerJob ?? 1,
     ...(opts.dispatch ? { dispatch: opts.dispatch } : {}),
     ...(opts.ledger ? { ledger: opts.ledger } : {}),
+    ...(opts.retention ? { retention: opts.retention } : {}),
   }, {
     outcomes: [outcomeMetrics(metrics)],
     verification: {
@@ -150,6 +155,18 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
         app.log.error({ err }, 'ledger: closing days failed; retrying at the next look');
       },
       cannotSign: (keyId) => app.log.warn({ keyId }, 'ledger: this server has no private key (it lives in another server\'s LEDGER_KEY_FILE): it serves the ledger but closes no day'),
+    },
+    retention: {
+      pruned: (report) => {
+        metrics.retentionPruned.inc({ what: 'jobs' }, report.jobs);
+        metrics.retentionPruned.inc({ what: 'leases' }, report.leases);
+        metrics.retentionPruned.inc({ what: 'results' }, report.results);
+        app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash');
+      },
+      error: (err) => {
+        metrics.backgroundFailures.inc({ task: 'retention' });
+        app.log.error({ err }, 'retention: pruning failed; retrying at the next look');
+      },
     },
     warn: (err, what) => app.log.warn({ err }, what),
     error: (err, where) => {

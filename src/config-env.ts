@@ -1,8 +1,8 @@
 // Reading the environment for config.ts: each reader checks one variable and records what is
 // wrong with it, so that every problem is reported at once.
 const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
-const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$/i;
-const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600 };
+const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i;
+const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
 
 export class EnvReader {
@@ -43,7 +43,7 @@ export class EnvReader {
     return ['true', '1', 'yes', 'on'].includes(raw);
   }
 
-  /** Seconds, from a number with an optional unit (ms, s, m, h); `zero` also accepts 0 (off). */
+  /** Seconds, from a number with an optional unit (ms, s, m, h, d); `zero` also accepts 0 (off). */
   duration(name: string, fallback: number, min: number, max: number, zero = false): number {
     const raw = this.get(name);
     if (raw === undefined) return fallback;
@@ -51,7 +51,7 @@ export class EnvReader {
     const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] ?? 's').toLowerCase()]! : NaN;
     if (zero && seconds === 0) return 0;
     if (!(seconds >= min && seconds <= max)) {
-      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${min} s to ${max} s${zero ? ' or 0' : ''}, e.g. 30s, 5m or 6h`);
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${min} s to ${max} s${zero ? ' or 0' : ''}, e.g. 30s, 5m, 6h or 7d`);
       return fallback;
     }
     return seconds;

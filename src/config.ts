@@ -61,7 +61,14 @@ export interface Config {
   dispatch?: { handOff?: boolean; trackEmpty?: boolean };
   /** The ledger's signing key (PEM); unset: kept in the database (docs/ledger.md). */
   ledgerKeyFile: string | undefined;
+  /** JOB_RETENTION in seconds: finished jobs' payloads and lease history are deleted after it; 0 keeps everything (src/retention/). */
+  jobRetention: number;
+  /** Not from the environment: seconds between retention's looks (60), set only by the benchmark (bench/serve-retention.ts). */
+  retentionEvery?: number;
 }
+
+/** JOB_RETENTION's default: 7 days. */
+export const DEFAULT_JOB_RETENTION = 7 * 86400;
 
 /** reports: node keys credit any new job_id (the original contract); dispatched: only leases this service handed out earn points. */
 export type CreditPolicy = 'reports' | 'dispatched';
@@ -122,6 +129,7 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['DEFAULT_QUOTA_TOKENS', '(unset)', 'output tokens a user key may use per UTC day, likewise (unset: no limit)'],
   ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
   ['LEDGER_KEY_FILE', '(unset)', "the points ledger's Ed25519 signing key, PEM (created if missing); unset = generated into the database (docs/ledger.md)"],
+  ['JOB_RETENTION', '7d', "finished jobs' prompts, answers and lease history are deleted after this (s, m, h, d); points, rosters and the ledger stay; 0 = keep all"],
   ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first'],
 ];
 
@@ -262,6 +270,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     coordinator,
     verify: readVerifyConfig(r),
     ledgerKeyFile: r.get('LEDGER_KEY_FILE') === undefined ? undefined : path.resolve(r.get('LEDGER_KEY_FILE')!),
+    jobRetention: r.duration('JOB_RETENTION', DEFAULT_JOB_RETENTION, 3600, 3650 * 86400, true),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

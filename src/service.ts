@@ -17,6 +17,7 @@ import { ResultRecorder } from './results/recorder.js';
 import { LedgerKeyError, LedgerKeys } from './ledger/keys.js';
 import { LedgerReader } from './ledger/read.js';
 import { DayCloser, type DayCloserEvents } from './ledger/closer.js';
+import { Retention, type RetentionEvents, type RetentionOptions } from './retention/retention.js';
 
 export interface ServiceOptions {
   coordinator: CoordinatorConfig;
@@ -26,6 +27,8 @@ export interface ServiceOptions {
   dispatch?: { handOff?: boolean; trackEmpty?: boolean };
   /** The points ledger (docs/ledger.md). */
   ledger?: LedgerOptions;
+  /** Retention of finished jobs (src/retention/); absent: off (the server passes JOB_RETENTION). */
+  retention?: RetentionOptions;
 }
 
 export interface LedgerOptions {
@@ -44,6 +47,8 @@ export interface ServiceObservers {
   verification: Omit<VerifierEvents, 'error'>;
   /** What the closer of days does (ledger/closer.ts). */
   ledger: DayCloserEvents & { cannotSign: (keyId: string) => void };
+  /** What retention deletes, and its failures (retention/retention.ts). */
+  retention: RetentionEvents;
   /** A background task failed (logged and counted by the observer; the service carries on). */
   error: (err: unknown, where: 'coordinator' | 'verification') => void;
   /** The ledger's signing key could not be read at start (the database is away): it is read when needed. */
@@ -61,6 +66,7 @@ export class Service {
     readonly points: PointsLoader,
     readonly results: ResultRecorder,
     readonly ledger: { keys: LedgerKeys; reader: LedgerReader; closer: DayCloser },
+    readonly retention: Retention,
     private readonly detachPrincipals: () => Promise<void>,
   ) {}
 
@@ -94,7 +100,10 @@ export class Service {
     const closer = new DayCloser(db, keys, { window, server: coordinator.server }, observers.ledger);
     if (options.ledger?.closeEvery) closer.start(options.ledger.closeEvery);
     const ledger = { keys, reader: new LedgerReader(db, window), closer };
-    return new Service(db, options, coordinator, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, detach);
+    // Retention: one server at a time prunes what is past JOB_RETENTION and the ledger's closing.
+    const retention = new Retention(db, options.retention ?? { window: 0 }, observers.retention);
+    if (options.retention?.every) retention.start(options.retention.every);
+    return new Service(db, options, coordinator, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, retention, detach);
   }
 
   /** Waiting polls answer at once (the server is stopping). */
@@ -103,6 +112,7 @@ export class Service {
   }
 
   async close(): Promise<void> {
+    await this.retention.close();
     await this.ledger.closer.close();
     await this.verifier.close();
     await this.coordinator.close();

@@ -31,6 +31,8 @@ export interface Metrics {
   /** The points ledger: days closed, and looks that failed (logged; retried at the next look). */
   ledgerDaysClosed: Counter;
   ledgerCloseFailures: Counter;
+  /** Retention: rows deleted (jobs, leases) or pruned to a hash (results). */
+  retentionPruned: Counter;
   /** Read at each scrape; the app points them at the coordinator. */
   live: { waitingWorkers: () => number };
 }
@@ -116,7 +118,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
   const backgroundFailures = new Counter({
     name: 'ins_background_failures_total', labelNames: ['task'], registers: [registry],
-    help: 'Background work that failed and was given up or will be tried again (coordinator: sweeps, hand-offs, outcome consumers; verification: audits, maintenance)',
+    help: 'Background work that failed and was given up or will be tried again (coordinator: sweeps, hand-offs, outcome consumers; verification: audits, maintenance; retention: a look at what is past JOB_RETENTION)',
   });
   const pendingPolls = new Counter({
     name: 'ins_pending_polls_total', labelNames: ['source'], registers: [registry],
@@ -131,7 +133,8 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   });
   const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
   const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
-  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, ledgerDaysClosed, ledgerCloseFailures, live };
+  const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results)', labelNames: ['what'], registers: [registry] });
+  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
 }
 
 /** What an audit batch found (verify/auditor.ts). */

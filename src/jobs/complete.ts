@@ -16,9 +16,12 @@ export type Completion =
   | { kind: 'replayed'; status: 'success' | 'error' }
   | { kind: 'refused'; detail: string };
 
-// Why a report did not match: $1 the job key's hash, $2 the reported result.
+// Why a report did not match: $1 the job key's hash, $2 the reported result (compared with its
+// hash once retention pruned the body, results/recorder.ts). Once retention deleted the lease,
+// its key is unknown: refused, nothing credited.
 const EXPLAIN = sql('jobs_explain_report', `SELECT l.job_id::text AS job_id, l.ended_at IS NOT NULL AS ended, l.outcome,
-    j.state, j.deadline_at <= now() AS past_deadline, m.name AS model, r.result = $2::jsonb AS same_result, n.disabled_at IS NOT NULL AS disabled
+    j.state, j.deadline_at <= now() AS past_deadline, m.name AS model,
+    CASE WHEN r.result = 'null'::jsonb THEN r.result_hash = sha256(convert_to($2::jsonb::text, 'UTF8')) ELSE r.result = $2::jsonb END AS same_result, n.disabled_at IS NOT NULL AS disabled
   FROM job_leases l JOIN jobs j ON j.id = l.job_id JOIN models m ON m.id = j.model_id JOIN nodes n ON n.id = l.node_id
   LEFT JOIN job_results r ON r.job_id = l.job_id::text AND r.node_id = l.node_id
   WHERE l.key_hash = $1::text`);

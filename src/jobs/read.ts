@@ -41,7 +41,10 @@ const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DIST
   GROUP BY m.name ORDER BY m.name COLLATE "C"`);
 const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`);
-const JOB_COUNTS = sql('jobs_counts', 'SELECT state, count(*)::int AS n FROM jobs GROUP BY state');
+// Jobs ever, per state: the counters the jobs' triggers maintain (migrations/0010_retention.sql),
+// at most 16 shards per state — the same cost at any size of history, and retention's deletes
+// do not lower them.
+const JOB_COUNTS = sql('jobs_counts', 'SELECT state, sum(jobs)::bigint AS n FROM job_counts GROUP BY state');
 const QUEUE_DEPTH = sql('jobs_queue_depth', `SELECT m.name AS model, count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id
   WHERE j.state = 'queued' GROUP BY m.name`);
 const OPEN_LEASES = sql('jobs_open_leases', 'SELECT count(*)::int AS n FROM job_leases WHERE ended_at IS NULL');

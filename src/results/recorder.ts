@@ -38,7 +38,11 @@ export type RecordOutcome =
 
 interface Credit { report: Report; modelId: number }
 
-const LOCK_EXISTING = sql('results_lock_existing', `SELECT r.node_id, r.model_id, r.status, r.result = $2::jsonb AS same_result
+// A row past retention keeps its result's hash instead of its body (src/retention/sql.ts): the
+// report is then the same if its result hashes the same (jsonb text is canonical: key order
+// does not matter, as with the comparison of bodies).
+const LOCK_EXISTING = sql('results_lock_existing', `SELECT r.node_id, r.model_id, r.status,
+    CASE WHEN r.result = 'null'::jsonb THEN r.result_hash = sha256(convert_to($2::jsonb::text, 'UTF8')) ELSE r.result = $2::jsonb END AS same_result
   FROM job_results r WHERE r.job_id = $1::text FOR UPDATE`);
 
 /** reversed: a success whose points verification took back (src/verify/reversal.ts); final. */

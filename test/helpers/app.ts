@@ -3,7 +3,7 @@
 import type { Database } from '../../src/db/database.js';
 import type { CoordinatorConfig } from '../../src/config.js';
 import type { VerifyConfig } from '../../src/config-verify.js';
-import { buildApp, type LedgerOptions } from '../../src/app.js';
+import { buildApp, type LedgerOptions, type RetentionOptions } from '../../src/app.js';
 import { createNode } from '../../src/repositories/nodes.js';
 import { addApiKey } from '../../src/repositories/api-keys.js';
 import type { Backend } from './db.js';
@@ -12,7 +12,7 @@ export type TestApp = Awaited<ReturnType<typeof buildApp>>;
 
 // Verification (src/verify/) copies a random share of jobs: it is off unless a test turns it on,
 // so that other tests count exactly the jobs they submit.
-export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number; coordinator?: Partial<CoordinatorConfig>; verify?: Partial<VerifyConfig>; ledger?: LedgerOptions } = {}) {
+export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number; coordinator?: Partial<CoordinatorConfig>; verify?: Partial<VerifyConfig>; ledger?: LedgerOptions; retention?: RetentionOptions } = {}) {
   const db: Database = await backend.open();
   const app = await buildApp({ db, ...opts, verify: { enabled: false, ...opts.verify } });
   return {

@@ -1,0 +1,191 @@
+// Retention (src/retention/, docs/operations.md "Retention") through the real app: jobs run the
+// way workers run them (the job-key path) and a seed-wire report with a node key; their history
+// is then aged by three days (every time column, aggregates and caches alike, as if the days had
+// passed) and retention runs with a window of one day. Its payloads go, points, rosters,
+// counts and the ledger stay, and no replay of an old report is credited again. Retention waits
+// for the ledger's closing, and one server prunes at a time. The public job counts are
+// maintained, exact under concurrent writes, and not lowered by retention.
+import { afterEach, describe, expect, it } from 'vitest';
+import { sql, type Database } from '../src/db/database.js';
+import { Retention } from '../src/retention/retention.js';
+import { RETENTION_LOCK } from '../src/retention/sql.js';
+import { checkDatabase } from '../src/ledger/check.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { aggregatesAndRecomputation } from './helpers/aggregates.js';
+
+const MODEL = 'llama3.2:latest';
+const DAY = 86_400;
+const day = (ago: number): string => new Date(Date.now() - ago * DAY * 1000).toISOString().slice(0, 10);
+
+/** Moves every time of the finished history `days` back, consistently: as if those days had passed. */
+async function ageHistory(db: Database, days: number): Promise<void> {
+  const i = `make_interval(days => ${days})`;
+  const statements = [
+    `UPDATE jobs SET submitted_at = submitted_at - ${i}, first_leased_at = first_leased_at - ${i}, deadline_at = deadline_at - ${i},
+      finished_at = finished_at - ${i} WHERE finished_at IS NOT NULL`,
+    `UPDATE job_leases SET leased_at = leased_at - ${i}, expires_at = expires_at - ${i}, ended_at = ended_at - ${i} WHERE ended_at IS NOT NULL`,
+    `UPDATE job_results SET received_at = received_at - ${i}, created_at = created_at - ${i}`,
+    `UPDATE node_daily_points SET day = day - ${days}`,
+    `UPDATE model_nodes SET first_success_at = first_success_at - ${i}, last_success_at = last_success_at - ${i}`,
+    `UPDATE model_node_days SET day = day - ${days}, first_success_at = first_success_at - ${i}, last_success_at = last_success_at - ${i}`,
+    // The servers' caches of daily points and rosters read again.
+    'UPDATE points_history SET version = version + 1',
+    'UPDATE models SET roster_version = roster_version + 1',
+  ];
+  for (const [n, text] of statements.entries()) await db.query(sql(`t_age_${n}`, text));
+}
+
+describe.each(backends)('retention on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  afterEach(async () => t?.close());
+
+  const q = <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
+  const totals = async () => (await t.app.inject({ url: '/total_job_count' })).json() as { total_job_count: number; by_state: Record<string, number> };
+  const counted = async () => {
+    const rows = await q<{ state: string; n: number }>('t_counted', 'SELECT state, count(*)::int AS n FROM jobs GROUP BY state');
+    const byState: Record<string, number> = { queued: 0, leased: 0, done: 0, failed: 0, expired: 0, canceled: 0 };
+    for (const r of rows) byState[r.state] = r.n;
+    return { total_job_count: Object.values(byState).reduce((a, b) => a + b, 0), by_state: byState };
+  };
+
+  /** A node that ran three jobs (job keys), one seed-wire report (node key); a canceled job and a queued one. */
+  async function start() {
+    t = await startApp(backend, { retention: { window: DAY, batch: 2 } });
+    const nodeKey = await t.addNode('alpha');
+    const user = new TestUser(t.app, await t.addUser());
+    const worker = await new TestWorker(t.app, 'alpha', nodeKey).start([MODEL]);
+    const jobs: Job[] = [];
+    for (let i = 0; i < 3; i++) {
+      await user.submit(MODEL, `prompt ${i}`);
+      const job = (await worker.getJob())!;
+      expect((await worker.report(job)).json()).toMatchObject({ points: 1, replayed: false });
+      jobs.push(job);
+    }
+    const seed = { job_id: 'seed-1', api_key: nodeKey, model_name: MODEL, result: { message: 'hello', b: [1, 2], a: { z: 1, y: 'é' } }, status: 'success' };
+    expect((await worker.post('/worker/update_result', seed)).json()).toMatchObject({ points: 1, replayed: false });
+    const canceled = await user.submit(MODEL, 'canceled');
+    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${canceled}`, headers: { api_key: user.key } })).statusCode).toBe(200);
+    await ageHistory(t.db, 3);
+    const open = await user.submit(MODEL, 'still queued');
+    return { nodeKey, user, worker, jobs, seed, canceled, open };
+  }
+
+  const looks = async (nodeKey: string, token: string) => ({
+    daily: (await t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: nodeKey }, payload: { node_name: 'alpha', last_days: 5 } })).json() as unknown,
+    roster: (await t.app.inject({ url: `/unique_nodes?model_name=${encodeURIComponent(MODEL)}&start_date=2020-01-01` })).json() as unknown,
+    points: (await t.app.inject({ url: '/get_points?node_name=alpha', headers: { authorization: `Bearer ${token}` } })).json() as unknown,
+    totals: await totals(),
+  });
+
+  it('deletes finished payloads and lease history past the window, keeps points, rosters, counts and the ledger, and credits no replay again', async () => {
+    const { nodeKey, user, worker, jobs, seed, canceled, open } = await start();
+    // Before: the old job key's replay is a replay (its lease is still there).
+    expect((await worker.report(jobs[0]!)).json()).toMatchObject({ replayed: true, points: 0 });
+    const before = await looks(nodeKey, worker.token);
+    expect(before.daily).toEqual([{ date: day(4), points: 0 }, { date: day(3), points: 4 }, { date: day(2), points: 0 }, { date: day(1), points: 0 }, { date: day(0), points: 0 }]);
+    expect(before.roster).toMatchObject({ count: 1, nodes: ['alpha'] });
+    expect(before.totals).toEqual({ total_job_count: 5, by_state: { queued: 1, leased: 0, done: 3, failed: 0, expired: 0, canceled: 1 } });
+    expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
+
+    // The ledger has closed nothing yet: retention waits for it, whatever the rows' age.
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
+    expect((await t.app.ledger.closer.closeDue())!.closed).toEqual([day(3), day(2)]);
+
+    // A window longer than the history's age prunes nothing either.
+    const events = { pruned: () => {}, error: (err: unknown) => { throw err; } };
+    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
+
+    // Past both: in batches of two, the finished jobs go with their leases; the bodies become hashes.
+    // The embedded database has no autovacuum nor checkpointer: retention vacuums and checkpoints after deleting.
+    const statements: string[] = [];
+    const unobserve = t.db.observeStatements((name) => { statements.push(name); });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, busy: false });
+    unobserve();
+    expect(statements.filter((n) => n.startsWith('retention_'))).toEqual([
+      'retention_prune_results', 'retention_prune_results', 'retention_prune_results', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_jobs',
+      ...(backend.name === 'pglite' ? ['retention_vacuum', 'retention_checkpoint'] : []),
+    ]);
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
+    expect(await q('t_jobs_left', 'SELECT id::text, state FROM jobs')).toEqual([{ id: open, state: 'queued' }]);
+    expect(await q('t_leases_left', 'SELECT count(*)::int AS n FROM job_leases')).toEqual([{ n: 0 }]);
+    const kept = await q<{ job_id: string; result: unknown; hashed: boolean; points: number }>('t_results_left',
+      'SELECT job_id, result, length(result_hash) = 32 AS hashed, points::float8 AS points FROM job_results ORDER BY job_id');
+    expect(kept).toHaveLength(4);
+    for (const r of kept) expect(r).toMatchObject({ result: null, hashed: true, points: 1 });
+    expect((await user.result(jobs[0]!.job_id)).statusCode).toBe(404);
+    expect((await user.result(canceled)).statusCode).toBe(404);
+
+    // Points, rosters, the total of history, the aggregates and the ledger: as they were.
+    expect(await looks(nodeKey, worker.token)).toEqual(before);
+    expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
+    expect(await checkDatabase(t.db, 30)).toMatchObject({ days: [day(3), day(2)], differences: [] });
+
+    // Replays of old reports: never a second credit.
+    // The seed wire, same report (keys in another order): a replay; another result or node: 409.
+    const reordered = { ...seed, result: { a: { y: 'é', z: 1 }, b: [1, 2], message: 'hello' } };
+    expect((await worker.post('/worker/update_result', reordered)).json()).toEqual({ job_id: 'seed-1', status: 'success', points: 0, replayed: true });
+    expect((await worker.post('/worker/update_result', { ...seed, result: { message: 'other' } })).statusCode).toBe(409);
+    expect((await worker.post('/worker/update_result', { ...seed, status: 'error' })).statusCode).toBe(409);
+    const otherKey = await t.addNode('beta');
+    expect((await worker.post('/worker/update_result', { ...seed, api_key: otherKey })).statusCode).toBe(409);
+    // The job key of a deleted lease is unknown: refused, nothing credited.
+    const old = await worker.report(jobs[0]!);
+    expect(old.statusCode).toBe(400);
+    expect(old.json()).toEqual({ detail: 'Unknown job key' });
+    // The dispatched job's id with the node key: its credit is found, the same answer is a replay.
+    const byNodeKey = { job_id: jobs[1]!.job_id, api_key: nodeKey, model_name: MODEL, result: { message: { role: 'assistant', content: `answer to ${jobs[1]!.job_id}` } }, status: 'success' };
+    expect((await worker.post('/worker/update_result', byNodeKey)).json()).toMatchObject({ points: 0, replayed: true });
+    expect((await worker.post('/worker/update_result', { ...byNodeKey, result: { message: 'forged' } })).statusCode).toBe(409);
+    expect((await worker.post('/worker/update_result', { ...byNodeKey, api_key: otherKey })).statusCode).toBe(409);
+    // Nothing moved.
+    expect(await looks(nodeKey, worker.token)).toEqual({ ...before, totals: before.totals });
+    expect(await checkDatabase(t.db, 30)).toMatchObject({ differences: [] });
+    const metrics = (await t.app.inject({ url: '/metrics' })).body;
+    expect(metrics).toContain('ins_retention_pruned_total{what="jobs"} 4');
+    expect(metrics).toContain('ins_retention_pruned_total{what="results"} 4');
+  });
+
+  it('does nothing with a window of 0 (keep all)', async () => {
+    await start();
+    await t.app.ledger.closer.closeDue();
+    const off = new Retention(t.db, { window: 0 }, { pruned: () => {}, error: (err) => { throw err; } });
+    expect(off.enabled).toBe(false);
+    expect(await off.prune()).toBeUndefined();
+    expect(await q('t_all_jobs', 'SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 5 }]);
+  });
+
+  it.skipIf(backend.name === 'pglite')('prunes on one server at a time: another holding the lock finds it busy and stops', async () => {
+    await start();
+    await t.app.ledger.closer.closeDue();
+    await t.db.transaction(async (tx) => {
+      await tx.query(sql('t_hold_lock', `SELECT pg_advisory_xact_lock(${RETENTION_LOCK})`));
+      expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: true });
+    });
+    expect(await t.app.service.retention.prune()).toMatchObject({ jobs: 4, results: 4, busy: false });
+  });
+
+  it('counts jobs ever per state exactly under concurrent writes, from counters', async () => {
+    t = await startApp(backend);
+    const user = new TestUser(t.app, await t.addUser());
+    const workers = await Promise.all(['n1', 'n2', 'n3', 'n4'].map(async (n) => new TestWorker(t.app, n, await t.addNode(n)).start([MODEL])));
+    const ids = await Promise.all(Array.from({ length: 40 }, (_, i) => user.submit(MODEL, `p${i}`)));
+    // Four workers take and finish jobs while more are submitted and some canceled, all at once.
+    await Promise.all([
+      ...workers.map(async (w) => {
+        for (let i = 0; i < 6; i++) {
+          const job = await w.getJob();
+          if (job) await w.report(job, 'ok', i % 3 === 2 ? 'error' : 'success');
+        }
+      }),
+      ...Array.from({ length: 20 }, (_, i) => user.submit(MODEL, `more ${i}`)),
+      ...ids.slice(30).map((id) => t.app.inject({ method: 'POST', url: `/cancel_job/${id}`, headers: { api_key: user.key } })),
+    ]);
+    const expected = await counted();
+    expect(expected.total_job_count).toBe(60);
+    expect(await totals()).toEqual(expected);
+    // The read is of the counters, not of the jobs.
+    expect(await q('t_counters', 'SELECT sum(jobs)::int AS n FROM job_counts')).toEqual([{ n: 60 }]);
+  });
+});
