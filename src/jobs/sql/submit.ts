@@ -25,8 +25,9 @@ import type { JobRequest } from '../request.js';
 //
 // Fair queueing: a job's fair_key is its owner's last key for the model plus 1/priority, but at
 // least the model's virtual time (its smallest queued fair_key; the wall clock when none is
-// queued); an owner with no job of the model queued starts again at the virtual time. n jobs of
-// one owner and model in a batch take n consecutive keys.
+// queued), and never more than one step past the owner's last queued job of the model (or past
+// the virtual time when none is queued). n jobs of one owner and model in a batch take n
+// consecutive keys.
 export const SUBMIT = sql('jobs_submit', `WITH input AS (
   SELECT q.*, row_number() OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS r,
     sum(q.reserve) OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS cum
@@ -67,17 +68,19 @@ lanes_vt AS (
     (SELECT max(j.fair_key) FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = a.model_id AND j.owner_key_id = a.owner_key_id) AS queued_top
   FROM accepted a GROUP BY a.owner_key_id, a.model_id
 ),
--- A lane continues after its last queued job, and restarts at V when it has none queued: its
--- last key may lie far ahead for jobs that left the queue without being served (canceled,
--- expired), and those must not push its next job behind everyone else's.
+-- A lane continues after its last queued job; with none queued, after its last key but no later
+-- than one step past V. (A job it had served was at the head when leased, so its key is at most
+-- V: that case is plain start-time fair queueing. Only jobs that left the queue unserved —
+-- canceled, expired — can leave a last key beyond V, and those must not push its next job
+-- behind everyone else's.)
 lanes_in AS (
-  SELECT l.*, coalesce(l.queued_top, l.vt - l.step) AS top FROM lanes_vt l
+  SELECT l.*, coalesce(l.queued_top, l.vt) AS cap FROM lanes_vt l
 ),
 lanes AS (
   INSERT INTO fair_lanes AS f (owner_key_id, model_id, last_key)
-  SELECT owner_key_id, model_id, greatest(vt, top + step) + (n - 1) * step FROM lanes_in ORDER BY owner_key_id, model_id
+  SELECT owner_key_id, model_id, vt + (n - 1) * step FROM lanes_in ORDER BY owner_key_id, model_id
   ON CONFLICT (owner_key_id, model_id) DO UPDATE SET last_key = greatest(EXCLUDED.last_key,
-    (SELECT least(f.last_key, l.top) + l.n * l.step FROM lanes_in l WHERE l.owner_key_id = f.owner_key_id AND l.model_id = f.model_id))
+    (SELECT least(f.last_key, l.cap) + l.n * l.step FROM lanes_in l WHERE l.owner_key_id = f.owner_key_id AND l.model_id = f.model_id))
   RETURNING f.owner_key_id, f.model_id, f.last_key
 ),
 q AS (
