@@ -145,10 +145,13 @@ function note(activity: Activity, e: Entry): void {
 async function verifyNode(client: Client, name: string, days: SignedDay[], differences: Difference[]): Promise<void> {
   const activity: Activity = new Map();
   const nets = new Map<string, string>();
-  const answers = await inParallel(days, 4, (d) => client.json<NodeDayJson>(`/ledger/days/${d.day}/nodes/${encodeURIComponent(name)}`));
-  for (const [i, d] of days.entries()) {
-    const r = answers[i]!;
-    if (!sameHeader(r.day, d)) differences.push({ day: d.day, what: 'the node view answers another signed record than the listing' });
+  // Each day is checked as soon as its answer arrives, while the server answers the next ones:
+  // the hashing here and the reading there overlap. Differences are kept per day, in day order.
+  const perDay: Difference[][] = days.map(() => []);
+  await inParallel(days.map((d, i) => [d, i] as const), 4, async ([d, i]) => {
+    const r = await client.json<NodeDayJson>(`/ledger/days/${d.day}/nodes/${encodeURIComponent(name)}`);
+    const found = perDay[i]!;
+    if (!sameHeader(r.day, d)) found.push({ day: d.day, what: 'the node view answers another signed record than the listing' });
     // The entries as parsed, completed in place (no copy of thousands of objects), in canonical order.
     const entries = r.entries as Entry[];
     for (const e of entries) {
@@ -158,16 +161,17 @@ async function verifyNode(client: Client, name: string, days: SignedDay[], diffe
     entries.sort(compareEntries);
     for (const e of entries) note(activity, e);
     if (r.node) {
-      if (!r.proof || !checkInclusion(sha256, d, r.node, r.proof)) differences.push({ day: d.day, node: name, what: "its leaf is not in the day's signed tree (the proof fails)" });
+      if (!r.proof || !checkInclusion(sha256, d, r.node, r.proof)) found.push({ day: d.day, node: name, what: "its leaf is not in the day's signed tree (the proof fails)" });
       const digests = fromHex(r.digests);
-      if (toHex(sha256(digests)) !== r.node.digests_hash) differences.push({ day: d.day, node: name, what: 'the digests served are not the signed ones' });
-      differences.push(...checkNodeEntries(sha256, d.day, { ...r.node, digests }, { name, entries }));
+      if (toHex(sha256(digests)) !== r.node.digests_hash) found.push({ day: d.day, node: name, what: 'the digests served are not the signed ones' });
+      found.push(...checkNodeEntries(sha256, d.day, { ...r.node, digests }, { name, entries }));
       nets.set(d.day, subtractDecimal(r.node.credited, r.node.reversed));
     } else {
-      if (!r.absence || !checkAbsence(sha256, d, name, r.absence)) differences.push({ day: d.day, node: name, what: 'no leaf, and no valid proof that it had none' });
-      differences.push(...checkNodeEntries(sha256, d.day, undefined, { name, entries }));
+      if (!r.absence || !checkAbsence(sha256, d, name, r.absence)) found.push({ day: d.day, node: name, what: 'no leaf, and no valid proof that it had none' });
+      found.push(...checkNodeEntries(sha256, d.day, undefined, { name, entries }));
     }
-  }
+  });
+  for (const found of perDay) differences.push(...found);
   await compareDailyPoints(client, name, days, nets, differences);
   await compareUniqueNodes(client, days, activity, differences, name);
 }
