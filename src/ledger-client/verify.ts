@@ -148,7 +148,7 @@ async function verifyNode(client: Client, name: string, days: SignedDay[], diffe
   // Each day is checked as soon as its answer arrives, while the server answers the next ones:
   // the hashing here and the reading there overlap. Differences are kept per day, in day order.
   const perDay: Difference[][] = days.map(() => []);
-  await inParallel(days.map((d, i) => [d, i] as const), 4, async ([d, i]) => {
+  await inParallel(days.map((d, i) => [d, i] as const), 8, async ([d, i]) => {
     const r = await client.json<NodeDayJson>(`/ledger/days/${d.day}/nodes/${encodeURIComponent(name)}`);
     const found = perDay[i]!;
     if (!sameHeader(r.day, d)) found.push({ day: d.day, what: 'the node view answers another signed record than the listing' });
