@@ -2,8 +2,9 @@
 // (PostgreSQL database or embedded data directory, dropped afterwards), and the built server
 // started in production mode with the rate limits off (a benchmark would measure its 429s).
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, openSync, rmSync } from 'node:fs';
+import { mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -22,6 +23,19 @@ export function parseBackends(list: string): Backend[] {
 
 /** The built CLI of another checkout (e.g. `--baseline DIR`, to compare with the code before a change in one run). */
 export const entryOf = (root: string): string => path.join(path.resolve(root), 'dist', 'cli', 'entry.js');
+
+/**
+ * `count` nodes named `${prefix}-${i}` with fresh keys, imported with `ins import nodes` (of
+ * `entry`, this checkout's by default) into the database of `env`: what every load scenario's
+ * workers log in with.
+ */
+export async function importBenchNodes(env: NodeJS.ProcessEnv, prefix: string, count: number, entry = ENTRY): Promise<{ name: string; key: string }[]> {
+  const nodes = Array.from({ length: count }, (_, i) => ({ name: `${prefix}-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
+  const file = path.join(ROOT, 'bench-results', `${prefix}-nodes-${process.pid}.csv`);
+  writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
+  await ins(['import', 'nodes', file], env, entry);
+  return nodes;
+}
 
 /** Runs `ins ARGS` (of `entry`, this checkout's by default); resolves with its stdout, rejects when it fails. */
 export function ins(args: string[], env: NodeJS.ProcessEnv, entry = ENTRY): Promise<string> {

@@ -13,11 +13,10 @@
 // more with VERIFY=off on a server of its own, to tell what verification costs. Then the seed's
 // way of waiting, polling get_result (bench/polls.ts; against another checkout too with
 // --baseline DIR), and with --variants what the dispatcher's shortcuts are worth (bench/variants.ts).
-import { randomBytes } from 'node:crypto';
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { adminQuery, freshDatabase, ins, parseBackends, printRows, ROOT, startServer, type Backend } from './common.js';
+import { adminQuery, freshDatabase, ins, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 import { ourQueueCycle, pgBossCycle, type CycleResult } from './queue-cycle.js';
 import { pollComparison, type PollRun } from './polls.js';
@@ -88,10 +87,7 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
   const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_dispatch_${process.pid}`);
   try {
     // Nodes and the user key first: the embedded database is one process's at a time.
-    const nodes = Array.from({ length: o.workers }, (_, i) => ({ name: `bench-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
-    const file = path.join(ROOT, 'bench-results', `dispatch-nodes-${process.pid}.csv`);
-    writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
-    await ins(['import', 'nodes', file], db.env);
+    const nodes = await importBenchNodes(db.env, 'bench-worker', o.workers);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
     // Bench workers answer at once, faster than any GPU: the speed check would rightly suspend
     // them all, so it is off; every other check runs with its defaults.

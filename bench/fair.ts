@@ -8,11 +8,10 @@
 // call itself), the heavy user's jobs/s alone and
 // beside the light user [target: within 10 %]. With --baseline DIR the same runs against
 // another built checkout (before fair queueing: first come, first served).
-import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { ENTRY, entryOf, freshDatabase, ins, percentile, printRows, ROOT, startServer } from './common.js';
+import { ENTRY, entryOf, freshDatabase, ins, percentile, printRows, ROOT, startServer, importBenchNodes } from './common.js';
 import { http, type Http } from './cycle.js';
 
 export interface FairOptions {
@@ -30,11 +29,8 @@ interface FairRun { code: 'current' | 'baseline'; light: Phase; heavy: Phase; bo
 async function runCode(o: FairOptions, code: 'current' | 'baseline', entry: string, port: number): Promise<FairRun> {
   const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_fair_${process.pid}`);
   try {
-    const nodes = Array.from({ length: o.workers }, (_, i) => ({ name: `fair-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
-    const file = path.join(ROOT, 'bench-results', `fair-nodes-${process.pid}.csv`);
-    writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
     await ins(['migrate'], db.env, entry);
-    await ins(['import', 'nodes', file], db.env, entry);
+    const nodes = await importBenchNodes(db.env, 'fair-worker', o.workers, entry);
     const heavyKey = (await ins(['key', 'add-user', 'heavy'], db.env, entry)).trim();
     const lightKey = (await ins(['key', 'add-user', 'light'], db.env, entry)).trim();
     const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-fair-${code}.log`), { VERIFY: 'off' }, entry);

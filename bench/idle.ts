@@ -2,11 +2,10 @@
 // get_job (wait=30) on a server with nothing to do, as a quiet network does most of the time.
 // Measured from /proc: the server's CPU (share of one core) and resident memory while it holds
 // them. Target (issue 12): under 10% of one core and 300 MB.
-import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { Pool } from 'undici';
-import { freshDatabase, ins, parseBackends, printRows, ROOT, startServer } from './common.js';
+import { freshDatabase, parseBackends, printRows, ROOT, startServer, importBenchNodes } from './common.js';
 
 export interface IdleOptions { idle: number; duration: number; warmup: number; backends: string; databaseUrl: string; out: string | undefined }
 
@@ -29,10 +28,7 @@ export async function idleScenario(o: IdleOptions): Promise<void> {
   for (const backend of parseBackends(o.backends)) {
     const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_idle_${process.pid}`);
     try {
-      const nodes = Array.from({ length: Math.ceil(o.idle / 100) }, (_, i) => ({ name: `idle-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
-      const file = path.join(ROOT, 'bench-results', `idle-nodes-${process.pid}.csv`);
-      writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
-      await ins(['import', 'nodes', file], db.env);
+      const nodes = await importBenchNodes(db.env, 'idle', Math.ceil(o.idle / 100));
       const server = await startServer(db.env, port++, path.join(ROOT, 'bench-results', `server-idle-${backend}.log`), { LOG_LEVEL: 'warn' });
       const pool = new Pool(server.url, { connections: o.idle + 16, pipelining: 1, keepAliveTimeout: 120_000, headersTimeout: 60_000, bodyTimeout: 60_000 });
       const json = async (method: 'GET' | 'POST', p: string, headers: Record<string, string>, body?: unknown) => {

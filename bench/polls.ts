@@ -7,10 +7,8 @@
 // alternating baseline, current, current, baseline, each on a fresh database; and then the
 // dispatch cycle itself (get_result with `wait`, as in bench/dispatch.ts) the same way, so that
 // a change to the lifecycle is measured against the code before it in one run.
-import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ENTRY, entryOf, freshDatabase, ins, ROOT, startServer, type Backend } from './common.js';
+import { ENTRY, entryOf, freshDatabase, ins, ROOT, startServer, type Backend, importBenchNodes } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 
 export interface PollRun {
@@ -35,10 +33,7 @@ function counter(text: string, name: string, labels: string): number {
 async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: string, backend: Backend, databaseUrl: string, port: number, workers: number, submitters: number, warmup: number, duration: number): Promise<PollRun> {
   const db = await freshDatabase(backend, databaseUrl, `ins_bench_polls_${process.pid}`);
   try {
-    const nodes = Array.from({ length: workers }, (_, i) => ({ name: `poll-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
-    const file = path.join(ROOT, 'bench-results', `poll-nodes-${process.pid}.csv`);
-    writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
-    await ins(['import', 'nodes', file], db.env, entry);
+    const nodes = await importBenchNodes(db.env, 'poll-worker', workers, entry);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env, entry)).trim();
     const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-polls-${backend}-${code}.log`), { VERIFY: 'off' }, entry);
     try {

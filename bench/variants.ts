@@ -5,10 +5,8 @@
 // on a server with both, with neither and with each alone (bench/serve-variant.ts), VERIFY=off,
 // in order and then in reverse on one database, so that neither side has the warmer machine.
 // `npm run bench -- --scenario dispatch --variants`.
-import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { freshDatabase, ins, ROOT, startServer, type Backend } from './common.js';
+import { freshDatabase, ins, ROOT, startServer, type Backend, importBenchNodes } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 
 export interface VariantRun { variant: string; full: CycleRun; waiting: CycleRun; statementsPerJob: number }
@@ -27,10 +25,7 @@ async function statementsSoFar(url: string): Promise<number> {
 export async function variantComparison(o: { backend: Backend; databaseUrl: string; port: number; workers: number; submitters: number; warmup: number; duration: number }): Promise<VariantRun[]> {
   const db = await freshDatabase(o.backend, o.databaseUrl, `ins_bench_variants_${process.pid}`);
   try {
-    const nodes = Array.from({ length: o.workers }, (_, i) => ({ name: `variant-worker-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
-    const file = path.join(ROOT, 'bench-results', `variant-nodes-${process.pid}.csv`);
-    writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
-    await ins(['import', 'nodes', file], db.env);
+    const nodes = await importBenchNodes(db.env, 'variant-worker', o.workers);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
     const runs: VariantRun[] = [];
     for (const [variant, args] of [...VARIANTS, ...[...VARIANTS].reverse()]) {
