@@ -78,6 +78,44 @@ describe.each(backends)('pending polls on $name', (backend) => {
     expect((await user.result(jobId)).json()).toMatchObject({ status: 'success', result: { message: { content: 'from far away' } } });
   });
 
+  it('answers the poll that ends the wait from memory when the job was done here; later reads read it', async () => {
+    const w = await new TestWorker(t.app, 'memory-node', await t.addNode('memory-node')).start(['memory-model']);
+    const jobId = await user.submit('memory-model', 'answer me');
+    expect((await user.result(jobId)).statusCode).toBe(404);
+    const job = (await w.getJob())!;
+    expect((await w.report(job, 'from memory')).statusCode).toBe(200);
+    let first!: { statusCode: number; json: () => unknown };
+    const ran = await statementsOf(async () => { first = await user.result(jobId); });
+    expect(ran).toEqual([]);
+    expect(first.statusCode).toBe(200);
+    expect(first.json()).toEqual({ status: 'success', job_id: jobId, result: { message: { role: 'assistant', content: 'from memory' } } });
+    // Taken once: the next read reads the job, and says the same.
+    let again!: { statusCode: number; json: () => unknown };
+    expect(await statementsOf(async () => { again = await user.result(jobId); })).toContain('jobs_own');
+    expect(again.json()).toEqual(first.json());
+    const metrics = await t.app.metrics.registry.metrics();
+    expect(Number(/ins_finished_polls_total\{source="memory"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
+    expect(Number(/ins_finished_polls_total\{source="database"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
+  });
+
+  it('keeps no answer for another key, nor for a job nobody polled', async () => {
+    const w = await new TestWorker(t.app, 'quiet-node', await t.addNode('quiet-node')).start(['quiet-model']);
+    const stranger = new TestUser(t.app, await t.addUser('stranger'));
+    const polled = await user.submit('quiet-model', 'polled');
+    expect((await user.result(polled)).statusCode).toBe(404);
+    const unpolled = await user.submit('quiet-model', 'not polled');
+    const kept = t.app.service.coordinator.keptAnswers;
+    for (let i = 0; i < 2; i++) {
+      const job = (await w.getJob())!;
+      expect((await w.report(job, `answer ${i}`)).statusCode).toBe(200);
+    }
+    expect(t.app.service.coordinator.keptAnswers).toBe(kept + 1);
+    // Another user's poll of the job is a 404 and leaves the owner's answer where it is.
+    expect((await stranger.result(polled)).statusCode).toBe(404);
+    expect(await statementsOf(async () => { expect((await user.result(polled)).statusCode).toBe(200); })).toEqual([]);
+    expect(await statementsOf(async () => { expect((await user.result(unpolled)).statusCode).toBe(200); })).toContain('jobs_own');
+  });
+
   it('tells a leased job apart, and kirabot-style polling ends with the result', async () => {
     const w = await new TestWorker(t.app, 'near-node', await t.addNode('near-node')).start(['near-model']);
     const jobId = await user.submit('near-model', 'lease me');

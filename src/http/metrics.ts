@@ -28,6 +28,8 @@ export interface Metrics {
   pointsReversed: Counter;
   backgroundFailures: Counter<'task'>;
   pendingPolls: Counter<'source'>;
+  /** get_result polls (no wait) that found the job final, by where its answer came from. */
+  finishedPolls: Counter<'source'>;
   /** The points ledger: days closed, and looks that failed (logged; retried at the next look). */
   ledgerDaysClosed: Counter;
   ledgerCloseFailures: Counter;
@@ -124,6 +126,10 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     name: 'ins_pending_polls_total', labelNames: ['source'], registers: [registry],
     help: 'get_result polls of a job still open (404), by where the answer came from: memory (no statement) or database',
   });
+  const finishedPolls = new Counter({
+    name: 'ins_finished_polls_total', labelNames: ['source'], registers: [registry],
+    help: 'get_result polls (no wait) of a job in a final state, by where the answer came from: memory (a polled job this server finished as done; no statement) or database',
+  });
   new Gauge({
     name: 'ins_nodes_by_standing', help: 'Nodes by standing (trusted, probation, suspended)', labelNames: ['standing'], registers: [registry],
     async collect() {
@@ -134,7 +140,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
   const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
   const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results)', labelNames: ['what'], registers: [registry] });
-  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
+  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
 }
 
 /** What an audit batch found (verify/auditor.ts). */

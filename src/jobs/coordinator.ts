@@ -20,6 +20,7 @@ import { Throughput } from './throughput.js';
 import { standingsOf } from './sql/standings.js';
 import { sql } from '../db/database.js';
 import type { JobState } from './states.js';
+import type { DoneJob } from './outcome.js';
 
 export interface CoordinatorOptions extends CoordinatorConfig {
   defaultPointsPerJob: number;
@@ -168,9 +169,19 @@ export class Coordinator {
     return this.openJobs.get(jobId, ownerKeyId);
   }
 
-  /** A job read open: remembered, so that its next polls cost nothing; answers where it stands. */
+  /** A job read open by a poll: remembered, so that its next polls cost nothing; answers where it stands. */
   seenOpen(job: UserJob, ownerKeyId: number): Standing {
-    return this.openJobs.remember(job.id, ownerKeyId, { state: job.state === 'leased' ? 'leased' : 'queued', model: job.modelId });
+    return this.openJobs.remember(job.id, ownerKeyId, { state: job.state === 'leased' ? 'leased' : 'queued', model: job.modelId }, true);
+  }
+
+  /** The answer of a polled job a statement of this server finished as done, once, from memory; undefined: read the job (ownJob). */
+  doneJob(jobId: string, ownerKeyId: number): DoneJob | undefined {
+    return this.openJobs.takeDone(jobId, ownerKeyId);
+  }
+
+  /** Answers of done jobs kept for their pollers (doneJob). */
+  get keptAnswers(): number {
+    return this.openJobs.doneSize;
   }
 
   get waitingWorkers(): number {

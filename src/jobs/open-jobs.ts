@@ -10,7 +10,13 @@
 // before a read of it returns is not remembered (finished jobs of the last minute are kept
 // apart for that). Where the job stands in its model's queue (its position, an estimate of the
 // wait) is refreshed for the jobs being polled, once a second, in one statement for all of them.
-import type { Outcome } from './outcome.js';
+//
+// The poll that ends the wait costs no statement either when this server's own statement
+// finished the job as done (the lifecycle's local outcome carries the answer, committed): a
+// polled job's answer is kept until its owner reads it, for a minute at most, within a budget
+// of jobs and bytes. A job done is final, so this needs no trust in notifications; a job
+// finished on another server, or failed, expired or canceled, is read as before.
+import type { DoneJob, Outcome } from './outcome.js';
 import type { LiveConsumer } from './lifecycle.js';
 import type { JobStanding } from './sql/standings.js';
 import type { Throughput } from './throughput.js';
@@ -24,7 +30,14 @@ export interface Standing {
   eta_seconds?: number | null;
 }
 
-interface Entry { owner: number; state: 'queued' | 'leased'; model?: number; position?: number; polledAt: number }
+interface Entry {
+  owner: number; state: 'queued' | 'leased'; model?: number; position?: number; polledAt: number;
+  /** Its owner polls it (GET /get_result without wait): keep its answer when it is done here. */
+  polled: boolean;
+}
+
+/** A done job's answer kept for its owner's next poll. */
+interface Done { owner: number; job: DoneJob; bytes: number; at: number }
 
 /** Where open jobs stand, for many at once (one statement, sql/standings.ts). */
 export type StandingsOf = (jobIds: string[]) => Promise<Map<string, JobStanding>>;
@@ -32,9 +45,15 @@ export type StandingsOf = (jobIds: string[]) => Promise<Map<string, JobStanding>
 const MAX_JOBS = 200_000;
 const RECENT_MS = 60_000;
 const REFRESH_MS = 1_000;
+/** Answers kept for polls: at most this many, and this many bytes of answer text. */
+const MAX_DONE = 20_000;
+const MAX_DONE_BYTES = 32 * 1024 * 1024;
 
 export class OpenJobs implements LiveConsumer {
   private readonly jobs = new Map<string, Entry>();
+  /** Done jobs' answers for their pollers, oldest first. */
+  private readonly done = new Map<string, Done>();
+  private doneBytes = 0;
   /** Jobs announced final lately, in two generations: a read that began before the announcement must not bring them back. */
   private recentFinal = new Set<string>();
   private olderFinal = new Set<string>();
@@ -54,12 +73,24 @@ export class OpenJobs implements LiveConsumer {
     const e = this.jobs.get(jobId);
     if (!e || e.owner !== owner) return undefined;
     e.polledAt = this.now();
+    e.polled = true;
     return this.standing(e);
   }
 
-  /** The job was seen open (submitted here, or read open by a poll); answers what a poll is told. */
-  remember(jobId: string, owner: number, seen: { state: 'queued' | 'leased'; model?: number; position?: number }): Standing {
-    const e: Entry = { ...seen, owner, polledAt: this.now() };
+  /** The answer of a job this server finished as done, for its owner's poll (once); undefined: read the job. */
+  takeDone(jobId: string, owner: number): DoneJob | undefined {
+    const d = this.done.get(jobId);
+    if (!d || d.owner !== owner) return undefined;
+    this.forget(jobId, d);
+    return d.job;
+  }
+
+  /**
+   * The job was seen open (submitted here, or read open by a poll: `polled`); answers what a
+   * poll is told.
+   */
+  remember(jobId: string, owner: number, seen: { state: 'queued' | 'leased'; model?: number; position?: number }, polled = false): Standing {
+    const e: Entry = { ...seen, owner, polledAt: this.now(), polled };
     if (this.live && !this.recentFinal.has(jobId) && !this.olderFinal.has(jobId)) {
       if (this.jobs.size >= MAX_JOBS) this.jobs.delete(this.jobs.keys().next().value!);
       this.jobs.set(jobId, e);
@@ -76,7 +107,11 @@ export class OpenJobs implements LiveConsumer {
   apply(o: Outcome): void {
     if (o.finished.size > 0) {
       this.rotate();
+      this.expireDone();
       for (const id of o.finished.keys()) {
+        const e = this.jobs.get(id);
+        const answer = o.local?.done?.get(id);
+        if (e?.polled && answer) this.keepDone(id, e.owner, answer);
         this.jobs.delete(id);
         this.recentFinal.add(id);
       }
@@ -101,6 +136,36 @@ export class OpenJobs implements LiveConsumer {
 
   get size(): number {
     return this.jobs.size;
+  }
+
+  /** Answers kept for polls (a gauge, and for tests). */
+  get doneSize(): number {
+    return this.done.size;
+  }
+
+  private keepDone(jobId: string, owner: number, job: DoneJob): void {
+    const bytes = job.result.message.content.length * 2 + 256;
+    if (bytes > MAX_DONE_BYTES / 16) return;
+    while (this.done.size > 0 && (this.done.size >= MAX_DONE || this.doneBytes + bytes > MAX_DONE_BYTES)) {
+      const [oldest, d] = this.done.entries().next().value!;
+      this.forget(oldest, d);
+    }
+    this.done.set(jobId, { owner, job, bytes, at: this.now() });
+    this.doneBytes += bytes;
+  }
+
+  private forget(jobId: string, d: Done): void {
+    this.done.delete(jobId);
+    this.doneBytes -= d.bytes;
+  }
+
+  /** Answers nobody came for within a minute are dropped (a later poll reads the job). */
+  private expireDone(): void {
+    const before = this.now() - RECENT_MS;
+    for (const [id, d] of this.done) {
+      if (d.at >= before) break;
+      this.forget(id, d);
+    }
   }
 
   private rotate(): void {

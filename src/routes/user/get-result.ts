@@ -2,7 +2,7 @@
 // clients poll every few seconds until they get something else), with where it stands — state,
 // position in its model's queue, an estimate of the wait (ours) —, answered from memory when
 // this server knows the job is open (jobs/open-jobs.ts), so polls of a pending job cost no
-// statement. `wait` (ours) waits for the job to become final first, woken by the coordinator
+// statement; nor does the poll that gets the answer of a polled job this server finished. `wait` (ours) waits for the job to become final first, woken by the coordinator
 // (jobs/watch.ts), not by polling; such a long poll tells nginx not to buffer it
 // (X-Accel-Buffering; deploy/nginx/ins.conf). Past the long-poll caps of its key or address
 // (http/rate-limit.ts LongPolls) it answers at once, as with wait=0: the seed's clients poll
@@ -38,6 +38,11 @@ export function getResultRoutes(app: App, deps: Deps): void {
     const release = asked > 0 ? limiters.longPolls.enter(`user:${owner}`, req.ip) : undefined;
     const waitMs = release ? asked : 0;
     if (waitMs === 0) {
+      const done = coordinator.doneJob(job_id, owner);
+      if (done) {
+        deps.metrics.finishedPolls.inc({ source: 'memory' });
+        return resultOf(done, job_id);
+      }
       const known = coordinator.pendingJob(job_id, owner);
       if (known) {
         deps.metrics.pendingPolls.inc({ source: 'memory' });
@@ -50,7 +55,10 @@ export function getResultRoutes(app: App, deps: Deps): void {
     try {
       const job = await coordinator.ownJob(job_id, owner);
       if (!job) throw new HttpError(404, NOT_FOUND);
-      if (FINAL_STATES.has(job.state)) return resultOf(job, job_id);
+      if (FINAL_STATES.has(job.state)) {
+        if (waitMs === 0) deps.metrics.finishedPolls.inc({ source: 'database' });
+        return resultOf(job, job_id);
+      }
       const standing = coordinator.seenOpen(job, owner);
       const finished = await woken;
       if (finished?.done) return resultOf(finished.done, job_id);
