@@ -1,10 +1,10 @@
 // What every benchmark scenario shares: the built CLI, a database of its own for a run
 // (PostgreSQL database or embedded data directory, dropped afterwards), and the built server
 // started in production mode with the rate limits off (a benchmark would measure its 429s).
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -136,4 +136,42 @@ export function percentile(sorted: readonly number[], p: number): number {
 export function printRows(rows: string[][]): void {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+}
+
+/**
+ * The CPU seconds PostgreSQL's processes have used so far (the postmaster's reaped children and
+ * its live ones), when the server of `url` runs on this machine and /proc shows it; undefined
+ * otherwise. Compare two readings: what the database spent on the work in between.
+ */
+export async function postgresCpuSeconds(url: string): Promise<(() => number) | undefined> {
+  const stat = (pid: number): string[] | undefined => {
+    try {
+      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return text.slice(text.lastIndexOf(')') + 2).split(' ');
+    } catch {
+      return undefined;
+    }
+  };
+  // Fields after the command: [1] ppid, [11] utime, [12] stime, [13] cutime, [14] cstime (clock
+  // ticks). A backend's parent is the postmaster: read while the backend lives.
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  let postmaster: number;
+  try {
+    const { rows: [row] } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    postmaster = Number(stat(row!.pid)?.[1]);
+  } finally {
+    await c.end();
+  }
+  if (!postmaster || !stat(postmaster)) return undefined;
+  const ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  return () => {
+    const own = stat(postmaster);
+    let t = Number(own?.[11]) + Number(own?.[12]) + Number(own?.[13]) + Number(own?.[14]);
+    for (const child of readFileSync(`/proc/${postmaster}/task/${postmaster}/children`, 'utf8').trim().split(' ').filter(Boolean)) {
+      const s = stat(Number(child));
+      if (s) t += Number(s[11]) + Number(s[12]);
+    }
+    return t / ticks;
+  };
 }

@@ -19,7 +19,7 @@ import path from 'node:path';
 import { adminQuery, freshDatabase, ins, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 import { ourQueueCycle, pgBossCycle, type CycleResult } from './queue-cycle.js';
-import { pollComparison, type PollRun } from './polls.js';
+import { pollComparison, printPollTables, type PollRun } from './polls.js';
 import { variantComparison, type VariantRun } from './variants.js';
 
 export interface DispatchOptions {
@@ -182,24 +182,8 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
       const added = Math.round((r.gateway.submitToResult.p50 - r.full.submitToResult.p50) * 10) / 10;
       return [r.backend, String(r.gateway.jobsPerSecond), `${r.gateway.submitToResult.p50} / ${r.gateway.submitToResult.p99}`, String(r.full.submitToResult.p50), `${added} [${added <= 2 ? 'met' : 'MISSED'}]`];
     })]);
-  console.log(`\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every 20 ms, ${o.pollWorkers} workers, VERIFY=off${o.baseline ? ' (current and baseline alternating: mean of two runs each)' : ''}:`);
+  printPollTables(polls, { pollWorkers: o.pollWorkers, pollSubmitters: o.pollSubmitters, workers: o.workers, submitters: o.submitters, baseline: o.baseline });
   const mean = (xs: number[]) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
-  const table = (backend: Backend, mode: PollRun['mode']) => (['current', 'baseline'] as const)
-    .map((code) => [code, (polls.get(backend) ?? []).filter((r) => r.code === code && r.mode === mode)] as const).filter(([, of]) => of.length > 0);
-  printRows([['backend', 'code', 'jobs/s', 'submit→result p50/p99 ms', 'pending polls', 'of them answered from memory', 'jobs_own / jobs_standings statements per poll', 'server CPU / database ms per job'],
-    ...[...polls.keys()].flatMap((backend) => table(backend, 'poll').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
-      `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
-      String(mean(of.map((r) => r.pendingPolls))), String(mean(of.map((r) => r.fromMemory))),
-      `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`,
-      `${mean(of.map((r) => r.serverCpuMsPerJob))} / ${mean(of.map((r) => r.databaseMsPerJob))}`]))]);
-  if (o.baseline) {
-    console.log(`\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, VERIFY=off; mean of two runs each, alternating):`);
-    printRows([['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'server CPU / database ms per job'],
-      ...[...polls.keys()].flatMap((backend) => table(backend, 'jobs').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
-        `${mean(of.map((r) => r.run.submitToLease.p50))} / ${mean(of.map((r) => r.run.submitToLease.p99))}`,
-        `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
-        `${mean(of.map((r) => r.serverCpuMsPerJob))} / ${mean(of.map((r) => r.databaseMsPerJob))}`]))]);
-  }
   if (variants.size > 0) {
     console.log('\nthe dispatcher\'s shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):');
     printRows([['backend', 'variant', 'jobs/s', 'statements per job', 'waiting worker: submit→lease p50/p99 ms'],

@@ -1,6 +1,7 @@
 // `npm run bench [-- --scenario NAME]`: the benchmarks. Scenarios:
 // - endpoints (default): the record-keeping endpoints over an imported history (bench/endpoints.ts);
 // - dispatch: the coordinator's cycle over HTTP, then the queue alone against pg-boss (bench/dispatch.ts);
+// - polls: the seed's way of waiting (get_result every 20 ms) alone, against another checkout too (bench/polls.ts);
 // - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts);
 // - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
 // - fair: fair queueing, a heavy user's backlog beside a light user (bench/fair.ts);
@@ -15,6 +16,7 @@ import { workerScenario } from './worker.js';
 import { ledgerScenario } from './ledger.js';
 import { fairScenario } from './fair.js';
 import { retentionScenario } from './retention.js';
+import { pollsScenario } from './polls.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -51,12 +53,14 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|idle|worker|fair|ledger|retention] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|retention] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
              [--poll-workers W (32)] [--poll-submitters S (64)] [--baseline DIR (a built checkout to compare polling with)]
              [--variants (the dispatcher's hand-off and empty-model memory, on and off)]
+  polls:     the seed's way of waiting alone (dispatch's poll mode): [--poll-workers W (32)] [--poll-submitters S (64)]
+             [--baseline DIR (alternating with that checkout; then the dispatch cycle too, --workers, --submitters)]
   idle:      [--idle N (5000 long-polling workers)]
   fair:      [--fair-workers W (16)] [--backlog N (5000)] [--service-ms MS (20)] [--light-rate R (1/s)] [--baseline DIR] (PostgreSQL)
   worker:    [--submitters S (32)] (the first of --backends)
@@ -86,6 +90,10 @@ async function main(): Promise<void> {
         ...common, workers: num('workers'), submitters: num('submitters'), pairs: flags.pairs.split(',').map(Number).filter((n) => n > 0),
         pollWorkers: num('poll-workers'), pollSubmitters: num('poll-submitters'), baseline: flags.baseline, variants: flags.variants,
       });
+    case 'polls':
+      return pollsScenario({
+        ...common, workers: num('workers'), submitters: num('submitters'), pollWorkers: num('poll-workers'), pollSubmitters: num('poll-submitters'), baseline: flags.baseline,
+      });
     case 'idle':
       return idleScenario({ ...common, idle: num('idle') });
     case 'worker':
@@ -100,7 +108,7 @@ async function main(): Promise<void> {
         databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
       });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, idle, worker, fair, ledger or retention)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger or retention)`);
   }
 }
 
