@@ -17,18 +17,80 @@
 import { EventEmitter } from 'node:events';
 import { chmodSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
+import { PGlite, parse, protocol } from '@electric-sql/pglite';
 import { StatementObservers, type Database, type Queryable, type Sql } from './database.js';
 
 interface PgliteLike {
-  query<R>(text: string, params?: unknown[]): Promise<{ rows: R[] }>;
   exec(text: string): Promise<unknown>;
 }
 
-function wrap(db: PgliteLike, observers: StatementObservers): Queryable {
+// Named statements, as pg prepares them on PostgreSQL (db/pg.ts): each Sql is parsed and
+// analysed once, under its name, and PostgreSQL's plan cache decides when to keep a generic
+// plan. PGlite's own query() sends an unnamed Parse every time, and in PGlite that work is this
+// server's CPU: for the job statements (jobs/sql/) parsing, analysing and planning cost more
+// than running them. The messages are the ones PGlite's query() sends (Parse, Describe,
+// Bind, Describe, Execute, Sync), under PGlite's own locks: its transaction lock outside a
+// transaction (as query() takes), its query lock always.
+interface Prepared { text: string; types: number[] }
+
+class NamedStatements {
+  private readonly prepared = new Map<string, Prepared>();
+
+  constructor(private readonly pg: PGlite) {}
+
+  /** Runs s; inTx: inside PGlite's transaction() (which holds the transaction lock). */
+  run<R>(s: Sql, values: readonly unknown[], inTx: boolean): Promise<R[]> {
+    const go = () => this.pg._runExclusiveQuery(() => this.runLocked<R>(s, values, inTx));
+    return inTx ? go() : this.pg._runExclusiveTransaction(go);
+  }
+
+  private async runLocked<R>(s: Sql, values: readonly unknown[], inTx: boolean): Promise<R[]> {
+    const send = async (m: Uint8Array) => (await this.pg.execProtocol(m, { syncToFs: false })).messages;
+    const { serialize } = protocol;
+    const messages = [];
+    try {
+      // The unnamed statement ('') is PGlite's own query()'s: parsed anew every time.
+      let p = s.name === '' ? undefined : this.prepared.get(s.name);
+      if (p && p.text !== s.text) {
+        // Another text under a known name (names are meant to be unique): prepare it anew.
+        this.prepared.delete(s.name);
+        await send(serialize.close({ type: 'S', name: s.name }));
+        p = undefined;
+      }
+      if (!p) {
+        await send(serialize.parse({ name: s.name, text: s.text, types: [] }));
+        // Kept from here on, so that a failure below closes it rather than leaving a name in use.
+        p = { text: s.text, types: [] };
+        if (s.name !== '') this.prepared.set(s.name, p);
+        try {
+          p.types = parse.parseDescribeStatementResults(await send(serialize.describe({ type: 'S', name: s.name })));
+        } catch (err) {
+          this.prepared.delete(s.name);
+          await send(serialize.close({ type: 'S', name: s.name })).catch(() => undefined);
+          throw err;
+        }
+      }
+      const types = p.types;
+      const params = values.map((v, i) => {
+        if (v === null || v === undefined) return null;
+        const serializer = this.pg.serializers[types[i]];
+        return serializer ? serializer(v) : String(v);
+      });
+      messages.push(...await send(serialize.bind({ statement: s.name, values: params })));
+      messages.push(...await send(serialize.describe({ type: 'P' })));
+      messages.push(...await send(serialize.execute({})));
+    } finally {
+      messages.push(...await send(serialize.sync()));
+    }
+    if (!inTx) await this.pg.syncToFs();
+    return parse.parseResults(messages, this.pg.parsers)[0].rows as R[];
+  }
+}
+
+function wrap(db: PgliteLike, named: NamedStatements, inTx: boolean, observers: StatementObservers): Queryable {
   return {
     async query<R>(s: Sql, values: readonly unknown[] = []): Promise<R[]> {
-      return (await observers.time(s.name, () => db.query<R>(s.text, values as unknown[]))).rows;
+      return observers.time(s.name, () => named.run<R>(s, values, inTx));
     },
     async exec(text: string): Promise<void> {
       await db.exec(text);
@@ -58,14 +120,15 @@ export async function openPglite(dataDir?: string): Promise<Database> {
   });
   if (dataDir) tightenModes(dataDir);
   const observers = new StatementObservers();
-  const base = wrap(db, observers);
+  const named = new NamedStatements(db);
+  const base = wrap(db, named, false, observers);
   return {
     kind: 'pglite',
     description: dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory',
     query: (s, values) => base.query(s, values),
     exec: (text) => base.exec(text),
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-      const out = await db.transaction((tx) => fn(wrap(tx, observers)));
+      const out = await db.transaction((tx) => fn(wrap(tx, named, true, observers)));
       await db.syncToFs();
       return out;
     },
