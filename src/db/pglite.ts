@@ -73,8 +73,10 @@ class NamedStatements {
       const types = p.types;
       const params = values.map((v, i) => {
         if (v === null || v === undefined) return null;
-        const serializer = this.pg.serializers[types[i]];
-        return serializer ? serializer(v) : String(v);
+        const type = types[i];
+        const serializer = type === undefined ? undefined : this.pg.serializers[type];
+        // As PGlite's query() does with a value of a type it has no serializer for.
+        return serializer ? serializer(v) : (v as { toString(): string }).toString();
       });
       messages.push(...await send(serialize.bind({ statement: s.name, values: params })));
       messages.push(...await send(serialize.describe({ type: 'P' })));
@@ -83,7 +85,7 @@ class NamedStatements {
       messages.push(...await send(serialize.sync()));
     }
     if (!inTx) await this.pg.syncToFs();
-    return parse.parseResults(messages, this.pg.parsers)[0].rows as R[];
+    return (parse.parseResults(messages, this.pg.parsers)[0]?.rows ?? []) as R[];
   }
 }
 
