@@ -39,7 +39,9 @@ class NamedStatements {
   constructor(private readonly pg: PGlite) {}
 
   /** Runs s; inTx: inside PGlite's transaction() (which holds the transaction lock). */
-  run<R>(s: Sql, values: readonly unknown[], inTx: boolean): Promise<R[]> {
+  async run<R>(s: Sql, values: readonly unknown[], inTx: boolean): Promise<R[]> {
+    // As query() does: waits until ready, throws once closing or closed ("PGlite is closed").
+    await this.pg._checkReady();
     const go = () => this.pg._runExclusiveQuery(() => this.runLocked<R>(s, values, inTx));
     return inTx ? go() : this.pg._runExclusiveTransaction(go);
   }
