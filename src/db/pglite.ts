@@ -31,6 +31,9 @@ interface PgliteLike {
 // than running them. The messages are the ones PGlite's query() sends (Parse, Describe,
 // Bind, Describe, Execute, Sync), under PGlite's own locks: its transaction lock outside a
 // transaction (as query() takes), its query lock always.
+// Those locks and the readiness check are PGlite's _runExclusiveQuery, _runExclusiveTransaction
+// and _checkReady: not documented, but declared in its types, so an upgrade that renames them
+// fails the type check (npm run typecheck) rather than the server.
 interface Prepared { text: string; types: number[] }
 
 class NamedStatements {
