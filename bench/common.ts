@@ -133,6 +133,9 @@ export function percentile(sorted: readonly number[], p: number): number {
 }
 
 /** Rows as aligned columns. */
+/** The mean of runs' figures, to three decimals (NaN for none). */
+export const mean = (xs: number[]): number => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
+
 export function printRows(rows: string[][]): void {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());

@@ -16,7 +16,7 @@
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { adminQuery, freshDatabase, ins, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes } from './common.js';
+import { adminQuery, freshDatabase, ins, mean, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes } from './common.js';
 import { cycle, http, type CycleRun } from './cycle.js';
 import { ourQueueCycle, pgBossCycle, type CycleResult } from './queue-cycle.js';
 import { pollComparison, printPollTables, type PollRun } from './polls.js';
@@ -183,7 +183,6 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
       return [r.backend, String(r.gateway.jobsPerSecond), `${r.gateway.submitToResult.p50} / ${r.gateway.submitToResult.p99}`, String(r.full.submitToResult.p50), `${added} [${added <= 2 ? 'met' : 'MISSED'}]`];
     })]);
   printPollTables(polls, { pollWorkers: o.pollWorkers, pollSubmitters: o.pollSubmitters, workers: o.workers, submitters: o.submitters, baseline: o.baseline });
-  const mean = (xs: number[]) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
   if (variants.size > 0) {
     console.log('\nthe dispatcher\'s shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):');
     printRows([['backend', 'variant', 'jobs/s', 'statements per job', 'waiting worker: submit→lease p50/p99 ms'],

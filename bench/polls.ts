@@ -10,7 +10,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { ENTRY, entryOf, freshDatabase, ins, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes, postgresCpuSeconds } from './common.js';
+import { ENTRY, entryOf, freshDatabase, ins, mean, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes, postgresCpuSeconds } from './common.js';
 import { cycle, http, POLL_EVERY_MS, type CycleRun } from './cycle.js';
 
 export interface PollRun {
@@ -104,8 +104,6 @@ export async function pollComparison(o: { backend: Backend; databaseUrl: string;
   }
   return runs;
 }
-
-const mean = (xs: number[]) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
 
 /**
  * The poll mode's table — throughput, polls and where they were answered, and what a job costs
