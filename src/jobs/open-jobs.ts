@@ -138,7 +138,7 @@ export class OpenJobs implements LiveConsumer {
     return this.jobs.size;
   }
 
-  /** Answers kept for polls (a gauge, and for tests). */
+  /** Answers kept for polls (for tests). */
   get doneSize(): number {
     return this.done.size;
   }

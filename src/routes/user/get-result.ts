@@ -2,7 +2,8 @@
 // clients poll every few seconds until they get something else), with where it stands — state,
 // position in its model's queue, an estimate of the wait (ours) —, answered from memory when
 // this server knows the job is open (jobs/open-jobs.ts), so polls of a pending job cost no
-// statement; nor does the poll that gets the answer of a polled job this server finished. `wait` (ours) waits for the job to become final first, woken by the coordinator
+// statement; nor does the poll that gets the answer of a polled job this server finished.
+// `wait` (ours) waits for the job to become final first, woken by the coordinator
 // (jobs/watch.ts), not by polling; such a long poll tells nginx not to buffer it
 // (X-Accel-Buffering; deploy/nginx/ins.conf). Past the long-poll caps of its key or address
 // (http/rate-limit.ts LongPolls) it answers at once, as with wait=0: the seed's clients poll
