@@ -1,20 +1,66 @@
 // What a worker's result becomes for the user: real workers send `{"message": "text"}` or
 // `{"message": {"role", "content"}}`; users always read `{"message": {"role", "content"}}`.
+// Ours (issue 28, docs/openai.md): an answer may also carry the message's `tool_calls`,
+// `logprobs` in OpenAI's shape (`{"content": [...]}`) and the backend's `finish_reason`; they
+// are kept only when well formed, and only when present (a plain answer keeps the seed's shape).
+// A request's own error (an error report whose `result.error.type` is "invalid_request_error")
+// is read by requestErrorOf.
 // Usage (ours): `prompt_tokens` and `completion_tokens`, from the report's `usage` or
 // `result.usage`, kept when they are whole numbers from 0 to MAX_TOKENS (what PostgreSQL's
 // integer holds: the auditor computes with them).
+import type { ToolCall } from './request.js';
 
-export interface Answer { message: { role: string; content: string } }
+export interface Answer {
+  message: { role: string; content: string; tool_calls?: ToolCall[] };
+  /** OpenAI's choice.logprobs: `{content: [{token, logprob, bytes, top_logprobs}]}`. */
+  logprobs?: { content: unknown[] };
+  /** The backend's reason to stop, when it said "length" or "tool_calls". */
+  finish_reason?: 'length' | 'tool_calls';
+}
 export interface Usage { prompt_tokens?: number; completion_tokens?: number }
+
+/** A request's own error, as the worker reported it and /v1 answers it (400). */
+export interface RequestError { type: 'invalid_request_error'; code: string | null; message: string }
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function toolCallsOf(v: unknown): ToolCall[] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  const calls = v.flatMap((c): ToolCall[] => {
+    if (!isObject(c) || !isObject(c.function) || typeof c.function.name !== 'string') return [];
+    const args = c.function.arguments;
+    return [{
+      id: typeof c.id === 'string' && c.id ? c.id : `call_${Math.random().toString(36).slice(2, 14)}`,
+      type: 'function',
+      function: { name: c.function.name, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) },
+    }];
+  });
+  return calls.length ? calls : undefined;
+}
 
 export function answerOf(result: Record<string, unknown>): Answer {
   const m = result.message;
   if (typeof m === 'string') return { message: { role: 'assistant', content: m } };
-  if (typeof m === 'object' && m !== null && !Array.isArray(m)) {
+  if (isObject(m)) {
     const { role, content } = m as { role?: unknown; content?: unknown };
-    return { message: { role: typeof role === 'string' ? role : 'assistant', content: typeof content === 'string' ? content : '' } };
+    const answer: Answer = { message: { role: typeof role === 'string' ? role : 'assistant', content: typeof content === 'string' ? content : '' } };
+    const calls = toolCallsOf(m.tool_calls);
+    if (calls) answer.message.tool_calls = calls;
+    if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
+    if (result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
+    return answer;
   }
   return { message: { role: 'assistant', content: '' } };
+}
+
+const MAX_ERROR = 2_000;
+
+/** An error report's claim that the job's own request was at fault: `result.error` as {type: "invalid_request_error", code, message}. */
+export function requestErrorOf(status: string, result: Record<string, unknown>): RequestError | undefined {
+  const e = result.error;
+  if (status !== 'error' || !isObject(e) || e.type !== 'invalid_request_error') return undefined;
+  const message = typeof e.message === 'string' && e.message ? e.message : typeof result.message === 'string' && result.message ? result.message : 'the backend refused the request';
+  return { type: 'invalid_request_error', code: typeof e.code === 'string' && e.code.length <= 64 ? e.code : null, message: message.slice(0, MAX_ERROR) };
 }
 
 /** The most tokens a report may count (openapi.json UpdateResultRequest.usage). */

@@ -41,6 +41,7 @@ const ENDED: Record<string, string> = {
   abandoned: 'the lease was given up (the worker asked for another job)',
   canceled: 'the job was canceled',
   error: 'this lease already ended with an error report',
+  request_error: 'this lease already ended with an error report',
   done: 'this lease already ended with a different report',
 };
 
@@ -50,7 +51,7 @@ export async function explainReport(db: Queryable, r: JobReport): Promise<Comple
   if (e.job_id !== r.jobId) return { kind: 'refused', detail: `This job key is for job ${e.job_id}, not ${r.jobId}` };
   if (e.model !== r.modelName) return { kind: 'refused', detail: `Job ${r.jobId} is for model ${e.model}, not ${r.modelName}` };
   if (e.outcome === 'done' && r.status === 'success' && e.same_result) return { kind: 'replayed', status: 'success' };
-  if (e.outcome === 'error' && r.status === 'error') return { kind: 'replayed', status: 'error' };
+  if ((e.outcome === 'error' || e.outcome === 'request_error') && r.status === 'error') return { kind: 'replayed', status: 'error' };
   if (e.ended) return { kind: 'refused', detail: `Job ${r.jobId}: ${ENDED[e.outcome ?? ''] ?? 'this lease has ended'}; nothing was credited` };
   if (e.disabled) return { kind: 'refused', detail: `Job ${r.jobId}: the node is disabled; nothing was credited` };
   if (e.past_deadline || e.state !== 'leased') return { kind: 'refused', detail: `Job ${r.jobId}: ${ENDED.deadline}; nothing was credited` };

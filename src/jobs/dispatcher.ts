@@ -48,6 +48,8 @@ export interface DispatchStore {
 interface Waiter {
   session: SessionRow;
   models: number[];
+  /** What the session can do with each of `models` (aligned; jobs/capabilities.ts): part of the group key. */
+  caps: number[];
   groupKey: string;
   /** wait=0: answer after the first look. */
   once: boolean;
@@ -131,8 +133,10 @@ export class Dispatcher implements LiveConsumer {
   next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
     if (session.models.length === 0) return this.sleep(waitMs, gone);
     return new Promise((resolve) => {
+      const capsOf = new Map(session.models.map((m, i) => [m, session.caps?.[i] ?? 0]));
       const models = [...session.models].sort((a, b) => a - b);
-      const w: Waiter = { session, models, groupKey: models.join(','), once: waitMs <= 0, gone, settled: false, settle: () => {} };
+      const caps = models.map((m) => capsOf.get(m)!);
+      const w: Waiter = { session, models, caps, groupKey: `${models.join(',')}|${caps.join(',')}`, once: waitMs <= 0, gone, settled: false, settle: () => {} };
       w.settle = (job) => {
         if (w.settled) return;
         w.settled = true;
@@ -307,7 +311,7 @@ export class Dispatcher implements LiveConsumer {
         copyGenerations.set(m, this.copiesGeneration.get(m) ?? 0);
       }
       let g = groups.get(w.groupKey);
-      if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, count: 0 }, waiters: [] }));
+      if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, caps: w.caps, count: 0 }, waiters: [] }));
       g.group.count++;
       g.waiters.push(w);
       const rank = (ranks.get(w.session.id) ?? 0) + 1;

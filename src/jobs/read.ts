@@ -2,7 +2,7 @@
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
 import type { JobState } from './states.js';
-import type { Answer, Usage } from './answer.js';
+import type { Answer, RequestError, Usage } from './answer.js';
 
 export interface UserJob {
   id: string;
@@ -12,6 +12,8 @@ export interface UserJob {
   result: Answer | null;
   usage: Usage | null;
   detail: string | null;
+  /** A job failed by its own request: the backend's error (jobs.error). */
+  error: RequestError | null;
   submitted_at: string;
   finished_at: string | null;
   /** Seconds from submission to the final state, or null while open. */
@@ -24,7 +26,7 @@ const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"H
 
 // Many reads at once (db/batcher.ts): $1 job ids, $2 their owners' key ids. Another user's
 // job is not found.
-const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.result, j.usage, j.detail,
+const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.result, j.usage, j.detail, j.error,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
     extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds,
     extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds"
@@ -34,9 +36,10 @@ const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS mo
 // Live sessions of enabled nodes seen within $1 seconds, with a declaration younger than $2 seconds.
 const LIVE = `s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
     AND s.last_seen_at > now() - make_interval(secs => $1::float8)`;
-const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes
+// caps: what some node can do with the model (jobs/capabilities.ts bits, OR-ed over its sessions).
+const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
-  CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
+  CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
   WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
   GROUP BY m.name ORDER BY m.name COLLATE "C"`);
 const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
@@ -73,7 +76,7 @@ export class JobReader {
   }
 }
 
-export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number }[]> {
+export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number; caps: number }[]> {
   return db.query(AVAILABLE_MODELS, [onlineSeconds, modelsTtlSeconds]);
 }
 

@@ -44,11 +44,14 @@ export class Submitter {
     this.batcher = new Batcher(async (rows) => {
       const claims = new Map<Pending, Claim>();
       if (handOff) {
+        // Only plain jobs are handed off: a job that needs capabilities (jobs/capabilities.ts) is
+        // queued, and the lease statement finds it a session that declared them.
+        const plain = rows.filter((r) => !r.request.needs);
         const counts = new Map<number, number>();
-        for (const r of rows) counts.set(r.modelId, (counts.get(r.modelId) ?? 0) + 1);
+        for (const r of plain) counts.set(r.modelId, (counts.get(r.modelId) ?? 0) + 1);
         // At most as many claims per model as jobs of it: each job takes one or none.
         const byModel = handOff.claim(counts);
-        for (const r of rows) {
+        for (const r of plain) {
           const c = byModel.get(r.modelId)?.shift();
           if (c) claims.set(r, c);
         }

@@ -12,6 +12,10 @@ export interface SessionRow {
   capacity: number;
   /** Declared model ids; empty when none were declared or the declaration lapsed. */
   models: number[];
+  /** What the node can do with each model, aligned with `models` (jobs/capabilities.ts bits; 0: plain chat only). */
+  caps?: number[];
+  /** The worker declared capabilities (`ins worker`; the seed's worker declares none): its job_data may carry the OpenAI parameters. */
+  capable?: boolean;
 }
 
 export interface SessionListing { node: string; session: number; node_version: string; capacity: number; models: string[]; started_at: string; last_seen_at: string; open_leases: number }
@@ -33,13 +37,15 @@ const INSERT = sql('sessions_insert', `INSERT INTO node_sessions (node_id, token
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
 const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
-    CASE WHEN s.models_declared_at > now() - make_interval(secs => $2::int) AND NOT ${NODE_SUSPENDED} THEN s.models ELSE '{}' END AS models
+    CASE WHEN s.models_declared_at > now() - make_interval(secs => $2::int) AND NOT ${NODE_SUSPENDED} THEN s.models ELSE '{}' END AS models,
+    s.model_caps
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE s.token_hash = $1::text AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash`);
+// $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none).
 const DECLARE = sql('sessions_declare_models', `WITH old AS (
-    SELECT models FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
-  UPDATE node_sessions s SET models = $2::int[], models_declared_at = now(), last_seen_at = now()
-  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before`);
+    SELECT models, model_caps FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
+  UPDATE node_sessions s SET models = $2::int[], model_caps = $3::int[], models_declared_at = now(), last_seen_at = now()
+  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before`);
 const END = sql('sessions_end', 'UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id');
 const TOUCH = sql('sessions_touch', `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
   FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`);
@@ -84,17 +90,27 @@ export async function openSession(db: Queryable, s: NewSession): Promise<{ id: n
 }
 
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {
-  const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; suspended: boolean; models: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
-  return row && { id: Number(row.id), node: { id: Number(row.node_id), name: row.name, disabled: false, suspended: row.suspended }, capacity: row.capacity, models: row.models.map(Number) };
+  const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; suspended: boolean; models: number[]; model_caps: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
+  if (!row) return undefined;
+  const models = row.models.map(Number);
+  const caps = models.map((_, i) => Number(row.model_caps[i] ?? 0));
+  return { id: Number(row.id), node: { id: Number(row.node_id), name: row.name, disabled: false, suspended: row.suspended }, capacity: row.capacity, models, caps, capable: row.model_caps.length > 0 };
 }
 
-/** Sets the session's models; returns whether the set changed (undefined: no live session). */
-export async function declareModels(db: Queryable, sessionId: number, modelIds: number[]): Promise<boolean | undefined> {
+/**
+ * Sets the session's models, with their capabilities when the worker declared some (`caps`, by
+ * model id; undefined: none, as the seed's worker); returns whether anything changed (undefined:
+ * no live session).
+ */
+export async function declareModels(db: Queryable, sessionId: number, modelIds: number[], caps?: Map<number, number>): Promise<boolean | undefined> {
   const sorted = [...new Set(modelIds)].sort((a, b) => a - b);
-  const [row] = await db.query<{ before: number[] }>(DECLARE, [sessionId, sorted]);
+  const aligned = caps ? sorted.map((m) => caps.get(m) ?? 0) : [];
+  const [row] = await db.query<{ before: number[]; caps_before: number[] }>(DECLARE, [sessionId, sorted, aligned]);
   if (!row) return undefined;
   const before = row.before.map(Number);
-  return before.length !== sorted.length || before.some((m, i) => m !== sorted[i]);
+  const capsBefore = row.caps_before.map(Number);
+  return before.length !== sorted.length || before.some((m, i) => m !== sorted[i])
+    || capsBefore.length !== aligned.length || capsBefore.some((c, i) => c !== aligned[i]);
 }
 
 /** Ends a session; false when it had ended already. */

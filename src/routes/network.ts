@@ -12,7 +12,7 @@ export function networkRoutes(app: App, deps: Deps): void {
   const { db, options: { coordinator: c, verify } } = deps.service;
   app.get('/available_models', { schema: { response: AvailableModelsResponses } }, async () => {
     const details = await availableModels(db, c.onlineWindow, c.modelsTtl);
-    return { models: details.map((m) => m.name), details };
+    return { models: details.map((m) => m.name), details: details.map(({ name, nodes }) => ({ name, nodes })) };
   });
   app.get('/active_node_count', { schema: { response: ActiveNodeCountResponses } }, async () => ({ active_node_count: await activeNodeCount(db, c.onlineWindow) }));
   app.get('/total_job_count', { schema: { response: TotalJobCountResponses } }, async () => {

@@ -8,7 +8,7 @@
 import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
 import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
-import { answerOf, usageOf } from '../jobs/answer.js';
+import { answerOf, requestErrorOf, usageOf } from '../jobs/answer.js';
 import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
@@ -28,6 +28,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     const result = body.result as Record<string, unknown>;
     const c: Completion = await coordinator.complete({
       keyHash, jobId: body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
+      requestError: requestErrorOf(body.status, result),
     });
     metrics.results.inc({ status: body.status, outcome: c.kind === 'completed' ? 'recorded' : c.kind === 'replayed' ? 'replayed' : 'refused' });
     if (c.kind === 'refused') throw new HttpError(400, c.detail);

@@ -3,6 +3,7 @@
 // prefilled assistant turn: docs/worker.md says which backends and versions do, and how the
 // worker finds out); one that cannot runs the job from the start.
 import { http, type HttpResponse } from './http.js';
+import type { ChatParams, ToolCall } from '../jobs/request.js';
 
 export interface BackendJob {
   model: string;
@@ -10,6 +11,8 @@ export interface BackendJob {
   max_output: number;
   temperature: number;
   seed?: number;
+  /** The job's OpenAI parameters (job_data.params, docs/openai.md): each backend passes them on in its own form. */
+  params?: ChatParams;
   /** The answer's beginning, written by an earlier attempt: continue it. Only given to a backend whose `continues` is true. */
   prefix?: string;
 }
@@ -19,6 +22,11 @@ export interface BackendAnswer {
   content: string;
   /** The backend's own counts: with a prefix, completion_tokens are the continuation's only. */
   usage: { prompt_tokens?: number; completion_tokens?: number } | null;
+  /** The tool calls the answer makes (OpenAI's form: arguments a JSON string). */
+  tool_calls?: ToolCall[];
+  /** OpenAI's logprobs.content entries: {token, logprob, bytes, top_logprobs}. */
+  logprobs?: unknown[];
+  finish_reason?: 'length' | 'tool_calls';
 }
 
 export interface Backend {
@@ -29,13 +37,41 @@ export interface Backend {
   /** Finds out what the backend is and whether it continues answers; never throws (unknown: it does not). */
   detect(): Promise<void>;
   models(): Promise<string[]>;
+  /** What the backend can do with the model beyond plain chat (jobs/capabilities.ts names); never throws. */
+  capabilities(model: string): Promise<string[]>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
 }
 
-/** The backend failed the call; `status` is its HTTP status when it answered one. */
+/** The backend failed the call; `status` is its HTTP status when it answered one, `detail` its own error message. */
 export class BackendError extends Error {
-  constructor(message: string, readonly status?: number) { super(message); }
+  constructor(message: string, readonly status?: number, readonly detail?: string) { super(message); }
+}
+
+/** The backend's own message in an error body: OpenAI's {error: {message}}, vLLM's {message}, Ollama's {error}. */
+function backendMessage(text: string): string | undefined {
+  try {
+    const b = JSON.parse(text) as { error?: unknown; message?: unknown };
+    if (typeof b.error === 'string') return b.error;
+    if (typeof b.error === 'object' && b.error !== null && typeof (b.error as { message?: unknown }).message === 'string') return (b.error as { message: string }).message;
+    if (typeof b.message === 'string') return b.message;
+  } catch {
+    // not JSON
+  }
+  return text.trim() || undefined;
+}
+
+/**
+ * The backend refused the request itself (a 4xx about it: context length, invalid schema,
+ * unknown tool format), not its own failure: the request's error, in OpenAI's form. 404 (model
+ * not found) and 401/403 are the node's problems; 429 and 5xx, and no answer at all, too.
+ */
+export function requestErrorOf(err: unknown): { code: string | null; message: string } | undefined {
+  if (!(err instanceof BackendError) || err.status === undefined) return undefined;
+  if (![400, 413, 422].includes(err.status)) return undefined;
+  const message = (err.detail ?? err.message).slice(0, 1_000);
+  const context = /context (length|window)|maximum context|too many tokens|prompt is too long|exceeds? (the )?(model'?s? )?(maximum|max|context)/i.test(message);
+  return { code: context ? 'context_length_exceeded' : null, message };
 }
 
 export async function call(url: string, init: Parameters<typeof http>[1], what: string): Promise<HttpResponse> {
@@ -45,7 +81,10 @@ export async function call(url: string, init: Parameters<typeof http>[1], what: 
   } catch (err) {
     throw new BackendError(`${what}: ${(err as Error).message}`);
   }
-  if (res.status >= 300) throw new BackendError(`${what}: HTTP ${res.status} ${(await res.text().catch(() => '')).slice(0, 200)}`, res.status);
+  if (res.status >= 300) {
+    const text = await res.text().catch(() => '');
+    throw new BackendError(`${what}: HTTP ${res.status} ${text.slice(0, 200)}`, res.status, backendMessage(text)?.slice(0, 1_000));
+  }
   return res;
 }
 

@@ -4,6 +4,7 @@
 // exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
 import pRetry from 'p-retry';
 import { http } from './http.js';
+import type { ChatParams, ToolCall } from '../jobs/request.js';
 
 export interface Job {
   job_id: string;
@@ -16,9 +17,16 @@ export interface Job {
   stream?: boolean;
   /** The beginning of the answer an earlier attempt already streamed to the client (its node failed mid-answer): continue it. Absent or non-empty. */
   answer_prefix?: string;
+  /** The job's OpenAI parameters (ours, to sessions that declared capabilities; docs/openai.md). */
+  params?: ChatParams;
 }
 
-export interface Report { status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string }
+export interface Report {
+  status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string;
+  tool_calls?: ToolCall[]; logprobs?: unknown[]; finish_reason?: 'length' | 'tool_calls';
+  /** The backend refused the request itself (a 4xx about it): reported as the request's error, not the node's. */
+  requestError?: { code: string | null; message: string };
+}
 
 /** An answer the worker must act on (not retried): 401 (register again), 400 (the lease ended), others. */
 export class CoordinatorError extends Error {
@@ -67,8 +75,9 @@ export class CoordinatorClient {
     this.token = r.access_token;
   }
 
-  async declare(models: string[]): Promise<number> {
-    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body: { node_url: this.node, models } });
+  /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names). */
+  async declare(models: string[], capabilities: Record<string, string[]> = {}): Promise<number> {
+    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body: { node_url: this.node, models, capabilities } });
     return r.expires_in;
   }
 
@@ -79,7 +88,15 @@ export class CoordinatorClient {
 
   /** The job's report with its job key; resolves with the points credited, or throws CoordinatorError (400: the lease ended). */
   async report(job: Job, r: Report): Promise<number> {
-    const result = r.status === 'success' ? { message: { role: 'assistant', content: r.content } } : { message: '', error: r.error ?? 'backend error' };
+    const result = r.status === 'success'
+      ? {
+        message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
+        ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}), ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
+      }
+      : r.requestError
+        // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).
+        ? { message: r.requestError.message, error: { type: 'invalid_request_error', code: r.requestError.code, message: r.requestError.message } }
+        : { message: '', error: r.error ?? 'backend error' };
     const body = { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result, status: r.status, ...(r.usage ? { usage: r.usage } : {}) };
     return (await this.call<{ points: number }>('update_result', 'POST', '/worker/update_result', { body })).points;
   }

@@ -1,18 +1,23 @@
 // Ollama, by its API reference (docs/api.md of ollama/ollama): GET /api/tags for its models;
 // POST /api/chat with options.num_predict (max_output; 0 = the backend's default),
 // options.temperature and options.seed; streamed as NDJSON lines; usage from prompt_eval_count
-// and eval_count. GET /api/version says which Ollama it is.
+// and eval_count. GET /api/version says which Ollama it is. The job's OpenAI parameters in
+// Ollama's form: params.ts. Capabilities: POST /api/show lists the model's (`tools`); `format`
+// (json) and the sampling options are every model's; logprobs since Ollama 0.12.11.
 // Continuing an answer: /api/chat continues a conversation whose last message is the
 // assistant's (the model's template stops after it) since Ollama 0.2.8 (ollama/ollama#5802,
 // July 2024); nothing needs setting. The answer then carries only the new text, and eval_count
 // counts only its tokens. Builds from source report version 0.0.0: taken as recent.
 import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 
 const CONTINUES_SINCE = '0.2.8';
+const LOGPROBS_SINCE = '0.12.11';
 
 export class Ollama implements Backend {
   name = 'Ollama';
   continues = false;
+  private version: string | undefined;
 
   constructor(private readonly url: string, private readonly mayContinue: boolean) {}
 
@@ -24,6 +29,7 @@ export class Ollama implements Backend {
       return;
     }
     this.name = `Ollama ${version}`;
+    this.version = version;
     this.continues = this.mayContinue && (version === '0.0.0' || versionAtLeast(version, CONTINUES_SINCE));
   }
 
@@ -32,20 +38,36 @@ export class Ollama implements Backend {
     return (body.models ?? []).map((m) => m.name).filter((n): n is string => typeof n === 'string');
   }
 
+  async capabilities(model: string): Promise<string[]> {
+    const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, LOGPROBS_SINCE));
+    const shown = (await probe(`${this.url}/api/show`, { model })) as { capabilities?: unknown } | undefined;
+    const listed = Array.isArray(shown?.capabilities) ? shown.capabilities : [];
+    return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : [])];
+  }
+
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
-    const options: Record<string, number> = { temperature: job.temperature };
-    if (job.max_output > 0) options.num_predict = job.max_output;
-    if (job.seed !== undefined) options.seed = job.seed;
+    const messages = job.params?.messages && !job.prefix ? ollamaMessages(job.params.messages) : withPrefix(job);
     const res = await call(`${this.url}/api/chat`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      body: JSON.stringify({ model: job.model, messages: withPrefix(job), stream: onDelta !== undefined, options }),
+      body: JSON.stringify({ model: job.model, messages, stream: onDelta !== undefined, ...ollamaFields(job) }),
     }, 'ollama /api/chat');
-    type Line = { message?: { content?: string }; done?: boolean; prompt_eval_count?: number; eval_count?: number; error?: string };
+    type Line = { message?: { content?: string; tool_calls?: unknown }; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string; logprobs?: unknown };
     const usage = (l: Line) => ({ prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) });
+    const calls: BackendAnswer['tool_calls'] = [];
+    const logprobs: unknown[] = [];
+    const gather = (l: Line) => {
+      calls.push(...toolCallsFromOllama(l.message?.tool_calls));
+      if (Array.isArray(l.logprobs)) for (const e of l.logprobs) logprobs.push(...logprobEntry(e));
+    };
+    const extras = (l: Line): Partial<BackendAnswer> => ({
+      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : l.done_reason === 'length' ? { finish_reason: 'length' as const } : {}),
+      ...(job.params?.logprobs ? { logprobs } : {}),
+    });
     if (!onDelta) {
       const body = (await res.json()) as Line;
       if (body.error) throw new BackendError(`ollama: ${body.error}`);
-      return { content: body.message?.content ?? '', usage: usage(body) };
+      gather(body);
+      return { content: body.message?.content ?? '', usage: usage(body), ...extras(body) };
     }
     let content = '';
     let last: Line = {};
@@ -59,6 +81,7 @@ export class Ollama implements Backend {
         if (!line) continue;
         last = JSON.parse(line) as Line;
         if (last.error) throw new BackendError(`ollama: ${last.error}`);
+        gather(last);
         const delta = last.message?.content ?? '';
         if (delta) {
           content += delta;
@@ -67,6 +90,6 @@ export class Ollama implements Backend {
       }
     }
     if (!last.done) throw new BackendError('ollama: the answer ended before done');
-    return { content, usage: usage(last) };
+    return { content, usage: usage(last), ...extras(last) };
   }
 }

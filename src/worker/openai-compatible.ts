@@ -13,8 +13,16 @@
 // Which server it is: `--backend vllm|llamacpp` says so; `--backend openai` finds out through
 // endpoints the servers document — vLLM's GET /version, llama.cpp's POST /apply-template (the
 // prompt it would run, so a server whose prefill is off is seen as such).
+// The job's OpenAI parameters go as they are (params.ts). Capabilities: sampling, json and
+// logprobs are what these servers document for every model; tools (and tool_choice) are probed
+// once per model with a one-token request that carries a tool (vLLM refuses it with 400 unless
+// it runs with --enable-auto-tool-choice, llama.cpp's server unless with --jinja).
 import { createParser } from 'eventsource-parser';
 import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { logprobEntry, newCallId, temperatureOf } from './params.js';
+import type { ToolCall } from '../jobs/request.js';
+
+const PROBE_TOOL = { type: 'function', function: { name: 'ins_probe', description: 'A probe of tool support.', parameters: { type: 'object', properties: {} } } };
 
 export type Dialect = 'vllm' | 'llamacpp' | 'plain';
 
@@ -29,6 +37,7 @@ export class OpenAICompatible implements Backend {
   name: string;
   continues: boolean;
   private dialect: Dialect;
+  private readonly caps = new Map<string, Promise<string[]>>();
 
   /** stated: the server named by --backend (vllm, llamacpp), else found by detect(). */
   constructor(private readonly url: string, private readonly stated: Dialect | undefined, private readonly mayContinue: boolean) {
@@ -38,6 +47,7 @@ export class OpenAICompatible implements Backend {
   }
 
   async detect(): Promise<void> {
+    this.caps.clear();
     if (this.stated) return;
     const version = ((await probe(`${this.url}/version`)) as { version?: unknown } | undefined)?.version;
     if (typeof version === 'string') {
@@ -68,23 +78,51 @@ export class OpenAICompatible implements Backend {
     return (body.data ?? []).map((m) => m.id).filter((n): n is string => typeof n === 'string');
   }
 
+  capabilities(model: string): Promise<string[]> {
+    let known = this.caps.get(model);
+    if (!known) {
+      known = probe(`${this.url}/v1/chat/completions`, { model, messages: [{ role: 'user', content: 'ping' }], tools: [PROBE_TOOL], max_tokens: 1 })
+        .then((answer) => ['sampling', 'json', 'logprobs', ...(answer !== undefined ? ['tools', 'tool_choice'] : [])]);
+      this.caps.set(model, known);
+    }
+    return known;
+  }
+
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
     const stream = onDelta !== undefined;
     const continuing = job.prefix !== undefined && job.prefix !== '';
+    const { messages: whole, temperature: _t, ...params } = job.params ?? {};
+    const temperature = temperatureOf(job);
     const res = await call(`${this.url}/v1/chat/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
       body: JSON.stringify({
-        model: job.model, messages: withPrefix(job), temperature: job.temperature,
+        ...params,
+        model: job.model, messages: whole && !continuing ? whole : withPrefix(job), ...(temperature !== undefined ? { temperature } : {}),
         ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
         ...(job.seed !== undefined ? { seed: job.seed } : {}),
         ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
         ...(continuing && this.dialect === 'vllm' ? { continue_final_message: true, add_generation_prompt: false } : {}),
       }),
     }, 'openai /v1/chat/completions');
+    type Choice = { message?: { content?: string | null; tool_calls?: unknown }; delta?: { content?: string | null; tool_calls?: unknown }; finish_reason?: string | null; logprobs?: { content?: unknown } | null };
+    const logprobs: unknown[] = [];
+    const gatherLogprobs = (c: Choice | undefined) => {
+      if (Array.isArray(c?.logprobs?.content)) for (const e of c.logprobs.content) logprobs.push(...logprobEntry(e));
+    };
+    const extras = (calls: ToolCall[], finish: string | null | undefined): Partial<BackendAnswer> => ({
+      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finish === 'length' ? { finish_reason: 'length' as const } : {}),
+      ...(job.params?.logprobs ? { logprobs } : {}),
+    });
     if (!stream) {
-      const body = (await res.json()) as { choices?: { message?: { content?: string | null } }[]; usage?: Usage };
-      return { content: body.choices?.[0]?.message?.content ?? '', usage: usageOf(body.usage) };
+      const body = (await res.json()) as { choices?: Choice[]; usage?: Usage };
+      const choice = body.choices?.[0];
+      gatherLogprobs(choice);
+      const calls = toolCalls(choice?.message?.tool_calls);
+      return { content: choice?.message?.content ?? '', usage: usageOf(body.usage), ...extras(calls, choice?.finish_reason) };
     }
+    // Streamed tool calls: per index, the id and name come first, the arguments in pieces.
+    const streamed: { id?: string; name?: string; arguments: string }[] = [];
+    let finish: string | null | undefined;
     let content = '';
     let last: Usage = null;
     let failure: string | undefined;
@@ -92,10 +130,23 @@ export class OpenAICompatible implements Backend {
     const parser = createParser({
       onEvent: (event) => {
         if (event.data === '[DONE]') return void (ended = true);
-        const chunk = JSON.parse(event.data) as { choices?: { delta?: { content?: string | null }; finish_reason?: string | null }[]; usage?: Usage; error?: { message?: string } };
+        const chunk = JSON.parse(event.data) as { choices?: Choice[]; usage?: Usage; error?: { message?: string } };
         if (chunk.error) failure = chunk.error.message ?? 'error';
         const choice = chunk.choices?.[0];
-        if (choice?.finish_reason) ended = true;
+        if (choice?.finish_reason) {
+          ended = true;
+          finish = choice.finish_reason;
+        }
+        gatherLogprobs(choice);
+        if (Array.isArray(choice?.delta?.tool_calls)) {
+          for (const d of choice.delta.tool_calls as { index?: number; id?: string; function?: { name?: string; arguments?: string } }[]) {
+            const at = typeof d.index === 'number' ? d.index : streamed.length;
+            const c = (streamed[at] ??= { arguments: '' });
+            if (d.id) c.id = d.id;
+            if (d.function?.name) c.name = d.function.name;
+            if (d.function?.arguments) c.arguments += d.function.arguments;
+          }
+        }
         const delta = choice?.delta?.content ?? '';
         if (delta) {
           content += delta;
@@ -107,6 +158,15 @@ export class OpenAICompatible implements Backend {
     for await (const text of res.chunks()) parser.feed(text);
     if (failure) throw new BackendError(`openai: ${failure}`);
     if (!ended) throw new BackendError('openai: the answer ended before its finish_reason');
-    return { content, usage: usageOf(last) };
+    const calls = streamed.flatMap((c): ToolCall[] => (c.name ? [{ id: c.id ?? newCallId(), type: 'function', function: { name: c.name, arguments: c.arguments } }] : []));
+    return { content, usage: usageOf(last), ...extras(calls, finish) };
   }
+}
+
+/** OpenAI's tool calls from an answer's message. */
+function toolCalls(v: unknown): ToolCall[] {
+  if (!Array.isArray(v)) return [];
+  return v.flatMap((c: { id?: unknown; function?: { name?: unknown; arguments?: unknown } }): ToolCall[] => (typeof c?.function?.name === 'string'
+    ? [{ id: typeof c.id === 'string' && c.id ? c.id : newCallId(), type: 'function', function: { name: c.function.name, arguments: typeof c.function.arguments === 'string' ? c.function.arguments : JSON.stringify(c.function.arguments ?? {}) } }]
+    : []));
 }

@@ -4,7 +4,11 @@
 //   declaration is renewed before it lapses.
 // - A backend failure reports the job as an error (it goes back to the queue for another node),
 //   then the worker declares no models until the backend answers again, so it takes no job it
-//   cannot run.
+//   cannot run. A backend's 4xx about the request itself (context length, invalid schema:
+//   backend.ts requestErrorOf) is the request's error: reported as such (the job fails at once,
+//   docs/openai.md), and the backend is not marked down.
+// - With its models it declares what the backend can do with each (backend.capabilities), so it
+//   is offered jobs that need tools, JSON output, logprobs or sampling options.
 // - A job whose answer an earlier attempt began (`answer_prefix`: its node failed mid-answer)
 //   is continued on a backend that can (backend.ts), and only the continuation is sent as
 //   progress; the report carries the whole answer, with the worker's own usage. A backend that
@@ -20,6 +24,7 @@
 //   coordinator's time to take a report is not lost to the node.
 // - stop(): no new polls, the jobs in flight finish (up to the grace period), then deregister.
 import { BackendError, createBackend, type Backend, type BackendAnswer } from './backends.js';
+import { requestErrorOf } from './backend.js';
 import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-client.js';
 import type { WorkerOptions } from './options.js';
 import { afterPrefix, LeaseLink } from './progress.js';
@@ -118,12 +123,13 @@ export class Worker {
   }
 
   private async declare(models: string[]): Promise<void> {
+    const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, await this.backend.capabilities(m)] as const)));
     try {
-      this.expiresIn = await this.client.declare(models);
+      this.expiresIn = await this.client.declare(models, caps);
     } catch (err) {
       if (!(err instanceof CoordinatorError && err.status === 401)) throw err;
       await this.reregister();
-      this.expiresIn = await this.client.declare(models);
+      this.expiresIn = await this.client.declare(models, caps);
     }
     this.models = models;
     this.declaredAt = Date.now();
@@ -183,9 +189,18 @@ export class Worker {
       const b0 = performance.now();
       const { prefix, answer } = await this.runJob(job, link, abort.signal);
       backendMs = performance.now() - b0;
-      report = { status: 'success', content: prefix + answer.content, usage: answer.usage };
+      report = {
+        status: 'success', content: prefix + answer.content, usage: answer.usage,
+        ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}), ...(answer.logprobs ? { logprobs: answer.logprobs } : {}), ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
+      };
     } catch (err) {
-      if (link.ended === undefined) {
+      const refused = requestErrorOf(err);
+      if (link.ended === undefined && refused) {
+        // The request's own error: the job fails with it; the backend is fine.
+        outcome = 'error';
+        report = { status: 'error', content: '', usage: null, error: refused.message.slice(0, 300), requestError: refused };
+        this.events.log('warn', `job ${job.job_id}: the backend refused the request (${refused.code ?? 'invalid request'}): ${refused.message.slice(0, 200)}`);
+      } else if (link.ended === undefined) {
         outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
         this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);

@@ -7,7 +7,7 @@
 // whoever ends a lease first (a report, the sweep, a release, a cancel) wins.
 import { sql, type Queryable } from '../../db/database.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import type { Answer, Usage } from '../answer.js';
+import type { Answer, RequestError, Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
@@ -17,20 +17,27 @@ import type { JobState } from '../states.js';
 // (src/verify/standing.ts): its lease ends as an error and the job goes back to the queue for
 // another node. A done job's usage is the sum of what every lease of it reported (a job
 // continued by another node after its first one failed mid-answer costs both parts).
+// $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
+// requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
+// answers 400 with it) — no retry on another node, which would only fail the same way — and its
+// lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
+// hostile node could claim it to fail jobs; docs/openai.md).
 export const COMPLETE = sql('jobs_complete', `WITH reports AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[])
-    AS q(key_hash, job_id, model_name, status, result, answer, usage)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[])
+    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error)
 ),
 ended AS (
-  UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE WHEN q.status = 'success'
-      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = l.node_id AND r.state = 'suspended') THEN 'done' ELSE 'error' END
+  UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE
+      WHEN EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = l.node_id AND r.state = 'suspended') THEN 'error'
+      WHEN q.status = 'success' THEN 'done' WHEN q.request_error IS NOT NULL THEN 'request_error' ELSE 'error' END
   FROM reports q, jobs j, models m, nodes n
   WHERE l.key_hash = q.key_hash AND l.ended_at IS NULL AND l.job_id::text = q.job_id
     AND j.id = l.job_id AND j.state = 'leased' AND j.deadline_at > now()
     AND m.id = j.model_id AND m.name = q.model_name
     AND n.id = l.node_id AND n.disabled_at IS NULL
   RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix || l.partial AS streamed, j.model_id,
-    CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage
+    CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
+    CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
@@ -41,15 +48,17 @@ usages AS (
 ),
 finished AS (
   UPDATE jobs j SET
-    state = CASE WHEN e.status = 'success' THEN 'done' WHEN j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
+    state = CASE WHEN e.status = 'success' THEN 'done' WHEN e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
     failures = j.failures + CASE WHEN e.status = 'error' THEN 1 ELSE 0 END,
     result = CASE WHEN e.status = 'success' THEN e.answer END,
     usage = u.usage,
     node_id = CASE WHEN e.status = 'success' THEN e.node_id END,
-    streamed = CASE WHEN e.status = 'error' AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
+    streamed = CASE WHEN e.status = 'error' AND e.request_error IS NULL AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
     lease_expires_at = NULL,
-    finished_at = CASE WHEN e.status = 'success' OR j.failures + 1 >= $9::int THEN now() END,
-    detail = CASE WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END
+    finished_at = CASE WHEN e.status = 'success' OR e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN now() END,
+    detail = CASE WHEN e.request_error IS NOT NULL THEN e.request_error ->> 'message'
+      WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END,
+    error = e.request_error
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id
   RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
@@ -139,6 +148,8 @@ export interface JobReport {
   result: Record<string, unknown>;
   answer: Answer;
   usage: Usage | null;
+  /** The request's own error the worker claims (an error report): the job fails at once with it. */
+  requestError?: RequestError;
 }
 
 /** A report the statement took: its lease ended, and how. */
@@ -154,6 +165,7 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     reports.map((r) => r.keyHash), reports.map((r) => r.jobId), reports.map((r) => r.modelName), reports.map((r) => r.status),
     reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
     o.defaultPoints, o.maxAttempts, o.server, o.audit,
+    reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
   ]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));

@@ -9,8 +9,12 @@ import type { JobRequest } from '../request.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
 export interface Ask { group: number; slot: number; sessionId: number; nodeId: number; keyHash: string; rank: number }
-/** Asks with the same model set form a group; it leases at most `count` jobs, first in fair order. */
-export interface Group { group: number; models: number[]; count: number }
+/**
+ * Asks with the same model set (and the same capabilities for each, `caps` aligned with
+ * `models`: jobs/capabilities.ts bits, absent: none) form a group; it leases at most `count`
+ * jobs, first in fair order.
+ */
+export interface Group { group: number; models: number[]; count: number; caps?: number[] }
 
 export interface LeasedJob {
   group: number; slot: number; jobId: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number;
@@ -33,6 +37,9 @@ export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: 
 // up twice) is skipped, not taken: it would only block the jobs behind it. The k-th job (or
 // copy) goes to the group's k-th free ask unless that ask's node may not have it; then it
 // waits for another round.
+// Capabilities (issue 28): a job (or copy) whose needs (jobs.needs) the group's capabilities for
+// its model do not cover is skipped like an excluded one — never taken, never blocking the jobs
+// behind it; $11 the groups' capabilities (array literals aligned with their models).
 export const LEASE = sql('jobs_lease', `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
@@ -41,8 +48,8 @@ export const LEASE = sql('jobs_lease', `WITH asks AS (
   WHERE NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended')
 ),
 groups AS (
-  SELECT g.g, g.models::int[] AS models, g.n, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes
-  FROM unnest($7::int[], $8::text[], $9::int[]) AS g(g, models, n)
+  SELECT g.g, g.models::int[] AS models, g.n, g.caps::int[] AS caps, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes
+  FROM unnest($7::int[], $8::text[], $9::int[], $11::text[]) AS g(g, models, n, caps)
 ),
 copies AS (
   SELECT g.g, c.id, c.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY c.submitted_at, c.id)::int AS k
@@ -51,6 +58,7 @@ copies AS (
     SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
     WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models) AND j.deadline_at > now()
       AND NOT (j.exclude_nodes @> g.nodes)
+      AND j.needs & ~coalesce(g.caps[array_position(g.models, j.model_id)], 0) = 0
     ORDER BY j.submitted_at, j.id LIMIT g.n
     FOR UPDATE SKIP LOCKED) c
 ),
@@ -67,11 +75,11 @@ picked AS (
   SELECT g.g, p.id, p.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY p.fair_key, p.id)::int AS k
   FROM groups g
   CROSS JOIN LATERAL (
-    SELECT c.id, c.fair_key, c.exclude_nodes FROM unnest(g.models) AS gm(model_id)
+    SELECT c.id, c.fair_key, c.exclude_nodes FROM unnest(g.models, g.caps) AS gm(model_id, caps)
     CROSS JOIN LATERAL (
       SELECT j.id, j.fair_key, j.exclude_nodes FROM jobs j
       WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = gm.model_id AND j.deadline_at > now()
-        AND NOT (j.exclude_nodes @> g.nodes)
+        AND NOT (j.exclude_nodes @> g.nodes) AND j.needs & ~coalesce(gm.caps, 0) = 0
       ORDER BY j.fair_key, j.id LIMIT g.n
       FOR UPDATE SKIP LOCKED) c
     ORDER BY c.fair_key, c.id LIMIT g.n) p
@@ -130,6 +138,7 @@ export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: rea
     asks.map((a) => a.group), asks.map((a) => a.slot), asks.map((a) => a.sessionId), asks.map((a) => a.nodeId), asks.map((a) => a.keyHash), asks.map((a) => a.rank),
     groups.map((g) => g.group), groups.map((g) => `{${g.models.join(',')}}`), groups.map((g) => g.count),
     leaseSeconds,
+    groups.map((g) => `{${(g.caps ?? []).join(',')}}`),
   ]);
   return {
     rows: rows.filter((r) => r.row === 'leased' || r.row === 'over_capacity').map((r): LeaseRow => (r.row === 'over_capacity'

@@ -19,6 +19,30 @@ import { awaitCompletion, failureError, finishReason, submitCompletion, usageOf,
 import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
 import { charLength } from '../../jobs/progress.js';
+import { namesOf, type Capability } from '../../jobs/capabilities.js';
+import type { Answer } from '../../jobs/answer.js';
+
+/** The request's field that needs the capability (for the 400 that names it). */
+function paramNeeding(chat: ChatRequest, cap: Capability): string {
+  const p = chat.params;
+  switch (cap) {
+    case 'sampling': return (['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const).find((k) => p[k] !== undefined) ?? 'stop';
+    case 'tools': return p.tools ? 'tools' : 'messages';
+    case 'tool_choice': return p.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice';
+    case 'json': return 'response_format';
+    case 'logprobs': return 'logprobs';
+  }
+}
+
+/** The answer's message as OpenAI's: tool calls (content null when there is none besides them). */
+function messageOf(answer: Answer): Record<string, unknown> {
+  const calls = answer.message.tool_calls;
+  if (!calls?.length) return { role: 'assistant', content: answer.message.content, refusal: null };
+  return { role: 'assistant', content: answer.message.content || null, refusal: null, tool_calls: calls };
+}
+
+/** A tool call's arguments are streamed in pieces of this many characters, as OpenAI streams them. */
+const ARGUMENT_PIECE = 32;
 
 /** How often a streamed completion waiting for a node may tell where its job stands. */
 const QUEUE_COMMENT_MS = 1_000;
@@ -34,6 +58,14 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       // Not a model the network serves: one series for all such names, however many are made up.
       metrics.completions.inc({ model: 'other', outcome: 'model_not_found' });
       throw new OpenAIError(404, `The model '${chat.model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
+    }
+    // A job no online node of the model could run would wait for its deadline: refused at once.
+    const missing = await served.missing(chat.model, chat.needs);
+    if (missing) {
+      metrics.completions.inc({ model: chat.model, outcome: 'capability_missing' });
+      const [name] = namesOf(missing);
+      const param = paramNeeding(chat, name!);
+      throw new OpenAIError(400, `Unsupported parameter: '${param}' needs the capability '${name}', which no node serving '${chat.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', param, 'unsupported_parameter');
     }
     // The user, however its key was sent.
     const slot = `user:${owner}`;
@@ -54,7 +86,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       const usage = usageOf(outcome.usage);
       return {
         ...ids, object: 'chat.completion', system_fingerprint: null,
-        choices: [{ index: 0, message: { role: 'assistant', content: outcome.answer.message.content, refusal: null }, logprobs: null, finish_reason: finishReason(chat, outcome.usage) }],
+        choices: [{ index: 0, message: messageOf(outcome.answer), logprobs: outcome.answer.logprobs ? { content: outcome.answer.logprobs.content, refusal: null } : null, finish_reason: finishReason(chat, outcome.usage, outcome.answer) }],
         ...(usage ? { usage } : {}),
       };
     } finally {
@@ -70,8 +102,8 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
 
   async function stream(reply: FastifyReply, chat: ChatRequest, ids: { id: string; created: number; model: string }, started: number, jobId: string, owner: number, wait: () => Promise<Outcome>): Promise<void> {
     const usageField = chat.includeUsage ? { usage: null } : {};
-    const chunk = (delta: Record<string, string>, finish: string | null) => ({
-      data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...usageField },
+    const chunk = (delta: Record<string, unknown>, finish: string | null, logprobs: unknown = null) => ({
+      data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [{ index: 0, delta, logprobs, finish_reason: finish }], ...usageField },
     });
     const sse = reply.sse;
     await sse.send(chunk({ role: 'assistant', content: '' }, null));
@@ -130,7 +162,17 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     }
     const rest = content.slice(sentUnits);
     if (rest) await sse.send(chunk({ content: rest }, null));
-    await sse.send(chunk({}, finishReason(chat, outcome.usage)));
+    // Tool calls as OpenAI streams them: per call, a delta with its index, id and name, then its arguments in pieces.
+    for (const [index, call] of (outcome.answer.message.tool_calls ?? []).entries()) {
+      await sse.send(chunk({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.function.name, arguments: '' } }] }, null));
+      const args = call.function.arguments;
+      for (let at = 0; at < args.length; at += ARGUMENT_PIECE) {
+        await sse.send(chunk({ tool_calls: [{ index, function: { arguments: args.slice(at, at + ARGUMENT_PIECE) } }] }, null));
+      }
+    }
+    // Logprobs come with the answer of record (the relayed pieces carry none): in one chunk before the finish.
+    if (outcome.answer.logprobs) await sse.send(chunk({}, null, { content: outcome.answer.logprobs.content, refusal: null }));
+    await sse.send(chunk({}, finishReason(chat, outcome.usage, outcome.answer)));
     if (chat.includeUsage) {
       await sse.send({ data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [], usage: usageOf(outcome.usage) ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } } });
     }

@@ -5,10 +5,13 @@
 import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
+import type { RequestError } from '../../jobs/answer.js';
 
 export type Outcome =
   | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
-  | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone'; detail: string };
+  | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone'; detail: string }
+  /** The job failed on its own request (a backend's 4xx about it): the backend's error. */
+  | { kind: 'request_error'; detail: string; error: RequestError };
 
 /** How long past the deadline to wait for the sweeper's verdict before answering 504 anyway. */
 const SWEEP_GRACE_MS = 3_000;
@@ -17,7 +20,11 @@ export async function submitCompletion(coordinator: Coordinator, owner: number, 
   return coordinator.submit({
     ownerKeyId: owner,
     model: chat.model,
-    request: { messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature, ...(chat.seed !== undefined ? { seed: chat.seed } : {}), ...(chat.stream ? { stream: true } : {}) },
+    // params always (even empty): it tells nodes that read it that an absent temperature is the model's default.
+    request: {
+      messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature, ...(chat.seed !== undefined ? { seed: chat.seed } : {}), ...(chat.stream ? { stream: true } : {}),
+      params: chat.params, ...(chat.needs ? { needs: chat.needs } : {}),
+    },
     timeoutSeconds: chat.timeoutSeconds,
   });
 }
@@ -33,7 +40,9 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
   const job = await coordinator.ownJob(jobId, owner);
   switch (job?.state) {
     case 'done': return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
-    case 'failed': return { kind: 'failed', detail: job.detail ?? 'no node could finish the job' };
+    case 'failed': return job.error
+      ? { kind: 'request_error', detail: job.detail ?? job.error.message, error: job.error }
+      : { kind: 'failed', detail: job.detail ?? 'no node could finish the job' };
     case 'expired': return { kind: 'expired', detail: job.detail ?? 'the deadline passed' };
     case 'canceled': return { kind: 'canceled', detail: job.detail ?? 'canceled' };
     default: return { kind: 'timeout', detail: 'no node finished the job before its deadline' };
@@ -43,11 +52,14 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
 export interface CompletionIds { id: string; created: number; model: string }
 
 /** Why the completion ended without an answer, as an OpenAI error. */
-export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: number; type: string; code: string; message: string } {
+export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: number; type: string; code: string | null; message: string } {
   switch (o.kind) {
     case 'expired':
     case 'timeout':
       return { status: 504, type: 'timeout', code: 'timeout', message: `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.` };
+    case 'request_error':
+      // The request's own error, as the backend said it (context length, invalid schema): 400, the backend's words.
+      return { status: 400, type: 'invalid_request_error', code: o.error.code, message: o.error.message };
     case 'canceled':
       return { status: 409, type: 'invalid_request_error', code: 'canceled', message: `The job was canceled: ${o.detail}.` };
     default:
@@ -55,8 +67,10 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: n
   }
 }
 
-/** finish_reason: "length" when the node stopped at max_tokens (as its usage tells), else "stop". */
-export function finishReason(chat: ChatRequest, usage: Usage | null): 'stop' | 'length' {
+/** finish_reason: "tool_calls" when the answer calls tools; "length" when the node stopped at max_tokens (as its usage tells, or its backend said so); else "stop". */
+export function finishReason(chat: ChatRequest, usage: Usage | null, answer?: Answer): 'stop' | 'length' | 'tool_calls' {
+  if (answer?.message.tool_calls?.length) return 'tool_calls';
+  if (answer?.finish_reason === 'length') return 'length';
   return chat.maxTokens > 0 && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens ? 'length' : 'stop';
 }
 

@@ -1,48 +1,63 @@
 // GET /v1/models and /models: the models some online node serves now, as OpenAI's model list
-// (GET /v1/models/{model} for one). Completions ask ServedModels, which reads the same at
-// most once a second — and again, at once, for a model it has not seen served, so a node that
-// just declared one is found (concurrent misses share one read).
+// (GET /v1/models/{model} for one), each with `capabilities`: what some node serving it can do
+// beyond plain chat (jobs/capabilities.ts; docs/openai.md). Completions ask ServedModels, which
+// reads the same at most once a second — and again, at once, for a model it has not seen served
+// or not with the capabilities a request needs, so a node that just declared one is found
+// (concurrent misses share one read).
 import type { Queryable } from '../../db/database.js';
 import type { CoordinatorConfig } from '../../config.js';
 import { availableModels } from '../../jobs/read.js';
+import { namesOf } from '../../jobs/capabilities.js';
 import { OpenAIError } from './errors.js';
 import type { OpenAIApp } from './context.js';
 
 const FRESH_MS = 1_000;
 
 export class ServedModels {
-  private cached: { at: number; names: Set<string> } | undefined;
-  private loading: Promise<Set<string>> | undefined;
+  private cached: { at: number; caps: Map<string, number> } | undefined;
+  private loading: Promise<Map<string, number>> | undefined;
 
   constructor(private readonly db: Queryable, private readonly config: CoordinatorConfig) {}
 
-  async names(freshMs = FRESH_MS): Promise<Set<string>> {
-    if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached.names;
+  /** Served models and what some node can do with each (capability bits). */
+  async all(freshMs = FRESH_MS): Promise<Map<string, number>> {
+    if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached.caps;
     this.loading ??= availableModels(this.db, this.config.onlineWindow, this.config.modelsTtl)
       .then((rows) => {
-        const names = new Set(rows.map((r) => r.name));
-        this.cached = { at: performance.now(), names };
-        return names;
+        const caps = new Map(rows.map((r) => [r.name, r.caps]));
+        this.cached = { at: performance.now(), caps };
+        return caps;
       })
       .finally(() => { this.loading = undefined; });
     return this.loading;
   }
 
+  async names(freshMs = FRESH_MS): Promise<Set<string>> {
+    return new Set((await this.all(freshMs)).keys());
+  }
+
   async has(model: string): Promise<boolean> {
-    return (await this.names()).has(model) || (await this.names(0)).has(model);
+    return (await this.all()).has(model) || (await this.all(0)).has(model);
+  }
+
+  /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node can do the job. */
+  async missing(model: string, needs: number): Promise<number> {
+    if (needs === 0) return 0;
+    const lacks = (caps: Map<string, number>) => needs & ~(caps.get(model) ?? 0);
+    return lacks(await this.all()) && lacks(await this.all(0));
   }
 }
 
-const entry = (id: string) => ({ id, object: 'model', created: 0, owned_by: 'inference-network' });
+const entry = (id: string, caps: number) => ({ id, object: 'model', created: 0, owned_by: 'inference-network', capabilities: ['chat', ...namesOf(caps)] });
 
 export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
-  const list = async () => ({ object: 'list', data: [...(await served.names())].sort().map(entry) });
+  const list = async () => ({ object: 'list', data: [...(await served.all())].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps)) });
   app.get('/v1/models', list);
   app.get('/models', list);
   const one = async (req: { params: unknown }) => {
     const { model } = req.params as { model: string };
     if (!(await served.has(model))) throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now.`, 'invalid_request_error', 'model', 'model_not_found');
-    return entry(model);
+    return entry(model, (await served.all()).get(model) ?? 0);
   };
   app.get('/v1/models/:model', one);
   app.get('/models/:model', one);

@@ -1,18 +1,25 @@
-// The body of POST /v1/chat/completions, read the way OpenAI reads it: the fields this service
-// can honour become a job (model, messages, max_tokens or max_completion_tokens, temperature,
-// seed, stream, stream_options.include_usage, Infera's request_timeout_time); unknown fields are
-// accepted and ignored; what it cannot honour (several choices, tools, images) is refused with
-// an invalid_request_error that names the parameter. Text PostgreSQL cannot store (NUL, unpaired
-// surrogates) is refused here as on every other route, before anything is queued.
+// The body of POST /v1/chat/completions, read the way OpenAI reads it: the seed's fields
+// (model, messages, max_tokens or max_completion_tokens, temperature, seed, stream,
+// stream_options.include_usage, Infera's request_timeout_time) and the parameters beyond them
+// (openai/chat-params.ts: honoured, with the capability each needs, or refused by name);
+// unknown fields are accepted and ignored. Messages may be tool calls and tools' answers (kept
+// whole in the job's params); images, audio and files are refused. Text PostgreSQL cannot store
+// (NUL, unpaired surrogates) is refused here as on every other route, before anything is queued.
 import { isUnstorable, MalformedJson, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
+import { given, isObject, number, parseChatParams, storableDeep } from './chat-params.js';
+import type { ChatMessage, ChatParams, PlainMessage, ToolCall } from '../../jobs/request.js';
 
 export interface ChatRequest {
   model: string;
-  messages: { role: string; content: string }[];
+  messages: PlainMessage[];
   /** 0: the node's default. */
   maxTokens: number;
+  /** The client's, or OpenAI's default when it gave none (params.temperature then absent: the model's default applies on nodes that can tell). */
   temperature: number;
+  /** The parameters beyond the seed's fields, and the capabilities (bits) they need. */
+  params: ChatParams;
+  needs: number;
   /** OpenAI's `seed`, when given (the coordinator draws one otherwise). */
   seed: number | undefined;
   stream: boolean;
@@ -22,11 +29,9 @@ export interface ChatRequest {
 
 /** OpenAI's default temperature. */
 export const OPENAI_DEFAULT_TEMPERATURE = 1;
-const ROLES = new Set(['system', 'developer', 'user', 'assistant']);
+const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
 const MAX_MESSAGES = 1000;
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const given = (v: unknown): boolean => v !== undefined && v !== null;
 
 const storable = (text: string, param: string): string => {
   if (isUnstorable(text)) throw invalidRequest(`Invalid '${param}': ${NUL_ERROR}.`, param, 'invalid_value');
@@ -46,30 +51,48 @@ function content(v: unknown, i: number): string {
   throw invalidRequest(`Invalid type for 'messages[${i}].content': expected a string or an array of text parts.`, `messages[${i}].content`, 'invalid_type');
 }
 
-function messages(v: unknown): { role: string; content: string }[] {
-  if (!Array.isArray(v)) throw invalidRequest("Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
-  if (v.length === 0) throw invalidRequest("Invalid 'messages': empty array. Expected an array with minimum length 1.", 'messages', 'empty_array');
-  if (v.length > MAX_MESSAGES) throw invalidRequest(`Invalid 'messages': at most ${MAX_MESSAGES} messages.`, 'messages', 'array_above_max_length');
-  return v.map((m, i) => {
-    if (!isObject(m)) throw invalidRequest(`Invalid type for 'messages[${i}]': expected an object.`, `messages[${i}]`, 'invalid_type');
-    if (m.role === 'tool' || m.role === 'function' || given(m.tool_calls) || given(m.function_call)) {
-      throw invalidRequest('Tool and function calling are not supported: the nodes run plain chat.', `messages[${i}]`, 'unsupported_parameter');
+function toolCalls(v: unknown, i: number): ToolCall[] {
+  const param = `messages[${i}].tool_calls`;
+  if (!Array.isArray(v) || v.length === 0) throw invalidRequest(`Invalid '${param}': expected a non-empty array.`, param, 'invalid_type');
+  return v.map((c, k) => {
+    if (!isObject(c) || c.type !== 'function' || typeof c.id !== 'string' || !isObject(c.function) || typeof c.function.name !== 'string' || typeof c.function.arguments !== 'string') {
+      throw invalidRequest(`Invalid '${param}[${k}]': expected {id, type: 'function', function: {name, arguments}}.`, `${param}[${k}]`, 'invalid_value');
     }
-    if (typeof m.role !== 'string' || !ROLES.has(m.role)) {
-      throw invalidRequest(`Invalid value for 'messages[${i}].role': expected one of system, developer, user, assistant.`, `messages[${i}].role`, 'invalid_value');
-    }
-    return { role: m.role === 'developer' ? 'system' : m.role, content: content(m.content, i) };
+    return { id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } };
   });
 }
 
-function number(body: Record<string, unknown>, name: string, min: number, max: number, integer: boolean): number | undefined {
-  const v = body[name];
-  if (!given(v)) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v) || (integer && !Number.isInteger(v))) {
-    throw invalidRequest(`Invalid type for '${name}': expected ${integer ? 'an integer' : 'a number'}.`, name, 'invalid_type');
-  }
-  if (v < min || v > max) throw invalidRequest(`Invalid '${name}': ${v} is outside ${min} to ${max}.`, name, 'invalid_value');
-  return v;
+/** The messages as the seed's workers read them (role and text), and whole when some carry tool calls or are a tool's answer. */
+function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | undefined } {
+  if (!Array.isArray(v)) throw invalidRequest("Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
+  if (v.length === 0) throw invalidRequest("Invalid 'messages': empty array. Expected an array with minimum length 1.", 'messages', 'empty_array');
+  if (v.length > MAX_MESSAGES) throw invalidRequest(`Invalid 'messages': at most ${MAX_MESSAGES} messages.`, 'messages', 'array_above_max_length');
+  let tools = false;
+  const whole = v.map((m, i): ChatMessage => {
+    if (!isObject(m)) throw invalidRequest(`Invalid type for 'messages[${i}]': expected an object.`, `messages[${i}]`, 'invalid_type');
+    if (m.role === 'function' || given(m.function_call)) {
+      throw invalidRequest("Unsupported parameter: legacy function calling ('function' messages, function_call); use tools and tool_calls.", `messages[${i}]`, 'unsupported_parameter');
+    }
+    if (typeof m.role !== 'string' || !ROLES.has(m.role)) {
+      throw invalidRequest(`Invalid value for 'messages[${i}].role': expected one of system, developer, user, assistant, tool.`, `messages[${i}].role`, 'invalid_value');
+    }
+    const role = m.role === 'developer' ? 'system' : m.role;
+    if (role === 'tool') {
+      if (typeof m.tool_call_id !== 'string' || m.tool_call_id.length === 0) throw invalidRequest(`Missing required parameter: 'messages[${i}].tool_call_id'.`, `messages[${i}].tool_call_id`, 'missing_required_parameter');
+      storableDeep(m.tool_call_id, `messages[${i}].tool_call_id`);
+      tools = true;
+      return { role, content: content(m.content, i), tool_call_id: m.tool_call_id };
+    }
+    if (role === 'assistant' && given(m.tool_calls)) {
+      const calls = toolCalls(m.tool_calls, i);
+      storableDeep(calls, `messages[${i}].tool_calls`);
+      tools = true;
+      return { role, content: given(m.content) ? content(m.content, i) : null, tool_calls: calls };
+    }
+    return { role, content: content(m.content, i) };
+  });
+  const plain = whole.map((m) => ({ role: m.role, content: m.content ?? '' }));
+  return { plain, whole: tools ? whole : undefined };
 }
 
 export function parseChatRequest(body: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
@@ -81,21 +104,21 @@ export function parseChatRequest(body: unknown, limits: { defaultTimeout: number
   storable(body.model, 'model');
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
-  for (const name of ['tools', 'functions']) {
-    if (given(body[name]) && !(Array.isArray(body[name]) && (body[name] as unknown[]).length === 0)) {
-      throw invalidRequest(`'${name}' is not supported: the nodes run plain chat, without tool calling.`, name, 'unsupported_parameter');
-    }
-  }
   if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
   const options = body.stream_options;
   if (given(options) && !isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
   const maxTokens = number(body, 'max_completion_tokens', 1, 10_000_000, true) ?? number(body, 'max_tokens', 1, 10_000_000, true) ?? 0;
   const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
+  const { plain, whole } = messages(body.messages);
+  const { params, needs } = parseChatParams(body, whole !== undefined);
+  if (whole) params.messages = whole;
   return {
     model: body.model,
-    messages: messages(body.messages),
+    messages: plain,
     maxTokens,
-    temperature: number(body, 'temperature', 0, 2, false) ?? OPENAI_DEFAULT_TEMPERATURE,
+    temperature: params.temperature ?? OPENAI_DEFAULT_TEMPERATURE,
+    params,
+    needs,
     seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
     stream: body.stream === true,
     includeUsage: isObject(options) && options.include_usage === true,

@@ -4,7 +4,9 @@
 // buffer it (X-Accel-Buffering; deploy/nginx/ins.conf). Past the long-poll caps of its token or
 // address (http/rate-limit.ts LongPolls) a poll answers at once, as with wait=0. A valid token
 // never gets a 400 here: the real worker stops on one. A job another node began to stream
-// carries that beginning (answer_prefix) for this node to continue.
+// carries that beginning (answer_prefix) for this node to continue. A session that declared
+// capabilities (`ins worker`) also gets the job's OpenAI parameters (`params`, docs/openai.md);
+// the seed's worker gets the seed's job_data, field for field.
 import { GetJobQuery, GetJobResponses } from '../../generated/schemas.js';
 import { authenticateSession } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
@@ -31,10 +33,11 @@ export function getJobRoute(app: App, deps: Deps): void {
       await coordinator.undeliver(job);
       return { job_data: null };
     }
-    const { messages, max_output, temperature, seed, stream } = job.request;
+    const { messages, max_output, temperature, seed, stream, params } = job.request;
     return { job_data: {
       job_id: job.jobId, api_key: job.jobKey, model: job.model, messages, max_output, temperature,
       ...(seed !== undefined ? { seed } : {}), ...(stream ? { stream } : {}), ...(job.prefix ? { answer_prefix: job.prefix } : {}),
+      ...(params && session.capable ? { params } : {}),
     } };
   }));
 }

@@ -1,0 +1,184 @@
+// The OpenAI chat parameters beyond the seed system's fields (issue 28; docs/openai.md has the
+// table): each one is honoured — carried in the job (jobs/request.ts ChatParams) with the
+// capability it needs of the node (jobs/capabilities.ts) — or refused with a 400
+// `unsupported_parameter` that names it. None is dropped. Values are checked as OpenAI checks
+// them (ranges, types), so a node never gets one its backend would refuse for its form alone.
+import { CAPABILITIES } from '../../jobs/capabilities.js';
+import type { ChatParams } from '../../jobs/request.js';
+import { isUnstorable, NUL_ERROR } from '../../validation/pydantic.js';
+import { invalidRequest } from './errors.js';
+
+export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+export const given = (v: unknown): boolean => v !== undefined && v !== null;
+
+/** Fields OpenAI's chat API has that the network cannot honour: refused when given (and not their no-op value). */
+export const REFUSED: Readonly<Record<string, (v: unknown) => boolean>> = Object.freeze({
+  logit_bias: (v) => !(isObject(v) && Object.keys(v).length === 0),
+  functions: (v) => !(Array.isArray(v) && v.length === 0),
+  function_call: () => true,
+  audio: () => true,
+  modalities: (v) => !(Array.isArray(v) && v.every((m) => m === 'text')),
+  prediction: () => true,
+  web_search_options: () => true,
+  reasoning_effort: () => true,
+  verbosity: () => true,
+  store: (v) => v !== false,
+});
+
+const MAX_TOOLS = 128;
+const MAX_STOP = 4;
+const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+/** Every string inside `v` can be stored (no NUL, no unpaired surrogate), else a 400 naming `param`. */
+export function storableDeep(v: unknown, param: string): void {
+  if (typeof v === 'string') {
+    if (isUnstorable(v)) throw invalidRequest(`Invalid '${param}': ${NUL_ERROR}.`, param, 'invalid_value');
+  } else if (Array.isArray(v)) {
+    v.forEach((x) => storableDeep(x, param));
+  } else if (isObject(v)) {
+    for (const [k, x] of Object.entries(v)) {
+      storableDeep(k, param);
+      storableDeep(x, param);
+    }
+  }
+}
+
+export function number(body: Record<string, unknown>, name: string, min: number, max: number, integer: boolean): number | undefined {
+  const v = body[name];
+  if (!given(v)) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || (integer && !Number.isInteger(v))) {
+    throw invalidRequest(`Invalid type for '${name}': expected ${integer ? 'an integer' : 'a number'}.`, name, 'invalid_type');
+  }
+  if (v < min || v > max) throw invalidRequest(`Invalid '${name}': ${v} is outside ${min} to ${max}.`, name, 'invalid_value');
+  return v;
+}
+
+function boolean(body: Record<string, unknown>, name: string): boolean | undefined {
+  const v = body[name];
+  if (!given(v)) return undefined;
+  if (typeof v !== 'boolean') throw invalidRequest(`Invalid type for '${name}': expected a boolean.`, name, 'invalid_type');
+  return v;
+}
+
+function stop(v: unknown): string[] | undefined {
+  if (!given(v)) return undefined;
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list) || !list.every((s) => typeof s === 'string' && s.length > 0)) throw invalidRequest("Invalid type for 'stop': expected a string or an array of non-empty strings.", 'stop', 'invalid_type');
+  if (list.length > MAX_STOP) throw invalidRequest(`Invalid 'stop': at most ${MAX_STOP} sequences.`, 'stop', 'array_above_max_length');
+  storableDeep(list, 'stop');
+  return list.length ? (list as string[]) : undefined;
+}
+
+function responseFormat(v: unknown): ChatParams['response_format'] {
+  if (!given(v)) return undefined;
+  if (!isObject(v) || typeof v.type !== 'string') throw invalidRequest("Invalid type for 'response_format': expected an object with a type.", 'response_format', 'invalid_type');
+  if (v.type === 'text') return undefined;
+  if (v.type === 'json_object') return { type: 'json_object' };
+  if (v.type !== 'json_schema') throw invalidRequest(`Invalid value for 'response_format.type': '${v.type}'; expected text, json_object or json_schema.`, 'response_format.type', 'invalid_value');
+  const js = v.json_schema;
+  if (!isObject(js) || typeof js.name !== 'string' || !TOOL_NAME.test(js.name)) {
+    throw invalidRequest("Invalid 'response_format.json_schema': expected an object with a name (a-z, A-Z, 0-9, _ and -, at most 64).", 'response_format.json_schema', 'invalid_value');
+  }
+  if (given(js.schema) && !isObject(js.schema)) throw invalidRequest("Invalid type for 'response_format.json_schema.schema': expected an object.", 'response_format.json_schema.schema', 'invalid_type');
+  storableDeep(js, 'response_format');
+  return {
+    type: 'json_schema',
+    json_schema: {
+      name: js.name,
+      ...(isObject(js.schema) ? { schema: js.schema } : {}),
+      ...(typeof js.strict === 'boolean' ? { strict: js.strict } : {}),
+      ...(typeof js.description === 'string' ? { description: js.description } : {}),
+    },
+  };
+}
+
+function tools(v: unknown): ChatParams['tools'] {
+  if (!given(v)) return undefined;
+  if (!Array.isArray(v)) throw invalidRequest("Invalid type for 'tools': expected an array.", 'tools', 'invalid_type');
+  if (v.length > MAX_TOOLS) throw invalidRequest(`Invalid 'tools': at most ${MAX_TOOLS}.`, 'tools', 'array_above_max_length');
+  const out = v.map((t, i) => {
+    const param = `tools[${i}]`;
+    if (!isObject(t) || t.type !== 'function' || !isObject(t.function)) throw invalidRequest(`Invalid '${param}': only tools of type 'function' are supported.`, param, 'invalid_value');
+    const f = t.function;
+    if (typeof f.name !== 'string' || !TOOL_NAME.test(f.name)) throw invalidRequest(`Invalid '${param}.function.name': a-z, A-Z, 0-9, _ and -, at most 64.`, `${param}.function.name`, 'invalid_value');
+    if (given(f.parameters) && !isObject(f.parameters)) throw invalidRequest(`Invalid type for '${param}.function.parameters': expected an object.`, `${param}.function.parameters`, 'invalid_type');
+    if (given(f.description) && typeof f.description !== 'string') throw invalidRequest(`Invalid type for '${param}.function.description': expected a string.`, `${param}.function.description`, 'invalid_type');
+    storableDeep(f, param);
+    return {
+      type: 'function' as const,
+      function: {
+        name: f.name,
+        ...(typeof f.description === 'string' ? { description: f.description } : {}),
+        ...(isObject(f.parameters) ? { parameters: f.parameters } : {}),
+        ...(typeof f.strict === 'boolean' ? { strict: f.strict } : {}),
+      },
+    };
+  });
+  return out.length ? out : undefined;
+}
+
+function toolChoice(v: unknown, names: Set<string>): ChatParams['tool_choice'] {
+  if (!given(v)) return undefined;
+  if (v === 'none' || v === 'auto' || v === 'required') {
+    if (v === 'required' && names.size === 0) throw invalidRequest("Invalid 'tool_choice': 'required' needs 'tools'.", 'tool_choice', 'invalid_value');
+    return v;
+  }
+  if (isObject(v) && v.type === 'function' && isObject(v.function) && typeof v.function.name === 'string') {
+    if (!names.has(v.function.name)) throw invalidRequest(`Invalid 'tool_choice': no tool named '${v.function.name}' in 'tools'.`, 'tool_choice', 'invalid_value');
+    return { type: 'function', function: { name: v.function.name } };
+  }
+  throw invalidRequest("Invalid 'tool_choice': expected none, auto, required or {type: 'function', function: {name}}.", 'tool_choice', 'invalid_value');
+}
+
+/**
+ * The parameters beyond the seed's fields, and the capabilities they need. `toolMessages`:
+ * some message carries tool calls or is a tool's answer (the messages are then kept whole).
+ */
+export function parseChatParams(body: Record<string, unknown>, toolMessages: boolean): { params: ChatParams; needs: number } {
+  for (const [name, refused] of Object.entries(REFUSED)) {
+    if (given(body[name]) && refused(body[name])) {
+      throw invalidRequest(`Unsupported parameter: '${name}' is not supported by this network (docs/openai.md lists what is).`, name, 'unsupported_parameter');
+    }
+  }
+  const params: ChatParams = {};
+  let needs = 0;
+  const temperature = number(body, 'temperature', 0, 2, false);
+  if (temperature !== undefined) params.temperature = temperature;
+  const sampling = {
+    top_p: number(body, 'top_p', 0, 1, false),
+    stop: stop(body.stop),
+    presence_penalty: number(body, 'presence_penalty', -2, 2, false),
+    frequency_penalty: number(body, 'frequency_penalty', -2, 2, false),
+  };
+  for (const [k, v] of Object.entries(sampling)) {
+    if (v === undefined) continue;
+    Object.assign(params, { [k]: v });
+    needs |= CAPABILITIES.sampling;
+  }
+  const format = responseFormat(body.response_format);
+  if (format) {
+    params.response_format = format;
+    needs |= CAPABILITIES.json;
+  }
+  const logprobs = boolean(body, 'logprobs');
+  const top = number(body, 'top_logprobs', 0, 20, true);
+  if (top !== undefined && logprobs !== true) throw invalidRequest("Invalid 'top_logprobs': requires 'logprobs' to be true.", 'top_logprobs', 'invalid_value');
+  if (logprobs) {
+    params.logprobs = true;
+    if (top !== undefined) params.top_logprobs = top;
+    needs |= CAPABILITIES.logprobs;
+  }
+  const list = tools(body.tools);
+  const choice = toolChoice(body.tool_choice, new Set((list ?? []).map((t) => t.function.name)));
+  const parallel = boolean(body, 'parallel_tool_calls');
+  if (list) {
+    params.tools = list;
+    needs |= CAPABILITIES.tools;
+    if (choice !== undefined) params.tool_choice = choice;
+    if (choice === 'required' || typeof choice === 'object') needs |= CAPABILITIES.tool_choice;
+    if (parallel !== undefined) params.parallel_tool_calls = parallel;
+    if (parallel === false) needs |= CAPABILITIES.tool_choice;
+  }
+  if (toolMessages) needs |= CAPABILITIES.tools;
+  return { params, needs };
+}
