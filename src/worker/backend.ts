@@ -3,7 +3,7 @@
 // prefilled assistant turn: docs/worker.md says which backends and versions do, and how the
 // worker finds out); one that cannot runs the job from the start.
 import { http, type HttpResponse } from './http.js';
-import type { ChatParams, ToolCall } from '../jobs/request.js';
+import type { ChatParams, ToolCall } from './chat-wire.js';
 
 export interface BackendJob {
   model: string;

@@ -4,7 +4,7 @@
 // exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
 import pRetry from 'p-retry';
 import { http } from './http.js';
-import type { ChatParams, ToolCall } from '../jobs/request.js';
+import type { ChatParams, ToolCall } from './chat-wire.js';
 
 export interface Job {
   job_id: string;

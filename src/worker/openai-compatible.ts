@@ -20,7 +20,7 @@
 import { createParser } from 'eventsource-parser';
 import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
-import type { ToolCall } from '../jobs/request.js';
+import type { ToolCall } from './chat-wire.js';
 
 const PROBE_TOOL = { type: 'function', function: { name: 'ins_probe', description: 'A probe of tool support.', parameters: { type: 'object', properties: {} } } };
 

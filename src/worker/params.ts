@@ -5,7 +5,7 @@
 // object, and a tool's answer goes as `{role: "tool", content, tool_name}`. OpenAI-compatible
 // servers take the parameters as they are.
 import { randomUUID } from 'node:crypto';
-import type { ChatMessage, ChatParams, ToolCall } from '../jobs/request.js';
+import type { ChatMessage, ChatParams, ToolCall } from './chat-wire.js';
 import type { BackendJob } from './backend.js';
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
