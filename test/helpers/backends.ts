@@ -16,6 +16,13 @@
 //   /v1/chat/completions; a last assistant message is an earlier turn.
 // A continued answer is the rest of the answer the conversation (without its last message)
 // gets, after the given beginning; its usage counts only the new words.
+// OpenAI parameters (issue 28), as each wire documents them: with tools and `toolCall` set, the
+// answer is that call (Ollama: message.tool_calls with object arguments; vLLM and others:
+// OpenAI's tool_calls, streamed as deltas with the arguments in pieces); Ollama's `format` or
+// OpenAI's `response_format` of a JSON kind: the answer is `{"answer": <text>}`; `logprobs`: one
+// entry per piece (Ollama: top-level `logprobs`, OpenAI: choices[].logprobs.content). Ollama's
+// POST /api/show lists `capabilities` (`showCapabilities`). `contextLimit`: a prompt of more words
+// is refused with 400 in the server's words (vLLM's "maximum context length").
 // Tests make them fail mid-answer (`failAfter`), hang (`stallAfter`) or pause until told
 // (`pauseAfter`, `resume`), and see requests (`requests`) and clients that hung up (`hungUp`).
 // `pauseAfter` and `failAfter` at the same count: the answer waits there until resume(), then
@@ -55,6 +62,12 @@ export interface FakeBackend {
   prefillAssistant: boolean;
   /** llamacpp: a prefill is refused with 400 (as for a thinking model). */
   rejectPrefill: boolean;
+  /** With tools in the request: the tool call it answers with (instead of text). */
+  toolCall: { name: string; arguments: Record<string, unknown> } | undefined;
+  /** ollama: POST /api/show's capabilities (default completion, tools). */
+  showCapabilities: string[];
+  /** A prompt of more words than this is refused with 400 (context length). */
+  contextLimit: number | undefined;
   /** Kills the server and every connection at once, as a crashed backend. */
   kill(): Promise<void>;
   close(): Promise<void>;
@@ -92,6 +105,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
   const sockets = new Set<Socket>();
   const b: FakeBackend = {
     url: '', kind, models, calls: 0, requests: [], delayMs: 0, answer: answerOf, failAfter: undefined, stallAfter: undefined, hungUp: 0,
+    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined,
     prefillAssistant: true, rejectPrefill: false, pauseAfter: undefined, paused: 0, resume: () => {}, kill: async () => {}, close: async () => {},
   };
   let resume = () => {};
@@ -112,6 +126,10 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       return json(200, { models: b.models.map((name) => ({ name, model: name, modified_at: '2026-01-01T00:00:00Z', size: 1, digest: 'sha256:0', details: { format: 'gguf', family: 'llama', parameter_size: '3B', quantization_level: 'Q4_K_M' } })) });
     }
     if (kind === 'ollama' && req.method === 'GET' && req.url === '/api/version') return json(200, { version });
+    if (kind === 'ollama' && req.method === 'POST' && req.url === '/api/show') {
+      const shown = await body(req);
+      return b.models.includes(String(shown.model)) ? json(200, { details: { family: 'llama' }, model_info: {}, capabilities: b.showCapabilities }) : json(404, { error: `model '${String(shown.model)}' not found` });
+    }
     if (openAi && req.method === 'GET' && req.url === '/v1/models') {
       return json(200, { object: 'list', data: b.models.map((id) => ({ id, object: 'model', created: 1700000000, owned_by: kind === 'llamacpp' ? 'llamacpp' : 'test' })) });
     }
@@ -143,6 +161,12 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       if (b.rejectPrefill) return refuse('Assistant response prefill is incompatible with enable_thinking.');
       continues = true;
     }
+    const promptWords = messages.map((m) => words(m.content ?? '')).reduce((a, c) => a + c, 0);
+    if (b.contextLimit !== undefined && promptWords > b.contextLimit) {
+      b.calls++;
+      b.requests.push(r);
+      return refuse(`This model's maximum context length is ${b.contextLimit} tokens. However, you requested ${promptWords} tokens in the messages. Please reduce the length of the messages.`);
+    }
     b.calls++;
     b.requests.push(r);
     let generated: string;
@@ -152,9 +176,15 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     } else {
       generated = b.answer(model, messages);
     }
+    const jsonKind = kind === 'ollama' ? r.format !== undefined : ['json_object', 'json_schema'].includes(String((r.response_format as { type?: unknown } | undefined)?.type));
+    if (jsonKind) generated = JSON.stringify({ answer: generated });
+    const call = Array.isArray(r.tools) && r.tools.length > 0 && b.toolCall && messages.at(-1)?.role !== 'tool' ? b.toolCall : undefined;
+    if (call) generated = '';
+    const wantsLogprobs = r.logprobs === true;
+    const logprobsOf = (piece: string) => [{ token: piece, logprob: -0.5, bytes: [...Buffer.from(piece)], top_logprobs: Array.from({ length: Number(r.top_logprobs ?? 0) }, (_, i) => ({ token: `${piece}${i}`, logprob: -1 - i, bytes: [...Buffer.from(`${piece}${i}`)] })) }];
     // vLLM's echo: the continued message's text comes first.
     const echoed = kind === 'vllm' && r.echo === true && last?.role === 'assistant' ? last.content : '';
-    const prompt = messages.map((m) => words(m.content)).reduce((a, c) => a + c, 0);
+    const prompt = promptWords;
     const usage = { prompt_tokens: prompt, completion_tokens: words(generated), total_tokens: prompt + words(generated) };
     const pieces = piecesOf(generated);
     let finished = false;
@@ -169,8 +199,21 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       }
       await sleep(b.delayMs);
       finished = true;
-      if (kind === 'ollama') return json(200, { model, created_at: new Date().toISOString(), message: { role: 'assistant', content: generated }, done_reason: 'stop', done: true, total_duration: 1, prompt_eval_count: prompt, eval_count: words(generated) });
-      return json(200, { id: 'chatcmpl-fake', object: 'chat.completion', created: 0, model, choices: [{ index: 0, message: { role: 'assistant', content: echoed + generated }, finish_reason: 'stop' }], usage });
+      if (kind === 'ollama') {
+        return json(200, {
+          model, created_at: new Date().toISOString(), message: { role: 'assistant', content: generated, ...(call ? { tool_calls: [{ function: { name: call.name, arguments: call.arguments } }] } : {}) },
+          ...(wantsLogprobs ? { logprobs: piecesOf(generated).flatMap(logprobsOf) } : {}),
+          done_reason: 'stop', done: true, total_duration: 1, prompt_eval_count: prompt, eval_count: words(generated),
+        });
+      }
+      return json(200, {
+        id: 'chatcmpl-fake', object: 'chat.completion', created: 0, model,
+        choices: [{
+          index: 0, message: { role: 'assistant', content: call ? null : echoed + generated, ...(call ? { tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } }] } : {}) },
+          logprobs: wantsLogprobs ? { content: piecesOf(generated).flatMap(logprobsOf) } : null, finish_reason: call ? 'tool_calls' : 'stop',
+        }],
+        usage,
+      });
     }
     // Streams `pieces`, honouring failAfter and stallAfter; false when the answer went no further.
     const stream = async (write: (piece: string) => void): Promise<boolean> => {
@@ -199,16 +242,22 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     };
     if (kind === 'ollama') {
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
-      if (!(await stream((piece) => res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: piece }, done: false })}\n`)))) return;
+      if (!(await stream((piece) => res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: piece }, ...(wantsLogprobs ? { logprobs: logprobsOf(piece) } : {}), done: false })}\n`)))) return;
+      if (call) res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: '', tool_calls: [{ function: { name: call.name, arguments: call.arguments } }] }, done: false })}\n`);
       finished = true;
       return res.end(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: '' }, done_reason: 'stop', done: true, prompt_eval_count: prompt, eval_count: words(generated) })}\n`);
     }
     res.writeHead(200, { 'content-type': 'text/event-stream' });
-    const chunk = (delta: Record<string, string>, finish: string | null) => `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const chunk = (delta: Record<string, unknown>, finish: string | null, logprobs: unknown = null) => `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`;
     res.write(chunk({ role: 'assistant', content: '' }, null));
     if (echoed) res.write(chunk({ content: echoed }, null));
-    if (!(await stream((piece) => res.write(chunk({ content: piece }, null))))) return;
-    res.write(chunk({}, 'stop'));
+    if (!(await stream((piece) => res.write(chunk({ content: piece }, null, wantsLogprobs ? { content: logprobsOf(piece) } : null))))) return;
+    if (call) {
+      const args = JSON.stringify(call.arguments);
+      res.write(chunk({ tool_calls: [{ index: 0, id: 'chatcmpl-tool-1', type: 'function', function: { name: call.name, arguments: '' } }] }, null));
+      for (let i = 0; i < args.length; i += 5) res.write(chunk({ tool_calls: [{ index: 0, function: { arguments: args.slice(i, i + 5) } }] }, null));
+    }
+    res.write(chunk({}, call ? 'tool_calls' : 'stop'));
     const wantsUsage = (r.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
     if (wantsUsage) res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [], usage })}\n\n`);
     finished = true;

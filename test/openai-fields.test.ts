@@ -1,0 +1,162 @@
+// Issue 28 with the official `openai` SDK, through the real app and the real `ins worker`
+// (in process) on stub backends that speak Ollama's and vLLM's wire (test/helpers/backends.ts):
+// every chat field reaches the backend in its form; tool calls round-trip, streamed and not;
+// structured output parses; logprobs come back in OpenAI's shape; a capability no node has is
+// a 400 at once; an over-long prompt is a 400 context_length_exceeded after one attempt, the
+// model staying served; the seed's worker gets plain jobs only, with the seed's job_data.
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
+import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
+import { TestWorker } from './helpers/coordinator.js';
+
+const SCHEMA = { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'] };
+const TOOL = { type: 'function' as const, function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+
+describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let client: OpenAI;
+  const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
+  const workers: InProcessWorker[] = [];
+  let seed: TestWorker;
+
+  beforeAll(async () => {
+    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
+    for (const kind of ['ollama', 'vllm'] as const) {
+      fakes[kind] = await startFakeBackend(kind, [`${kind}-model`]);
+      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
+    }
+    seed = await new TestWorker(t.app, 'seed-node', await t.addNode('seed-node')).start(['seed-model']);
+  });
+  afterAll(async () => {
+    for (const w of workers) await w.stop();
+    for (const f of Object.values(fakes)) await f.close();
+    await t.close();
+  });
+
+  it('lists each model with its capabilities', async () => {
+    const models = await client.models.list();
+    const caps = Object.fromEntries(models.data.map((m) => [m.id, (m as unknown as { capabilities: string[] }).capabilities]));
+    expect(caps['ollama-model']).toEqual(['chat', 'sampling', 'tools', 'json']);
+    expect(caps['vllm-model']).toEqual(['chat', 'sampling', 'tools', 'tool_choice', 'json', 'logprobs']);
+    expect(caps['seed-model']).toEqual(['chat']);
+  });
+
+  it('passes every sampling field, JSON schema and logprobs on in each backend\'s form; an absent temperature stays absent', async () => {
+    const ask = (model: string, logprobs: boolean) => client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'hi there' }], max_tokens: 50, stop: ['\n\n', 'END'], top_p: 0.9, presence_penalty: 0.5, frequency_penalty: -0.5, seed: 7,
+      response_format: { type: 'json_schema', json_schema: { name: 'reply', schema: SCHEMA, strict: true } }, ...(logprobs ? { logprobs: true, top_logprobs: 2 } : {}),
+    });
+    const v = await ask('vllm-model', true);
+    expect(JSON.parse(v.choices[0]!.message.content!)).toEqual({ answer: 'echo(vllm-model): hi there' });
+    const first = '{"answer":"echo(vllm-model): ';
+    expect(v.choices[0]!.logprobs!.content![0]).toEqual({ token: first, logprob: -0.5, bytes: [...Buffer.from(first)], top_logprobs: [{ token: `${first}0`, logprob: -1, bytes: [...Buffer.from(`${first}0`)] }, expect.objectContaining({ logprob: -2 })] });
+    const sent = fakes.vllm.requests.at(-1)!;
+    expect(sent).toMatchObject({ stop: ['\n\n', 'END'], top_p: 0.9, presence_penalty: 0.5, frequency_penalty: -0.5, seed: 7, max_tokens: 50, logprobs: true, top_logprobs: 2, response_format: { type: 'json_schema', json_schema: { name: 'reply', schema: SCHEMA, strict: true } } });
+    expect(sent).not.toHaveProperty('temperature');
+
+    // Ollama has no logprobs before 0.12.11 (the stub is 0.11.10): JSON and sampling only.
+    const o = await ask('ollama-model', false);
+    expect(JSON.parse(o.choices[0]!.message.content!)).toEqual({ answer: 'echo(ollama-model): hi there' });
+    const sentO = fakes.ollama.requests.at(-1)!;
+    expect(sentO).toMatchObject({ format: SCHEMA, options: { stop: ['\n\n', 'END'], top_p: 0.9, presence_penalty: 0.5, frequency_penalty: -0.5, seed: 7, num_predict: 50 } });
+    expect(sentO.options).not.toHaveProperty('temperature');
+    const refused = await client.chat.completions.create({ model: 'ollama-model', messages: [{ role: 'user', content: 'x' }], logprobs: true }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(refused).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'logprobs' });
+  });
+
+  for (const kind of ['ollama', 'vllm'] as const) {
+    for (const stream of [false, true]) {
+      it(`${kind}: a tool call round trip${stream ? ', streamed as tool-call deltas' : ''}`, async () => {
+        const model = `${kind}-model`;
+        fakes[kind].toolCall = { name: 'get_weather', arguments: { city: 'Paris' } };
+        const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'weather in Paris?' }];
+        let call: OpenAI.ChatCompletionMessageToolCall;
+        if (!stream) {
+          const r = await client.chat.completions.create({ model, messages, tools: [TOOL], temperature: 0 });
+          expect(r.choices[0]!.finish_reason).toBe('tool_calls');
+          expect(r.choices[0]!.message.content).toBeNull();
+          call = r.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageToolCall;
+        } else {
+          const s = client.chat.completions.stream({ model, messages, tools: [TOOL], temperature: 0, stream: true });
+          const chunks = [];
+          for await (const c of s) chunks.push(c);
+          const deltas = chunks.flatMap((c) => c.choices[0]?.delta.tool_calls ?? []);
+          expect(deltas[0]).toMatchObject({ index: 0, type: 'function', function: { name: 'get_weather', arguments: '' } });
+          expect(deltas.length).toBeGreaterThan(1);
+          const final = await s.finalChatCompletion();
+          expect(final.choices[0]!.finish_reason).toBe('tool_calls');
+          call = final.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageToolCall;
+        }
+        expect(call.type).toBe('function');
+        expect(call.function.name).toBe('get_weather');
+        expect(JSON.parse(call.function.arguments)).toEqual({ city: 'Paris' });
+        expect(fakes[kind].requests.at(-1)!.tools).toEqual([TOOL]);
+        // The tool's answer goes back, with the assistant's call, in the backend's form.
+        const back = await client.chat.completions.create({ model, tools: [TOOL], messages: [...messages, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: call.id, content: 'sunny, 21 °C' }] });
+        expect(back.choices[0]!.finish_reason).toBe('stop');
+        expect(back.choices[0]!.message.content).toBe(`echo(${model}): sunny, 21 °C`);
+        const sent = fakes[kind].requests.at(-1)!.messages as Record<string, unknown>[];
+        if (kind === 'ollama') {
+          expect(sent[1]).toEqual({ role: 'assistant', content: '', tool_calls: [{ function: { name: 'get_weather', arguments: { city: 'Paris' } } }] });
+          expect(sent[2]).toEqual({ role: 'tool', content: 'sunny, 21 °C', tool_name: 'get_weather' });
+        } else {
+          expect(sent[1]).toEqual({ role: 'assistant', content: null, tool_calls: [{ id: call.id, type: 'function', function: { name: 'get_weather', arguments: call.function.arguments } }] });
+          expect(sent[2]).toEqual({ role: 'tool', content: 'sunny, 21 °C', tool_call_id: call.id });
+        }
+        fakes[kind].toolCall = undefined;
+      });
+    }
+  }
+
+  it('refuses at once, with 400, a capability no node serving the model has; names what it cannot honour', async () => {
+    const err = await client.chat.completions.create({ model: 'seed-model', messages: [{ role: 'user', content: 'x' }], tools: [TOOL] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(err).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'tools' });
+    const forced = await client.chat.completions.create({ model: 'ollama-model', messages: [{ role: 'user', content: 'x' }], tools: [TOOL], tool_choice: 'required' }).catch((e: unknown) => e);
+    expect(forced).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'tool_choice' });
+    for (const [extra, param] of [[{ logit_bias: { 50256: -100 } }, 'logit_bias'], [{ n: 3 }, 'n'], [{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'], [{ modalities: ['text', 'audio'] }, 'modalities']] as const) {
+      const e = await client.chat.completions.create({ model: 'vllm-model', messages: [{ role: 'user', content: 'x' }], ...extra } as never).catch((x: unknown) => x);
+      expect(e, param).toMatchObject({ status: 400, type: 'invalid_request_error', param });
+    }
+    const queued = await t.db.query<{ n: number }>(sql('t_fields_queued', "SELECT count(*)::int AS n FROM jobs WHERE state = 'queued'"));
+    expect(queued).toEqual([{ n: 0 }]);
+  });
+
+  it('gives the seed\'s worker plain jobs only, with the seed\'s job_data fields', async () => {
+    const pending = client.chat.completions.create({ model: 'seed-model', messages: [{ role: 'user', content: 'plain' }] });
+    const job = (await seed.getJob(10))!;
+    expect(Object.keys(job).sort()).toEqual(['api_key', 'job_id', 'max_output', 'messages', 'model', 'seed', 'temperature']);
+    expect(job).toMatchObject({ messages: [{ role: 'user', content: 'plain' }], max_output: 0, temperature: 1 });
+    expect((await seed.report(job, 'plain answer')).statusCode).toBe(200);
+    expect((await pending).choices[0]!.message.content).toBe('plain answer');
+  });
+
+  it('answers an over-long prompt with 400 context_length_exceeded after one attempt; the model stays served', async () => {
+    fakes.vllm.contextLimit = 5;
+    const calls = fakes.vllm.calls;
+    try {
+      const err = await client.chat.completions.create({ model: 'vllm-model', messages: [{ role: 'user', content: 'one two three four five six seven' }] }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(err).toMatchObject({ status: 400, type: 'invalid_request_error', code: 'context_length_exceeded' });
+      expect((err as Error).message).toMatch(/maximum context length is 5 tokens/);
+      expect(fakes.vllm.calls).toBe(calls + 1);
+      expect((await client.models.list()).data.map((m) => m.id)).toContain('vllm-model');
+      expect(workers[1]!.logs.some((l) => l.includes('backend down') || l.includes('failed on the backend'))).toBe(false);
+      const [lease] = await t.db.query<{ outcome: string }>(sql('t_fields_lease', 'SELECT outcome FROM job_leases ORDER BY ended_at DESC LIMIT 1'));
+      expect(lease).toEqual({ outcome: 'request_error' });
+    } finally {
+      fakes.vllm.contextLimit = undefined;
+    }
+    // And the node still runs jobs.
+    const ok = await client.chat.completions.create({ model: 'vllm-model', messages: [{ role: 'user', content: 'short' }] });
+    expect(ok.choices[0]!.message.content).toBe('echo(vllm-model): short');
+    await until('no lease open', async () => (await t.db.query<{ n: number }>(sql('t_fields_open', 'SELECT count(*)::int AS n FROM job_leases WHERE ended_at IS NULL')))[0]!.n === 0);
+  });
+});
