@@ -77,12 +77,12 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
         const model = `${kind}-model`;
         fakes[kind].toolCall = { name: 'get_weather', arguments: { city: 'Paris' } };
         const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'weather in Paris?' }];
-        let call: OpenAI.ChatCompletionMessageToolCall;
+        let call: OpenAI.ChatCompletionMessageFunctionToolCall;
         if (!stream) {
           const r = await client.chat.completions.create({ model, messages, tools: [TOOL], temperature: 0 });
           expect(r.choices[0]!.finish_reason).toBe('tool_calls');
           expect(r.choices[0]!.message.content).toBeNull();
-          call = r.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageToolCall;
+          call = r.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
         } else {
           const s = client.chat.completions.stream({ model, messages, tools: [TOOL], temperature: 0, stream: true });
           const chunks = [];
@@ -92,7 +92,7 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
           expect(deltas.length).toBeGreaterThan(1);
           const final = await s.finalChatCompletion();
           expect(final.choices[0]!.finish_reason).toBe('tool_calls');
-          call = final.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageToolCall;
+          call = final.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
         }
         expect(call.type).toBe('function');
         expect(call.function.name).toBe('get_weather');
