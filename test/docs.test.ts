@@ -59,7 +59,8 @@ function links(): { page: string; target: string }[] {
 describe('documentation', () => {
   it('has the pages the README links to, and the README stays a map', () => {
     expect(PAGES).toContain('docs/benchmarks.md');
-    expect(read('README.md').split('\n').length).toBeLessThanOrEqual(300);
+    // A map: about 250 lines, with room for a table or two, not for the reference again.
+    expect(read('README.md').split('\n').length).toBeLessThanOrEqual(350);
   });
 
   it('every relative link reaches an existing file and heading', () => {
