@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Inference Network Service. Multi-stage: compile TypeScript with the dev dependencies, then a
 # runtime image with production dependencies only, running as the unprivileged `node` user.
-# Node 24 (LTS): the newest line every dependency supports (README, "Container"). Built and
+# Node 24 (LTS): the newest line every dependency supports (docs/operations.md, "The image"). Built and
 # checked by scripts/image/build.sh and check.sh (CI); podman needs `--format docker` to keep
 # the HEALTHCHECK.
 

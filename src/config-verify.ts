@@ -1,5 +1,5 @@
 // How the coordinator checks nodes' answers (docs/verification.md): the settings, their
-// defaults (measured: README, "How the network checks answers") and their environment variables.
+// defaults (measured: docs/verification.md, "How the network checks answers") and their environment variables.
 import type { EnvReader } from './config-env.js';
 
 export interface VerifyConfig {

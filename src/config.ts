@@ -204,7 +204,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     authFailuresPerIp: r.int('RATE_LIMIT_AUTH_FAILURES_PER_IP', DEFAULT_RATE_LIMITS.authFailuresPerIp, 0, 10_000_000),
     completionsPerUser: r.int('RATE_LIMIT_COMPLETIONS_PER_USER', DEFAULT_RATE_LIMITS.completionsPerUser, 0, 10_000_000),
     concurrentPerUser: r.int('RATE_LIMIT_CONCURRENT_PER_USER', DEFAULT_RATE_LIMITS.concurrentPerUser, 0, 1_000_000),
-    // Not a setting: what an honest worker needs, with room (README, Security).
+    // Not a setting: what an honest worker needs, with room (docs/security.md).
     progressPerKey: DEFAULT_RATE_LIMITS.progressPerKey,
     longPollsPerKey: r.int('RATE_LIMIT_LONG_POLLS_PER_KEY', DEFAULT_RATE_LIMITS.longPollsPerKey, 0, 1_000_000),
     longPollsPerIp: r.int('RATE_LIMIT_LONG_POLLS_PER_IP', DEFAULT_RATE_LIMITS.longPollsPerIp, 0, 1_000_000),

@@ -1,4 +1,4 @@
-// The measurements behind verification's defaults (README, "How the network checks answers"),
+// The measurements behind verification's defaults (docs/verification.md, "How the network checks answers"),
 // as assertions, and the rules the auditor applies. Answers are the test backends' prose:
 // 40–60 words a prompt, honest ones varying by a share of words changed at random.
 import { describe, expect, it } from 'vitest';

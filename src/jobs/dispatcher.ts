@@ -1,5 +1,5 @@
 // Hands queued jobs to waiting workers, on one server. A get_job poll becomes a waiter; waiters
-// are matched with jobs in rounds — one statement (jobs/lease.ts) per round, for every waiter
+// are matched with jobs in rounds — one statement (jobs/sql/lease.ts) per round, for every waiter
 // that may find a job — so a burst of polls or submissions costs a few statements, not one each.
 //
 // When to look, without polling the database in a loop:

@@ -1,5 +1,6 @@
 // Parses query date-times the way pydantic v2 (speedate) does in lax mode, and reports failures
-// with speedate's wording. A date alone is midnight; no offset means UTC (our decision: README, decisions).
+// with speedate's wording. A date alone is midnight; no offset means UTC (our decision:
+// docs/api.md, "Semantics", Windows).
 // Values are normalised to `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, with microsecond precision kept as
 // text because JS dates stop at milliseconds and PostgreSQL timestamps go to microseconds.
 

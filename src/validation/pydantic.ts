@@ -238,7 +238,7 @@ function validateValue(schema: Schema, v: unknown, loc: Loc): Result {
 }
 
 /** Query strings repeat keys as arrays; like Starlette, a scalar parameter takes the last one.
- * `null` and the empty string mean "not given" for optional parameters (README: decisions). */
+ * `null` and the empty string mean "not given" for optional parameters (docs/api.md, "Decisions where the contract was silent"). */
 function normaliseQuery(schema: Schema, raw: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const required = new Set(schema.required ?? []);
