@@ -23,7 +23,7 @@ const LIMITS = { defaultTimeout: 240, maxTimeout: 3600 };
 
 function readmeTable(): { fields: string[]; status: string }[] {
   const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-  const section = readme.slice(readme.indexOf('### Use it from any OpenAI client'));
+  const section = readme.slice(readme.indexOf('# Use it from any OpenAI client'));
   const lines = section.slice(section.indexOf('| Field | Status |')).split('\n');
   const rows = lines.slice(2, lines.findIndex((l) => !l.startsWith('|')));
   return rows.map((l) => {
