@@ -8,6 +8,7 @@
 // Usage (ours): `prompt_tokens` and `completion_tokens`, from the report's `usage` or
 // `result.usage`, kept when they are whole numbers from 0 to MAX_TOKENS (what PostgreSQL's
 // integer holds: the auditor computes with them).
+import { randomUUID } from 'node:crypto';
 import type { ToolCall } from './request.js';
 
 export interface Answer {
@@ -30,7 +31,7 @@ function toolCallsOf(v: unknown): ToolCall[] | undefined {
     if (!isObject(c) || !isObject(c.function) || typeof c.function.name !== 'string') return [];
     const args = c.function.arguments;
     return [{
-      id: typeof c.id === 'string' && c.id ? c.id : `call_${Math.random().toString(36).slice(2, 14)}`,
+      id: typeof c.id === 'string' && c.id ? c.id : `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`,
       type: 'function',
       function: { name: c.function.name, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) },
     }];
