@@ -19,6 +19,7 @@ const TOOL = { type: 'function' as const, function: { name: 'get_weather', descr
 describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   let client: OpenAI;
+  let userKey: string;
   const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
   const workers: InProcessWorker[] = [];
   let seed: TestWorker;
@@ -26,7 +27,8 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
   beforeAll(async () => {
     t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
+    userKey = await t.addUser('sdk');
+    client = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1`, maxRetries: 0 });
     for (const kind of ['ollama', 'vllm'] as const) {
       fakes[kind] = await startFakeBackend(kind, [`${kind}-model`]);
       workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
@@ -149,8 +151,11 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
       expect(fakes.vllm.calls).toBe(calls + 1);
       expect((await client.models.list()).data.map((m) => m.id)).toContain('vllm-model');
       expect(workers[1]!.logs.some((l) => l.includes('backend down') || l.includes('failed on the backend'))).toBe(false);
-      const [lease] = await t.db.query<{ outcome: string }>(sql('t_fields_lease', 'SELECT outcome FROM job_leases ORDER BY ended_at DESC LIMIT 1'));
-      expect(lease).toEqual({ outcome: 'request_error' });
+      const [lease] = await t.db.query<{ outcome: string; job_id: string }>(sql('t_fields_lease', 'SELECT outcome, job_id::text FROM job_leases ORDER BY ended_at DESC LIMIT 1'));
+      expect(lease!.outcome).toBe('request_error');
+      // get_result: failed, the backend's message as detail.
+      const res = await t.app.inject({ method: 'GET', url: `/get_result/${lease!.job_id}`, headers: { api_key: userKey } });
+      expect(res.json()).toMatchObject({ status: 'failed', detail: expect.stringMatching(/maximum context length is 5 tokens/) });
     } finally {
       fakes.vllm.contextLimit = undefined;
     }
