@@ -20,13 +20,14 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
   let t: Awaited<ReturnType<typeof startApp>>;
   let client: OpenAI;
   let userKey: string;
+  let url: string;
   const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
   const workers: InProcessWorker[] = [];
   let seed: TestWorker;
 
   beforeAll(async () => {
     t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
-    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     userKey = await t.addUser('sdk');
     client = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1`, maxRetries: 0 });
     for (const kind of ['ollama', 'vllm'] as const) {
@@ -138,6 +139,24 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
     expect(job).toMatchObject({ messages: [{ role: 'user', content: 'plain' }], max_output: 0, temperature: 1 });
     expect((await seed.report(job, 'plain answer')).statusCode).toBe(200);
     expect((await pending).choices[0]!.message.content).toBe('plain answer');
+  });
+
+  it('never offers the seed\'s worker a job that needs a capability, though it serves the model', async () => {
+    const shared = await startFakeBackend('vllm', ['shared-model']);
+    const capable = await startWorker({ server: url, node: 'capable-node', key: await t.addNode('capable-node'), backend: 'vllm', backendUrl: shared.url });
+    const plainNode = await new TestWorker(t.app, 'plain-node', await t.addNode('plain-node')).start(['shared-model']);
+    try {
+      shared.toolCall = { name: 'get_weather', arguments: { city: 'Oslo' } };
+      const polled = plainNode.getJob(3);
+      const r = await client.chat.completions.create({ model: 'shared-model', messages: [{ role: 'user', content: 'weather?' }], tools: [TOOL] });
+      expect(r.choices[0]!.finish_reason).toBe('tool_calls');
+      expect(await polled).toBeNull();
+      expect(await plainNode.getJob(0)).toBeNull();
+      expect(shared.calls).toBeGreaterThanOrEqual(2); // the tools probe and the job
+    } finally {
+      await capable.stop();
+      await shared.close();
+    }
   });
 
   it('answers an over-long prompt with 400 context_length_exceeded after one attempt; the model stays served', async () => {
