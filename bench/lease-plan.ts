@@ -1,5 +1,5 @@
 // The lease-plan scenario (`npm run bench -- --scenario lease-plan`): how jobs_lease (src/jobs/
-// sql/lease.ts) is planned with a deep backlog — --backlog queued jobs spread over --models
+// sql/lease.ts) is planned with a deep backlog — --queued jobs spread over --models
 // models and 10 owners (default 100,000 over 20) — under PostgreSQL's plan cache: a custom plan
 // every execution (what PostgreSQL chose: 0 generic, 200 custom in pg_prepared_statements) and
 // the generic plan (plan_cache_mode = force_generic_plan). For each: planning and execution time

@@ -53,6 +53,7 @@ const { values: flags } = parseArgs({
     jobs: { type: 'string', default: '3000000' },
     window: { type: 'string', default: '20' },
     'closing-results': { type: 'string', default: '1000000' },
+    queued: { type: 'string', default: '100000' },
     help: { type: 'boolean' },
   },
 });
@@ -69,7 +70,7 @@ if (flags.help) {
   fair:      [--fair-workers W (16)] [--backlog N (5000)] [--service-ms MS (20)] [--light-rate R (1/s)] [--baseline DIR] (PostgreSQL)
   worker:    [--submitters S (32)] (the first of --backends)
   ledger-closing: [--closing-results N (1000000)] [--days N (90)] [--nodes N] [--models N] [--connections N] [--baseline DIR] (PostgreSQL)
-  lease-plan: jobs_lease's plans, custom and generic, with [--backlog N (100000) queued jobs] over [--models N] (PostgreSQL)
+  lease-plan: jobs_lease's plans, custom and generic, with [--queued N (100000) queued jobs] over [--models N] (PostgreSQL)
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
@@ -113,7 +114,7 @@ async function main(): Promise<void> {
       return ledgerClosingScenario({ databaseUrl: flags['database-url'], results: num('closing-results'), days: num('days'), nodes: num('nodes'), models: num('models'),
         connections: num('connections'), window: 1, baseline: flags.baseline, out: flags.out });
     case 'lease-plan':
-      return leasePlanScenario({ databaseUrl: flags['database-url'], backlog: flags.backlog === '5000' ? 100_000 : num('backlog'), models: num('models'), rounds: 50 });
+      return leasePlanScenario({ databaseUrl: flags['database-url'], backlog: num('queued'), models: num('models'), rounds: 50 });
     case 'retention':
       return retentionScenario({
         databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
