@@ -6,6 +6,7 @@
 // - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
 // - fair: fair queueing, a heavy user's backlog beside a light user (bench/fair.ts);
 // - ledger-closing: update_result while a server closes imported history at start, against its steady rate (bench/ledger-closing.ts);
+// - lease-plan: jobs_lease planned anew at each execution against one generic plan, with a deep backlog (bench/lease-plan.ts);
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
 // - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts).
 // Every size is a flag (--help).
