@@ -13,12 +13,6 @@ import type { Writable } from 'node:stream';
 export interface Sql {
   readonly name: string;
   readonly text: string;
-  /**
-   * 'generic': PostgreSQL keeps one generic plan for it instead of planning it again at every
-   * execution (plan_cache_mode = force_generic_plan on the connections that run it; db/pg.ts).
-   * For hot statements whose plan does not depend on their values, measured: bench/lease-plan.ts.
-   */
-  readonly plan?: 'generic';
 }
 
 export interface Queryable {
@@ -57,7 +51,7 @@ export interface Database extends Queryable {
   close(): Promise<void>;
 }
 
-export const sql = (name: string, text: string, opts: { plan?: 'generic' } = {}): Sql => ({ name, text, ...opts });
+export const sql = (name: string, text: string): Sql => ({ name, text });
 
 export type StatementObserver = (name: string, seconds: number) => void;
 

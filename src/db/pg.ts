@@ -8,15 +8,6 @@
 // connection that never saw it), settings per transaction (SET LOCAL), and LISTEN on a direct
 // connection of its own (DATABASE_DIRECT_URL). `pooler: 'auto'` starts direct and switches
 // for good the first time a pooler shows itself by refusing exactly these.
-//
-// Plans: a named statement is prepared once per connection, but PostgreSQL still plans it again
-// at every execution when its custom plans look cheaper than the generic one (jobs_lease: 0
-// generic, 200 custom plans, about as long planning as running). Statements marked
-// `plan: 'generic'` (db/database.ts) run outside transactions on a few connections of their own
-// with plan_cache_mode = force_generic_plan, so they are planned once per connection; every other
-// statement keeps PostgreSQL's choice. Through a transaction pooler (PgBouncer before 1.21:
-// unnamed statements) every statement is parsed and planned at each execution whatever the
-// setting: the generic connections are not used there (docs/operations.md, "Behind PgBouncer").
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
@@ -66,34 +57,23 @@ export function describeUrl(connectionString: string): string {
   }
 }
 
-/** Connections for `plan: 'generic'` statements: one dispatch round at a time per server needs few. */
-const GENERIC_CONNECTIONS = 2;
-
 class Connections {
   pooled: boolean;
   pool: pg.Pool;
-  /** Direct connections only: the pool of statements planned once (plan_cache_mode = force_generic_plan). */
-  generic: pg.Pool | undefined;
   private readonly onPooled = new Set<() => void>();
   private readonly warned = new Set<string>();
 
   constructor(private readonly opts: PgOptions) {
     this.pooled = opts.pooler === 'transaction';
     this.pool = this.makePool();
-    this.generic = this.pooled ? undefined : this.makePool(true);
     if (this.pooled) this.checkDefaults();
   }
 
-  /** The pool a statement outside a transaction runs on. */
-  poolFor(s: Sql): pg.Pool {
-    return s.plan === 'generic' && this.generic && !this.pooled ? this.generic : this.pool;
-  }
-
-  private makePool(generic = false): pg.Pool {
+  private makePool(): pg.Pool {
     const o = this.opts;
     const pool = new pg.Pool({
       connectionString: o.connectionString,
-      max: generic ? GENERIC_CONNECTIONS : o.max ?? 20,
+      max: o.max ?? 20,
       connectionTimeoutMillis: o.connectionTimeoutMillis ?? 5_000,
       // Detect a dead server on idle connections instead of hanging on them.
       keepAlive: true,
@@ -106,7 +86,7 @@ class Connections {
         statement_timeout: o.statementTimeoutMillis ?? 15_000,
         // pg-pool awaits this hook; @types/pg declares it as returning void.
         // eslint-disable-next-line @typescript-eslint/no-misused-promises
-        onConnect: async (client: pg.ClientBase) => { await client.query(generic ? 'SET jit = off; SET plan_cache_mode = force_generic_plan' : 'SET jit = off'); },
+        onConnect: async (client: pg.ClientBase) => { await client.query('SET jit = off'); },
       }),
     });
     // An idle client losing its connection must not crash the process; the pool drops it.
@@ -139,8 +119,6 @@ class Connections {
     this.pool = this.makePool();
     // Clients checked out of the old pool finish their work; end() closes each as it comes back.
     void old.end().catch(() => {});
-    if (this.generic) void this.generic.end().catch(() => {});
-    this.generic = undefined;
     this.warn(`DATABASE_URL goes through a connection pooler in transaction mode (${(err as Error).message}): using unnamed statements and per-transaction settings; set DATABASE_POOLER=transaction to say so${this.opts.directConnectionString ? '' : ', and DATABASE_DIRECT_URL for LISTEN'}`);
     for (const fn of this.onPooled) fn();
     this.checkDefaults();
@@ -255,7 +233,7 @@ export function openPostgres(opts: PgOptions): Database {
     kind: 'postgres',
     description: describeUrl(opts.connectionString) + (opts.directConnectionString ? ` (LISTEN on ${describeUrl(opts.directConnectionString)})` : ''),
     // Outside a transaction each statement commits on its own (e.g. a batch of new results).
-    query: (s, values) => retrying(c, () => wrap(c, c.poolFor(s), observers).query(s, values)),
+    query: (s, values) => retrying(c, () => wrap(c, c.pool, observers).query(s, values)),
     exec: (text) => retrying(c, () => c.pool.query(text).then(() => undefined)),
     transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       return retrying(c, async () => {
@@ -283,6 +261,6 @@ export function openPostgres(opts: PgOptions): Database {
     events: new EventEmitter(),
     observeStatements: (fn) => observers.add(fn),
     poolStats: () => ({ total: c.pool.totalCount, idle: c.pool.idleCount, waiting: c.pool.waitingCount }),
-    close: async () => { await Promise.all([c.pool.end(), c.generic?.end()]); },
+    close: () => c.pool.end(),
   };
 }

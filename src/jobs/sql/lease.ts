@@ -114,12 +114,8 @@ SELECT a.g, a.k, 'over_capacity', NULL, NULL, NULL, NULL, NULL, NULL FROM asks a
 UNION ALL
 SELECT c.g, 0, 'jobs_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.jobs
 UNION ALL
-SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`, { plan: 'generic' });
+SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`);
 // (A suspended node's asks are in neither part: they get nothing, and wait.)
-// Planned once (plan: 'generic', db/pg.ts): its plan is the same whatever the asks — index
-// lookups per model through jobs_queued — and with 100,000 queued jobs the generic plan runs as
-// fast as a custom one while planning took 1.4 ms of every round (bench/lease-plan.ts,
-// docs/benchmarks.md).
 
 interface Row {
   g: number; k: number; row: 'leased' | 'over_capacity' | 'jobs_left' | 'copies_left';
