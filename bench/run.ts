@@ -5,6 +5,8 @@
 // - idle: thousands of workers long-polling an idle server: its CPU and memory (bench/idle.ts);
 // - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
 // - fair: fair queueing, a heavy user's backlog beside a light user (bench/fair.ts);
+// - ledger-closing: update_result while a server closes imported history at start, against its steady rate (bench/ledger-closing.ts);
+// - lease-plan: jobs_lease planned anew at each execution against one generic plan, with a deep backlog (bench/lease-plan.ts);
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
 // - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts).
 // Every size is a flag (--help).
@@ -14,6 +16,8 @@ import { dispatchScenario } from './dispatch.js';
 import { idleScenario } from './idle.js';
 import { workerScenario } from './worker.js';
 import { ledgerScenario } from './ledger.js';
+import { ledgerClosingScenario } from './ledger-closing.js';
+import { leasePlanScenario } from './lease-plan.js';
 import { fairScenario } from './fair.js';
 import { retentionScenario } from './retention.js';
 import { pollsScenario } from './polls.js';
@@ -49,11 +53,13 @@ const { values: flags } = parseArgs({
     keep: { type: 'boolean', default: false },
     jobs: { type: 'string', default: '3000000' },
     window: { type: 'string', default: '20' },
+    'closing-results': { type: 'string', default: '1000000' },
+    queued: { type: 'string', default: '100000' },
     help: { type: 'boolean' },
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|retention] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -64,6 +70,8 @@ if (flags.help) {
   idle:      [--idle N (5000 long-polling workers)]
   fair:      [--fair-workers W (16)] [--backlog N (5000)] [--service-ms MS (20)] [--light-rate R (1/s)] [--baseline DIR] (PostgreSQL)
   worker:    [--submitters S (32)] (the first of --backends)
+  ledger-closing: [--closing-results N (1000000)] [--days N (90)] [--nodes N] [--models N] [--connections N] [--baseline DIR] (PostgreSQL)
+  lease-plan: jobs_lease's plans, custom and generic, with [--queued N (100000) queued jobs] over [--models N] (PostgreSQL)
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
@@ -103,12 +111,17 @@ async function main(): Promise<void> {
         workers: num('fair-workers'), backlog: num('backlog'), serviceMs: num('service-ms'), lightPerSecond: num('light-rate') });
     case 'ledger':
       return ledgerScenario({ databaseUrl: flags['database-url'], results: num('results'), nodes: num('nodes'), models: num('models'), out: flags.out, keep: flags.keep });
+    case 'ledger-closing':
+      return ledgerClosingScenario({ databaseUrl: flags['database-url'], results: num('closing-results'), days: num('days'), nodes: num('nodes'), models: num('models'),
+        connections: num('connections'), window: 1, baseline: flags.baseline, out: flags.out });
+    case 'lease-plan':
+      return leasePlanScenario({ databaseUrl: flags['database-url'], backlog: num('queued'), models: num('models'), rounds: 50 });
     case 'retention':
       return retentionScenario({
         databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
       });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger or retention)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan or retention)`);
   }
 }
 

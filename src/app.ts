@@ -63,6 +63,8 @@ export interface AppOptions {
   ledger?: LedgerOptions;
   /** Retention of finished jobs (src/retention/); absent: off. */
   retention?: RetentionOptions;
+  /** Seconds between looks of the settler of token usage (src/usage/settle.ts); absent: only when asked. */
+  settleEvery?: number;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -134,6 +136,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     ...(opts.dispatch ? { dispatch: opts.dispatch } : {}),
     ...(opts.ledger ? { ledger: opts.ledger } : {}),
     ...(opts.retention ? { retention: opts.retention } : {}),
+    ...(opts.settleEvery ? { settleEvery: opts.settleEvery } : {}),
   }, {
     outcomes: [outcomeMetrics(metrics)],
     verification: {

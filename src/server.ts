@@ -52,6 +52,7 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       ...(config.dispatch ? { dispatch: config.dispatch } : {}),
       ledger: { keyFile: config.ledgerKeyFile, closeEvery: 3600 },
       retention: { window: config.jobRetention, every: config.retentionEvery ?? 60 },
+      settleEvery: 1,
     });
     const url = await app.listen({ port: config.port, host: config.host });
 

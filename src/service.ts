@@ -18,6 +18,7 @@ import { LedgerKeyError, LedgerKeys } from './ledger/keys.js';
 import { LedgerReader } from './ledger/read.js';
 import { DayCloser, type DayCloserEvents } from './ledger/closer.js';
 import { Retention, type RetentionEvents, type RetentionOptions } from './retention/retention.js';
+import { Settler } from './usage/settle.js';
 
 export interface ServiceOptions {
   coordinator: CoordinatorConfig;
@@ -29,6 +30,12 @@ export interface ServiceOptions {
   ledger?: LedgerOptions;
   /** Retention of finished jobs (src/retention/); absent: off (the server passes JOB_RETENTION). */
   retention?: RetentionOptions;
+  /**
+   * Seconds between the settler's looks (src/usage/settle.ts): about how long a finished job's
+   * tokens take to come back to its owner's quota (the server: 1). Unset: no automatic looks
+   * (tests settle with service.usage.settle()).
+   */
+  settleEvery?: number;
 }
 
 export interface LedgerOptions {
@@ -50,7 +57,7 @@ export interface ServiceObservers {
   /** What retention deletes, and its failures (retention/retention.ts). */
   retention: RetentionEvents;
   /** A background task failed (logged and counted by the observer; the service carries on). */
-  error: (err: unknown, where: 'coordinator' | 'verification') => void;
+  error: (err: unknown, where: 'coordinator' | 'verification' | 'usage') => void;
   /** The ledger's signing key could not be read at start (the database is away): it is read when needed. */
   warn: (err: unknown, what: string) => void;
 }
@@ -67,6 +74,7 @@ export class Service {
     readonly results: ResultRecorder,
     readonly ledger: { keys: LedgerKeys; reader: LedgerReader; closer: DayCloser },
     readonly retention: Retention,
+    readonly usage: Settler,
     private readonly detachPrincipals: () => Promise<void>,
   ) {}
 
@@ -103,7 +111,10 @@ export class Service {
     // Retention: one server at a time prunes what is past JOB_RETENTION and the ledger's closing.
     const retention = new Retention(db, options.retention ?? { window: 0 }, observers.retention);
     if (options.retention?.every) retention.start(options.retention.every);
-    return new Service(db, options, coordinator, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, retention, detach);
+    // Token usage: one server at a time folds finished jobs' usage into their owners' counters.
+    const usage = new Settler(db, { error: (err) => observers.error(err, 'usage') });
+    if (options.settleEvery) usage.start(options.settleEvery);
+    return new Service(db, options, coordinator, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, retention, usage, detach);
   }
 
   /** Waiting polls answer at once (the server is stopping). */
@@ -113,6 +124,7 @@ export class Service {
 
   async close(): Promise<void> {
     await this.retention.close();
+    await this.usage.close();
     await this.ledger.closer.close();
     await this.verifier.close();
     await this.coordinator.close();

@@ -88,12 +88,20 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const report = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
       result: { message: { role: 'assistant', content: 'short' } }, usage: { prompt_tokens: 5, completion_tokens: 30 } });
     expect(report.statusCode).toBe(200);
+    // The settler folds it in (src/usage/settle.ts); until then the reservation still counts.
+    expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 1000 });
+    expectQuota429(await submitRaw(t.app, key, 'tokens-model', { max_output: 70 }));
+    await t.app.service.usage.settle();
+    expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 930 });
+    // Settled once: another look changes nothing.
+    expect(await t.app.service.usage.settle()).toEqual({ jobs: 0, busy: false });
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 930 });
     expectQuota429(await submitRaw(t.app, key, 'tokens-model', { max_output: 100 }));
     expect((await submitRaw(t.app, key, 'tokens-model', { max_output: 70 })).statusCode).toBe(200);
     // A canceled job gives its reservation back (it still counts as a job).
     const open = accepted.find((j) => j !== job.job_id)!;
     expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${open}`, headers: { api_key: key } })).statusCode).toBe(200);
+    expect(await t.app.service.usage.settle()).toEqual({ jobs: 1, busy: false });
     const after = await usageOf(t.app, key);
     expect(after.used).toEqual({ jobs: 11, tokens: 900 });
     expect(after.models).toEqual([{ model: 'tokens-model', jobs: 11, tokens: 900 }]);
@@ -311,6 +319,43 @@ describe.runIf(TEST_DATABASE_URL)('quotas across two servers on one PostgreSQL d
       expect(n!.n).toBe(17);
     });
   }
+
+  it('settles each finished job once while both servers settle at the same time: the used tokens are exactly what the nodes reported', async () => {
+    const k = await addApiKey(dbs[0]!, 'user', 'two-settle');
+    await setKeyQuota(dbs[0]!, String(k.id), undefined, 24 * 100);
+    const user = new TestUser(apps[0]!, k.key);
+    const ids: string[] = [];
+    for (let i = 0; i < 24; i++) ids.push(await user.submit('two-settle-model', 'Hello', { max_output: 100 }));
+    // Half the jobs reported from each server (i output tokens for the i-th), one failed, one canceled.
+    const workers = await Promise.all([0, 1].map(async (i) => new TestWorker(apps[i]!, `settle-node-${i}`, (await createNode(dbs[i]!, `settle-node-${i}`)).key).start(['two-settle-model'])));
+    let reported = 0;
+    for (let i = 0; i < 22; i++) {
+      const w = workers[i % 2]!;
+      const job = (await w.getJob())!;
+      const status = i === 0 ? 'error' : 'success';
+      const res = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status,
+        result: { message: { role: 'assistant', content: 'x' } }, usage: { prompt_tokens: 1, completion_tokens: i } });
+      expect(res.statusCode).toBe(200);
+      if (status === 'success') reported += i;
+    }
+    const queued = (await dbs[0]!.query<{ id: string }>(sql('t_queued', "SELECT id::text FROM jobs WHERE owner_key_id = $1::bigint AND state = 'queued' ORDER BY id"), [k.id])).map((r) => r.id);
+    expect((await apps[1]!.inject({ method: 'POST', url: `/cancel_job/${queued[0]}`, headers: { api_key: k.key } })).statusCode).toBe(200);
+    // Both servers settle at once, over and over, until nothing is owed: each job is folded once.
+    const owed = async () => (await dbs[0]!.query<{ n: number }>(sql('t_owed', 'SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND usage_day IS NOT NULL AND finished_at IS NOT NULL'), [k.id]))[0]!.n;
+    let settled = 0;
+    for (let round = 0; round < 50 && (await owed()) > 0; round++) {
+      for (const r of await Promise.all(apps.map((a) => a.service.usage.settle()))) settled += r!.jobs;
+    }
+    expect(await owed()).toBe(0);
+    // Every finished job (done or canceled; the error report requeued its job) was settled once.
+    const [finished] = await dbs[0]!.query<{ n: number }>(sql('t_finished', 'SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND finished_at IS NOT NULL'), [k.id]);
+    expect(settled).toBe(finished!.n);
+    // Open jobs keep their reservation (100 each); finished ones cost what was reported.
+    const [open] = await dbs[0]!.query<{ n: number }>(sql('t_open', "SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND state IN ('queued', 'leased')"), [k.id]);
+    const u = await usageOf(apps[1]!, k.key);
+    expect(u.used).toEqual({ jobs: 24, tokens: reported + open!.n * 100 });
+    expect(u.models).toEqual([{ model: 'two-settle-model', jobs: 24, tokens: reported + open!.n * 100 }]);
+  });
 
   it('orders a model\'s queue fairly whichever server took the jobs', async () => {
     const heavy = new TestUser(apps[0]!, (await addApiKey(dbs[0]!, 'user', 'two-heavy')).key);

@@ -19,6 +19,7 @@ import { ImportRejected, runImport } from '../src/import/run.js';
 import { reverse } from '../src/verify/reversal.js';
 import { checkDatabase } from '../src/ledger/check.js';
 import { closeDueDays } from '../src/ledger/close.js';
+import { DayCloser } from '../src/ledger/closer.js';
 import { loadLedgerKey } from '../src/ledger/keys.js';
 import { verifyLedger } from '../src/ledger-client/verify.js';
 import { runLedgerVerify } from '../src/ledger-client/cli.js';
@@ -27,6 +28,7 @@ import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { recordResult } from './helpers/production-paths.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
+import { until } from './helpers/worker.js';
 
 const DAY_MS = 86_400_000;
 const day = (ago: number): string => new Date(Date.now() - ago * DAY_MS).toISOString().slice(0, 10);
@@ -270,6 +272,45 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     } finally {
       await keyless.close();
     }
+  });
+
+  it('closes in slices, resting between them while live results land, and signs exactly what an unpaced close would', async () => {
+    await start();
+    // A clock that moves one unit a look: every step after the first ends a slice.
+    let clock = 0;
+    const rests: number[] = [];
+    let live = 0;
+    const events = { closed: () => {}, error: (err: unknown) => { throw err; }, cannotSign: () => {} };
+    const closer = new DayCloser(t.db, t.app.ledger.keys, { window: 86_400, server: 'paced', pageSize: 3, pace: {
+      sliceMs: 1, restRatio: 4, now: () => clock++,
+      // Live traffic in each rest: a credit of today (not due), as update_result would record it.
+      rest: async (ms) => { rests.push(ms); await credit('beta', `live-${live++}`, new Date().toISOString()); },
+    } }, events);
+    const report = await closer.closeDue();
+    await closer.close();
+    expect(report).toMatchObject({ closed: [day(5), day(4), day(3), day(2)], recomputed: 0, disagreements: [] });
+    // Slices: pages of 3 entries, a rest after each step (several a day), each 4 times its slice.
+    expect(rests.length).toBeGreaterThan(2 * report!.closed.length);
+    expect(new Set(rests)).toEqual(new Set([4]));
+    // Exact: every root, total and signature recomputes from the entries and equals daily_points.
+    expect((await verifyLedger({ server: url, key: reader, days: 30 })).differences).toEqual([]);
+    expect((await checkDatabase(t.db, 30)).differences).toEqual([]);
+    expect((await t.app.inject({ url: `/ledger/days/${day(3)}` })).json()).toMatchObject({ credits: 3 * 6 + 2, reversals: 1, credited: '7.5', reversed: '0.25' });
+    const daily = (await t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: reader }, payload: { node_name: 'beta', last_days: 1 } })).json<{ points: number }[]>();
+    expect(daily).toEqual([{ date: day(0), points: 1.5 * (3 + live) }]);
+  });
+
+  it('stops closing at once when the server stops, even in the middle of a long rest', async () => {
+    await start();
+    const events = { closed: () => {}, error: (err: unknown) => { throw err; }, cannotSign: () => {} };
+    // Every slice is followed by a rest of days: only stopping can end it.
+    let resting = false;
+    const closer = new DayCloser(t.db, t.app.ledger.keys, { window: 86_400, server: 'stopped', pace: { sliceMs: 0, restRatio: 1e5, resting: (ms) => { resting ||= ms > 60_000; } } }, events);
+    const running = closer.closeDue();
+    await until('a long rest', () => resting);
+    await closer.close();
+    const report = await running;
+    expect(report === undefined || report.closed.length < 4).toBe(true);
   });
 
   it('closes imported history like reported history, and refuses history for a day already closed', async () => {

@@ -13,6 +13,11 @@
 //    exactly today's entries; different counts mean something landed meanwhile, and the day is
 //    computed again. Then the day is signed, its rows written and closed_through moved.
 //
+// Slices (pace.ts): a server closing at start yields between steps — after each page of
+// entries, each batch of pending node rows, each day — so that live traffic keeps most of the
+// machine; no step that waits holds a lock or a transaction. Pacing changes when the work is
+// done, never what it reads: the commit's re-count still decides.
+//
 // Several servers: a claim (ledger_state.claimed_by/claimed_until, renewed while computing)
 // lets one compute while the others skip; the commit's row lock and its check of
 // closed_through make closing idempotent even when a claim lapsed.
@@ -36,6 +41,8 @@ export interface CloseOptions {
   afterCompute?: (day: string) => Promise<void>;
   /** Asked between pages: true makes the close give up (ClosingStopped) — the server is stopping. */
   stopping?: () => boolean;
+  /** Asked between steps (pace.ts): the server rests there so that live traffic goes first. Unset: no rest. */
+  pace?: () => Promise<void>;
 }
 
 export class ClosingStopped extends Error {}
@@ -87,6 +94,8 @@ interface Computed { day: string; totals: DayTotals; credits: number; reversals:
 async function compute(db: Database, day: string, o: CloseOptions, renew: () => Promise<void>): Promise<Computed> {
   const source = new DayEntries(db, day, o.pageSize ?? PAGE);
   await db.query(CLEAR_PENDING, [day, o.server]);
+  const nodes = await source.nodes();
+  await o.pace?.();
   const dayTree = new DayAccumulator(sha256);
   let position = 0;
   // Node rows go to the database in batches of about a megabyte of digests.
@@ -99,9 +108,10 @@ async function compute(db: Database, day: string, o: CloseOptions, renew: () => 
       col((p) => p.n.reversals), col((p) => p.n.reversed), col((p) => p.n.entries_root), col((p) => p.n.digests_hash), col((p) => p.digests)]);
     pending = [];
     pendingBytes = 0;
+    await o.pace?.();
   };
   let acc: NodeAccumulator | undefined;
-  for await (const chunk of source.chunks(await source.nodes())) {
+  for await (const chunk of source.chunks(nodes)) {
     acc ??= new NodeAccumulator(sha256, chunk.node.name);
     for (const e of chunk.entries) acc.add(e);
     if (chunk.done) {
@@ -115,6 +125,7 @@ async function compute(db: Database, day: string, o: CloseOptions, renew: () => 
     }
     if (o.stopping?.()) throw new ClosingStopped('the server is stopping');
     await renew();
+    await o.pace?.();
   }
   await flush();
   const totals = dayTree.finish();
@@ -172,6 +183,7 @@ export async function closeDueDays(db: Database, o: CloseOptions): Promise<Close
         report.closed.push(next.day);
         for (const d of await db.query<{ node: string; ledger: string; dailyPoints: string }>(DISAGREEMENTS, [next.day])) report.disagreements.push({ day: next.day, ...d });
       }
+      await o.pace?.();
     }
   } finally {
     if (claimedAt) await db.query(RELEASE, [o.server]);

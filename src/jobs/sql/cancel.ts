@@ -19,15 +19,10 @@ lease AS (
 canceled AS (
   UPDATE jobs j SET state = 'canceled', finished_at = now(), detail = $3::text, node_id = NULL, lease_expires_at = NULL, streamed = ''
   FROM job WHERE j.id = job.id AND (j.state = 'queued' OR (j.state = 'leased' AND j.id IN (SELECT job_id FROM lease)))
-  RETURNING j.id, j.model_id, j.owner_key_id, j.usage_day, j.reserved_tokens
+  RETURNING j.id, j.model_id
 ),
--- The tokens the job reserved of its owner's daily quota are given back (sql/submit.ts).
-released AS (
-  INSERT INTO key_usage AS u (key_id, day, model_id, tokens)
-  SELECT c.owner_key_id, c.usage_day, m.model_id, -sum(c.reserved_tokens) FROM canceled c CROSS JOIN LATERAL (VALUES (0), (c.model_id)) AS m(model_id)
-  WHERE c.owner_key_id IS NOT NULL AND c.usage_day IS NOT NULL AND c.reserved_tokens <> 0 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-  ON CONFLICT (key_id, day, model_id) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens
-),
+-- The tokens the job reserved of its owner's daily quota are given back by the settler
+-- (src/usage/sql.ts), not here.
 announced AS (
   SELECT jobs_announce($4::text, '{}', '{}', ARRAY(SELECT id FROM canceled), ARRAY(SELECT 'canceled' FROM canceled), ARRAY(SELECT model_id FROM canceled), '{}', '{}') AS items
 )

@@ -61,21 +61,11 @@ finished AS (
     error = e.request_error
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id
-  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
-    j.owner_key_id, j.usage_day, j.reserved_tokens
+  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds
 ),
--- The owner's daily usage (key_usage, sql/submit.ts): a done job's reserved tokens become the
--- output tokens its nodes reported (kept reserved when none did), a failed job's are given back.
-settled AS (
-  INSERT INTO key_usage AS u (key_id, day, model_id, tokens)
-  SELECT f.owner_key_id, f.usage_day, m.model_id, sum(f.delta) FROM (
-    SELECT owner_key_id, usage_day, model_id, CASE WHEN state = 'done'
-        THEN coalesce((usage ->> 'completion_tokens')::bigint, reserved_tokens) - reserved_tokens ELSE -reserved_tokens END AS delta
-    FROM finished WHERE state IN ('done', 'failed') AND owner_key_id IS NOT NULL AND usage_day IS NOT NULL) f
-  CROSS JOIN LATERAL (VALUES (0), (f.model_id)) AS m(model_id)
-  WHERE f.delta <> 0 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-  ON CONFLICT (key_id, day, model_id) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens
-),
+-- The owner's daily usage (key_usage) is not touched here: the settler (src/usage/sql.ts) folds a
+-- finished job's usage, as this statement leaves it in jobs.usage, into the owner's counters
+-- within about a second (issue 30: the owner's hot row left this statement).
 announced AS (
   SELECT jobs_announce($10::text,
     ARRAY(SELECT model_id FROM finished WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM finished WHERE state = 'queued' AND verify_of IS NOT NULL),

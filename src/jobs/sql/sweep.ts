@@ -27,25 +27,20 @@ requeued AS (
     streamed = CASE WHEN j.failures + 1 >= $1::int THEN '' ELSE e.streamed END,
     node_id = NULL, lease_expires_at = NULL
   FROM ended e WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
-  RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt, j.owner_key_id, j.usage_day, j.reserved_tokens
+  RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt
 ),
 late AS (
   UPDATE jobs j SET state = 'expired', finished_at = now(), detail = 'the deadline passed before a node finished it',
     node_id = NULL, lease_expires_at = NULL, streamed = ''
   WHERE j.state IN ('queued', 'leased') AND j.deadline_at <= now()
-  RETURNING j.id, j.model_id, j.owner_key_id, j.usage_day, j.reserved_tokens
+  RETURNING j.id, j.model_id
 ),
 final AS (
-  SELECT id, state, model_id, owner_key_id, usage_day, reserved_tokens FROM requeued WHERE state = 'failed'
-  UNION ALL SELECT id, 'expired', model_id, owner_key_id, usage_day, reserved_tokens FROM late
+  SELECT id, state, model_id FROM requeued WHERE state = 'failed'
+  UNION ALL SELECT id, 'expired', model_id FROM late
 ),
--- The tokens failed and expired jobs reserved of their owners' daily quotas are given back (sql/submit.ts).
-released AS (
-  INSERT INTO key_usage AS u (key_id, day, model_id, tokens)
-  SELECT f.owner_key_id, f.usage_day, m.model_id, -sum(f.reserved_tokens) FROM final f CROSS JOIN LATERAL (VALUES (0), (f.model_id)) AS m(model_id)
-  WHERE f.owner_key_id IS NOT NULL AND f.usage_day IS NOT NULL AND f.reserved_tokens <> 0 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-  ON CONFLICT (key_id, day, model_id) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens
-),
+-- The tokens failed and expired jobs reserved of their owners' daily quotas are given back by
+-- the settler (src/usage/sql.ts), not here.
 announced AS (
   SELECT jobs_announce($2::text,
     ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NOT NULL),
