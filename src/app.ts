@@ -10,7 +10,9 @@ import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
-import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits, type TrustProxy } from './config.js';
+import { registerRequestIds, requestId } from './http/request-id.js';
+import { registerCors } from './http/cors.js';
+import { DEFAULT_CORS_ORIGINS, DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type CorsOrigins, type RateLimits, type TrustProxy } from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
 import { Service, type LedgerOptions, type ServiceOptions } from './service.js';
 import type { RetentionOptions } from './retention/retention.js';
@@ -63,6 +65,8 @@ export interface AppOptions {
   ledger?: LedgerOptions;
   /** Retention of finished jobs (src/retention/); absent: off. */
   retention?: RetentionOptions;
+  /** Origins whose pages may call /v1 (CORS_ORIGINS, http/cors.ts); absent: any ('*'). */
+  corsOrigins?: CorsOrigins;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -102,8 +106,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     // connectionsCheckingInterval, so that bounds how late.
     http: { headersTimeout: opts.headersTimeoutMs ?? 10_000, connectionsCheckingInterval: Math.min(1_000, opts.headersTimeoutMs ?? 10_000) },
     trustProxy: opts.trustProxy ?? false,
-    // Keys travel in headers and bodies; request ids are enough to correlate.
+    // Keys travel in headers and bodies; request ids are enough to correlate. The client's own
+    // x-request-id is kept only when short and plain (http/request-id.ts), hence genReqId
+    // rather than requestIdHeader, which would take any value.
     requestIdHeader: false,
+    genReqId: requestId,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
@@ -114,6 +121,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   app.setValidatorCompiler(pydanticValidatorCompiler);
   registerContentParsers(app);
   registerErrorHandlers(app);
+  registerRequestIds(app);
 
   app.addHook('onResponse', async (req, reply) => {
     const route = req.routeOptions.url ?? 'unmatched';
@@ -126,6 +134,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   });
 
   const limiters = await registerRateLimits(app, opts.rateLimits ?? NO_RATE_LIMITS);
+  await registerCors(app, opts.corsOrigins ?? DEFAULT_CORS_ORIGINS);
   // The domain, composed apart from HTTP (src/service.ts); the metrics observe it.
   const service = await Service.start(opts.db, {
     coordinator: { ...DEFAULT_COORDINATOR, ...opts.coordinator },
