@@ -11,6 +11,7 @@ import { createMetrics, outcomeMetrics, recordAudit, type Metrics } from './http
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestIds, requestId } from './http/request-id.js';
+import { registerLingeringClose } from './http/linger.js';
 import { registerCors } from './http/cors.js';
 import { DEFAULT_CORS_ORIGINS, DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type CorsOrigins, type RateLimits, type TrustProxy } from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
@@ -122,6 +123,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   registerContentParsers(app);
   registerErrorHandlers(app);
   registerRequestIds(app);
+  registerLingeringClose(app);
 
   app.addHook('onResponse', async (req, reply) => {
     const route = req.routeOptions.url ?? 'unmatched';
