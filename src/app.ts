@@ -172,7 +172,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
         metrics.retentionPruned.inc({ what: 'jobs' }, report.jobs);
         metrics.retentionPruned.inc({ what: 'leases' }, report.leases);
         metrics.retentionPruned.inc({ what: 'results' }, report.results);
-        app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash');
+        for (const what of ['usage', 'lanes', 'sessions'] as const) metrics.retentionPruned.inc({ what }, report[what]);
+        app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash, stale counters and sessions deleted');
       },
       error: (err) => {
         metrics.backgroundFailures.inc({ task: 'retention' });
