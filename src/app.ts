@@ -10,7 +10,10 @@ import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
-import { DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type RateLimits, type TrustProxy } from './config.js';
+import { registerRequestIds, requestId } from './http/request-id.js';
+import { registerLingeringClose } from './http/linger.js';
+import { registerCors } from './http/cors.js';
+import { DEFAULT_CORS_ORIGINS, DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type CorsOrigins, type RateLimits, type TrustProxy } from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
 import { Service, type LedgerOptions, type ServiceOptions } from './service.js';
 import type { RetentionOptions } from './retention/retention.js';
@@ -65,6 +68,8 @@ export interface AppOptions {
   retention?: RetentionOptions;
   /** Seconds between looks of the settler of token usage (src/usage/settle.ts); absent: only when asked. */
   settleEvery?: number;
+  /** Origins whose pages may call /v1 (CORS_ORIGINS, http/cors.ts); absent: any ('*'). */
+  corsOrigins?: CorsOrigins;
 }
 
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -104,8 +109,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     // connectionsCheckingInterval, so that bounds how late.
     http: { headersTimeout: opts.headersTimeoutMs ?? 10_000, connectionsCheckingInterval: Math.min(1_000, opts.headersTimeoutMs ?? 10_000) },
     trustProxy: opts.trustProxy ?? false,
-    // Keys travel in headers and bodies; request ids are enough to correlate.
+    // Keys travel in headers and bodies; request ids are enough to correlate. The client's own
+    // x-request-id is kept only when short and plain (http/request-id.ts), hence genReqId
+    // rather than requestIdHeader, which would take any value.
     requestIdHeader: false,
+    genReqId: requestId,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
@@ -116,6 +124,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   app.setValidatorCompiler(pydanticValidatorCompiler);
   registerContentParsers(app);
   registerErrorHandlers(app);
+  registerRequestIds(app);
+  registerLingeringClose(app);
 
   app.addHook('onResponse', async (req, reply) => {
     const route = req.routeOptions.url ?? 'unmatched';
@@ -128,6 +138,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   });
 
   const limiters = await registerRateLimits(app, opts.rateLimits ?? NO_RATE_LIMITS);
+  await registerCors(app, opts.corsOrigins ?? DEFAULT_CORS_ORIGINS);
   // The domain, composed apart from HTTP (src/service.ts); the metrics observe it.
   const service = await Service.start(opts.db, {
     coordinator: { ...DEFAULT_COORDINATOR, ...opts.coordinator },
@@ -164,7 +175,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
         metrics.retentionPruned.inc({ what: 'jobs' }, report.jobs);
         metrics.retentionPruned.inc({ what: 'leases' }, report.leases);
         metrics.retentionPruned.inc({ what: 'results' }, report.results);
-        app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash');
+        for (const what of ['usage', 'lanes', 'sessions'] as const) metrics.retentionPruned.inc({ what }, report[what]);
+        app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash, stale counters and sessions deleted');
       },
       error: (err) => {
         metrics.backgroundFailures.inc({ task: 'retention' });

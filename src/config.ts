@@ -54,6 +54,8 @@ export interface Config {
   headersTimeoutMs: number;
   keepAliveTimeoutMs: number;
   trustProxy: TrustProxy;
+  /** CORS_ORIGINS: origins whose pages may call /v1 (docs/openai.md, "Browsers"). */
+  corsOrigins: CorsOrigins;
   rateLimits: RateLimits;
   coordinator: CoordinatorConfig;
   verify: VerifyConfig;
@@ -138,6 +140,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['REQUEST_TIMEOUT_MS', '30000', 'longest time to receive a whole request'],
   ['HEADERS_TIMEOUT_MS', '10000', 'longest time to receive request headers (slow clients are cut off)'],
   ['KEEP_ALIVE_TIMEOUT_MS', '65000', 'how long an idle keep-alive connection stays open (longer than a proxy keeps its idle upstream connections)'],
+  ['CORS_ORIGINS', '*', 'origins whose web pages may call /v1, comma-separated (https://app.example.com), * for any, off for none'],
   ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
   ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key (0 = off)'],
   ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key (0 = off)'],
@@ -155,6 +158,31 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
   ...VERIFY_CONFIG_DOC.filter(([name]) => name !== 'VERIFY'),
 ];
+
+/** CORS_ORIGINS (docs/openai.md, "Browsers"): '*' any origin; a list: exactly these origins (scheme://host[:port]); false: CORS off. */
+export type CorsOrigins = '*' | string[] | false;
+
+export const DEFAULT_CORS_ORIGINS: CorsOrigins = '*';
+
+/** CORS_ORIGINS: '*', 'off', or origins separated by commas; problems go to `problems`. */
+function parseCorsOrigins(raw: string | undefined, problems: string[]): CorsOrigins {
+  if (raw === undefined || raw === '*') return raw === undefined ? DEFAULT_CORS_ORIGINS : '*';
+  if (['off', 'false', 'none', 'no'].includes(raw.toLowerCase())) return false;
+  const items = raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const bad = items.filter((item) => {
+    try {
+      const u = new URL(item);
+      return !['http:', 'https:'].includes(u.protocol) || u.origin !== item;
+    } catch {
+      return true;
+    }
+  });
+  if (bad.length > 0 || items.length === 0) {
+    problems.push(`CORS_ORIGINS: ${bad.map((b) => JSON.stringify(b)).join(', ') || 'empty'} is not an origin; expected *, off, or origins such as https://app.example.com,http://localhost:3000 (scheme://host[:port], no path)`);
+    return DEFAULT_CORS_ORIGINS;
+  }
+  return items;
+}
 
 const TRUST_NAMES = ['loopback', 'linklocal', 'uniquelocal'];
 
@@ -266,6 +294,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     headersTimeoutMs: r.int('HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
     keepAliveTimeoutMs: r.int('KEEP_ALIVE_TIMEOUT_MS', 65_000, 1_000, 3_600_000),
     trustProxy: readTrustProxy(r),
+    corsOrigins: parseCorsOrigins(r.get('CORS_ORIGINS'), problems),
     rateLimits,
     coordinator,
     verify: readVerifyConfig(r),

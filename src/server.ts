@@ -47,6 +47,7 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       rateLimits: config.rateLimits,
       trustProxy: config.trustProxy,
+      corsOrigins: config.corsOrigins,
       coordinator: config.coordinator,
       verify: config.verify,
       ...(config.dispatch ? { dispatch: config.dispatch } : {}),

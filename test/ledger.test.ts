@@ -125,6 +125,34 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     expect(csv.body.trimEnd().split('\r\n')).toHaveLength(22);
   });
 
+  it('exports CSV that spreadsheets read as text: job ids and models starting = + - @ tab or CR are escaped (OWASP)', async () => {
+    t = await startApp(backend);
+    await t.addNode('delta');
+    ids.delta = (await q<{ id: number }>('t_id', 'SELECT id::int FROM nodes WHERE name = $1::text', ['delta']))[0]!.id;
+    reader = await t.addReader();
+    const hostile = ['=HYPERLINK("http://x.example","y")', '+1+1', '-2+3', '@SUM(A1:A9)', '\tcmd', '\r=1', 'plain-1', 'a=b'];
+    for (const [i, jobId] of hostile.entries()) await credit('delta', jobId, at(2, `01:0${i}:00`), i === 0 ? '=cmd|"/c calc"!A1' : 'm-a');
+    await reverse(t.db, { jobIds: ['-2+3'] }, '=2+2');
+    await t.app.ledger.closer!.closeDue();
+    const res = await t.app.inject({ url: `/ledger/days/${day(2)}/export?format=csv`, headers: { api_key: reader } });
+    expect(res.statusCode).toBe(200);
+    const rows = res.body.trimEnd().split('\r\n').slice(1);
+    expect(rows).toEqual(expect.arrayContaining([
+      `credit,"'=HYPERLINK(""http://x.example"",""y"")",delta,"'=cmd|""/c calc""!A1",1.5,${at(2, '01:00:00.000000')},`,
+      `credit,'+1+1,delta,m-a,1.5,${at(2, '01:01:00.000000')},`,
+      `credit,'@SUM(A1:A9),delta,m-a,1.5,${at(2, '01:03:00.000000')},`,
+      `credit,'\tcmd,delta,m-a,1.5,${at(2, '01:04:00.000000')},`,
+      `credit,"'\r=1",delta,m-a,1.5,${at(2, '01:05:00.000000')},`,
+      `credit,plain-1,delta,m-a,1.5,${at(2, '01:06:00.000000')},`,
+      `credit,a=b,delta,m-a,1.5,${at(2, '01:07:00.000000')},`,
+    ]));
+    // A reversal's reason is text too; points and times are the service's own, never escaped.
+    expect(rows.filter((r) => r.startsWith('reversal,'))).toEqual([expect.stringMatching(/^reversal,'-2\+3,delta,m-a,1\.5,[^,']+,'=2\+2$/)]);
+    // The JSON lines export keeps the record exact.
+    const jsonl = (await t.app.inject({ url: `/ledger/days/${day(2)}/export`, headers: { api_key: reader } })).body;
+    expect(jsonl).toContain('"job_id":"=HYPERLINK(\\"http://x.example\\",\\"y\\")"');
+  });
+
   it('answers what is not there, and whom it is not for, with the right status', async () => {
     await start();
     await t.app.ledger.closer!.closeDue();

@@ -9,6 +9,7 @@ import { createNode } from '../src/repositories/nodes.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report } from './helpers/app.js';
+import { resetDuration } from '../src/http/rate-limit.js';
 
 let db: Database | undefined;
 let app: Awaited<ReturnType<typeof buildApp>> | undefined;
@@ -82,6 +83,35 @@ describe('rate limits', () => {
       const res = await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key) });
       expect(res.statusCode).toBe(200);
     }
+  });
+
+  it('name OpenAI\'s headers, all three from one limiter: the one with the fewest calls left', async () => {
+    const { app, db } = await start({ perIp: 10, completionsPerUser: 3, reportsPerKey: 50 });
+    const user = (await addApiKey(db, 'user', 'u')).key;
+    const node = (await createNode(db, 'n')).key;
+    const limitOf = (res: { headers: Record<string, unknown> }) => {
+      for (const old of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']) expect(res.headers[old]).toBeUndefined();
+      return [res.headers['x-ratelimit-limit-requests'], res.headers['x-ratelimit-remaining-requests'], res.headers['x-ratelimit-reset-requests']];
+    };
+    // Only the per-address limiter applies.
+    expect(limitOf(await app.inject({ url: '/v1/models' }))).toEqual(['10', '9', expect.stringMatching(/^(\d+s|1m0s)$/)]);
+    // The per-key completions limiter has fewer left than the per-address one: its numbers, not a mix.
+    const complete = () => app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${user}` }, payload: { model: 'none', messages: [{ role: 'user', content: 'hi' }] } });
+    expect(limitOf(await complete())).toEqual(['3', '2', expect.any(String)]);
+    expect(limitOf(await complete())).toEqual(['3', '1', expect.any(String)]);
+    expect(limitOf(await complete())).toEqual(['3', '0', expect.any(String)]);
+    const refused = await complete();
+    expect(refused.statusCode).toBe(429);
+    expect(refused.json().error.code).toBe('rate_limit_exceeded');
+    expect(limitOf(refused)).toEqual(['3', '0', expect.any(String)]);
+    // Reports: 50 per key, but the address has fewer left (10 - 5 used): the address's numbers.
+    expect(limitOf(await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(node) }))).toEqual(['10', '4', expect.any(String)]);
+    // Probes are not limited and say nothing.
+    expect(limitOf(await app.inject({ url: '/healthz' }))).toEqual([undefined, undefined, undefined]);
+  });
+
+  it('write the reset as OpenAI does', () => {
+    expect([resetDuration(250), resetDuration(1000), resetDuration(12_300), resetDuration(60_000), resetDuration(61_000)]).toEqual(['250ms', '1s', '13s', '1m0s', '1m1s']);
   });
 
   it('are configured from the environment', () => {

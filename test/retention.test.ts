@@ -90,24 +90,25 @@ describe.each(backends)('retention on $name', (backend) => {
     expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
 
     // The ledger has closed nothing yet: retention waits for it, whatever the rows' age.
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, busy: false });
     expect((await t.app.ledger.closer.closeDue())!.closed).toEqual([day(3), day(2)]);
 
     // A window longer than the history's age prunes nothing either.
     const events = { pruned: () => {}, error: (err: unknown) => { throw err; } };
-    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
+    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, busy: false });
 
     // Past both: in batches of two, the finished jobs go with their leases; the bodies become hashes.
     // The embedded database has no autovacuum nor checkpointer: retention vacuums and checkpoints after deleting.
     const statements: string[] = [];
     const unobserve = t.db.observeStatements((name) => { statements.push(name); });
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, usage: 0, lanes: 0, sessions: 0, busy: false });
     unobserve();
     expect(statements.filter((n) => n.startsWith('retention_'))).toEqual([
       'retention_prune_results', 'retention_prune_results', 'retention_prune_results', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_jobs',
+      'retention_prune_usage', 'retention_prune_lanes', 'retention_prune_sessions',
       ...(backend.name === 'pglite' ? ['retention_vacuum', 'retention_checkpoint'] : []),
     ]);
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, busy: false });
     expect(await q('t_jobs_left', 'SELECT id::text, state FROM jobs')).toEqual([{ id: open, state: 'queued' }]);
     expect(await q('t_leases_left', 'SELECT count(*)::int AS n FROM job_leases')).toEqual([{ n: 0 }]);
     const kept = await q<{ job_id: string; result: unknown; hashed: boolean; points: number }>('t_results_left',
@@ -147,6 +148,57 @@ describe.each(backends)('retention on $name', (backend) => {
     expect(metrics).toContain('ins_retention_pruned_total{what="results"} 4');
   });
 
+  it('deletes usage counters of past days, idle fair-queue lanes and sessions long unseen; keeps what is read or still counts', async () => {
+    const { user, worker, open } = await start();
+    const keyId = (await q<{ id: number }>('t_key', "SELECT id::int FROM api_keys WHERE kind = 'user'"))[0]!.id;
+    const other = (await t.addUser('other')) && (await q<{ id: number }>('t_key2', "SELECT id::int FROM api_keys WHERE label = 'other'"))[0]!.id;
+    const modelId = (await q<{ id: number }>('t_model', 'SELECT id FROM models WHERE name = $1::text', [MODEL]))[0]!.id;
+    const oldModel = (await q<{ id: number }>('t_old_model', "INSERT INTO models (name) VALUES ('old-model') RETURNING id"))[0]!.id;
+    const epochAgo = (days: number) => Date.now() / 1000 - days * DAY;
+    // Usage: 20 and 10 days ago (past the 8 days any job lives), 3 days ago (not), today's (from start()).
+    for (const ago of [20, 10, 3]) {
+      await q('t_usage', 'INSERT INTO key_usage (key_id, day, model_id, jobs, tokens) VALUES ($1::bigint, $2::date, 0, 5, 50), ($1::bigint, $2::date, $3::int, 5, 50)', [keyId, day(ago), modelId]);
+    }
+    // The still-queued job counts on the day 10 days ago (submitted then): that day and later stay.
+    await q('t_open_day', 'UPDATE jobs SET usage_day = $2::date WHERE id = $1::uuid', [open, day(10)]);
+    // Lanes: one of a model nobody queues for, idle for 10 days (equivalent to no lane: goes);
+    // one as old but not a step behind its model's queue, whose oldest job has an even older key (stays);
+    // the user's own, recent (stays).
+    await q('t_open_key', 'UPDATE jobs SET fair_key = $2::float8 WHERE id = $1::uuid', [open, epochAgo(10) - 0.5]);
+    await q('t_lanes', 'INSERT INTO fair_lanes (owner_key_id, model_id, last_key) VALUES ($1::bigint, $3::int, $4::float8), ($2::bigint, $5::int, $4::float8)', [keyId, other, oldModel, epochAgo(10), modelId]);
+    // Sessions: alpha's live one, an ended one 20 days old and a crashed one 10 days old (go); beta's
+    // only session, crashed 30 days ago (stays: it is beta's "last seen").
+    await t.addNode('beta');
+    const session = (node: string, ago: number, ended: boolean) => q('t_session', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, started_at, last_seen_at, ended_at)
+      SELECT n.id, md5(random()::text) || md5(random()::text), n.key_hash, now() - make_interval(days => $2::int + 1), now() - make_interval(days => $2::int),
+        CASE WHEN $3::boolean THEN now() - make_interval(days => $2::int) END FROM nodes n WHERE n.name = $1::text`, [node, ago, ended]);
+    await session('alpha', 20, true);
+    await session('alpha', 10, false);
+    await session('beta', 30, false);
+    const usageDays = async () => (await q<{ day: string }>('t_usage_days', "SELECT DISTINCT to_char(day, 'YYYY-MM-DD') AS day FROM key_usage ORDER BY 1")).map((r) => r.day);
+    const lanes = async () => (await q<{ model_id: number }>('t_lanes_left', 'SELECT model_id FROM fair_lanes ORDER BY model_id, owner_key_id')).map((r) => r.model_id);
+    const sessions = async () => q<{ name: string; ended: boolean }>('t_sessions_left', 'SELECT n.name, s.ended_at IS NOT NULL AS ended FROM node_sessions s JOIN nodes n ON n.id = s.node_id ORDER BY s.last_seen_at DESC');
+
+    expect(await t.app.service.retention.prune()).toMatchObject({ usage: 2, lanes: 1, sessions: 2, busy: false });
+    expect(await usageDays()).toEqual([day(10), day(3), day(0)]);
+    expect(await lanes()).toEqual([modelId, modelId]);
+    expect(await sessions()).toEqual([{ name: 'alpha', ended: false }, { name: 'beta', ended: false }]);
+    // The live worker goes on; the user's quota counters of today are as they were.
+    expect((await worker.getJobRaw()).statusCode).toBe(200);
+    expect((await t.app.inject({ url: '/usage', headers: { api_key: user.key } })).json()).toMatchObject({ day: day(0), used: { jobs: 5 } });
+
+    // Once the job of that day is over (canceled: its tokens given back to that day's row), the
+    // day goes; and its model's queue is empty: the old lane, now a step behind the clock, goes.
+    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${open}`, headers: { api_key: user.key } })).statusCode).toBe(200);
+    expect(await t.app.service.retention.prune()).toMatchObject({ usage: 2, lanes: 1, sessions: 0 });
+    expect(await usageDays()).toEqual([day(3), day(0)]);
+    expect(await lanes()).toEqual([modelId]);
+    expect(await t.app.service.retention.prune()).toMatchObject({ usage: 0, lanes: 0, sessions: 0 });
+    const metrics = (await t.app.inject({ url: '/metrics' })).body;
+    expect(metrics).toContain('ins_retention_pruned_total{what="usage"} 4');
+    expect(metrics).toContain('ins_retention_pruned_total{what="sessions"} 2');
+  });
+
   it('does nothing with a window of 0 (keep all)', async () => {
     await start();
     await t.app.ledger.closer.closeDue();
@@ -161,7 +213,7 @@ describe.each(backends)('retention on $name', (backend) => {
     await t.app.ledger.closer.closeDue();
     await t.db.transaction(async (tx) => {
       await tx.query(sql('t_hold_lock', `SELECT pg_advisory_xact_lock(${RETENTION_LOCK})`));
-      expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, busy: true });
+      expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, busy: true });
     });
     expect(await t.app.service.retention.prune()).toMatchObject({ jobs: 4, results: 4, busy: false });
   });

@@ -139,7 +139,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   });
   const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
   const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
-  const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results)', labelNames: ['what'], registers: [registry] });
+  const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions)', labelNames: ['what'], registers: [registry] });
   return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
 }
 

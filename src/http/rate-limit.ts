@@ -5,12 +5,13 @@
 //   authentication from it is refused with 429 until the window ends, so guessing keys
 //   learns nothing more. (The plugin counts every call; this needs a budget one can look at
 //   without spending it, hence the small FailureLimiter below.)
-// Every 429 carries Retry-After and a `detail`. Per-key limits read the key where
+// Every 429 carries Retry-After and a `detail`; every limited answer OpenAI's x-ratelimit-*-requests
+// headers for the limiter closest to refusing (showLimit below). Per-key limits read the key where
 // authentication reads it (http/credentials.ts), so varying another header changes nothing.
 // Long polls are capped apart (LongPolls): past a cap a poll is not refused, it answers at once
 // as with wait=0, which every client of the seed's wire already handles by polling again.
 import rateLimit from '@fastify/rate-limit';
-import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
 import type { RateLimits } from '../config.js';
 import { HttpError } from './http-error.js';
 import { hashKey } from '../keys.js';
@@ -123,26 +124,60 @@ const readKey = (req: FastifyRequest): string => `read:${hashKey(headerKey(req) 
 // The key authentication will read: api_key first, else Bearer (not the raw Authorization header).
 const userKey = (req: FastifyRequest): string => `user:${hashKey(requestKey(req) ?? '')}`;
 
+/**
+ * OpenAI's rate-limit headers, each set from one limiter: the one of the request that has the
+ * fewest calls left, so that limit, remaining and reset always describe the same window (never
+ * the per-address limit beside a per-key remaining). Reset is OpenAI's duration ("12s", "1m0s").
+ */
+export const LIMIT_HEADER = 'x-ratelimit-limit-requests';
+export const REMAINING_HEADER = 'x-ratelimit-remaining-requests';
+export const RESET_HEADER = 'x-ratelimit-reset-requests';
+
+export function resetDuration(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.ceil(ms))}ms`;
+  const seconds = Math.ceil(ms / 1000);
+  return seconds >= 60 ? `${Math.floor(seconds / 60)}m${seconds % 60}s` : `${seconds}s`;
+}
+
+interface Window { max: number; remaining: number; ttl: number }
+
+function showLimit(reply: FastifyReply, w: Window): void {
+  const shown = reply.getHeader(REMAINING_HEADER);
+  if (shown !== undefined && Number(shown) < w.remaining) return;
+  reply.header(LIMIT_HEADER, String(w.max));
+  reply.header(REMAINING_HEADER, String(w.remaining));
+  reply.header(RESET_HEADER, resetDuration(w.ttl));
+}
+
 export async function registerRateLimits(app: FastifyInstance, limits: RateLimits): Promise<KeyLimiters> {
-  await app.register(rateLimit, {
-    global: limits.perIp > 0,
-    max: limits.perIp > 0 ? limits.perIp : 1,
-    timeWindow: WINDOW_MS,
-    keyGenerator: (req) => `ip:${req.ip}`,
-    errorResponseBuilder: (_req, ctx) => tooMany(ctx.ttl / 1000),
-  });
+  // The plugin's counting and store, through createRateLimit: its own hooks would write the
+  // old x-ratelimit-* names, one set per limiter, each over the other.
+  await app.register(rateLimit, { global: false, timeWindow: WINDOW_MS });
   // createRateLimit, not rateLimit(): the plugin's route handlers share a once-per-request
   // flag, so a second limiter on a route would be skipped after the per-IP one.
-  const perKey = (max: number, keyGenerator: (req: FastifyRequest) => string): preHandlerAsyncHookHandler | undefined => {
-    if (max <= 0) return undefined;
+  const limiter = (max: number, keyGenerator: (req: FastifyRequest) => string) => {
     const check = app.createRateLimit({ max, timeWindow: WINDOW_MS, keyGenerator });
-    return async (req, reply) => {
+    return async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
       const r = await check(req);
       if (r.isAllowed) return;
-      if (r.isExceeded) throw tooMany(r.ttlInSeconds);
-      reply.header('x-ratelimit-remaining', String(r.remaining));
+      if (r.isExceeded) {
+        showLimit(reply, { max: r.max, remaining: 0, ttl: r.ttl });
+        throw tooMany(r.ttlInSeconds);
+      }
+      showLimit(reply, r);
     };
   };
+  // Per client address on every request (unknown paths too) but the probes and /metrics
+  // (config.rateLimit false, routes/operations.ts).
+  if (limits.perIp > 0) {
+    const perIp = limiter(limits.perIp, (req) => `ip:${req.ip}`);
+    app.addHook('onRequest', async (req, reply) => {
+      if ((req.routeOptions.config as { rateLimit?: unknown } | undefined)?.rateLimit === false) return;
+      await perIp(req, reply);
+    });
+  }
+  const perKey = (max: number, keyGenerator: (req: FastifyRequest) => string): preHandlerAsyncHookHandler | undefined =>
+    max > 0 ? limiter(max, keyGenerator) : undefined;
   return {
     reports: perKey(limits.reportsPerKey, bodyKey),
     reads: perKey(limits.readsPerKey, readKey),

@@ -140,7 +140,7 @@ export class LedgerReader {
     for await (const chunk of source.chunks(current)) {
       for (; s < signedNodes.length && compareCodePoints(signedNodes[s]!.name, chunk.node.name) <= 0; s++) if (format === 'jsonl') out += await signedLine(s);
       out += format === 'csv'
-        ? chunk.entries.map((e) => `${[e.kind, e.job_id, e.node, e.model, e.points, e.time, e.reason].map(csvField).join(',')}\r\n`).join('')
+        ? chunk.entries.map((e) => `${[e.kind, csvText(e.job_id), csvText(e.node), csvText(e.model), e.points, e.time, csvText(e.reason)].map(csvField).join(',')}\r\n`).join('')
         : lines(chunk.entries.map((e) => ({ type: 'entry', ...entryJson(e), node: e.node })));
       if (out.length > 65_536) {
         yield out;
@@ -152,6 +152,17 @@ export class LedgerReader {
     if (format === 'jsonl') out += lines([{ type: 'end' }]);
     yield out;
   }
+}
+
+/**
+ * Text a client chose (job ids, model names, node names, reasons), made inert for spreadsheets
+ * (OWASP's CSV injection rule): a value starting with = + - @, a tab or a carriage return would
+ * be run as a formula, so it gets a leading apostrophe, which spreadsheets show as text and do
+ * not display. The JSON lines export is the exact record (and what `ins ledger verify` reads);
+ * the CSV is for people. Points and times are the service's own and stay numbers and times.
+ */
+function csvText(s: string): string {
+  return /^[=+\-@\t\r]/.test(s) ? `'${s}` : s;
 }
 
 /** RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled. */

@@ -4,7 +4,7 @@
 // lock (it is pruning: this server stops its look), or the server stops. A failure is reported
 // through `error` and the next look tries again; it never escapes.
 import type { Database } from '../db/database.js';
-import { CHECKPOINT, PRUNE_JOBS, PRUNE_RESULTS, VACUUM } from './sql.js';
+import { CHECKPOINT, PRUNE_JOBS, PRUNE_LANES, PRUNE_RESULTS, PRUNE_SESSIONS, PRUNE_USAGE, VACUUM } from './sql.js';
 
 export interface RetentionOptions {
   /** JOB_RETENTION in seconds: finished jobs older than this lose their payloads; 0 keeps everything. */
@@ -23,6 +23,10 @@ export interface RetentionReport {
   leases: number;
   /** Report bodies replaced by their hash. */
   results: number;
+  /** Usage counters of past days, idle fair-queue lanes, and worker sessions long unseen, deleted. */
+  usage: number;
+  lanes: number;
+  sessions: number;
   /** Another server held the lock: this look stopped early. */
   busy: boolean;
 }
@@ -58,7 +62,7 @@ export class Retention {
     if (this.stopped || !this.enabled) return Promise.resolve(undefined);
     this.running ??= this.look()
       .then((report) => {
-        if (report.jobs || report.results) this.events.pruned(report);
+        if (pruned(report)) this.events.pruned(report);
         return report;
       }, (err: unknown) => {
         this.events.error(err);
@@ -69,13 +73,16 @@ export class Retention {
   }
 
   private async look(): Promise<RetentionReport> {
-    const report: RetentionReport = { jobs: 0, leases: 0, results: 0, busy: false };
+    const report: RetentionReport = { jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, busy: false };
     const batch = this.opts.batch ?? DEFAULT_RETENTION_BATCH;
     const params = () => [this.opts.now?.().toISOString() ?? null, this.opts.window, batch];
     // Bodies first, then the jobs: both follow time, so each is a walk of its oldest rows.
     for (const [statement, add] of [
       [PRUNE_RESULTS, (r: Row) => { report.results += r.rows; }],
       [PRUNE_JOBS, (r: Row) => { report.jobs += r.rows; report.leases += r.leases ?? 0; }],
+      [PRUNE_USAGE, (r: Row) => { report.usage += r.rows; }],
+      [PRUNE_LANES, (r: Row) => { report.lanes += r.rows; }],
+      [PRUNE_SESSIONS, (r: Row) => { report.sessions += r.rows; }],
     ] as const) {
       while (!this.stopped) {
         const [row] = await this.db.query<Row>(statement, params());
@@ -86,7 +93,7 @@ export class Retention {
         await new Promise((resolve) => setImmediate(resolve));
       }
     }
-    if (this.db.kind === 'pglite' && (report.jobs || report.results) && !this.stopped) {
+    if (this.db.kind === 'pglite' && pruned(report) && !this.stopped) {
       await this.db.query(VACUUM);
       await this.db.query(CHECKPOINT);
     }
@@ -101,3 +108,5 @@ export class Retention {
 }
 
 interface Row { locked: boolean; rows: number; leases?: number }
+
+const pruned = (r: RetentionReport): boolean => r.jobs + r.results + r.usage + r.lanes + r.sessions > 0;

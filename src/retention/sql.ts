@@ -60,9 +60,66 @@ leases AS (DELETE FROM job_leases l USING chosen c WHERE l.job_id = c.id RETURNI
 gone AS (DELETE FROM jobs j USING chosen c WHERE j.id = c.id RETURNING 1)
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows, (SELECT count(*)::int FROM leases) AS leases`);
 
+// Counters and sessions (no payload, but rows that would grow without end): each statement
+// deletes only rows older than STALE — the retention window, and never less than 8 days, longer
+// than any job lives (MAX_JOB_TIMEOUT is at most 7 days, then the sweeper ends it) — and only
+// rows that nothing reads or writes again:
+const STALE = `SELECT coalesce($1::timestamptz, now()) - make_interval(secs => greatest($2::float8, ${8 * 86400})) AS before`;
+
+// Usage counters (key_usage) of UTC days before STALE: GET /usage and the submit statement read
+// today's only; settling a job writes its own usage_day, so no day that an open job counts on
+// is touched (its jobs are queued or leased; the sweeper ends them within MAX_JOB_TIMEOUT).
+export const PRUNE_USAGE = sql('retention_prune_usage', `WITH lock AS (${LOCKED}),
+stale AS (${STALE}),
+open_days AS (SELECT min(j.usage_day) AS first FROM jobs j WHERE j.state IN ('queued', 'leased')),
+chosen AS (
+  SELECT u.key_id, u.day, u.model_id FROM key_usage u
+  WHERE (SELECT got FROM lock) AND u.day < ((SELECT before FROM stale) AT TIME ZONE 'UTC')::date
+    AND u.day < coalesce((SELECT first FROM open_days), 'infinity'::date)
+  ORDER BY u.day LIMIT $3::int FOR UPDATE SKIP LOCKED
+),
+gone AS (DELETE FROM key_usage u USING chosen c WHERE (u.key_id, u.day, u.model_id) = (c.key_id, c.day, c.model_id) RETURNING 1)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+
+// Fair-queue lanes (fair_lanes, migrations/0011_fair_shares.sql) whose last key is before STALE
+// and at least one step (1/priority) behind their model's virtual time (its smallest queued
+// fair_key; the clock when none is queued): the submit statement gives such a lane's next job
+// the same key as a lane that does not exist, so deleting it changes no job's place. (A lane
+// with a job still queued is never behind: its last key is at least that job's.) The submit
+// statement upserts the lane under its row lock: a lane it holds is skipped; one deleted here
+// first is created afresh, as it would have been treated.
+export const PRUNE_LANES = sql('retention_prune_lanes', `WITH lock AS (${LOCKED}),
+stale AS (${STALE}),
+chosen AS (
+  SELECT f.owner_key_id, f.model_id FROM fair_lanes f LEFT JOIN api_keys k ON k.id = f.owner_key_id
+  WHERE (SELECT got FROM lock) AND f.last_key < extract(epoch FROM (SELECT before FROM stale))::float8
+    AND f.last_key + 1.0 / coalesce(k.priority, 1)::float8 <= coalesce(
+      (SELECT min(j.fair_key) FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = f.model_id),
+      extract(epoch FROM clock_timestamp())::float8)
+  ORDER BY f.last_key LIMIT $3::int FOR UPDATE OF f SKIP LOCKED
+),
+gone AS (DELETE FROM fair_lanes f USING chosen c WHERE (f.owner_key_id, f.model_id) = (c.owner_key_id, c.model_id) RETURNING 1)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+
+// Worker sessions not seen since before STALE, ended (deregistered) or not (the worker crashed or
+// was switched off): none is live (a live session is seen within NODE_ONLINE_WINDOW) and none
+// holds a lease (an open lease expires within LEASE_TIMEOUT). Each node keeps its last-seen
+// session, whose time `ins node list` and the node view show as "last seen".
+export const PRUNE_SESSIONS = sql('retention_prune_sessions', `WITH lock AS (${LOCKED}),
+stale AS (${STALE}),
+chosen AS (
+  SELECT s.id FROM node_sessions s
+  WHERE (SELECT got FROM lock) AND s.last_seen_at < (SELECT before FROM stale)
+    AND EXISTS (SELECT 1 FROM node_sessions x WHERE x.node_id = s.node_id AND (x.last_seen_at, x.id) > (s.last_seen_at, s.id))
+    AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.session_id = s.id AND l.ended_at IS NULL)
+  ORDER BY s.last_seen_at LIMIT $3::int FOR UPDATE SKIP LOCKED
+),
+gone AS (DELETE FROM node_sessions s USING chosen c WHERE s.id = c.id RETURNING 1)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+
 // The embedded database (PGlite) runs no autovacuum and no checkpointer: after a look that
-// deleted rows, the server vacuums the three tables itself, so that their space is reused rather
+// deleted rows, the server vacuums the tables itself, so that their space is reused rather
 // than the files grown, and checkpoints, so that the write-ahead log's segments are recycled
 // rather than piling up to max_wal_size (1 GB) first. PostgreSQL's own processes do both.
-export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results');
+export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results, key_usage, fair_lanes, node_sessions');
 export const CHECKPOINT = sql('retention_checkpoint', 'CHECKPOINT');

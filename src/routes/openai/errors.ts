@@ -61,3 +61,9 @@ export function openAIErrorHandler(err: Error, req: FastifyRequest, reply: Fasti
   if (e.status >= 500) req.log[e.status === 500 ? 'error' : 'warn']({ err: { message: err.message, code: (err as FastifyError).code } }, 'openai api error');
   return reply.code(e.status).headers(e.headers).send(e.body());
 }
+
+/** OpenAI's answer to a path it does not serve: 404 invalid_request_error, "Invalid URL (METHOD /path)". */
+export function openAINotFound(req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const path = req.url.split('?')[0]!;
+  return reply.code(404).send(new OpenAIError(404, `Invalid URL (${req.method} ${path})`, 'invalid_request_error').body());
+}

@@ -4,7 +4,7 @@
 import fastifySseModule, { type SSEPluginOptions } from '@fastify/sse';
 import type { FastifyPluginAsync } from 'fastify';
 import type { App, Deps } from '../types.js';
-import { openAIErrorHandler } from './errors.js';
+import { openAIErrorHandler, openAINotFound } from './errors.js';
 import { chatCompletionRoutes } from './chat-completions.js';
 import { modelRoutes, ServedModels } from './models.js';
 
@@ -23,4 +23,9 @@ export async function openAIRoutes(app: App, deps: Deps): Promise<void> {
     chatCompletionRoutes(scope, deps, served);
     modelRoutes(scope, served);
   });
+  // Any other /v1 path (and any method) is OpenAI's 404, as api.openai.com answers it, so the
+  // SDKs show the message rather than "404 status code (no body)". A not-found handler of the
+  // /v1 prefix, not a list: routes added to /v1 later are found before it. (CORS, preflights
+  // included, is http/cors.ts, at the root.)
+  await app.register((v1, _opts, done) => { v1.setNotFoundHandler(openAINotFound); done(); }, { prefix: '/v1' });
 }
