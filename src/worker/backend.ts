@@ -3,6 +3,7 @@
 // prefilled assistant turn: docs/worker.md says which backends and versions do, and how the
 // worker finds out); one that cannot runs the job from the start.
 import { http, type HttpResponse } from './http.js';
+import type { AnswerScore } from './scoring.js';
 
 export interface BackendJob {
   model: string;
@@ -31,6 +32,8 @@ export interface Backend {
   models(): Promise<string[]>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
+  /** Issue 31: how this backend's model ranks each token of `answer` to `job` (scoring.ts); absent where the backend cannot say. */
+  score?(job: BackendJob, answer: string): Promise<AnswerScore>;
 }
 
 /** The backend failed the call; `status` is its HTTP status when it answered one. */
