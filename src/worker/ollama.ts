@@ -7,17 +7,27 @@
 // July 2024); nothing needs setting. The answer then carries only the new text, and eval_count
 // counts only its tokens. Builds from source report version 0.0.0: taken as recent.
 import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 
 const CONTINUES_SINCE = '0.2.8';
 
 export class Ollama implements Backend {
   name = 'Ollama';
   continues = false;
+  /** What /api/version said (issue 31: scoring needs logprobs, from 0.12.11 on). */
+  private version: string | undefined;
 
   constructor(private readonly url: string, private readonly mayContinue: boolean) {}
 
+  /** Issue 31: resync replay on Ollama's logprobs (score-http.ts); none before 0.12.11, or when the version is unknown. */
+  get score(): Backend['score'] {
+    const v = this.version;
+    return v !== undefined && (v === '0.0.0' || versionAtLeast(v, OLLAMA_LOGPROBS_SINCE)) ? (job, answer) => scoreOllama(this.url, job, answer) : undefined;
+  }
+
   async detect(): Promise<void> {
     const version = ((await probe(`${this.url}/api/version`)) as { version?: unknown } | undefined)?.version;
+    this.version = typeof version === 'string' ? version : undefined;
     if (typeof version !== 'string') {
       this.name = 'Ollama (version unknown)';
       this.continues = false;

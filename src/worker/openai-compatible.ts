@@ -15,6 +15,7 @@
 // prompt it would run, so a server whose prefill is off is seen as such).
 import { createParser } from 'eventsource-parser';
 import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { scoreVllm } from './score-http.js';
 
 export type Dialect = 'vllm' | 'llamacpp' | 'plain';
 
@@ -35,6 +36,11 @@ export class OpenAICompatible implements Backend {
     this.dialect = stated ?? 'plain';
     this.name = stated === 'vllm' ? 'vLLM' : stated === 'llamacpp' ? "llama.cpp's server" : 'an OpenAI-compatible server';
     this.continues = mayContinue && stated !== undefined;
+  }
+
+  /** Issue 31: vLLM scores an answer in one prefill (prompt_logprobs, score-http.ts); other servers: not yet. */
+  get score(): Backend['score'] {
+    return this.dialect === 'vllm' ? (job, answer) => scoreVllm(this.url, job, answer) : undefined;
   }
 
   async detect(): Promise<void> {
