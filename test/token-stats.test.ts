@@ -7,8 +7,8 @@
 // - an impostor: another model of the same vocabulary (seed 2);
 // - an impostor keeping the honest answer's word set: the honest answer's characters reordered.
 // Jobs alternate greedy and sampled (temperature 0.8, seeded), prompts from a seeded generator.
-// Shown: 200 real honest answers never move an honest node towards a flag by more than a
-// fraction of one answer's cap, their confident-mismatch rate stays below P0, and 2,000 answers
+// Shown: 200 real honest answers keep an honest node's test below half its threshold, their
+// confident-mismatch rate stays below P0, and 2,000 answers
 // drawn (seeded) from them never flag; the impostors are flagged at their 3rd judged answer, the
 // noised copy within 8. (Answers shorter than MIN_POSITIONS, which an impostor's can be, count
 // for nothing: the bound is in answers long enough to judge.)
@@ -68,8 +68,11 @@ describe('token-level statistics on real tiny models', () => {
     const mismatches = honest.reduce((a, s) => a + s.confidentMismatches, 0);
     expect(positions).toBeGreaterThan(HONEST * 15);
     expect(mismatches / positions).toBeLessThan(P0);
-    expect(Math.max(...honest.map((s) => s.evidence))).toBeLessThan(ANSWER_CAP / 2);
-    expect(flaggedAfter(honest)).toBeUndefined();
+    // The highest the honest node's test got over its real answers, and that it never flagged.
+    let real = freshTest();
+    let realHighest = 0;
+    for (const s of honest) realHighest = Math.max(realHighest, (real = observe(real, s)).sum);
+    expect({ flagged: real.flagged, below: realHighest < H / 2 }).toEqual({ flagged: false, below: true });
     let seed = 7;
     const draw = () => honest[(seed = (seed * 48271) % 2147483647) % honest.length]!;
     let t = freshTest();
