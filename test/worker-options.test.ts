@@ -24,14 +24,27 @@ describe('ins worker options', () => {
 
   it('says what is wrong, all at once', () => {
     expect(problems(['--backend', 'tgi', '--continue', 'maybe', '--retry-max', '0'])).toEqual([
-      '--backend must be ollama, openai, vllm or llamacpp, got "tgi"',
+      '--backend must be ollama, openai, vllm, llamacpp or gguf, got "tgi"',
       '--retry-max must be a whole number from 1 to 3600, got "0"',
       '--continue must be auto or off, got "maybe"',
     ]);
   });
 
+  it('gguf: a model file and one name instead of a backend URL, each mistake said', () => {
+    const gguf = ['--server', 'http://coordinator:8000', '--node', 'cpu-1', '--key', 'nk_x', '--backend', 'gguf'];
+    expect(parseWorkerOptions([...gguf, '--model-file', '/m/tiny.gguf', '--models', 'tiny', '--threads', '2'], {})).toMatchObject({ backend: 'gguf', backendUrl: '', modelFile: '/m/tiny.gguf', models: ['tiny'], threads: 2 });
+    expect(parseWorkerOptions(gguf, { INS_MODEL_FILE: '/m/tiny.gguf', INS_MODELS: 'tiny' })).toMatchObject({ modelFile: '/m/tiny.gguf', models: ['tiny'] });
+    const wrong = (argv: string[]) => { try { parseWorkerOptions([...gguf, ...argv], {}); } catch (err) { return (err as WorkerUsageError).problems; } return []; };
+    expect(wrong(['--backend-url', 'http://127.0.0.1:1', '--models', 'a,b'])).toEqual([
+      '--backend-url is not for --backend gguf (the model runs in the worker): give --model-file',
+      '--model-file (or INS_MODEL_FILE) is required',
+      '--backend gguf serves its file under one name: give it as --models NAME',
+    ]);
+    expect(problems(['--backend', 'ollama', '--model-file', '/m/tiny.gguf', '--threads', '2'])).toEqual(['--model-file is only for --backend gguf', '--threads is only for --backend gguf']);
+  });
+
   it('--help shows the new options', () => {
     expect(parseWorkerOptions(['--help'], {})).toBe('help');
-    for (const text of ['--backend ollama|openai|vllm|llamacpp', '--continue', 'INS_CONTINUE', '--retry-max', 'INS_RETRY_MAX_SECONDS']) expect(WORKER_HELP).toContain(text);
+    for (const text of ['--backend ollama|openai|vllm|llamacpp', '--backend gguf --model-file PATH', 'INS_MODEL_FILE', '--continue', 'INS_CONTINUE', '--retry-max', 'INS_RETRY_MAX_SECONDS']) expect(WORKER_HELP).toContain(text);
   });
 });

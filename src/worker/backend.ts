@@ -4,6 +4,7 @@
 // worker finds out); one that cannot runs the job from the start.
 import { http, type HttpResponse } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
+import type { AnswerScore } from './scoring.js';
 
 export interface BackendJob {
   model: string;
@@ -41,6 +42,8 @@ export interface Backend {
   capabilities(model: string): Promise<string[]>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
+  /** Issue 31: how this backend's model ranks each token of `answer` to `job` (scoring.ts); absent where the backend cannot say. */
+  score?(job: BackendJob, answer: string): Promise<AnswerScore>;
 }
 
 /** The backend failed the call; `status` is its HTTP status when it answered one, `detail` its own error message. */

@@ -10,19 +10,27 @@
 // counts only its tokens. Builds from source report version 0.0.0: taken as recent.
 import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
+import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 
 const CONTINUES_SINCE = '0.2.8';
-const LOGPROBS_SINCE = '0.12.11';
 
 export class Ollama implements Backend {
   name = 'Ollama';
   continues = false;
+  /** What /api/version said (issue 31: scoring needs logprobs, from 0.12.11 on). */
   private version: string | undefined;
 
   constructor(private readonly url: string, private readonly mayContinue: boolean) {}
 
+  /** Issue 31: resync replay on Ollama's logprobs (score-http.ts); none before 0.12.11, or when the version is unknown. */
+  get score(): Backend['score'] {
+    const v = this.version;
+    return v !== undefined && (v === '0.0.0' || versionAtLeast(v, OLLAMA_LOGPROBS_SINCE)) ? (job, answer) => scoreOllama(this.url, job, answer) : undefined;
+  }
+
   async detect(): Promise<void> {
     const version = ((await probe(`${this.url}/api/version`)) as { version?: unknown } | undefined)?.version;
+    this.version = typeof version === 'string' ? version : undefined;
     if (typeof version !== 'string') {
       this.name = 'Ollama (version unknown)';
       this.continues = false;
@@ -39,7 +47,7 @@ export class Ollama implements Backend {
   }
 
   async capabilities(model: string): Promise<string[]> {
-    const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, LOGPROBS_SINCE));
+    const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, OLLAMA_LOGPROBS_SINCE));
     const shown = (await probe(`${this.url}/api/show`, { model })) as { capabilities?: unknown } | undefined;
     const listed = Array.isArray(shown?.capabilities) ? shown.capabilities : [];
     return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : [])];

@@ -23,6 +23,7 @@ import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 
 const PROBE_TOOL = { type: 'function', function: { name: 'ins_probe', description: 'A probe of tool support.', parameters: { type: 'object', properties: {} } } };
+import { scoreVllm } from './score-http.js';
 
 export type Dialect = 'vllm' | 'llamacpp' | 'plain';
 
@@ -44,6 +45,11 @@ export class OpenAICompatible implements Backend {
     this.dialect = stated ?? 'plain';
     this.name = stated === 'vllm' ? 'vLLM' : stated === 'llamacpp' ? "llama.cpp's server" : 'an OpenAI-compatible server';
     this.continues = mayContinue && stated !== undefined;
+  }
+
+  /** Issue 31: vLLM scores an answer in one prefill (prompt_logprobs, score-http.ts); other servers: not yet. */
+  get score(): Backend['score'] {
+    return this.dialect === 'vllm' ? (job, answer) => scoreVllm(this.url, job, answer) : undefined;
   }
 
   async detect(): Promise<void> {

@@ -2,15 +2,20 @@
 // anything starts (every problem on its own line, exit 2).
 import { parseArgs } from 'node:util';
 
-export type BackendKind = 'ollama' | 'openai' | 'vllm' | 'llamacpp';
-const KINDS: BackendKind[] = ['ollama', 'openai', 'vllm', 'llamacpp'];
+export type BackendKind = 'ollama' | 'openai' | 'vllm' | 'llamacpp' | 'gguf';
+const KINDS: BackendKind[] = ['ollama', 'openai', 'vllm', 'llamacpp', 'gguf'];
 
 export interface WorkerOptions {
   server: string;
   node: string;
   key: string;
   backend: BackendKind;
+  /** gguf: none (the model runs in the worker's process). */
   backendUrl: string;
+  /** gguf: the model file; its name is the one model in `models`. */
+  modelFile?: string;
+  /** gguf: llama.cpp's CPU threads (undefined: every core). */
+  threads?: number;
   /** Continue answers another node began, on a backend that can (--continue auto); false: run them from the start. */
   continueAnswers: boolean;
   /** Only these of the backend's models (empty: all of them). */
@@ -29,9 +34,11 @@ const FLAGS: [flag: string, env: string, help: string][] = [
   ['server', 'INS_SERVER', 'the coordinator, e.g. http://coordinator:8000'],
   ['node', 'INS_NODE', "this node's name (as `ins node add NAME` made it)"],
   ['key', 'INS_NODE_KEY', "the node's key, nk_…"],
-  ['backend', 'INS_BACKEND', 'ollama, vllm, llamacpp, or openai (any OpenAI-compatible server; vLLM and llama.cpp are recognised)'],
-  ['backend-url', 'INS_BACKEND_URL', 'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible)'],
-  ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all)'],
+  ['backend', 'INS_BACKEND', 'ollama, vllm, llamacpp, openai (any OpenAI-compatible server; vLLM and llama.cpp are recognised), or gguf (a model file run by the worker itself)'],
+  ['backend-url', 'INS_BACKEND_URL', 'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible); not with gguf'],
+  ['model-file', 'INS_MODEL_FILE', 'gguf: the GGUF file to serve (needs node-llama-cpp, docs/worker.md)'],
+  ['threads', 'INS_THREADS', 'gguf: CPU threads for the model (default: every core)'],
+  ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all); gguf: the one name the file is served as'],
   ['concurrency', 'INS_CONCURRENCY', 'jobs at once (default 1)'],
   ['metrics-port', 'INS_METRICS_PORT', 'serve Prometheus metrics on this port (default: off)'],
   ['grace', 'INS_GRACE_SECONDS', 'on SIGTERM/SIGINT, seconds to finish the jobs in flight (default 60)'],
@@ -40,6 +47,7 @@ const FLAGS: [flag: string, env: string, help: string][] = [
 ];
 
 export const WORKER_HELP = `usage: ins worker --server URL --node NAME --key nk_… --backend ollama|openai|vllm|llamacpp --backend-url URL
+       ins worker --server URL --node NAME --key nk_… --backend gguf --model-file PATH --models NAME
                   [--models m1,m2] [--concurrency N] [--metrics-port PORT] [--grace SECONDS]
                   [--retry-max SECONDS] [--continue auto|off]
 
@@ -56,6 +64,9 @@ examples:
   # A vLLM server, one model, four jobs at once:
   INS_NODE_KEY=nk_… npx ins worker --server http://coordinator:8000 --node my-gpu-02 \\
     --backend vllm --backend-url http://127.0.0.1:8001 --models meta-llama/Llama-3.1-8B-Instruct --concurrency 4
+  # No inference server: a GGUF file run by llama.cpp on the CPU, in the worker itself:
+  npx ins worker --server http://coordinator:8000 --node my-cpu-01 --key nk_… \\
+    --backend gguf --model-file ./qwen2.5-0.5b-instruct-q4_k_m.gguf --models qwen2.5:0.5b
 
 A job whose node failed mid-answer comes with the answer's beginning: the worker continues it
 where the backend can (Ollama 0.2.8+, vLLM 0.6.3+, llama.cpp's server since May 2025 unless
@@ -100,8 +111,15 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const key = required('key');
   const backend = required('backend');
   if (backend && !KINDS.includes(backend as BackendKind)) problems.push(`--backend must be ${KINDS.slice(0, -1).join(', ')} or ${KINDS.at(-1)!}, got "${backend}"`);
-  const backendUrl = url('backend-url');
+  const gguf = backend === 'gguf';
+  const backendUrl = gguf ? '' : url('backend-url');
+  if (gguf && get('backend-url') !== undefined) problems.push('--backend-url is not for --backend gguf (the model runs in the worker): give --model-file');
+  const modelFile = gguf ? required('model-file') : undefined;
+  if (!gguf && get('model-file') !== undefined) problems.push('--model-file is only for --backend gguf');
+  const threads = get('threads') === undefined ? undefined : int('threads', 0, 1, 256);
+  if (!gguf && threads !== undefined) problems.push('--threads is only for --backend gguf');
   const models = (get('models') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
+  if (gguf && models.length !== 1) problems.push('--backend gguf serves its file under one name: give it as --models NAME');
   const concurrency = int('concurrency', 1, 1, 64);
   const metricsPort = get('metrics-port') === undefined ? undefined : int('metrics-port', 0, 0, 65535);
   const graceMs = int('grace', 60, 0, 3600) * 1000;
@@ -109,5 +127,5 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const continueMode = get('continue') ?? 'auto';
   if (continueMode !== 'auto' && continueMode !== 'off') problems.push(`--continue must be auto or off, got "${continueMode}"`);
   if (problems.length > 0) throw new WorkerUsageError(problems);
-  return { server, node, key, backend: backend as BackendKind, backendUrl, continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
+  return { server, node, key, backend: backend as BackendKind, backendUrl, ...(modelFile ? { modelFile } : {}), ...(threads ? { threads } : {}), continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
 }

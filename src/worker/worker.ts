@@ -60,7 +60,8 @@ export class Worker {
   private readonly backend: Backend;
 
   constructor(private readonly opts: WorkerOptions, private readonly events: WorkerEvents) {
-    this.backend = createBackend(opts.backend, opts.backendUrl, opts.continueAnswers);
+    this.backend = createBackend(opts.backend, opts.backendUrl, opts.continueAnswers,
+      opts.modelFile === undefined ? undefined : { file: opts.modelFile, name: opts.models[0] ?? '', concurrency: opts.concurrency, threads: opts.threads });
     this.client = new CoordinatorClient(opts.server, opts.node, opts.key, {
       retrying: (what, attempt, reason) => events.log('warn', `${what} failed (${reason}); retrying`, { attempt }),
     }, this.stopping.signal, opts.retryMaxMs);

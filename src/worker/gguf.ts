@@ -1,0 +1,139 @@
+// A GGUF file run in the worker's own process by llama.cpp, through node-llama-cpp (its CPU
+// build: `getLlama({gpu: false, build: "never"})` never builds or downloads anything): a node
+// without Ollama or vLLM joins with `ins worker --backend gguf --model-file PATH --models NAME`
+// (docs/worker.md). node-llama-cpp is loaded only when this backend is chosen; an install
+// without it (the server's own, `npm ci --omit=dev`) gets a message saying how to add it.
+// The prompt is the model's chat template as node-llama-cpp resolves it (the GGUF's own
+// Jinja template, or the wrapper its architecture implies); usage counts real tokens.
+// Continuing an answer: the prefix's tokens follow the open assistant turn, then generation
+// goes on. Scoring an answer (score()): one pass over prompt + answer with the full next-token
+// distribution at every answer position (LlamaContextSequence.controlledEvaluate).
+import type { ChatHistoryItem, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
+import { BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { rankOf, type AnswerScore, type PositionScore } from './scoring.js';
+
+export const NODE_LLAMA_CPP = 'node-llama-cpp@3.21.1';
+/** Positions an answer is scored at, at most: a check's cost stays bounded (docs/verification.md). */
+export const SCORE_MAX_POSITIONS = 512;
+
+type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper };
+
+export class Gguf implements Backend {
+  name: string;
+  readonly continues: boolean;
+  readonly scores = 'prefill' as const;
+  private loaded: Promise<Loaded> | undefined;
+
+  /** threads: llama.cpp's CPU threads (undefined: node-llama-cpp's default, every core; busy-waiting threads on a shared machine slow everything). */
+  constructor(private readonly file: string, private readonly modelName: string, mayContinue: boolean, private readonly sequences = 1, private readonly threads?: number) {
+    this.name = `GGUF ${file} (llama.cpp on the CPU)`;
+    this.continues = mayContinue;
+  }
+
+  private load(): Promise<Loaded> {
+    this.loaded ??= (async () => {
+      let lib: typeof import('node-llama-cpp');
+      try {
+        lib = await import('node-llama-cpp');
+      } catch (err) {
+        throw new BackendError(`--backend gguf needs ${NODE_LLAMA_CPP}, which this install lacks (${(err as Error).message.split('\n')[0]}): run \`npm install ${NODE_LLAMA_CPP}\` where ins is installed`);
+      }
+      const llama = await lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error });
+      let model: LlamaModel;
+      try {
+        model = await llama.loadModel({ modelPath: this.file });
+      } catch (err) {
+        throw new BackendError(`cannot load ${this.file}: ${(err as Error).message}`);
+      }
+      const context = await model.createContext({ sequences: this.sequences, contextSize: { max: 4096 }, ...(this.threads ? { threads: this.threads } : {}) });
+      return { model, context, chatWrapper: lib.resolveChatWrapper(model) };
+    })();
+    // A failed load is tried again at the next call (the file may appear).
+    this.loaded.catch(() => { this.loaded = undefined; });
+    return this.loaded;
+  }
+
+  /** Loads the model: a file that is missing or not a model fails the worker's start, clearly. */
+  async detect(): Promise<void> {
+    await this.load();
+  }
+
+  models(): Promise<string[]> {
+    return Promise.resolve([this.modelName]);
+  }
+
+  /** Plain chat only for now: the OpenAI fields beyond it (issue 28) are not passed to llama.cpp here, so none is declared. */
+  capabilities(): Promise<string[]> {
+    return Promise.resolve([]);
+  }
+
+  /** The prompt's tokens: the conversation through the model's template, its assistant turn left open. */
+  private prompt(l: Loaded, messages: BackendJob['messages']): Token[] {
+    const history: ChatHistoryItem[] = messages.map((m) =>
+      m.role === 'assistant' ? { type: 'model', response: [m.content] } : m.role === 'system' ? { type: 'system', text: m.content } : { type: 'user', text: m.content });
+    history.push({ type: 'model', response: [] });
+    return l.chatWrapper.generateContextState({ chatHistory: history }).contextText.tokenize(l.model.tokenizer);
+  }
+
+  async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
+    const l = await this.load();
+    const prompt = this.prompt(l, job.messages);
+    const prefix = job.prefix ? l.model.tokenize(job.prefix, false) : [];
+    const room = l.context.contextSize - prompt.length - prefix.length;
+    if (room <= 0) throw new BackendError(`gguf: the prompt (${prompt.length + prefix.length} tokens) does not fit the context (${l.context.contextSize})`, 400);
+    const max = job.max_output > 0 ? Math.min(job.max_output, room) : room;
+    const seq = l.context.getSequence();
+    const out: Token[] = [];
+    let sent = '';
+    try {
+      const options = job.temperature > 0 ? { temperature: job.temperature, seed: job.seed ?? 0 } : { temperature: 0 };
+      for await (const token of seq.evaluate([...prompt, ...prefix], options)) {
+        if (signal?.aborted) throw new BackendError('gguf: aborted');
+        if (l.model.isEogToken(token)) break;
+        out.push(token);
+        if (onDelta) {
+          // A character split over byte tokens is sent once it is whole.
+          const text = l.model.detokenize(out);
+          if (!text.endsWith('\uFFFD') && text.length > sent.length) {
+            onDelta(text.slice(sent.length));
+            sent = text;
+          }
+        }
+        if (out.length >= max) break;
+      }
+    } finally {
+      await seq.dispose();
+    }
+    const content = l.model.detokenize(out);
+    if (onDelta && content.length > sent.length) onDelta(content.slice(sent.length));
+    return { content, usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length } };
+  }
+
+  /**
+   * The audited answer scored in one pass: the prompt as the job's request makes it, then the
+   * answer's tokens, each with the distribution the model gives at its place (raw logits, no
+   * sampling settings: the distribution, not a draw from it).
+   */
+  async score(job: BackendJob, answer: string): Promise<AnswerScore> {
+    const l = await this.load();
+    const prompt = this.prompt(l, job.messages);
+    const all = l.model.tokenize(answer, false);
+    const tokens = all.slice(0, Math.max(0, Math.min(SCORE_MAX_POSITIONS, l.context.contextSize - prompt.length - 1)));
+    const seq = l.context.getSequence();
+    try {
+      const input = [...prompt, ...tokens];
+      // The distribution at input i is the next token's, i.e. answer position i - prompt.length + 1.
+      const first = prompt.length - 1;
+      const results = await seq.controlledEvaluate(input.map((t, i) =>
+        (i >= first && i < first + tokens.length ? [t, { generateNext: { probabilities: true } }] : t)));
+      const positions: PositionScore[] = tokens.map((token, k) => {
+        const probs = results[first + k]?.next.probabilities;
+        if (!probs) throw new BackendError('gguf: no distribution at an answer position');
+        return rankOf(probs, token, (t) => l.model.detokenize([t]));
+      });
+      return { method: 'prefill', positions, unscored: all.length - tokens.length };
+    } finally {
+      await seq.dispose();
+    }
+  }
+}

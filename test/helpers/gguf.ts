@@ -1,0 +1,27 @@
+// Real tiny models for tests (scripts/tiny-gguf.ts): written once per test file into a
+// temporary directory, by seed. Two seeds are two different models of one vocabulary; `noise`
+// is the seed's model with its weights disturbed (a heavier quantisation of it).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeTinyGguf, type TinyModelOptions } from '../../scripts/tiny-gguf.js';
+
+export interface TinyModels {
+  /** The file of this model, written on first use. */
+  file(opts: TinyModelOptions): string;
+  remove(): void;
+}
+
+export function tinyModels(): TinyModels {
+  const dir = mkdtempSync(join(tmpdir(), 'ins-gguf-'));
+  const files = new Map<string, string>();
+  return {
+    file(opts) {
+      const key = `${opts.seed}-${opts.noise ?? 0}`;
+      let f = files.get(key);
+      if (!f) files.set(key, (f = writeTinyGguf(join(dir, `tiny-${key}.gguf`), opts)));
+      return f;
+    },
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}

@@ -1,0 +1,49 @@
+// scripts/tiny-gguf.ts: the tiny model the token-level checks are tested with is written the
+// same, byte for byte, from the same seed, and is a real model llama.cpp (node-llama-cpp's CPU
+// build) loads and runs deterministically.
+import { createHash } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { getLlama, type Token } from 'node-llama-cpp';
+import { tinyGguf, TINY_VOCAB } from '../scripts/tiny-gguf.js';
+import { tinyModels } from './helpers/gguf.js';
+
+const models = tinyModels();
+afterAll(() => models.remove());
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+describe('the tiny GGUF', () => {
+  it('is the same bytes for the same seed, other bytes for another seed or noise, and small', () => {
+    const a = tinyGguf({ seed: 1 });
+    expect(sha(tinyGguf({ seed: 1 }))).toBe(sha(a));
+    expect(sha(tinyGguf({ seed: 2 }))).not.toBe(sha(a));
+    expect(sha(tinyGguf({ seed: 1, noise: 0.05 }))).not.toBe(sha(a));
+    expect(a.length).toBeGreaterThan(400_000);
+    expect(a.length).toBeLessThan(800_000);
+    expect(a.subarray(0, 4).toString('ascii')).toBe('GGUF');
+    expect(TINY_VOCAB.length).toBeGreaterThan(300);
+  });
+
+  it('loads in llama.cpp on the CPU, generates the same text twice, and its text tokenizes back to its tokens', async () => {
+    const llama = await getLlama({ gpu: false, build: 'never' });
+    const model = await llama.loadModel({ modelPath: models.file({ seed: 1 }) });
+    try {
+      const ctx = await model.createContext({ contextSize: 512, threads: 1 });
+      const run = async () => {
+        const seq = ctx.getSequence();
+        const out: Token[] = [];
+        for await (const t of seq.evaluate(model.tokenize('Tell me about the river.', true), { temperature: 0 })) {
+          if (model.isEogToken(t) || out.push(t) >= 40) break;
+        }
+        seq.dispose();
+        return out;
+      };
+      const first = await run();
+      expect(first.length).toBeGreaterThan(0);
+      expect(await run()).toEqual(first);
+      expect(model.tokenize(model.detokenize(first), false)).toEqual(first);
+      await ctx.dispose();
+    } finally {
+      await model.dispose();
+    }
+  });
+});
