@@ -6,7 +6,8 @@
 // - worker: `ins worker` between the server and an instant backend (bench/worker.ts);
 // - fair: fair queueing, a heavy user's backlog beside a light user (bench/fair.ts);
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
-// - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts).
+// - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts);
+// - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts).
 // Every size is a flag (--help).
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
@@ -17,6 +18,7 @@ import { ledgerScenario } from './ledger.js';
 import { fairScenario } from './fair.js';
 import { retentionScenario } from './retention.js';
 import { pollsScenario } from './polls.js';
+import { cliScenario } from './cli.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -49,11 +51,12 @@ const { values: flags } = parseArgs({
     keep: { type: 'boolean', default: false },
     jobs: { type: 'string', default: '3000000' },
     window: { type: 'string', default: '20' },
+    runs: { type: 'string', default: '5' },
     help: { type: 'boolean' },
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|retention] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|retention|cli] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -67,6 +70,7 @@ if (flags.help) {
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
+  cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -107,8 +111,10 @@ async function main(): Promise<void> {
       return retentionScenario({
         databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
       });
+    case 'cli':
+      return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger or retention)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, retention or cli)`);
   }
 }
 
