@@ -44,7 +44,7 @@ zones.push(
 );
 
 export default tseslint.config(
-  { ignores: ['.dependency-cruiser.cjs', 'dist/', 'web/dist/', 'node_modules/', 'data/', 'tmp/', 'test-artifacts/', 'bench-results/'] },
+  { ignores: ['.dependency-cruiser.cjs', 'dist/', 'web/dist/', 'node_modules/', 'data/', 'tmp/', 'test-artifacts/', 'bench-results/', '.test-build-*/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked.map((c) => ({ ...c, files: TYPE_CHECKED })),

@@ -3,6 +3,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    // src/ compiled once for the processes tests start, rather than tsx in each of them.
+    globalSetup: ['test/helpers/build-cli.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',

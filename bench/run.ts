@@ -8,7 +8,8 @@
 // - ledger-closing: update_result while a server closes imported history at start, against its steady rate (bench/ledger-closing.ts);
 // - lease-plan: jobs_lease planned anew at each execution against one generic plan, with a deep backlog (bench/lease-plan.ts);
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
-// - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts).
+// - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts);
+// - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts).
 // Every size is a flag (--help).
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
@@ -21,6 +22,7 @@ import { leasePlanScenario } from './lease-plan.js';
 import { fairScenario } from './fair.js';
 import { retentionScenario } from './retention.js';
 import { pollsScenario } from './polls.js';
+import { cliScenario } from './cli.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -55,11 +57,12 @@ const { values: flags } = parseArgs({
     window: { type: 'string', default: '20' },
     'closing-results': { type: 'string', default: '1000000' },
     queued: { type: 'string', default: '100000' },
+    runs: { type: 'string', default: '5' },
     help: { type: 'boolean' },
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|cli] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -75,6 +78,7 @@ if (flags.help) {
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
+  cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -120,8 +124,10 @@ async function main(): Promise<void> {
       return retentionScenario({
         databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
       });
+    case 'cli':
+      return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan or retention)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention or cli)`);
   }
 }
 

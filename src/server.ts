@@ -29,8 +29,18 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-export async function startServer(config: Config, logger: Logger): Promise<RunningServer> {
+export interface StartOptions {
+  /**
+   * Runs once the database and the app are ready, before the port listens (so before /healthz
+   * answers "ok"): the CLI opens its admin socket here, so that `ins` commands are forwarded
+   * from the moment the server is seen up. What it returns is called first on close.
+   */
+  beforeListen?: (ready: { db: Database; jobs: Lifecycle }) => Promise<(() => Promise<void>) | undefined>;
+}
+
+export async function startServer(config: Config, logger: Logger, opts: StartOptions = {}): Promise<RunningServer> {
   const db = await openDatabase(config, 'server', (message) => logger.warn(message));
+  let closeBeforeListen: (() => Promise<void>) | undefined;
   try {
     if (config.migrateOnStart) {
       const applied = await migrate(db);
@@ -55,7 +65,23 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
       retention: { window: config.jobRetention, every: config.retentionEvery ?? 60 },
       settleEvery: 1,
     });
-    const url = await app.listen({ port: config.port, host: config.host });
+    const jobs = app.service.coordinator.lifecycle;
+    try {
+      // Ready (plugins loaded, background work started) before a forwarded command can reach it.
+      await app.ready();
+      closeBeforeListen = await opts.beforeListen?.({ db, jobs });
+    } catch (err) {
+      await app.close();
+      throw err;
+    }
+    let url: string;
+    try {
+      url = await app.listen({ port: config.port, host: config.host });
+    } catch (err) {
+      await closeBeforeListen?.();
+      await app.close();
+      throw err;
+    }
 
     logger.info({ url, database: db.description }, `listening on ${url} (database: ${db.description})`);
     if ((await countNodes(db)) === 0) {
@@ -69,13 +95,14 @@ export async function startServer(config: Config, logger: Logger): Promise<Runni
         app.server.closeAllConnections();
       }, config.shutdownTimeoutMs);
       try {
+        await closeBeforeListen?.();
         await app.close();
       } finally {
         clearTimeout(timer);
         await db.close();
       }
     })());
-    return { url, db, jobs: app.service.coordinator.lifecycle, close };
+    return { url, db, jobs, close };
   } catch (err) {
     await db.close();
     throw err;

@@ -1,10 +1,15 @@
 // The `ins` command line against a real embedded data directory, alone and while the server
 // runs (commands are then forwarded to it over the admin socket).
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, startServerProcess } from './helpers/process.js';
+import { forwardToServer } from '../src/cli/forward.js';
+import { loadConfig } from '../src/config.js';
+import { lockPath } from '../src/db/data-dir-lock.js';
+import { startServer } from '../src/server.js';
+import { freePort, runCli, startServerProcess } from './helpers/process.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -65,9 +70,47 @@ describe('ins', () => {
     expect((await ins('model', 'set-points', 'llama3.2:latest', 'default')).code).toBe(0);
   });
 
+  it('says what to do when a server holds the database but does not answer on its socket', async () => {
+    const busy = { DATA_DIR: path.join(dir, 'busy') };
+    expect((await runCli(['node', 'list'], busy)).code).toBe(0);
+    // A live process (this one) holds the lock as a server that has not opened its socket yet.
+    writeFileSync(lockPath(busy.DATA_DIR), JSON.stringify({ pid: process.pid, purpose: 'server' }));
+    const r = await runCli(['node', 'add', 'late'], busy);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`in use by process ${process.pid} (server)`);
+    expect(r.stderr).toContain('admin.sock');
+    expect(r.stderr).toContain('/healthz');
+  });
+
+  it('opens the admin socket before the port listens', async () => {
+    const dataDir = path.join(dir, 'early');
+    const port = await freePort();
+    const config = loadConfig({ DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'silent', VERIFY: 'off' });
+    let listeningAtHook: boolean | undefined;
+    const server = await startServer(config, pino({ level: 'silent' }), {
+      beforeListen: async () => {
+        listeningAtHook = await fetch(`http://127.0.0.1:${port}/healthz`).then(() => true, () => false);
+        return undefined;
+      },
+    });
+    try {
+      expect(listeningAtHook).toBe(false);
+      expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('works while the server runs: the command is forwarded and the new key works at once', async () => {
     const server = await startServerProcess(env);
     try {
+      // The socket answers as soon as the server does (ins serve opens it before listening).
+      expect((await forwardToServer(env.DATA_DIR, ['node', 'list', '--json']))?.code).toBe(0);
+      // A relative FILE is read from the caller's directory, not the server's.
+      writeFileSync(path.join(dir, 'nodes.csv'), `name,api_key_sha256\nimported-rig,${'ab'.repeat(32)}\n`);
+      const imported = await forwardToServer(env.DATA_DIR, ['import', 'nodes', 'nodes.csv', '--json'], dir);
+      expect(imported?.code, JSON.stringify(imported)).toBe(0);
+      expect(JSON.parse(imported!.stdout[0]!)).toMatchObject({ imported: 1 });
       const add = await ins('node', 'add', 'hot-added');
       expect(add.code).toBe(0);
       const key = add.stdout.trim();

@@ -1,6 +1,7 @@
 // The dashboard in a real browser (Debian's Chromium through playwright-core) against a real
 // server with seeded history: keyboard-only use, the chart's data equal to daily_points, errors
-// in words, the model view, a phone-sized screen, no console errors. Screenshots go to
+// in words, the model view, a phone-sized screen, tables whose headers keep their words whole
+// at phone and desktop widths, no console errors. Screenshots go to
 // test-artifacts/. Skipped where Chromium is not installed (.ci/run installs it).
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -228,6 +229,42 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-model.png'), fullPage: true });
     expect(consoleErrors.get(page)).toEqual([]);
     await page.close();
+  });
+
+  it('reads at a glance at a phone and a desktop width: no header or number split inside a word', async () => {
+    for (const viewport of [{ width: 390, height: 844 }, { width: 1280, height: 900 }]) {
+      const page = await open(viewport);
+      await expect.poll(() => page.locator('#net-models tbody tr').count()).toBe(2);
+      await page.fill('#node-name', 'rig-oslo-02');
+      await page.fill('#node-key', OTHER_KEY);
+      await page.click('button:has-text("Show points")');
+      await page.locator('#node-status').waitFor({ state: 'visible' });
+      await page.locator('#node-ledger').waitFor({ state: 'visible' });
+      // Each word of a visible header or plain cell lies on one line: its text range has one line box.
+      const split = await page.evaluate(() => {
+        const broken: string[] = [];
+        for (const el of Array.from(document.querySelectorAll<HTMLElement>('th, td:not(.mono)'))) {
+          if (el.offsetParent === null) continue;
+          const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+          for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (const m of node.textContent!.matchAll(/\S+/g)) {
+              const range = document.createRange();
+              range.setStart(node, m.index);
+              range.setEnd(node, m.index + m[0].length);
+              const tops = new Set(Array.from(range.getClientRects(), (r) => Math.round(r.top)));
+              if (tops.size > 1) broken.push(`${el.closest('table')?.id ?? '?'}: ${m[0]}`);
+            }
+          }
+        }
+        return broken;
+      });
+      expect(split, `${viewport.width} px`).toEqual([]);
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      expect(overflow, `${viewport.width} px`).toBeLessThanOrEqual(0);
+      await page.screenshot({ path: path.join(ARTIFACTS, `dashboard-glance-${viewport.width}.png`), fullPage: true });
+      expect(consoleErrors.get(page)).toEqual([]);
+      await page.close();
+    }
   });
 
   it('fits a phone-sized screen without console errors', async () => {

@@ -9,11 +9,10 @@ import type { Database } from '../db/database.js';
 import type { Lifecycle } from '../jobs/lifecycle.js';
 import type { Config } from '../config.js';
 import { runCommand } from './commands.js';
+import { adminSocketPath } from './forward.js';
 import { bufferIo } from './io.js';
 
-export interface Forwarded { code: number; stdout: string[]; stderr: string[] }
-
-export const adminSocketPath = (dataDir: string): string => path.join(dataDir, 'admin.sock');
+export { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
 const MAX_REQUEST = 64 * 1024;
 
 export async function serveAdminSocket(db: Database, config: Config, jobs: Lifecycle, onError: (err: unknown) => void): Promise<() => Promise<void>> {
@@ -34,9 +33,10 @@ export async function serveAdminSocket(db: Database, config: Config, jobs: Lifec
         const io = bufferIo();
         let code = 1;
         try {
-          const { argv } = JSON.parse(buf.slice(0, nl)) as { argv: unknown };
+          const { argv, cwd } = JSON.parse(buf.slice(0, nl)) as { argv: unknown; cwd: unknown };
           if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) throw new Error('bad request');
-          code = await runCommand(db, argv, io, { coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile, jobs });
+          if (cwd !== undefined && (typeof cwd !== 'string' || !path.isAbsolute(cwd))) throw new Error('bad request');
+          code = await runCommand(db, argv, io, { coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile, jobs, ...(cwd ? { cwd } : {}) });
         } catch (err) {
           onError(err);
           io.err('ins: the server could not run this command; see its log');
@@ -53,25 +53,5 @@ export async function serveAdminSocket(db: Database, config: Config, jobs: Lifec
   return () => new Promise<void>((resolve) => {
     server.close(() => resolve());
     rmSync(file, { force: true });
-  });
-}
-
-/** Sends argv to the running server; undefined when no server answers on the socket. */
-export function forwardToServer(dataDir: string, argv: string[]): Promise<Forwarded | undefined> {
-  return new Promise((resolve) => {
-    const conn = net.createConnection(adminSocketPath(dataDir));
-    let buf = '';
-    conn.setEncoding('utf8');
-    conn.setTimeout(60_000, () => conn.destroy());
-    conn.on('connect', () => conn.write(`${JSON.stringify({ argv })}\n`));
-    conn.on('data', (c: string) => (buf += c));
-    conn.on('error', () => resolve(undefined));
-    conn.on('close', () => {
-      try {
-        resolve(JSON.parse(buf) as Forwarded);
-      } catch {
-        resolve(undefined);
-      }
-    });
   });
 }

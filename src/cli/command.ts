@@ -20,6 +20,8 @@ export interface RunOptions {
   verify: VerifyConfig;
   /** LEDGER_KEY_FILE of that process (ins ledger close). */
   ledgerKeyFile?: string;
+  /** The working directory of the `ins` that sent the command over the admin socket: relative FILE arguments are read from there. */
+  cwd?: string;
   /** The running server's job lifecycle, when the command runs inside it (the admin socket): its outcomes apply there at once. */
   jobs?: Lifecycle;
 }

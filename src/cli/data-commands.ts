@@ -1,4 +1,5 @@
 // ins migrate, ins import nodes|results: the database itself and bulk history.
+import path from 'node:path';
 import { migrate } from '../db/migrate.js';
 import { nodesImport } from '../import/nodes.js';
 import { resultsImport } from '../import/results.js';
@@ -12,9 +13,9 @@ function importCommand(what: 'nodes' | 'results', spec: ImportSpec, summary: str
     summary,
     args: ['FILE.csv'],
     flags: ['skip-bad-rows'],
-    async run(db, [file], { json, skipBadRows, progress }, io) {
+    async run(db, [file], { json, skipBadRows, progress, cwd }, io) {
       try {
-        const s = await runImport(db, file!, spec, { skipBadRows, progress });
+        const s = await runImport(db, cwd ? path.resolve(cwd, file!) : file!, spec, { skipBadRows, progress });
         if (json) return io.out(JSON.stringify(s));
         const rate = s.seconds > 0 ? Math.round(s.rows_read / s.seconds) : s.rows_read;
         io.out(`imported ${s.imported.toLocaleString('en')} ${what} of ${s.rows_read.toLocaleString('en')} rows in ${s.seconds.toFixed(1)} s (${rate.toLocaleString('en')} rows/s)` +

@@ -2,17 +2,19 @@
 // nodes, keys and models on the configured database (see commands.ts). Exit codes: 0 done,
 // 1 failed (bad configuration, no such node, database unreachable...), 2 bad arguments.
 import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADVANCED_CONFIG_DOC, ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
-import { forwardToServer, serveAdminSocket } from './admin-socket.js';
-import { COMMANDS, helpText, parseCommand, runCommand } from './commands.js';
+import { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
 import { consoleIo, UsageError } from './io.js';
+
+// Everything heavier than the above (the commands, the database drivers, the server) is
+// imported where it is needed: a command forwarded to a running server loads none of it.
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
-function usage(): string {
+async function usage(): Promise<string> {
+  const { COMMANDS } = await import('./commands.js');
   const lines = [
     'usage: ins <command> [arguments] [--json] [--help]',
     '',
@@ -42,7 +44,15 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   const logger = createLogger(config.logLevel);
   let server;
   try {
-    server = await startServer({ ...config, migrateOnStart: config.migrateOnStart && !values['no-migrate'] }, logger);
+    server = await startServer({ ...config, migrateOnStart: config.migrateOnStart && !values['no-migrate'] }, logger, {
+      // The embedded database is this process's alone: other `ins` commands are forwarded here,
+      // from before the port listens, so a command run once /healthz answers finds the socket.
+      beforeListen: async ({ db, jobs }) => {
+        if (db.kind !== 'pglite') return undefined;
+        const { serveAdminSocket } = await import('./admin-socket.js');
+        return serveAdminSocket(db, config, jobs, (err) => logger.error({ err }, 'admin command failed'));
+      },
+    });
   } catch (err) {
     if (err instanceof DataDirBusyError) {
       logger.fatal(`${err.message}: is the server already running? Stop it first, or use another DATA_DIR.`);
@@ -54,21 +64,10 @@ async function serve(config: Config, argv: string[]): Promise<number> {
     return 1;
   }
   const running = server;
-  // The embedded database is this process's alone: other `ins` commands are forwarded here.
-  let closeAdmin: (() => Promise<void>) | undefined;
-  if (running.db.kind === 'pglite') {
-    try {
-      closeAdmin = await serveAdminSocket(running.db, config, running.jobs, (err) => logger.error({ err }, 'admin command failed'));
-    } catch (err) {
-      logger.fatal({ err }, 'could not open the admin socket');
-      await running.close();
-      return 1;
-    }
-  }
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
-      Promise.resolve(closeAdmin?.()).then(() => running.close()).then(
+      running.close().then(
         () => { logger.info('stopped'); resolve(0); },
         (err: unknown) => { logger.error({ err }, 'error while stopping'); resolve(1); },
       );
@@ -98,18 +97,26 @@ async function worker(argv: string[]): Promise<number> {
   return runWorker(opts);
 }
 
+function print(forwarded: Forwarded): number {
+  forwarded.stdout.forEach((l) => consoleIo.out(l));
+  forwarded.stderr.forEach((l) => consoleIo.err(l));
+  return forwarded.code;
+}
+
 async function admin(config: Config, argv: string[]): Promise<number> {
+  // A server holding the embedded database answers on its admin socket: it checks the
+  // arguments (a bad call touches nothing there either) and runs the command.
+  if (!config.databaseUrl) {
+    const forwarded = await forwardToServer(config.dataDir, argv);
+    if (forwarded) return print(forwarded);
+  }
+  const { helpText, parseCommand, runCommand } = await import('./commands.js');
   // Arguments are checked before the database is opened: a bad call touches nothing.
   try {
     const parsed = parseCommand(argv);
     if (parsed.help) {
       consoleIo.out(helpText(parsed.command));
       return 0;
-    }
-    // A forwarded command runs in the server's working directory: send absolute paths.
-    if (parsed.name.startsWith('import ')) {
-      const file = parsed.args[0]!;
-      argv = argv.map((a) => (a === file ? path.resolve(a) : a));
     }
   } catch (err) {
     if (err instanceof UsageError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
@@ -124,13 +131,15 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     db = await openDatabase(config, `ins ${argv.join(' ')}`);
   } catch (err) {
     if (!(err instanceof DataDirBusyError)) throw err;
-    const forwarded = err.purpose === 'server' ? await forwardToServer(config.dataDir, argv) : undefined;
-    if (forwarded) {
-      forwarded.stdout.forEach((l) => consoleIo.out(l));
-      forwarded.stderr.forEach((l) => consoleIo.err(l));
-      return forwarded.code;
+    if (err.purpose !== 'server') {
+      consoleIo.err(`ins: ${err.message}. Wait for it to finish, or stop it, then run this command again.`);
+      return 1;
     }
-    consoleIo.err(`ins: ${err.message}. Wait for it to finish, or stop it, then run this command again.`);
+    // The server may have opened its socket since we looked.
+    const forwarded = await forwardToServer(config.dataDir, argv);
+    if (forwarded) return print(forwarded);
+    consoleIo.err(`ins: ${err.message}, but it does not answer on ${adminSocketPath(config.dataDir)} yet: it is starting or stopping. ` +
+      'Run this command again once its /healthz answers "ok" (commands are then sent to it), or stop it to run the command here.');
     return 1;
   }
   try {
@@ -143,7 +152,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
 export async function main(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
-    console.log(usage());
+    console.log(await usage());
     return first === undefined ? 2 : 0;
   }
   if (first === '--version' || first === '-v') {

@@ -4,12 +4,14 @@ import { mkdirSync } from 'node:fs';
 import type { Config } from '../config.js';
 import type { Database } from './database.js';
 import { lockDataDir } from './data-dir-lock.js';
-import { openPostgres } from './pg.js';
-import { openPglite } from './pglite.js';
+
+// Each driver is imported only when chosen: `ins` on the embedded database loads no pg, and a
+// server on PostgreSQL no WebAssembly PostgreSQL.
 
 /** onWarning hears what the operator should know about the connection (a pooler found, LISTEN without a direct connection). */
 export async function openDatabase(config: Config, purpose: string, onWarning?: (message: string) => void): Promise<Database> {
   if (config.databaseUrl) {
+    const { openPostgres } = await import('./pg.js');
     return openPostgres({
       connectionString: config.databaseUrl, directConnectionString: config.databaseDirectUrl, pooler: config.databasePooler, max: config.dbPoolMax,
       ...(onWarning ? { onWarning } : {}),
@@ -20,6 +22,7 @@ export async function openDatabase(config: Config, purpose: string, onWarning?: 
   const release = lockDataDir(config.dataDir, purpose);
   let db: Database;
   try {
+    const { openPglite } = await import('./pglite.js');
     db = await openPglite(config.dataDir);
   } catch (err) {
     release();

@@ -18,6 +18,7 @@ import { EventEmitter } from 'node:events';
 import { chmodSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { PGlite, parse, protocol } from '@electric-sql/pglite';
+import { templateFor } from './pglite-template.js';
 import { StatementObservers, type Database, type Queryable, type Sql } from './database.js';
 
 interface PgliteLike {
@@ -121,9 +122,12 @@ function tightenModes(dir: string): void {
 
 /** dataDir undefined → in memory (tests). */
 export async function openPglite(dataDir?: string): Promise<Database> {
+  // A new data directory is unpacked from the build's template rather than made by initdb (db/pglite-template.ts).
+  const template = dataDir ? templateFor(dataDir) : undefined;
   const db = await PGlite.create(dataDir, {
     // int8 as JS numbers, as in db/pg.ts.
     parsers: { 20: (v: string) => Number(v) },
+    ...(template ? { loadDataDir: template } : {}),
   });
   if (dataDir) tightenModes(dataDir);
   const observers = new StatementObservers();

@@ -1,12 +1,14 @@
-// Runs the real CLI as a child process (through tsx, so no build is needed), for tests of
-// serve, signals, restarts and commands.
+// Runs the real CLI as a child process, for tests of serve, signals, restarts and commands: the
+// run's own compile of src/ (test/helpers/build-cli.ts, vitest's globalSetup), or through tsx
+// where that did not run; either way no build is needed.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const ENTRY = path.join(ROOT, 'src', 'cli', 'entry.ts');
+/** The node arguments that run `ins`. */
+const INS = process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')];
 
 export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Load-style tests drive one key from one address: rate limits are off unless a test sets them.
@@ -20,7 +22,7 @@ export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.Proc
 
 /** Starts `ins worker ARGS`; its log lines (JSON, no terminal) are collected. */
 export function startWorkerProcess(args: string[], env: Record<string, string | undefined> = {}): ServerProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'worker', ...args], { cwd: ROOT, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...INS, 'worker', ...args], { cwd: ROOT, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
   let logs = '';
   child.stdout.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr.on('data', (d: Buffer) => (logs += d.toString()));
@@ -32,7 +34,7 @@ export interface CliResult { code: number | null; stdout: string; stderr: string
 
 export function runCli(args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, ...args], { cwd: ROOT, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...INS, ...args], { cwd: ROOT, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -62,7 +64,7 @@ export interface ServerProcess {
 /** Starts `ins serve` (on `port`, else a free one) and resolves once /readyz answers 200. */
 export async function startServerProcess(env: Record<string, string | undefined>, fixedPort?: number): Promise<ServerProcess> {
   const port = fixedPort ?? await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, 'serve'], {
+  const child = spawn(process.execPath, [...INS, 'serve'], {
     cwd: ROOT,
     env: cleanEnv({ ...env, PORT: String(port), HOST: '127.0.0.1' }),
     stdio: ['ignore', 'pipe', 'pipe'],
