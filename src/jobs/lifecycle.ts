@@ -23,6 +23,8 @@ export interface LiveConsumer extends OutcomeConsumer {
 
 export interface LifecycleOptions {
   maxAttempts: number;
+  /** Seconds a session counts as online (NODE_ONLINE_WINDOW): whether a node that may take a failed job remains. */
+  onlineWindow: number;
   /** Seconds a lease lasts (never past the job's deadline). */
   leaseTimeout: number;
   /** Points of a success for models without their own points_per_job. */
@@ -42,7 +44,7 @@ export class Lifecycle {
   private readonly completeOptions: CompleteOptions;
 
   constructor(readonly db: Database, private readonly opts: LifecycleOptions) {
-    this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit };
+    this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit, onlineWindow: opts.onlineWindow };
   }
 
   /** Adds a consumer of every outcome from now on. */
@@ -97,7 +99,7 @@ export class Lifecycle {
 
   /** One sweep of expired leases and deadlines, if no other server is sweeping. */
   async sweep(): Promise<void> {
-    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server);
+    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server, this.opts.onlineWindow);
     if (outcome) this.apply(outcome);
   }
 
