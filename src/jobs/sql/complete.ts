@@ -46,7 +46,8 @@ ended AS (
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
       'prompt_tokens', sum(u.prompt),
-      'completion_tokens', least(sum(u.completion), nullif(greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)), 0)))), '{}') AS usage
+      'completion_tokens', CASE WHEN sum(u.completion) IS NOT NULL
+        THEN least(sum(u.completion), nullif(greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)), 0)) END)), '{}') AS usage
   FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
     SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, (e.usage ->> 'completion_tokens')::bigint AS completion
     UNION ALL
