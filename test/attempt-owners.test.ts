@@ -77,14 +77,18 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await strikes('honest')).toEqual([]);
   });
 
-  it('a job fails at once when every node that may take it failed it, not after MAX_ATTEMPTS of one node', async () => {
+  it('a job its only node failed waits for another node, and never goes back to the node that failed it', async () => {
     const w = await worker('lonely-model');
     const id = await user.submit('lonely-model', 'only one node serves me');
     const job = (await w.getJob())!;
     expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
-    expect((await user.result(id)).json()).toMatchObject({ status: 'failed' });
-    expect(await q('t_lonely', 'SELECT failures, detail FROM jobs WHERE id = $1::uuid', [id])).toEqual([
-      { failures: 1, detail: 'no other node that serves the model is online to take it' }]);
+    expect(await w.getJob()).toBeNull();
+    expect(await q('t_lonely', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'queued', failures: 1 }]);
+    const late = await worker('lonely-model');
+    const again = (await late.getJob())!;
+    expect(again.job_id).toBe(id);
+    expect((await late.report(again)).statusCode).toBe(200);
+    expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
   });
 
   it('an error report\'s usage is not charged: the owner pays the finishing attempt\'s tokens', async () => {

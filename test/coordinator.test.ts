@@ -116,8 +116,6 @@ describe.each(backends)('coordinator on $name', (backend) => {
 
   it('expires a leased job at its deadline; the late report of its holder is refused with 400 and credits nothing', async () => {
     const w = await newWorker(['deadline-model']);
-    // Another node serves the model (it does not poll): the job, its lease run out, waits for it until its deadline.
-    await newWorker(['deadline-model']);
     const jobId = await user.submit('deadline-model', 'hi', { request_timeout_time: 1 });
     const job = (await w.getJob())!;
     expect((await user.result(jobId, 5)).json()).toMatchObject({ status: 'expired' });

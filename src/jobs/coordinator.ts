@@ -57,7 +57,7 @@ export class Coordinator {
   private stopListening: (() => Promise<void>)[] = [];
 
   private constructor(private readonly db: Database, opts: CoordinatorOptions) {
-    const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, onlineWindow: opts.onlineWindow, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError,
+    const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError,
       quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
     this.lifecycle = lifecycle;
     this.watch = new ResultWatch((ids) => finalJobs(db, ids), opts.onError);

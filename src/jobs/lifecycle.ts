@@ -23,8 +23,6 @@ export interface LiveConsumer extends OutcomeConsumer {
 
 export interface LifecycleOptions {
   maxAttempts: number;
-  /** Seconds a session counts as online (NODE_ONLINE_WINDOW): whether a node that may take a failed job remains. */
-  onlineWindow: number;
   /** Seconds a lease lasts (never past the job's deadline). */
   leaseTimeout: number;
   /** Points of a success for models without their own points_per_job. */
@@ -44,7 +42,7 @@ export class Lifecycle {
   private readonly completeOptions: CompleteOptions;
 
   constructor(readonly db: Database, private readonly opts: LifecycleOptions) {
-    this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit, onlineWindow: opts.onlineWindow };
+    this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit };
   }
 
   /** Adds a consumer of every outcome from now on. */
@@ -99,7 +97,7 @@ export class Lifecycle {
 
   /** One sweep of expired leases and deadlines, if no other server is sweeping. */
   async sweep(): Promise<void> {
-    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server, this.opts.onlineWindow);
+    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server);
     if (outcome) this.apply(outcome);
   }
 

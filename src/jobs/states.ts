@@ -12,10 +12,9 @@
 //                                  └──┼─────────────────────────┤ failure: an error report (sql/complete.ts) or
 //                                     │                         │ the lease ran out (sql/sweep.ts): the node's
 //                                     │                         │ fault, it is kept off the job; while
-//                                     │                         │ failures < MAX_ATTEMPTS and a node that may
-//                                     │                         │ take it remains
+//                                     │                         │ failures < MAX_ATTEMPTS
 //                                     │                         ├──▶ failed    the same, at MAX_ATTEMPTS failures
-//                                     │                         │              (distinct nodes), or no node remains
+//                                     │                         │              (each another node's)
 //                                     ├─────────────────────────┼──▶ expired   past the deadline (sql/sweep.ts)
 //                                     └─────────────────────────┴──▶ canceled  by its owner or an operator (sql/cancel.ts)
 //

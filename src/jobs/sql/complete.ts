@@ -13,15 +13,15 @@ import type { JobState } from '../states.js';
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
 // job_results), answers (what the owner reads), usages; $8 the default points of a success; $9
 // MAX_ATTEMPTS; $10 this server's id; $11 whether done jobs wait for the auditor (job_audits,
-// src/verify/; not while VERIFY=off); $12 NODE_ONLINE_WINDOW (s). A suspended node's answer is
-// not taken (src/verify/standing.ts): its lease ends as an error and the job goes back to the
-// queue for another node.
+// src/verify/; not while VERIFY=off). A suspended node's answer is not taken
+// (src/verify/standing.ts): its lease ends as an error and the job goes back to the queue for
+// another node.
 //
 // An error report is the node's fault (docs/coordinator.md, "Whose fault an attempt's end is"):
-// the node is kept off the job (exclude_nodes), so each failure is another node's, and the job
-// fails only once MAX_ATTEMPTS distinct nodes failed it, or no node that may take it remains
-// (jobs_node_remains, migrations/0012_attempt_owners.sql). The node's id comes back so that
-// repeated failures count against it (verify/failures.ts).
+// the node is kept off the job (exclude_nodes), so each failure is another node's: the job fails
+// only once MAX_ATTEMPTS distinct nodes failed it, and otherwise waits in the queue for a node
+// that may take it, until its deadline. The node's id comes back so that repeated failures
+// count against it (verify/failures.ts).
 //
 // Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
@@ -55,29 +55,19 @@ usages AS (
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
   WHERE e.status = 'success' GROUP BY e.job_id, j.reserved_tokens, j.request
 ),
--- What each ended lease makes of its job, decided on the job as it was before this statement
--- (only the holder of its open lease changes it, and that lease is locked above).
-fates AS (
-  SELECT e.key_hash, CASE WHEN e.status = 'success' THEN 'done'
-      WHEN j.failures + 1 >= $9::int THEN 'failed'
-      WHEN NOT jobs_node_remains(j.model_id, j.exclude_nodes || e.node_id, $12::float8) THEN 'alone'
-      ELSE 'queued' END AS fate
-  FROM ended e JOIN jobs j ON j.id = e.job_id
-),
 finished AS (
   UPDATE jobs j SET
-    state = CASE t.fate WHEN 'alone' THEN 'failed' ELSE t.fate END,
+    state = CASE WHEN e.status = 'success' THEN 'done' WHEN j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
     failures = j.failures + CASE WHEN e.status = 'error' THEN 1 ELSE 0 END,
     exclude_nodes = CASE WHEN e.status = 'error' AND NOT (e.node_id = ANY(j.exclude_nodes)) THEN j.exclude_nodes || e.node_id ELSE j.exclude_nodes END,
     result = CASE WHEN e.status = 'success' THEN e.answer END,
     usage = u.usage,
     node_id = CASE WHEN e.status = 'success' THEN e.node_id END,
-    streamed = CASE WHEN t.fate = 'queued' THEN e.streamed ELSE '' END,
+    streamed = CASE WHEN e.status = 'error' AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
     lease_expires_at = NULL,
-    finished_at = CASE WHEN t.fate <> 'queued' THEN now() END,
-    detail = CASE t.fate WHEN 'failed' THEN 'no node finished it in ' || $9::int || ' attempts'
-      WHEN 'alone' THEN 'no other node that serves the model is online to take it' END
-  FROM ended e JOIN fates t ON t.key_hash = e.key_hash LEFT JOIN usages u ON u.job_id = e.job_id
+    finished_at = CASE WHEN e.status = 'success' OR j.failures + 1 >= $9::int THEN now() END,
+    detail = CASE WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END
+  FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id
   RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
     j.owner_key_id, j.usage_day, j.reserved_tokens
@@ -173,18 +163,14 @@ export interface Completed { status: 'success' | 'error'; points: number; state:
 
 interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; announced: string }
 
-export interface CompleteOptions {
-  defaultPoints: number; maxAttempts: number; server: string; audit: boolean;
-  /** Seconds a session counts as online (NODE_ONLINE_WINDOW): whether a node that may take a failed job remains. */
-  onlineWindow: number;
-}
+export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
 
 /** Completes the reports (each lease once: callers de-duplicate); answers those the statement took, by job key hash, and the outcome. */
 export async function completeJobs(db: Queryable, reports: readonly JobReport[], o: CompleteOptions): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
   const rows = await db.query<Row>(COMPLETE, [
     reports.map((r) => r.keyHash), reports.map((r) => r.jobId), reports.map((r) => r.modelName), reports.map((r) => r.status),
     reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
-    o.defaultPoints, o.maxAttempts, o.server, o.audit, o.onlineWindow,
+    o.defaultPoints, o.maxAttempts, o.server, o.audit,
   ]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));

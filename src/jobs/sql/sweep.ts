@@ -10,37 +10,27 @@ import { parseItems, type Outcome } from '../outcome.js';
 const LOCK_KEY = 0x696e735f7377;
 export const TRY_LOCK = sql('sweep_try_lock', `SELECT pg_try_advisory_xact_lock(${LOCK_KEY}) AS got`);
 
-// $1 MAX_ATTEMPTS, $2 this server's id, $3 NODE_ONLINE_WINDOW (s). A lease ends before its
-// job changes (the lock order of sql/lease.ts); `requeued` and `late` touch disjoint jobs: a
-// lease past the job's deadline ends as 'deadline' and its job expires with the queued ones.
-// A lease that ran out is its node's fault (docs/coordinator.md, "Whose fault an attempt's end
-// is"), as an error report is (sql/complete.ts): the node is kept off the job, the job fails
-// only once MAX_ATTEMPTS distinct nodes failed it or no node that may take it remains
-// (jobs_node_remains, migrations/0012_attempt_owners.sql), and the node's failure is counted
-// against it (verify/failures.ts).
+// $1 MAX_ATTEMPTS, $2 this server's id. A lease ends before its job changes (the lock order of
+// sql/lease.ts); `requeued` and `late` touch disjoint jobs: a lease past the job's deadline
+// ends as 'deadline' and its job expires with the queued ones. A lease that ran out is its
+// node's fault (docs/coordinator.md, "Whose fault an attempt's end is"), as an error report is
+// (sql/complete.ts): the node is kept off the job, the job fails only once MAX_ATTEMPTS
+// distinct nodes failed it, and the node's failure is counted against it (verify/failures.ts).
 export const SWEEP = sql('sweep', `WITH ended AS (
   UPDATE job_leases l SET ended_at = now(), outcome = CASE WHEN j.deadline_at <= now() THEN 'deadline' ELSE 'expired' END
   FROM jobs j WHERE l.ended_at IS NULL AND l.expires_at <= now() AND j.id = l.job_id
   RETURNING l.job_id, l.node_id, l.outcome, l.attempt, l.prefix || l.partial AS streamed
 ),
--- What each expired lease makes of its job, decided on the job as it was before this statement.
-fates AS (
-  SELECT e.job_id, CASE WHEN j.failures + 1 >= $1::int THEN 'failed'
-      WHEN NOT jobs_node_remains(j.model_id, j.exclude_nodes || e.node_id, $3::float8) THEN 'alone'
-      ELSE 'queued' END AS fate
-  FROM ended e JOIN jobs j ON j.id = e.job_id WHERE e.outcome = 'expired'
-),
 requeued AS (
   UPDATE jobs j SET
-    state = CASE t.fate WHEN 'alone' THEN 'failed' ELSE t.fate END,
+    state = CASE WHEN j.failures + 1 >= $1::int THEN 'failed' ELSE 'queued' END,
     failures = j.failures + 1,
     exclude_nodes = CASE WHEN e.node_id = ANY(j.exclude_nodes) THEN j.exclude_nodes ELSE j.exclude_nodes || e.node_id END,
-    finished_at = CASE WHEN t.fate <> 'queued' THEN now() END,
-    detail = CASE t.fate WHEN 'failed' THEN 'no node finished it in ' || $1::int || ' attempts'
-      WHEN 'alone' THEN 'no other node that serves the model is online to take it' END,
-    streamed = CASE WHEN t.fate = 'queued' THEN e.streamed ELSE '' END,
+    finished_at = CASE WHEN j.failures + 1 >= $1::int THEN now() END,
+    detail = CASE WHEN j.failures + 1 >= $1::int THEN 'no node finished it in ' || $1::int || ' attempts' END,
+    streamed = CASE WHEN j.failures + 1 >= $1::int THEN '' ELSE e.streamed END,
     node_id = NULL, lease_expires_at = NULL
-  FROM ended e JOIN fates t ON t.job_id = e.job_id WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
+  FROM ended e WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
   RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt, e.node_id, j.owner_key_id, j.usage_day, j.reserved_tokens
 ),
 late AS (
@@ -71,11 +61,11 @@ SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended,
 FROM announced a`);
 
 /** One sweep, if this server gets the lock; undefined when another server is sweeping. */
-export async function sweep(db: Database, maxAttempts: number, server: string, onlineWindow: number): Promise<Outcome | undefined> {
+export async function sweep(db: Database, maxAttempts: number, server: string): Promise<Outcome | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
-    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server, onlineWindow]);
+    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server]);
     const o = parseItems(r!.announced);
     if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };
     if (r!.failures.length > 0) o.local = { ...o.local, nodeFailures: r!.failures.map((f) => ({ nodeId: Number(f.nodeId), jobId: f.jobId })) };
