@@ -19,6 +19,8 @@ export interface VerifyConfig {
   minWordsForReplay: number;
   /** Strikes within the evidence window that suspend a node. */
   strikesToSuspend: number;
+  /** Attempts that end by the node's fault (error reports, leases run out) within the evidence window that make a `failure` strike (0: none). */
+  failuresPerStrike: number;
   /** Agreements in a row (no strike) that end a probation. */
   probationAgreements: number;
   /** Seconds: strikes count, answers are remembered, and a suspension reverses points, within this window. */
@@ -29,7 +31,7 @@ export interface VerifyConfig {
 
 export const DEFAULT_VERIFY: VerifyConfig = {
   enabled: true, share: 0.05, similarity: 0.5, maxTokensPerSecond: 1000, modelMaxTokensPerSecond: {}, minTokensForSpeed: 32, minWordsForReplay: 8,
-  strikesToSuspend: 3, probationAgreements: 10, evidenceWindow: 86_400, probeInterval: 600,
+  strikesToSuspend: 3, failuresPerStrike: 10, probationAgreements: 10, evidenceWindow: 86_400, probeInterval: 600,
 };
 
 const d = DEFAULT_VERIFY;
@@ -42,6 +44,7 @@ export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   ['VERIFY_MIN_TOKENS', String(d.minTokensForSpeed), 'shorter answers (tokens) are not judged for speed'],
   ['VERIFY_MIN_WORDS', String(d.minWordsForReplay), 'shorter answers (words) are not judged for replay (near copies: 3 times as long)'],
   ['VERIFY_STRIKES', String(d.strikesToSuspend), 'strikes within the evidence window that suspend a node'],
+  ['VERIFY_FAILURES', String(d.failuresPerStrike), "a node's failed attempts (error reports, leases run out) within the evidence window that make a strike (0 = none)"],
   ['VERIFY_PROBATION_AGREEMENTS', String(d.probationAgreements), 'agreements in a row that end a probation'],
   ['VERIFY_EVIDENCE_WINDOW', `${d.evidenceWindow / 3600}h`, 'strikes count, answers are remembered and a suspension reverses points within this window'],
   ['VERIFY_PROBE_INTERVAL', `${d.probeInterval / 60}m`, 'each model two or more nodes serve gets a probe this often on average (0 = no probes)'],
@@ -74,6 +77,7 @@ export function readVerifyConfig(r: EnvReader): VerifyConfig {
     minTokensForSpeed: r.int('VERIFY_MIN_TOKENS', d.minTokensForSpeed, 0, 1_000_000),
     minWordsForReplay: r.int('VERIFY_MIN_WORDS', d.minWordsForReplay, 1, 1_000_000),
     strikesToSuspend: r.int('VERIFY_STRIKES', d.strikesToSuspend, 1, 1_000),
+    failuresPerStrike: r.int('VERIFY_FAILURES', d.failuresPerStrike, 0, 1_000_000),
     probationAgreements: r.int('VERIFY_PROBATION_AGREEMENTS', d.probationAgreements, 1, 100_000),
     evidenceWindow: r.duration('VERIFY_EVIDENCE_WINDOW', d.evidenceWindow, 60, 365 * 86_400),
     probeInterval: r.duration('VERIFY_PROBE_INTERVAL', d.probeInterval, 1, 86_400, true),

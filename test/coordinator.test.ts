@@ -162,15 +162,17 @@ describe.each(backends)('coordinator on $name', (backend) => {
     expect(await count('SELECT count(*)::int AS n FROM job_leases WHERE job_id = $1', [jobId])).toBe(1);
   });
 
-  it('fails a job after MAX_ATTEMPTS error reports', async () => {
-    const w = await newWorker(['flaky-model']);
+  it('fails a job after MAX_ATTEMPTS error reports, each by another node (a node never gets back a job it failed)', async () => {
+    const workers = [await newWorker(['flaky-model']), await newWorker(['flaky-model']), await newWorker(['flaky-model']), await newWorker(['flaky-model'])];
     const jobId = await user.submit('flaky-model');
     for (let i = 0; i < 3; i++) {
+      const w = workers[i]!;
       const job = (await w.getJob())!;
       expect(job.job_id).toBe(jobId);
       expect((await w.report(job, 'oops', 'error')).json()).toMatchObject({ status: 'error', points: 0 });
+      expect(await w.getJob()).toBeNull();
     }
-    expect(await w.getJob()).toBeNull();
+    expect(await workers[3]!.getJob()).toBeNull();
     expect((await user.result(jobId)).json()).toMatchObject({ status: 'failed', result: { message: { content: '' } } });
   });
 

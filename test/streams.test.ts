@@ -166,15 +166,27 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     expect(text).toMatch(/\n: queue \{"state":"queued","position":1,"eta_seconds":null\}\n\n/);
   });
 
-  it('adds up the usage of every attempt', async () => {
+  it('charges the finishing attempt and the attempts whose streamed text it continued, never another error report', async () => {
+    // Streamed: the first node's text is the answer's beginning, and its usage is charged with the continuer's.
     const first = await worker('story-usage');
     const second = await worker('story-usage');
-    const jobId = await user.submit('story-usage', 'count me', { temperature: 0 });
-    const a = (await first.getJob())!;
+    const reading = read(await ask('story-usage'));
+    const a = (await first.getJob(5)) as StreamJob;
+    expect((await progress(first, a, 'Once')).statusCode).toBe(200);
     await first.post('/worker/update_result', { job_id: a.job_id, api_key: a.api_key, model_name: a.model, status: 'error', result: { message: '' }, usage: { prompt_tokens: 5, completion_tokens: 2 } });
-    const b = (await second.getJob())!;
-    expect(b.job_id).toBe(jobId);
-    await second.post('/worker/update_result', { job_id: b.job_id, api_key: b.api_key, model_name: b.model, status: 'success', result: { message: 'done' }, usage: { prompt_tokens: 5, completion_tokens: 9 } });
-    expect((await user.result(jobId)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 10, completion_tokens: 11 } });
+    const b = (await second.getJob(5)) as StreamJob;
+    expect(b).toMatchObject({ job_id: a.job_id, answer_prefix: 'Once' });
+    await second.post('/worker/update_result', { job_id: b.job_id, api_key: b.api_key, model_name: b.model, status: 'success', result: { message: 'Once done' }, usage: { prompt_tokens: 5, completion_tokens: 9 } });
+    expect((await reading).text).toBe('Once done');
+    expect((await user.result(a.job_id)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 10, completion_tokens: 11 } });
+    // Not streamed: the failed attempt left nothing of the answer, so its usage is not charged.
+    const jobId = await user.submit('story-usage', 'count me', { temperature: 0 });
+    const c = (await first.getJob())!;
+    expect(c.job_id).toBe(jobId);
+    await first.post('/worker/update_result', { job_id: c.job_id, api_key: c.api_key, model_name: c.model, status: 'error', result: { message: '' }, usage: { prompt_tokens: 5, completion_tokens: 2 } });
+    const d = (await second.getJob())!;
+    expect(d.job_id).toBe(jobId);
+    await second.post('/worker/update_result', { job_id: d.job_id, api_key: d.api_key, model_name: d.model, status: 'success', result: { message: 'done' }, usage: { prompt_tokens: 5, completion_tokens: 9 } });
+    expect((await user.result(jobId)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 5, completion_tokens: 9 } });
   });
 });

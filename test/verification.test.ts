@@ -229,7 +229,8 @@ describe.each(backends)('verification on $name', (backend) => {
     }
     expect(jobs).toHaveLength(6);
     const shapes = new Set(jobs.map((j) => Object.keys(j).sort().join(',')));
-    expect([...shapes]).toEqual(['api_key,job_id,max_output,messages,model,seed,temperature']);
+    // A share of probes streams, as users' jobs through /v1 do (verify/probes.ts STREAMED_SHARE).
+    for (const shape of shapes) expect(['api_key,job_id,max_output,messages,model,seed,temperature', 'api_key,job_id,max_output,messages,model,seed,stream,temperature']).toContain(shape);
     const probes = jobs.filter((j) => prompt(j) !== 'a user job');
     expect(new Set(probes.map(prompt)).size).toBe(5);
     expect(probes.every((p) => p.temperature === 0)).toBe(true);

@@ -116,7 +116,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
     help: 'Verification: jobs audited, copies (a job run again by another node), probes, agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited)',
   });
-  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up)', labelNames: ['kind'], registers: [registry] });
+  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up, failure)', labelNames: ['kind'], registers: [registry] });
   const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
   const backgroundFailures = new Counter({
     name: 'ins_background_failures_total', labelNames: ['task'], registers: [registry],

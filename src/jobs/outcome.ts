@@ -38,6 +38,8 @@ export interface LocalOutcome {
   leasesExpired?: number;
   /** A node gave up a job it had given up before: it does not get it back, and it counts against the node. */
   repeatGiveUps?: { nodeId: number; jobId: string }[];
+  /** Attempts that ended by their node's fault (an error report, a lease that ran out): they count against it. */
+  nodeFailures?: { nodeId: number; jobId: string }[];
 }
 
 /** Whoever acts on outcomes; `local`: this server's statement made it (else another server's). */

@@ -10,9 +10,11 @@
 //                                  │  │                         │ was disabled, asked for more than it holds, or
 //                                  │  │                         │ hung up; no failure of the job
 //                                  └──┼─────────────────────────┤ failure: an error report (sql/complete.ts) or
-//                                     │                         │ the lease ran out (sql/sweep.ts), while
+//                                     │                         │ the lease ran out (sql/sweep.ts): the node's
+//                                     │                         │ fault, it is kept off the job; while
 //                                     │                         │ failures < MAX_ATTEMPTS
-//                                     │                         ├──▶ failed    the same, at MAX_ATTEMPTS
+//                                     │                         ├──▶ failed    the same, at MAX_ATTEMPTS failures
+//                                     │                         │              (each another node's)
 //                                     ├─────────────────────────┼──▶ expired   past the deadline (sql/sweep.ts)
 //                                     └─────────────────────────┴──▶ canceled  by its owner or an operator (sql/cancel.ts)
 //
@@ -33,7 +35,9 @@ export const FINAL_STATES: ReadonlySet<JobState> = Object.freeze(new Set<JobStat
 /**
  * How a lease ended: the job done, an error report, its time up, given up (the node gone or
  * disabled; or asking for more than it holds: abandoned), the job's deadline, the job canceled.
- * error and expired are failures of the job; released and abandoned are not.
+ * error and expired are failures of the job, owned by the node (it is kept off the job);
+ * released and abandoned are not (a repeat is the node's: it is kept off the job too);
+ * deadline and canceled are nobody's. docs/coordinator.md, "Whose fault an attempt's end is".
  */
 export const LEASE_OUTCOMES = Object.freeze(['done', 'error', 'expired', 'released', 'abandoned', 'deadline', 'canceled'] as const);
 export type LeaseOutcome = (typeof LEASE_OUTCOMES)[number];

@@ -36,8 +36,8 @@ interface Done {
   request: { messages: { role: string; content: string }[]; temperature: number };
   /** The node's own part of the answer: all of it, but for a job it continued from another node's beginning. */
   content: string; completion_tokens: number | null; lease_seconds: number | null; standing: Standing;
-  /** The node continued an answer another node began (jobs.streamed): its part is judged alone, and the job is not copied. */
-  continued: boolean;
+  /** Every node that held a lease of the job (the finishing one among them): none of them may run its copies. */
+  holders: number[];
 }
 
 /** Most jobs one audit transaction takes. */
@@ -46,15 +46,18 @@ export const AUDIT_BATCH = 500;
 const NEAR_BITS = 3;
 
 // What the audit reads of a job (j, with its model m, its answer x and the lease l that did it).
-// The lease gives the node's time, its usage and the beginning it was handed: verification
-// judges each node only by its own part (a node that continued another's answer wrote what
+// The lease gives the node's time, its usage and the beginning it was handed: speed and replay
+// judge each node only by its own part (a node that continued another's answer wrote what
 // follows that beginning). The node's token count is any JSON it sent: clamped into an int,
-// null unless a number.
+// null unless a number. The holders are every node that had a lease of the job: a copy goes to
+// none of them (docs/verification.md), so a continued job is judged by a node that had no part
+// in it.
 const DONE_COLUMNS = `j.id::text, j.kind, j.verify_of::text, j.suspicion, j.node_id::int, j.model_id, m.name AS model, j.request,
     CASE WHEN l.prefix <> '' AND starts_with(x.content, l.prefix) THEN substr(x.content, char_length(l.prefix) + 1) ELSE x.content END AS content,
     CASE WHEN jsonb_typeof(l.usage -> 'completion_tokens') = 'number'
       THEN least(greatest((l.usage ->> 'completion_tokens')::numeric, 0), 2147483647)::int END AS completion_tokens,
-    extract(epoch FROM l.ended_at - l.leased_at)::float8 AS lease_seconds, coalesce(l.prefix <> '', false) AS continued,
+    extract(epoch FROM l.ended_at - l.leased_at)::float8 AS lease_seconds,
+    ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders,
     coalesce((SELECT r.state FROM node_standing r WHERE r.node_id = j.node_id), 'trusted') AS standing`;
 const DONE_FROM = `jobs j JOIN models m ON m.id = j.model_id
   CROSS JOIN LATERAL (SELECT coalesce(j.result -> 'message' ->> 'content', '') AS content) x
@@ -73,9 +76,10 @@ const LOAD = sql('verify_load', `SELECT ${DONE_COLUMNS} FROM ${DONE_FROM} WHERE 
 // The originals of the batch's copies ($1), locked in id order so that one server judges each
 // at a time (an original was audited before any copy of it existed, so no batch holds it).
 const LOCK_ORIGINALS = sql('verify_lock_originals', 'SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE');
-// Each original ($1) and its copies, done, in order.
+// Each original ($1) and its copies, done, in order, with every node that held a lease of each.
 const ANSWERS = sql('verify_answers', `SELECT j.id::text, coalesce(j.verify_of, j.id)::text AS original, j.node_id::int AS "nodeId",
-    coalesce(j.result -> 'message' ->> 'content', '') AS content, j.suspicion
+    coalesce(j.result -> 'message' ->> 'content', '') AS content, j.suspicion,
+    ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders
   FROM jobs j WHERE (j.id = ANY($1::uuid[]) OR j.verify_of = ANY($1::uuid[])) AND j.state = 'done' ORDER BY j.submitted_at, j.id`);
 
 export interface AuditReport {
@@ -108,6 +112,9 @@ function merge(into: AuditReport, r: AuditReport): void {
 }
 
 export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
+
+/** The nodes a copy must not go to: the one judged first (replay strikes name exclude[0]), then every other that held a lease. */
+const holdersFirst = (judged: number, holders: readonly number[]): number[] => [judged, ...new Set(holders.filter((n) => n !== judged))];
 
 const promptText = (d: Done): string => d.request.messages.map((m) => `${m.role}: ${m.content}`).join('\n');
 
@@ -177,11 +184,12 @@ class Batch {
     const late = done.filter((d) => d.standing === 'suspended').map((d) => d.id);
     this.report.reversedPoints += (await reverse(this.tx, { jobIds: late }, 'suspended')).points;
     for (const d of done) {
-      // A continued answer is two nodes' work: a copy's verdict could not tell whose part was wrong.
-      if (d.kind === 'verify' || d.standing === 'suspended' || d.continued) continue;
+      // A continued answer is checked like any other: its whole text against a copy by a node
+      // that held no lease of it, and the node that finished it is the one judged.
+      if (d.kind === 'verify' || d.standing === 'suspended') continue;
       const suspicion = suspects.get(d.id) ?? null;
       if (suspicion || d.kind === 'probe' || (d.request.temperature === 0 && (d.standing === 'probation' || Math.random() < v.share))) {
-        this.plans.push({ of: d.id, modelId: d.model_id, exclude: [d.node_id], suspicion });
+        this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion });
       }
     }
     const { outcome, made } = await queueCopies(this.tx, this.plans, { ...this.opts, deadline: this.opts.jobTimeout });
@@ -216,8 +224,8 @@ class Batch {
     const originals = [...new Set(copies.map((c) => c.verify_of!))];
     const modelOf = new Map(copies.map((c) => [c.verify_of!, c.model_id]));
     await this.tx.query(LOCK_ORIGINALS, [originals]);
-    const groups = new Map<string, (Answered & { suspicion: Record<string, unknown> | null })[]>();
-    for (const row of await this.tx.query<Answered & { original: string; suspicion: Record<string, unknown> | null }>(ANSWERS, [originals])) {
+    const groups = new Map<string, (Answered & { suspicion: Record<string, unknown> | null; holders: number[] })[]>();
+    for (const row of await this.tx.query<Answered & { original: string; suspicion: Record<string, unknown> | null; holders: number[] }>(ANSWERS, [originals])) {
       groups.set(row.original, [...(groups.get(row.original) ?? []), row]);
     }
     for (const original of originals) {
@@ -231,7 +239,7 @@ class Batch {
         const copy = rows[1]!;
         // An answer that copied an earlier one, and that another node contradicts: two signals, a strike.
         if (copy.suspicion) this.struck.push({ nodeId: rows[0].nodeId, jobId: original, kind: 'replay', evidence: { ...copy.suspicion, contradicted_by_job: copy.id } });
-        else this.plans.push({ of: original, modelId: modelOf.get(original)!, exclude: [rows[0].nodeId, copy.nodeId], suspicion: null });
+        else this.plans.push({ of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(rows[0].nodeId, [copy.nodeId, ...rows[0].holders, ...copy.holders]), suspicion: null });
       } else if (v.kind === 'odd') {
         this.struck.push({ nodeId: v.odd.nodeId, jobId: v.odd.id, kind: 'disagreement', evidence: { job: original, majority_jobs: v.majority.map((m) => m.id), similarity: v.similarity } });
         this.agreed.push(...v.majority.map((m) => m.nodeId));

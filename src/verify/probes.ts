@@ -2,12 +2,14 @@
 // model two or more nodes serve gets one per VERIFY_PROBE_INTERVAL on average). Their prompts
 // are drawn at random from templates and word lists each time, so no two are alike and no list
 // of "control prompts" exists for a farming tool to store answers for. On the wire a probe is a
-// job like any other (temperature 0, a seed, a max_output users pick); nobody reads its answer,
+// job like any other (temperature 0, a seed, a max_output users pick, streamed as often as
+// STREAMED_SHARE of them: a node must not be able to tell that streamed jobs are never checked);
+// nobody reads its answer,
 // and every probe is run again by another node and the answers compared (verify/auditor.ts).
 import { randomInt, randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
-import { randomSeed } from '../jobs/request.js';
+import { randomSeed, type JobRequest } from '../jobs/request.js';
 import { eligibleNodes, type CheckQueue } from './copies.js';
 
 const TOPICS = ['the ocean', 'a lighthouse', 'bread', 'winter', 'a bicycle', 'the moon', 'a library', 'rivers', 'volcanoes', 'a garden', 'trains',
@@ -25,10 +27,20 @@ const TEMPLATES = [
   (t: string, s: string, w: string) => `${t[0]!.toUpperCase()}${t.slice(1)}: ${s}, please, ${w} in tone.`,
 ];
 const MAX_OUTPUTS = [0, 0, 64, 128, 256, 512];
+/** The share of probes that ask for a streamed answer (as OpenAI-style clients do). */
+export const STREAMED_SHARE = 0.5;
 const pick = <T>(list: readonly T[]): T => list[randomInt(list.length)]!;
 
 export function probePrompt(): string {
   return pick(TEMPLATES)(pick(TOPICS), pick(STYLES), pick(WORDS));
+}
+
+/** A probe's request: the job_data fields a user's job has, streamed for a share of them. */
+export function probeRequest(): JobRequest {
+  return {
+    messages: [{ role: 'user', content: probePrompt() }], max_output: pick(MAX_OUTPUTS), temperature: 0, seed: randomSeed(),
+    ...(Math.random() < STREAMED_SHARE ? { stream: true } : {}),
+  };
 }
 
 export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadline: number; chance: number; checks: CheckQueue }
@@ -40,7 +52,7 @@ export async function probe(db: Queryable, o: ProbeOptions): Promise<{ models: n
   if (models.length === 0) return { models, outcome: undefined };
   const outcome = await o.checks.queueChecks(db, models.map((modelId) => ({
     kind: 'probe' as const, id: randomUUID(), modelId,
-    request: { messages: [{ role: 'user', content: probePrompt() }], max_output: pick(MAX_OUTPUTS), temperature: 0, seed: randomSeed() },
+    request: probeRequest(),
   })), o.deadline);
   return { models, outcome };
 }

@@ -13,6 +13,7 @@ import { announceKeyChange } from '../repositories/key-events.js';
 import { AUDIT_BATCH, auditBatch, type AuditReport } from './auditor.js';
 import { maintain } from './maintenance.js';
 import { strikeGiveUps } from './give-ups.js';
+import { strikeFailures } from './failures.js';
 import type { CheckQueue } from './copies.js';
 
 export interface VerifierEvents {
@@ -47,13 +48,17 @@ export class Verifier implements LiveConsumer {
     for (const t of this.timers) t.unref();
   }
 
-  /** Jobs done by this server's statements are audited shortly; repeated give-ups are struck. */
+  /** Jobs done by this server's statements are audited shortly; repeated give-ups and failures are struck. */
   apply(o: Outcome, local: boolean): void {
     if (!local || this.closed || !this.opts.verify.enabled) return;
     if ([...o.finished.values()].some((f) => f.state === 'done')) this.jobsDone();
     const giveUps = o.local?.repeatGiveUps;
     if (giveUps?.length) {
       this.striking = this.striking.then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify))).catch(this.opts.events.error);
+    }
+    const failures = o.local?.nodeFailures;
+    if (failures?.length && this.opts.verify.failuresPerStrike > 0) {
+      this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify))).catch(this.opts.events.error);
     }
   }
 

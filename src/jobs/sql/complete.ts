@@ -15,8 +15,19 @@ import type { JobState } from '../states.js';
 // MAX_ATTEMPTS; $10 this server's id; $11 whether done jobs wait for the auditor (job_audits,
 // src/verify/; not while VERIFY=off). A suspended node's answer is not taken
 // (src/verify/standing.ts): its lease ends as an error and the job goes back to the queue for
-// another node. A done job's usage is the sum of what every lease of it reported (a job
-// continued by another node after its first one failed mid-answer costs both parts).
+// another node.
+//
+// An error report is the node's fault (docs/coordinator.md, "Whose fault an attempt's end is"):
+// the node is kept off the job (exclude_nodes), so each failure is another node's: the job fails
+// only once MAX_ATTEMPTS distinct nodes failed it, and otherwise waits in the queue for a node
+// that may take it, until its deadline. The node's id comes back so that repeated failures
+// count against it (verify/failures.ts).
+//
+// Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
+// the reports of the earlier leases whose streamed text is the kept prefix (each at most one
+// token per byte it streamed) — with completion_tokens clamped at the job's reservation (its
+// max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts). Other
+// error reports' usage is never charged.
 // $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
@@ -35,21 +46,27 @@ ended AS (
     AND j.id = l.job_id AND j.state = 'leased' AND j.deadline_at > now()
     AND m.id = j.model_id AND m.name = q.model_name
     AND n.id = l.node_id AND n.disabled_at IS NULL
-  RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix || l.partial AS streamed, j.model_id,
+  RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix, l.prefix || l.partial AS streamed, j.model_id,
     CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
     CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
-      'prompt_tokens', sum((u.usage ->> 'prompt_tokens')::bigint), 'completion_tokens', sum((u.usage ->> 'completion_tokens')::bigint))), '{}') AS usage
-  FROM ended e CROSS JOIN LATERAL (
-    SELECT e.usage UNION ALL SELECT p.usage FROM job_leases p WHERE p.job_id = e.job_id AND p.key_hash <> e.key_hash AND p.usage IS NOT NULL) u
-  WHERE e.status = 'success' GROUP BY e.job_id
+      'prompt_tokens', sum(u.prompt),
+      'completion_tokens', CASE WHEN sum(u.completion) IS NOT NULL
+        THEN least(sum(u.completion), nullif(greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)), 0)) END)), '{}') AS usage
+  FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
+    SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, (e.usage ->> 'completion_tokens')::bigint AS completion
+    UNION ALL
+    SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial))
+    FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
+  WHERE e.status = 'success' GROUP BY e.job_id, j.reserved_tokens, j.request
 ),
 finished AS (
   UPDATE jobs j SET
     state = CASE WHEN e.status = 'success' THEN 'done' WHEN e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
     failures = j.failures + CASE WHEN e.status = 'error' THEN 1 ELSE 0 END,
+    exclude_nodes = CASE WHEN e.status = 'error' AND NOT (e.node_id = ANY(j.exclude_nodes)) THEN j.exclude_nodes || e.node_id ELSE j.exclude_nodes END,
     result = CASE WHEN e.status = 'success' THEN e.answer END,
     usage = u.usage,
     node_id = CASE WHEN e.status = 'success' THEN e.node_id END,
@@ -126,7 +143,8 @@ history AS (
   WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
 )
 -- credit: end
-SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, a.items AS announced
+SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage,
+  e.request_error IS NOT NULL AS request_error, a.items AS announced
 FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
 
 export interface JobReport {
@@ -145,7 +163,7 @@ export interface JobReport {
 /** A report the statement took: its lease ended, and how. */
 export interface Completed { status: 'success' | 'error'; points: number; state: JobState; modelId: number; nodeId: number }
 
-interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; announced: string }
+interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; request_error: boolean; announced: string }
 
 export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
 
@@ -166,6 +184,9 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     const r = byKey.get(row.key_hash)!;
     if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: row.usage, queuedSeconds: row.queued_seconds });
   }
-  if (done.size > 0) outcome.local = { done };
+  // Error reports are their nodes' failures: each counts against its node (verify/failures.ts);
+  // a request's own error (issue 28) is the request's, not the node's.
+  const failures = rows.filter((row) => row.status === 'error' && !row.request_error).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
+  if (done.size > 0 || failures.length > 0) outcome.local = { ...(done.size > 0 ? { done } : {}), ...(failures.length > 0 ? { nodeFailures: failures } : {}) };
   return { completed, outcome };
 }

@@ -33,8 +33,8 @@ export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: 
 // copies as it takes jobs. Jobs are taken in their model's fair order, (fair_key, id)
 // (sql/submit.ts: owners in turn, weighted by priority, oldest first within an owner), through
 // the partial index jobs_queued (model_id, fair_key, id). A job (or copy) that every ask of the
-// group is excluded from (exclude_nodes: its node ran the job being checked, or gave this job
-// up twice) is skipped, not taken: it would only block the jobs behind it. The k-th job (or
+// group is excluded from (exclude_nodes: its node held a lease of the job being checked, failed
+// this job, or gave it up twice) is skipped, not taken: it would only block the jobs behind it. The k-th job (or
 // copy) goes to the group's k-th free ask unless that ask's node may not have it; then it
 // waits for another round.
 // Capabilities (issue 28): a job (or copy) whose needs (jobs.needs) the group's capabilities for

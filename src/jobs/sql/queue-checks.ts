@@ -1,8 +1,10 @@
 // Transition: queue checks (none → queued) — the jobs verification makes (src/verify/,
 // docs/verification.md): copies of a done job for other nodes (kind `verify`: the original's
 // request, seed included, never to a node in exclude_nodes), and probes (kind `probe`: a made-up
-// prompt). Owned by nobody; nobody streams them. verify/ asks for them here, inside its own
-// transaction, and applies the outcome once that commits.
+// prompt). Owned by nobody; nobody reads their streams, but a copy keeps its original's `stream`
+// (and a share of probes stream, verify/probes.ts), so that a node cannot tell a check from a
+// user's job on the worker wire. verify/ asks for them here, inside its own transaction, and
+// applies the outcome once that commits.
 import { sql, type Queryable } from '../../db/database.js';
 import { parseItems, type Outcome } from '../outcome.js';
 import type { JobRequest } from '../request.js';
@@ -12,7 +14,7 @@ import type { JobRequest } from '../request.js';
 // evidence a copy was made for); $8 their deadline in seconds; $9 this server's id.
 export const QUEUE_CHECKS = sql('jobs_queue_checks', `WITH made AS (
   INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, kind, verify_of, exclude_nodes, suspicion)
-  SELECT q.id, NULL, coalesce(o.model_id, q.model_id), 'queued', coalesce(o.request - 'stream', q.request), now() + make_interval(secs => $8::float8),
+  SELECT q.id, NULL, coalesce(o.model_id, q.model_id), 'queued', coalesce(o.request, q.request), now() + make_interval(secs => $8::float8),
     q.kind, q.of, q.exclude::bigint[], q.suspicion
   FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[], $5::jsonb[], $6::text[], $7::jsonb[]) AS q(id, kind, of, model_id, request, exclude, suspicion)
   LEFT JOIN jobs o ON o.id = q.of

@@ -3,8 +3,9 @@
 // oldest), its node was disabled (`released`), or it hung up before the job reached it (the
 // lease is undone: it never was an attempt). A give-up is no failure of the job: the job goes
 // back to the queue whatever its attempts, with the text already streamed to its client kept as
-// the answer's beginning for the next node. A node that gives up a job it gave up before does
-// not get it back (exclude_nodes), and the repeat is told (it counts against the node).
+// the answer's beginning for the next node. The first give-up is nobody's fault (a clean
+// shutdown hands the job back); a node that gives up a job it gave up before makes it its own:
+// it does not get it back (exclude_nodes), and the repeat is told (it counts against the node).
 import { sql, type Queryable } from '../../db/database.js';
 import { parseItems, type Outcome } from '../outcome.js';
 

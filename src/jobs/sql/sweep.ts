@@ -11,23 +11,27 @@ const LOCK_KEY = 0x696e735f7377;
 export const TRY_LOCK = sql('sweep_try_lock', `SELECT pg_try_advisory_xact_lock(${LOCK_KEY}) AS got`);
 
 // $1 MAX_ATTEMPTS, $2 this server's id. A lease ends before its job changes (the lock order of
-// sql/lease.ts); `requeued` and `late` touch disjoint jobs: a lease past the job's deadline ends
-// as 'deadline' and its job expires with the queued ones.
+// sql/lease.ts); `requeued` and `late` touch disjoint jobs: a lease past the job's deadline
+// ends as 'deadline' and its job expires with the queued ones. A lease that ran out is its
+// node's fault (docs/coordinator.md, "Whose fault an attempt's end is"), as an error report is
+// (sql/complete.ts): the node is kept off the job, the job fails only once MAX_ATTEMPTS
+// distinct nodes failed it, and the node's failure is counted against it (verify/failures.ts).
 export const SWEEP = sql('sweep', `WITH ended AS (
   UPDATE job_leases l SET ended_at = now(), outcome = CASE WHEN j.deadline_at <= now() THEN 'deadline' ELSE 'expired' END
   FROM jobs j WHERE l.ended_at IS NULL AND l.expires_at <= now() AND j.id = l.job_id
-  RETURNING l.job_id, l.outcome, l.attempt, l.prefix || l.partial AS streamed
+  RETURNING l.job_id, l.node_id, l.outcome, l.attempt, l.prefix || l.partial AS streamed
 ),
 requeued AS (
   UPDATE jobs j SET
     state = CASE WHEN j.failures + 1 >= $1::int THEN 'failed' ELSE 'queued' END,
     failures = j.failures + 1,
+    exclude_nodes = CASE WHEN e.node_id = ANY(j.exclude_nodes) THEN j.exclude_nodes ELSE j.exclude_nodes || e.node_id END,
     finished_at = CASE WHEN j.failures + 1 >= $1::int THEN now() END,
     detail = CASE WHEN j.failures + 1 >= $1::int THEN 'no node finished it in ' || $1::int || ' attempts' END,
     streamed = CASE WHEN j.failures + 1 >= $1::int THEN '' ELSE e.streamed END,
     node_id = NULL, lease_expires_at = NULL
   FROM ended e WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
-  RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt
+  RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt, e.node_id
 ),
 late AS (
   UPDATE jobs j SET state = 'expired', finished_at = now(), detail = 'the deadline passed before a node finished it',
@@ -47,16 +51,19 @@ announced AS (
     ARRAY(SELECT id FROM final), ARRAY(SELECT state FROM final), ARRAY(SELECT model_id FROM final),
     ARRAY(SELECT id FROM requeued WHERE state = 'queued'), ARRAY(SELECT attempt FROM requeued WHERE state = 'queued')) AS items
 )
-SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended FROM announced a`);
+SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended,
+  coalesce((SELECT json_agg(json_build_object('nodeId', node_id, 'jobId', id)) FROM requeued), '[]') AS failures
+FROM announced a`);
 
 /** One sweep, if this server gets the lock; undefined when another server is sweeping. */
 export async function sweep(db: Database, maxAttempts: number, server: string): Promise<Outcome | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
-    const [r] = await tx.query<{ announced: string; leases_ended: number }>(SWEEP, [maxAttempts, server]);
+    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server]);
     const o = parseItems(r!.announced);
     if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };
+    if (r!.failures.length > 0) o.local = { ...o.local, nodeFailures: r!.failures.map((f) => ({ nodeId: Number(f.nodeId), jobId: f.jobId })) };
     return o;
   });
 }

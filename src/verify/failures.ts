@@ -1,0 +1,43 @@
+// Attempts that end by their node's fault — an error report, a lease that ran out (the
+// lifecycle tells: jobs/sql/complete.ts, jobs/sql/sweep.ts) — keep that node off the job, and
+// repeated ones count against it: every VERIFY_FAILURES of them within the evidence window
+// (since its last `failure` strike, or its reinstatement) is a strike of their own kind,
+// `failure`. An honest node fails now and then (its backend restarts, a reply is lost); a node
+// that takes jobs and fails them keeps users waiting. The strike moves its standing like any
+// other (verify/standing.ts); it takes no points back (a failed attempt earned nothing).
+import { sql, type Database } from '../db/database.js';
+import type { VerifyConfig } from '../config-verify.js';
+import { strike } from './standing.js';
+import { reverse } from './reversal.js';
+import type { AuditReport } from './auditor.js';
+
+// $1 node, $2 window (s): its node-owned endings since its last failure strike (or its
+// reinstatement) within the window. Leases are found through job_leases_node (node_id, leased_at).
+const FAILURES = sql('verify_failures_since', `WITH since AS (
+    SELECT greatest(now() - make_interval(secs => $2::float8),
+      coalesce((SELECT max(s.at) FROM node_strikes s WHERE s.node_id = $1::bigint AND s.kind = 'failure'), '-infinity'),
+      coalesce((SELECT r.reinstated_at FROM node_standing r WHERE r.node_id = $1::bigint), '-infinity')) AS at)
+  SELECT count(*)::int AS n FROM job_leases l, since
+  WHERE l.node_id = $1::bigint AND l.leased_at > now() - make_interval(secs => $2::float8) AND l.ended_at > since.at
+    AND l.outcome IN ('error', 'expired')`);
+
+export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig): Promise<AuditReport> {
+  return db.transaction(async (tx) => {
+    const report: AuditReport = { audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] };
+    if (v.failuresPerStrike <= 0) return report;
+    // Each node once, with its latest failed job as the strike's job.
+    const last = new Map(failures.map((f) => [f.nodeId, f.jobId]));
+    for (const [nodeId, jobId] of last) {
+      const [{ n }] = (await tx.query<{ n: number }>(FAILURES, [nodeId, v.evidenceWindow])) as [{ n: number }];
+      if (n < v.failuresPerStrike) continue;
+      const { before, after } = await strike(tx, nodeId, jobId, 'failure', { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow }, v.evidenceWindow, v.strikesToSuspend);
+      report.strikes.push({ kind: 'failure', nodeId });
+      if (after === 'suspended' && before !== 'suspended') {
+        const r = await reverse(tx, { nodes: [{ nodeId, seconds: v.evidenceWindow }] }, 'suspended');
+        report.suspended.push({ nodeId, ...r });
+        report.reversedPoints += r.points;
+      }
+    }
+    return report;
+  });
+}

@@ -1,0 +1,183 @@
+// Every failed attempt has an owner (issue 29; docs/coordinator.md, "Whose fault an attempt's
+// end is"), each attack performed against the real app on both backends: one node failing
+// users' jobs with error reports, a node charging any number of tokens to a job's owner, a node
+// keeping its streamed jobs from being checked (a continued answer, and checks it could tell
+// apart from users' jobs on the worker wire).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import { sql } from '../src/db/database.js';
+import { probeRequest } from '../src/verify/probes.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { until } from './helpers/worker.js';
+
+type WireJob = Job & { seed?: number; stream?: boolean; answer_prefix?: string };
+
+describe.each(backends)('attempt owners on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let user: TestUser;
+  let userKey: string;
+  let nodes = 0;
+
+  beforeAll(async () => {
+    // Verification on (failure strikes and copies are its), with no probes and no random copies;
+    // three node-owned failures make a strike.
+    t = await startApp(backend, { coordinator: { maxAttempts: 3 }, verify: { enabled: true, probeInterval: 0, share: 0, failuresPerStrike: 3 } });
+    userKey = await t.addUser();
+    user = new TestUser(t.app, userKey);
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  const q = <R>(name: string, text: string, values: unknown[] = []) => t.db.query<R>(sql(name, text), values);
+  const worker = async (model: string, name = `owner-node-${++nodes}`) => new TestWorker(t.app, name, await t.addNode(name)).start([model]);
+  const reportWith = (w: TestWorker, job: Job, content: string, status: 'success' | 'error', usage?: Record<string, number>) =>
+    w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content } }, status, ...(usage ? { usage } : {}) });
+  const tokensUsed = async () => (await t.app.inject({ method: 'GET', url: '/usage', headers: { api_key: userKey } })).json<{ used: { tokens: number } }>().used.tokens;
+  const strikes = async (node: string) => (await q<{ kind: string }>(`t_strikes_${node}`, 'SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1 ORDER BY s.id', [node])).map((s) => s.kind);
+  const stream = (jobId: string) => q('t_stream', "UPDATE jobs SET request = request || '{\"stream\": true}' WHERE id = $1::uuid", [jobId]);
+  /** The first job a worker gets, polling until one comes (a copy is queued off the request path). */
+  const nextJob = async (w: TestWorker): Promise<WireJob> => {
+    let job: WireJob | null = null;
+    await until(`${w.node} to get a job`, async () => (job = await w.getJob()) !== null, 10_000);
+    return job!;
+  };
+
+  it('one node with 4 sessions cannot fail jobs with error reports: an honest node answers every one, and the hostile node gets a strike', async () => {
+    const model = 'hostile-model';
+    const hostileKey = await t.addNode('hostile');
+    const hostile: TestWorker[] = [];
+    for (let i = 0; i < 4; i++) hostile.push(await new TestWorker(t.app, 'hostile', hostileKey).start([model]));
+    const honest = await worker(model, 'honest');
+    const ids = [];
+    for (let i = 0; i < 6; i++) ids.push(await user.submit(model, `question ${i}`));
+    const answeredBy = new Map<string, string>();
+    // Each round the hostile sessions poll first and fail whatever they get; then the honest node answers one job.
+    for (let round = 0; round < 20 && answeredBy.size < ids.length; round++) {
+      for (const h of hostile) {
+        const job = await h.getJob();
+        if (job) expect((await reportWith(h, job, '', 'error')).statusCode).toBe(200);
+      }
+      const job = await honest.getJob();
+      if (job) {
+        expect((await honest.report(job)).statusCode).toBe(200);
+        answeredBy.set(job.job_id, 'honest');
+      }
+    }
+    expect([...answeredBy.keys()].sort()).toEqual([...ids].sort());
+    for (const id of ids) expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
+    // A node never gets back a job it failed: each job's failures are distinct nodes'.
+    const failed = await q<{ n: number }>('t_hostile_leases', `SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id
+      WHERE n.name = 'hostile' GROUP BY l.job_id HAVING count(*) > 1`);
+    expect(failed).toEqual([]);
+    // Counted against the node (the verifier records it, off the request path).
+    await expect.poll(() => strikes('hostile'), { timeout: 10_000 }).toContain('failure');
+    expect(await strikes('honest')).toEqual([]);
+  });
+
+  it('a job its only node failed waits for another node, and never goes back to the node that failed it', async () => {
+    const w = await worker('lonely-model');
+    const id = await user.submit('lonely-model', 'only one node serves me');
+    const job = (await w.getJob())!;
+    expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
+    expect(await w.getJob()).toBeNull();
+    expect(await q('t_lonely', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'queued', failures: 1 }]);
+    const late = await worker('lonely-model');
+    const again = (await late.getJob())!;
+    expect(again.job_id).toBe(id);
+    expect((await late.report(again)).statusCode).toBe(200);
+    expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
+  });
+
+  it('an error report\'s usage is not charged: the owner pays the finishing attempt\'s tokens', async () => {
+    const liar = await worker('usage-model');
+    const honest = await worker('usage-model');
+    const before = await tokensUsed();
+    const id = await user.submit('usage-model', 'count me', { max_output: 100 });
+    const first = (await liar.getJob())!;
+    expect((await reportWith(liar, first, '', 'error', { prompt_tokens: 1, completion_tokens: 2_147_483_647 })).statusCode).toBe(200);
+    const second = (await honest.getJob())!;
+    expect(second.job_id).toBe(id);
+    expect((await reportWith(honest, second, 'hi', 'success', { prompt_tokens: 3, completion_tokens: 5 })).statusCode).toBe(200);
+    expect((await user.result(id)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 3, completion_tokens: 5 } });
+    expect(await tokensUsed()).toBe(before + 5);
+  });
+
+  it('a success report\'s usage is capped at the job\'s max_output, and at the reserve for a job that set none', async () => {
+    const w = await worker('cap-model');
+    const before = await tokensUsed();
+    const capped = await user.submit('cap-model', 'say hi', { max_output: 16 });
+    const a = (await w.getJob())!;
+    expect((await reportWith(w, a, 'hi', 'success', { completion_tokens: 1_000_000_000 })).statusCode).toBe(200);
+    expect((await user.result(capped)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 16 } });
+    expect(await tokensUsed()).toBe(before + 16);
+    // No max_output: the job reserved QUOTA_RESERVE_TOKENS (1024), and that is the most it is charged.
+    const open = await user.submit('cap-model', 'say more', { max_output: 0 });
+    const b = (await w.getJob())!;
+    expect((await reportWith(w, b, 'more', 'success', { completion_tokens: 5_000 })).statusCode).toBe(200);
+    expect((await user.result(open)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 1024 } });
+    expect(await tokensUsed()).toBe(before + 16 + 1024);
+    // What /v1 reads is the same number (the job's usage).
+    expect(await q('t_usage', 'SELECT usage FROM jobs WHERE id = $1::uuid', [open])).toEqual([{ usage: { completion_tokens: 1024 } }]);
+  });
+
+  it('a continued job is copied to a node that held no lease of it, and the continuer is judged', async () => {
+    const model = 'continue-model';
+    const starter = await worker(model, 'starter');
+    const continuer = await worker(model, 'continuer');
+    const checkers = [await worker(model, 'checker-1'), await worker(model, 'checker-2')];
+    // The continuer is on probation: every temperature-0 job of it is copied.
+    await q('t_probation', "INSERT INTO node_standing (node_id, state) SELECT id, 'probation' FROM nodes WHERE name = 'continuer'");
+    const id = await user.submit(model, 'What is the capital of France?', { temperature: 0 });
+    await stream(id);
+    const a = (await starter.getJob())!;
+    expect((await starter.post('/worker/job_progress', { job_id: id, api_key: a.api_key, delta: 'x' })).statusCode).toBe(200);
+    expect((await reportWith(starter, a, '', 'error')).statusCode).toBe(200);
+    // The node that failed it does not get it back (the attack continued its own prefix).
+    expect(await starter.getJob()).toBeNull();
+    const b: WireJob = (await continuer.getJob())!;
+    expect(b.answer_prefix).toBe('x');
+    expect((await reportWith(continuer, b, 'x garbage garbage garbage', 'success')).statusCode).toBe(200);
+    // Copied: to a node that held no lease of it (neither the starter nor the continuer).
+    const copy = await nextJob(checkers[0]!);
+    const [made] = await q<{ verify_of: string; exclude: number[] }>('t_copy', 'SELECT verify_of::text, exclude_nodes::int[] AS exclude FROM jobs WHERE id = $1::uuid', [copy.job_id]);
+    const [ids] = await q<{ starter: number; continuer: number }>('t_ids', "SELECT (SELECT id::int FROM nodes WHERE name = 'starter') AS starter, (SELECT id::int FROM nodes WHERE name = 'continuer') AS continuer");
+    expect(made!.verify_of).toBe(id);
+    expect([...made!.exclude].sort()).toEqual([ids!.starter, ids!.continuer].sort());
+    expect((await reportWith(checkers[0]!, copy, 'The capital of France is Paris.', 'success')).statusCode).toBe(200);
+    // They disagree: a third node decides, and the majority contradicts the continuer.
+    const third = await nextJob(checkers[1]!);
+    expect((await reportWith(checkers[1]!, third, 'The capital of France is Paris.', 'success')).statusCode).toBe(200);
+    await expect.poll(() => strikes('continuer'), { timeout: 10_000 }).toEqual(['disagreement']);
+    expect(await strikes('checker-1')).toEqual([]);
+  });
+
+  it('copies and probes look like users\' jobs on the worker wire: the same fields, streamed as users\' are', async () => {
+    const model = 'wire-model';
+    const runner = await worker(model, 'wire-runner');
+    const checker = await worker(model, 'wire-checker');
+    await q('t_probation2', "INSERT INTO node_standing (node_id, state) SELECT id, 'probation' FROM nodes WHERE name = 'wire-runner'");
+    const id = await user.submit(model, 'Name three colours.', { temperature: 0, max_output: 64 });
+    await stream(id);
+    const original: WireJob = (await runner.getJob())!;
+    expect(original.stream).toBe(true);
+    expect((await runner.report(original, 'red, green, blue')).statusCode).toBe(200);
+    const copy = await nextJob(checker);
+    expect(Object.keys(copy).sort()).toEqual(Object.keys(original).sort());
+    expect(copy).toMatchObject({ stream: true, messages: original.messages, max_output: 64, temperature: 0, seed: original.seed });
+    expect((await checker.report(copy, 'red, green, blue')).statusCode).toBe(200);
+    // Probes: a share streams (as users' jobs through /v1 do); a streamed one has a streamed user job's fields.
+    const requests = Array.from({ length: 400 }, () => probeRequest());
+    const streamed = requests.filter((r) => r.stream).length;
+    expect(streamed).toBeGreaterThan(100);
+    expect(streamed).toBeLessThan(300);
+    const [{ id: modelId }] = await q<{ id: number }>('t_model', 'SELECT id FROM models WHERE name = $1', [model]) as [{ id: number }];
+    const lifecycle = t.app.service.coordinator.lifecycle;
+    lifecycle.apply(await lifecycle.queueChecks(t.db, [{ kind: 'probe', id: randomUUID(), modelId, request: requests.find((r) => r.stream)! }], 60));
+    const probe = await nextJob(runner);
+    expect(Object.keys(probe).sort()).toEqual(Object.keys(original).sort());
+    expect(probe.stream).toBe(true);
+  });
+});
