@@ -41,6 +41,8 @@ export interface Backend {
   capabilities(model: string): Promise<string[]>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
+  /** Runs a text completion: `prompt` as it is, no chat template (POST /v1/completions jobs, job_data.params.prompt). */
+  complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
 }
 
 /** The backend failed the call; `status` is its HTTP status when it answered one, `detail` its own error message. */

@@ -240,6 +240,11 @@ export class Worker {
    */
   private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
     const relay = (delta: string) => link.push(delta);
+    // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
+    if (job.params?.prompt !== undefined) {
+      const prefix = job.answer_prefix ?? '';
+      return { prefix, answer: await this.backend.complete(job, job.params.prompt + prefix, job.stream ? relay : undefined, signal) };
+    }
     const fromStart = async () => ({
       prefix: '',
       answer: await this.backend.chat(job, job.stream ? (job.answer_prefix ? afterPrefix(job.answer_prefix, relay) : relay) : undefined, signal),

@@ -22,7 +22,8 @@
 // OpenAI's `response_format` of a JSON kind: the answer is `{"answer": <text>}`; `logprobs`: one
 // entry per piece (Ollama: top-level `logprobs`, OpenAI: choices[].logprobs.content). Ollama's
 // POST /api/show lists `capabilities` (`showCapabilities`). `contextLimit`: a prompt of more words
-// is refused with 400 in the server's words (vLLM's "maximum context length").
+// is refused with 400 in the server's words (vLLM's "maximum context length"). Text completions:
+// Ollama's POST /api/generate, OpenAI's POST /v1/completions (see `complete` below).
 // Tests make them fail mid-answer (`failAfter`), hang (`stallAfter`) or pause until told
 // (`pauseAfter`, `resume`), and see requests (`requests`) and clients that hung up (`hungUp`).
 // `pauseAfter` and `failAfter` at the same count: the answer waits there until resume(), then
@@ -141,6 +142,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       const messages = (await body(req)).messages as Message[];
       return json(200, { prompt: render(messages, llamaPrefills(messages)) });
     }
+    if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/generate' : '/v1/completions')) return complete(await body(req), res, json);
     const chat = kind === 'ollama' ? '/api/chat' : '/v1/chat/completions';
     if (req.method !== 'POST' || req.url !== chat) return json(404, { error: 'not found' });
     const r = await body(req);
@@ -261,6 +263,31 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     const wantsUsage = (r.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
     if (wantsUsage) res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [], usage })}\n\n`);
     finished = true;
+    res.end('data: [DONE]\n\n');
+  };
+  // Text completions: Ollama's POST /api/generate (`response`, NDJSON when streaming), OpenAI's
+  // POST /v1/completions (`choices[].text`, server-sent events); the answer is answerOf with the prompt as the last message.
+  const complete = async (r: Record<string, unknown>, res: ServerResponse, json: (status: number, v: unknown) => void) => {
+    const model = String(r.model);
+    if (!b.models.includes(model)) return json(404, { error: `model "${model}" not found` });
+    b.calls++;
+    b.requests.push(r);
+    const prompt = String(r.prompt);
+    const generated = b.answer(model, [{ content: prompt }]);
+    const usage = { prompt_tokens: words(prompt), completion_tokens: words(generated), total_tokens: words(prompt) + words(generated) };
+    if (kind === 'ollama') {
+      const done = { model, created_at: new Date().toISOString(), response: '', done: true, done_reason: 'stop', prompt_eval_count: usage.prompt_tokens, eval_count: usage.completion_tokens };
+      if (!r.stream) return json(200, { ...done, response: generated });
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      for (const piece of piecesOf(generated)) res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), response: piece, done: false })}\n`);
+      return res.end(`${JSON.stringify(done)}\n`);
+    }
+    const of = (text: string, finish: string | null) => ({ id: 'cmpl-fake', object: 'text_completion', created: 0, model, choices: [{ index: 0, text, logprobs: null, finish_reason: finish }] });
+    if (!r.stream) return json(200, { ...of(generated, 'stop'), usage });
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    for (const piece of piecesOf(generated)) res.write(`data: ${JSON.stringify(of(piece, null))}\n\n`);
+    res.write(`data: ${JSON.stringify(of('', 'stop'))}\n\n`);
+    if ((r.stream_options as { include_usage?: boolean } | undefined)?.include_usage) res.write(`data: ${JSON.stringify({ ...of('', null), choices: [], usage })}\n\n`);
     res.end('data: [DONE]\n\n');
   };
   const server: Server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
