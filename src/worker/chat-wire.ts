@@ -28,5 +28,7 @@ export interface ChatParams {
   messages?: ChatMessage[];
   /** POST /v1/completions: the raw prompt, run as it is (no chat template). */
   prompt?: string;
+  /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
+  input?: string[];
 }
 

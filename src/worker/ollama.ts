@@ -10,8 +10,9 @@
 // counts only its tokens. Builds from source report version 0.0.0: taken as recent.
 // Text completions (job_data.params.prompt): POST /api/generate with `raw: true` (the prompt as
 // it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
-// is `response`, streamed as NDJSON lines too.
-import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+// is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
+// `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
+import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 
 const CONTINUES_SINCE = '0.2.8';
@@ -45,7 +46,7 @@ export class Ollama implements Backend {
     const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, LOGPROBS_SINCE));
     const shown = (await probe(`${this.url}/api/show`, { model })) as { capabilities?: unknown } | undefined;
     const listed = Array.isArray(shown?.capabilities) ? shown.capabilities : [];
-    return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : []), ...(listed.includes('completion') ? ['completions'] : [])];
+    return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : []), ...(listed.includes('completion') ? ['completions'] : []), ...(listed.includes('embedding') ? ['embeddings'] : [])];
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
@@ -131,5 +132,15 @@ export class Ollama implements Backend {
     }
     if (!last.done) throw new BackendError('ollama: the answer ended before done');
     return answer(content, last);
+  }
+
+  async embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer> {
+    const res = await call(`${this.url}/api/embed`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+      body: JSON.stringify({ model: job.model, input }),
+    }, 'ollama /api/embed');
+    const body = (await res.json()) as { embeddings?: unknown; prompt_eval_count?: number; error?: string };
+    if (body.error) throw new BackendError(`ollama: ${body.error}`);
+    return { content: '', usage: { prompt_tokens: count(body.prompt_eval_count), completion_tokens: 0 }, embeddings: vectorsOf(body.embeddings, input.length, 'ollama /api/embed') };
   }
 }

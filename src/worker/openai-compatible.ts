@@ -20,7 +20,7 @@
 // Text completions (job_data.params.prompt): POST /v1/completions as OpenAI defines it, which
 // vLLM and llama.cpp's server serve for every generative model: `completions` is declared for all.
 import { createParser } from 'eventsource-parser';
-import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 
@@ -84,7 +84,10 @@ export class OpenAICompatible implements Backend {
     let known = this.caps.get(model);
     if (!known) {
       known = probe(`${this.url}/v1/chat/completions`, { model, messages: [{ role: 'user', content: 'ping' }], tools: [PROBE_TOOL], max_tokens: 1 })
-        .then((answer) => ['sampling', 'json', 'logprobs', ...(answer !== undefined ? ['tools', 'tool_choice'] : []), 'completions']);
+        .then(async (answer) => {
+          const embeds = await probe(`${this.url}/v1/embeddings`, { model, input: 'ping' });
+          return ['sampling', 'json', 'logprobs', ...(answer !== undefined ? ['tools', 'tool_choice'] : []), 'completions', ...(embeds !== undefined ? ['embeddings'] : [])];
+        });
       this.caps.set(model, known);
     }
     return known;
@@ -92,6 +95,16 @@ export class OpenAICompatible implements Backend {
 
   complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
     return completeOpenAI(this.url, job, prompt, onDelta, signal);
+  }
+
+  async embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer> {
+    const res = await call(`${this.url}/v1/embeddings`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+      body: JSON.stringify({ model: job.model, input, encoding_format: 'float' }),
+    }, 'openai /v1/embeddings');
+    const body = (await res.json()) as { data?: { index?: number; embedding?: unknown }[]; usage?: Usage };
+    const data = [...(body.data ?? [])].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
+    return { content: '', usage: { prompt_tokens: usageOf(body.usage)?.prompt_tokens, completion_tokens: 0 }, embeddings: vectorsOf(data.map((d) => d.embedding), input.length, 'openai /v1/embeddings') };
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {

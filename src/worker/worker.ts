@@ -192,6 +192,7 @@ export class Worker {
       report = {
         status: 'success', content: prefix + answer.content, usage: answer.usage,
         ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}), ...(answer.logprobs ? { logprobs: answer.logprobs } : {}), ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
+        ...(answer.embeddings ? { embeddings: answer.embeddings } : {}),
       };
     } catch (err) {
       const refused = requestErrorOf(err);
@@ -240,6 +241,7 @@ export class Worker {
    */
   private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
     const relay = (delta: string) => link.push(delta);
+    if (job.params?.input !== undefined) return { prefix: '', answer: await this.backend.embed(job, job.params.input, signal) };
     // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
     if (job.params?.prompt !== undefined) {
       const prefix = job.answer_prefix ?? '';

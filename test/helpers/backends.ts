@@ -23,7 +23,8 @@
 // entry per piece (Ollama: top-level `logprobs`, OpenAI: choices[].logprobs.content). Ollama's
 // POST /api/show lists `capabilities` (`showCapabilities`). `contextLimit`: a prompt of more words
 // is refused with 400 in the server's words (vLLM's "maximum context length"). Text completions:
-// Ollama's POST /api/generate, OpenAI's POST /v1/completions (see `complete` below).
+// Ollama's POST /api/generate, OpenAI's POST /v1/completions (see `complete` below); embeddings:
+// Ollama's POST /api/embed, OpenAI's POST /v1/embeddings (`embeds`; see `embed` below).
 // Tests make them fail mid-answer (`failAfter`), hang (`stallAfter`) or pause until told
 // (`pauseAfter`, `resume`), and see requests (`requests`) and clients that hung up (`hungUp`).
 // `pauseAfter` and `failAfter` at the same count: the answer waits there until resume(), then
@@ -67,6 +68,8 @@ export interface FakeBackend {
   toolCall: { name: string; arguments: Record<string, unknown> } | undefined;
   /** ollama: POST /api/show's capabilities (default completion, tools). */
   showCapabilities: string[];
+  /** OpenAI kinds: POST /v1/embeddings is served (else 404, as a server that embeds nothing); Ollama always serves /api/embed. */
+  embeds: boolean;
   /** A prompt of more words than this is refused with 400 (context length). */
   contextLimit: number | undefined;
   /** Kills the server and every connection at once, as a crashed backend. */
@@ -82,6 +85,8 @@ export interface FakeOptions {
 
 export type AnswerFn = (model: string, messages: { content: string }[]) => string;
 export const answerOf: AnswerFn = (model, messages) => `echo(${model}): ${messages.at(-1)?.content ?? ''}`;
+/** The vector a fake embeds a text as: numbers a float32 holds exactly. */
+export const vectorOf = (text: string): number[] => [text.length, words(text), 0.5, -1];
 export const words = (s: string): number => s.split(/\s+/).filter(Boolean).length;
 /** The pieces a fake streams an answer in: word by word. */
 export const piecesOf = (text: string): string[] => text.split(/(?<= )/).filter(Boolean);
@@ -106,7 +111,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
   const sockets = new Set<Socket>();
   const b: FakeBackend = {
     url: '', kind, models, calls: 0, requests: [], delayMs: 0, answer: answerOf, failAfter: undefined, stallAfter: undefined, hungUp: 0,
-    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined,
+    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined, embeds: false,
     prefillAssistant: true, rejectPrefill: false, pauseAfter: undefined, paused: 0, resume: () => {}, kill: async () => {}, close: async () => {},
   };
   let resume = () => {};
@@ -143,6 +148,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       return json(200, { prompt: render(messages, llamaPrefills(messages)) });
     }
     if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/generate' : '/v1/completions')) return complete(await body(req), res, json);
+    if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/embed' : '/v1/embeddings') && (kind === 'ollama' || b.embeds)) return embed(await body(req), json);
     const chat = kind === 'ollama' ? '/api/chat' : '/v1/chat/completions';
     if (req.method !== 'POST' || req.url !== chat) return json(404, { error: 'not found' });
     const r = await body(req);
@@ -289,6 +295,18 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     res.write(`data: ${JSON.stringify(of('', 'stop'))}\n\n`);
     if ((r.stream_options as { include_usage?: boolean } | undefined)?.include_usage) res.write(`data: ${JSON.stringify({ ...of('', null), choices: [], usage })}\n\n`);
     res.end('data: [DONE]\n\n');
+  };
+  // Embeddings: Ollama's POST /api/embed (`embeddings`, `prompt_eval_count`), OpenAI's POST
+  // /v1/embeddings (a `list` of `embedding` objects with usage); a text's vector is vectorOf(text).
+  const embed = (r: Record<string, unknown>, json: (status: number, v: unknown) => void) => {
+    const model = String(r.model);
+    if (!b.models.includes(model)) return json(404, { error: `model "${model}" not found` });
+    b.calls++;
+    b.requests.push(r);
+    const input = typeof r.input === 'string' ? [r.input] : (r.input as string[]);
+    const tokens = input.reduce((n, text) => n + words(text), 0);
+    if (kind === 'ollama') return json(200, { model, embeddings: input.map(vectorOf), total_duration: 1, load_duration: 1, prompt_eval_count: tokens });
+    return json(200, { object: 'list', model, data: input.map((text, index) => ({ object: 'embedding', index, embedding: vectorOf(text) })), usage: { prompt_tokens: tokens, total_tokens: tokens } });
   };
   const server: Server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
   server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });

@@ -32,6 +32,7 @@ function paramNeeding(chat: ChatRequest, cap: Capability): string {
     case 'json': return 'response_format';
     case 'logprobs': return 'logprobs';
     case 'completions': return 'prompt';
+    case 'embeddings': return 'input';
   }
 }
 
