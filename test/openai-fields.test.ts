@@ -45,8 +45,8 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
   it('lists each model with its capabilities', async () => {
     const models = await client.models.list();
     const caps = Object.fromEntries(models.data.map((m) => [m.id, (m as unknown as { capabilities: string[] }).capabilities]));
-    expect(caps['ollama-model']).toEqual(['chat', 'sampling', 'tools', 'json']);
-    expect(caps['vllm-model']).toEqual(['chat', 'sampling', 'tools', 'tool_choice', 'json', 'logprobs']);
+    expect(caps['ollama-model']).toEqual(['chat', 'sampling', 'tools', 'json', 'completions']);
+    expect(caps['vllm-model']).toEqual(['chat', 'sampling', 'tools', 'tool_choice', 'json', 'logprobs', 'completions']);
     expect(caps['seed-model']).toEqual(['chat']);
   });
 

@@ -81,7 +81,7 @@ export const JobData = Type.Object({
   seed: Type.Optional(Type.Integer({ title: "Seed", description: "*Ours*: the sampling seed to use (Ollama `options.seed`, OpenAI `seed`): the user's, or one drawn at random for the job. Absent for jobs submitted before it existed." })),
   stream: Type.Optional(Type.Boolean({ title: "Stream", description: "*Ours*: a client streams this answer; a worker may send partial output with `POST /worker/job_progress` while it generates. Absent for jobs nobody streams." })),
   answer_prefix: Type.Optional(Type.String({ title: "Answer Prefix", description: "*Ours*: the beginning of the answer an earlier attempt of this job already streamed to its client (that node failed mid-answer). A worker that can continue an answer runs the job as a prefilled assistant turn (the messages, then `{\"role\": \"assistant\", \"content\": answer_prefix}`), sends as partial output only what follows, and reports the whole answer (the prefix and its continuation) with its own part's usage. A worker that cannot continue runs the job from the start and sends no partial output; if its answer does not begin with the prefix, the client's stream ends with an error. Absent when no earlier attempt streamed anything." })),
-  params: Type.Optional(Type.Object({}, { title: "Params", description: "*Ours*: the OpenAI chat parameters of this job beyond the fields above, as the client gave them (`temperature` only when it set one: absent, the model's own default applies, while `temperature` above is 1 for workers that do not read this), `top_p`, `stop`, `presence_penalty`, `frequency_penalty`, `response_format`, `logprobs`, `top_logprobs`, `tools`, `tool_choice`, `parallel_tool_calls`, and `messages` whole when some carry `tool_calls` or are `role: \"tool\"` answers. Sent only to sessions that declared `capabilities` (update_models); absent for others and for jobs submitted without /v1. docs/openai.md.", additionalProperties: true })),
+  params: Type.Optional(Type.Object({}, { title: "Params", description: "*Ours*: the OpenAI chat parameters of this job beyond the fields above, as the client gave them (`temperature` only when it set one: absent, the model's own default applies, while `temperature` above is 1 for workers that do not read this), `top_p`, `stop`, `presence_penalty`, `frequency_penalty`, `response_format`, `logprobs`, `top_logprobs`, `tools`, `tool_choice`, `parallel_tool_calls`, and `messages` whole when some carry `tool_calls` or are `role: \"tool\"` answers; `prompt` for a text completion (`POST /v1/completions`: run it as it is, without a chat template — Ollama's `/api/generate` with `raw`, OpenAI's `/v1/completions` — and report the generated text as the message's content); `input` for an embeddings job (an array of texts: report `result.embeddings`, one base64 vector of little-endian float32s per text, beside an empty message). Sent only to sessions that declared `capabilities` (update_models); absent for others and for jobs submitted without /v1. docs/openai.md.", additionalProperties: true })),
 }, { title: "JobData" });
 export type JobData = Static<typeof JobData>;
 
@@ -366,7 +366,7 @@ export type UniqueNodesResponse = Static<typeof UniqueNodesResponse>;
 export const UpdateModelsRequest = Type.Object({
   node_url: Type.Optional(Type.String({ title: "Node Url", description: "The node's name (the token says which node it is; a different name is refused).", maxLength: 128 })),
   models: Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { title: "Models", maxItems: 1000 }),
-  capabilities: Type.Optional(Type.Object({}, { title: "Capabilities", description: "*Ours* (`ins worker`): per declared model, what the node can do with it beyond plain chat: `sampling` (stop, top_p, presence_penalty, frequency_penalty), `tools`, `tool_choice` (a forced or named tool choice, parallel_tool_calls false), `json` (response_format json_object and json_schema), `logprobs`. Jobs that need a capability are offered only to sessions that declared it for the job's model; a worker that sends no `capabilities` (the seed system's) gets plain jobs only, with the seed's job_data. An object of model → array of capability names (at most 16, each at most 32 characters); unknown names and models not in `models` are ignored. docs/openai.md.", additionalProperties: true })),
+  capabilities: Type.Optional(Type.Object({}, { title: "Capabilities", description: "*Ours* (`ins worker`): per declared model, what the node can do with it beyond plain chat: `sampling` (stop, top_p, presence_penalty, frequency_penalty), `tools`, `tool_choice` (a forced or named tool choice, parallel_tool_calls false), `json` (response_format json_object and json_schema), `logprobs`, `completions` (text completions, `POST /v1/completions`: a raw prompt in `params.prompt`), `embeddings` (`POST /v1/embeddings`: the texts in `params.input`, the vectors reported as `result.embeddings`, base64 of little-endian float32s, one per input). Jobs that need a capability are offered only to sessions that declared it for the job's model; a worker that sends no `capabilities` (the seed system's) gets plain jobs only, with the seed's job_data. An object of model → array of capability names (at most 16, each at most 32 characters); unknown names and models not in `models` are ignored. docs/openai.md.", additionalProperties: true })),
 }, { title: "UpdateModelsRequest" });
 export type UpdateModelsRequest = Static<typeof UpdateModelsRequest>;
 
@@ -676,6 +676,68 @@ export const JobProgressResponses = {
 };
 
 export const ChatCompletionsResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  403: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  413: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  429: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  502: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  503: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  504: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const CompletionsResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  403: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  413: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  429: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  502: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  503: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  504: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const EmbeddingsResponses = {
   200: Type.Object({}, { additionalProperties: true }),
   400: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),

@@ -3,6 +3,9 @@
 // Ours (issue 28, docs/openai.md): an answer may also carry the message's `tool_calls`,
 // `logprobs` in OpenAI's shape (`{"content": [...]}`) and the backend's `finish_reason`; they
 // are kept only when well formed, and only when present (a plain answer keeps the seed's shape).
+// An embeddings job's answer (ours, POST /v1/embeddings) is `result.embeddings`: one vector per
+// input, each base64 of little-endian float32s (OpenAI's `encoding_format: "base64"`: a quarter of
+// the JSON floats' size, so a batch fits the report's body limit), beside an empty message.
 // A request's own error (an error report whose `result.error.type` is "invalid_request_error")
 // is read by requestErrorOf.
 // Usage (ours): `prompt_tokens` and `completion_tokens`, from the report's `usage` or
@@ -17,6 +20,8 @@ export interface Answer {
   logprobs?: { content: unknown[] };
   /** The backend's reason to stop, when it said "length" or "tool_calls". */
   finish_reason?: 'length' | 'tool_calls';
+  /** An embeddings job's vectors, one per input: each OpenAI's base64 form (little-endian float32s). */
+  embeddings?: string[];
 }
 export interface Usage { prompt_tokens?: number; completion_tokens?: number }
 
@@ -24,6 +29,9 @@ export interface Usage { prompt_tokens?: number; completion_tokens?: number }
 export interface RequestError { type: 'invalid_request_error'; code: string | null; message: string }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** A vector as an embeddings report carries it: base64 of little-endian float32s (a whole number of them, at least one). */
+const isVector = (v: unknown): boolean => typeof v === 'string' && v.length > 0 && v.length % 4 === 0 && /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length % 4 === 0;
 
 function toolCallsOf(v: unknown): ToolCall[] | undefined {
   if (!Array.isArray(v)) return undefined;
@@ -49,6 +57,7 @@ export function answerOf(result: Record<string, unknown>): Answer {
     if (calls) answer.message.tool_calls = calls;
     if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
     if (result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
+    if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector)) answer.embeddings = result.embeddings as string[];
     return answer;
   }
   return { message: { role: 'assistant', content: '' } };

@@ -6,8 +6,10 @@
 // - tools:       tools, assistant tool_calls and `role: "tool"` messages (tool_choice "auto"/"none");
 // - tool_choice: tool_choice "required" or a named function, parallel_tool_calls: false;
 // - json:        response_format json_object and json_schema;
-// - logprobs:    logprobs / top_logprobs.
-export const CAPABILITIES = Object.freeze({ sampling: 1, tools: 2, tool_choice: 4, json: 8, logprobs: 16 } as const);
+// - logprobs:    logprobs / top_logprobs;
+// - completions: POST /v1/completions, a raw text prompt (Ollama /api/generate with raw, OpenAI /v1/completions);
+// - embeddings:  POST /v1/embeddings (Ollama /api/embed, OpenAI /v1/embeddings).
+export const CAPABILITIES = Object.freeze({ sampling: 1, tools: 2, tool_choice: 4, json: 8, logprobs: 16, completions: 32, embeddings: 64 } as const);
 export type Capability = keyof typeof CAPABILITIES;
 export const CAPABILITY_NAMES = Object.freeze(Object.keys(CAPABILITIES) as Capability[]);
 

@@ -31,6 +31,10 @@ export interface ChatParams {
   tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
   parallel_tool_calls?: boolean;
   messages?: ChatMessage[];
+  /** POST /v1/completions: the raw prompt, run as it is (no chat template); the job's `messages` then hold it as one user turn. */
+  prompt?: string;
+  /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
+  input?: string[];
 }
 
 export interface JobRequest {

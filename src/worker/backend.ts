@@ -28,6 +28,8 @@ export interface BackendAnswer {
   /** OpenAI's logprobs.content entries: {token, logprob, bytes, top_logprobs}. */
   logprobs?: unknown[];
   finish_reason?: 'length' | 'tool_calls';
+  /** An embeddings job's vectors, one per input: base64 of little-endian float32s (vectorOf). */
+  embeddings?: string[];
 }
 
 export interface Backend {
@@ -44,6 +46,10 @@ export interface Backend {
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
   /** Issue 31: how this backend's model ranks each token of `answer` to `job` (scoring.ts); absent where the backend cannot say. */
   score?(job: BackendJob, answer: string): Promise<AnswerScore>;
+  /** Runs a text completion: `prompt` as it is, no chat template (POST /v1/completions jobs, job_data.params.prompt). */
+  complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
+  /** Embeds the texts (POST /v1/embeddings jobs, job_data.params.input): one vector each, in `embeddings`. */
+  embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer>;
 }
 
 /** The backend failed the call; `status` is its HTTP status when it answered one, `detail` its own error message. */
@@ -119,4 +125,19 @@ export function versionAtLeast(version: string, least: string): boolean {
   if (!a) return false;
   for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return a[i]! > b[i]!;
   return true;
+}
+
+/**
+ * The backend's vectors (arrays of numbers, one per input) as the report carries them: base64 of
+ * little-endian float32s, OpenAI's `encoding_format: "base64"` (a quarter of the JSON's size).
+ * A malformed answer (not one vector of finite numbers per input) is the backend's failure.
+ */
+export function vectorsOf(v: unknown, inputs: number, what: string): string[] {
+  if (!Array.isArray(v) || v.length !== inputs) throw new BackendError(`${what}: ${Array.isArray(v) ? v.length : 0} vectors for ${inputs} inputs`);
+  return v.map((vector: unknown) => {
+    if (!Array.isArray(vector) || vector.length === 0 || !vector.every((x) => typeof x === 'number' && Number.isFinite(x))) throw new BackendError(`${what}: a vector is not a list of numbers`);
+    const bytes = Buffer.alloc(vector.length * 4);
+    (vector as number[]).forEach((x, i) => bytes.writeFloatLE(x, i * 4));
+    return bytes.toString('base64');
+  });
 }

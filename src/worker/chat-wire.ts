@@ -26,5 +26,9 @@ export interface ChatParams {
   tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
   parallel_tool_calls?: boolean;
   messages?: ChatMessage[];
+  /** POST /v1/completions: the raw prompt, run as it is (no chat template). */
+  prompt?: string;
+  /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
+  input?: string[];
 }
 

@@ -24,6 +24,8 @@ export interface Job {
 export interface Report {
   status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string;
   tool_calls?: ToolCall[]; logprobs?: unknown[]; finish_reason?: 'length' | 'tool_calls';
+  /** An embeddings job's vectors, one per input, base64 of little-endian float32s (result.embeddings, docs/openai.md). */
+  embeddings?: string[];
   /** The backend refused the request itself (a 4xx about it): reported as the request's error, not the node's. */
   requestError?: { code: string | null; message: string };
 }
@@ -92,6 +94,7 @@ export class CoordinatorClient {
       ? {
         message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
         ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}), ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
+        ...(r.embeddings ? { embeddings: r.embeddings } : {}),
       }
       : r.requestError
         // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).

@@ -67,6 +67,16 @@ export class Gguf implements Backend {
     return Promise.resolve([]);
   }
 
+  // Never called: the backend declares neither `completions` nor `embeddings`, so the
+  // coordinator leases it no such job (jobs/sql/lease.ts).
+  complete(): Promise<BackendAnswer> {
+    return Promise.reject(new BackendError('the gguf backend runs chat jobs only'));
+  }
+
+  embed(): Promise<BackendAnswer> {
+    return Promise.reject(new BackendError('the gguf backend does not embed'));
+  }
+
   /** The prompt's tokens: the conversation through the model's template, its assistant turn left open. */
   private prompt(l: Loaded, messages: BackendJob['messages']): Token[] {
     const history: ChatHistoryItem[] = messages.map((m) =>

@@ -8,7 +8,11 @@
 // assistant's (the model's template stops after it) since Ollama 0.2.8 (ollama/ollama#5802,
 // July 2024); nothing needs setting. The answer then carries only the new text, and eval_count
 // counts only its tokens. Builds from source report version 0.0.0: taken as recent.
-import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+// Text completions (job_data.params.prompt): POST /api/generate with `raw: true` (the prompt as
+// it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
+// is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
+// `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
+import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 
@@ -50,7 +54,7 @@ export class Ollama implements Backend {
     const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, OLLAMA_LOGPROBS_SINCE));
     const shown = (await probe(`${this.url}/api/show`, { model })) as { capabilities?: unknown } | undefined;
     const listed = Array.isArray(shown?.capabilities) ? shown.capabilities : [];
-    return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : [])];
+    return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : []), ...(listed.includes('completion') ? ['completions'] : []), ...(listed.includes('embedding') ? ['embeddings'] : [])];
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
@@ -99,5 +103,52 @@ export class Ollama implements Backend {
     }
     if (!last.done) throw new BackendError('ollama: the answer ended before done');
     return { content, usage: usage(last), ...extras(last) };
+  }
+
+  async complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
+    const { options } = ollamaFields(job);
+    const res = await call(`${this.url}/api/generate`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+      body: JSON.stringify({ model: job.model, prompt, raw: true, stream: onDelta !== undefined, options }),
+    }, 'ollama /api/generate');
+    type Line = { response?: string; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string };
+    const answer = (content: string, l: Line): BackendAnswer => ({
+      content, usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) }, ...(l.done_reason === 'length' ? { finish_reason: 'length' as const } : {}),
+    });
+    if (!onDelta) {
+      const body = (await res.json()) as Line;
+      if (body.error) throw new BackendError(`ollama: ${body.error}`);
+      return answer(body.response ?? '', body);
+    }
+    let content = '';
+    let last: Line = {};
+    let buffer = '';
+    for await (const text of res.chunks()) {
+      buffer += text;
+      let nl: number;
+      while ((nl = buffer.indexOf('\n')) >= 0) {
+        const line = buffer.slice(0, nl).trim();
+        buffer = buffer.slice(nl + 1);
+        if (!line) continue;
+        last = JSON.parse(line) as Line;
+        if (last.error) throw new BackendError(`ollama: ${last.error}`);
+        if (last.response) {
+          content += last.response;
+          onDelta(last.response);
+        }
+      }
+    }
+    if (!last.done) throw new BackendError('ollama: the answer ended before done');
+    return answer(content, last);
+  }
+
+  async embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer> {
+    const res = await call(`${this.url}/api/embed`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+      body: JSON.stringify({ model: job.model, input }),
+    }, 'ollama /api/embed');
+    const body = (await res.json()) as { embeddings?: unknown; prompt_eval_count?: number; error?: string };
+    if (body.error) throw new BackendError(`ollama: ${body.error}`);
+    return { content: '', usage: { prompt_tokens: count(body.prompt_eval_count), completion_tokens: 0 }, embeddings: vectorsOf(body.embeddings, input.length, 'ollama /api/embed') };
   }
 }

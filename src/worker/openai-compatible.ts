@@ -17,8 +17,10 @@
 // logprobs are what these servers document for every model; tools (and tool_choice) are probed
 // once per model with a one-token request that carries a tool (vLLM refuses it with 400 unless
 // it runs with --enable-auto-tool-choice, llama.cpp's server unless with --jinja).
+// Text completions (job_data.params.prompt): POST /v1/completions as OpenAI defines it, which
+// vLLM and llama.cpp's server serve for every generative model: `completions` is declared for all.
 import { createParser } from 'eventsource-parser';
-import { call, count, probe, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 
@@ -88,10 +90,27 @@ export class OpenAICompatible implements Backend {
     let known = this.caps.get(model);
     if (!known) {
       known = probe(`${this.url}/v1/chat/completions`, { model, messages: [{ role: 'user', content: 'ping' }], tools: [PROBE_TOOL], max_tokens: 1 })
-        .then((answer) => ['sampling', 'json', 'logprobs', ...(answer !== undefined ? ['tools', 'tool_choice'] : [])]);
+        .then(async (answer) => {
+          const embeds = await probe(`${this.url}/v1/embeddings`, { model, input: 'ping' });
+          return ['sampling', 'json', 'logprobs', ...(answer !== undefined ? ['tools', 'tool_choice'] : []), 'completions', ...(embeds !== undefined ? ['embeddings'] : [])];
+        });
       this.caps.set(model, known);
     }
     return known;
+  }
+
+  complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
+    return completeOpenAI(this.url, job, prompt, onDelta, signal);
+  }
+
+  async embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer> {
+    const res = await call(`${this.url}/v1/embeddings`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+      body: JSON.stringify({ model: job.model, input, encoding_format: 'float' }),
+    }, 'openai /v1/embeddings');
+    const body = (await res.json()) as { data?: { index?: number; embedding?: unknown }[]; usage?: Usage };
+    const data = [...(body.data ?? [])].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
+    return { content: '', usage: { prompt_tokens: usageOf(body.usage)?.prompt_tokens, completion_tokens: 0 }, embeddings: vectorsOf(data.map((d) => d.embedding), input.length, 'openai /v1/embeddings') };
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
@@ -167,6 +186,54 @@ export class OpenAICompatible implements Backend {
     const calls = streamed.flatMap((c): ToolCall[] => (c.name ? [{ id: c.id ?? newCallId(), type: 'function', function: { name: c.name, arguments: c.arguments } }] : []));
     return { content, usage: usageOf(last), ...extras(calls, finish) };
   }
+}
+
+/** POST /v1/completions: the prompt as it is, the job's sampling parameters as OpenAI names them. */
+export async function completeOpenAI(url: string, job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
+  const p = job.params ?? {};
+  const temperature = temperatureOf(job);
+  const res = await call(`${url}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+    body: JSON.stringify({
+      model: job.model, prompt, ...(temperature !== undefined ? { temperature } : {}),
+      ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}), ...(job.seed !== undefined ? { seed: job.seed } : {}),
+      ...(p.top_p !== undefined ? { top_p: p.top_p } : {}), ...(p.stop ? { stop: p.stop } : {}),
+      ...(p.presence_penalty !== undefined ? { presence_penalty: p.presence_penalty } : {}), ...(p.frequency_penalty !== undefined ? { frequency_penalty: p.frequency_penalty } : {}),
+      ...(onDelta ? { stream: true, stream_options: { include_usage: true } } : {}),
+    }),
+  }, 'openai /v1/completions');
+  type Body = { choices?: { text?: string; finish_reason?: string | null }[]; usage?: Usage; error?: { message?: string } };
+  const finishOf = (f: string | null | undefined) => (f === 'length' ? { finish_reason: 'length' as const } : {});
+  if (!onDelta) {
+    const body = (await res.json()) as Body;
+    return { content: body.choices?.[0]?.text ?? '', usage: usageOf(body.usage), ...finishOf(body.choices?.[0]?.finish_reason) };
+  }
+  let content = '';
+  let usage: Usage = null;
+  let finish: string | null | undefined;
+  let failure: string | undefined;
+  let ended = false;
+  const parser = createParser({
+    onEvent: (event) => {
+      if (event.data === '[DONE]') return void (ended = true);
+      const chunk = JSON.parse(event.data) as Body;
+      if (chunk.error) failure = chunk.error.message ?? 'error';
+      const choice = chunk.choices?.[0];
+      if (choice?.finish_reason) {
+        ended = true;
+        finish = choice.finish_reason;
+      }
+      if (choice?.text) {
+        content += choice.text;
+        onDelta(choice.text);
+      }
+      if (chunk.usage) usage = chunk.usage;
+    },
+  });
+  for await (const text of res.chunks()) parser.feed(text);
+  if (failure) throw new BackendError(`openai: ${failure}`);
+  if (!ended) throw new BackendError('openai: the answer ended before its finish_reason');
+  return { content, usage: usageOf(usage), ...finishOf(finish) };
 }
 
 /** OpenAI's tool calls from an answer's message. */

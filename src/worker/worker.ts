@@ -193,6 +193,7 @@ export class Worker {
       report = {
         status: 'success', content: prefix + answer.content, usage: answer.usage,
         ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}), ...(answer.logprobs ? { logprobs: answer.logprobs } : {}), ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
+        ...(answer.embeddings ? { embeddings: answer.embeddings } : {}),
       };
     } catch (err) {
       const refused = requestErrorOf(err);
@@ -241,6 +242,12 @@ export class Worker {
    */
   private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
     const relay = (delta: string) => link.push(delta);
+    if (job.params?.input !== undefined) return { prefix: '', answer: await this.backend.embed(job, job.params.input, signal) };
+    // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
+    if (job.params?.prompt !== undefined) {
+      const prefix = job.answer_prefix ?? '';
+      return { prefix, answer: await this.backend.complete(job, job.params.prompt + prefix, job.stream ? relay : undefined, signal) };
+    }
     const fromStart = async () => ({
       prefix: '',
       answer: await this.backend.chat(job, job.stream ? (job.answer_prefix ? afterPrefix(job.answer_prefix, relay) : relay) : undefined, signal),

@@ -22,7 +22,9 @@
 // OpenAI's `response_format` of a JSON kind: the answer is `{"answer": <text>}`; `logprobs`: one
 // entry per piece (Ollama: top-level `logprobs`, OpenAI: choices[].logprobs.content). Ollama's
 // POST /api/show lists `capabilities` (`showCapabilities`). `contextLimit`: a prompt of more words
-// is refused with 400 in the server's words (vLLM's "maximum context length").
+// is refused with 400 in the server's words (vLLM's "maximum context length"). Text completions:
+// Ollama's POST /api/generate, OpenAI's POST /v1/completions (see `complete` below); embeddings:
+// Ollama's POST /api/embed, OpenAI's POST /v1/embeddings (`embeds`; see `embed` below).
 // Tests make them fail mid-answer (`failAfter`), hang (`stallAfter`) or pause until told
 // (`pauseAfter`, `resume`), and see requests (`requests`) and clients that hung up (`hungUp`).
 // `pauseAfter` and `failAfter` at the same count: the answer waits there until resume(), then
@@ -66,6 +68,8 @@ export interface FakeBackend {
   toolCall: { name: string; arguments: Record<string, unknown> } | undefined;
   /** ollama: POST /api/show's capabilities (default completion, tools). */
   showCapabilities: string[];
+  /** OpenAI kinds: POST /v1/embeddings is served (else 404, as a server that embeds nothing); Ollama always serves /api/embed. */
+  embeds: boolean;
   /** A prompt of more words than this is refused with 400 (context length). */
   contextLimit: number | undefined;
   /** Kills the server and every connection at once, as a crashed backend. */
@@ -81,6 +85,8 @@ export interface FakeOptions {
 
 export type AnswerFn = (model: string, messages: { content: string }[]) => string;
 export const answerOf: AnswerFn = (model, messages) => `echo(${model}): ${messages.at(-1)?.content ?? ''}`;
+/** The vector a fake embeds a text as: numbers a float32 holds exactly. */
+export const vectorOf = (text: string): number[] => [text.length, words(text), 0.5, -1];
 export const words = (s: string): number => s.split(/\s+/).filter(Boolean).length;
 /** The pieces a fake streams an answer in: word by word. */
 export const piecesOf = (text: string): string[] => text.split(/(?<= )/).filter(Boolean);
@@ -105,7 +111,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
   const sockets = new Set<Socket>();
   const b: FakeBackend = {
     url: '', kind, models, calls: 0, requests: [], delayMs: 0, answer: answerOf, failAfter: undefined, stallAfter: undefined, hungUp: 0,
-    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined,
+    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined, embeds: false,
     prefillAssistant: true, rejectPrefill: false, pauseAfter: undefined, paused: 0, resume: () => {}, kill: async () => {}, close: async () => {},
   };
   let resume = () => {};
@@ -141,6 +147,8 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       const messages = (await body(req)).messages as Message[];
       return json(200, { prompt: render(messages, llamaPrefills(messages)) });
     }
+    if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/generate' : '/v1/completions')) return complete(await body(req), res, json);
+    if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/embed' : '/v1/embeddings') && (kind === 'ollama' || b.embeds)) return embed(await body(req), json);
     const chat = kind === 'ollama' ? '/api/chat' : '/v1/chat/completions';
     if (req.method !== 'POST' || req.url !== chat) return json(404, { error: 'not found' });
     const r = await body(req);
@@ -262,6 +270,43 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     if (wantsUsage) res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [], usage })}\n\n`);
     finished = true;
     res.end('data: [DONE]\n\n');
+  };
+  // Text completions: Ollama's POST /api/generate (`response`, NDJSON when streaming), OpenAI's
+  // POST /v1/completions (`choices[].text`, server-sent events); the answer is answerOf with the prompt as the last message.
+  const complete = async (r: Record<string, unknown>, res: ServerResponse, json: (status: number, v: unknown) => void) => {
+    const model = String(r.model);
+    if (!b.models.includes(model)) return json(404, { error: `model "${model}" not found` });
+    b.calls++;
+    b.requests.push(r);
+    const prompt = String(r.prompt);
+    const generated = b.answer(model, [{ content: prompt }]);
+    const usage = { prompt_tokens: words(prompt), completion_tokens: words(generated), total_tokens: words(prompt) + words(generated) };
+    if (kind === 'ollama') {
+      const done = { model, created_at: new Date().toISOString(), response: '', done: true, done_reason: 'stop', prompt_eval_count: usage.prompt_tokens, eval_count: usage.completion_tokens };
+      if (!r.stream) return json(200, { ...done, response: generated });
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      for (const piece of piecesOf(generated)) res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), response: piece, done: false })}\n`);
+      return res.end(`${JSON.stringify(done)}\n`);
+    }
+    const of = (text: string, finish: string | null) => ({ id: 'cmpl-fake', object: 'text_completion', created: 0, model, choices: [{ index: 0, text, logprobs: null, finish_reason: finish }] });
+    if (!r.stream) return json(200, { ...of(generated, 'stop'), usage });
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    for (const piece of piecesOf(generated)) res.write(`data: ${JSON.stringify(of(piece, null))}\n\n`);
+    res.write(`data: ${JSON.stringify(of('', 'stop'))}\n\n`);
+    if ((r.stream_options as { include_usage?: boolean } | undefined)?.include_usage) res.write(`data: ${JSON.stringify({ ...of('', null), choices: [], usage })}\n\n`);
+    res.end('data: [DONE]\n\n');
+  };
+  // Embeddings: Ollama's POST /api/embed (`embeddings`, `prompt_eval_count`), OpenAI's POST
+  // /v1/embeddings (a `list` of `embedding` objects with usage); a text's vector is vectorOf(text).
+  const embed = (r: Record<string, unknown>, json: (status: number, v: unknown) => void) => {
+    const model = String(r.model);
+    if (!b.models.includes(model)) return json(404, { error: `model "${model}" not found` });
+    b.calls++;
+    b.requests.push(r);
+    const input = typeof r.input === 'string' ? [r.input] : (r.input as string[]);
+    const tokens = input.reduce((n, text) => n + words(text), 0);
+    if (kind === 'ollama') return json(200, { model, embeddings: input.map(vectorOf), total_duration: 1, load_duration: 1, prompt_eval_count: tokens });
+    return json(200, { object: 'list', model, data: input.map((text, index) => ({ object: 'embedding', index, embedding: vectorOf(text) })), usage: { prompt_tokens: tokens, total_tokens: tokens } });
   };
   const server: Server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
   server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });

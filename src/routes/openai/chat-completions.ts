@@ -31,6 +31,8 @@ function paramNeeding(chat: ChatRequest, cap: Capability): string {
     case 'tool_choice': return p.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice';
     case 'json': return 'response_format';
     case 'logprobs': return 'logprobs';
+    case 'completions': return 'prompt';
+    case 'embeddings': return 'input';
   }
 }
 

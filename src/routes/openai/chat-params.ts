@@ -60,7 +60,7 @@ function boolean(body: Record<string, unknown>, name: string): boolean | undefin
   return v;
 }
 
-function stop(v: unknown): string[] | undefined {
+export function stop(v: unknown): string[] | undefined {
   if (!given(v)) return undefined;
   const list = typeof v === 'string' ? [v] : v;
   if (!Array.isArray(list) || !list.every((s) => typeof s === 'string' && s.length > 0)) throw invalidRequest("Invalid type for 'stop': expected a string or an array of non-empty strings.", 'stop', 'invalid_type');

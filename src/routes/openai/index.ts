@@ -6,6 +6,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { App, Deps } from '../types.js';
 import { openAIErrorHandler, openAINotFound } from './errors.js';
 import { chatCompletionRoutes } from './chat-completions.js';
+import { completionsRoutes } from './completions.js';
+import { embeddingsRoutes } from './embeddings.js';
 import { modelRoutes, ServedModels } from './models.js';
 
 // The package is CommonJS: its module object is the fastify-plugin-wrapped plugin (which
@@ -21,6 +23,8 @@ export async function openAIRoutes(app: App, deps: Deps): Promise<void> {
     scope.setErrorHandler(openAIErrorHandler);
     await scope.register(fastifySse, { heartbeatInterval: SSE_HEARTBEAT_MS });
     chatCompletionRoutes(scope, deps, served);
+    completionsRoutes(scope, deps, served);
+    embeddingsRoutes(scope, deps, served);
     modelRoutes(scope, served);
   });
   // Any other /v1 path (and any method) is OpenAI's 404, as api.openai.com answers it, so the

@@ -1,0 +1,87 @@
+// The body of POST /v1/completions (OpenAI's legacy text completions), read as OpenAI reads it
+// and carried as a job like a chat completion's (docs/openai.md, "Text completions"): the
+// prompt goes raw to a node that declared the `completions` capability for the model
+// (jobs/capabilities.ts), in `params.prompt`; the job's `messages` hold it as one user turn,
+// since the seed's job_data needs them (the seed's worker never gets such a job). One prompt per
+// request: an array of several is refused like `n` > 1 (each would be a job of its own, and the
+// answer's choices would come from different nodes at different times). Fields the network
+// cannot honour are refused by name (`unsupported_parameter`), never dropped.
+import { MalformedJson } from '../../validation/pydantic.js';
+import { CAPABILITIES } from '../../jobs/capabilities.js';
+import type { ChatParams } from '../../jobs/request.js';
+import { invalidRequest } from './errors.js';
+import { given, isObject, number, stop, storableDeep } from './chat-params.js';
+import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
+
+/** OpenAI's completions fields the network cannot honour, refused when given other than as their no-op value. */
+const REFUSED: Readonly<Record<string, (v: unknown) => boolean>> = Object.freeze({
+  logit_bias: (v) => !(isObject(v) && Object.keys(v).length === 0),
+  logprobs: (v) => v !== 0 && v !== false,
+  echo: (v) => v !== false,
+  suffix: (v) => v !== '',
+  best_of: (v) => v !== 1,
+});
+
+/** The prompt: a string, or an array of one string. Token arrays are refused: the nodes take text. */
+function prompt(v: unknown): string {
+  if (!given(v)) throw invalidRequest("Missing required parameter: 'prompt'.", 'prompt', 'missing_required_parameter');
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list) || !list.every((p) => typeof p === 'string')) {
+    throw invalidRequest("Invalid type for 'prompt': expected a string or an array of strings (token arrays are not supported).", 'prompt', 'invalid_type');
+  }
+  if (list.length !== 1) {
+    throw invalidRequest('Unsupported parameter: only one prompt per request is supported (each completion is one job on one node); send the prompts as separate requests.', 'prompt', 'unsupported_parameter');
+  }
+  storableDeep(list, 'prompt');
+  return list[0] as string;
+}
+
+/** A completions request as a job: ChatRequest's shape, so that it is submitted and awaited as a chat completion is. */
+export function parseCompletionsRequest(body: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
+  if (body instanceof MalformedJson || !isObject(body)) {
+    throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
+  }
+  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
+  if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
+  storableDeep(body.model, 'model');
+  const text = prompt(body.prompt);
+  const n = number(body, 'n', 1, 128, true);
+  if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
+  for (const [name, refused] of Object.entries(REFUSED)) {
+    if (given(body[name]) && refused(body[name])) {
+      throw invalidRequest(`Unsupported parameter: '${name}' is not supported by this network (docs/openai.md lists what is).`, name, 'unsupported_parameter');
+    }
+  }
+  if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
+  const options = body.stream_options;
+  if (given(options) && !isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
+  const params: ChatParams = { prompt: text };
+  let needs: number = CAPABILITIES.completions;
+  const temperature = number(body, 'temperature', 0, 2, false);
+  if (temperature !== undefined) params.temperature = temperature;
+  const sampling = {
+    top_p: number(body, 'top_p', 0, 1, false),
+    stop: stop(body.stop),
+    presence_penalty: number(body, 'presence_penalty', -2, 2, false),
+    frequency_penalty: number(body, 'frequency_penalty', -2, 2, false),
+  };
+  for (const [k, v] of Object.entries(sampling)) {
+    if (v === undefined) continue;
+    Object.assign(params, { [k]: v });
+    needs |= CAPABILITIES.sampling;
+  }
+  const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
+  return {
+    model: body.model,
+    messages: [{ role: 'user', content: text }],
+    // OpenAI's default for completions is 16 tokens; 0 lets the node's default apply, as for chat without max_tokens.
+    maxTokens: number(body, 'max_tokens', 1, 10_000_000, true) ?? 0,
+    temperature: temperature ?? OPENAI_DEFAULT_TEMPERATURE,
+    params,
+    needs,
+    seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
+    stream: body.stream === true,
+    includeUsage: isObject(options) && options.include_usage === true,
+    timeoutSeconds: timeout ?? limits.defaultTimeout,
+  };
+}

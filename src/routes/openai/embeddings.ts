@@ -1,0 +1,114 @@
+// POST /v1/embeddings (docs/openai.md, "Embeddings"): one job for the whole batch, run by a node
+// that declared the `embeddings` capability for the model (jobs/capabilities.ts; never the
+// seed's worker), answered as OpenAI's `list` of `embedding` objects with usage. The texts travel
+// in job_data.params.input; the node reports the vectors as `result.embeddings`, base64 of
+// float32s (jobs/answer.ts), which are given as they are for `encoding_format: "base64"` and as
+// numbers for "float". `dimensions` is refused: not every backend honours it, and a vector of
+// another size than asked would be dropped silently.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { authenticateUser } from '../authenticate.js';
+import type { Deps } from '../types.js';
+import { MalformedJson } from '../../validation/pydantic.js';
+import { CAPABILITIES } from '../../jobs/capabilities.js';
+import { invalidRequest, OpenAIError } from './errors.js';
+import { given, isObject, number, storableDeep } from './chat-params.js';
+import { awaitCompletion, failureError, submitCompletion } from './completion.js';
+import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
+import type { ServedModels } from './models.js';
+import type { OpenAIApp } from './context.js';
+
+/** OpenAI's limit on inputs per request. */
+const MAX_INPUTS = 2048;
+
+export interface EmbeddingsRequest { job: ChatRequest; base64: boolean }
+
+export function parseEmbeddingsRequest(body: unknown, limits: { defaultTimeout: number; maxTimeout: number }): EmbeddingsRequest {
+  if (body instanceof MalformedJson || !isObject(body)) throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
+  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
+  if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
+  storableDeep(body.model, 'model');
+  if (!given(body.input)) throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
+  const input = typeof body.input === 'string' ? [body.input] : body.input;
+  if (!Array.isArray(input) || !input.every((s) => typeof s === 'string')) {
+    throw invalidRequest("Invalid type for 'input': expected a string or an array of strings (token arrays are not supported).", 'input', 'invalid_type');
+  }
+  if (input.length === 0 || input.length > MAX_INPUTS) throw invalidRequest(`Invalid 'input': expected 1 to ${MAX_INPUTS} strings.`, 'input', 'invalid_value');
+  if (input.some((s) => s.length === 0)) throw invalidRequest("Invalid 'input': an empty string cannot be embedded.", 'input', 'invalid_value');
+  storableDeep(input, 'input');
+  const format = body.encoding_format ?? 'float';
+  if (format !== 'float' && format !== 'base64') throw invalidRequest("Invalid value for 'encoding_format': expected 'float' or 'base64'.", 'encoding_format', 'invalid_value');
+  if (given(body.dimensions)) {
+    throw invalidRequest("Unsupported parameter: 'dimensions' is not supported by this network (the nodes' backends do not all honour it); vectors come in the model's own size.", 'dimensions', 'unsupported_parameter');
+  }
+  const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
+  return {
+    base64: format === 'base64',
+    job: {
+      model: body.model,
+      messages: input.map((content) => ({ role: 'user', content })),
+      maxTokens: 0,
+      temperature: OPENAI_DEFAULT_TEMPERATURE,
+      params: { input },
+      needs: CAPABILITIES.embeddings,
+      seed: undefined,
+      stream: false,
+      includeUsage: false,
+      timeoutSeconds: timeout ?? limits.defaultTimeout,
+    },
+  };
+}
+
+/** A base64 vector (little-endian float32s) as numbers. */
+function floats(vector: string): number[] {
+  const bytes = Buffer.from(vector, 'base64');
+  const out: number[] = [];
+  for (let at = 0; at + 4 <= bytes.length; at += 4) out.push(bytes.readFloatLE(at));
+  return out;
+}
+
+export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
+  const { limiters, metrics } = deps;
+  const { coordinator, options: { coordinator: c } } = deps.service;
+
+  const handler = async (req: FastifyRequest, reply: FastifyReply) => {
+    const owner = await authenticateUser(deps, req);
+    const { job, base64 } = parseEmbeddingsRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
+    if (!(await served.has(job.model))) {
+      metrics.completions.inc({ model: 'other', outcome: 'model_not_found' });
+      throw new OpenAIError(404, `The model '${job.model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
+    }
+    if (await served.missing(job.model, job.needs)) {
+      metrics.completions.inc({ model: job.model, outcome: 'capability_missing' });
+      throw new OpenAIError(400, `Unsupported parameter: embeddings need the capability 'embeddings', which no node serving '${job.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'input', 'unsupported_parameter');
+    }
+    const slot = `user:${owner}`;
+    if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });
+    const gone = new AbortController();
+    reply.raw.on('close', () => { if (!reply.raw.writableFinished) gone.abort(); });
+    try {
+      const jobId = await submitCompletion(coordinator, owner, job);
+      const outcome = await awaitCompletion(coordinator, owner, jobId, job, gone.signal);
+      metrics.completions.inc({ model: job.model, outcome: outcome.kind });
+      if (outcome.kind !== 'done') {
+        const f = failureError(outcome);
+        throw new OpenAIError(f.status, f.message, f.type, null, f.code);
+      }
+      const vectors = outcome.answer.embeddings;
+      if (vectors?.length !== job.messages.length) {
+        // The node's report has no vector per input (jobs/answer.ts keeps only well-formed ones).
+        throw new OpenAIError(502, `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`, 'server_error', null, 'job_failed');
+      }
+      const prompt = outcome.usage?.prompt_tokens ?? 0;
+      return {
+        object: 'list',
+        data: vectors.map((v, index) => ({ object: 'embedding', index, embedding: base64 ? v : floats(v) })),
+        model: job.model,
+        usage: { prompt_tokens: prompt, total_tokens: prompt },
+      };
+    } finally {
+      limiters.concurrent.leave(slot);
+    }
+  };
+
+  app.post('/v1/embeddings', limiters.completions ? { preHandler: limiters.completions } : {}, handler);
+}

@@ -1,0 +1,116 @@
+// Issue 28, POST /v1/embeddings with the official `openai` SDK, through the real app and the real
+// `ins worker` (in process) on stub backends that speak Ollama's (/api/embed, /api/show
+// `embedding`) and vLLM's (/v1/embeddings) wire (test/helpers/backends.ts): one job per batch,
+// answered as OpenAI's list of embeddings, as floats or base64; only nodes that declared
+// `embeddings` for the model get such a job — never one without it, never the seed's worker.
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { startFakeBackend, vectorOf, type FakeBackend } from './helpers/backends.js';
+import { startWorker, type InProcessWorker } from './helpers/worker.js';
+import { TestWorker } from './helpers/coordinator.js';
+
+const base64Of = (v: number[]) => Buffer.from(new Float32Array(v).buffer).toString('base64');
+
+describe.each(backends)('POST /v1/embeddings on $name', (db) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let client: OpenAI;
+  let url: string;
+  const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
+  const workers: InProcessWorker[] = [];
+
+  beforeAll(async () => {
+    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
+    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
+    for (const kind of ['ollama', 'vllm'] as const) {
+      fakes[kind] = await startFakeBackend(kind, [`${kind}-embed`]);
+      fakes[kind].showCapabilities = ['embedding'];
+      fakes[kind].embeds = true;
+      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
+    }
+  });
+  afterAll(async () => {
+    for (const w of workers) await w.stop();
+    for (const f of Object.values(fakes)) await f.close();
+    await t.close();
+  });
+
+  it('lists embeddings among the capabilities of models whose nodes declared it', async () => {
+    const caps = Object.fromEntries((await client.models.list()).data.map((m) => [m.id, (m as unknown as { capabilities: string[] }).capabilities]));
+    expect(caps['ollama-embed']).toContain('embeddings');
+    expect(caps['ollama-embed']).not.toContain('completions');
+    expect(caps['vllm-embed']).toContain('embeddings');
+  });
+
+  for (const kind of ['ollama', 'vllm'] as const) {
+    it(`${kind}: embeds one input as floats, with usage`, async () => {
+      const model = `${kind}-embed`;
+      const r = await client.embeddings.create({ model, input: 'hello there world', encoding_format: 'float' });
+      expect(r).toEqual({ object: 'list', model, data: [{ object: 'embedding', index: 0, embedding: vectorOf('hello there world') }], usage: { prompt_tokens: 3, total_tokens: 3 } });
+      expect(fakes[kind].requests.at(-1)).toMatchObject({ model, input: ['hello there world'] });
+    });
+
+    it(`${kind}: embeds several inputs in one job, in order, as base64 and as the SDK's default`, async () => {
+      const model = `${kind}-embed`;
+      const input = ['one', 'two words', 'and three words'];
+      const calls = fakes[kind].calls;
+      const b = await client.embeddings.create({ model, input, encoding_format: 'base64' });
+      expect(b.data.map((d) => d.embedding)).toEqual(input.map((text) => base64Of(vectorOf(text))));
+      expect(b.data.map((d) => d.index)).toEqual([0, 1, 2]);
+      expect(b.usage).toEqual({ prompt_tokens: 6, total_tokens: 6 });
+      expect(fakes[kind].calls).toBe(calls + 1);
+      expect(fakes[kind].requests.at(-1)).toMatchObject({ input });
+      // The SDK asks for base64 when the caller names no format, and decodes it.
+      const d = await client.embeddings.create({ model, input });
+      expect(d.data.map((x) => x.embedding)).toEqual(input.map(vectorOf));
+    });
+  }
+
+  it('refuses what it cannot honour by name, and a model nobody serves with 404; nothing is queued', async () => {
+    const cases: [Record<string, unknown>, number, string, string][] = [
+      [{ model: 'vllm-embed', input: 'x', dimensions: 2 }, 400, 'dimensions', 'unsupported_parameter'],
+      [{ model: 'vllm-embed', input: 'x', encoding_format: 'int8' }, 400, 'encoding_format', 'invalid_value'],
+      [{ model: 'vllm-embed', input: [] }, 400, 'input', 'invalid_value'],
+      [{ model: 'vllm-embed', input: ['a', ''] }, 400, 'input', 'invalid_value'],
+      [{ model: 'vllm-embed', input: [1, 2, 3] }, 400, 'input', 'invalid_type'],
+      [{ model: 'vllm-embed' }, 400, 'input', 'missing_required_parameter'],
+      [{ model: 'nobody-serves-it', input: 'x' }, 404, 'model', 'model_not_found'],
+    ];
+    for (const [body, status, param, code] of cases) {
+      const e = await client.embeddings.create(body as never).catch((x: unknown) => x);
+      expect(e, JSON.stringify(body)).toBeInstanceOf(OpenAI.APIError);
+      expect(e, JSON.stringify(body)).toMatchObject({ status, param, code });
+    }
+    const queued = await t.db.query<{ n: number }>(sql('t_embeddings_queued', "SELECT count(*)::int AS n FROM jobs WHERE state = 'queued'"));
+    expect(queued).toEqual([{ n: 0 }]);
+  });
+
+  it('gives the job only to a node that declared embeddings: never to one without it, never to the seed\'s worker; none online: 400 at once', async () => {
+    const without = await startFakeBackend('ollama', ['shared-model']); // lists completion and tools, not embedding
+    const withIt = await startFakeBackend('ollama', ['shared-model']);
+    withIt.showCapabilities = ['embedding'];
+    const nodes = [await startWorker({ server: url, node: 'no-embeddings', key: await t.addNode('no-embeddings'), backend: 'ollama', backendUrl: without.url })];
+    const seed = await new TestWorker(t.app, 'seed-node', await t.addNode('seed-node')).start(['shared-model']);
+    try {
+      const refused = await client.embeddings.create({ model: 'shared-model', input: 'x' }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(refused).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'input' });
+      nodes.push(await startWorker({ server: url, node: 'embeddings-node', key: await t.addNode('embeddings-node'), backend: 'ollama', backendUrl: withIt.url }));
+      const polled = seed.getJob(3);
+      for (let i = 0; i < 3; i++) {
+        const r = await client.embeddings.create({ model: 'shared-model', input: [`text ${i}`], encoding_format: 'float' });
+        expect(r.data[0]!.embedding).toEqual(vectorOf(`text ${i}`));
+      }
+      expect(await polled).toBeNull();
+      expect(without.requests.filter((r) => 'input' in r)).toEqual([]);
+      expect(withIt.requests.filter((r) => 'input' in r)).toHaveLength(3);
+    } finally {
+      for (const n of nodes) await n.stop();
+      await without.close();
+      await withIt.close();
+    }
+  });
+});
