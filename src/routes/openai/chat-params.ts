@@ -130,17 +130,21 @@ function toolChoice(v: unknown, names: Set<string>): ChatParams['tool_choice'] {
   throw invalidRequest("Invalid 'tool_choice': expected none, auto, required or {type: 'function', function: {name}}.", 'tool_choice', 'invalid_value');
 }
 
-/**
- * The parameters beyond the seed's fields, and the capabilities they need. `toolMessages`:
- * some message carries tool calls or is a tool's answer (the messages are then kept whole).
- */
-export function parseChatParams(body: Record<string, unknown>, toolMessages: boolean): { params: ChatParams; needs: number } {
-  for (const [name, refused] of Object.entries(REFUSED)) {
-    if (given(body[name]) && refused(body[name])) {
+/** Refuses, by name, each field of `refused` that is given other than as its no-op value. */
+export function refuseFields(body: Record<string, unknown>, refused: Readonly<Record<string, (v: unknown) => boolean>>): void {
+  for (const [name, isRefused] of Object.entries(refused)) {
+    if (given(body[name]) && isRefused(body[name])) {
       throw invalidRequest(`Unsupported parameter: '${name}' is not supported by this network (docs/openai.md lists what is).`, name, 'unsupported_parameter');
     }
   }
-  const params: ChatParams = {};
+}
+
+/**
+ * The sampling fields chat and text completions share, into `params`: `temperature` when given
+ * (absent stays absent), and `top_p`, `stop` and the penalties, which need the `sampling`
+ * capability. Answers the capability bits they need.
+ */
+export function samplingParams(body: Record<string, unknown>, params: ChatParams): number {
   let needs = 0;
   const temperature = number(body, 'temperature', 0, 2, false);
   if (temperature !== undefined) params.temperature = temperature;
@@ -155,6 +159,17 @@ export function parseChatParams(body: Record<string, unknown>, toolMessages: boo
     Object.assign(params, { [k]: v });
     needs |= CAPABILITIES.sampling;
   }
+  return needs;
+}
+
+/**
+ * The parameters beyond the seed's fields, and the capabilities they need. `toolMessages`:
+ * some message carries tool calls or is a tool's answer (the messages are then kept whole).
+ */
+export function parseChatParams(body: Record<string, unknown>, toolMessages: boolean): { params: ChatParams; needs: number } {
+  refuseFields(body, REFUSED);
+  const params: ChatParams = {};
+  let needs = samplingParams(body, params);
   const format = responseFormat(body.response_format);
   if (format) {
     params.response_format = format;

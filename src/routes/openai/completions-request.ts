@@ -10,7 +10,7 @@ import { MalformedJson } from '../../validation/pydantic.js';
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatParams } from '../../jobs/request.js';
 import { invalidRequest } from './errors.js';
-import { given, isObject, number, stop, storableDeep } from './chat-params.js';
+import { given, isObject, number, refuseFields, samplingParams, storableDeep } from './chat-params.js';
 import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 
 /** OpenAI's completions fields the network cannot honour, refused when given other than as their no-op value. */
@@ -47,36 +47,19 @@ export function parseCompletionsRequest(body: unknown, limits: { defaultTimeout:
   const text = prompt(body.prompt);
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
-  for (const [name, refused] of Object.entries(REFUSED)) {
-    if (given(body[name]) && refused(body[name])) {
-      throw invalidRequest(`Unsupported parameter: '${name}' is not supported by this network (docs/openai.md lists what is).`, name, 'unsupported_parameter');
-    }
-  }
+  refuseFields(body, REFUSED);
   if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
   const options = body.stream_options;
   if (given(options) && !isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
   const params: ChatParams = { prompt: text };
-  let needs: number = CAPABILITIES.completions;
-  const temperature = number(body, 'temperature', 0, 2, false);
-  if (temperature !== undefined) params.temperature = temperature;
-  const sampling = {
-    top_p: number(body, 'top_p', 0, 1, false),
-    stop: stop(body.stop),
-    presence_penalty: number(body, 'presence_penalty', -2, 2, false),
-    frequency_penalty: number(body, 'frequency_penalty', -2, 2, false),
-  };
-  for (const [k, v] of Object.entries(sampling)) {
-    if (v === undefined) continue;
-    Object.assign(params, { [k]: v });
-    needs |= CAPABILITIES.sampling;
-  }
+  const needs = CAPABILITIES.completions | samplingParams(body, params);
   const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
   return {
     model: body.model,
     messages: [{ role: 'user', content: text }],
     // OpenAI's default for completions is 16 tokens; 0 lets the node's default apply, as for chat without max_tokens.
     maxTokens: number(body, 'max_tokens', 1, 10_000_000, true) ?? 0,
-    temperature: temperature ?? OPENAI_DEFAULT_TEMPERATURE,
+    temperature: params.temperature ?? OPENAI_DEFAULT_TEMPERATURE,
     params,
     needs,
     seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
