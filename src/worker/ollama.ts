@@ -15,6 +15,7 @@
 import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
+import type { HttpResponse } from './http.js';
 
 const CONTINUES_SINCE = '0.2.8';
 
@@ -82,26 +83,14 @@ export class Ollama implements Backend {
       return { content: body.message?.content ?? '', usage: usage(body), ...extras(body) };
     }
     let content = '';
-    let last: Line = {};
-    let buffer = '';
-    for await (const text of res.chunks()) {
-      buffer += text;
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
-        const line = buffer.slice(0, nl).trim();
-        buffer = buffer.slice(nl + 1);
-        if (!line) continue;
-        last = JSON.parse(line) as Line;
-        if (last.error) throw new BackendError(`ollama: ${last.error}`);
-        gather(last);
-        const delta = last.message?.content ?? '';
-        if (delta) {
-          content += delta;
-          onDelta(delta);
-        }
+    const last = await streamLines<Line>(res, (l) => {
+      gather(l);
+      const delta = l.message?.content ?? '';
+      if (delta) {
+        content += delta;
+        onDelta(delta);
       }
-    }
-    if (!last.done) throw new BackendError('ollama: the answer ended before done');
+    });
     return { content, usage: usage(last), ...extras(last) };
   }
 
@@ -121,24 +110,12 @@ export class Ollama implements Backend {
       return answer(body.response ?? '', body);
     }
     let content = '';
-    let last: Line = {};
-    let buffer = '';
-    for await (const text of res.chunks()) {
-      buffer += text;
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
-        const line = buffer.slice(0, nl).trim();
-        buffer = buffer.slice(nl + 1);
-        if (!line) continue;
-        last = JSON.parse(line) as Line;
-        if (last.error) throw new BackendError(`ollama: ${last.error}`);
-        if (last.response) {
-          content += last.response;
-          onDelta(last.response);
-        }
+    const last = await streamLines<Line>(res, (l) => {
+      if (l.response) {
+        content += l.response;
+        onDelta(l.response);
       }
-    }
-    if (!last.done) throw new BackendError('ollama: the answer ended before done');
+    });
     return answer(content, last);
   }
 
@@ -151,4 +128,27 @@ export class Ollama implements Backend {
     if (body.error) throw new BackendError(`ollama: ${body.error}`);
     return { content: '', usage: { prompt_tokens: count(body.prompt_eval_count), completion_tokens: 0 }, embeddings: vectorsOf(body.embeddings, input.length, 'ollama /api/embed') };
   }
+}
+
+/**
+ * Reads a streamed Ollama answer (one JSON object a line), handing each line to `each`; answers
+ * the last one, which must be `done` (a stream cut before it is the backend's failure).
+ */
+async function streamLines<L extends { done?: boolean; error?: string }>(res: HttpResponse, each: (line: L) => void): Promise<L> {
+  let last: L | undefined;
+  let buffer = '';
+  for await (const text of res.chunks()) {
+    buffer += text;
+    let nl: number;
+    while ((nl = buffer.indexOf('\n')) >= 0) {
+      const line = buffer.slice(0, nl).trim();
+      buffer = buffer.slice(nl + 1);
+      if (!line) continue;
+      last = JSON.parse(line) as L;
+      if (last.error) throw new BackendError(`ollama: ${last.error}`);
+      each(last);
+    }
+  }
+  if (!last?.done) throw new BackendError('ollama: the answer ended before done');
+  return last;
 }
