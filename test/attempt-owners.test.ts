@@ -35,7 +35,12 @@ describe.each(backends)('attempt owners on $name', (backend) => {
   const worker = async (model: string, name = `owner-node-${++nodes}`) => new TestWorker(t.app, name, await t.addNode(name)).start([model]);
   const reportWith = (w: TestWorker, job: Job, content: string, status: 'success' | 'error', usage?: Record<string, number>) =>
     w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content } }, status, ...(usage ? { usage } : {}) });
-  const tokensUsed = async () => (await t.app.inject({ method: 'GET', url: '/usage', headers: { api_key: userKey } })).json<{ used: { tokens: number } }>().used.tokens;
+  // What the owner has used once finished jobs are settled (the settler, src/usage/settle.ts, runs
+  // on a timer in a server; a test settles by hand).
+  const tokensUsed = async () => {
+    await t.app.service.usage.settle();
+    return (await t.app.inject({ method: 'GET', url: '/usage', headers: { api_key: userKey } })).json<{ used: { tokens: number } }>().used.tokens;
+  };
   const strikes = async (node: string) => (await q<{ kind: string }>(`t_strikes_${node}`, 'SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1 ORDER BY s.id', [node])).map((s) => s.kind);
   const stream = (jobId: string) => q('t_stream', "UPDATE jobs SET request = request || '{\"stream\": true}' WHERE id = $1::uuid", [jobId]);
   /** The first job a worker gets, polling until one comes (a copy is queued off the request path). */
