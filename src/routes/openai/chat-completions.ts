@@ -56,11 +56,8 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const owner = await authenticateUser(deps, req);
     const chat = parseChatRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
-    if (!(await served.has(chat.model))) {
-      // Not a model the network serves: one series for all such names, however many are made up.
-      metrics.completions.inc({ model: 'other', outcome: 'model_not_found' });
-      throw new OpenAIError(404, `The model '${chat.model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
-    }
+    // Not a model the network serves: one series for all such names, however many are made up.
+    await served.requireServed(chat.model, () => metrics.completions.inc({ model: 'other', outcome: 'model_not_found' }));
     // A job no online node of the model could run would wait for its deadline: refused at once.
     const missing = await served.missing(chat.model, chat.needs);
     if (missing) {

@@ -24,10 +24,7 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const owner = await authenticateUser(deps, req);
     const request = parseCompletionsRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
-    if (!(await served.has(request.model))) {
-      metrics.completions.inc({ model: 'other', outcome: 'model_not_found' });
-      throw new OpenAIError(404, `The model '${request.model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
-    }
+    await served.requireServed(request.model, () => metrics.completions.inc({ model: 'other', outcome: 'model_not_found' }));
     const missing = await served.missing(request.model, request.needs);
     if (missing) {
       metrics.completions.inc({ model: request.model, outcome: 'capability_missing' });

@@ -73,10 +73,7 @@ export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModel
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const owner = await authenticateUser(deps, req);
     const { job, base64 } = parseEmbeddingsRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
-    if (!(await served.has(job.model))) {
-      metrics.completions.inc({ model: 'other', outcome: 'model_not_found' });
-      throw new OpenAIError(404, `The model '${job.model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
-    }
+    await served.requireServed(job.model, () => metrics.completions.inc({ model: 'other', outcome: 'model_not_found' }));
     if (await served.missing(job.model, job.needs)) {
       metrics.completions.inc({ model: job.model, outcome: 'capability_missing' });
       throw new OpenAIError(400, `Unsupported parameter: embeddings need the capability 'embeddings', which no node serving '${job.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'input', 'unsupported_parameter');

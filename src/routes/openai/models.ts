@@ -41,6 +41,16 @@ export class ServedModels {
   }
 
   /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node can do the job. */
+  /**
+   * Nothing when some online node serves the model now; else OpenAI's 404 `model_not_found`,
+   * once `counted` has told the metrics (a job for it would wait for a node that may never come).
+   */
+  async requireServed(model: string, counted: () => void): Promise<void> {
+    if (await this.has(model)) return;
+    counted();
+    throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
+  }
+
   async missing(model: string, needs: number): Promise<number> {
     if (needs === 0) return 0;
     const lacks = (caps: Map<string, number>) => needs & ~(caps.get(model) ?? 0);
