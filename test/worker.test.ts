@@ -134,9 +134,11 @@ describe('ins worker', () => {
 
   it('on SIGTERM finishes the job in flight, reports it, deregisters and exits 0', async () => {
     const b = await backend('openai', ['slow-model']);
-    // The answer waits until the worker has been told to stop.
-    b.pauseAfter = 0;
     const w = await worker('leaving-node', b);
+    // The answer waits until the worker has been told to stop. Set once the worker has declared
+    // its models: its start-up probe of tool support (a chat call, src/worker/openai-compatible.ts)
+    // must not be the paused call this test takes for the job.
+    b.pauseAfter = 0;
     const jobId = await submit('slow-model', 'last one');
     await until('the backend to get the job', () => b.paused === 1);
     w.child.kill('SIGTERM');

@@ -23,9 +23,9 @@ import { createParser } from 'eventsource-parser';
 import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
+import { scoreVllm } from './score-http.js';
 
 const PROBE_TOOL = { type: 'function', function: { name: 'ins_probe', description: 'A probe of tool support.', parameters: { type: 'object', properties: {} } } };
-import { scoreVllm } from './score-http.js';
 
 export type Dialect = 'vllm' | 'llamacpp' | 'plain';
 
