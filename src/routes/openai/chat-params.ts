@@ -5,7 +5,7 @@
 // them (ranges, types), so a node never gets one its backend would refuse for its form alone.
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatParams } from '../../jobs/request.js';
-import { isUnstorable, NUL_ERROR } from '../../validation/pydantic.js';
+import { isUnstorable, MalformedJson, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
 
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -41,6 +41,20 @@ export function storableDeep(v: unknown, param: string): void {
       storableDeep(x, param);
     }
   }
+}
+
+/**
+ * An OpenAI request body: a JSON object naming a `model` (1–256 characters PostgreSQL can store),
+ * else OpenAI's 400 — chat completions, text completions and embeddings alike.
+ */
+export function requestBody(body: unknown): Record<string, unknown> & { model: string } {
+  if (body instanceof MalformedJson || !isObject(body)) {
+    throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
+  }
+  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
+  if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
+  storableDeep(body.model, 'model');
+  return body as Record<string, unknown> & { model: string };
 }
 
 export function number(body: Record<string, unknown>, name: string, min: number, max: number, integer: boolean): number | undefined {

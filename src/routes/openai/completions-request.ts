@@ -6,11 +6,10 @@
 // request: an array of several is refused like `n` > 1 (each would be a job of its own, and the
 // answer's choices would come from different nodes at different times). Fields the network
 // cannot honour are refused by name (`unsupported_parameter`), never dropped.
-import { MalformedJson } from '../../validation/pydantic.js';
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatParams } from '../../jobs/request.js';
 import { invalidRequest } from './errors.js';
-import { given, isObject, number, refuseFields, samplingParams, storableDeep } from './chat-params.js';
+import { given, isObject, number, refuseFields, requestBody, samplingParams, storableDeep } from './chat-params.js';
 import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 
 /** OpenAI's completions fields the network cannot honour, refused when given other than as their no-op value. */
@@ -37,13 +36,8 @@ function prompt(v: unknown): string {
 }
 
 /** A completions request as a job: ChatRequest's shape, so that it is submitted and awaited as a chat completion is. */
-export function parseCompletionsRequest(body: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
-  if (body instanceof MalformedJson || !isObject(body)) {
-    throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
-  }
-  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
-  if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
-  storableDeep(body.model, 'model');
+export function parseCompletionsRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
+  const body = requestBody(raw);
   const text = prompt(body.prompt);
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');

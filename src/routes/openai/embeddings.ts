@@ -8,10 +8,9 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
-import { MalformedJson } from '../../validation/pydantic.js';
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import { invalidRequest, OpenAIError } from './errors.js';
-import { given, isObject, number, storableDeep } from './chat-params.js';
+import { given, number, requestBody, storableDeep } from './chat-params.js';
 import { awaitCompletion, failureError, submitCompletion } from './completion.js';
 import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 import type { ServedModels } from './models.js';
@@ -22,11 +21,8 @@ const MAX_INPUTS = 2048;
 
 export interface EmbeddingsRequest { job: ChatRequest; base64: boolean }
 
-export function parseEmbeddingsRequest(body: unknown, limits: { defaultTimeout: number; maxTimeout: number }): EmbeddingsRequest {
-  if (body instanceof MalformedJson || !isObject(body)) throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
-  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
-  if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
-  storableDeep(body.model, 'model');
+export function parseEmbeddingsRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }): EmbeddingsRequest {
+  const body = requestBody(raw);
   if (!given(body.input)) throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
   const input = typeof body.input === 'string' ? [body.input] : body.input;
   if (!Array.isArray(input) || !input.every((s) => typeof s === 'string')) {

@@ -5,9 +5,9 @@
 // unknown fields are accepted and ignored. Messages may be tool calls and tools' answers (kept
 // whole in the job's params); images, audio and files are refused. Text PostgreSQL cannot store
 // (NUL, unpaired surrogates) is refused here as on every other route, before anything is queued.
-import { isUnstorable, MalformedJson, NUL_ERROR } from '../../validation/pydantic.js';
+import { isUnstorable, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
-import { given, isObject, number, parseChatParams, storableDeep } from './chat-params.js';
+import { given, isObject, number, parseChatParams, requestBody, storableDeep } from './chat-params.js';
 import type { ChatMessage, ChatParams, PlainMessage, ToolCall } from '../../jobs/request.js';
 
 export interface ChatRequest {
@@ -95,13 +95,8 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
   return { plain, whole: tools ? whole : undefined };
 }
 
-export function parseChatRequest(body: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
-  if (body instanceof MalformedJson || !isObject(body)) {
-    throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
-  }
-  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
-  if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
-  storable(body.model, 'model');
+export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
+  const body = requestBody(raw);
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
   if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
