@@ -18,7 +18,7 @@ import { EventEmitter } from 'node:events';
 import { chmodSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { PGlite, parse, protocol } from '@electric-sql/pglite';
-import { templateFor } from './pglite-template.js';
+import { unpackTemplate } from './pglite-template.js';
 import { StatementObservers, type Database, type Queryable, type Sql } from './database.js';
 
 interface PgliteLike {
@@ -120,22 +120,27 @@ function tightenModes(dir: string): void {
   }
 }
 
+/** int8 as JS numbers, as in db/pg.ts. */
+export const PGLITE_OPTIONS = { parsers: { 20: (v: string) => Number(v) } };
+
 /** dataDir undefined → in memory (tests). */
 export async function openPglite(dataDir?: string): Promise<Database> {
-  // A new data directory is unpacked from the build's template rather than made by initdb (db/pglite-template.ts).
-  const template = dataDir ? templateFor(dataDir) : undefined;
-  const db = await PGlite.create(dataDir, {
-    // int8 as JS numbers, as in db/pg.ts.
-    parsers: { 20: (v: string) => Number(v) },
-    ...(template ? { loadDataDir: template } : {}),
-  });
+  // A new data directory is unpacked from the build's template, migrated already, rather than
+  // made by initdb (db/pglite-template.ts).
+  if (dataDir) unpackTemplate(dataDir);
+  const db = await PGlite.create(dataDir, PGLITE_OPTIONS);
   if (dataDir) tightenModes(dataDir);
+  return wrapPglite(db, dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory');
+}
+
+/** A Database over a PGlite this module did not open (the build's template, scripts/build-pgdata.ts). */
+export function wrapPglite(db: PGlite, description: string): Database {
   const observers = new StatementObservers();
   const named = new NamedStatements(db);
   const base = wrap(db, named, false, observers);
   return {
     kind: 'pglite',
-    description: dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory',
+    description,
     query: (s, values) => base.query(s, values),
     exec: (text) => base.exec(text),
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {

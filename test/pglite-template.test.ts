@@ -1,0 +1,55 @@
+// A new embedded data directory is unpacked from the build's template (src/db/pglite-template.ts):
+// migrated already, tight modes, and recovered after an interrupted unpacking.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadMigrations, migrate } from '../src/db/migrate.js';
+import { openPglite } from '../src/db/pglite.js';
+import { templatePath, unpackTemplate } from '../src/db/pglite-template.js';
+import { ROOT } from './helpers/process.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'ins-template-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('the embedded database template', () => {
+  beforeAll(() => {
+    // `npm ci` builds it (the prepare script); a checkout whose migrations changed since needs a new one.
+    if (!existsSync(templatePath())) execFileSync(process.execPath, ['--import', 'tsx', 'scripts/build-pgdata.ts'], { cwd: ROOT, stdio: 'ignore' });
+  }, 120_000);
+
+  it('holds every migration: a new data directory opens with none left to run', async () => {
+    const data = path.join(dir, 'new');
+    mkdirSync(data);
+    expect(unpackTemplate(data)).toBe(true);
+    expect(unpackTemplate(data)).toBe(false); // a cluster is there: never unpacked over
+    const db = await openPglite(data);
+    try {
+      expect(await migrate(db)).toEqual([]);
+      const rows = await db.query<{ version: number }>({ name: 't_versions', text: 'SELECT version FROM schema_migrations ORDER BY version' });
+      expect(rows.map((r) => r.version)).toEqual(loadMigrations().map((m) => m.version));
+    } finally {
+      await db.close();
+    }
+    // Nothing readable by others, as after initdb (db/pglite.ts tightens the modes).
+    expect(statSync(path.join(data, 'PG_VERSION')).mode & 0o027).toBe(0);
+  }, 120_000);
+
+  it('starts again after an interrupted unpacking', async () => {
+    const data = path.join(dir, 'interrupted');
+    // What a killed unpacking leaves: part of the files, in staging or moved, and no PG_VERSION.
+    mkdirSync(path.join(data, '.template-unpacking', 'base'), { recursive: true });
+    writeFileSync(path.join(data, '.template-unpacking', 'base', 'junk'), 'x');
+    mkdirSync(path.join(data, 'global'));
+    writeFileSync(path.join(data, 'global', 'pg_control'), 'half');
+    const db = await openPglite(data);
+    try {
+      expect(await migrate(db)).toEqual([]);
+      expect(await db.query<{ one: number }>({ name: 't_one', text: 'SELECT 1 AS one' })).toEqual([{ one: 1 }]);
+    } finally {
+      await db.close();
+    }
+    expect(readdirSync(data)).not.toContain('.template-unpacking');
+  }, 120_000);
+});
