@@ -11,6 +11,7 @@
 // - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts);
 // - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts).
 // Every size is a flag (--help).
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
 import { dispatchScenario } from './dispatch.js';
@@ -58,6 +59,7 @@ const { values: flags } = parseArgs({
     'closing-results': { type: 'string', default: '1000000' },
     queued: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '5' },
+    profile: { type: 'string' },
     help: { type: 'boolean' },
   },
 });
@@ -79,6 +81,8 @@ if (flags.help) {
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
+--profile DIR: every server the scenario starts writes a V8 CPU profile into DIR (node --cpu-prof), one file
+per server in start order; \`npx tsx bench/profile-table.ts --jobs N FILE...\` sums them into a table.
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -87,6 +91,8 @@ in bench-results/) and reuses them on the next run with the same sizes, skipping
 }
 
 const num = (k: keyof typeof flags): number => Number(flags[k]);
+// Servers are started by bench/common.ts startServer, which passes these to node.
+if (flags.profile) process.env.BENCH_SERVER_NODE_ARGS = `${process.env.BENCH_SERVER_NODE_ARGS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(flags.profile)}`.trim();
 const common = { duration: num('duration'), warmup: num('warmup'), backends: flags.backends, databaseUrl: flags['database-url'], out: flags.out };
 
 async function main(): Promise<void> {
