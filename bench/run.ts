@@ -60,6 +60,7 @@ const { values: flags } = parseArgs({
     queued: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '5' },
     profile: { type: 'string' },
+    'statement-log': { type: 'boolean', default: false },
     help: { type: 'boolean' },
   },
 });
@@ -81,6 +82,8 @@ if (flags.help) {
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
+--statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
+= 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
 --profile DIR: every server the scenario starts writes a V8 CPU profile into DIR (node --cpu-prof), one file
 per server in start order; \`npx tsx bench/profile-table.ts --jobs N FILE...\` sums them into a table.
 PostgreSQL runs create and drop their own database on the server of --database-url (default
@@ -91,6 +94,7 @@ in bench-results/) and reuses them on the next run with the same sizes, skipping
 }
 
 const num = (k: keyof typeof flags): number => Number(flags[k]);
+if (flags['statement-log']) process.env.BENCH_LOG_STATEMENTS = '1';
 // Servers are started by bench/common.ts startServer, which passes these to node.
 if (flags.profile) process.env.BENCH_SERVER_NODE_ARGS = `${process.env.BENCH_SERVER_NODE_ARGS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(flags.profile)}`.trim();
 const common = { duration: num('duration'), warmup: num('warmup'), backends: flags.backends, databaseUrl: flags['database-url'], out: flags.out };
