@@ -68,6 +68,9 @@ export async function freshDatabase(backend: Backend, databaseUrl: string, name:
   }
   await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   await adminQuery(databaseUrl, `CREATE DATABASE ${name}`);
+  // --statement-log (bench/run.ts): PostgreSQL logs every statement's duration in this database
+  // only (a setting of the database, no restart), for bench/statement-log.ts to sum by statement.
+  if (process.env.BENCH_LOG_STATEMENTS) await adminQuery(databaseUrl, `ALTER DATABASE ${name} SET log_min_duration_statement = 0`);
   env.DATABASE_URL = databaseUrlOf(databaseUrl, name);
   return { env, cleanup: async () => { await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`); } };
 }

@@ -9,8 +9,10 @@
 // - lease-plan: jobs_lease planned anew at each execution against one generic plan, with a deep backlog (bench/lease-plan.ts);
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
 // - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts);
+// - request-cost: the server's CPU per request of the job cycle's commonest requests, against another checkout (bench/request-cost.ts);
 // - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts).
 // Every size is a flag (--help).
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
 import { dispatchScenario } from './dispatch.js';
@@ -23,6 +25,7 @@ import { fairScenario } from './fair.js';
 import { retentionScenario } from './retention.js';
 import { pollsScenario } from './polls.js';
 import { cliScenario } from './cli.js';
+import { requestCostScenario } from './request-cost.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -58,11 +61,15 @@ const { values: flags } = parseArgs({
     'closing-results': { type: 'string', default: '1000000' },
     queued: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '5' },
+    requests: { type: 'string', default: '20000' },
+    current: { type: 'string' },
+    profile: { type: 'string' },
+    'statement-log': { type: 'boolean', default: false },
     help: { type: 'boolean' },
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|cli] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|cli] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -78,7 +85,13 @@ if (flags.help) {
   ledger:    [--results N (credits of the closed day)] [--nodes N] [--models N] [--keep] (PostgreSQL)
   retention: [--jobs N (3000000: total_job_count's history)] [--window S (20: retention's window in the soak)]
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
+  request-cost: server CPU per request (pending poll, empty get_job, submit): [--requests N (20000 a kind)] [--runs N (5)] [--baseline DIR]
+             [--current DIR (another built checkout in this one's place)] (PostgreSQL)
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
+--statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
+= 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
+--profile DIR: every server the scenario starts writes a V8 CPU profile into DIR (node --cpu-prof), one file
+per server in start order; \`npx tsx bench/profile-table.ts --jobs N FILE...\` sums them into a table.
 PostgreSQL runs create and drop their own database on the server of --database-url (default
 BENCH_DATABASE_URL or postgresql://postgres@127.0.0.1:5432/test).
 endpoints --keep keeps the imported databases (PostgreSQL database ins_bench_<sizes>, embedded one
@@ -87,6 +100,9 @@ in bench-results/) and reuses them on the next run with the same sizes, skipping
 }
 
 const num = (k: keyof typeof flags): number => Number(flags[k]);
+if (flags['statement-log']) process.env.BENCH_LOG_STATEMENTS = '1';
+// Servers are started by bench/common.ts startServer, which passes these to node.
+if (flags.profile) process.env.BENCH_SERVER_NODE_ARGS = `${process.env.BENCH_SERVER_NODE_ARGS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(flags.profile)}`.trim();
 const common = { duration: num('duration'), warmup: num('warmup'), backends: flags.backends, databaseUrl: flags['database-url'], out: flags.out };
 
 async function main(): Promise<void> {
@@ -124,10 +140,12 @@ async function main(): Promise<void> {
       return retentionScenario({
         databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
       });
+    case 'request-cost':
+      return requestCostScenario({ databaseUrl: flags['database-url'], baseline: flags.baseline, requests: num('requests'), runs: num('runs'), out: flags.out, current: flags.current });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention or cli)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost or cli)`);
   }
 }
 

@@ -138,7 +138,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   });
 
   const limiters = await registerRateLimits(app, opts.rateLimits ?? NO_RATE_LIMITS);
-  await registerCors(app, opts.corsOrigins ?? DEFAULT_CORS_ORIGINS);
+  registerCors(app, opts.corsOrigins ?? DEFAULT_CORS_ORIGINS);
   // The domain, composed apart from HTTP (src/service.ts); the metrics observe it.
   const service = await Service.start(opts.db, {
     coordinator: { ...DEFAULT_COORDINATOR, ...opts.coordinator },

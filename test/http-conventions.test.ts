@@ -105,6 +105,8 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
     for (const path of ['/worker/update_result', '/unique_nodes?model_name=x', '/healthz']) {
       const res = await fetch(`${url}${path}`, { headers: { origin } });
       expect(res.headers.get('access-control-allow-origin'), path).toBeNull();
+      // Nor Vary: Origin, which the worker wire never had (their answers do not depend on it).
+      expect(res.headers.get('vary'), path).toBeNull();
     }
     const otherPre = await fetch(`${url}/worker/update_result`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST' } });
     expect(otherPre.status).toBe(405);

@@ -8,15 +8,36 @@ import pRetry from 'p-retry';
 import { isUnavailable } from './errors.js';
 
 export const OUTAGE_BUDGET_MS = 5_000;
+const RETRIES = 20;
 
-export function rideOutage<T>(attempt: () => Promise<T>, budgetMs = OUTAGE_BUDGET_MS): Promise<T> {
-  return pRetry(attempt, {
-    retries: 20,
+export async function rideOutage<T>(attempt: () => Promise<T>, budgetMs = OUTAGE_BUDGET_MS): Promise<T> {
+  // The first attempt runs bare: get_job and update_result come here on every call, and
+  // p-retry builds its schedule of 20 randomised timeouts per call (0.08 ms of the server's CPU
+  // per job in the dispatch bench's profile, docs/benchmarks.md). Only once the database has
+  // failed does the backoff start, with the budget that is left.
+  const started = Date.now();
+  let failed: unknown;
+  try {
+    return await attempt();
+  } catch (err) {
+    if (!isUnavailable(err)) throw err;
+    failed = err;
+  }
+  // p-retry's own first attempt is the failure already seen: it waits its first timeout before
+  // running the attempt again, as it did when it ran the first one itself.
+  return pRetry(() => {
+    if (failed === undefined) return attempt();
+    const err = failed;
+    failed = undefined;
+    // eslint-disable-next-line @typescript-eslint/only-throw-error -- the attempt's own error, rethrown as it came
+    throw err;
+  }, {
+    retries: RETRIES,
     minTimeout: 100,
     maxTimeout: 1_000,
     factor: 2,
     randomize: true,
-    maxRetryTime: budgetMs,
+    maxRetryTime: Math.max(0, budgetMs - (Date.now() - started)),
     shouldRetry: (err) => isUnavailable(err),
   });
 }
