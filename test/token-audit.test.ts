@@ -63,7 +63,7 @@ describe.each(backends)('score checks on $name', (backend) => {
   const evidence = async (node: string) => (await q<{ scored: number; copied: number; answers: number; flags: number }>('t_evidence', `SELECT e.scored, e.copied, e.answers, e.flags
     FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = $1::text`, [node]))[0];
   const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = 20_000) => {
+  const until = async (what: string, ok: () => Promise<boolean>, ms = 60_000) => {
     for (const end = Date.now() + ms; Date.now() < end; await sleep(25)) if (await ok()) return;
     throw new Error(`timed out waiting for ${what}`);
   };
@@ -84,7 +84,7 @@ describe.each(backends)('score checks on $name', (backend) => {
   };
   const only = (workers: Map<string, TestWorker>, ...names: string[]) => new Map(names.map((n) => [n, workers.get(n)!]));
 
-  it('gives a scorer the audited request and answer, never a session without `score`; answers in line are agreements', async () => {
+  it('gives a scorer the audited request and answer, never a session without `score`; answers in line are agreements', { timeout: 120_000 }, async () => {
     const { user, workers } = await start(['scorer'], ['node', 'seed-worker']);
     const id = await user.submit(MODEL, 'tell me about tides', { temperature: 0.8, seed: 77, max_output: 40 });
     const first = (await workers.get('node')!.getJob())!;
@@ -114,7 +114,7 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(agreements?.n).toBeGreaterThanOrEqual(own!.n);
   });
 
-  it('suspends a node whose answers two scorers find foreign at its third, and reverses its points', async () => {
+  it('suspends a node whose answers two scorers find foreign at its third, and reverses its points', { timeout: 120_000 }, async () => {
     const { user, workers } = await start(['scorer-1', 'scorer-2'], ['impostor']);
     for (let i = 0; i < 6; i++) await user.submit(MODEL, `question ${i}: what is a river?`, { temperature: i % 2 ? 0 : 0.8 });
     await serve(only(workers, 'impostor'), () => true, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 6);
@@ -144,7 +144,7 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(text.stdout.join('\n')).toContain(`token-level checks of ${MODEL}: 6 jobs scored, 0 checked the weaker way`);
   });
 
-  it('moves the test of a scorer a second scorer contradicts, not the audited node\'s', async () => {
+  it('moves the test of a scorer a second scorer contradicts, not the audited node\'s', { timeout: 120_000 }, async () => {
     const { user, workers } = await start(['liar', 'scorer'], ['node']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
     await serve(only(workers, 'node'), () => false, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4);
@@ -155,9 +155,14 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(await standing('node')).toBe('trusted');
     expect((await strikes('liar')).map((x) => x.kind)).toEqual(['impostor']);
     expect(await standing('liar')).toBe('suspended');
+    // The node keeps every point; the liar loses its own, its lying checks among them.
+    expect(await pointsOf('node')).toBe(4);
+    expect(await pointsOf('liar')).toBe(0);
+    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+    expect(stored).toEqual(recomputed);
   });
 
-  it('without a scorer online copies temperature-0 jobs as before, counted as checked the weaker way, and leaves sampled ones', async () => {
+  it('without a scorer online copies temperature-0 jobs as before, counted as checked the weaker way, and leaves sampled ones', { timeout: 120_000 }, async () => {
     const { user, workers } = await start([], ['a', 'b']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0 });
     for (let i = 0; i < 3; i++) await user.submit(MODEL, `sampled ${i}`, { temperature: 0.9 });

@@ -146,8 +146,8 @@ interface DoneCheck {
   request: JobRequest; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number } | null;
 }
 
-/** Evidence to add to one node's test, from one check. */
-interface Move { nodeId: number; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats> }
+/** Evidence to add to one node's test, from one check, about one job of that node's (its answer, or a scorer's check job). */
+interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats> }
 
 /**
  * Judges the score checks done (their ids). A scorer's word alone cannot say which of two
@@ -177,16 +177,17 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
       continue;
     }
     if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.node_id);
-    moves.push({ nodeId: c.node_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats });
+    moves.push({ nodeId: c.node_id, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats });
   }
   for (const c of checks.filter((x) => x.suspicion?.confirms)) {
     out.judged++;
     const stats = answerStats(positionsOf(c.scores), c.temperature ?? 1);
     const first = c.suspicion!.evidence ?? 0;
-    if (stats.evidence > 0) moves.push({ nodeId: c.node_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats });
-    else if (stats.positions > 0 && c.suspicion!.checker !== undefined) {
+    if (stats.evidence > 0) moves.push({ nodeId: c.node_id, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats });
+    else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
       out.agreed.push(c.node_id);
-      moves.push({ nodeId: c.suspicion!.checker, modelId: c.model_id, check: c, evidence: first, stats });
+      // The first scorer's job is its check: that is what its strike is about, and what it loses.
+      moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats });
     }
   }
   if (confirm.length) {
@@ -215,14 +216,14 @@ async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<v
     t.test = observe(t.test, { ...m.stats, evidence: m.evidence });
     t.positions += m.stats.positions;
     t.mismatches += m.stats.confidentMismatches;
-    [m.check.check_id, m.check.job_id, m.nodeId, m.modelId, m.check.checker_id, m.check.scores?.method ?? 'none', m.stats.positions, m.stats.top1, m.stats.confidentMismatches, m.evidence, t.test.sum]
+    [m.check.check_id, m.jobId, m.nodeId, m.modelId, m.check.checker_id, m.check.scores?.method ?? 'none', m.stats.positions, m.stats.top1, m.stats.confidentMismatches, m.evidence, t.test.sum]
       .forEach((v, i) => records[i]!.push(v));
     if (!t.test.flagged) continue;
     out.flagged.push({
-      nodeId: m.nodeId, jobId: m.check.job_id, covers: [],
+      nodeId: m.nodeId, jobId: m.jobId, covers: [],
       evidence: {
         cusum: Math.round(t.test.sum * 1000) / 1000, threshold: Math.round(H * 1000) / 1000, answers: t.test.answers, model_id: m.modelId,
-        check: m.check.check_id, ...(m.nodeId === m.check.node_id ? { checked_by: m.check.checker_id } : { as_scorer_of_job: m.check.job_id }),
+        check: m.check.check_id, ...(m.jobId === m.check.job_id ? { checked_by: m.check.checker_id } : { as_scorer_of_job: m.check.job_id, contradicted_by: m.check.checker_id }),
       },
     });
     // The test starts again from 0 (token_checks keeps what brought it to H).
@@ -235,7 +236,7 @@ async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<v
     saved.map((t) => t.positions), saved.map((t) => t.mismatches), saved.map((t) => t.flags)]);
   for (const f of out.flagged) {
     const t = tests.get(`${f.nodeId}:${f.evidence.model_id as number}`)!;
-    // The node's own answers that moved its test (a scorer's disagreements are no answers of its own to reverse).
+    // The node's own jobs that moved its test: its answers, and as a scorer its contradicted checks.
     f.covers = (await db.query<{ job_id: string }>(COVERED, [f.nodeId, f.evidence.model_id, t.row.flagged_at])).map((r) => r.job_id);
     f.evidence.jobs = f.covers.length;
   }
