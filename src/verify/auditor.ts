@@ -176,6 +176,8 @@ class Batch {
   private readonly struck: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown>; covers?: string[] }[] = [];
   /** Jobs picked only for a score check (sampled: a copy cannot judge them): not copied when no node can score them. */
   private readonly sampledOnly = new Set<string>();
+  /** Jobs of this batch picked for a check: a score check may take them (a third copy of a text disagreement stays a copy). */
+  private readonly picked = new Set<string>();
 
   constructor(private readonly tx: Queryable, private readonly opts: AuditorOptions) {}
 
@@ -202,14 +204,16 @@ class Batch {
       const suspicion = suspects.get(d.id) ?? null;
       if (suspicion || d.kind === 'probe' || (d.request.temperature === 0 && (d.standing === 'probation' || Math.random() < v.share))) {
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion });
+        this.picked.add(d.id);
       } else if (d.standing === 'probation' || Math.random() < v.share) {
         // A sampled job: only a score check can judge it (verify/scores.ts).
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion: null });
         this.sampledOnly.add(d.id);
+        this.picked.add(d.id);
       }
     }
     // Token by token where a node can score the answer; the rest copied and compared as text (the weaker way).
-    const scores = await queueScores(this.tx, this.plans, this.sampledOnly, { ...this.opts, deadline: this.opts.jobTimeout });
+    const scores = await queueScores(this.tx, this.plans, this.picked, this.sampledOnly, { ...this.opts, deadline: this.opts.jobTimeout });
     if (scores.outcome) this.report.outcomes.push(scores.outcome);
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + scores.scored.length;
     this.plans.splice(0, this.plans.length, ...scores.rest);

@@ -83,11 +83,11 @@ export interface ScorePlans {
 const isPlain = (r: JobRequest): boolean => !r.needs && r.params?.prompt === undefined && r.params?.input === undefined;
 
 /**
- * Queues score checks for the plans a scorer can take. `sampledOnly`: plans picked only
- * because a scorer might check them (temperature > 0): dropped when none can.
+ * Queues score checks for the plans of `picked` jobs a scorer can take. `sampledOnly`: plans
+ * picked only because a scorer might check them (temperature > 0): dropped when none can.
  */
-export async function queueScores(db: Queryable, plans: CopyPlan[], sampledOnly: ReadonlySet<string>, o: ScoreOptions): Promise<ScorePlans> {
-  const candidates = plans.filter((p) => p.suspicion === null);
+export async function queueScores(db: Queryable, plans: CopyPlan[], picked: ReadonlySet<string>, sampledOnly: ReadonlySet<string>, o: ScoreOptions): Promise<ScorePlans> {
+  const candidates = plans.filter((p) => p.suspicion === null && picked.has(p.of));
   if (candidates.length === 0) return { scored: [], rest: plans.filter((p) => !sampledOnly.has(p.of)), outcome: undefined };
   const rows = await db.query<{ id: string; node_id: number; model_id: number; request: JobRequest; content: string; continued: boolean }>(AUDITED, [candidates.map((p) => p.of)]);
   const audited = new Map(rows.map((r) => [r.id, r]));
