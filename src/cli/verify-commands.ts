@@ -1,6 +1,7 @@
 // ins node audit|reinstate: why a node stands where it does (verification, docs/verification.md),
 // and bringing a suspended node back.
 import { nodeAudit, nodeStanding } from '../verify/audit-view.js';
+import { nodeTokenChecks } from '../verify/scores-view.js';
 import { reinstate } from '../verify/standing.js';
 import { announceKeyChange } from '../repositories/key-events.js';
 import type { Command } from './command.js';
@@ -14,11 +15,15 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
     async run(db, [name], { json, verify }, io) {
       const a = await nodeAudit(db, name!, verify.evidenceWindow);
       if (!a) throw new CommandError(`no node named "${name}"`);
-      if (json) return io.out(JSON.stringify(a));
+      const tokens = await nodeTokenChecks(db, name!);
+      if (json) return io.out(JSON.stringify({ ...a, token_checks: tokens }));
       io.out(`node: ${a.name}`);
       io.out(`standing: ${a.standing}${a.since ? ` since ${a.since}` : ''}${a.reinstated_at ? ` (reinstated ${a.reinstated_at})` : ''}`);
       io.out(`strikes counting: ${a.strikes_counting} of ${verify.strikesToSuspend} (within ${verify.evidenceWindow / 3600} h)`);
       io.out(`agreements: ${a.agreements} (${a.clean_streak} since the last strike); jobs checked by another node (window): ${a.checked_jobs}`);
+      for (const k of tokens) {
+        io.out(`token-level checks of ${k.model}: ${k.scored} jobs scored, ${k.copied} checked the weaker way (a copy compared as text); test ${k.cusum} of ${k.threshold} over ${k.answers} answers (${k.mismatches} confident mismatches in ${k.positions} positions)${k.flags ? `; flagged ${k.flags}× (last ${k.flagged_at})` : ''}`);
+      }
       io.out(`points taken back: ${a.reversals.points} for ${a.reversals.results} results${Object.keys(a.reversals.by_reason).length ? ` (${Object.entries(a.reversals.by_reason).map(([r, p]) => `${r}: ${p}`).join(', ')})` : ''}`);
       if (a.strikes.length === 0) return io.out('strikes: none');
       io.out('strikes:');

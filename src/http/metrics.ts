@@ -147,6 +147,8 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
 export function recordAudit(m: Metrics, r: AuditReport): void {
   m.verification.inc({ event: 'audited' }, r.audited);
   if (r.copies) m.verification.inc({ event: 'copy' }, r.copies);
+  if (r.scoreChecks) m.verification.inc({ event: 'score_check' }, r.scoreChecks);
+  if (r.scoresJudged) m.verification.inc({ event: 'score_judged' }, r.scoresJudged);
   if (r.agreements) m.verification.inc({ event: 'agreement' }, r.agreements);
   if (r.disagreements) m.verification.inc({ event: 'disagreement' }, r.disagreements);
   if (r.suspended.length) m.verification.inc({ event: 'suspension' }, r.suspended.length);

@@ -22,7 +22,10 @@ export interface Answer {
   finish_reason?: 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input: each OpenAI's base64 form (little-endian float32s). */
   embeddings?: string[];
+  /** A score check's scores (issue 31, src/verify/scores.ts): parallel arrays, one entry per scored position. */
+  scores?: Scores;
 }
+export interface Scores { method: 'prefill' | 'replay'; unscored: number; rank: number[]; logprob: number[]; top_logprob: number[]; gap: number[] }
 export interface Usage { prompt_tokens?: number; completion_tokens?: number }
 
 /** A request's own error, as the worker reported it and /v1 answers it (400). */
@@ -58,9 +61,23 @@ export function answerOf(result: Record<string, unknown>): Answer {
     if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
     if (result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
     if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector)) answer.embeddings = result.embeddings as string[];
+    const scores = scoresOf(result.scores);
+    if (scores) answer.scores = scores;
     return answer;
   }
   return { message: { role: 'assistant', content: '' } };
+}
+
+/** Most positions a score check may report (workers score at most 512: src/worker/gguf.ts, score-http.ts). */
+const MAX_SCORED = 4_096;
+const numbers = (v: unknown, n: number): v is number[] => Array.isArray(v) && v.length === n && v.every((x) => typeof x === 'number' && Number.isFinite(x));
+
+/** result.scores when well formed: aligned arrays of finite numbers, ranks whole and ≥ 1 (src/worker/score-job.ts). */
+function scoresOf(v: unknown): Scores | undefined {
+  if (!isObject(v) || (v.method !== 'prefill' && v.method !== 'replay') || !Array.isArray(v.rank) || v.rank.length > MAX_SCORED) return undefined;
+  const n = v.rank.length;
+  if (!numbers(v.rank, n) || !v.rank.every((r) => Number.isInteger(r) && r >= 1) || !numbers(v.logprob, n) || !numbers(v.top_logprob, n) || !numbers(v.gap, n)) return undefined;
+  return { method: v.method, unscored: count(v.unscored) ?? 0, rank: v.rank, logprob: v.logprob, top_logprob: v.top_logprob, gap: v.gap };
 }
 
 const MAX_ERROR = 2_000;

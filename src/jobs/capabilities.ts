@@ -8,8 +8,10 @@
 // - json:        response_format json_object and json_schema;
 // - logprobs:    logprobs / top_logprobs;
 // - completions: POST /v1/completions, a raw text prompt (Ollama /api/generate with raw, OpenAI /v1/completions);
-// - embeddings:  POST /v1/embeddings (Ollama /api/embed, OpenAI /v1/embeddings).
-export const CAPABILITIES = Object.freeze({ sampling: 1, tools: 2, tool_choice: 4, json: 8, logprobs: 16, completions: 32, embeddings: 64 } as const);
+// - embeddings:  POST /v1/embeddings (Ollama /api/embed, OpenAI /v1/embeddings);
+// - score:       score checks (issue 31): re-score another node's answer token by token
+//                (`params.score`, src/worker/score-job.ts; docs/verification.md "Token-level checks").
+export const CAPABILITIES = Object.freeze({ sampling: 1, tools: 2, tool_choice: 4, json: 8, logprobs: 16, completions: 32, embeddings: 64, score: 128 } as const);
 export type Capability = keyof typeof CAPABILITIES;
 export const CAPABILITY_NAMES = Object.freeze(Object.keys(CAPABILITIES) as Capability[]);
 

@@ -35,6 +35,8 @@ export interface ChatParams {
   prompt?: string;
   /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
   input?: string[];
+  /** A score check (issue 31, src/verify/scores.ts): the audited answer, to score instead of generating (needs `score`). */
+  score?: { answer: string };
 }
 
 export interface JobRequest {

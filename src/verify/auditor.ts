@@ -29,6 +29,7 @@ import { agree, strike, type Standing, type StrikeKind } from './standing.js';
 import { rememberAndMatch } from './answers.js';
 import { queueCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { reverse } from './reversal.js';
+import { countChecks, isScoreCheck, judgeScores, queueScores } from './scores.js';
 
 interface Done {
   id: string; kind: 'user' | 'probe' | 'verify'; verify_of: string | null; suspicion: Record<string, unknown> | null;
@@ -76,11 +77,13 @@ const LOAD = sql('verify_load', `SELECT ${DONE_COLUMNS} FROM ${DONE_FROM} WHERE 
 // The originals of the batch's copies ($1), locked in id order so that one server judges each
 // at a time (an original was audited before any copy of it existed, so no batch holds it).
 const LOCK_ORIGINALS = sql('verify_lock_originals', 'SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE');
-// Each original ($1) and its copies, done, in order, with every node that held a lease of each.
+// Each original ($1) and its copies, done, in order, with every node that held a lease of each
+// (not its score checks: they carry no answer of their own, verify/scores.ts judges them).
 const ANSWERS = sql('verify_answers', `SELECT j.id::text, coalesce(j.verify_of, j.id)::text AS original, j.node_id::int AS "nodeId",
     coalesce(j.result -> 'message' ->> 'content', '') AS content, j.suspicion,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders
-  FROM jobs j WHERE (j.id = ANY($1::uuid[]) OR j.verify_of = ANY($1::uuid[])) AND j.state = 'done' ORDER BY j.submitted_at, j.id`);
+  FROM jobs j WHERE (j.id = ANY($1::uuid[]) OR j.verify_of = ANY($1::uuid[])) AND j.state = 'done'
+    AND j.request -> 'params' -> 'score' IS NULL ORDER BY j.submitted_at, j.id`);
 
 export interface AuditReport {
   audited: number;
@@ -95,6 +98,9 @@ export interface AuditReport {
   outcomes: Outcome[];
   /** Jobs whose audit failed on its own: taken off the queue unaudited, with the reason. */
   setAside: { jobId: string; error: string }[];
+  /** Issue 31 (verify/scores.ts): score checks queued, and score checks judged. */
+  scoreChecks?: number;
+  scoresJudged?: number;
 }
 
 const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] });
@@ -109,6 +115,8 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.reversedPoints += r.reversedPoints;
   into.outcomes.push(...r.outcomes);
   into.setAside.push(...r.setAside);
+  into.scoreChecks = (into.scoreChecks ?? 0) + (r.scoreChecks ?? 0);
+  into.scoresJudged = (into.scoresJudged ?? 0) + (r.scoresJudged ?? 0);
 }
 
 export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
@@ -165,7 +173,11 @@ class Batch {
   readonly report: AuditReport = emptyReport();
   private readonly plans: CopyPlan[] = [];
   private readonly agreed: number[] = [];
-  private readonly struck: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown> }[] = [];
+  private readonly struck: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown>; covers?: string[] }[] = [];
+  /** Jobs picked only for a score check (sampled: a copy cannot judge them): not copied when no node can score them. */
+  private readonly sampledOnly = new Set<string>();
+  /** Jobs of this batch picked for a check: a score check may take them (a third copy of a text disagreement stays a copy). */
+  private readonly picked = new Set<string>();
 
   constructor(private readonly tx: Queryable, private readonly opts: AuditorOptions) {}
 
@@ -177,7 +189,9 @@ class Batch {
       if (fast) this.struck.push({ nodeId: d.node_id, jobId: d.id, kind: 'too_fast', evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds } });
     }
     const suspects = await this.replays(done);
-    await this.judge(done.filter((d) => d.kind === 'verify'));
+    const checks = done.filter((d) => d.kind === 'verify');
+    await this.judge(checks.filter((d) => !isScoreCheck(d.request)));
+    await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
     // A report that raced with its node's suspension was credited (its statement saw the node
     // in good standing), after the suspension's reversal took its snapshot: take it back now.
     // (Across servers, the maintenance round catches what this misses.)
@@ -190,9 +204,21 @@ class Batch {
       const suspicion = suspects.get(d.id) ?? null;
       if (suspicion || d.kind === 'probe' || (d.request.temperature === 0 && (d.standing === 'probation' || Math.random() < v.share))) {
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion });
+        this.picked.add(d.id);
+      } else if (d.standing === 'probation' || Math.random() < v.share) {
+        // A sampled job: only a score check can judge it (verify/scores.ts).
+        this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion: null });
+        this.sampledOnly.add(d.id);
+        this.picked.add(d.id);
       }
     }
+    // Token by token where a node can score the answer; the rest copied and compared as text (the weaker way).
+    const scores = await queueScores(this.tx, this.plans, this.picked, this.sampledOnly, { ...this.opts, deadline: this.opts.jobTimeout });
+    if (scores.outcome) this.report.outcomes.push(scores.outcome);
+    this.report.scoreChecks = (this.report.scoreChecks ?? 0) + scores.scored.length;
+    this.plans.splice(0, this.plans.length, ...scores.rest);
     const { outcome, made } = await queueCopies(this.tx, this.plans, { ...this.opts, deadline: this.opts.jobTimeout });
+    await countChecks(this.tx, scores.scored, made.filter((p) => !p.suspicion));
     if (outcome) this.report.outcomes.push(outcome);
     this.report.copies = made.length;
     // A suspected replay nobody else can check is judged on its own evidence.
@@ -247,16 +273,28 @@ class Batch {
     }
   }
 
+  /** Score checks are done: their statistics move the audited nodes' tests (verify/scores.ts). */
+  private async judgeScores(checks: Done[]): Promise<void> {
+    if (checks.length === 0) return;
+    const verdicts = await judgeScores(this.tx, checks.map((c) => c.id), { ...this.opts, deadline: this.opts.jobTimeout });
+    if (verdicts.outcome) this.report.outcomes.push(verdicts.outcome);
+    this.report.scoresJudged = verdicts.judged;
+    this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
+    this.agreed.push(...verdicts.agreed);
+    for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
+  }
+
   /** Strikes in order; each takes its job's points back, and a suspension the node's window. */
   private async strikes(): Promise<void> {
     const v = this.opts.verify;
     const suspended: number[] = [];
     for (const s of this.struck) {
-      const { before, after } = await strike(this.tx, s.nodeId, s.jobId, s.kind, s.evidence, v.evidenceWindow, v.strikesToSuspend);
+      // An impostor flag is a sequential test at its threshold: it suspends at once (verify/scores.ts).
+      const { before, after } = await strike(this.tx, s.nodeId, s.jobId, s.kind, s.evidence, v.evidenceWindow, s.kind === 'impostor' ? 1 : v.strikesToSuspend);
       this.report.strikes.push({ kind: s.kind, nodeId: s.nodeId });
       if (after === 'suspended' && before !== 'suspended') suspended.push(s.nodeId);
     }
-    this.report.reversedPoints += (await reverse(this.tx, { jobIds: this.struck.map((s) => s.jobId) }, 'strike')).points;
+    this.report.reversedPoints += (await reverse(this.tx, { jobIds: this.struck.flatMap((s) => [s.jobId, ...(s.covers ?? [])]) }, 'strike')).points;
     for (const nodeId of suspended) {
       const r = await reverse(this.tx, { nodes: [{ nodeId, seconds: v.evidenceWindow }] }, 'suspended');
       this.report.suspended.push({ nodeId, ...r });

@@ -17,7 +17,8 @@ import { sql, type Queryable } from '../db/database.js';
 export const STANDINGS = Object.freeze(['trusted', 'probation', 'suspended'] as const);
 export type Standing = (typeof STANDINGS)[number];
 
-export const STRIKE_KINDS = Object.freeze(['disagreement', 'replay', 'too_fast', 'give_up', 'failure'] as const);
+// impostor (issue 31): token-level checks found the node's answers unlike its declared model's (verify/scores.ts).
+export const STRIKE_KINDS = Object.freeze(['disagreement', 'replay', 'too_fast', 'give_up', 'failure', 'impostor'] as const);
 export type StrikeKind = (typeof STRIKE_KINDS)[number];
 
 // $1 node, $2 job, $3 kind, $4 evidence, $5 window (s), $6 strikes that suspend. Strikes count

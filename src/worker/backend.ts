@@ -4,7 +4,7 @@
 // worker finds out); one that cannot runs the job from the start.
 import { http, type HttpResponse } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
-import type { AnswerScore } from './scoring.js';
+import type { AnswerScore, CompactScore } from './scoring.js';
 
 export interface BackendJob {
   model: string;
@@ -30,6 +30,8 @@ export interface BackendAnswer {
   finish_reason?: 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input: base64 of little-endian float32s (vectorOf). */
   embeddings?: string[];
+  /** A score check's scores (score-job.ts): reported as result.scores. */
+  scores?: CompactScore;
 }
 
 export interface Backend {

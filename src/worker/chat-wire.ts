@@ -30,5 +30,7 @@ export interface ChatParams {
   prompt?: string;
   /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
   input?: string[];
+  /** A score check (issue 31): score this answer of another node instead of generating (src/worker/score-job.ts). */
+  score?: { answer: string };
 }
 

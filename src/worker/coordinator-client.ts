@@ -5,6 +5,7 @@
 import pRetry from 'p-retry';
 import { http } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
+import type { CompactScore } from './scoring.js';
 
 export interface Job {
   job_id: string;
@@ -26,6 +27,8 @@ export interface Report {
   tool_calls?: ToolCall[]; logprobs?: unknown[]; finish_reason?: 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input, base64 of little-endian float32s (result.embeddings, docs/openai.md). */
   embeddings?: string[];
+  /** A score check's scores (score-job.ts), reported as result.scores beside an empty message. */
+  scores?: CompactScore;
   /** The backend refused the request itself (a 4xx about it): reported as the request's error, not the node's. */
   requestError?: { code: string | null; message: string };
 }
@@ -94,7 +97,7 @@ export class CoordinatorClient {
       ? {
         message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
         ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}), ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
-        ...(r.embeddings ? { embeddings: r.embeddings } : {}),
+        ...(r.embeddings ? { embeddings: r.embeddings } : {}), ...(r.scores ? { scores: r.scores } : {}),
       }
       : r.requestError
         // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).

@@ -32,6 +32,17 @@ export interface AnswerScore {
   unscored: number;
 }
 
+/** result.scores on the wire (score-job.ts): arrays aligned by position. */
+export interface CompactScore {
+  method: AnswerScore['method'];
+  /** What the backend's cap left unscored (tokens or characters). */
+  unscored: number;
+  rank: number[];
+  logprob: number[];
+  top_logprob: number[];
+  gap: number[];
+}
+
 /** How many alternatives a backend is asked for where it lists them (Ollama's and OpenAI's top_logprobs allow up to 20). */
 export const TOP_K = 10;
 

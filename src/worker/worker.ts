@@ -8,7 +8,8 @@
 //   backend.ts requestErrorOf) is the request's error: reported as such (the job fails at once,
 //   docs/openai.md), and the backend is not marked down.
 // - With its models it declares what the backend can do with each (backend.capabilities), so it
-//   is offered jobs that need tools, JSON output, logprobs or sampling options.
+//   is offered jobs that need tools, JSON output, logprobs or sampling options; and `score`
+//   where the backend can score another node's answer (issue 31: score-job.ts).
 // - A job whose answer an earlier attempt began (`answer_prefix`: its node failed mid-answer)
 //   is continued on a backend that can (backend.ts), and only the continuation is sent as
 //   progress; the report carries the whole answer, with the worker's own usage. A backend that
@@ -28,6 +29,7 @@ import { requestErrorOf } from './backend.js';
 import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-client.js';
 import type { WorkerOptions } from './options.js';
 import { afterPrefix, LeaseLink } from './progress.js';
+import { scoreJob } from './score-job.js';
 
 export type WorkerState = 'starting' | 'waiting' | 'working' | 'backend down' | 'stopping' | 'stopped';
 
@@ -124,7 +126,9 @@ export class Worker {
   }
 
   private async declare(models: string[]): Promise<void> {
-    const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, await this.backend.capabilities(m)] as const)));
+    // `score` (issue 31) where the backend can score an answer: gguf, vLLM, Ollama ≥ 0.12.11 (score-job.ts).
+    const scores: string[] = this.backend.score ? ['score'] : [];
+    const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, [...await this.backend.capabilities(m), ...scores]] as [string, string[]])));
     try {
       this.expiresIn = await this.client.declare(models, caps);
     } catch (err) {
@@ -193,7 +197,7 @@ export class Worker {
       report = {
         status: 'success', content: prefix + answer.content, usage: answer.usage,
         ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}), ...(answer.logprobs ? { logprobs: answer.logprobs } : {}), ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
-        ...(answer.embeddings ? { embeddings: answer.embeddings } : {}),
+        ...(answer.embeddings ? { embeddings: answer.embeddings } : {}), ...(answer.scores ? { scores: answer.scores } : {}),
       };
     } catch (err) {
       const refused = requestErrorOf(err);
@@ -242,6 +246,7 @@ export class Worker {
    */
   private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
     const relay = (delta: string) => link.push(delta);
+    if (job.params?.score !== undefined) return { prefix: '', answer: await scoreJob(this.backend, job, job.params.score.answer) };
     if (job.params?.input !== undefined) return { prefix: '', answer: await this.backend.embed(job, job.params.input, signal) };
     // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
     if (job.params?.prompt !== undefined) {

@@ -33,6 +33,7 @@ function paramNeeding(chat: ChatRequest, cap: Capability): string {
     case 'logprobs': return 'logprobs';
     case 'completions': return 'prompt';
     case 'embeddings': return 'input';
+    case 'score': return 'messages'; // never needed by a user's request: only score checks (verify/scores.ts) need it
   }
 }
 

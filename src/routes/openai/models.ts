@@ -7,7 +7,7 @@
 import type { Queryable } from '../../db/database.js';
 import type { CoordinatorConfig } from '../../config.js';
 import { availableModels } from '../../jobs/read.js';
-import { namesOf } from '../../jobs/capabilities.js';
+import { CAPABILITIES, namesOf } from '../../jobs/capabilities.js';
 import { OpenAIError } from './errors.js';
 import type { OpenAIApp } from './context.js';
 
@@ -58,7 +58,8 @@ export class ServedModels {
   }
 }
 
-const entry = (id: string, caps: number) => ({ id, object: 'model', created: 0, owned_by: 'inference-network', capabilities: ['chat', ...namesOf(caps)] });
+// `score` is verification's (score checks, verify/scores.ts), nothing a client can ask for: not listed.
+const entry = (id: string, caps: number) => ({ id, object: 'model', created: 0, owned_by: 'inference-network', capabilities: ['chat', ...namesOf(caps & ~CAPABILITIES.score)] });
 
 export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
   const list = async () => ({ object: 'list', data: [...(await served.all())].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps)) });

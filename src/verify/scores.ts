@@ -1,0 +1,243 @@
+// Score checks (issue 31; docs/verification.md "Token-level checks"): instead of asking another
+// node for its own answer and comparing texts (copies.ts, rules.ts), a node that declared
+// `score` for the model re-scores the audited answer token by token (src/worker/score-job.ts)
+// and the coordinator judges from the statistics (token-stats.ts), keeping a sequential test
+// (CUSUM) per node and model in node_token_evidence (migrations/0017_token_checks.sql).
+// - Which jobs: those the audit picks (auditor.ts) that are plain chat jobs (no capability
+//   needed, not continued from another node's beginning, a non-empty answer, no replay
+//   suspicion: those keep today's copy), at any temperature (a copy can only judge
+//   temperature 0). A job with no scorer online that is not temperature 0 is not checked; one
+//   at temperature 0 gets a copy as before, counted as checked the weaker way (`copied`).
+// - The check's request is the audited job's whole (messages, sampling fields, seed) plus
+//   `params.score.answer`, and `needs` the `score` bit: the seed's worker never leases one.
+// - Judging: each answer's evidence moves the node's test; reaching H gives the node an
+//   `impostor` strike, which suspends it at once (the test's false-alarm rate is stated in
+//   token-stats.ts), and the jobs whose answers added evidence since its test last started are
+//   reversed with it. An answer with little evidence against it is an agreement.
+import { randomUUID } from 'node:crypto';
+import { sql, type Queryable } from '../db/database.js';
+import type { Outcome } from '../jobs/outcome.js';
+import { CAPABILITIES } from '../jobs/capabilities.js';
+import type { JobRequest } from '../jobs/request.js';
+import type { Scores } from '../jobs/answer.js';
+import type { CheckQueue, CopyPlan } from './copies.js';
+import { answerStats, freshTest, H, observe, type ScoredPosition } from './token-stats.js';
+
+// Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
+// window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
+// empty for a session that declared no capabilities: unnest pads it with NULL).
+const SCORERS = sql('verify_scorers', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
+  WHERE d.model_id = ANY($1::int[]) AND coalesce(d.caps, 0) & $4::int <> 0 AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
+    AND s.last_seen_at > now() - make_interval(secs => $2::float8) AND s.models_declared_at > now() - make_interval(secs => $3::float8)
+    AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = s.node_id AND r.state = 'suspended')
+  GROUP BY d.model_id`);
+
+// The audited jobs $1 as a score check needs them: the whole request, the whole answer, and
+// whether the node that finished it continued another's beginning (then a copy judges it).
+const AUDITED = sql('verify_scorable', `SELECT j.id::text, j.node_id::int, j.model_id, j.request,
+    coalesce(j.result -> 'message' ->> 'content', '') AS content,
+    EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' AND l.prefix <> '') AS continued
+  FROM jobs j WHERE j.id = ANY($1::uuid[])`);
+
+// Counts the node's audited jobs checked each way ($1 nodes, $2 models, $3 scored, $4 copied; one row per pair).
+const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence AS e (node_id, model_id, scored, copied)
+  SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[]) ORDER BY 1, 2
+  ON CONFLICT (node_id, model_id) DO UPDATE SET scored = e.scored + EXCLUDED.scored, copied = e.copied + EXCLUDED.copied, updated_at = now()`);
+
+// The score checks $1 done, with the audited job's node and model, the checker's scores, and
+// what a confirming check needs (its request, the nodes it must not go to, what it confirms).
+const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, o.id::text AS job_id, o.node_id::int AS node_id, o.model_id, c.node_id::int AS checker_id,
+    (o.request ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, c.exclude_nodes::int[] AS exclude, c.suspicion
+  FROM jobs c JOIN jobs o ON o.id = c.verify_of WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
+
+// The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.
+const ENSURE = sql('verify_token_evidence_ensure', `INSERT INTO node_token_evidence (node_id, model_id)
+  SELECT * FROM unnest($1::bigint[], $2::int[]) ORDER BY 1, 2 ON CONFLICT DO NOTHING`);
+const LOCK = sql('verify_token_evidence_lock', `SELECT node_id::int, model_id, cusum, answers, flagged_at FROM node_token_evidence
+  WHERE (node_id, model_id) IN (SELECT * FROM unnest($1::bigint[], $2::int[])) ORDER BY node_id, model_id FOR UPDATE`);
+// The tests after the batch's answers ($1..$7 parallel: node, model, cusum, answers, positions, mismatches, flags added).
+const SAVE = sql('verify_token_evidence_save', `UPDATE node_token_evidence e SET cusum = u.cusum, answers = u.answers,
+    positions = e.positions + u.positions, mismatches = e.mismatches + u.mismatches, flags = e.flags + u.flags,
+    flagged_at = CASE WHEN u.flags > 0 THEN now() ELSE e.flagged_at END, updated_at = now()
+  FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::int[], $5::bigint[], $6::bigint[], $7::int[]) AS u(node_id, model_id, cusum, answers, positions, mismatches, flags)
+  WHERE e.node_id = u.node_id AND e.model_id = u.model_id`);
+// Each judged check's summary.
+const RECORD = sql('verify_token_checks_record', `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum)
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::bigint[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[], $11::float8[])
+  ON CONFLICT (check_id) DO NOTHING`);
+// The node's jobs whose answers moved its test towards H since it last started from 0 ($1 node, $2 model, $3 since).
+const COVERED = sql('verify_token_covered', `SELECT DISTINCT t.job_id::text FROM token_checks t JOIN jobs j ON j.id = t.job_id AND j.node_id = t.node_id
+  WHERE t.node_id = $1::bigint AND t.model_id = $2::int AND t.evidence > 0 AND t.at > coalesce($3::timestamptz, '-infinity')`);
+
+export interface ScoreOptions { onlineWindow: number; modelsTtl: number; deadline: number; checks: CheckQueue }
+
+export interface ScorePlans {
+  /** The plans queued as score checks. */
+  scored: CopyPlan[];
+  /** The plans left to copies (no scorer online, or not a plain chat answer). */
+  rest: CopyPlan[];
+  outcome: Outcome | undefined;
+}
+
+const isPlain = (r: JobRequest): boolean => !r.needs && r.params?.prompt === undefined && r.params?.input === undefined;
+
+/**
+ * Queues score checks for the plans of `picked` jobs a scorer can take. `sampledOnly`: plans
+ * picked only because a scorer might check them (temperature > 0): dropped when none can.
+ */
+export async function queueScores(db: Queryable, plans: CopyPlan[], picked: ReadonlySet<string>, sampledOnly: ReadonlySet<string>, o: ScoreOptions): Promise<ScorePlans> {
+  const candidates = plans.filter((p) => p.suspicion === null && picked.has(p.of));
+  if (candidates.length === 0) return { scored: [], rest: plans.filter((p) => !sampledOnly.has(p.of)), outcome: undefined };
+  const rows = await db.query<{ id: string; node_id: number; model_id: number; request: JobRequest; content: string; continued: boolean }>(AUDITED, [candidates.map((p) => p.of)]);
+  const audited = new Map(rows.map((r) => [r.id, r]));
+  const scorers = await scorersOf(db, [...new Set(candidates.map((p) => p.modelId))], o);
+  const scored: CopyPlan[] = [];
+  const checks = [];
+  for (const p of candidates) {
+    const a = audited.get(p.of);
+    if (!a || a.continued || a.content === '' || !isPlain(a.request)) continue;
+    if (!(scorers.get(p.modelId) ?? []).some((n) => !p.exclude.includes(n))) continue;
+    scored.push(p);
+    const request: JobRequest = { ...a.request, needs: CAPABILITIES.score, params: { ...a.request.params, score: { answer: a.content } } };
+    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: null, request });
+  }
+  const rest = plans.filter((p) => !scored.includes(p) && !sampledOnly.has(p.of));
+  const outcome = checks.length ? await o.checks.queueChecks(db, checks, o.deadline) : undefined;
+  return { scored, rest, outcome };
+}
+
+/** Counts, per audited node and model, the jobs checked token by token and those checked by a copy (plans' exclude[0] is the audited node). */
+export async function countChecks(db: Queryable, scored: readonly CopyPlan[], copied: readonly CopyPlan[]): Promise<void> {
+  const counts = new Map<string, [number, number, number, number]>();
+  const add = (p: CopyPlan, i: 2 | 3) => {
+    const key = `${p.exclude[0]}:${p.modelId}`;
+    const c = counts.get(key) ?? [p.exclude[0]!, p.modelId, 0, 0];
+    c[i]++;
+    counts.set(key, c);
+  };
+  for (const p of scored) add(p, 2);
+  for (const p of copied) add(p, 3);
+  if (counts.size === 0) return;
+  const rows = [...counts.values()];
+  await db.query(COUNT_CHECKS, [rows.map((r) => r[0]), rows.map((r) => r[1]), rows.map((r) => r[2]), rows.map((r) => r[3])]);
+}
+
+/** Is this done check a score check (its request carries the answer it scored)? */
+export const isScoreCheck = (request: unknown): boolean =>
+  typeof request === 'object' && request !== null && typeof (request as JobRequest).params?.score?.answer === 'string';
+
+const positionsOf = (s: Scores | null): ScoredPosition[] =>
+  s ? s.rank.map((rank, i) => ({ rank, logprob: s.logprob[i]!, top_logprob: s.top_logprob[i]! })) : [];
+
+export interface ScoreVerdicts {
+  judged: number;
+  /** Audited nodes whose answer a scorer found in line with its model: one agreement each. */
+  agreed: number[];
+  /** Nodes whose test reached H: an `impostor` strike each, on the job that brought it there, covering the jobs listed. */
+  flagged: { nodeId: number; jobId: string; evidence: Record<string, unknown>; covers: string[] }[];
+  /** Second score checks queued (their outcome to apply once the transaction commits). */
+  confirmations: number;
+  outcome: Outcome | undefined;
+}
+
+interface DoneCheck {
+  check_id: string; job_id: string; node_id: number; model_id: number; checker_id: number; temperature: number | null; scores: Scores | null;
+  request: JobRequest; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number } | null;
+}
+
+/** Evidence to add to one node's test, from one check, about one job of that node's (its answer, or a scorer's check job). */
+interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats> }
+
+/**
+ * Judges the score checks done (their ids). A scorer's word alone cannot say which of two
+ * nodes runs another model (the audited node, or the scorer itself): an answer a scorer finds
+ * foreign (evidence > 0) is scored again by a second scorer where one is online, and then
+ * - the second finds it foreign too: the audited node's test moves by the smaller evidence;
+ * - the second finds it in line: the first scorer's test moves instead (its scores disagree
+ *   with another model's of the same name: a scorer that lies, or runs another model, is
+ *   caught by a third node).
+ * With no second scorer online, the first's word counts.
+ */
+export async function judgeScores(db: Queryable, checkIds: readonly string[], o: ScoreOptions): Promise<ScoreVerdicts> {
+  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], confirmations: 0, outcome: undefined };
+  if (checkIds.length === 0) return out;
+  const checks = await db.query<DoneCheck>(CHECKS, [checkIds]);
+  if (checks.length === 0) return out;
+  const moves: Move[] = [];
+  const firsts = checks.filter((c) => !c.suspicion?.confirms).map((c) => ({ c, stats: answerStats(positionsOf(c.scores), c.temperature ?? 1) }));
+  const foreign = firsts.filter((f) => f.stats.evidence > 0);
+  const scorers = foreign.length ? await scorersOf(db, [...new Set(foreign.map((f) => f.c.model_id))], o) : new Map<number, number[]>();
+  const confirm = [];
+  for (const { c, stats } of firsts) {
+    out.judged++;
+    const exclude = [...new Set([...c.exclude, c.checker_id])];
+    if (stats.evidence > 0 && (scorers.get(c.model_id) ?? []).some((n) => !exclude.includes(n))) {
+      confirm.push({ kind: 'verify' as const, id: randomUUID(), of: c.job_id, exclude, request: c.request, suspicion: { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id } });
+      continue;
+    }
+    if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.node_id);
+    moves.push({ nodeId: c.node_id, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats });
+  }
+  for (const c of checks.filter((x) => x.suspicion?.confirms)) {
+    out.judged++;
+    const stats = answerStats(positionsOf(c.scores), c.temperature ?? 1);
+    const first = c.suspicion!.evidence ?? 0;
+    if (stats.evidence > 0) moves.push({ nodeId: c.node_id, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats });
+    else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
+      out.agreed.push(c.node_id);
+      // The first scorer's job is its check: that is what its strike is about, and what it loses.
+      moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats });
+    }
+  }
+  if (confirm.length) {
+    out.outcome = await o.checks.queueChecks(db, confirm, o.deadline);
+    out.confirmations = confirm.length;
+  }
+  await move(db, moves, out);
+  return out;
+}
+
+async function scorersOf(db: Queryable, modelIds: number[], o: ScoreOptions): Promise<Map<number, number[]>> {
+  const rows = await db.query<{ model_id: number; nodes: number[] }>(SCORERS, [modelIds, o.onlineWindow, o.modelsTtl, CAPABILITIES.score]);
+  return new Map(rows.map((r) => [r.model_id, r.nodes]));
+}
+
+/** Moves the nodes' tests (locked in order), records each check's summary, and lists the nodes brought to H. */
+async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<void> {
+  if (moves.length === 0) return;
+  const pairs = [...new Map(moves.map((m) => [`${m.nodeId}:${m.modelId}`, [m.nodeId, m.modelId] as const])).values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  await db.query(ENSURE, [pairs.map((p) => p[0]), pairs.map((p) => p[1])]);
+  const tests = new Map((await db.query<{ node_id: number; model_id: number; cusum: number; answers: number; flagged_at: string | null }>(LOCK, [pairs.map((p) => p[0]), pairs.map((p) => p[1])]))
+    .map((r) => [`${r.node_id}:${r.model_id}`, { row: r, test: { ...freshTest(), sum: r.cusum, answers: r.answers }, positions: 0, mismatches: 0, flags: 0 }]));
+  const records: unknown[][] = Array.from({ length: 11 }, () => []);
+  for (const m of moves) {
+    const t = tests.get(`${m.nodeId}:${m.modelId}`)!;
+    t.test = observe(t.test, { ...m.stats, evidence: m.evidence });
+    t.positions += m.stats.positions;
+    t.mismatches += m.stats.confidentMismatches;
+    [m.check.check_id, m.jobId, m.nodeId, m.modelId, m.check.checker_id, m.check.scores?.method ?? 'none', m.stats.positions, m.stats.top1, m.stats.confidentMismatches, m.evidence, t.test.sum]
+      .forEach((v, i) => records[i]!.push(v));
+    if (!t.test.flagged) continue;
+    out.flagged.push({
+      nodeId: m.nodeId, jobId: m.jobId, covers: [],
+      evidence: {
+        cusum: Math.round(t.test.sum * 1000) / 1000, threshold: Math.round(H * 1000) / 1000, answers: t.test.answers, model_id: m.modelId,
+        check: m.check.check_id, ...(m.jobId === m.check.job_id ? { checked_by: m.check.checker_id } : { as_scorer_of_job: m.check.job_id, contradicted_by: m.check.checker_id }),
+      },
+    });
+    // The test starts again from 0 (token_checks keeps what brought it to H).
+    t.flags++;
+    t.test = { ...freshTest(), answers: t.test.answers };
+  }
+  await db.query(RECORD, records);
+  const saved = [...tests.values()];
+  await db.query(SAVE, [saved.map((t) => t.row.node_id), saved.map((t) => t.row.model_id), saved.map((t) => t.test.sum), saved.map((t) => t.test.answers),
+    saved.map((t) => t.positions), saved.map((t) => t.mismatches), saved.map((t) => t.flags)]);
+  for (const f of out.flagged) {
+    const t = tests.get(`${f.nodeId}:${f.evidence.model_id as number}`)!;
+    // The node's own jobs that moved its test: its answers, and as a scorer its contradicted checks.
+    f.covers = (await db.query<{ job_id: string }>(COVERED, [f.nodeId, f.evidence.model_id, t.row.flagged_at])).map((r) => r.job_id);
+    f.evidence.jobs = f.covers.length;
+  }
+}

@@ -1,0 +1,108 @@
+// Token-level checks end to end with real tiny models (issue 31): the real app (embedded
+// database: the judging and its storage run on both backends in test/token-audit.test.ts), and
+// `ins worker --backend gguf` in this process for each node (src/worker/worker.ts, gguf.ts),
+// every job checked (VERIFY_SHARE=1), jobs alternating greedy and sampled at 0.8. Every gguf
+// node declares `score`, so nodes check each other token by token:
+// - an impostor (another model of the same vocabulary) among two honest nodes is suspended
+//   within 3 of its judged answers, its points reversed, and no honest node is struck (the
+//   impostor scores the honest nodes' answers too: a second scorer contradicts it each time);
+// - a heavier quantisation (the honest model with 20 % weight noise) is flagged;
+// - honest nodes (one with 1 % noise on its weights: machines never agree bit for bit) collect
+//   0 strikes over HONEST_JOBS jobs (TOKEN_AUDIT_JOBS; 2,000 answers through the same scoring and
+//   statistics without the network: test/token-stats.test.ts with TOKEN_STATS_ANSWERS=2000).
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { TestUser } from './helpers/coordinator.js';
+import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
+import { tinyModels } from './helpers/gguf.js';
+import { aggregatesAndRecomputation } from './helpers/aggregates.js';
+import { totalPoints } from './helpers/state.js';
+
+const models = tinyModels();
+afterAll(() => models.remove());
+const MODEL = 'tiny:honest';
+const HONEST_JOBS = Number(process.env.TOKEN_AUDIT_JOBS ?? 120);
+const pglite = backends.find((b) => b.name === 'pglite')!;
+
+let x = 20261126;
+const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
+const WORDS = ['river', 'stone', 'bridge', 'tell', 'me', 'about', 'the', 'old', 'city', 'why', 'how', 'light', 'write', 'a', 'poem', 'explain', 'numbers', 'Paris', 'cold', 'sea'];
+const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
+
+describe('token-level checks with real tiny models (gguf workers, embedded database)', () => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let workers: InProcessWorker[] = [];
+  afterEach(async () => {
+    for (const w of workers) await w.stop();
+    workers = [];
+    await t?.close();
+  });
+
+  const start = async (nodes: { name: string; seed: number; noise?: number }[]) => {
+    t = await startApp(pglite, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    for (const n of nodes) {
+      workers.push(await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'gguf', backendUrl: '',
+        modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), models: [MODEL], threads: 1 }));
+    }
+    return new TestUser(t.app, await t.addUser());
+  };
+  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
+  // Settled: no job open that a node in good standing could still run, nothing left to audit (a
+  // check that only a node since suspended could run waits for its deadline: it changes nothing).
+  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
+      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
+    OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
+  const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
+  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
+    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
+  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
+    WHERE n.name = $1::text`, [node]))[0]!.p;
+  const submit = async (user: TestUser, n: number) => {
+    for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) });
+  };
+  const pointsExact = async () => {
+    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
+    expect(await totalPoints(t.db)).toBe(done!.n);
+    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+    expect(stored).toEqual(recomputed);
+  };
+
+  it('suspends an impostor within 3 of its judged answers, reverses its points, and strikes no honest node', { timeout: 180_000 }, async () => {
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'impostor', seed: 2 }]);
+    await submit(user, 30);
+    await until('the jobs and their checks to settle', settled, 150_000);
+    expect(await standing('impostor')).toBe('suspended');
+    const all = await strikes();
+    expect(all.filter((s) => s.name !== 'impostor')).toEqual([]);
+    const first = all.find((s) => s.name === 'impostor')!;
+    expect(first.kind).toBe('impostor');
+    expect(first.evidence.answers as number).toBeLessThanOrEqual(3);
+    expect(await pointsOf('impostor')).toBe(0);
+    expect(await pointsOf('honest-1')).toBeGreaterThan(0);
+    await pointsExact();
+  });
+
+  it('flags a heavier quantisation of the model (20 % weight noise)', { timeout: 180_000 }, async () => {
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'noised', seed: 1, noise: 0.2 }]);
+    await submit(user, 40);
+    await until('the jobs and their checks to settle', settled, 150_000);
+    expect(await standing('noised')).toBe('suspended');
+    expect((await strikes()).filter((s) => s.name !== 'noised')).toEqual([]);
+    expect(await pointsOf('noised')).toBe(0);
+    await pointsExact();
+  });
+
+  it(`honest nodes checking each other: 0 strikes over ${HONEST_JOBS} jobs`, { timeout: 600_000 }, async () => {
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }]);
+    await submit(user, HONEST_JOBS);
+    await until('the jobs and their checks to settle', settled, 550_000);
+    expect(await strikes()).toEqual([]);
+    const [scored] = await q<{ n: number }>('t_scored', 'SELECT coalesce(sum(answers), 0)::int AS n FROM node_token_evidence');
+    // (an empty answer is not scored)
+    expect(scored!.n).toBeGreaterThanOrEqual(HONEST_JOBS * 0.9);
+    await pointsExact();
+  });
+});
