@@ -10,6 +10,8 @@ import { announceKeyChange } from '../../repositories/key-events.js';
 import { bitsOf } from '../../jobs/capabilities.js';
 import { declareBuilds, type ModelBuild } from '../../repositories/model-builds.js';
 import { HttpError } from '../../http/http-error.js';
+import { RequestValidationError } from '../../http/validator.js';
+import { valueError } from '../../validation/pydantic.js';
 import { authenticateSession, SUSPENDED_DETAIL } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
@@ -50,21 +52,25 @@ export function updateModelsRoute(app: App, deps: Deps): void {
 
 const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 
+/** FastAPI's 422 (a pydantic value error at `loc`), as the schema's own checks answer. */
+const invalid = (loc: (string | number)[], error: string, input: unknown) => new RequestValidationError([valueError(['body', 'builds', ...loc], error, input)]);
+
 /** The declared builds by model name (models not declared in `models` are ignored later); 422 when malformed. */
 function buildsOf(v: unknown): Map<string, ModelBuild> {
   const out = new Map<string, ModelBuild>();
   if (v === undefined) return out;
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new HttpError(422, 'builds: expected an object of model → {digest, quantization}');
-  if (Object.keys(v).length > 1000) throw new HttpError(422, 'builds: at most 1000 models');
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid([], 'builds: expected an object of model → {digest, quantization}', v);
+  if (Object.keys(v).length > 1000) throw invalid([], 'builds: at most 1000 models', null);
   for (const [model, b] of Object.entries(v)) {
-    const where = `builds["${model.slice(0, 64)}"]`;
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) throw new HttpError(422, `${where}: expected an object with optional digest and quantization`);
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) throw invalid([model], 'builds: expected an object with optional digest and quantization', b);
     const build: ModelBuild = {};
     for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
       const x = (b as Record<string, unknown>)[field];
       if (x === undefined || x === null) continue;
       // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
-      if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) throw new HttpError(422, `${where}.${field}: expected a string of 1 to ${max} printable ASCII characters without spaces`);
+      if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
+        throw invalid([model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
+      }
       build[field] = x;
     }
     if (build.digest !== undefined || build.quantization !== undefined) out.set(model, build);
