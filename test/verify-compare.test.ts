@@ -88,6 +88,11 @@ describe('JSON answers', () => {
     expect(compare(j('{"a":[1,2]}'), j('{"a":[2,1]}'), JSON_KIND, T).same).toBe(false);
     expect(compare(j('{"a":1}'), j('{"a":"1"}'), JSON_KIND, T).same).toBe(false);
   });
+  it('a job with tools and JSON output compares tool calls as calls', () => {
+    const c = { content: '', tool_calls: [call('f', { a: 1 })] };
+    expect(compare(c, { content: '', tool_calls: [call('f', '{"a":1}')] }, JSON_KIND, T).same).toBe(true);
+    expect(compare(c, j('{"a":1}'), JSON_KIND, T).same).toBe(false);
+  });
   it('compares long strings inside as free text', () => {
     const s = 'the lighthouse keeper climbed the narrow stairs every night to light the lamp';
     const t = 'the lighthouse keeper climbed the narrow stairs each night to light the old lamp';

@@ -64,7 +64,8 @@ export function compare(a: AnswerParts, b: AnswerParts, kind: AnswerKind, thresh
   switch (kind.kind) {
     case 'text': return text(a.content, b.content, threshold);
     case 'tools': return tools(a, b, threshold);
-    case 'json': return json(a.content, b.content, kind.schema, threshold);
+    // A job with tools and a response_format: an answer that calls tools is compared as calls.
+    case 'json': return canonicalCalls(a.tool_calls) || canonicalCalls(b.tool_calls) ? tools(a, b, threshold) : json(a.content, b.content, kind.schema, threshold);
     case 'embeddings': return embeddings(a.embeddings, b.embeddings);
   }
 }
