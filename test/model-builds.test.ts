@@ -27,7 +27,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     throw new Error(`timed out waiting for ${what}`);
   };
 
-  it('round trip: stored per session and model, replaced by the next declaration, shown on /network; bad builds are 422 and change nothing', async () => {
+  it('round trip: stored per session and model, replaced by the next declaration, shown on /network; bad builds are 422 and change nothing', { timeout: 120_000 }, async () => {
     t = await startApp(backend);
     const a = await worker('node-a', [MODEL, 'other']);
     const b = await worker('node-b');
@@ -71,7 +71,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     expect(await quantizations(MODEL)).toEqual([]);
   });
 
-  it('a copy goes to a node of the judged node\'s quantisation when one is online, else to any; never where the job\'s capabilities are missing', async () => {
+  it('a copy goes to a node of the judged node\'s quantisation when one is online, else to any; never where the job\'s capabilities are missing', { timeout: 120_000 }, async () => {
     t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
     const user = new TestUser(t.app, await t.addUser());
     const ids = async (...names: string[]) => (await q<{ id: number }>('t_b_ids', 'SELECT id::int FROM nodes WHERE name = ANY($1::text[]) ORDER BY id', [names])).map((r) => r.id);

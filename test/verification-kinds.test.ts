@@ -72,6 +72,11 @@ describe.each(backends)('verification by answer kind on $name', (backend) => {
       if (await settled(bodies.length)) break;
     }
     for (const r of await Promise.all(calls)) expect(r.statusCode).toBe(200);
+    // Every copy carried its original's request whole: the tools, response_format or input with it.
+    const [copies] = await q<{ n: number; same: number; params: number }>('t_k_copies', `SELECT count(*)::int AS n, count(*) FILTER (WHERE c.request = o.request)::int AS same,
+      count(*) FILTER (WHERE c.request -> 'params' ?| array['tools', 'response_format', 'input'])::int AS params FROM jobs c JOIN jobs o ON o.id = c.verify_of`);
+    expect(copies!.n).toBeGreaterThan(0);
+    expect(copies).toEqual({ n: copies!.n, same: copies!.n, params: copies!.n });
     // The liar was caught at least once (every job it ran, or checked, disagreed with the others), the honest never.
     expect(await strikes('honest-1')).toEqual([]);
     expect(await strikes('honest-2')).toEqual([]);
@@ -87,19 +92,19 @@ describe.each(backends)('verification by answer kind on $name', (backend) => {
   }));
   const TOOLS = { tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string' } } } } }] };
 
-  it('tools: text instead of a call disagrees; the same call with its arguments in another key order agrees', async () => {
+  it('tools: text instead of a call disagrees; the same call with its arguments in another key order agrees', { timeout: 120_000 }, async () => {
     await run('/v1/chat/completions', chats(TOOLS), (node, job) => {
       if (node === 'liar') return message(`The weather in ${cityOf(job)} is mild and sunny today.`);
       return toolCall(node === 'honest-1' ? JSON.stringify({ city: cityOf(job), unit: 'celsius' }) : `{"unit": "celsius",  "city": "${cityOf(job)}"}`);
     });
   });
 
-  it('tools: a call with other arguments disagrees (its text, empty, is the same as the others\')', async () => {
+  it('tools: a call with other arguments disagrees (its text, empty, is the same as the others\')', { timeout: 120_000 }, async () => {
     await run('/v1/chat/completions', chats(TOOLS), (node, job) =>
       toolCall(node === 'liar' ? JSON.stringify({ city: cityOf(job), unit: 'fahrenheit' }) : node === 'honest-1' ? JSON.stringify({ city: cityOf(job), unit: 'celsius' }) : `{"unit":"celsius","city":"${cityOf(job)}"}`));
   });
 
-  it('JSON answers: keys reordered agree, other values disagree', async () => {
+  it('JSON answers: keys reordered agree, other values disagree', { timeout: 120_000 }, async () => {
     await run('/v1/chat/completions', chats({ response_format: { type: 'json_object' } }), (node, job) => {
       const city = cityOf(job);
       if (node === 'liar') return message(JSON.stringify({ city, temperature_c: 99, sky: 'clear' }));
@@ -107,7 +112,7 @@ describe.each(backends)('verification by answer kind on $name', (backend) => {
     });
   });
 
-  it('embeddings: tiny noise agrees, another vector disagrees (whatever the temperature: embeddings are always checkable)', async () => {
+  it('embeddings: tiny noise agrees, another vector disagrees (whatever the temperature: embeddings are always checkable)', { timeout: 120_000 }, async () => {
     const noise = rng(31);
     await run('/v1/embeddings', ['alpha', 'beta gamma', 'delta', 'epsilon zeta', 'eta', 'theta iota', 'kappa', 'lambda mu', 'nu'].map((text) => ({ input: [text, `${text} again`] })), (node, job) => {
       const input = job.params!.input!;

@@ -18,7 +18,7 @@ const models = tinyModels();
 afterAll(() => models.remove());
 
 describe.each(backends)('ins worker declares its builds ($name)', (backend) => {
-  it('Ollama: digest and quantisation from /api/tags; gguf: the file\'s sha256 and type; OpenAI-compatible: --quantization or nothing', async () => {
+  it('Ollama: digest and quantisation from /api/tags; gguf: the file\'s sha256 and type; OpenAI-compatible: --quantization or nothing', { timeout: 180_000 }, async () => {
     const t = await startApp(backend);
     const fakes: FakeBackend[] = [];
     const workers: InProcessWorker[] = [];
