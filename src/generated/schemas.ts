@@ -244,11 +244,18 @@ export const LedgerNodeDay = Type.Object({
 }, { title: "LedgerNodeDay" });
 export type LedgerNodeDay = Static<typeof LedgerNodeDay>;
 
+export const NetworkQuantization = Type.Object({
+  quantization: Type.String({ description: "As the node's backend names it (Ollama's `details.quantization_level`, a GGUF file type such as `Q4_K_M`, `--quantization`)." }),
+  nodes: Type.Integer({ description: "Online nodes serving the model at this quantisation." }),
+}, { title: "NetworkQuantization" });
+export type NetworkQuantization = Static<typeof NetworkQuantization>;
+
 export const NetworkModel = Type.Object({
   name: Type.String(),
   nodes: Type.Integer({ description: "Online nodes serving it." }),
   queued: Type.Integer({ description: "Jobs waiting for a node." }),
   jobs_per_minute: Type.Integer({ description: "*Ours*: jobs of the model done in the last minute: its throughput (a queued job's wait is about its position divided by this)." }),
+  quantizations: Type.Array(NetworkQuantization, { description: "*Ours* (issue 31): the quantisations online nodes declared for the model (update_models `builds`), each with how many nodes serve it so, most served first; nodes that declared none (the seed system's worker) are counted in `nodes` only." }),
 }, { title: "NetworkModel" });
 export type NetworkModel = Static<typeof NetworkModel>;
 
@@ -367,6 +374,7 @@ export const UpdateModelsRequest = Type.Object({
   node_url: Type.Optional(Type.String({ title: "Node Url", description: "The node's name (the token says which node it is; a different name is refused).", maxLength: 128 })),
   models: Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { title: "Models", maxItems: 1000 }),
   capabilities: Type.Optional(Type.Object({}, { title: "Capabilities", description: "*Ours* (`ins worker`): per declared model, what the node can do with it beyond plain chat: `sampling` (stop, top_p, presence_penalty, frequency_penalty), `tools`, `tool_choice` (a forced or named tool choice, parallel_tool_calls false), `json` (response_format json_object and json_schema), `logprobs`, `completions` (text completions, `POST /v1/completions`: a raw prompt in `params.prompt`), `embeddings` (`POST /v1/embeddings`: the texts in `params.input`, the vectors reported as `result.embeddings`, base64 of little-endian float32s, one per input). Jobs that need a capability are offered only to sessions that declared it for the job's model; a worker that sends no `capabilities` (the seed system's) gets plain jobs only, with the seed's job_data. An object of model → array of capability names (at most 16, each at most 32 characters); unknown names and models not in `models` are ignored. docs/openai.md.", additionalProperties: true })),
+  builds: Type.Optional(Type.Object({}, { title: "Builds", description: "*Ours* (`ins worker`, issue 31): per declared model, what the node runs: `{\"digest\": \"sha256:…\", \"quantization\": \"Q4_K_M\"}`, both optional (printable ASCII without spaces; digest at most 128 characters, quantization at most 32), as the backend says (Ollama's `/api/tags`; a GGUF file's sha256 and file type; `--quantization` for OpenAI-compatible servers). `/network` shows per model the quantisations serving it, and a copy of a job for verification prefers a node that declared the same quantisation as the node checked. At most 1000 models; models not in `models` are ignored; each declaration replaces the last (a model absent here declares nothing). Optional: a worker that sends none (the seed system's) works as before. docs/worker.md.", additionalProperties: true })),
 }, { title: "UpdateModelsRequest" });
 export type UpdateModelsRequest = Static<typeof UpdateModelsRequest>;
 

@@ -1,5 +1,5 @@
 // The network as the dashboard shows it: online nodes, queued jobs and jobs done in the last
-// minute per model (its queue and throughput), jobs per minute, recent completions — and a node's own status and last jobs for its operator. Never a
+// minute per model (its queue and throughput, and the quantisations serving it), jobs per minute, recent completions — and a node's own status and last jobs for its operator. Never a
 // prompt or an answer.
 import { sql, type Queryable } from '../db/database.js';
 
@@ -7,7 +7,8 @@ export interface NetworkView {
   active_nodes: number;
   jobs_per_minute: number;
   queued: number;
-  models: { name: string; nodes: number; queued: number; jobs_per_minute: number }[];
+  /** Per model, also the quantisations its online nodes declared (issue 31), with how many nodes each. */
+  models: { name: string; nodes: number; queued: number; jobs_per_minute: number; quantizations: { quantization: string; nodes: number }[] }[];
   recent: { model: string; node: string | null; finished_at: string; seconds: number }[];
 }
 
@@ -29,13 +30,21 @@ const VIEW = sql('network_view', `WITH served AS (
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
     WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
     GROUP BY d.model_id),
+  quants AS (
+    SELECT d.model_id, b.quantization, count(DISTINCT s.node_id)::int AS nodes
+    FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
+      JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = d.model_id AND b.quantization IS NOT NULL
+    WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+    GROUP BY d.model_id, b.quantization),
   waiting AS (SELECT model_id, count(*)::int AS queued FROM jobs WHERE state = 'queued' GROUP BY model_id)
   SELECT
     (SELECT count(DISTINCT s.node_id)::int FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}) AS active_nodes,
     (SELECT count(*)::int FROM jobs WHERE finished_at > now() - interval '1 minute' AND state = 'done') AS jobs_per_minute,
     (SELECT coalesce(sum(queued), 0)::int FROM waiting) AS queued,
     coalesce((SELECT json_agg(json_build_object('name', m.name, 'nodes', coalesce(sv.nodes, 0), 'queued', coalesce(w.queued, 0),
-        'jobs_per_minute', (SELECT count(*)::int FROM jobs d WHERE d.finished_at > now() - interval '1 minute' AND d.state = 'done' AND d.model_id = m.id)) ORDER BY m.name COLLATE "C")
+        'jobs_per_minute', (SELECT count(*)::int FROM jobs d WHERE d.finished_at > now() - interval '1 minute' AND d.state = 'done' AND d.model_id = m.id),
+        'quantizations', coalesce((SELECT json_agg(json_build_object('quantization', q.quantization, 'nodes', q.nodes) ORDER BY q.nodes DESC, q.quantization COLLATE "C")
+          FROM quants q WHERE q.model_id = m.id), '[]')) ORDER BY m.name COLLATE "C")
       FROM served sv FULL JOIN waiting w ON w.model_id = sv.model_id JOIN models m ON m.id = coalesce(sv.model_id, w.model_id)), '[]') AS models,
     coalesce((SELECT json_agg(r) FROM (
       SELECT m.name AS model, n.name AS node, ${ISO('j.finished_at')} AS finished_at,

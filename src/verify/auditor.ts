@@ -5,7 +5,7 @@
 //   different prompt among its recent answers (verify/answers.ts) → the job is run again by
 //   another node; if that node's answer contradicts it, a `replay` strike (with no other node
 //   to ask, at once; if the two agree, it was a stock answer after all);
-// - redundancy: a temperature-0 job (every probe, every job of a node on probation, else
+// - redundancy: a temperature-0 or embeddings job (every probe, every job of a node on probation, else
 //   VERIFY_SHARE of them) is run again by another node (verify/copies.ts); when the two
 //   disagree, by a third; the node the majority contradicts gets a strike, those that agree
 //   an agreement (verify/rules.ts verdict).
@@ -30,11 +30,13 @@ import { rememberAndMatch } from './answers.js';
 import { queueCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { reverse } from './reversal.js';
 import { countChecks, isScoreCheck, judgeScores, queueScores } from './scores.js';
+import { deterministic, kindOf } from './compare.js';
+import type { ChatParams } from '../jobs/request.js';
 
 interface Done {
   id: string; kind: 'user' | 'probe' | 'verify'; verify_of: string | null; suspicion: Record<string, unknown> | null;
   node_id: number; model_id: number; model: string;
-  request: { messages: { role: string; content: string }[]; temperature: number };
+  request: { messages: { role: string; content: string }[]; temperature: number; params?: ChatParams };
   /** The node's own part of the answer: all of it, but for a job it continued from another node's beginning. */
   content: string; completion_tokens: number | null; lease_seconds: number | null; standing: Standing;
   /** Every node that held a lease of the job (the finishing one among them): none of them may run its copies. */
@@ -78,9 +80,11 @@ const LOAD = sql('verify_load', `SELECT ${DONE_COLUMNS} FROM ${DONE_FROM} WHERE 
 // at a time (an original was audited before any copy of it existed, so no batch holds it).
 const LOCK_ORIGINALS = sql('verify_lock_originals', 'SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE');
 // Each original ($1) and its copies, done, in order, with every node that held a lease of each
-// (not its score checks: they carry no answer of their own, verify/scores.ts judges them).
+// (not its score checks: they carry no answer of their own, verify/scores.ts judges them); their
+// tool calls and vectors, and the request's parameters, to compare them by kind (compare.ts).
 const ANSWERS = sql('verify_answers', `SELECT j.id::text, coalesce(j.verify_of, j.id)::text AS original, j.node_id::int AS "nodeId",
-    coalesce(j.result -> 'message' ->> 'content', '') AS content, j.suspicion,
+    coalesce(j.result -> 'message' ->> 'content', '') AS content, j.result -> 'message' -> 'tool_calls' AS tool_calls,
+    j.result -> 'embeddings' AS embeddings, j.request -> 'params' AS params, j.suspicion,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders
   FROM jobs j WHERE (j.id = ANY($1::uuid[]) OR j.verify_of = ANY($1::uuid[])) AND j.state = 'done'
     AND j.request -> 'params' -> 'score' IS NULL ORDER BY j.submitted_at, j.id`);
@@ -202,7 +206,7 @@ class Batch {
       // that held no lease of it, and the node that finished it is the one judged.
       if (d.kind === 'verify' || d.standing === 'suspended') continue;
       const suspicion = suspects.get(d.id) ?? null;
-      if (suspicion || d.kind === 'probe' || (d.request.temperature === 0 && (d.standing === 'probation' || Math.random() < v.share))) {
+      if (suspicion || d.kind === 'probe' || (deterministic(d.request) && (d.standing === 'probation' || Math.random() < v.share))) {
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion });
         this.picked.add(d.id);
       } else if (d.standing === 'probation' || Math.random() < v.share) {
@@ -250,14 +254,15 @@ class Batch {
     const originals = [...new Set(copies.map((c) => c.verify_of!))];
     const modelOf = new Map(copies.map((c) => [c.verify_of!, c.model_id]));
     await this.tx.query(LOCK_ORIGINALS, [originals]);
-    const groups = new Map<string, (Answered & { suspicion: Record<string, unknown> | null; holders: number[] })[]>();
-    for (const row of await this.tx.query<Answered & { original: string; suspicion: Record<string, unknown> | null; holders: number[] }>(ANSWERS, [originals])) {
+    type Row = Answered & { original: string; suspicion: Record<string, unknown> | null; holders: number[]; params: ChatParams | null };
+    const groups = new Map<string, Row[]>();
+    for (const row of await this.tx.query<Row>(ANSWERS, [originals])) {
       groups.set(row.original, [...(groups.get(row.original) ?? []), row]);
     }
     for (const original of originals) {
       const rows = groups.get(original) ?? [];
       if (rows[0]?.id !== original) continue;
-      const v = verdict(rows, this.opts.verify.similarity);
+      const v = verdict(rows, this.opts.verify.similarity, kindOf(rows[0].params));
       if (v.kind === 'agree') {
         this.agreed.push(...v.members.map((m) => m.nodeId));
       } else if (v.kind === 'third') {

@@ -1,8 +1,10 @@
 // Copies of a done job for other nodes: a share of the temperature-0 jobs, every job of a node
 // on probation, every probe, every answer that looked replayed — and a third copy when two
 // answers disagree. A copy is a job like any other on the wire (its request is the original's,
-// seed included), owned by nobody, dispatched first and never to a node that ran the job. The
-// lifecycle queues them (jobs/sql/queue-checks.ts); this module decides which.
+// seed included), owned by nobody, dispatched first and never to a node that ran the job; only
+// when an online node can run it (it declared the capabilities the job needs), and preferably
+// by a node that declared the same quantisation as the node judged. The lifecycle queues them
+// (jobs/sql/queue-checks.ts); this module decides which, and where.
 import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
@@ -26,6 +28,48 @@ export async function eligibleNodes(db: Queryable, modelIds: number[] | null, on
   return new Map(rows.map((r) => [r.model_id, r.nodes]));
 }
 
+// For each copy to make ($1 the jobs copied, $2 the node each judges; $3 the online window, $4
+// MODELS_TTL, in seconds), the online nodes in good standing serving the job's model that can
+// run it — they declared every capability it needs (jobs.needs, jobs/capabilities.ts): a copy
+// no node can lease would only wait out its deadline — and among them those that declared the
+// same quantisation for the model as the judged node's live session did (issue 31,
+// repositories/model-builds.ts; none when the judged node declared none).
+const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
+    SELECT p.of, p.judged, j.model_id, j.needs FROM unnest($1::uuid[], $2::bigint[]) AS p(of, judged) JOIN jobs j ON j.id = p.of),
+  live AS (
+    SELECT s.node_id, d.model_id, coalesce(s.model_caps[d.i::int], 0) AS caps, b.quantization
+    FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) WITH ORDINALITY AS d(model_id, i)
+      LEFT JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = d.model_id
+    WHERE d.model_id IN (SELECT model_id FROM p) AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
+      AND s.last_seen_at > now() - make_interval(secs => $3::float8) AND s.models_declared_at > now() - make_interval(secs => $4::float8)
+      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = s.node_id AND r.state = 'suspended'))
+  SELECT p.of::text AS of,
+    coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0), '{}') AS able,
+    coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0 AND l.quantization = q.quantization), '{}') AS same_quantization
+  FROM p JOIN live l ON l.model_id = p.model_id
+    LEFT JOIN LATERAL (SELECT x.quantization FROM live x WHERE x.node_id = p.judged AND x.model_id = p.model_id AND x.quantization IS NOT NULL LIMIT 1) q ON true
+  GROUP BY p.of`);
+
+/**
+ * Where each plan's copy may go: the nodes outside its exclusions that can run it, preferring
+ * those that declared the judged node's quantisation — when one of them is online, the others
+ * are excluded too (appended: exclude[0] stays the judged node); when none is, any able node
+ * may run it. Plans no node can run are left out.
+ */
+export async function placeCopies(db: Queryable, plans: CopyPlan[], onlineWindow: number, modelsTtl: number): Promise<CopyPlan[]> {
+  if (plans.length === 0) return [];
+  const rows = await db.query<{ of: string; able: number[]; same_quantization: number[] }>(CHECKERS, [
+    plans.map((p) => p.of), plans.map((p) => p.exclude[0] ?? null), onlineWindow, modelsTtl]);
+  const by = new Map(rows.map((r) => [r.of, r]));
+  return plans.flatMap((p) => {
+    const r = by.get(p.of);
+    const able = (r?.able ?? []).filter((n) => !p.exclude.includes(n));
+    if (able.length === 0) return [];
+    const same = (r?.same_quantization ?? []).filter((n) => !p.exclude.includes(n));
+    return [same.length === 0 ? p : { ...p, exclude: [...p.exclude, ...able.filter((n) => !same.includes(n))] }];
+  });
+}
+
 /** Where checks are queued: the job lifecycle (jobs/lifecycle.ts queueChecks). */
 export interface CheckQueue { queueChecks(tx: Queryable, checks: readonly Check[], deadlineSeconds: number): Promise<Outcome> }
 
@@ -34,9 +78,10 @@ export interface CopyOptions { onlineWindow: number; modelsTtl: number; deadline
 /** The plans some node outside their exclusions can run, queued; answers the plans made and the outcome to apply once the transaction commits. */
 export async function queueCopies(db: Queryable, plans: CopyPlan[], opts: CopyOptions): Promise<{ outcome: Outcome | undefined; made: CopyPlan[] }> {
   if (plans.length === 0) return { outcome: undefined, made: [] };
-  const eligible = await eligibleNodes(db, [...new Set(plans.map((p) => p.modelId))], opts.onlineWindow, opts.modelsTtl);
-  const made = plans.filter((p) => (eligible.get(p.modelId) ?? []).some((n) => !p.exclude.includes(n)));
+  const placed = new Map((await placeCopies(db, plans, opts.onlineWindow, opts.modelsTtl)).map((p) => [p.of, p]));
+  // `made` holds the plans themselves (the auditor asks which of its plans were made).
+  const made = plans.filter((p) => placed.has(p.of));
   if (made.length === 0) return { outcome: undefined, made };
-  const outcome = await opts.checks.queueChecks(db, made.map((p) => ({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: p.suspicion })), opts.deadline);
+  const outcome = await opts.checks.queueChecks(db, made.map((p) => ({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: placed.get(p.of)!.exclude, suspicion: p.suspicion })), opts.deadline);
   return { outcome, made };
 }

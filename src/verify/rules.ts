@@ -1,7 +1,10 @@
 // The rules the auditor applies, as pure functions (tested alone in test/verify-text.test.ts):
 // when two answers agree, who the majority contradicts, how many tokens an answer has, and
 // whether its speed is plausible.
-import { normalise, similarity, words } from './text.js';
+import { words } from './text.js';
+import { compare, type AnswerKind, type AnswerParts } from './compare.js';
+
+export { agreeing } from './compare.js';
 
 export interface RuleConfig {
   /** Two answers agree at this word-set similarity or above. */
@@ -13,9 +16,6 @@ export interface RuleConfig {
   /** Answers with fewer tokens than this are not judged for speed. */
   minTokensForSpeed: number;
 }
-
-/** Two answers agree: the same text (whitespace and case aside), or similar enough. */
-export const agreeing = (a: string, b: string, threshold: number): boolean => normalise(a) === normalise(b) || similarity(a, b) >= threshold;
 
 /**
  * An answer's output tokens: the node's own count, but never fewer than one per 6 characters
@@ -31,10 +31,12 @@ export function tooFast(model: string, tokens: number, leaseSeconds: number | nu
   return rate > cap ? { rate, cap } : undefined;
 }
 
-export interface Answered { id: string; nodeId: number; content: string }
+/** An answer the verdict weighs: its text, and its tool calls or vectors when it has them (compare.ts). */
+export interface Answered extends AnswerParts { id: string; nodeId: number }
 
 /**
- * The verdict on a job's answers (the original first, then its copies, in order):
+ * The verdict on a job's answers (the original first, then its copies, in order), each pair
+ * compared by the kind of answer the job asks for (compare.ts; plain text when not given):
  * - two that agree: `agree`;
  * - two that disagree: `third` (another node decides, unless the first copied an earlier answer);
  * - three: the one both others agree on against it is `odd`; otherwise no majority (`none`).
@@ -45,14 +47,14 @@ export type Verdict =
   | { kind: 'odd'; odd: Answered; majority: Answered[]; similarity: number }
   | { kind: 'none' };
 
-export function verdict(answers: Answered[], threshold: number): Verdict {
-  const same = (x: Answered, y: Answered) => agreeing(x.content, y.content, threshold);
+export function verdict(answers: Answered[], threshold: number, kind: AnswerKind = { kind: 'text' }): Verdict {
+  const same = (x: Answered, y: Answered) => compare(x, y, kind, threshold).same;
   if (answers.length === 2) return same(answers[0]!, answers[1]!) ? { kind: 'agree', members: answers } : { kind: 'third' };
   if (answers.length !== 3) return { kind: 'none' };
   for (const [i, odd] of answers.entries()) {
     const others = answers.filter((_, j) => j !== i);
     if (same(others[0]!, others[1]!) && !same(odd, others[0]!) && !same(odd, others[1]!)) {
-      return { kind: 'odd', odd, majority: others, similarity: Math.round(Math.max(...others.map((o) => similarity(odd.content, o.content))) * 100) / 100 };
+      return { kind: 'odd', odd, majority: others, similarity: Math.max(...others.map((o) => compare(odd, o, kind, threshold).score)) };
     }
   }
   // The third agrees with both, or with neither: nobody is contradicted by a majority.

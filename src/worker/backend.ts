@@ -18,6 +18,9 @@ export interface BackendJob {
   prefix?: string;
 }
 
+/** A model as the node runs it: its file's digest and its quantisation, each when known. */
+export interface ModelBuild { digest?: string; quantization?: string }
+
 export interface BackendAnswer {
   /** The text this call generated: with a prefix, only what follows it. */
   content: string;
@@ -44,6 +47,8 @@ export interface Backend {
   models(): Promise<string[]>;
   /** What the backend can do with the model beyond plain chat (jobs/capabilities.ts names); never throws. */
   capabilities(model: string): Promise<string[]>;
+  /** Issue 31: what it runs for each model, where it says (digest, quantisation: update_models `builds`); never throws. */
+  builds?(models: string[]): Promise<Record<string, ModelBuild>>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
   /** Issue 31: how this backend's model ranks each token of `answer` to `job` (scoring.ts); absent where the backend cannot say. */

@@ -6,6 +6,7 @@ import pRetry from 'p-retry';
 import { http } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
 import type { CompactScore } from './scoring.js';
+import type { ModelBuild } from './backend.js';
 
 export interface Job {
   job_id: string;
@@ -80,9 +81,10 @@ export class CoordinatorClient {
     this.token = r.access_token;
   }
 
-  /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names). */
-  async declare(models: string[], capabilities: Record<string, string[]> = {}): Promise<number> {
-    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body: { node_url: this.node, models, capabilities } });
+  /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names); builds: what it runs (issue 31), sent when known. */
+  async declare(models: string[], capabilities: Record<string, string[]> = {}, builds: Record<string, ModelBuild> = {}): Promise<number> {
+    const body = { node_url: this.node, models, capabilities, ...(Object.keys(builds).length ? { builds } : {}) };
+    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body });
     return r.expires_in;
   }
 

@@ -9,20 +9,23 @@
 // goes on. Scoring an answer (score()): one pass over prompt + answer with the full next-token
 // distribution at every answer position (LlamaContextSequence.controlledEvaluate).
 import type { ChatHistoryItem, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
-import { BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { rankOf, type AnswerScore, type PositionScore } from './scoring.js';
 
 export const NODE_LLAMA_CPP = 'node-llama-cpp@3.21.1';
 /** Positions an answer is scored at, at most: a check's cost stays bounded (docs/verification.md). */
 export const SCORE_MAX_POSITIONS = 512;
 
-type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper };
+type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper; fileTypes: Record<number, string> };
 
 export class Gguf implements Backend {
   name: string;
   readonly continues: boolean;
   readonly scores = 'prefill' as const;
   private loaded: Promise<Loaded> | undefined;
+  private digest: Promise<string | undefined> | undefined;
 
   /** threads: llama.cpp's CPU threads (undefined: node-llama-cpp's default, every core; busy-waiting threads on a shared machine slow everything). */
   constructor(private readonly file: string, private readonly modelName: string, mayContinue: boolean, private readonly sequences = 1, private readonly threads?: number) {
@@ -46,7 +49,7 @@ export class Gguf implements Backend {
         throw new BackendError(`cannot load ${this.file}: ${(err as Error).message}`);
       }
       const context = await model.createContext({ sequences: this.sequences, contextSize: { max: 4096 }, ...(this.threads ? { threads: this.threads } : {}) });
-      return { model, context, chatWrapper: lib.resolveChatWrapper(model) };
+      return { model, context, chatWrapper: lib.resolveChatWrapper(model), fileTypes: lib.GgufFileType as unknown as Record<number, string> };
     })();
     // A failed load is tried again at the next call (the file may appear).
     this.loaded.catch(() => { this.loaded = undefined; });
@@ -60,6 +63,26 @@ export class Gguf implements Backend {
 
   models(): Promise<string[]> {
     return Promise.resolve([this.modelName]);
+  }
+
+  /**
+   * Issue 31: the file's sha256 (read once, on the first declaration: a few seconds per GB) and
+   * its GGUF file type as llama.cpp names it (general.file_type, e.g. MOSTLY_Q4_K_M → Q4_K_M).
+   */
+  async builds(models: string[]): Promise<Record<string, ModelBuild>> {
+    this.digest ??= sha256Of(this.file).catch(() => undefined);
+    const digest = await this.digest;
+    let quantization: string | undefined;
+    try {
+      const l = await this.load();
+      const type = l.model.fileInfo.metadata.general?.file_type;
+      const name = type === undefined ? undefined : l.fileTypes[type];
+      quantization = name?.replace(/^(MOSTLY|ALL)_/, '');
+    } catch {
+      // Not loaded: no quantisation to say.
+    }
+    const build: ModelBuild = { ...(digest ? { digest } : {}), ...(quantization ? { quantization } : {}) };
+    return Object.fromEntries(models.filter((m) => m === this.modelName && (build.digest || build.quantization)).map((m) => [m, build]));
   }
 
   /** Plain chat only for now: the OpenAI fields beyond it (issue 28) are not passed to llama.cpp here, so none is declared. */
@@ -146,4 +169,11 @@ export class Gguf implements Backend {
       await seq.dispose();
     }
   }
+}
+
+/** The file's sha256, as `sha256:<hex>`. */
+async function sha256Of(file: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+  return `sha256:${hash.digest('hex')}`;
 }

@@ -1,4 +1,5 @@
-// Ollama, by its API reference (docs/api.md of ollama/ollama): GET /api/tags for its models;
+// Ollama, by its API reference (docs/api.md of ollama/ollama): GET /api/tags for its models
+// (and what each is: `digest`, `details.quantization_level`, declared as update_models builds);
 // POST /api/chat with options.num_predict (max_output; 0 = the backend's default),
 // options.temperature and options.seed; streamed as NDJSON lines; usage from prompt_eval_count
 // and eval_count. GET /api/version says which Ollama it is. The job's OpenAI parameters in
@@ -12,18 +13,32 @@
 // it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
 // is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
 // `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
-import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 import type { HttpResponse } from './http.js';
 
 const CONTINUES_SINCE = '0.2.8';
 
+type Tag = { name?: unknown; digest?: unknown; details?: { quantization_level?: unknown } };
+/** A string the coordinator takes as an identifier (update_models `builds`): printable, no spaces, at most `max` characters. */
+const ident = (v: unknown, max: number): string | undefined => (typeof v === 'string' && v.length <= max && /^[\x21-\x7e]+$/.test(v) ? v : undefined);
+
+/** /api/tags' digest (hex sha256 of the manifest, named as such) and quantisation of a model. */
+function buildOf(m: Tag): ModelBuild {
+  const hex = ident(m.digest, 120);
+  const digest = hex && /^[0-9a-f]{64}$/.test(hex) ? `sha256:${hex}` : hex;
+  const quantization = ident(m.details?.quantization_level, 32);
+  return { ...(digest ? { digest } : {}), ...(quantization ? { quantization } : {}) };
+}
+
 export class Ollama implements Backend {
   name = 'Ollama';
   continues = false;
   /** What /api/version said (issue 31: scoring needs logprobs, from 0.12.11 on). */
   private version: string | undefined;
+  /** What /api/tags says each model is (issue 31). */
+  private tags = new Map<string, ModelBuild>();
 
   constructor(private readonly url: string, private readonly mayContinue: boolean) {}
 
@@ -47,8 +62,18 @@ export class Ollama implements Backend {
   }
 
   async models(): Promise<string[]> {
-    const body = (await (await call(`${this.url}/api/tags`, {}, 'ollama /api/tags')).json()) as { models?: { name?: unknown }[] };
-    return (body.models ?? []).map((m) => m.name).filter((n): n is string => typeof n === 'string');
+    const body = (await (await call(`${this.url}/api/tags`, {}, 'ollama /api/tags')).json()) as { models?: Tag[] };
+    const tags = (body.models ?? []).filter((m): m is Tag & { name: string } => typeof m?.name === 'string');
+    this.tags = new Map(tags.map((m) => [m.name, buildOf(m)]));
+    return tags.map((m) => m.name);
+  }
+
+  /** Issue 31: what /api/tags said of each model at the last models(): its digest and details.quantization_level. */
+  builds(models: string[]): Promise<Record<string, ModelBuild>> {
+    return Promise.resolve(Object.fromEntries(models.flatMap((m) => {
+      const b = this.tags.get(m);
+      return b && (b.digest || b.quantization) ? [[m, b]] : [];
+    })));
   }
 
   async capabilities(model: string): Promise<string[]> {

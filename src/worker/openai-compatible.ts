@@ -20,7 +20,7 @@
 // Text completions (job_data.params.prompt): POST /v1/completions as OpenAI defines it, which
 // vLLM and llama.cpp's server serve for every generative model: `completions` is declared for all.
 import { createParser } from 'eventsource-parser';
-import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob } from './backend.js';
+import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 import { scoreVllm } from './score-http.js';
@@ -43,7 +43,7 @@ export class OpenAICompatible implements Backend {
   private readonly caps = new Map<string, Promise<string[]>>();
 
   /** stated: the server named by --backend (vllm, llamacpp), else found by detect(). */
-  constructor(private readonly url: string, private readonly stated: Dialect | undefined, private readonly mayContinue: boolean) {
+  constructor(private readonly url: string, private readonly stated: Dialect | undefined, private readonly mayContinue: boolean, private readonly quantization?: string) {
     this.dialect = stated ?? 'plain';
     this.name = stated === 'vllm' ? 'vLLM' : stated === 'llamacpp' ? "llama.cpp's server" : 'an OpenAI-compatible server';
     this.continues = mayContinue && stated !== undefined;
@@ -84,6 +84,12 @@ export class OpenAICompatible implements Backend {
   async models(): Promise<string[]> {
     const body = (await (await call(`${this.url}/v1/models`, {}, 'openai /v1/models')).json()) as { data?: { id?: unknown }[] };
     return (body.data ?? []).map((m) => m.id).filter((n): n is string => typeof n === 'string');
+  }
+
+  /** Issue 31: OpenAI's wire says nothing of what a server runs: the operator's --quantization, for every model, or nothing. */
+  builds(models: string[]): Promise<Record<string, ModelBuild>> {
+    const q = this.quantization;
+    return Promise.resolve(q ? Object.fromEntries(models.map((m) => [m, { quantization: q }])) : {});
   }
 
   capabilities(model: string): Promise<string[]> {

@@ -16,6 +16,8 @@ export interface WorkerOptions {
   modelFile?: string;
   /** gguf: llama.cpp's CPU threads (undefined: every core). */
   threads?: number;
+  /** OpenAI-compatible servers: the quantisation they run, declared for every model (issue 31; Ollama and gguf say it themselves). */
+  quantization?: string;
   /** Continue answers another node began, on a backend that can (--continue auto); false: run them from the start. */
   continueAnswers: boolean;
   /** Only these of the backend's models (empty: all of them). */
@@ -38,6 +40,7 @@ const FLAGS: [flag: string, env: string, help: string][] = [
   ['backend-url', 'INS_BACKEND_URL', 'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible); not with gguf'],
   ['model-file', 'INS_MODEL_FILE', 'gguf: the GGUF file to serve (needs node-llama-cpp, docs/worker.md)'],
   ['threads', 'INS_THREADS', 'gguf: CPU threads for the model (default: every core)'],
+  ['quantization', 'INS_QUANTIZATION', 'openai, vllm, llamacpp: the quantisation the server runs (e.g. Q4_K_M, awq, fp16), declared for its models; Ollama and gguf say it themselves'],
   ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all); gguf: the one name the file is served as'],
   ['concurrency', 'INS_CONCURRENCY', 'jobs at once (default 1)'],
   ['metrics-port', 'INS_METRICS_PORT', 'serve Prometheus metrics on this port (default: off)'],
@@ -118,6 +121,9 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   if (!gguf && get('model-file') !== undefined) problems.push('--model-file is only for --backend gguf');
   const threads = get('threads') === undefined ? undefined : int('threads', 0, 1, 256);
   if (!gguf && threads !== undefined) problems.push('--threads is only for --backend gguf');
+  const quantization = get('quantization');
+  if (quantization !== undefined && (backend === 'ollama' || gguf)) problems.push(`--quantization is for OpenAI-compatible servers: ${backend} says what it runs itself`);
+  if (quantization !== undefined && !/^[\x21-\x7e]{1,32}$/.test(quantization)) problems.push(`--quantization must be 1 to 32 printable characters without spaces, got "${quantization}"`);
   const models = (get('models') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
   if (gguf && models.length !== 1) problems.push('--backend gguf serves its file under one name: give it as --models NAME');
   const concurrency = int('concurrency', 1, 1, 64);
@@ -127,5 +133,5 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const continueMode = get('continue') ?? 'auto';
   if (continueMode !== 'auto' && continueMode !== 'off') problems.push(`--continue must be auto or off, got "${continueMode}"`);
   if (problems.length > 0) throw new WorkerUsageError(problems);
-  return { server, node, key, backend: backend as BackendKind, backendUrl, ...(modelFile ? { modelFile } : {}), ...(threads ? { threads } : {}), continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
+  return { server, node, key, backend: backend as BackendKind, backendUrl, ...(modelFile ? { modelFile } : {}), ...(threads ? { threads } : {}), ...(quantization ? { quantization } : {}), continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
 }

@@ -63,7 +63,7 @@ export class Worker {
 
   constructor(private readonly opts: WorkerOptions, private readonly events: WorkerEvents) {
     this.backend = createBackend(opts.backend, opts.backendUrl, opts.continueAnswers,
-      opts.modelFile === undefined ? undefined : { file: opts.modelFile, name: opts.models[0] ?? '', concurrency: opts.concurrency, threads: opts.threads });
+      opts.modelFile === undefined ? undefined : { file: opts.modelFile, name: opts.models[0] ?? '', concurrency: opts.concurrency, threads: opts.threads }, opts.quantization);
     this.client = new CoordinatorClient(opts.server, opts.node, opts.key, {
       retrying: (what, attempt, reason) => events.log('warn', `${what} failed (${reason}); retrying`, { attempt }),
     }, this.stopping.signal, opts.retryMaxMs);
@@ -129,12 +129,13 @@ export class Worker {
     // `score` (issue 31) where the backend can score an answer: gguf, vLLM, Ollama ≥ 0.12.11 (score-job.ts).
     const scores: string[] = this.backend.score ? ['score'] : [];
     const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, [...await this.backend.capabilities(m), ...scores]] as [string, string[]])));
+    const builds = (await this.backend.builds?.(models)) ?? {};
     try {
-      this.expiresIn = await this.client.declare(models, caps);
+      this.expiresIn = await this.client.declare(models, caps, builds);
     } catch (err) {
       if (!(err instanceof CoordinatorError && err.status === 401)) throw err;
       await this.reregister();
-      this.expiresIn = await this.client.declare(models, caps);
+      this.expiresIn = await this.client.declare(models, caps, builds);
     }
     this.models = models;
     this.declaredAt = Date.now();

@@ -1,13 +1,17 @@
 // POST /worker/update_models: the models this worker serves now; it is offered only jobs of
 // these, until the declaration lapses (MODELS_TTL) unless sent again. `capabilities` (ours,
 // `ins worker`): per model, what the node can do beyond plain chat (jobs/capabilities.ts); a
-// worker that sends none (the seed's) is offered plain jobs only.
+// worker that sends none (the seed's) is offered plain jobs only. `builds` (ours, issue 31): per
+// model, the digest and quantisation the node runs (repositories/model-builds.ts); optional too.
 import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
 import { ensureModelId } from '../../repositories/models.js';
 import { declareModels } from '../../repositories/sessions.js';
 import { announceKeyChange } from '../../repositories/key-events.js';
 import { bitsOf } from '../../jobs/capabilities.js';
+import { declareBuilds, type ModelBuild } from '../../repositories/model-builds.js';
 import { HttpError } from '../../http/http-error.js';
+import { RequestValidationError } from '../../http/validator.js';
+import { valueError } from '../../validation/pydantic.js';
 import { authenticateSession, SUSPENDED_DETAIL } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
@@ -24,20 +28,52 @@ export function updateModelsRoute(app: App, deps: Deps): void {
         throw new HttpError(422, `capabilities["${model.slice(0, 64)}"]: expected an array of at most 16 capability names`);
       }
     }
+    const builds = buildsOf(req.body.builds);
     if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
     if (session.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
     const names = [...new Set(models)].sort();
     const ids: number[] = [];
+    const built = new Map<number, ModelBuild>();
     const caps = declared ? new Map<number, number>() : undefined;
     for (const name of names) {
       const id = await ensureModelId(db, name);
       ids.push(id);
       if (caps && Object.hasOwn(declared!, name)) caps.set(id, bitsOf(declared![name] as string[]));
+      if (builds.has(name)) built.set(id, builds.get(name)!);
     }
     const changed = await declareModels(db, session.id, ids, caps);
     if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
+    await declareBuilds(db, session.id, built);
     // Sessions are cached with their models (auth/authenticate.ts): a new set must be seen at once.
     if (changed) await announceKeyChange(db);
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
   }));
+}
+
+const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
+
+/** FastAPI's 422 (a pydantic value error at `loc`), as the schema's own checks answer. */
+const invalid = (loc: (string | number)[], error: string, input: unknown) => new RequestValidationError([valueError(['body', 'builds', ...loc], error, input)]);
+
+/** The declared builds by model name (models not declared in `models` are ignored later); 422 when malformed. */
+function buildsOf(v: unknown): Map<string, ModelBuild> {
+  const out = new Map<string, ModelBuild>();
+  if (v === undefined) return out;
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid([], 'builds: expected an object of model → {digest, quantization}', v);
+  if (Object.keys(v).length > 1000) throw invalid([], 'builds: at most 1000 models', null);
+  for (const [model, b] of Object.entries(v)) {
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) throw invalid([model], 'builds: expected an object with optional digest and quantization', b);
+    const build: ModelBuild = {};
+    for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
+      const x = (b as Record<string, unknown>)[field];
+      if (x === undefined || x === null) continue;
+      // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
+      if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
+        throw invalid([model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
+      }
+      build[field] = x;
+    }
+    if (build.digest !== undefined || build.quantization !== undefined) out.set(model, build);
+  }
+  return out;
 }

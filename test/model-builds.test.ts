@@ -1,0 +1,124 @@
+// Nodes declare what they run (issue 31): update_models' optional `builds` (digest and
+// quantisation per model), stored per session and model, shown on /network per model, and used
+// to place verification's copies — on both backends, through the real app, nodes on the worker
+// wire (inject). The seed's worker, which sends no builds, works as before.
+import { afterEach, describe, expect, it } from 'vitest';
+import { sql } from '../src/db/database.js';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { TestUser, TestWorker } from './helpers/coordinator.js';
+
+const MODEL = 'builds-model';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe.each(backends)('model builds on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  afterEach(async () => t?.close());
+
+  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
+  const builds = async () => q<{ node: string; model: string; digest: string | null; quantization: string | null }>('t_b_rows', `SELECT n.name AS node, m.name AS model, b.digest, b.quantization
+    FROM session_model_builds b JOIN node_sessions s ON s.id = b.session_id JOIN nodes n ON n.id = s.node_id JOIN models m ON m.id = b.model_id ORDER BY n.name, m.name`);
+  const declare = (w: TestWorker, models: string[], extra: Record<string, unknown>) => w.post('/worker/update_models', { node_url: w.node, models, ...extra }, true);
+  const quantizations = async (model: string) => ((await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; quantizations: unknown }[] })
+    .models.find((m) => m.name === model)?.quantizations;
+  const worker = async (name: string, models = [MODEL]) => new TestWorker(t.app, name, await t.addNode(name)).start(models);
+  const until = async (what: string, ok: () => Promise<boolean>) => {
+    for (const end = Date.now() + 20_000; Date.now() < end; await sleep(20)) if (await ok()) return;
+    throw new Error(`timed out waiting for ${what}`);
+  };
+
+  it('round trip: stored per session and model, replaced by the next declaration, shown on /network; bad builds are 422 and change nothing', { timeout: 120_000 }, async () => {
+    t = await startApp(backend);
+    const a = await worker('node-a', [MODEL, 'other']);
+    const b = await worker('node-b');
+    const seed = await worker('seed');
+    expect((await declare(a, [MODEL, 'other'], { builds: { [MODEL]: { digest: 'sha256:aa11', quantization: 'Q4_K_M' }, other: { digest: 'sha256:bb22' }, undeclared: { quantization: 'Q2_K' } } })).statusCode).toBe(200);
+    expect((await declare(b, [MODEL], { builds: { [MODEL]: { quantization: 'Q8_0' } } })).statusCode).toBe(200);
+    expect(await builds()).toEqual([
+      { node: 'node-a', model: 'builds-model', digest: 'sha256:aa11', quantization: 'Q4_K_M' },
+      { node: 'node-a', model: 'other', digest: 'sha256:bb22', quantization: null },
+      { node: 'node-b', model: 'builds-model', digest: null, quantization: 'Q8_0' },
+    ]);
+    // Three nodes serve it (the seed's worker too); two declared a quantisation.
+    expect(await quantizations(MODEL)).toEqual([{ quantization: 'Q4_K_M', nodes: 1 }, { quantization: 'Q8_0', nodes: 1 }]);
+    expect(await quantizations('other')).toEqual([]);
+    const network = (await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; nodes: number }[] };
+    expect(network.models.find((m) => m.name === MODEL)!.nodes).toBe(3);
+
+    for (const bad of [[], 'Q4', { [MODEL]: 'Q4' }, { [MODEL]: { quantization: 4 } }, { [MODEL]: { quantization: 'has space' } }, { [MODEL]: { digest: 'x'.repeat(129) } }]) {
+      const res = await declare(a, [MODEL], { builds: bad });
+      expect(res.statusCode, JSON.stringify(bad)).toBe(422);
+      expect(res.body).toContain('builds');
+    }
+    expect((await builds()).filter((r) => r.node === 'node-a')).toHaveLength(2);
+
+    // The next declaration replaces the last: one model's build changed, the other's gone.
+    expect((await declare(a, [MODEL, 'other'], { builds: { [MODEL]: { digest: 'sha256:cc33', quantization: 'Q8_0' } } })).statusCode).toBe(200);
+    expect((await builds()).filter((r) => r.node === 'node-a')).toEqual([{ node: 'node-a', model: 'builds-model', digest: 'sha256:cc33', quantization: 'Q8_0' }]);
+    expect(await quantizations(MODEL)).toEqual([{ quantization: 'Q8_0', nodes: 2 }]);
+    // Without builds at all (the seed's wire): nothing declared.
+    expect((await declare(a, [MODEL], {})).statusCode).toBe(200);
+    expect((await builds()).filter((r) => r.node === 'node-a')).toEqual([]);
+
+    // The seed's worker, which never sends builds, gets and reports jobs as before.
+    const user = new TestUser(t.app, await t.addUser());
+    const id = await user.submit(MODEL, 'hello');
+    const job = await seed.getJob();
+    expect(job?.job_id).toBe(id);
+    expect((await seed.report(job!, 'hi')).statusCode).toBe(200);
+    // A node gone offline no longer counts.
+    expect((await b.deregister()).statusCode).toBe(200);
+    expect(await quantizations(MODEL)).toEqual([]);
+  });
+
+  it('a copy goes to a node of the judged node\'s quantisation when one is online, else to any; never where the job\'s capabilities are missing', { timeout: 120_000 }, async () => {
+    t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
+    const user = new TestUser(t.app, await t.addUser());
+    const ids = async (...names: string[]) => (await q<{ id: number }>('t_b_ids', 'SELECT id::int FROM nodes WHERE name = ANY($1::text[]) ORDER BY id', [names])).map((r) => r.id);
+    const copyOf = async (original: string) => {
+      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0);
+      return (await q<{ exclude: number[] }>('t_b_excl', 'SELECT exclude_nodes::int[] AS exclude FROM jobs WHERE verify_of = $1::uuid', [original]))[0]!.exclude;
+    };
+    const judged = await worker('judged');
+    const other = await worker('other-quant');
+    const same = await worker('same-quant');
+    await declare(judged, [MODEL], { builds: { [MODEL]: { quantization: 'Q4_K_M' } } });
+    await declare(other, [MODEL], { builds: { [MODEL]: { quantization: 'Q8_0' } } });
+    await declare(same, [MODEL], { builds: { [MODEL]: { quantization: 'Q4_K_M' } } });
+    const [judgedId, otherId] = await ids('judged', 'other-quant');
+
+    const first = await user.submit(MODEL, 'first question', { temperature: 0 });
+    const job = await judged.getJob();
+    expect(job?.job_id).toBe(first);
+    expect((await judged.report(job!, 'an answer')).statusCode).toBe(200);
+    // The node of another quantisation is kept off the copy; the node of the same gets it.
+    expect(await copyOf(first)).toEqual([judgedId, otherId]);
+    expect((await other.getJob())?.messages).toBeUndefined();
+    const copy1 = await same.getJob();
+    expect(copy1?.messages.at(-1)?.content).toBe('first question');
+    expect((await same.report(copy1!, 'an answer')).statusCode).toBe(200);
+
+    // No node of its quantisation online: any other node checks it.
+    expect((await same.deregister()).statusCode).toBe(200);
+    const second = await user.submit(MODEL, 'second question', { temperature: 0 });
+    const job2 = await judged.getJob();
+    expect(job2?.job_id).toBe(second);
+    expect((await judged.report(job2!, 'another answer')).statusCode).toBe(200);
+    expect(await copyOf(second)).toEqual([judgedId]);
+    const copy2 = await other.getJob();
+    expect(copy2?.messages.at(-1)?.content).toBe('second question');
+    expect((await other.report(copy2!, 'another answer')).statusCode).toBe(200);
+
+    // A tools job nobody else who declared `tools` could check: no copy is made (it would only wait out its deadline).
+    await declare(judged, [MODEL], { capabilities: { [MODEL]: ['tools'] } });
+    const call = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${user.key}` }, payload: {
+      model: MODEL, temperature: 0, messages: [{ role: 'user', content: 'weather?' }], tools: [{ type: 'function', function: { name: 'get_weather' } }] } });
+    let tools: Awaited<ReturnType<TestWorker['getJob']>> = null;
+    await until('the tools job', async () => (tools = await judged.getJob()) !== null);
+    expect((await other.getJob())?.messages).toBeUndefined();
+    expect((await judged.report(tools!, 'It is sunny.')).statusCode).toBe(200);
+    expect((await call).statusCode).toBe(200);
+    await until('its audit', async () => (await q('t_b_audits', 'SELECT 1 FROM job_audits')).length === 0 && (await q('t_b_done', "SELECT 1 FROM jobs WHERE id = $1::uuid AND state = 'done'", [tools!.job_id])).length > 0);
+    expect(await q('t_b_nocopy', 'SELECT 1 FROM jobs WHERE verify_of = $1::uuid', [tools!.job_id])).toEqual([]);
+  });
+});
