@@ -1,9 +1,9 @@
 // Worker sessions (node_sessions): register_node opens one and hands out its token (ns_),
 // which the worker sends on every later call; update_models declares the session's models;
-// deregister_node ends it. A session is live while not ended, its node not disabled, and the
+// deregister_node ends it (opening, ending and announcing are the node lifecycle's:
+// src/nodes/lifecycle.ts). A session is live while not ended, its node not disabled, and the
 // node's key the one it began with (rotating the key voids every session of the node).
 import { sql, type Queryable } from '../db/database.js';
-import { newKey } from '../keys.js';
 import { NODE_SUSPENDED, type NodeRow } from './nodes.js';
 
 export interface SessionRow {
@@ -32,8 +32,6 @@ const USE_CHECK = sql('sessions_use_secret_check', `DELETE FROM node_secret_chec
   WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int)
     AND n.id = c.node_id AND n.key_hash = c.key_hash
   RETURNING c.key_hash`);
-const INSERT = sql('sessions_insert', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, node_version, stats, capacity)
-  VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::int) RETURNING id`);
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
 const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
@@ -46,7 +44,6 @@ const DECLARE = sql('sessions_declare_models', `WITH old AS (
     SELECT models, model_caps FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
   UPDATE node_sessions s SET models = $2::int[], model_caps = $3::int[], models_declared_at = now(), last_seen_at = now()
   FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before`);
-const END = sql('sessions_end', 'UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id');
 const TOUCH = sql('sessions_touch', `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
   FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`);
 // Live sessions, with their node, models and open leases.
@@ -80,15 +77,6 @@ export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: 
   return row?.key_hash;
 }
 
-export interface NewSession { nodeId: number; nodeKeyHash: string; nodeVersion: string; stats: Record<string, unknown>; capacity: number }
-
-/** Opens a session; returns its token, which exists nowhere else afterwards. */
-export async function openSession(db: Queryable, s: NewSession): Promise<{ id: number; token: string }> {
-  const { key, hash } = newKey('session');
-  const [row] = await db.query<{ id: number }>(INSERT, [s.nodeId, hash, s.nodeKeyHash, s.nodeVersion, JSON.stringify(s.stats), s.capacity]);
-  return { id: Number(row!.id), token: key };
-}
-
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {
   const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; suspended: boolean; models: number[]; model_caps: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
   if (!row) return undefined;
@@ -111,11 +99,6 @@ export async function declareModels(db: Queryable, sessionId: number, modelIds: 
   const capsBefore = row.caps_before.map(Number);
   return before.length !== sorted.length || before.some((m, i) => m !== sorted[i])
     || capsBefore.length !== aligned.length || capsBefore.some((c, i) => c !== aligned[i]);
-}
-
-/** Ends a session; false when it had ended already. */
-export async function endSession(db: Queryable, sessionId: number): Promise<boolean> {
-  return (await db.query(END, [sessionId])).length > 0;
 }
 
 export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {

@@ -4,8 +4,6 @@
 // worker that sends none (the seed's) is offered plain jobs only.
 import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
 import { ensureModelId } from '../../repositories/models.js';
-import { declareModels } from '../../repositories/sessions.js';
-import { announceKeyChange } from '../../repositories/key-events.js';
 import { bitsOf } from '../../jobs/capabilities.js';
 import { HttpError } from '../../http/http-error.js';
 import { authenticateSession, SUSPENDED_DETAIL } from '../authenticate.js';
@@ -13,7 +11,7 @@ import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
 export function updateModelsRoute(app: App, deps: Deps): void {
-  const { db } = deps.service;
+  const { db, nodes } = deps.service;
   const coordinatorConfig = deps.service.options.coordinator;
   app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, (req) => rideOutage(async () => {
     const session = await authenticateSession(deps, req);
@@ -34,10 +32,9 @@ export function updateModelsRoute(app: App, deps: Deps): void {
       ids.push(id);
       if (caps && Object.hasOwn(declared!, name)) caps.set(id, bitsOf(declared![name] as string[]));
     }
-    const changed = await declareModels(db, session.id, ids, caps);
+    // Sessions are cached with their models (auth/authenticate.ts): a new set is announced.
+    const changed = await nodes.declare({ id: session.id, nodeId: session.node.id }, ids, caps);
     if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
-    // Sessions are cached with their models (auth/authenticate.ts): a new set must be seen at once.
-    if (changed) await announceKeyChange(db);
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
   }));
 }
