@@ -18,3 +18,11 @@ BEGIN
   PERFORM pg_notify('ins_keys', coalesce(server, '') || ' ' || item);
   RETURN item;
 END $$;
+
+-- Model names a user key brings into being (submit_job with a name nobody named before) are
+-- bounded: at most NEW_MODELS_PER_KEY_PER_DAY per UTC day (src/jobs/submit.ts), counted from
+-- the models rows the key created that day. Rows made by workers, reports or imports have no
+-- creator and count for nobody.
+ALTER TABLE models ADD COLUMN created_by_key bigint;
+ALTER TABLE models ADD COLUMN created_at timestamptz;
+CREATE INDEX models_created_by_key ON models (created_by_key, created_at) WHERE created_by_key IS NOT NULL;
