@@ -1,5 +1,5 @@
 // The node lifecycle: every state change of a node runs here, as one named statement of
-// src/nodes/sql/ (add, access: disable/enable, rotate, sessions: register/deregister/declare,
+// src/nodes/sql/ (add, access: disable/enable, rotate, sessions: register/deregister,
 // standing: strike/restore), each announcing what it changed inside its own transaction
 // (nodes_announce(), migrations/0016_node_lifecycle.sql), and every statement's outcome
 // (nodes/outcome.ts) goes through one function, apply(), to every consumer of this server —
@@ -23,7 +23,7 @@ import { NODES_CHANNEL, itemOf, parseItem, parsePayload, type NodeConsumer, type
 import { ADD } from './sql/add.js';
 import { SET_ACCESS } from './sql/access.js';
 import { ROTATE } from './sql/rotate.js';
-import { DECLARED, DEREGISTER, REGISTER } from './sql/sessions.js';
+import { DEREGISTER, REGISTER } from './sql/sessions.js';
 import { RESTORE } from './sql/standing.js';
 
 /** The job lifecycle, as ending a node's access uses it. */
@@ -151,19 +151,14 @@ export class NodeLifecycle {
   }
 
   /**
-   * declare: the session's models (repositories/sessions.ts declareModels) and, when the set
-   * changed, its announcement, in one transaction: sessions are cached with their models.
-   * Undefined: no live session.
+   * declare: the session's models (repositories/sessions.ts declareModels, whose statement
+   * announces a changed set: sessions are cached with their models). Whether the set changed;
+   * undefined: no live session.
    */
-  async declare(session: { id: number; nodeId: number }, modelIds: number[], caps?: Map<number, number>): Promise<boolean | undefined> {
-    const r = await this.db.transaction(async (tx) => {
-      const changed = await declareModels(tx, session.id, modelIds, caps);
-      if (!changed) return { changed };
-      const [row] = await tx.query<{ announced: string }>(DECLARED, [session.id, session.nodeId, this.server]);
-      return { changed, outcome: parseItem(row!.announced) };
-    });
-    if (r.outcome) this.apply(r.outcome);
-    return r.changed;
+  async declare(sessionId: number, modelIds: number[], caps?: Map<number, number>): Promise<boolean | undefined> {
+    const announced = await declareModels(this.db, sessionId, modelIds, caps, this.server);
+    if (announced) this.apply(parseItem(announced));
+    return announced === undefined ? undefined : announced !== null;
   }
 
   /** restore (ins node reinstate): back to trusted, strikes so far forgotten; false when the node is trusted already or unknown. */

@@ -39,11 +39,15 @@ const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.cap
     s.model_caps
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE s.token_hash = $1::text AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash`);
-// $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none).
+// $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none); $4
+// the server's id. A new set is the node lifecycle's transition `declared` (src/nodes/states.ts),
+// announced by this statement (nodes_announce(), migrations/0016_node_lifecycle.sql).
 const DECLARE = sql('sessions_declare_models', `WITH old AS (
     SELECT models, model_caps FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
   UPDATE node_sessions s SET models = $2::int[], model_caps = $3::int[], models_declared_at = now(), last_seen_at = now()
-  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before`);
+  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before,
+    CASE WHEN old.models IS DISTINCT FROM $2::int[] OR old.model_caps IS DISTINCT FROM $3::int[]
+      THEN nodes_announce($4::text, 'declared', s.node_id, s.id) END AS announced`);
 const TOUCH = sql('sessions_touch', `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
   FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`);
 // Live sessions, with their node, models and open leases.
@@ -87,18 +91,15 @@ export async function findSessionByTokenHash(db: Queryable, hash: string, models
 
 /**
  * Sets the session's models, with their capabilities when the worker declared some (`caps`, by
- * model id; undefined: none, as the seed's worker); returns whether anything changed (undefined:
- * no live session).
+ * model id; undefined: none, as the seed's worker): a changed set is announced as server
+ * `server`'s (nodes/lifecycle.ts declare() applies it). Answers the announcement's item, null
+ * when nothing changed; undefined: no live session.
  */
-export async function declareModels(db: Queryable, sessionId: number, modelIds: number[], caps?: Map<number, number>): Promise<boolean | undefined> {
+export async function declareModels(db: Queryable, sessionId: number, modelIds: number[], caps?: Map<number, number>, server = ''): Promise<string | null | undefined> {
   const sorted = [...new Set(modelIds)].sort((a, b) => a - b);
   const aligned = caps ? sorted.map((m) => caps.get(m) ?? 0) : [];
-  const [row] = await db.query<{ before: number[]; caps_before: number[] }>(DECLARE, [sessionId, sorted, aligned]);
-  if (!row) return undefined;
-  const before = row.before.map(Number);
-  const capsBefore = row.caps_before.map(Number);
-  return before.length !== sorted.length || before.some((m, i) => m !== sorted[i])
-    || capsBefore.length !== aligned.length || capsBefore.some((c, i) => c !== aligned[i]);
+  const [row] = await db.query<{ announced: string | null }>(DECLARE, [sessionId, sorted, aligned, server]);
+  return row ? row.announced : undefined;
 }
 
 export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {

@@ -1,6 +1,6 @@
 // Transitions of a node's worker sessions (the node's state stays): register opens one,
-// deregister ends it, declare announces a session's new set of models (the declaration itself
-// is repositories/sessions.ts declareModels, in the same transaction).
+// deregister ends it. (declare, a session's new set of models, is repositories/sessions.ts
+// sessions_declare_models, which announces it itself.)
 import { sql } from '../../db/database.js';
 
 // $1 node, $2 token hash, $3 the node key's hash it began with, $4 version, $5 stats, $6
@@ -14,6 +14,3 @@ SELECT id, nodes_announce($7::text, 'registered', node_id, id) AS announced FROM
 export const DEREGISTER = sql('nodes_deregister', `WITH ended AS (
   UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id, node_id)
 SELECT id, node_id, nodes_announce($2::text, 'deregistered', node_id, id) AS announced FROM ended`);
-
-// $1 session, $2 its node, $3 this server's id: run after declareModels changed the set.
-export const DECLARED = sql('nodes_declared', `SELECT nodes_announce($3::text, 'declared', $2::bigint, $1::bigint) AS announced`);

@@ -33,7 +33,7 @@ export function updateModelsRoute(app: App, deps: Deps): void {
       if (caps && Object.hasOwn(declared!, name)) caps.set(id, bitsOf(declared![name] as string[]));
     }
     // Sessions are cached with their models (auth/authenticate.ts): a new set is announced.
-    const changed = await nodes.declare({ id: session.id, nodeId: session.node.id }, ids, caps);
+    const changed = await nodes.declare(session.id, ids, caps);
     if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
   }));
