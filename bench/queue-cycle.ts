@@ -12,9 +12,9 @@ import { migrate } from '../src/db/migrate.js';
 import { sql } from '../src/db/database.js';
 import { DEFAULT_COORDINATOR } from '../src/config.js';
 import { Coordinator } from '../src/jobs/coordinator.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode, NodeLifecycle } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
-import { declareModels, findSessionByTokenHash, openSession, type SessionRow } from '../src/repositories/sessions.js';
+import { declareModels, findSessionByTokenHash, type SessionRow } from '../src/repositories/sessions.js';
 import { ensureModelId } from '../src/repositories/models.js';
 import { hashKey } from '../src/keys.js';
 
@@ -65,7 +65,7 @@ export async function ourQueueCycle(serverUrl: string, pairs: number, seconds: n
     for (let i = 0; i < pairs; i++) {
       const node = await createNode(db, `cycle-${i}`);
       const [row] = await db.query<{ key_hash: string }>(sql('cycle_key', 'SELECT key_hash FROM nodes WHERE id = $1'), [node.id]);
-      const s = await openSession(db, { nodeId: node.id, nodeKeyHash: row!.key_hash, nodeVersion: 'bench', stats: {}, capacity: 1 });
+      const s = await new NodeLifecycle(db).register(db, { nodeId: node.id, nodeKeyHash: row!.key_hash, nodeVersion: 'bench', stats: {}, capacity: 1 });
       await declareModels(db, s.id, [modelId]);
       sessions.push((await findSessionByTokenHash(db, hashKey(s.token), 3600))!);
     }

@@ -7,7 +7,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
 import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
-import { createMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
+import { createMetrics, nodeMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestIds, requestId } from './http/request-id.js';
@@ -150,6 +150,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     ...(opts.settleEvery ? { settleEvery: opts.settleEvery } : {}),
   }, {
     outcomes: [outcomeMetrics(metrics)],
+    nodeOutcomes: [nodeMetrics(metrics)],
     verification: {
       audited: (report) => {
         recordAudit(metrics, report);

@@ -19,6 +19,8 @@ import { LedgerReader } from './ledger/read.js';
 import { DayCloser, type DayCloserEvents } from './ledger/closer.js';
 import { Retention, type RetentionEvents, type RetentionOptions } from './retention/retention.js';
 import { Settler } from './usage/settle.js';
+import { NodeLifecycle } from './nodes/lifecycle.js';
+import type { NodeConsumer } from './nodes/outcome.js';
 
 export interface ServiceOptions {
   coordinator: CoordinatorConfig;
@@ -50,6 +52,8 @@ export interface LedgerOptions {
 export interface ServiceObservers {
   /** Consumers of every job outcome (the metrics), besides the service's own. */
   outcomes: LiveConsumer[];
+  /** Consumers of every node outcome (the metrics), besides the service's own (nodes/lifecycle.ts). */
+  nodeOutcomes?: NodeConsumer[];
   /** What verification finds, and its failures. */
   verification: Omit<VerifierEvents, 'error'>;
   /** What the closer of days does (ledger/closer.ts). */
@@ -67,6 +71,8 @@ export class Service {
     readonly db: Database,
     readonly options: ServiceOptions,
     readonly coordinator: Coordinator,
+    /** The node lifecycle: every change of a node, and its consumers here (nodes/lifecycle.ts). */
+    readonly nodes: NodeLifecycle,
     readonly verifier: Verifier,
     readonly principals: PrincipalCache,
     readonly rosters: RosterCache,
@@ -75,12 +81,11 @@ export class Service {
     readonly ledger: { keys: LedgerKeys; reader: LedgerReader; closer: DayCloser },
     readonly retention: Retention,
     readonly usage: Settler,
-    private readonly detachPrincipals: () => Promise<void>,
+    private readonly stopNodes: () => Promise<void>,
   ) {}
 
   static async start(db: Database, options: ServiceOptions, observers: ServiceObservers): Promise<Service> {
     const principals = new PrincipalCache();
-    const detach = await principals.attach(db);
     const c = options.coordinator;
     const coordinator = await Coordinator.start(db, {
       ...c,
@@ -90,10 +95,16 @@ export class Service {
       ...options.dispatch,
     });
     const lifecycle = coordinator.lifecycle;
+    // Node changes reach the key and session cache, the dispatcher and the metrics; ending a
+    // node's access hands its leases back through the job lifecycle.
+    const nodes = new NodeLifecycle(db, lifecycle, (err) => observers.error(err, 'coordinator'));
+    for (const consumer of [principals, coordinator.nodes, ...(observers.nodeOutcomes ?? [])]) nodes.use(consumer);
+    const stopNodes = await nodes.listen();
     const verifier = new Verifier(db, {
       verify: options.verify, onlineWindow: c.onlineWindow, modelsTtl: c.modelsTtl, jobTimeout: c.jobTimeout,
       jobs: { queueChecks: (tx, checks, deadline) => lifecycle.queueChecks(tx, checks, deadline), apply: (o) => lifecycle.apply(o) },
       events: { ...observers.verification, error: (err) => observers.error(err, 'verification') },
+      nodes,
     });
     coordinator.use(verifier);
     for (const consumer of observers.outcomes) coordinator.use(consumer);
@@ -114,7 +125,7 @@ export class Service {
     // Token usage: one server at a time folds finished jobs' usage into their owners' counters.
     const usage = new Settler(db, { error: (err) => observers.error(err, 'usage') });
     if (options.settleEvery) usage.start(options.settleEvery);
-    return new Service(db, options, coordinator, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, retention, usage, detach);
+    return new Service(db, options, coordinator, nodes, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, retention, usage, stopNodes);
   }
 
   /** Waiting polls answer at once (the server is stopping). */
@@ -128,6 +139,6 @@ export class Service {
     await this.ledger.closer.close();
     await this.verifier.close();
     await this.coordinator.close();
-    await this.detachPrincipals();
+    await this.stopNodes();
   }
 }

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PrincipalCache } from '../src/auth/authenticate.js';
 import { sql } from '../src/db/database.js';
-import { rotateNodeKey, setNodeDisabled } from '../src/repositories/nodes.js';
+import { rotateNodeKey, setNodeDisabled } from '../src/nodes/lifecycle.js';
 import { revokeApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import type { Database } from '../src/db/database.js';
 import { backends, beforeEachQuery } from './helpers/db.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Batcher } from '../src/db/batcher.js';
 import type { Database } from '../src/db/database.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { PointsLoader } from '../src/repositories/points.js';
 import { ResultRecorder, type Report } from '../src/results/recorder.js';
 import { dailyPoints, findNodeByName, recordResult } from './helpers/production-paths.js';

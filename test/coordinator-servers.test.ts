@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { sql, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
 import { createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';

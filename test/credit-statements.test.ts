@@ -1,12 +1,18 @@
 // Every statement that credits points is written whole where it runs (results/credit.ts,
 // jobs/sql/complete.ts, import/results.ts), and their credit part — the job_results insert and
-// every aggregate and cache version it moves — must be the same text in all of them, or the
-// aggregates the reads are served from would drift apart between write paths.
+// every aggregate and cache version it moves — is written once (CREDIT_PART) and included by
+// all of them, or the aggregates the reads are served from would drift apart between write
+// paths. Likewise the "node is suspended" rule (nodes/sql/suspended.ts) in every statement that
+// asks it.
 import { describe, expect, it } from 'vitest';
-import { CREDIT_REPORTS } from '../src/results/credit.js';
+import { CREDIT_PART, CREDIT_REPORTS } from '../src/results/credit.js';
 import { COMPLETE } from '../src/jobs/sql/complete.js';
-import { resultsImport } from '../src/import/results.js';
+import { CREDIT_IMPORT, resultsImport } from '../src/import/results.js';
+import { nodeSuspended } from '../src/nodes/sql/suspended.js';
+import { LEASE } from '../src/jobs/sql/lease.js';
+import { SUBMIT } from '../src/jobs/sql/submit.js';
 import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 
 const BEGIN = '\n-- credit: begin\n';
 const END = '\n-- credit: end\n';
@@ -21,12 +27,10 @@ function creditPart(text: string): string {
 }
 
 describe('credit statements', () => {
-  it('share one credit part, word for word', () => {
-    // The import's statement is not exported by itself: read it from its module's source.
-    const importSource = readFileSync(new URL('../src/import/results.ts', import.meta.url), 'utf8');
-    const parts = [CREDIT_REPORTS.text, COMPLETE.text, importSource].map(creditPart);
-    expect(parts[1]).toBe(parts[0]);
-    expect(parts[2]).toBe(parts[0]);
+  it('include the one credit part', () => {
+    for (const statement of [CREDIT_REPORTS, COMPLETE, CREDIT_IMPORT]) {
+      expect(creditPart(statement.text), statement.name).toBe(creditPart(`WITH\n${CREDIT_PART}`));
+    }
     expect(resultsImport.kind).toBe('results');
   });
 
@@ -35,5 +39,18 @@ describe('credit statements', () => {
     for (const table of ['job_results', 'node_daily_points', 'model_nodes', 'model_node_days', 'roster_version', 'points_history']) {
       expect(part).toContain(table);
     }
+  });
+
+  it('nowhere write the credit part or the suspended rule by hand', () => {
+    // Every source file outside the rules' own: no copy of their text.
+    const files = execFileSync('git', ['ls-files', 'src'], { cwd: new URL('..', import.meta.url), encoding: 'utf8' }).split('\n').filter((f) => f.endsWith('.ts'));
+    for (const f of files) {
+      const text = readFileSync(new URL(`../${f}`, import.meta.url), 'utf8');
+      if (f !== 'src/results/credit.ts') expect(text.includes('INSERT INTO job_results AS r'), f).toBe(false);
+      if (f !== 'src/nodes/sql/suspended.ts') expect(/node_standing \w+ WHERE \w+\.node_id = [\w.]+ AND \w+\.state = 'suspended'/.test(text), f).toBe(false);
+    }
+    expect(LEASE.text).toContain(nodeSuspended('a.node_id'));
+    expect(SUBMIT.text).toContain(nodeSuspended('a.node_id'));
+    expect(COMPLETE.text).toContain(nodeSuspended('l.node_id'));
   });
 });

@@ -1,6 +1,6 @@
 // POST /daily_points through the real app, on each storage backend.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { setNodeDisabled } from '../src/repositories/nodes.js';
+import { setNodeDisabled } from '../src/nodes/lifecycle.js';
 import { revokeApiKey } from '../src/repositories/api-keys.js';
 import { findNodeByName, recordResult } from './helpers/production-paths.js';
 import { backends } from './helpers/db.js';

@@ -9,7 +9,7 @@ import { migrate } from '../src/db/migrate.js';
 import { buildApp } from '../src/app.js';
 import { NO_RATE_LIMITS } from '../src/config.js';
 import { addApiKey, setKeyPriority, setKeyQuota } from '../src/repositories/api-keys.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { secondsToUtcMidnight } from '../src/jobs/submit.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';

@@ -12,7 +12,7 @@ import { buildApp } from '../src/app.js';
 import { NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
 import { openPglite } from '../src/db/pglite.js';
-import { createNode, rotateNodeKey } from '../src/repositories/nodes.js';
+import { createNode, rotateNodeKey } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';

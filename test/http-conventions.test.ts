@@ -11,7 +11,7 @@ import { buildApp } from '../src/app.js';
 import type { Database } from '../src/db/database.js';
 import { loadConfig } from '../src/config.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { backends } from './helpers/db.js';
 import { TestWorker } from './helpers/coordinator.js';
 

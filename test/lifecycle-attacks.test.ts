@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { NO_RATE_LIMITS } from '../src/config.js';
-import { setNodeDisabled } from '../src/repositories/nodes.js';
+import { setNodeDisabled } from '../src/nodes/lifecycle.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
@@ -91,7 +91,7 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     const app = await buildApp({ db, verify: { enabled: false }, rateLimits: { ...NO_RATE_LIMITS, progressPerKey: 5 } });
     try {
       const { addApiKey } = await import('../src/repositories/api-keys.js');
-      const { createNode } = await import('../src/repositories/nodes.js');
+      const { createNode } = await import('../src/nodes/lifecycle.js');
       const u = new TestUser(app, (await addApiKey(db, 'user', 'u')).key);
       const w = await new TestWorker(app, 'limited', (await createNode(db, 'limited')).key).start(['m']);
       const jobId = await u.submit('m');

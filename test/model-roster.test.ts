@@ -3,7 +3,7 @@
 // cached last success behind — are decided by the database.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
 import { ResultRecorder } from '../src/results/recorder.js';
 import { recordResult, rosterNames } from './helpers/production-paths.js';

@@ -5,7 +5,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { PointsLoader } from '../src/repositories/points.js';
 import { dailyPoints, recordResult } from './helpers/production-paths.js';
 import { backends, beforeEachQuery } from './helpers/db.js';

@@ -11,7 +11,7 @@ import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { openPostgres } from '../src/db/pg.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 import { NGINX, startNginx, type Nginx } from './helpers/nginx.js';

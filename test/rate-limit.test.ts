@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { DEFAULT_RATE_LIMITS, loadConfig, NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report } from './helpers/app.js';

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
 import { loadMigrations, migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/pg.js';
-import { createNode } from '../src/repositories/nodes.js';
+import { createNode } from '../src/nodes/lifecycle.js';
 import { uniqueNodes, UNIQUE_NODES } from '../src/repositories/unique-nodes.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
 import { backends, createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';

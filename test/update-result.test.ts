@@ -1,6 +1,6 @@
 // POST /worker/update_result through the real app, on each storage backend.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { setNodeDisabled, rotateNodeKey } from '../src/repositories/nodes.js';
+import { setNodeDisabled, rotateNodeKey } from '../src/nodes/lifecycle.js';
 import { setModelPoints } from '../src/repositories/models.js';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';

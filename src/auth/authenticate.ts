@@ -1,13 +1,13 @@
 // Authentication with a cache: remembers which principal a key hash belongs to, so an
 // authenticated request costs one database round trip instead of two. Correctness rests on
 // invalidation, not on the TTL: every change of a key or of a node's status is announced
-// (repositories/key-events.ts: in this process at once, to other servers by NOTIFY) and each
-// server clears its cache on it. While the LISTEN connection is down the cache is off,
+// (src/nodes/lifecycle.ts, repositories/key-events.ts: in this process at once, to other
+// servers by NOTIFY) and each server's cache, a consumer of the node lifecycle, clears on it. While the LISTEN connection is down the cache is off,
 // so a missed notification can never serve a revoked key. The TTL only bounds memory of keys
 // nobody uses any more.
-import type { Database, Queryable } from '../db/database.js';
+import type { Queryable } from '../db/database.js';
 import { hashKey } from '../keys.js';
-import { KEY_EVENTS_CHANNEL, onLocalKeyChange } from '../repositories/key-events.js';
+import type { NodeConsumer, NodeOutcome } from '../nodes/outcome.js';
 import { lookupPrincipal, type LookupOptions, type Principal } from './principal.js';
 
 export type { Principal } from './principal.js';
@@ -31,7 +31,7 @@ export async function authenticate(db: Queryable, key: string, opts: Authenticat
   return principal;
 }
 
-export class PrincipalCache {
+export class PrincipalCache implements NodeConsumer {
   private readonly entries = new Map<string, { principal: Principal; at: number }>();
   private live = false;
   // Bumped on every invalidation: a lookup that started before it must not store its answer.
@@ -71,13 +71,11 @@ export class PrincipalCache {
     this.invalidate();
   }
 
-  /** Subscribes to key events; resolves to the unsubscribe function. */
-  async attach(db: Database): Promise<() => Promise<void>> {
-    const unsubscribe = onLocalKeyChange(db, () => this.invalidate());
-    const stop = await db.listen(KEY_EVENTS_CHANNEL, () => this.invalidate(), (live) => this.setLive(live));
-    return async () => {
-      unsubscribe();
-      await stop();
-    };
+  /**
+   * A node or key changed, here or on another server. A node added or a session opened changes
+   * nothing cached (only keys and sessions found are kept); anything else may have.
+   */
+  apply(o: NodeOutcome): void {
+    if (o.change !== 'added' && o.change !== 'registered') this.invalidate();
   }
 }

@@ -5,6 +5,7 @@ import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { Lifecycle } from '../jobs/lifecycle.js';
+import { NodeLifecycle } from '../nodes/lifecycle.js';
 import { table, UsageError, type Io } from './io.js';
 
 export interface RunOptions {
@@ -32,6 +33,15 @@ export interface RunOptions {
  */
 export function operatorJobs(db: Database, opts: RunOptions): Lifecycle {
   return opts.jobs ?? new Lifecycle(db, { maxAttempts: opts.coordinator.maxAttempts, leaseTimeout: opts.coordinator.leaseTimeout, defaultPoints: 0, audit: false, onError: () => {} });
+}
+
+/**
+ * The node lifecycle for an operator's command: one of its own (its announcements reach the
+ * servers of this process at once, others by NOTIFY), handing leases back through
+ * operatorJobs.
+ */
+export function operatorNodes(db: Database, opts: RunOptions): NodeLifecycle {
+  return new NodeLifecycle(db, operatorJobs(db, opts));
 }
 
 export interface Command {

@@ -1,9 +1,10 @@
 // ins node …, ins key …, ins model …: the network's nodes, keys and models.
-import { createNode, listNodes, NodeExistsError, rotateNodeKey, setNodeDisabled } from '../repositories/nodes.js';
+import { listNodes } from '../repositories/nodes.js';
+import { NodeExistsError } from '../nodes/lifecycle.js';
 import { addApiKey, keyUsage, listApiKeys, resolveKey, revokeApiKey, setKeyPriority, setKeyQuota, type ApiKeyKind } from '../repositories/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePoints } from '../points-value.js';
-import { checkName, keyCommand, listCommand, operatorJobs, type Command } from './command.js';
+import { checkName, keyCommand, listCommand, operatorNodes, type Command } from './command.js';
 import { CommandError, table, UsageError } from './io.js';
 
 function setDisabledCommand(disabled: boolean): Command {
@@ -13,10 +14,10 @@ function setDisabledCommand(disabled: boolean): Command {
     summary: disabled ? 'disable a node: its key gets 403, its sessions end and the jobs it holds go back to the queue' : 'enable a disabled node again',
     args: ['NAME'],
     async run(db, [name], opts, io) {
-      const id = await setNodeDisabled(db, name!, disabled);
+      // Disabling hands the jobs it holds back to the queue (nodes/lifecycle.ts): they go to other nodes.
+      const nodes = operatorNodes(db, opts);
+      const id = disabled ? await nodes.disable(name!) : await nodes.enable(name!);
       if (id === undefined) throw new CommandError(`no node named "${name}"`);
-      // Its job keys earn nothing from now on: the jobs go to other nodes.
-      if (disabled) await operatorJobs(db, opts).release({ nodeId: id }, 'released');
       io.out(opts.json ? JSON.stringify({ name, disabled }) : `node "${name}" ${verb}d`);
     },
   };
@@ -48,9 +49,9 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     summary: "create a node and print its key (nk_…) once",
     arg: 'NAME',
     maxLength: 128,
-    async issue(db, name) {
+    async issue(db, name, opts) {
       try {
-        const { key } = await createNode(db, name);
+        const { key } = await operatorNodes(db, opts).add(name);
         return { fields: { name }, key, note: `Node "${name}" created.` };
       } catch (err) {
         if (err instanceof NodeExistsError) throw new CommandError(`${err.message}; use "ins node rotate-key ${name}" for a new key`);
@@ -74,10 +75,9 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     summary: 'give a node a new key; the old one and its sessions stop working at once',
     arg: 'NAME',
     async issue(db, name, opts) {
-      const rotated = await rotateNodeKey(db, name);
+      // The old key's sessions are void: the jobs they hold go back to the queue (nodes/lifecycle.ts).
+      const rotated = await operatorNodes(db, opts).rotate(name);
       if (!rotated) throw new CommandError(`no node named "${name}"`);
-      // The old key's sessions are void: the jobs they hold go back to the queue.
-      await operatorJobs(db, opts).release({ nodeId: rotated.id }, 'released');
       const { key } = rotated;
       return { fields: { name }, key, note: `New key for node "${name}"; the old key no longer works.` };
     },

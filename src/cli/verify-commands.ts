@@ -2,9 +2,7 @@
 // and bringing a suspended node back.
 import { nodeAudit, nodeStanding } from '../verify/audit-view.js';
 import { nodeTokenChecks } from '../verify/scores-view.js';
-import { reinstate } from '../verify/standing.js';
-import { announceKeyChange } from '../repositories/key-events.js';
-import type { Command } from './command.js';
+import { operatorNodes, type Command } from './command.js';
 import { CommandError, table } from './io.js';
 
 export const VERIFY_COMMANDS: Record<string, Command> = {
@@ -34,13 +32,13 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
     usage: 'node reinstate NAME',
     summary: 'bring a node on probation or suspended back to trusted; its strikes so far no longer count (points taken back stay so)',
     args: ['NAME'],
-    async run(db, [name], { json }, io) {
-      if (!(await reinstate(db, name!))) {
+    async run(db, [name], opts, io) {
+      const { json } = opts;
+      // Servers cache keys and sessions with the node's standing: the lifecycle announces it.
+      if (!(await operatorNodes(db, opts).restore(name!))) {
         const a = await nodeStanding(db, name!, 0);
         throw new CommandError(a ? `node "${name}" is ${a.standing} already` : `no node named "${name}"`);
       }
-      // Servers cache keys and sessions with the node's standing.
-      await announceKeyChange(db);
       io.out(json ? JSON.stringify({ name, standing: 'trusted' }) : `node "${name}" reinstated: trusted again`);
     },
   },

@@ -7,6 +7,7 @@ import { openLeases, queueDepth } from '../jobs/read.js';
 import { standingCounts } from '../verify/standing.js';
 import type { AuditReport } from '../verify/auditor.js';
 import type { Outcome, OutcomeConsumer } from '../jobs/outcome.js';
+import type { NodeConsumer, NodeOutcome } from '../nodes/outcome.js';
 
 export interface Metrics {
   registry: Registry;
@@ -35,6 +36,7 @@ export interface Metrics {
   ledgerCloseFailures: Counter;
   /** Retention: rows deleted (jobs, leases) or pruned to a hash (results). */
   retentionPruned: Counter;
+  nodeTransitions: Counter;
   /** Read at each scrape; the app points them at the coordinator. */
   live: { waitingWorkers: () => number };
 }
@@ -140,7 +142,8 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
   const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
   const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions)', labelNames: ['what'], registers: [registry] });
-  return { registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
+  const nodeTransitions = new Counter({ name: 'ins_node_transitions_total', help: 'Node lifecycle transitions this server made, by change (added, disabled, enabled, rotated, registered, deregistered, declared, struck, suspended, restored): src/nodes/states.ts', labelNames: ['change'], registers: [registry] });
+  return { nodeTransitions, registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
 }
 
 /** What an audit batch found (verify/auditor.ts). */
@@ -170,6 +173,18 @@ export function outcomeMetrics(m: Metrics): OutcomeConsumer {
       for (const [state, n] of byState) m.jobsFinished.inc({ state }, n);
       for (const seconds of o.local?.leased ?? []) m.dispatchLatency.observe(seconds);
       if (o.local?.leasesExpired) m.leaseExpiries.inc(o.local.leasesExpired);
+    },
+  };
+}
+
+/**
+ * The node lifecycle's outcomes as metrics (a consumer, nodes/lifecycle.ts): each server counts
+ * the transitions its own statements made (a CLI command counts in no server's).
+ */
+export function nodeMetrics(m: Metrics): NodeConsumer {
+  return {
+    apply(o: NodeOutcome, local: boolean): void {
+      if (local && o.change !== 'keys') m.nodeTransitions.inc({ change: o.change });
     },
   };
 }

@@ -6,6 +6,7 @@
 // check reads ledger_state FOR SHARE, held until the import commits, so a day cannot close
 // between the check and the commit (the close waits, then counts the imported credits).
 import { sql, type Queryable } from '../db/database.js';
+import { CREDIT_PART } from '../results/credit.js';
 import { parsePoints } from '../points-value.js';
 import { parseDateTime } from '../validation/datetime.js';
 import type { ImportSpec } from './run.js';
@@ -39,59 +40,11 @@ function checkRow(f: Record<string, string>): (string | number | null)[] | strin
 // The staged rows, resolved to ids, credited with their explicit times and points by the
 // service's credit part (results/credit.ts: the same text in every credit statement): imported
 // history lands in the aggregates exactly as reported history does.
-const CREDIT_IMPORT = sql('import_results_credit', `WITH input AS (
+export const CREDIT_IMPORT = sql('import_results_credit', `WITH input AS (
   SELECT s.job_id, n.id AS node_id, m.id AS model_id, s.status, s.result, s.points, s.received_at, true AS explicit
   FROM import_results s JOIN nodes n ON n.name = s.node_name JOIN models m ON m.name = s.model_name
 ),
--- credit: begin
-credited AS (
-  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
-  SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
-  ORDER BY job_id
-  ON CONFLICT (job_id) DO UPDATE
-    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at
-    WHERE r.status = 'error' AND EXCLUDED.status = 'success' AND r.node_id = EXCLUDED.node_id AND r.model_id = EXCLUDED.model_id
-  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
-),
-daily AS (
-  INSERT INTO node_daily_points (node_id, day, points, successes)
-  SELECT node_id, day, sum(points), count(*) FROM credited WHERE status = 'success'
-  GROUP BY node_id, day ORDER BY node_id, day
-  ON CONFLICT (node_id, day) DO UPDATE
-    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes
-),
-overall AS (
-  INSERT INTO model_nodes (model_id, node_id, first_success_at, last_success_at)
-  SELECT model_id, node_id, min(received_at), max(received_at) FROM credited WHERE status = 'success'
-  GROUP BY model_id, node_id ORDER BY model_id, node_id
-  ON CONFLICT (model_id, node_id) DO UPDATE
-    SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
-        last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
-),
-per_day AS (
-  INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
-  SELECT model_id, node_id, day, min(received_at), max(received_at) FROM credited WHERE status = 'success'
-  GROUP BY model_id, node_id, day ORDER BY model_id, node_id, day
-  ON CONFLICT (model_id, node_id, day) DO UPDATE
-    SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
-        last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
-  RETURNING model_id, (xmax = 0) AS inserted
-),
-explicit AS (SELECT EXISTS (SELECT 1 FROM input WHERE explicit) AS given),
-bumped AS (
-  SELECT id FROM models
-  WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR (SELECT given FROM explicit))
-  ORDER BY id FOR NO KEY UPDATE
-),
-roster AS (
-  UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
-),
-history AS (
-  UPDATE points_history SET version = version + 1
-  WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
-)
--- credit: end
-SELECT count(*)::int AS n FROM credited`);
+${CREDIT_PART}SELECT count(*)::int AS n FROM credited`);
 
 async function apply(tx: Queryable): Promise<number> {
   await tx.exec(`INSERT INTO models (name) SELECT DISTINCT model_name FROM import_results ON CONFLICT (name) DO NOTHING`);

@@ -21,6 +21,7 @@ import { standingsOf } from './sql/standings.js';
 import { sql } from '../db/database.js';
 import type { JobState } from './states.js';
 import type { DoneJob } from './outcome.js';
+import { endsAccess, type NodeConsumer, type NodeOutcome } from '../nodes/outcome.js';
 
 export interface CoordinatorOptions extends CoordinatorConfig {
   defaultPointsPerJob: number;
@@ -129,15 +130,20 @@ export class Coordinator {
     return nodeLeaseOf(this.db, jobId, nodeId);
   }
 
-  /** A session ends (deregister): its leases go back to the queue at once. */
-  endSession(sessionId: number): Promise<void> {
-    return this.lifecycle.release({ sessionId }, 'released');
-  }
-
   /** A node was disabled: every lease it holds goes back to the queue. */
   endNodeLeases(nodeId: number): Promise<void> {
     return this.lifecycle.release({ nodeId }, 'released');
   }
+
+  /**
+   * The dispatcher as a consumer of the node lifecycle (nodes/lifecycle.ts): the polls of a node
+   * that can no longer take jobs, here or announced by another server, answer at once.
+   */
+  readonly nodes: NodeConsumer = {
+    apply: (o: NodeOutcome) => {
+      if (endsAccess(o) && o.nodeId !== null) this.dispatcher.endPolls(o.nodeId, o.change === 'deregistered' ? o.sessionId ?? undefined : undefined);
+    },
+  };
 
   /** Cancels a queued or leased job of this owner (null: an operator, any owner). */
   cancel(jobId: string, ownerKeyId: number | null, why: string): Promise<{ before: JobState | undefined; canceled: boolean }> {

@@ -226,6 +226,17 @@ export class Dispatcher implements LiveConsumer {
     }
   }
 
+  /**
+   * The node (or one session of it) can no longer take jobs (disabled, key rotated, suspended,
+   * deregistered: nodes/lifecycle.ts): its waiting polls answer now, with no job; a job a round
+   * found for one meanwhile goes back (deliver()).
+   */
+  endPolls(nodeId: number, sessionId?: number): void {
+    for (const w of [...this.waiters]) {
+      if (w.session.node.id === nodeId && (sessionId === undefined || w.session.id === sessionId)) w.settle(null);
+    }
+  }
+
   close(): void {
     clearInterval(this.timer);
     for (const w of [...this.waiters]) w.settle(null);

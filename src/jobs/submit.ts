@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
-import { ensureModelId } from '../repositories/models.js';
+import { ensureModelIdFor } from '../repositories/models.js';
 import type { Claim } from './dispatcher.js';
 import type { Lifecycle } from './lifecycle.js';
 import type { Refusal, SubmitRow } from './sql/submit.js';
@@ -14,6 +14,19 @@ import { randomSeed, type JobRequest } from './request.js';
 export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }
 
 /** A submission over its owner's daily quota (of jobs, or of output tokens): nothing was queued. */
+/**
+ * New model names (no model of that name existed) a user key may create per UTC day: beyond, its
+ * submissions of further new names are refused (TooManyModels) until the next 00:00 UTC.
+ * Names that exist (declared by a node, reported, or named before) are never refused.
+ */
+export const NEW_MODELS_PER_KEY_PER_DAY = 100;
+
+export class TooManyModels extends Error {
+  constructor(readonly retryAfterSeconds: number) {
+    super(`this key named ${NEW_MODELS_PER_KEY_PER_DAY} new models today (UTC), the most a key may: submit to a model that exists, or retry after 00:00 UTC`);
+  }
+}
+
 export class QuotaExceeded extends Error {
   constructor(readonly which: Refusal, readonly retryAfterSeconds: number) {
     super(`the key's daily quota of ${which === 'jobs' ? 'jobs' : 'output tokens'} is used up until 00:00 UTC`);
@@ -81,11 +94,13 @@ export class Submitter {
 
   /**
    * Submits the job (queued, or handed to a waiting worker); resolves to its id once committed.
-   * Over its owner's daily quota: rejects with QuotaExceeded, and nothing was queued.
+   * Over its owner's daily quota: rejects with QuotaExceeded, and nothing was queued; a new
+   * model name beyond the key's NEW_MODELS_PER_KEY_PER_DAY: TooManyModels, nothing created.
    */
   async submit(s: Submission): Promise<string> {
     const id = randomUUID();
-    const modelId = await ensureModelId(this.db, s.model);
+    const modelId = await ensureModelIdFor(this.db, s.model, s.ownerKeyId, NEW_MODELS_PER_KEY_PER_DAY);
+    if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
     const reserve = s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
     const refused = await this.batcher.load({ id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve });

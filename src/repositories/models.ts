@@ -5,6 +5,14 @@ export interface ModelListing { name: string; points_per_job: number | null; nod
 
 const FIND = sql('models_find', 'SELECT id FROM models WHERE name = $1::text');
 const INSERT = sql('models_insert', 'INSERT INTO models (name) VALUES ($1::text) ON CONFLICT (name) DO NOTHING');
+// $1 the name, $2 the user key naming it, $3 how many new names a key may create per UTC day:
+// created only while the key created fewer today (a race of concurrent submissions may pass
+// the count together: the bound is exceeded by at most their number).
+const INSERT_BY_KEY = sql('models_insert_by_key', `INSERT INTO models (name, created_by_key, created_at)
+  SELECT $1::text, $2::bigint, now()
+  WHERE (SELECT count(*) FROM models WHERE created_by_key = $2::bigint
+    AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') < $3::int
+  ON CONFLICT (name) DO NOTHING`);
 const SET_POINTS = sql('models_set_points', `INSERT INTO models (name, points_per_job) VALUES ($1::text, $2::numeric)
   ON CONFLICT (name) DO UPDATE SET points_per_job = EXCLUDED.points_per_job`);
 const LIST = sql('models_list', `SELECT m.name, m.points_per_job::float8 AS points_per_job,
@@ -30,6 +38,22 @@ export async function ensureModelId(db: Queryable, name: string): Promise<number
   if (cache.size >= CACHE_LIMIT) cache.clear();
   cache.set(name, row!.id);
   return row!.id;
+}
+
+/**
+ * The model's id for a user's submission: created on first sight only while the key created
+ * fewer than `perDay` models this UTC day; undefined beyond that (one key cannot grow the models
+ * table, and the usage and fair-queue rows per model, without bound).
+ */
+export async function ensureModelIdFor(db: Queryable, name: string, keyId: number, perDay: number): Promise<number | undefined> {
+  const cache = idCache.get(db);
+  const cached = cache?.get(name);
+  if (cached !== undefined) return cached;
+  const [found] = await db.query<{ id: number }>(FIND, [name]);
+  if (found) return ensureModelId(db, name);
+  await db.query(INSERT_BY_KEY, [name, keyId, perDay]);
+  const [row] = await db.query<{ id: number }>(FIND, [name]);
+  return row ? ensureModelId(db, name) : undefined;
 }
 
 /** points null: back to the default. */

@@ -1,8 +1,7 @@
-// Nodes and their keys: what the CLI manages and what authentication reads.
-import { sql, type Database, type Queryable } from '../db/database.js';
-import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
-import { newKey } from '../keys.js';
-import { announceKeyChange } from './key-events.js';
+// Nodes and their keys: what authentication and the CLI read. Their changes are the node
+// lifecycle's (src/nodes/lifecycle.ts).
+import { sql, type Queryable } from '../db/database.js';
+import { nodeSuspended } from '../nodes/sql/suspended.js';
 
 /** suspended: its answers failed verification (src/verify/standing.ts). */
 export interface NodeRow { id: number; name: string; disabled: boolean; suspended: boolean }
@@ -13,13 +12,9 @@ export interface NodeListing {
   standing: string;
 }
 
-const INSERT = sql('nodes_insert', 'INSERT INTO nodes (name, key_hash) VALUES ($1::text, $2::text) RETURNING id');
 /** SQL: whether node `n` is suspended (src/verify/standing.ts), for statements over nodes n. */
-export const NODE_SUSPENDED = `EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = n.id AND r.state = 'suspended')`;
+export const NODE_SUSPENDED = nodeSuspended('n.id');
 const BY_KEY = sql('nodes_by_key', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended FROM nodes n WHERE n.key_hash = $1::text`);
-const SET_DISABLED = sql('nodes_set_disabled', `UPDATE nodes SET disabled_at = CASE WHEN $2::boolean THEN coalesce(disabled_at, now()) END
-  WHERE name = $1::text RETURNING id`);
-const ROTATE = sql('nodes_rotate_key', 'UPDATE nodes SET key_hash = $2::text WHERE name = $1::text RETURNING id');
 const COUNT = sql('nodes_count', 'SELECT count(*)::int AS n FROM nodes');
 // $1 the online window, $2 MODELS_TTL, both in seconds. A node's live sessions: not ended,
 // begun with its current key (repositories/sessions.ts).
@@ -38,41 +33,9 @@ const LIST = sql('nodes_list', `SELECT n.name, n.disabled_at IS NOT NULL AS disa
     WHERE x.node_id = n.id AND x.ended_at IS NULL AND x.node_key_hash = n.key_hash) s ON true
   ORDER BY n.name COLLATE "C"`);
 
-export class NodeExistsError extends Error {
-  constructor(name: string) { super(`a node named "${name}" already exists`); }
-}
-
-/** Creates a node; returns its key, which exists nowhere else afterwards. */
-export async function createNode(db: Queryable, name: string): Promise<{ id: number; key: string }> {
-  const { key, hash } = newKey('node');
-  try {
-    const [row] = await db.query<{ id: number }>(INSERT, [name, hash]);
-    return { id: Number(row!.id), key };
-  } catch (err) {
-    if (pgCode(err) === UNIQUE_VIOLATION) throw new NodeExistsError(name);
-    throw err;
-  }
-}
-
 export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<NodeRow | undefined> {
   const [row] = await db.query<NodeRow>(BY_KEY, [hash]);
   return row ? { ...row, id: Number(row.id) } : undefined;
-}
-
-/** The node's id; undefined when no node has this name. */
-export async function setNodeDisabled(db: Database, name: string, disabled: boolean): Promise<number | undefined> {
-  const [row] = await db.query<{ id: number }>(SET_DISABLED, [name, disabled]);
-  if (row) await announceKeyChange(db);
-  return row ? Number(row.id) : undefined;
-}
-
-/** Replaces the node's key; the old key stops working with this commit. Undefined: no such node. */
-export async function rotateNodeKey(db: Database, name: string): Promise<{ id: number; key: string } | undefined> {
-  const { key, hash } = newKey('node');
-  const [row] = await db.query<{ id: number }>(ROTATE, [name, hash]);
-  if (!row) return undefined;
-  await announceKeyChange(db);
-  return { id: Number(row.id), key };
 }
 
 export async function countNodes(db: Queryable): Promise<number> {

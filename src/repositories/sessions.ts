@@ -1,9 +1,9 @@
 // Worker sessions (node_sessions): register_node opens one and hands out its token (ns_),
 // which the worker sends on every later call; update_models declares the session's models;
-// deregister_node ends it. A session is live while not ended, its node not disabled, and the
+// deregister_node ends it (opening, ending and announcing are the node lifecycle's:
+// src/nodes/lifecycle.ts). A session is live while not ended, its node not disabled, and the
 // node's key the one it began with (rotating the key voids every session of the node).
 import { sql, type Queryable } from '../db/database.js';
-import { newKey } from '../keys.js';
 import { NODE_SUSPENDED, type NodeRow } from './nodes.js';
 
 export interface SessionRow {
@@ -32,8 +32,6 @@ const USE_CHECK = sql('sessions_use_secret_check', `DELETE FROM node_secret_chec
   WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int)
     AND n.id = c.node_id AND n.key_hash = c.key_hash
   RETURNING c.key_hash`);
-const INSERT = sql('sessions_insert', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, node_version, stats, capacity)
-  VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::int) RETURNING id`);
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
 const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
@@ -41,12 +39,15 @@ const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.cap
     s.model_caps
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE s.token_hash = $1::text AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash`);
-// $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none).
+// $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none); $4
+// the server's id. A new set is the node lifecycle's transition `declared` (src/nodes/states.ts),
+// announced by this statement (nodes_announce(), migrations/0016_node_lifecycle.sql).
 const DECLARE = sql('sessions_declare_models', `WITH old AS (
     SELECT models, model_caps FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
   UPDATE node_sessions s SET models = $2::int[], model_caps = $3::int[], models_declared_at = now(), last_seen_at = now()
-  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before`);
-const END = sql('sessions_end', 'UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id');
+  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before,
+    CASE WHEN old.models IS DISTINCT FROM $2::int[] OR old.model_caps IS DISTINCT FROM $3::int[]
+      THEN nodes_announce($4::text, 'declared', s.node_id, s.id) END AS announced`);
 const TOUCH = sql('sessions_touch', `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
   FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`);
 // Live sessions, with their node, models and open leases.
@@ -80,15 +81,6 @@ export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: 
   return row?.key_hash;
 }
 
-export interface NewSession { nodeId: number; nodeKeyHash: string; nodeVersion: string; stats: Record<string, unknown>; capacity: number }
-
-/** Opens a session; returns its token, which exists nowhere else afterwards. */
-export async function openSession(db: Queryable, s: NewSession): Promise<{ id: number; token: string }> {
-  const { key, hash } = newKey('session');
-  const [row] = await db.query<{ id: number }>(INSERT, [s.nodeId, hash, s.nodeKeyHash, s.nodeVersion, JSON.stringify(s.stats), s.capacity]);
-  return { id: Number(row!.id), token: key };
-}
-
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {
   const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; suspended: boolean; models: number[]; model_caps: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
   if (!row) return undefined;
@@ -99,23 +91,15 @@ export async function findSessionByTokenHash(db: Queryable, hash: string, models
 
 /**
  * Sets the session's models, with their capabilities when the worker declared some (`caps`, by
- * model id; undefined: none, as the seed's worker); returns whether anything changed (undefined:
- * no live session).
+ * model id; undefined: none, as the seed's worker): a changed set is announced as server
+ * `server`'s (nodes/lifecycle.ts declare() applies it). Answers the announcement's item, null
+ * when nothing changed; undefined: no live session.
  */
-export async function declareModels(db: Queryable, sessionId: number, modelIds: number[], caps?: Map<number, number>): Promise<boolean | undefined> {
+export async function declareModels(db: Queryable, sessionId: number, modelIds: number[], caps?: Map<number, number>, server = ''): Promise<string | null | undefined> {
   const sorted = [...new Set(modelIds)].sort((a, b) => a - b);
   const aligned = caps ? sorted.map((m) => caps.get(m) ?? 0) : [];
-  const [row] = await db.query<{ before: number[]; caps_before: number[] }>(DECLARE, [sessionId, sorted, aligned]);
-  if (!row) return undefined;
-  const before = row.before.map(Number);
-  const capsBefore = row.caps_before.map(Number);
-  return before.length !== sorted.length || before.some((m, i) => m !== sorted[i])
-    || capsBefore.length !== aligned.length || capsBefore.some((c, i) => c !== aligned[i]);
-}
-
-/** Ends a session; false when it had ended already. */
-export async function endSession(db: Queryable, sessionId: number): Promise<boolean> {
-  return (await db.query(END, [sessionId])).length > 0;
+  const [row] = await db.query<{ announced: string | null }>(DECLARE, [sessionId, sorted, aligned, server]);
+  return row ? row.announced : undefined;
 }
 
 export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {

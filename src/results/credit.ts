@@ -7,8 +7,9 @@
 // - jobs_complete (jobs/sql/complete.ts): reports with a job key, which also end the lease;
 // - import_results_credit (import/results.ts): imported history with its explicit times.
 // Their aggregate part — from `credited AS (` to the end of `history AS (…)`, between the
-// markers `-- credit: begin` and `-- credit: end` — is the same text in all three
-// (test/credit-statements.test.ts), so the aggregates cannot drift apart between write paths.
+// markers `-- credit: begin` and `-- credit: end` — is written once, CREDIT_PART, and included
+// by all three (test/credit-statements.test.ts), so the aggregates cannot drift apart between
+// write paths.
 // Each statement provides `input` (job_id, node_id, model_id, status, result, points,
 // received_at, explicit: the time was given, by an import or a test, rather than taken from the
 // database's clock) before the marker, and reads `credited` (the rows recorded) after it.
@@ -25,18 +26,10 @@
 // be any day.
 import { sql } from '../db/database.js';
 
-// The service's reports, any number at once: $1..$5 job ids, node ids, model ids, statuses,
-// results (parallel arrays); $6 the default points of a success; $7 the time (NULL: the
-// database's clock); $8 whether $7 is an explicit time. A success earns the model's
-// points_per_job as it is at this statement. Answers the recorded job ids with their points.
-export const CREDIT_REPORTS = sql('results_credit', `WITH input AS (
-  SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
-    CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
-    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
-  FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
-  JOIN models m ON m.id = q.model_id
-),
--- credit: begin
+// The credit part: from `credited AS (` to the end of `history AS (…)`, between its markers.
+// Included as text (not a SQL function): it is CTEs of the including statement, reading its
+// `input` and read by what follows, and each statement plans it with its own input.
+export const CREDIT_PART = `-- credit: begin
 credited AS (
   INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
   SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
@@ -84,4 +77,17 @@ history AS (
   WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
 )
 -- credit: end
-SELECT job_id, points::float8 AS points FROM credited`);
+`;
+
+// The service's reports, any number at once: $1..$5 job ids, node ids, model ids, statuses,
+// results (parallel arrays); $6 the default points of a success; $7 the time (NULL: the
+// database's clock); $8 whether $7 is an explicit time. A success earns the model's
+// points_per_job as it is at this statement. Answers the recorded job ids with their points.
+export const CREDIT_REPORTS = sql('results_credit', `WITH input AS (
+  SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
+    CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
+    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
+  FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
+  JOIN models m ON m.id = q.model_id
+),
+${CREDIT_PART}SELECT job_id, points::float8 AS points FROM credited`);

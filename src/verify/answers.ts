@@ -5,6 +5,7 @@
 // bit_count settles the distance. An answer several nodes gave (a refusal template) is a
 // stock answer, not a replay.
 import { sql, type Queryable } from '../db/database.js';
+import { nodeSuspended } from '../nodes/sql/suspended.js';
 import { distance } from './text.js';
 
 export interface Fingerprint {
@@ -28,7 +29,7 @@ const REMEMBER_AND_MATCH = sql('verify_answers_match', `WITH a AS (
   SELECT a.job_id::text AS "jobId", m.job_id::text AS "sameAs", coalesce(m.exact, false) AS exact, m.distance,
     EXISTS (SELECT 1 FROM node_answers o WHERE o.answer_hash = a.answer_hash AND o.node_id <> a.node_id
       AND o.at > now() - make_interval(secs => $7::float8)
-      AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = o.node_id AND s.state = 'suspended')) AS stock
+      AND NOT ${nodeSuspended('o.node_id')}) AS stock
   FROM a LEFT JOIN LATERAL (
     SELECT p.job_id, p.answer_hash = a.answer_hash AS exact, bit_count((p.simhash # a.simhash)::bit(64))::int AS distance
     FROM node_answers p

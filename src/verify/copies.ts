@@ -7,6 +7,7 @@
 // (jobs/sql/queue-checks.ts); this module decides which, and where.
 import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
+import { nodeSuspended } from '../nodes/sql/suspended.js';
 import type { Outcome } from '../jobs/outcome.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 
@@ -19,7 +20,7 @@ const ELIGIBLE = sql('verify_eligible_nodes', `SELECT d.model_id, array_agg(DIST
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
   WHERE ($1::int[] IS NULL OR d.model_id = ANY($1::int[])) AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
     AND s.last_seen_at > now() - make_interval(secs => $2::float8) AND s.models_declared_at > now() - make_interval(secs => $3::float8)
-    AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = s.node_id AND r.state = 'suspended')
+    AND NOT ${nodeSuspended('s.node_id')}
   GROUP BY d.model_id`);
 
 /** The nodes that may run jobs of each model (all models when `modelIds` is null). */

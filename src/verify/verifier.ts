@@ -3,13 +3,14 @@
 // it also looks for jobs done elsewhere and left unaudited), nodes that gave a job up twice get a
 // strike, and every few seconds the maintenance round runs (verify/maintenance.ts). Copies and
 // probes are queued through the lifecycle, whose outcome is applied once their transaction
-// commits. What it finds is told to the metrics (events); a suspension is announced as a key
-// change, since sessions and keys are cached with their node's standing.
+// commits. What it finds is told to the metrics (events); a suspension, a transition of the
+// node lifecycle (announced by its strike statement), is applied to that lifecycle's consumers
+// here once committed, since sessions and keys are cached with their node's standing.
 import type { Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import type { Outcome } from '../jobs/outcome.js';
 import type { LiveConsumer } from '../jobs/lifecycle.js';
-import { announceKeyChange } from '../repositories/key-events.js';
+import type { NodeOutcome } from '../nodes/outcome.js';
 import { AUDIT_BATCH, auditBatch, type AuditReport } from './auditor.js';
 import { maintain } from './maintenance.js';
 import { strikeGiveUps } from './give-ups.js';
@@ -27,7 +28,11 @@ export interface VerifierEvents {
 /** The lifecycle, as verification uses it: queue checks, and apply their outcome once committed. */
 export interface JobChecks extends CheckQueue { apply(outcome: Outcome): void }
 
-export interface VerifierOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; jobs: JobChecks; events: VerifierEvents }
+export interface VerifierOptions {
+  verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; jobs: JobChecks; events: VerifierEvents;
+  /** The node lifecycle's apply() (nodes/lifecycle.ts): suspensions reach its consumers once committed. */
+  nodes: { apply(outcome: NodeOutcome): void };
+}
 
 /** How long done jobs gather before an audit: batches, not a statement per job. */
 const AUDIT_DELAY_MS = 250;
@@ -89,16 +94,16 @@ export class Verifier implements LiveConsumer {
     for (;;) {
       const report = await auditBatch(this.db, { ...this.opts, checks: this.opts.jobs });
       if (!report) return;
-      await this.told(report);
+      this.told(report);
       if (this.closed || report.audited + report.setAside.length < AUDIT_BATCH) return;
     }
   }
 
   /** A committed batch's findings: copies to hand out, the metrics, suspensions announced. */
-  private async told(report: AuditReport): Promise<void> {
+  private told(report: AuditReport): void {
     for (const outcome of report.outcomes) this.opts.jobs.apply(outcome);
     this.opts.events.audited(report);
-    if (report.suspended.length) await announceKeyChange(this.db);
+    for (const { nodeId } of report.suspended) this.opts.nodes.apply({ change: 'suspended', nodeId, sessionId: null });
   }
 
   private maintain(tickSeconds: number): void {

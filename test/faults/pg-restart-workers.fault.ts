@@ -6,7 +6,7 @@ import { execSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/pg.js';
-import { createNode } from '../../src/repositories/nodes.js';
+import { createNode } from '../../src/nodes/lifecycle.js';
 import { addApiKey } from '../../src/repositories/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';

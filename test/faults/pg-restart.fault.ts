@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { sql } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/pg.js';
-import { createNode } from '../../src/repositories/nodes.js';
+import { createNode } from '../../src/nodes/lifecycle.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';
 

@@ -4,7 +4,7 @@ import type { Database } from '../../src/db/database.js';
 import type { CoordinatorConfig } from '../../src/config.js';
 import type { VerifyConfig } from '../../src/config-verify.js';
 import { buildApp, type LedgerOptions, type RetentionOptions } from '../../src/app.js';
-import { createNode } from '../../src/repositories/nodes.js';
+import { createNode } from '../../src/nodes/lifecycle.js';
 import { addApiKey } from '../../src/repositories/api-keys.js';
 import type { Backend } from './db.js';
 

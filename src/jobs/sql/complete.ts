@@ -6,6 +6,8 @@
 // that job and model, before the job's deadline, and held by a node that is enabled —
 // whoever ends a lease first (a report, the sweep, a release, a cancel) wins.
 import { sql, type Queryable } from '../../db/database.js';
+import { CREDIT_PART } from '../../results/credit.js';
+import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
 import type { Answer, RequestError, Usage } from '../answer.js';
 import type { JobState } from '../states.js';
@@ -39,7 +41,7 @@ export const COMPLETE = sql('jobs_complete', `WITH reports AS (
 ),
 ended AS (
   UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE
-      WHEN EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = l.node_id AND r.state = 'suspended') THEN 'error'
+      WHEN ${nodeSuspended('l.node_id')} THEN 'error'
       WHEN q.status = 'success' THEN 'done' WHEN q.request_error IS NOT NULL THEN 'request_error' ELSE 'error' END
   FROM reports q, jobs j, models m, nodes n
   WHERE l.key_hash = q.key_hash AND l.ended_at IS NULL AND l.job_id::text = q.job_id
@@ -95,55 +97,7 @@ input AS (
     coalesce(m.points_per_job, $8::numeric) AS points, now() AS received_at, false AS explicit
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
--- credit: begin
-credited AS (
-  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
-  SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
-  ORDER BY job_id
-  ON CONFLICT (job_id) DO UPDATE
-    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at
-    WHERE r.status = 'error' AND EXCLUDED.status = 'success' AND r.node_id = EXCLUDED.node_id AND r.model_id = EXCLUDED.model_id
-  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
-),
-daily AS (
-  INSERT INTO node_daily_points (node_id, day, points, successes)
-  SELECT node_id, day, sum(points), count(*) FROM credited WHERE status = 'success'
-  GROUP BY node_id, day ORDER BY node_id, day
-  ON CONFLICT (node_id, day) DO UPDATE
-    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes
-),
-overall AS (
-  INSERT INTO model_nodes (model_id, node_id, first_success_at, last_success_at)
-  SELECT model_id, node_id, min(received_at), max(received_at) FROM credited WHERE status = 'success'
-  GROUP BY model_id, node_id ORDER BY model_id, node_id
-  ON CONFLICT (model_id, node_id) DO UPDATE
-    SET first_success_at = least(model_nodes.first_success_at, EXCLUDED.first_success_at),
-        last_success_at = greatest(model_nodes.last_success_at, EXCLUDED.last_success_at)
-),
-per_day AS (
-  INSERT INTO model_node_days (model_id, node_id, day, first_success_at, last_success_at)
-  SELECT model_id, node_id, day, min(received_at), max(received_at) FROM credited WHERE status = 'success'
-  GROUP BY model_id, node_id, day ORDER BY model_id, node_id, day
-  ON CONFLICT (model_id, node_id, day) DO UPDATE
-    SET first_success_at = least(model_node_days.first_success_at, EXCLUDED.first_success_at),
-        last_success_at = greatest(model_node_days.last_success_at, EXCLUDED.last_success_at)
-  RETURNING model_id, (xmax = 0) AS inserted
-),
-explicit AS (SELECT EXISTS (SELECT 1 FROM input WHERE explicit) AS given),
-bumped AS (
-  SELECT id FROM models
-  WHERE id IN (SELECT model_id FROM per_day WHERE inserted OR (SELECT given FROM explicit))
-  ORDER BY id FOR NO KEY UPDATE
-),
-roster AS (
-  UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)
-),
-history AS (
-  UPDATE points_history SET version = version + 1
-  WHERE (SELECT given FROM explicit) AND EXISTS (SELECT 1 FROM credited WHERE status = 'success')
-)
--- credit: end
-SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage,
+${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage,
   e.request_error IS NOT NULL AS request_error, a.items AS announced
 FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
 

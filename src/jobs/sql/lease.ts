@@ -5,6 +5,7 @@
 // its job row (jobs) wherever both change — completion, release, cancel and the sweep. This
 // statement only locks queued jobs, which no open lease points to.
 import { sql, type Queryable } from '../../db/database.js';
+import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import type { JobRequest } from '../request.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
@@ -45,7 +46,7 @@ export const LEASE = sql('jobs_lease', `WITH asks AS (
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
   FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::text[], $6::int[]) AS a(g, k, session_id, node_id, key_hash, rank)
   JOIN node_sessions s ON s.id = a.session_id AND s.ended_at IS NULL
-  WHERE NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended')
+  WHERE NOT ${nodeSuspended('a.node_id')}
 ),
 groups AS (
   SELECT g.g, g.models::int[] AS models, g.n, g.caps::int[] AS caps, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes

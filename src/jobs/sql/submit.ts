@@ -8,6 +8,7 @@
 // this server, and no older queued job, is leased to that worker here and now (a hand-off: the
 // dispatcher's claim()), as jobs_lease would; the others are queued.
 import { sql, type Queryable } from '../../db/database.js';
+import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type Outcome } from '../outcome.js';
 import type { JobRequest } from '../request.js';
 
@@ -86,7 +87,7 @@ lanes AS (
 q AS (
   SELECT a.*, f.last_key - (a.lane_n - a.lane_r) * a.step AS fair_key, coalesce(s.ended_at IS NULL
       AND (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) + a.rank <= s.capacity
-      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = a.node_id AND r.state = 'suspended'), false) AS direct
+      AND NOT ${nodeSuspended('a.node_id')}, false) AS direct
   FROM accepted a JOIN lanes f ON f.owner_key_id = a.owner_key_id AND f.model_id = a.model_id
   LEFT JOIN node_sessions s ON s.id = a.session_id
 ),

@@ -7,7 +7,7 @@
 // inside the window gets nothing. The check is used up in the transaction that opens the
 // session: a registration that fails (an outage ridden out and retried) does not spend it.
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
-import { findNodeForRegistration, openSession, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
+import { findNodeForRegistration, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
 import { tooMany } from '../../http/rate-limit.js';
 import { bearerToken } from '../authenticate.js';
@@ -20,7 +20,7 @@ export const REGISTER_AFTER_CHECK_SECONDS = 60;
 
 const UNPROVEN = "Registering a node takes its key: send it as Authorization: Bearer, or call /check_node_secret first";
 
-export function registerNodeRoute(app: App, { service: { db }, limiters }: Deps): void {
+export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }: Deps): void {
   app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req) => rideOutage(async () => {
     const blocked = limiters.failures.blockedFor(req.ip);
     if (blocked > 0) throw tooMany(blocked);
@@ -36,18 +36,20 @@ export function registerNodeRoute(app: App, { service: { db }, limiters }: Deps)
     const open = (q: Queryable, n: RegistrationNode, keyHash: string) => {
       req.nodeName = n.name;
       if (n.disabled) throw new HttpError(403, 'Node is disabled');
-      return openSession(q, { nodeId: n.id, nodeKeyHash: keyHash, nodeVersion: node_version ?? '', stats: (stats ?? {}), capacity: capacity ?? 1 });
+      return nodes.register(q, { nodeId: n.id, nodeKeyHash: keyHash, nodeVersion: node_version ?? '', stats: (stats ?? {}), capacity: capacity ?? 1 });
     };
-    let token: string;
+    let opened: Awaited<ReturnType<typeof open>>;
     if (offered.length > 0) {
       if (!offered.some((k) => isKeyOf(k, node.key_hash))) return refuse();
-      ({ token } = await open(db, node, node.key_hash));
+      opened = await open(db, node, node.key_hash);
     } else {
-      ({ token } = await db.transaction(async (tx) => {
+      opened = await db.transaction(async (tx) => {
         const keyHash = await useSecretCheck(tx, node.id, req.ip, REGISTER_AFTER_CHECK_SECONDS);
         return keyHash === undefined ? refuse() : open(tx, node, keyHash);
-      }));
+      });
     }
+    const { token, outcome } = opened;
+    nodes.apply(outcome);
     return { access_token: token, token_type: 'bearer' };
   }));
 }

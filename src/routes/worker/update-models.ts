@@ -5,8 +5,6 @@
 // model, the digest and quantisation the node runs (repositories/model-builds.ts); optional too.
 import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
 import { ensureModelId } from '../../repositories/models.js';
-import { declareModels } from '../../repositories/sessions.js';
-import { announceKeyChange } from '../../repositories/key-events.js';
 import { bitsOf } from '../../jobs/capabilities.js';
 import { declareBuilds, type ModelBuild } from '../../repositories/model-builds.js';
 import { HttpError } from '../../http/http-error.js';
@@ -17,7 +15,7 @@ import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
 export function updateModelsRoute(app: App, deps: Deps): void {
-  const { db } = deps.service;
+  const { db, nodes } = deps.service;
   const coordinatorConfig = deps.service.options.coordinator;
   app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, (req) => rideOutage(async () => {
     const session = await authenticateSession(deps, req);
@@ -41,11 +39,10 @@ export function updateModelsRoute(app: App, deps: Deps): void {
       if (caps && Object.hasOwn(declared!, name)) caps.set(id, bitsOf(declared![name] as string[]));
       if (builds.has(name)) built.set(id, builds.get(name)!);
     }
-    const changed = await declareModels(db, session.id, ids, caps);
+    // Sessions are cached with their models (auth/authenticate.ts): a new set is announced.
+    const changed = await nodes.declare(session.id, ids, caps);
     if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
     await declareBuilds(db, session.id, built);
-    // Sessions are cached with their models (auth/authenticate.ts): a new set must be seen at once.
-    if (changed) await announceKeyChange(db);
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
   }));
 }

@@ -1,0 +1,42 @@
+// Transitions of a node's standing (src/verify/standing.ts has the states and when the auditor
+// strikes): strike (trusted or probation → probation, or → suspended at VERIFY_STRIKES strikes:
+// "suspend"), restore (probation or suspended → trusted: ins node reinstate).
+import { sql, type Queryable } from '../../db/database.js';
+import { parseItem, type NodeOutcome } from '../outcome.js';
+import type { Standing, StrikeKind } from '../states.js';
+
+// $1 node, $2 job, $3 kind, $4 evidence, $5 window (s), $6 strikes that suspend, $7 this
+// server's id (empty: unknown). Strikes count within the window and since the node was last
+// reinstated. Answers the standing before and after; announces `suspended` when this strike
+// suspended the node, else `struck`.
+export const STRIKE = sql('nodes_strike', `WITH recorded AS (
+    INSERT INTO node_strikes (node_id, job_id, kind, evidence) VALUES ($1::bigint, $2::uuid, $3::text, $4::jsonb) RETURNING node_id),
+  prior AS (SELECT state, reinstated_at FROM node_standing WHERE node_id = $1::bigint),
+  counted AS (SELECT count(*)::int + 1 AS n FROM node_strikes s WHERE s.node_id = $1::bigint
+    AND s.at > greatest(now() - make_interval(secs => $5::float8), coalesce((SELECT reinstated_at FROM prior), '-infinity'))),
+  next AS (SELECT CASE WHEN (SELECT state FROM prior) = 'suspended' OR (SELECT n FROM counted) >= $6::int THEN 'suspended' ELSE 'probation' END AS state),
+  standing AS (
+    INSERT INTO node_standing AS r (node_id, state, clean_streak, changed_at)
+    SELECT $1::bigint, (SELECT state FROM next), 0, now() FROM recorded
+    ON CONFLICT (node_id) DO UPDATE SET state = (SELECT state FROM next), clean_streak = 0,
+      changed_at = CASE WHEN r.state <> (SELECT state FROM next) THEN now() ELSE r.changed_at END
+    RETURNING coalesce((SELECT state FROM prior), 'trusted') AS before, r.state AS after)
+SELECT before, after, nodes_announce($7::text, CASE WHEN after = 'suspended' AND before <> 'suspended' THEN 'suspended' ELSE 'struck' END, $1::bigint, NULL) AS announced
+FROM standing`);
+
+// $1 the node's name, $2 this server's id. A node trusted already: no row, nothing announced.
+export const RESTORE = sql('nodes_restore', `WITH restored AS (
+  UPDATE node_standing r SET state = 'trusted', clean_streak = 0, changed_at = now(), reinstated_at = now()
+  FROM nodes n WHERE n.id = r.node_id AND n.name = $1::text AND r.state <> 'trusted' RETURNING r.node_id)
+SELECT node_id, nodes_announce($2::text, 'restored', node_id, NULL) AS announced FROM restored`);
+
+/**
+ * strike (and suspend, at VERIFY_STRIKES strikes), inside verification's transaction `q`
+ * (src/verify/): the standing before and after, and the outcome its caller applies (nodes/lifecycle.ts apply())
+ * once that commits. Announced without a server id (verification's statements run without
+ * one): every lifecycle applies it, its own included — the consumers' acts are idempotent.
+ */
+export async function strikeNode(q: Queryable, nodeId: number, jobId: string, kind: StrikeKind, evidence: Record<string, unknown>, windowSeconds: number, strikesToSuspend: number): Promise<{ before: Standing; after: Standing; outcome: NodeOutcome }> {
+  const [row] = await q.query<{ before: Standing; after: Standing; announced: string }>(STRIKE, [nodeId, jobId, kind, JSON.stringify(evidence), windowSeconds, strikesToSuspend, '']);
+  return { before: row!.before, after: row!.after, outcome: parseItem(row!.announced) };
+}
