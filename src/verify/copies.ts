@@ -43,7 +43,7 @@ const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
       LEFT JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = d.model_id
     WHERE d.model_id IN (SELECT model_id FROM p) AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
       AND s.last_seen_at > now() - make_interval(secs => $3::float8) AND s.models_declared_at > now() - make_interval(secs => $4::float8)
-      AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = s.node_id AND r.state = 'suspended'))
+      AND NOT ${nodeSuspended('s.node_id')})
   SELECT p.of::text AS of,
     coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0), '{}') AS able,
     coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0 AND l.quantization = q.quantization), '{}') AS same_quantization

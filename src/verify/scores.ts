@@ -15,6 +15,7 @@
 //   token-stats.ts), and the jobs whose answers added evidence since its test last started are
 //   reversed with it. An answer with little evidence against it is an agreement.
 import { randomUUID } from 'node:crypto';
+import { nodeSuspended } from '../nodes/sql/suspended.js';
 import { sql, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { CAPABILITIES } from '../jobs/capabilities.js';
@@ -30,7 +31,7 @@ const SCORERS = sql('verify_scorers', `SELECT d.model_id, array_agg(DISTINCT s.n
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
   WHERE d.model_id = ANY($1::int[]) AND coalesce(d.caps, 0) & $4::int <> 0 AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
     AND s.last_seen_at > now() - make_interval(secs => $2::float8) AND s.models_declared_at > now() - make_interval(secs => $3::float8)
-    AND NOT EXISTS (SELECT 1 FROM node_standing r WHERE r.node_id = s.node_id AND r.state = 'suspended')
+    AND NOT ${nodeSuspended('s.node_id')}
   GROUP BY d.model_id`);
 
 // The audited jobs $1 as a score check needs them: the whole request, the whole answer, and
