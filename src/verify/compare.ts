@@ -18,6 +18,7 @@
 //   of at least MIN_COSINE. The same model on other hardware or batching moves a vector by float
 //   noise (cosine above 0.999 in practice); another model, or a much heavier quantisation of it,
 //   lands well below 0.99, and an unrelated vector near 0. A wrong dimension is another model.
+import { endianness } from 'node:os';
 import { normalise, similarity } from './text.js';
 import type { ChatParams } from '../jobs/request.js';
 
@@ -37,6 +38,8 @@ export const MIN_COSINE = 0.99;
 export const EXACT_WORDS = 8;
 /** Numbers in JSON answers agree within this relative difference. */
 const REL_EPSILON = 1e-6;
+
+const LITTLE_ENDIAN = endianness() === 'LE';
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -163,6 +166,8 @@ export function decodeVector(v: unknown): Float32Array | undefined {
   if (typeof v !== 'string') return undefined;
   const bytes = Buffer.from(v, 'base64');
   if (bytes.length === 0 || bytes.length % 4 !== 0) return undefined;
+  // On a little-endian host (every one Node.js ships for but s390x) the bytes are the floats: one copy, no per-float read.
+  if (LITTLE_ENDIAN) return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
   const out = new Float32Array(bytes.length / 4);
   for (let i = 0; i < out.length; i++) out[i] = bytes.readFloatLE(i * 4);
   return out;
