@@ -50,6 +50,12 @@ describe.each(backends)('model builds on $name', (backend) => {
       expect(res.statusCode, JSON.stringify(bad)).toBe(422);
       expect(res.body).toContain('builds');
     }
+    // Malformed capabilities likewise: FastAPI's 422 list, naming the field (not an empty body).
+    for (const bad of [{ [MODEL]: 'tools' }, { [MODEL]: Array.from({ length: 17 }, () => 'tools') }, { [MODEL]: ['x'.repeat(33)] }]) {
+      const res = await declare(a, [MODEL], { capabilities: bad });
+      expect(res.statusCode, JSON.stringify(bad)).toBe(422);
+      expect(res.json()).toEqual({ detail: [expect.objectContaining({ loc: ['body', 'capabilities', MODEL], msg: expect.stringContaining('capabilities') })] });
+    }
     expect((await builds()).filter((r) => r.node === 'node-a')).toHaveLength(2);
 
     // The next declaration replaces the last: one model's build changed, the other's gone.

@@ -23,7 +23,7 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const declared = req.body.capabilities as Record<string, unknown> | undefined;
     for (const [model, list] of Object.entries(declared ?? {})) {
       if (!Array.isArray(list) || list.length > 16 || !list.every((c) => typeof c === 'string' && c.length <= 32)) {
-        throw new HttpError(422, `capabilities["${model.slice(0, 64)}"]: expected an array of at most 16 capability names`);
+        throw invalid(['capabilities', model], 'capabilities: expected an array of at most 16 capability names of at most 32 characters', list);
       }
     }
     const builds = buildsOf(req.body.builds);
@@ -50,23 +50,23 @@ export function updateModelsRoute(app: App, deps: Deps): void {
 const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 
 /** FastAPI's 422 (a pydantic value error at `loc`), as the schema's own checks answer. */
-const invalid = (loc: (string | number)[], error: string, input: unknown) => new RequestValidationError([valueError(['body', 'builds', ...loc], error, input)]);
+const invalid = (loc: (string | number)[], error: string, input: unknown) => new RequestValidationError([valueError(['body', ...loc], error, input)]);
 
 /** The declared builds by model name (models not declared in `models` are ignored later); 422 when malformed. */
 function buildsOf(v: unknown): Map<string, ModelBuild> {
   const out = new Map<string, ModelBuild>();
   if (v === undefined) return out;
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid([], 'builds: expected an object of model → {digest, quantization}', v);
-  if (Object.keys(v).length > 1000) throw invalid([], 'builds: at most 1000 models', null);
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(['builds'], 'builds: expected an object of model → {digest, quantization}', v);
+  if (Object.keys(v).length > 1000) throw invalid(['builds'], 'builds: at most 1000 models', null);
   for (const [model, b] of Object.entries(v)) {
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) throw invalid([model], 'builds: expected an object with optional digest and quantization', b);
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) throw invalid(['builds', model], 'builds: expected an object with optional digest and quantization', b);
     const build: ModelBuild = {};
     for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
       const x = (b as Record<string, unknown>)[field];
       if (x === undefined || x === null) continue;
       // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
       if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
-        throw invalid([model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
+        throw invalid(['builds', model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
       }
       build[field] = x;
     }
