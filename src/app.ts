@@ -177,6 +177,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
         metrics.retentionPruned.inc({ what: 'leases' }, report.leases);
         metrics.retentionPruned.inc({ what: 'results' }, report.results);
         for (const what of ['usage', 'lanes', 'sessions'] as const) metrics.retentionPruned.inc({ what }, report[what]);
+        metrics.retentionPruned.inc({ what: 'token_checks' }, report.tokenChecks);
         app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash, stale counters and sessions deleted');
       },
       error: (err) => {

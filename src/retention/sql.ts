@@ -117,9 +117,23 @@ chosen AS (
 gone AS (DELETE FROM node_sessions s USING chosen c WHERE s.id = c.id RETURNING 1)
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
 
+// Token-level check records (token_checks, migrations/0017_token_checks.sql) judged before
+// STALE: a flag reverses the jobs whose checks built its evidence (verify/scores.ts), and those
+// jobs' bodies are pruned by the window too; the per-node sums (node_token_evidence, one row per
+// node and model) stay.
+export const PRUNE_TOKEN_CHECKS = sql('retention_prune_token_checks', `WITH lock AS (${LOCKED}),
+stale AS (${STALE}),
+chosen AS (
+  SELECT c.check_id FROM token_checks c
+  WHERE (SELECT got FROM lock) AND c.at < (SELECT before FROM stale)
+  ORDER BY c.at LIMIT $3::int FOR UPDATE SKIP LOCKED
+),
+gone AS (DELETE FROM token_checks c USING chosen x WHERE c.check_id = x.check_id RETURNING 1)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+
 // The embedded database (PGlite) runs no autovacuum and no checkpointer: after a look that
 // deleted rows, the server vacuums the tables itself, so that their space is reused rather
 // than the files grown, and checkpoints, so that the write-ahead log's segments are recycled
 // rather than piling up to max_wal_size (1 GB) first. PostgreSQL's own processes do both.
-export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results, key_usage, fair_lanes, node_sessions');
+export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results, key_usage, fair_lanes, node_sessions, token_checks');
 export const CHECKPOINT = sql('retention_checkpoint', 'CHECKPOINT');
