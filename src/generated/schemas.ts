@@ -273,7 +273,10 @@ export const VerificationSummary = Type.Object({
     disagreement: Type.Integer(),
     replay: Type.Integer(),
     too_fast: Type.Integer(),
-  }, { description: "Strikes against nodes in the last 24 hours, by kind." }),
+    give_up: Type.Integer(),
+    failure: Type.Integer(),
+    impostor: Type.Integer(),
+  }, { description: "Strikes against nodes in the last 24 hours, by kind (docs/verification.md): disagreement, replay, too_fast, give_up, failure (repeated failed attempts), impostor (token-level checks)." }),
   nodes_on_probation: Type.Integer(),
   nodes_suspended: Type.Integer(),
 }, { title: "VerificationSummary", description: "*Ours*: how the coordinator checks nodes' answers (README, \"How the network checks answers\")." });

@@ -2,7 +2,7 @@
 // its standing and why — the strikes with their evidence, the points taken back — and how
 // often its work was checked and found right.
 import { sql, type Queryable } from '../db/database.js';
-import type { Standing } from './standing.js';
+import { STRIKE_KINDS, type Standing, type StrikeKind } from './standing.js';
 
 export interface NodeAudit {
   name: string;
@@ -62,7 +62,7 @@ export async function nodeStanding(db: Queryable, name: string, windowSeconds: n
 export interface VerificationSummary {
   /** Of the jobs done in the last minute, the share the coordinator made to check nodes (copies and probes). */
   checked_share: number;
-  strikes_24h: { disagreement: number; replay: number; too_fast: number };
+  strikes_24h: Record<StrikeKind, number>;
   nodes_on_probation: number;
   nodes_suspended: number;
 }
@@ -70,15 +70,13 @@ export interface VerificationSummary {
 const SUMMARY = sql('verify_summary', `SELECT
     coalesce((SELECT (count(*) FILTER (WHERE kind <> 'user'))::float8 / nullif(count(*), 0) FROM jobs
       WHERE finished_at > now() - interval '1 minute' AND state = 'done'), 0) AS checked_share,
-    json_build_object(
-      'disagreement', (SELECT count(*)::int FROM node_strikes WHERE at > now() - interval '1 day' AND kind = 'disagreement'),
-      'replay', (SELECT count(*)::int FROM node_strikes WHERE at > now() - interval '1 day' AND kind = 'replay'),
-      'too_fast', (SELECT count(*)::int FROM node_strikes WHERE at > now() - interval '1 day' AND kind = 'too_fast')) AS strikes_24h,
+    (SELECT json_object_agg(k.kind, (SELECT count(*)::int FROM node_strikes s WHERE s.at > now() - interval '1 day' AND s.kind = k.kind))
+      FROM unnest($1::text[]) AS k(kind)) AS strikes_24h,
     (SELECT count(*)::int FROM node_standing WHERE state = 'probation') AS nodes_on_probation,
     (SELECT count(*)::int FROM node_standing WHERE state = 'suspended') AS nodes_suspended`);
 
 /** The network's verification at a glance (the dashboard). */
 export async function verificationSummary(db: Queryable): Promise<VerificationSummary> {
-  const [row] = await db.query<VerificationSummary>(SUMMARY);
+  const [row] = await db.query<VerificationSummary>(SUMMARY, [STRIKE_KINDS]);
   return { ...row!, checked_share: Math.round(row!.checked_share * 1000) / 1000 };
 }
