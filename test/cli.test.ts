@@ -16,7 +16,10 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const env = { DATA_DIR: path.join(dir, 'data') };
 const ins = (...args: string[]) => runCli(args, env);
 
-describe('ins', () => {
+// Each test starts several `ins` processes in a row, each opening the embedded database: minutes
+// on a loaded machine (seconds on a quiet one), and one timing out leaves its process holding
+// the data directory for the next test.
+describe('ins', { timeout: 240_000 }, () => {
   it('prints usage with --help (exit 0) and without a command (exit 2)', async () => {
     const help = await ins('--help');
     expect(help.code).toBe(0);
