@@ -14,6 +14,8 @@ COPY tsconfig.json tsconfig.build.json openapi.json ./
 COPY src ./src
 COPY scripts ./scripts
 COPY web ./web
+# The build's embedded-database template holds every migration (scripts/build-pgdata.ts).
+COPY migrations ./migrations
 RUN npm run build
 
 FROM node:24-bookworm-slim AS deps
