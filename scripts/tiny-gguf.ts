@@ -34,8 +34,8 @@ export const TINY_VOCAB: readonly string[] = [...CONTROL, ...BYTES, ...CHARS];
 const FIRST_CHAR = CONTROL.length + BYTES.length;
 const EOS = 2;
 
-/** mulberry32: a small seeded generator; the same seed gives the same weights everywhere. */
-function rng(seed: number): () => number {
+/** mulberry32: a small seeded generator; the same seed gives the same weights everywhere (tests use it for their seeded data too). */
+export function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

@@ -13,33 +13,15 @@ import { buildApp } from '../src/app.js';
 import type { Outcome } from '../src/jobs/outcome.js';
 import { sql } from '../src/db/database.js';
 import { randomUUID } from 'node:crypto';
-
-interface Seen { outcome: Outcome; local: boolean }
-
-/** A consumer that records what it is given, and lets a test wait for an outcome. */
-class Recorder {
-  readonly seen: Seen[] = [];
-  private waiters: { match: (s: Seen) => boolean; resolve: (s: Seen) => void }[] = [];
-  apply(outcome: Outcome, local: boolean): void {
-    const s = { outcome, local };
-    this.seen.push(s);
-    this.waiters = this.waiters.filter((w) => (w.match(s) ? (w.resolve(s), false) : true));
-  }
-  /** The first outcome (from now, or already seen since `from`) that matches. */
-  next(match: (s: Seen) => boolean, from = 0): Promise<Seen> {
-    const found = this.seen.slice(from).find(match);
-    if (found) return Promise.resolve(found);
-    return new Promise((resolve) => this.waiters.push({ match, resolve }));
-  }
-}
+import { Recorder } from './helpers/recorder.js';
 
 const MODEL = 'life-model';
 
 describe.each(backends)('job lifecycle on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   let other: TestApp;
-  const here = new Recorder();
-  const there = new Recorder();
+  const here = new Recorder<Outcome>();
+  const there = new Recorder<Outcome>();
   let user: TestUser;
   let modelId: number;
 

@@ -17,32 +17,15 @@ import { sql } from '../src/db/database.js';
 import type { NodeOutcome } from '../src/nodes/outcome.js';
 import { strikeNode } from '../src/nodes/sql/standing.js';
 import { runCommand } from '../src/cli/commands.js';
-
-interface Seen { outcome: NodeOutcome; local: boolean }
-
-/** A consumer that records what it is given, and lets a test wait for an outcome. */
-class Recorder {
-  readonly seen: Seen[] = [];
-  private waiters: { match: (s: Seen) => boolean; resolve: (s: Seen) => void }[] = [];
-  apply(outcome: NodeOutcome, local: boolean): void {
-    const s = { outcome, local };
-    this.seen.push(s);
-    this.waiters = this.waiters.filter((w) => (w.match(s) ? (w.resolve(s), false) : true));
-  }
-  next(match: (s: Seen) => boolean, from = 0): Promise<Seen> {
-    const found = this.seen.slice(from).find(match);
-    if (found) return Promise.resolve(found);
-    return new Promise((resolve) => this.waiters.push({ match, resolve }));
-  }
-}
+import { Recorder } from './helpers/recorder.js';
 
 const MODEL = 'node-life-model';
 
 describe.each(backends)('node lifecycle on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   let other: TestApp;
-  const here = new Recorder();
-  const there = new Recorder();
+  const here = new Recorder<NodeOutcome>();
+  const there = new Recorder<NodeOutcome>();
   let user: TestUser;
 
   beforeAll(async () => {
@@ -51,11 +34,11 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
     t.app.service.nodes.use(here);
     other.service.nodes.use(there);
     user = new TestUser(t.app, await t.addUser());
-  });
+  }, 180_000); // two servers on one embedded database: minutes on a loaded machine
   afterAll(async () => {
-    await other.close();
-    await t.close();
-  });
+    await other?.close();
+    await t?.close();
+  }, 180_000);
 
   let statements = 0;
   const q = <R>(text: string, values: unknown[] = []) => t.db.query<R>(sql(`t_nq_${++statements}`, text), values);

@@ -10,6 +10,7 @@ import type { VerifyConfig } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestWorker, type Job } from './helpers/coordinator.js';
+import { rng } from '../scripts/tiny-gguf.js'; // mulberry32: the same numbers every run
 
 const MODEL = 'kinds-model';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -20,17 +21,6 @@ type Result = Record<string, unknown>;
 /** What a node answers to a job: its `result`. */
 type Answer = (node: string, job: Job & { params?: Params }) => Result;
 
-// A seeded generator (mulberry32): the same numbers every run.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const hashOf = (s: string) => [...s].reduce((h, c) => (Math.imul(h, 31) + c.charCodeAt(0)) >>> 0, 7);
 const base64 = (xs: number[]) => Buffer.from(new Float32Array(xs).buffer).toString('base64');
 /** The text's "true" embedding: a seeded vector of 64 numbers. */

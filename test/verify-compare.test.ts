@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { compare, cosine, decodeVector, deterministic, kindOf, MIN_COSINE, type AnswerKind } from '../src/verify/compare.js';
 import { verdict } from '../src/verify/rules.js';
+import { rng } from '../scripts/tiny-gguf.js'; // mulberry32: the same numbers every run
 
 const T = 0.5;
 const call = (name: string, args: unknown, id = 'call_1') => ({ id, type: 'function', function: { name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } });
@@ -13,17 +14,6 @@ const vector = (xs: number[]) => {
   xs.forEach((x, i) => b.writeFloatLE(x, i * 4));
   return b.toString('base64');
 };
-// A seeded generator (mulberry32): the same vectors every run.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const randomVector = (r: () => number, n: number) => Array.from({ length: n }, () => r() * 2 - 1);
 
 describe('the kind of answer a request asks for', () => {
