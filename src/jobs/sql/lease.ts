@@ -36,8 +36,12 @@ export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: 
 // the partial index jobs_queued (model_id, fair_key, id). A job (or copy) that every ask of the
 // group is excluded from (exclude_nodes: its node held a lease of the job being checked, failed
 // this job, or gave it up twice) is skipped, not taken: it would only block the jobs behind it. The k-th job (or
-// copy) goes to the group's k-th free ask unless that ask's node may not have it; then it
-// waits for another round.
+// copy) goes to the group's k-th free ask (`*_first`); a job (or copy) whose k-th ask's node may
+// not have it goes, in a second pass (`*_second`), to the first ask left over that may: each
+// left-over ask takes the first left-over job it may have, then each job keeps its first such
+// ask. That pass finds a pair whenever one exists, so a job excluded for one ask's node never
+// starves while a node that may have it polls beside it (a fixed pairing let two copies, each
+// excluded for the other's ask, wait for their deadline round after round).
 // Capabilities (issue 28): a job (or copy) whose needs (jobs.needs) the group's capabilities for
 // its model do not cover is skipped like an excluded one — never taken, never blocking the jobs
 // behind it; $11 the groups' capabilities (array literals aligned with their models).
@@ -63,10 +67,23 @@ copies AS (
     ORDER BY j.submitted_at, j.id LIMIT g.n
     FOR UPDATE SKIP LOCKED) c
 ),
-copies_assigned AS (
-  SELECT DISTINCT ON (c.id) c.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
+copies_first AS (
+  SELECT c.id AS job_id, c.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
   FROM copies c JOIN asks a ON a.g = c.g AND a.k = c.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(c.exclude_nodes))
-  ORDER BY c.id, c.g
+),
+copies_second AS (
+  SELECT DISTINCT ON (x.job_id) x.* FROM (
+    SELECT DISTINCT ON (a.g, a.k) c.id AS job_id, c.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
+    FROM copies c JOIN asks a ON a.g = c.g AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(c.exclude_nodes))
+    WHERE NOT EXISTS (SELECT 1 FROM copies_first f WHERE f.g = c.g AND f.jk = c.k)
+      AND NOT EXISTS (SELECT 1 FROM copies_first f WHERE f.g = a.g AND f.k = a.k)
+    ORDER BY a.g, a.k, c.k) x
+  ORDER BY x.job_id, x.k
+),
+copies_assigned AS (
+  SELECT DISTINCT ON (u.job_id) u.job_id, u.g, u.k, u.session_id, u.node_id, u.key_hash
+  FROM (SELECT * FROM copies_first UNION ALL SELECT * FROM copies_second) u
+  ORDER BY u.job_id, u.g
 ),
 free_asks AS (
   SELECT a.*, row_number() OVER (PARTITION BY a.g ORDER BY a.k)::int AS fk FROM asks a
@@ -85,12 +102,25 @@ picked AS (
       FOR UPDATE SKIP LOCKED) c
     ORDER BY c.fair_key, c.id LIMIT g.n) p
 ),
+picked_first AS (
+  SELECT p.id AS job_id, p.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
+  FROM picked p JOIN free_asks a ON a.g = p.g AND a.fk = p.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(p.exclude_nodes))
+),
+picked_second AS (
+  SELECT DISTINCT ON (x.job_id) x.* FROM (
+    SELECT DISTINCT ON (a.g, a.k) p.id AS job_id, p.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
+    FROM picked p JOIN free_asks a ON a.g = p.g AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(p.exclude_nodes))
+    WHERE NOT EXISTS (SELECT 1 FROM picked_first f WHERE f.g = p.g AND f.jk = p.k)
+      AND NOT EXISTS (SELECT 1 FROM picked_first f WHERE f.g = a.g AND f.k = a.k)
+    ORDER BY a.g, a.k, p.k) x
+  ORDER BY x.job_id, x.k
+),
 assigned AS (
   SELECT * FROM copies_assigned
   UNION ALL
-  (SELECT DISTINCT ON (p.id) p.id AS job_id, a.g, a.k, a.session_id, a.node_id, a.key_hash
-  FROM picked p JOIN free_asks a ON a.g = p.g AND a.fk = p.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(p.exclude_nodes))
-  ORDER BY p.id, p.g)
+  (SELECT DISTINCT ON (u.job_id) u.job_id, u.g, u.k, u.session_id, u.node_id, u.key_hash
+  FROM (SELECT * FROM picked_first UNION ALL SELECT * FROM picked_second) u
+  ORDER BY u.job_id, u.g)
 ),
 leased AS (
   UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, node_id = a.node_id, first_leased_at = coalesce(j.first_leased_at, now()),
