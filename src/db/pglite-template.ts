@@ -27,7 +27,7 @@ function pgliteVersion(): string {
 }
 
 /** A digest of the migrations the template holds: their names and texts. */
-function migrationsDigest(): string {
+export function migrationsDigest(): string {
   const hash = createHash('sha256');
   for (const m of loadMigrations()) hash.update(`${m.name}\0${m.text}\0`);
   return hash.digest('hex').slice(0, 12);
@@ -69,4 +69,14 @@ export function unpackTemplate(dataDir: string): boolean {
   }
   rmSync(staging, { recursive: true, force: true });
   return existsSync(path.join(dataDir, VERSION_FILE));
+}
+
+let blob: { file: string; blob: Blob } | undefined;
+/** The template as PGlite's loadDataDir takes it, for databases in memory; undefined when there is none. */
+export function templateBlob(): Blob | undefined {
+  const file = templatePath();
+  if (blob?.file === file) return blob.blob;
+  if (!existsSync(file)) return undefined;
+  blob = { file, blob: new Blob([readFileSync(file)]) };
+  return blob.blob;
 }

@@ -9,6 +9,7 @@ import type { Database, Sql } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrate.js';
 import { openPglite } from '../../src/db/pglite.js';
 import { openPostgres } from '../../src/db/pg.js';
+import { migrationsDigest } from '../../src/db/pglite-template.js';
 
 export interface Backend {
   name: 'pglite' | 'postgres' | 'postgres through PgBouncer';
@@ -26,13 +27,13 @@ export function openTestPostgres(url: string, max: number): Database {
   return openPostgres({ connectionString: pooled.toString(), directConnectionString: url, pooler: 'transaction', max });
 }
 
-/** Creates an empty database on the test server; returns its URL and a drop function. */
-export async function createPostgresDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+/** Creates a database on the test server (empty, or a copy of `template`); returns its URL and a drop function. */
+export async function createPostgresDatabase(template?: string): Promise<{ url: string; drop: () => Promise<void> }> {
   const base = new URL(TEST_DATABASE_URL!);
   const name = `ins_test_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
   await admin.end();
   const url = new URL(base);
   url.pathname = `/${name}`;
@@ -56,10 +57,41 @@ const pglite: Backend = {
   },
 };
 
+// Each test's PostgreSQL database is copied from a migrated template database (CREATE DATABASE …
+// TEMPLATE), made once for these migrations (its name carries their digest) by whichever test
+// process needs it first: under a name of its own, then renamed into place, so that no process
+// copies a template still being migrated. The migrations still run at each open (none is left
+// to apply: a check that the copy is current).
+let template: Promise<string> | undefined;
+async function migratedTemplate(): Promise<string> {
+  const name = `ins_template_${migrationsDigest()}`;
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await admin.connect();
+  try {
+    if ((await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])).rowCount) return name;
+    const building = `${name}_${randomBytes(4).toString('hex')}`;
+    await admin.query(`CREATE DATABASE ${building}`);
+    const url = new URL(TEST_DATABASE_URL!);
+    url.pathname = `/${building}`;
+    const db = openPostgres({ connectionString: url.toString(), max: 1 });
+    await migrate(db);
+    await db.close();
+    try {
+      await admin.query(`ALTER DATABASE ${building} RENAME TO ${name}`);
+    } catch {
+      // Another process put its template in place first.
+      await admin.query(`DROP DATABASE IF EXISTS ${building}`);
+    }
+    return name;
+  } finally {
+    await admin.end();
+  }
+}
+
 const postgres: Backend = {
   name: TEST_DATABASE_POOLER_URL ? 'postgres through PgBouncer' : 'postgres',
   async open() {
-    const { url, drop } = await createPostgresDatabase();
+    const { url, drop } = await createPostgresDatabase(await (template ??= migratedTemplate()));
     const db = openTestPostgres(url, 10);
     await migrate(db);
     const close = db.close.bind(db);
