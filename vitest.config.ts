@@ -10,5 +10,7 @@ export default defineConfig({
     pool: 'forks',
     // Two cores: a few files at a time keeps PGlite instances and spawned servers responsive.
     maxWorkers: 3,
+    // expect.poll waits for a state; its default second is too short on a loaded machine.
+    expect: { poll: { timeout: 30_000, interval: 20 } },
   },
 });

@@ -8,5 +8,6 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     fileParallelism: false,
+    expect: { poll: { timeout: 30_000, interval: 20 } },
   },
 });

@@ -11,5 +11,6 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     maxWorkers: 3,
+    expect: { poll: { timeout: 30_000, interval: 20 } },
   },
 });
