@@ -99,8 +99,12 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
 
   it(`honest nodes checking each other: 0 strikes over ${HONEST_JOBS} jobs`, { timeout: 600_000 }, async () => {
     const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }]);
-    await submit(user, HONEST_JOBS);
-    await until('the jobs and their checks to settle', settled, 550_000);
+    // In batches that settle in turn: all at once, the last jobs of a long run would wait past
+    // their deadline (JOB_TIMEOUT) behind the others, and an expired job is not scored.
+    for (let done = 0; done < HONEST_JOBS; done += 100) {
+      await submit(user, Math.min(100, HONEST_JOBS - done));
+      await until('the jobs and their checks to settle', settled, 550_000);
+    }
     expect(await strikes()).toEqual([]);
     const [scored] = await q<{ n: number }>('t_scored', 'SELECT coalesce(sum(answers), 0)::int AS n FROM node_token_evidence');
     // (an empty answer is not scored)
