@@ -14,6 +14,7 @@ import { SUBMIT } from '../src/jobs/sql/submit.js';
 import { liveSession, servingSession } from '../src/nodes/sql/live.js';
 import { ELIGIBLE, CHECKERS } from '../src/verify/copies.js';
 import { SCORERS } from '../src/verify/scores.js';
+import { SWEEP } from '../src/jobs/sql/sweep.js';
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 
@@ -59,5 +60,6 @@ describe('credit statements', () => {
     expect(ELIGIBLE.text).toContain(servingSession('s', 'n', '$2', '$3'));
     expect(CHECKERS.text).toContain(servingSession('s', 'n', '$3', '$4'));
     expect(SCORERS.text).toContain(servingSession('s', 'n', '$2', '$3'));
+    expect(SWEEP.text).toContain(liveSession('s', 'n', '$3'));
   });
 });
