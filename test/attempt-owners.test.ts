@@ -86,11 +86,17 @@ describe.each(backends)('attempt owners on $name', (backend) => {
 
   it('a job no node that may take it remains for fails after NO_NODE_GRACE, and /v1 answers 502 job_failed', async () => {
     const model = 'lonely-model';
+    const tools = async (w: TestWorker, caps: string[]) =>
+      expect((await w.post('/worker/update_models', { node_url: w.node, models: [model], capabilities: { [model]: caps } }, true)).statusCode).toBe(200);
+    // The job needs tools. Online for its model besides the node that fails it: a node that may
+    // not take it (suspended), and one that cannot (it declared no tools).
     const w = await worker(model);
-    // Online, but suspended: it may not take the job.
-    await worker(model, 'lonely-suspended');
+    await tools(w, ['tools']);
+    await tools(await worker(model, 'lonely-suspended'), ['tools']);
     await q('t_suspend', "INSERT INTO node_standing (node_id, state) SELECT id, 'suspended' FROM nodes WHERE name = 'lonely-suspended'");
-    const completion = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}` }, payload: { model, messages: [{ role: 'user', content: 'only one node serves me' }] } });
+    await worker(model, 'lonely-plain');
+    const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } };
+    const completion = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}` }, payload: { model, messages: [{ role: 'user', content: 'only one node can serve me' }], tools: [tool] } });
     const job = await nextJob(w);
     expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
     // The node that failed it never gets it back.
