@@ -91,6 +91,8 @@ export interface CoordinatorConfig {
   sweepInterval: number;
   /** A node seen this recently is online (active_node_count, ins node list). */
   onlineWindow: number;
+  /** How long after its last lease ended a queued job some node failed may wait with no node left that may take it, before it fails. */
+  noNodeGrace: number;
   /** Daily quotas of user keys without their own (`ins key set-quota`); null: none. */
   quotaJobs: number | null;
   quotaTokens: number | null;
@@ -99,7 +101,7 @@ export interface CoordinatorConfig {
 }
 
 export const DEFAULT_COORDINATOR: CoordinatorConfig = {
-  creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60,
+  creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60, noNodeGrace: 10,
   quotaJobs: null, quotaTokens: null, quotaReserveTokens: 1024,
 };
 
@@ -156,6 +158,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
   ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
+  ['NO_NODE_GRACE', `${DEFAULT_COORDINATOR.noNodeGrace}s`, 'a job some node failed fails when no other node that may take it is online this long after its last attempt'],
   ...VERIFY_CONFIG_DOC.filter(([name]) => name !== 'VERIFY'),
 ];
 
@@ -271,6 +274,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     modelsTtl: r.duration('MODELS_TTL', d.modelsTtl, 1, 30 * 86400),
     sweepInterval: r.duration('SWEEP_INTERVAL', d.sweepInterval, 0.05, 3600),
     onlineWindow: r.duration('NODE_ONLINE_WINDOW', d.onlineWindow, 1, 86400),
+    noNodeGrace: r.duration('NO_NODE_GRACE', d.noNodeGrace, 0, 86400),
     quotaJobs: r.get('DEFAULT_QUOTA_JOBS') === undefined ? null : r.int('DEFAULT_QUOTA_JOBS', 0, 0, 1e15),
     quotaTokens: r.get('DEFAULT_QUOTA_TOKENS') === undefined ? null : r.int('DEFAULT_QUOTA_TOKENS', 0, 0, 1e15),
     quotaReserveTokens: r.int('QUOTA_RESERVE_TOKENS', d.quotaReserveTokens, 0, 1e9),

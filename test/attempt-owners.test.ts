@@ -13,6 +13,7 @@ import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { until } from './helpers/worker.js';
 
 type WireJob = Job & { seed?: number; stream?: boolean; answer_prefix?: string };
+const GRACE = 0.5;
 
 describe.each(backends)('attempt owners on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -22,8 +23,9 @@ describe.each(backends)('attempt owners on $name', (backend) => {
 
   beforeAll(async () => {
     // Verification on (failure strikes and copies are its), with no probes and no random copies;
-    // three node-owned failures make a strike.
-    t = await startApp(backend, { coordinator: { maxAttempts: 3 }, verify: { enabled: true, probeInterval: 0, share: 0, failuresPerStrike: 3 } });
+    // three node-owned failures make a strike. A job no node may take any more fails GRACE
+    // seconds after its last attempt.
+    t = await startApp(backend, { coordinator: { maxAttempts: 3, noNodeGrace: GRACE }, verify: { enabled: true, probeInterval: 0, share: 0, failuresPerStrike: 3 } });
     userKey = await t.addUser();
     user = new TestUser(t.app, userKey);
   });
@@ -82,17 +84,43 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await strikes('honest')).toEqual([]);
   });
 
-  it('a job its only node failed waits for another node, and never goes back to the node that failed it', async () => {
-    const w = await worker('lonely-model');
-    const id = await user.submit('lonely-model', 'only one node serves me');
-    const job = (await w.getJob())!;
+  it('a job no node that may take it remains for fails after NO_NODE_GRACE, and /v1 answers 502 job_failed', async () => {
+    const model = 'lonely-model';
+    const tools = async (w: TestWorker, caps: string[]) =>
+      expect((await w.post('/worker/update_models', { node_url: w.node, models: [model], capabilities: { [model]: caps } }, true)).statusCode).toBe(200);
+    // The job needs tools. Online for its model besides the node that fails it: a node that may
+    // not take it (suspended), and one that cannot (it declared no tools).
+    const w = await worker(model);
+    await tools(w, ['tools']);
+    await tools(await worker(model, 'lonely-suspended'), ['tools']);
+    await q('t_suspend', "INSERT INTO node_standing (node_id, state) SELECT id, 'suspended' FROM nodes WHERE name = 'lonely-suspended'");
+    await worker(model, 'lonely-plain');
+    const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } };
+    const completion = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}` }, payload: { model, messages: [{ role: 'user', content: 'only one node can serve me' }], tools: [tool] } });
+    const job = await nextJob(w);
     expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
+    // The node that failed it never gets it back.
     expect(await w.getJob()).toBeNull();
-    expect(await q('t_lonely', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'queued', failures: 1 }]);
-    const late = await worker('lonely-model');
-    const again = (await late.getJob())!;
+    const res = await completion;
+    expect(res.statusCode).toBe(502);
+    expect(res.json()).toMatchObject({ error: { type: 'server_error', code: 'job_failed', message: 'No node could finish the job: no node that may take it remains.' } });
+    expect(await q('t_lonely', 'SELECT state, failures, detail FROM jobs WHERE id = $1::uuid', [job.job_id])).toEqual([{ state: 'failed', failures: 1, detail: 'no node that may take it remains' }]);
+  });
+
+  it('a job another node that may take it is online for is not failed: that node leases it', async () => {
+    const model = 'shared-model';
+    const first = await worker(model);
+    const other = await worker(model);
+    const id = await user.submit(model, 'two nodes serve me');
+    const job = (await first.getJob())!;
+    expect((await reportWith(first, job, '', 'error')).statusCode).toBe(200);
+    // Past the grace since the failed attempt, a whole sweep of this server's: the job is still queued.
+    await until('the grace to pass', async () => (await q<{ past: boolean }>('t_grace', `SELECT max(ended_at) < now() - make_interval(secs => ${GRACE}) AS past FROM job_leases WHERE job_id = $1::uuid`, [id]))[0]!.past, 10_000);
+    await until('a sweep of this server', () => t.app.service.coordinator.lifecycle.sweep(), 10_000);
+    expect(await q('t_shared', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'queued', failures: 1 }]);
+    const again = (await other.getJob())!;
     expect(again.job_id).toBe(id);
-    expect((await late.report(again)).statusCode).toBe(200);
+    expect((await other.report(again)).statusCode).toBe(200);
     expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
   });
 

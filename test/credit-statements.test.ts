@@ -2,8 +2,8 @@
 // jobs/sql/complete.ts, import/results.ts), and their credit part — the job_results insert and
 // every aggregate and cache version it moves — is written once (CREDIT_PART) and included by
 // all of them, or the aggregates the reads are served from would drift apart between write
-// paths. Likewise the "node is suspended" rule (nodes/sql/suspended.ts) in every statement that
-// asks it.
+// paths. Likewise the "node is suspended" rule (nodes/sql/suspended.ts) and the "live session"
+// rule (nodes/sql/live.ts) in every statement that asks them.
 import { describe, expect, it } from 'vitest';
 import { CREDIT_PART, CREDIT_REPORTS } from '../src/results/credit.js';
 import { COMPLETE } from '../src/jobs/sql/complete.js';
@@ -11,6 +11,10 @@ import { CREDIT_IMPORT, resultsImport } from '../src/import/results.js';
 import { nodeSuspended } from '../src/nodes/sql/suspended.js';
 import { LEASE } from '../src/jobs/sql/lease.js';
 import { SUBMIT } from '../src/jobs/sql/submit.js';
+import { liveSession, servingSession } from '../src/nodes/sql/live.js';
+import { ELIGIBLE, CHECKERS } from '../src/verify/copies.js';
+import { SCORERS } from '../src/verify/scores.js';
+import { SWEEP } from '../src/jobs/sql/sweep.js';
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 
@@ -41,16 +45,21 @@ describe('credit statements', () => {
     }
   });
 
-  it('nowhere write the credit part or the suspended rule by hand', () => {
+  it('nowhere write the credit part, the suspended rule or the live session rule by hand', () => {
     // Every source file outside the rules' own: no copy of their text.
     const files = execFileSync('git', ['ls-files', 'src'], { cwd: new URL('..', import.meta.url), encoding: 'utf8' }).split('\n').filter((f) => f.endsWith('.ts'));
     for (const f of files) {
       const text = readFileSync(new URL(`../${f}`, import.meta.url), 'utf8');
       if (f !== 'src/results/credit.ts') expect(text.includes('INSERT INTO job_results AS r'), f).toBe(false);
       if (f !== 'src/nodes/sql/suspended.ts') expect(/node_standing \w+ WHERE \w+\.node_id = [\w.]+ AND \w+\.state = 'suspended'/.test(text), f).toBe(false);
+      if (f !== 'src/nodes/sql/live.ts') expect(/\.disabled_at IS NULL AND \w+\.key_hash = \w+\.node_key_hash\s+AND \w+\.last_seen_at >/.test(text), f).toBe(false);
     }
     expect(LEASE.text).toContain(nodeSuspended('a.node_id'));
     expect(SUBMIT.text).toContain(nodeSuspended('a.node_id'));
     expect(COMPLETE.text).toContain(nodeSuspended('l.node_id'));
+    expect(ELIGIBLE.text).toContain(servingSession('s', 'n', '$2', '$3'));
+    expect(CHECKERS.text).toContain(servingSession('s', 'n', '$3', '$4'));
+    expect(SCORERS.text).toContain(servingSession('s', 'n', '$2', '$3'));
+    expect(SWEEP.text).toContain(liveSession('s', 'n', '$3'));
   });
 });

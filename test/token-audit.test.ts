@@ -144,7 +144,7 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(text.stdout.join('\n')).toContain(`token-level checks of ${MODEL}: 6 jobs scored, 0 checked the weaker way`);
     // The dashboard's summary counts every kind of strike, these too.
     const network = (await t.app.inject({ url: '/network' })).json() as { verification: { strikes_24h: Record<string, number>; nodes_suspended: number } };
-    expect(network.verification.strikes_24h).toEqual({ disagreement: 0, replay: 0, too_fast: 0, give_up: 0, failure: 0, impostor: 2 });
+    expect(network.verification.strikes_24h).toEqual({ disagreement: 0, replay: 0, too_fast: 0, give_up: 0, failure: 0, impostor: 2, false_request_error: 0 });
     expect(network.verification.nodes_suspended).toBe(1);
   });
 

@@ -32,7 +32,8 @@ export interface RunOptions {
  * else one of this process, whose changes the servers hear as another server's (NOTIFY).
  */
 export function operatorJobs(db: Database, opts: RunOptions): Lifecycle {
-  return opts.jobs ?? new Lifecycle(db, { maxAttempts: opts.coordinator.maxAttempts, leaseTimeout: opts.coordinator.leaseTimeout, defaultPoints: 0, audit: false, onError: () => {} });
+  return opts.jobs ?? new Lifecycle(db, { maxAttempts: opts.coordinator.maxAttempts, leaseTimeout: opts.coordinator.leaseTimeout, defaultPoints: 0, audit: false, onError: () => {},
+    stranding: { onlineWindow: opts.coordinator.onlineWindow, modelsTtl: opts.coordinator.modelsTtl, grace: opts.coordinator.noNodeGrace } });
 }
 
 /**

@@ -59,7 +59,7 @@ export class Coordinator {
 
   private constructor(private readonly db: Database, opts: CoordinatorOptions) {
     const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError,
-      quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
+      stranding: { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl, grace: opts.noNodeGrace }, quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
     this.lifecycle = lifecycle;
     this.watch = new ResultWatch((ids) => finalJobs(db, ids), opts.onError);
     this.dispatcher = new Dispatcher({

@@ -11,7 +11,7 @@ import { submitJobs, type QuotaDefaults, type Refusal, type SubmitRow } from './
 import { leaseJobs, type Ask, type Group, type LeaseRound } from './sql/lease.js';
 import { releaseLeases, type GiveUp, type ReleaseWhich } from './sql/release.js';
 import { completeJobs, type CompleteOptions, type Completed, type JobReport } from './sql/complete.js';
-import { sweep } from './sql/sweep.js';
+import { sweep, type Stranding } from './sql/sweep.js';
 import { cancelJob } from './sql/cancel.js';
 import { queueChecks, type Check } from './sql/queue-checks.js';
 import type { JobState } from './states.js';
@@ -29,6 +29,8 @@ export interface LifecycleOptions {
   defaultPoints: number;
   /** Done jobs wait for the auditor (verification on). */
   audit: boolean;
+  /** When the sweep fails a queued job because no node that may take it remains (sql/sweep.ts). */
+  stranding: Stranding;
   /** The daily quotas of user keys without their own (null: none). */
   quota?: QuotaDefaults;
   /** A consumer failed: it is logged and counted; the others still get the outcome. */
@@ -95,10 +97,11 @@ export class Lifecycle {
     return completed;
   }
 
-  /** One sweep of expired leases and deadlines, if no other server is sweeping. */
-  async sweep(): Promise<void> {
-    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server);
+  /** One sweep of expired leases, deadlines and jobs no node may take; false when another server was sweeping. */
+  async sweep(): Promise<boolean> {
+    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server, this.opts.stranding);
     if (outcome) this.apply(outcome);
+    return outcome !== undefined;
   }
 
   /** Cancels a queued or leased job (of this owner; null: an operator). Answers the state it had, and whether it is canceled now. */

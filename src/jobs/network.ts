@@ -2,6 +2,7 @@
 // minute per model (its queue and throughput, and the quantisations serving it), jobs per minute, recent completions — and a node's own status and last jobs for its operator. Never a
 // prompt or an answer.
 import { sql, type Queryable } from '../db/database.js';
+import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
 
 export interface NetworkView {
   active_nodes: number;
@@ -22,19 +23,19 @@ export interface NodeView {
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
-// A live session of an enabled node, seen within $1 seconds, its declaration younger than $2.
-const LIVE = `s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash AND s.last_seen_at > now() - make_interval(secs => $1::float8)`;
+// A live session of an enabled node, seen within $1 seconds (nodes/sql/live.ts); its declaration younger than $2.
+const LIVE = liveSession('s', 'n', '$1');
 
 const VIEW = sql('network_view', `WITH served AS (
     SELECT d.model_id, count(DISTINCT s.node_id)::int AS nodes
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
-    WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+    WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
     GROUP BY d.model_id),
   quants AS (
     SELECT d.model_id, b.quantization, count(DISTINCT s.node_id)::int AS nodes
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
       JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = d.model_id AND b.quantization IS NOT NULL
-    WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+    WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
     GROUP BY d.model_id, b.quantization),
   waiting AS (SELECT model_id, count(*)::int AS queued FROM jobs WHERE state = 'queued' GROUP BY model_id)
   SELECT
@@ -58,7 +59,7 @@ const NODE = sql('network_node', `SELECT n.name,
       WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash), false) AND n.disabled_at IS NULL AS online,
     (SELECT ${ISO('max(s.last_seen_at)')} FROM node_sessions s WHERE s.node_id = n.id) AS last_seen_at,
     ARRAY(SELECT DISTINCT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
-      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}
       ORDER BY m.name) AS models,
     (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
     coalesce((SELECT json_agg(r) FROM (

@@ -40,6 +40,8 @@ export interface LocalOutcome {
   repeatGiveUps?: { nodeId: number; jobId: string }[];
   /** Attempts that ended by their node's fault (an error report, a lease that ran out): they count against it. */
   nodeFailures?: { nodeId: number; jobId: string }[];
+  /** Jobs (not copies) a node failed by claiming their request was at fault: verification audits the claims (verify/request-errors.ts). */
+  requestErrors?: { nodeId: number; jobId: string }[];
 }
 
 /** Whoever acts on outcomes; `local`: this server's statement made it (else another server's). */

@@ -1,6 +1,7 @@
 // Reading jobs: a user's own job, the network's counts and models, and the operator's views.
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
+import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
 import type { JobState } from './states.js';
 import type { Answer, RequestError, Usage } from './answer.js';
 
@@ -33,14 +34,13 @@ const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS mo
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
   JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`);
 
-// Live sessions of enabled nodes seen within $1 seconds, with a declaration younger than $2 seconds.
-const LIVE = `s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
-    AND s.last_seen_at > now() - make_interval(secs => $1::float8)`;
+// Live sessions of enabled nodes seen within $1 seconds (nodes/sql/live.ts), with a declaration younger than $2 seconds.
+const LIVE = liveSession('s', 'n', '$1');
 // caps: what some node can do with the model (jobs/capabilities.ts bits, OR-ed over its sessions).
 const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
-  WHERE ${LIVE} AND s.models_declared_at > now() - make_interval(secs => $2::float8)
+  WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
   GROUP BY m.name ORDER BY m.name COLLATE "C"`);
 const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`);

@@ -14,7 +14,9 @@
 //                                     │                         │ fault, it is kept off the job; while
 //                                     │                         │ failures < MAX_ATTEMPTS
 //                                     │                         ├──▶ failed    the same, at MAX_ATTEMPTS failures
-//                                     │                         │              (each another node's)
+//                                     │                         │              (each another node's), or queued
+//                                     │                         │              with no node left that may take
+//                                     │                         │              it (sql/sweep.ts, NO_NODE_GRACE)
 //                                     ├─────────────────────────┼──▶ expired   past the deadline (sql/sweep.ts)
 //                                     └─────────────────────────┴──▶ canceled  by its owner or an operator (sql/cancel.ts)
 //

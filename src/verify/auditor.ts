@@ -8,7 +8,9 @@
 // - redundancy: a temperature-0 or embeddings job (every probe, every job of a node on probation, else
 //   VERIFY_SHARE of them) is run again by another node (verify/copies.ts); when the two
 //   disagree, by a third; the node the majority contradicts gets a strike, those that agree
-//   an agreement (verify/rules.ts verdict).
+//   an agreement (verify/rules.ts verdict);
+// - request errors: a copy that audits a node's claim that a job's request was at fault
+//   (verify/request-errors.ts), answered by another node, is a `false_request_error` strike.
 // A strike takes back the points of the job it is about; strikes and agreements move the
 // node's standing (verify/standing.ts), and a suspension reverses its points of the evidence
 // window (verify/reversal.ts). Everything of a batch commits together; what it caused is told
@@ -32,6 +34,7 @@ import { reverse } from './reversal.js';
 import { countChecks, isScoreCheck, judgeScores, queueScores } from './scores.js';
 import { deterministic, kindOf } from './compare.js';
 import type { ChatParams } from '../jobs/request.js';
+import { auditsClaim, falseClaims } from './request-errors.js';
 
 interface Done {
   id: string; kind: 'user' | 'probe' | 'verify'; verify_of: string | null; suspicion: Record<string, unknown> | null;
@@ -193,9 +196,11 @@ class Batch {
       if (fast) this.struck.push({ nodeId: d.node_id, jobId: d.id, kind: 'too_fast', evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds } });
     }
     const suspects = await this.replays(done);
-    const checks = done.filter((d) => d.kind === 'verify');
+    const checks = done.filter((d) => d.kind === 'verify' && !auditsClaim(d));
     await this.judge(checks.filter((d) => !isScoreCheck(d.request)));
     await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
+    // A copy that audits a node's request-error claim (verify/request-errors.ts), answered: the claim was false.
+    for (const s of falseClaims(done.filter((d) => d.kind === 'verify'))) this.struck.push({ ...s, kind: 'false_request_error' });
     // A report that raced with its node's suspension was credited (its statement saw the node
     // in good standing), after the suspension's reversal took its snapshot: take it back now.
     // (Across servers, the maintenance round catches what this misses.)

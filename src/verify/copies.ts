@@ -7,7 +7,7 @@
 // (jobs/sql/queue-checks.ts); this module decides which, and where.
 import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { servingSession } from '../nodes/sql/live.js';
 import type { Outcome } from '../jobs/outcome.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 
@@ -16,11 +16,9 @@ export interface CopyPlan { of: string; modelId: number; exclude: number[]; susp
 // Online nodes in good standing serving each of the models $1 (NULL: every model) ($2 the
 // online window, $3 MODELS_TTL, in seconds): who may run a copy, and which models a probe can
 // check (verify/probes.ts).
-const ELIGIBLE = sql('verify_eligible_nodes', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+export const ELIGIBLE = sql('verify_eligible_nodes', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
-  WHERE ($1::int[] IS NULL OR d.model_id = ANY($1::int[])) AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
-    AND s.last_seen_at > now() - make_interval(secs => $2::float8) AND s.models_declared_at > now() - make_interval(secs => $3::float8)
-    AND NOT ${nodeSuspended('s.node_id')}
+  WHERE ($1::int[] IS NULL OR d.model_id = ANY($1::int[])) AND ${servingSession('s', 'n', '$2', '$3')}
   GROUP BY d.model_id`);
 
 /** The nodes that may run jobs of each model (all models when `modelIds` is null). */
@@ -35,15 +33,13 @@ export async function eligibleNodes(db: Queryable, modelIds: number[] | null, on
 // no node can lease would only wait out its deadline — and among them those that declared the
 // same quantisation for the model as the judged node's live session did (issue 31,
 // repositories/model-builds.ts; none when the judged node declared none).
-const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
+export const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
     SELECT p.of, p.judged, j.model_id, j.needs FROM unnest($1::uuid[], $2::bigint[]) AS p(of, judged) JOIN jobs j ON j.id = p.of),
   live AS (
     SELECT s.node_id, d.model_id, coalesce(s.model_caps[d.i::int], 0) AS caps, b.quantization
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) WITH ORDINALITY AS d(model_id, i)
       LEFT JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = d.model_id
-    WHERE d.model_id IN (SELECT model_id FROM p) AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
-      AND s.last_seen_at > now() - make_interval(secs => $3::float8) AND s.models_declared_at > now() - make_interval(secs => $4::float8)
-      AND NOT ${nodeSuspended('s.node_id')})
+    WHERE d.model_id IN (SELECT model_id FROM p) AND ${servingSession('s', 'n', '$3', '$4')})
   SELECT p.of::text AS of,
     coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0), '{}') AS able,
     coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0 AND l.quantization = q.quantization), '{}') AS same_quantization

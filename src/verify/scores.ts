@@ -15,7 +15,7 @@
 //   token-stats.ts), and the jobs whose answers added evidence since its test last started are
 //   reversed with it. An answer with little evidence against it is an agreement.
 import { randomUUID } from 'node:crypto';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { servingSession } from '../nodes/sql/live.js';
 import { sql, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { CAPABILITIES } from '../jobs/capabilities.js';
@@ -27,11 +27,9 @@ import { answerStats, freshTest, H, observe, type ScoredPosition } from './token
 // Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
 // window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
 // empty for a session that declared no capabilities: unnest pads it with NULL).
-const SCORERS = sql('verify_scorers', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+export const SCORERS = sql('verify_scorers', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
-  WHERE d.model_id = ANY($1::int[]) AND coalesce(d.caps, 0) & $4::int <> 0 AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
-    AND s.last_seen_at > now() - make_interval(secs => $2::float8) AND s.models_declared_at > now() - make_interval(secs => $3::float8)
-    AND NOT ${nodeSuspended('s.node_id')}
+  WHERE d.model_id = ANY($1::int[]) AND coalesce(d.caps, 0) & $4::int <> 0 AND ${servingSession('s', 'n', '$2', '$3')}
   GROUP BY d.model_id`);
 
 // The audited jobs $1 as a score check needs them: the whole request, the whole answer, and

@@ -1,7 +1,7 @@
 // Verification on one server (docs/verification.md), a consumer of the job lifecycle's outcomes
 // (jobs/lifecycle.ts): jobs done here wake the audit (250 ms later, to batch them; once a second
 // it also looks for jobs done elsewhere and left unaudited), nodes that gave a job up twice get a
-// strike, and every few seconds the maintenance round runs (verify/maintenance.ts). Copies and
+// strike, jobs failed by a node's request-error claim are copied to check the claim, and every few seconds the maintenance round runs (verify/maintenance.ts). Copies and
 // probes are queued through the lifecycle, whose outcome is applied once their transaction
 // commits. What it finds is told to the metrics (events); a suspension, a transition of the
 // node lifecycle (announced by its strike statement), is applied to that lifecycle's consumers
@@ -15,6 +15,7 @@ import { AUDIT_BATCH, auditBatch, type AuditReport } from './auditor.js';
 import { maintain } from './maintenance.js';
 import { strikeGiveUps } from './give-ups.js';
 import { strikeFailures } from './failures.js';
+import { auditRequestErrors } from './request-errors.js';
 import type { CheckQueue } from './copies.js';
 
 export interface VerifierEvents {
@@ -53,7 +54,7 @@ export class Verifier implements LiveConsumer {
     for (const t of this.timers) t.unref();
   }
 
-  /** Jobs done by this server's statements are audited shortly; repeated give-ups and failures are struck. */
+  /** Jobs done by this server's statements are audited shortly; repeated give-ups and failures are struck; request-error claims are copied to be audited. */
   apply(o: Outcome, local: boolean): void {
     if (!local || this.closed || !this.opts.verify.enabled) return;
     if ([...o.finished.values()].some((f) => f.state === 'done')) this.jobsDone();
@@ -64,6 +65,13 @@ export class Verifier implements LiveConsumer {
     const failures = o.local?.nodeFailures;
     if (failures?.length && this.opts.verify.failuresPerStrike > 0) {
       this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify))).catch(this.opts.events.error);
+    }
+    const claims = o.local?.requestErrors;
+    if (claims?.length) {
+      this.striking = this.striking.then(async () => {
+        const { outcome, copies } = await auditRequestErrors(this.db, claims, { ...this.opts, checks: this.opts.jobs });
+        this.told({ audited: 0, copies, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: outcome ? [outcome] : [], setAside: [] });
+      }).catch(this.opts.events.error);
     }
   }
 

@@ -34,7 +34,8 @@ import type { JobState } from '../states.js';
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
 // lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
-// hostile node could claim it to fail jobs; docs/openai.md).
+// hostile node could claim it to fail jobs; docs/openai.md). Verification audits the claim
+// (verify/request-errors.ts): the statement tells which jobs, not copies, ended so.
 export const COMPLETE = sql('jobs_complete', `WITH reports AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[])
     AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error)
@@ -98,7 +99,7 @@ input AS (
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage,
-  e.request_error IS NOT NULL AS request_error, a.items AS announced
+  e.request_error IS NOT NULL AS request_error, f.verify_of IS NOT NULL AS copy, a.items AS announced
 FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
 
 export interface JobReport {
@@ -117,7 +118,10 @@ export interface JobReport {
 /** A report the statement took: its lease ended, and how. */
 export interface Completed { status: 'success' | 'error'; points: number; state: JobState; modelId: number; nodeId: number }
 
-interface Row { key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; request_error: boolean; announced: string }
+interface Row {
+  key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null;
+  request_error: boolean; copy: boolean; announced: string;
+}
 
 export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
 
@@ -141,6 +145,10 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
   // Error reports are their nodes' failures: each counts against its node (verify/failures.ts);
   // a request's own error (issue 28) is the request's, not the node's.
   const failures = rows.filter((row) => row.status === 'error' && !row.request_error).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
-  if (done.size > 0 || failures.length > 0) outcome.local = { ...(done.size > 0 ? { done } : {}), ...(failures.length > 0 ? { nodeFailures: failures } : {}) };
+  // The claim is audited (verify/request-errors.ts); a copy's own request error is that audit's answer, not audited again.
+  const requestErrors = rows.filter((row) => row.request_error && !row.copy).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
+  if (done.size > 0 || failures.length > 0 || requestErrors.length > 0) {
+    outcome.local = { ...(done.size > 0 ? { done } : {}), ...(failures.length > 0 ? { nodeFailures: failures } : {}), ...(requestErrors.length > 0 ? { requestErrors } : {}) };
+  }
   return { completed, outcome };
 }

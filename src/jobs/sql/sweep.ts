@@ -1,9 +1,11 @@
-// Transition: expiry (leased → queued or failed; queued|leased → expired), without a timer per
+// Transition: expiry (leased → queued or failed; queued|leased → expired; queued → failed), without a timer per
 // job: every SWEEP_INTERVAL one server — the one that gets the advisory lock, so one at a time
 // across servers — ends the leases past their end (their time was up: a failed attempt; the job
 // goes back to the queue with what it streamed kept, or fails after MAX_ATTEMPTS) and expires
-// the open jobs past their deadline. jobs/sweeper.ts runs it.
+// the open jobs past their deadline, and fails the queued jobs no node may take any more.
+// jobs/sweeper.ts runs it.
 import { sql, type Database } from '../../db/database.js';
+import { servingSession } from '../../nodes/sql/live.js';
 import { parseItems, type Outcome } from '../outcome.js';
 
 // Any constant shared by all servers: "ins_sw" in ASCII.
@@ -33,6 +35,22 @@ requeued AS (
   FROM ended e WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
   RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt, e.node_id
 ),
+-- A job some node failed fails when no node that may take it remains (issue 29): no live session
+-- ($3 the online window, $4 MODELS_TTL) of a node that serves its model, declared the
+-- capabilities it needs, is not suspended and did not fail it (exclude_nodes). Only after $5
+-- seconds (NO_NODE_GRACE) since its last lease ended: a worker whose backend crashed reports
+-- an error, and the node that takes the job over may start a moment later. Through the partial
+-- index jobs_queued_failed (migrations/0019), only queued jobs with a failure are looked at.
+stranded AS (
+  UPDATE jobs j SET state = 'failed', finished_at = now(), detail = 'no node that may take it remains',
+    node_id = NULL, lease_expires_at = NULL, streamed = ''
+  WHERE j.state = 'queued' AND j.failures > 0 AND j.deadline_at > now()
+    AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = j.id AND l.ended_at > now() - make_interval(secs => $5::float8))
+    AND NOT EXISTS (SELECT 1 FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
+      WHERE d.model_id = j.model_id AND NOT (s.node_id = ANY(j.exclude_nodes)) AND j.needs & ~coalesce(d.caps, 0) = 0
+        AND ${servingSession('s', 'n', '$3', '$4')})
+  RETURNING j.id, j.model_id
+),
 late AS (
   UPDATE jobs j SET state = 'expired', finished_at = now(), detail = 'the deadline passed before a node finished it',
     node_id = NULL, lease_expires_at = NULL, streamed = ''
@@ -42,6 +60,7 @@ late AS (
 final AS (
   SELECT id, state, model_id FROM requeued WHERE state = 'failed'
   UNION ALL SELECT id, 'expired', model_id FROM late
+  UNION ALL SELECT id, 'failed', model_id FROM stranded
 ),
 -- The tokens failed and expired jobs reserved of their owners' daily quotas are given back by
 -- the settler (src/usage/sql.ts), not here.
@@ -55,12 +74,15 @@ SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended,
   coalesce((SELECT json_agg(json_build_object('nodeId', node_id, 'jobId', id)) FROM requeued), '[]') AS failures
 FROM announced a`);
 
+/** When a queued job some node failed has no node left that may take it (seconds). */
+export interface Stranding { onlineWindow: number; modelsTtl: number; grace: number }
+
 /** One sweep, if this server gets the lock; undefined when another server is sweeping. */
-export async function sweep(db: Database, maxAttempts: number, server: string): Promise<Outcome | undefined> {
+export async function sweep(db: Database, maxAttempts: number, server: string, stranding: Stranding): Promise<Outcome | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
-    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server]);
+    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server, stranding.onlineWindow, stranding.modelsTtl, stranding.grace]);
     const o = parseItems(r!.announced);
     if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };
     if (r!.failures.length > 0) o.local = { ...o.local, nodeFailures: r!.failures.map((f) => ({ nodeId: Number(f.nodeId), jobId: f.jobId })) };
