@@ -156,7 +156,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
         recordAudit(metrics, report);
         if (report.setAside.length) app.log.error({ jobs: report.setAside }, 'verification: jobs set aside unaudited, their audit failed');
       },
-      probed: (models) => metrics.verification.inc({ event: 'probe' }, models.length),
+      probed: (models, canaries) => {
+        if (models.length) metrics.verification.inc({ event: 'probe' }, models.length);
+        if (canaries.length) metrics.verification.inc({ event: 'canary' }, canaries.length);
+      },
       reversed: (points) => metrics.pointsReversed.inc(points),
     },
     ledger: {
@@ -178,6 +181,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
         metrics.retentionPruned.inc({ what: 'results' }, report.results);
         for (const what of ['usage', 'lanes', 'sessions'] as const) metrics.retentionPruned.inc({ what }, report[what]);
         metrics.retentionPruned.inc({ what: 'token_checks' }, report.tokenChecks);
+        metrics.retentionPruned.inc({ what: 'canaries' }, report.canaries);
         app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash, stale counters and sessions deleted');
       },
       error: (err) => {

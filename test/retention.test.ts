@@ -89,27 +89,33 @@ describe.each(backends)('retention on $name', (backend) => {
     expect(before.totals).toEqual({ total_job_count: 5, by_state: { queued: 1, leased: 0, done: 3, failed: 0, expired: 0, canceled: 1 } });
     expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
 
+    // Canary references (a job's request and answer each) go by the jobs' bound: one kept as old as the jobs, one today.
+    for (const [job, days] of [[jobs[0]!, 3], [jobs[1]!, 0]] as const) {
+      await q('t_canary', `INSERT INTO canaries (job_id, model_id, request, answer, vouched, seen, at)
+        SELECT $1::uuid, model_id, request, 'an answer', '{}', '{}', now() - make_interval(days => $2::int) FROM jobs WHERE id = $1::uuid`, [job.job_id, days]);
+    }
     // The ledger has closed nothing yet: retention waits for it, whatever the rows' age.
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false });
     expect((await t.app.ledger.closer.closeDue())!.closed).toEqual([day(3), day(2)]);
 
     // A window longer than the history's age prunes nothing either.
     const events = { pruned: () => {}, error: (err: unknown) => { throw err; } };
-    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, busy: false });
+    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false });
 
     // Past both: in batches of two, the finished jobs go with their leases; the bodies become hashes.
     // The embedded database has no autovacuum nor checkpointer: retention vacuums and checkpoints after deleting.
     const statements: string[] = [];
     const unobserve = t.db.observeStatements((name) => { statements.push(name); });
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 1, busy: false });
     unobserve();
     expect(statements.filter((n) => n.startsWith('retention_'))).toEqual([
-      'retention_prune_results', 'retention_prune_results', 'retention_prune_results', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_jobs',
+      'retention_prune_results', 'retention_prune_results', 'retention_prune_results', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_canaries',
       'retention_prune_usage', 'retention_prune_lanes', 'retention_prune_sessions', 'retention_prune_token_checks',
       ...(backend.name === 'pglite' ? ['retention_vacuum', 'retention_checkpoint'] : []),
     ]);
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false });
     expect(await q('t_jobs_left', 'SELECT id::text, state FROM jobs')).toEqual([{ id: open, state: 'queued' }]);
+    expect(await q('t_canaries_left', 'SELECT job_id::text FROM canaries')).toEqual([{ job_id: jobs[1]!.job_id }]);
     expect(await q('t_leases_left', 'SELECT count(*)::int AS n FROM job_leases')).toEqual([{ n: 0 }]);
     const kept = await q<{ job_id: string; result: unknown; hashed: boolean; points: number }>('t_results_left',
       'SELECT job_id, result, length(result_hash) = 32 AS hashed, points::float8 AS points FROM job_results ORDER BY job_id');
@@ -221,7 +227,7 @@ describe.each(backends)('retention on $name', (backend) => {
     await t.app.ledger.closer.closeDue();
     await t.db.transaction(async (tx) => {
       await tx.query(sql('t_hold_lock', `SELECT pg_advisory_xact_lock(${RETENTION_LOCK})`));
-      expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, busy: true });
+      expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: true });
     });
     expect(await t.app.service.retention.prune()).toMatchObject({ jobs: 4, results: 4, busy: false });
   });

@@ -9,9 +9,14 @@
 // - a heavier quantisation (the honest model with 20 % weight noise) is flagged;
 // - honest nodes (one with 1 % noise on its weights: machines never agree bit for bit) collect
 //   0 strikes over HONEST_JOBS jobs (TOKEN_AUDIT_JOBS; 2,000 answers through the same scoring and
-//   statistics without the network: test/token-stats.test.ts with TOKEN_STATS_ANSWERS=2000).
+//   statistics without the network: test/token-stats.test.ts with TOKEN_STATS_ANSWERS=2000);
+// - canaries (src/verify/canaries.ts): once the honest nodes that agreed on answers are gone, an
+//   impostor alone serving the model is suspended within 3 of its canaries (its real scores of
+//   the honest answers), and an honest node alone after it scores every reference, unstruck.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
+import { DEFAULT_VERIFY } from '../src/config-verify.js';
+import { maintain } from '../src/verify/maintenance.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
@@ -40,15 +45,20 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await t?.close();
   });
 
+  // Replay detection off: a random tiny model gives one greedy answer to many prompts (a real
+  // model does not), which verify/answers.ts rightly finds suspicious; it is not what is tested here.
+  const VERIFY = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 };
+  let url = '';
+  const node = async (n: { name: string; seed: number; noise?: number }) => {
+    const w = await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'gguf', backendUrl: '',
+      modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), models: [MODEL], threads: 1 });
+    workers.push(w);
+    return w;
+  };
   const start = async (nodes: { name: string; seed: number; noise?: number }[]) => {
-    // Replay detection off: a random tiny model gives one greedy answer to many prompts (a real
-    // model does not), which verify/answers.ts rightly finds suspicious; it is not what is tested here.
-    t = await startApp(pglite, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 } });
-    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    for (const n of nodes) {
-      workers.push(await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'gguf', backendUrl: '',
-        modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), models: [MODEL], threads: 1 }));
-    }
+    t = await startApp(pglite, { verify: VERIFY });
+    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    for (const n of nodes) await node(n);
     return new TestUser(t.app, await t.addUser());
   };
   const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
@@ -94,6 +104,43 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     expect(await standing('noised')).toBe('suspended');
     expect((await strikes()).filter((s) => s.name !== 'noised')).toEqual([]);
     expect(await pointsOf('noised')).toBe(0);
+    await pointsExact();
+  });
+
+  it('canaries: an impostor alone is suspended within 3 of them; an honest node alone after it is not struck', { timeout: 300_000 }, async () => {
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }]);
+    await submit(user, 12);
+    await until('the jobs and their checks to settle', settled, 280_000);
+    const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
+    expect(refs!.n).toBeGreaterThanOrEqual(6);
+    for (const w of workers.splice(0)) await w.stop();
+    // The maintenance round (the app's own makes no probes: VERIFY_PROBE_INTERVAL 0), with chance 1.
+    const lifecycle = t.app.service.coordinator.lifecycle;
+    const round = async () => {
+      const r = await maintain(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
+      if (r?.outcome) lifecycle.apply(r.outcome);
+    };
+    /** Canaries one at a time to the node alone, until `done`. */
+    const canaries = (what: string, done: () => Promise<boolean>) => until(what, async () => {
+      if (await done()) return true;
+      if (await settled()) await round();
+      return false;
+    }, 240_000);
+    await node({ name: 'impostor', seed: 2 });
+    await canaries('the impostor suspended', async () => (await standing('impostor')) === 'suspended');
+    const [first] = await strikes();
+    expect(first).toMatchObject({ name: 'impostor', kind: 'impostor' });
+    expect(first!.evidence.answers as number).toBeLessThanOrEqual(3);
+    expect(first!.evidence.canary_of_job).toEqual(expect.any(String));
+    expect(await pointsOf('impostor')).toBe(0);
+    await node({ name: 'honest-3', seed: 1, noise: 0.01 });
+    // Each reference once (those whose vouching nodes are in good standing: all of them here).
+    await canaries('the honest node to score every reference', async () =>
+      (await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-3'"))[0]!.n === refs!.n && settled());
+    expect((await strikes()).filter((s) => s.name !== 'impostor')).toEqual([]);
+    expect(await standing('honest-3')).toBe('trusted');
+    const [judged] = await q<{ answers: number }>('t_judged', "SELECT e.answers FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest-3'");
+    expect(judged!.answers).toBe(refs!.n);
     await pointsExact();
   });
 

@@ -5,12 +5,14 @@
 // - honest: the same model (seed 1);
 // - a heavier quantisation: the same model with 20 % noise on its weights;
 // - an impostor: another model of the same vocabulary (seed 2);
-// - an impostor keeping the honest answer's word set: the honest answer's characters reordered.
+// - an impostor keeping the honest answer's word set: the honest answer's characters reordered,
+//   and its words in reverse order (the tiny vocabulary writes no spaces: its "words" are its
+//   pieces of 4 or 8 tokens, each kept whole, so only the junctions between them change).
 // Jobs alternate greedy and sampled (temperature 0.8, seeded), prompts from a seeded generator.
 // Shown: 200 real honest answers keep an honest node's test below half its threshold, their
 // confident-mismatch rate stays below P0, and 2,000 answers
-// drawn (seeded) from them never flag; the impostors are flagged at their 3rd judged answer, the
-// noised copy within 8. (Answers shorter than MIN_POSITIONS, which an impostor's can be, count
+// drawn (seeded) from them never flag; the impostors are flagged at their 3rd judged answer
+// (those reordering words too), the noised copy within 8. (Answers shorter than MIN_POSITIONS, which an impostor's can be, count
 // for nothing: the bound is in answers long enough to judge.)
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Gguf } from '../src/worker/gguf.js';
@@ -38,6 +40,9 @@ const reorder = (s: string) => {
   }
   return a.join('');
 };
+
+/** The answer's pieces of `size` characters (one token each) in reverse order: the same words, no two of them adjacent as they were. */
+const reorderWords = (size: number) => (s: string) => (s.match(new RegExp(`[^]{1,${size}}`, 'gu')) ?? []).reverse().join('');
 
 let checker: Gguf;
 const node = (seed: number, noise = 0) => new Gguf(models.file({ seed, noise }), M, true, 1, 1);
@@ -90,6 +95,14 @@ describe('token-level statistics on real tiny models', () => {
       const judged = stats.filter((s) => s.positions >= MIN_POSITIONS);
       expect(flaggedAfter(judged)).toBe(3);
       expect(flaggedAfter(stats)).toBeLessThanOrEqual(10);
+    }
+  }, 120_000);
+
+  it('one keeping the honest answer\'s words in another order is flagged at its 3rd answer', async () => {
+    for (const size of [4, 8]) {
+      const stats = await scored(node(1), 12, reorderWords(size));
+      expect(stats.every((s) => s.positions >= MIN_POSITIONS)).toBe(true);
+      expect(flaggedAfter(stats)).toBe(3);
     }
   }, 120_000);
 

@@ -116,7 +116,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   // Verification (verify/): the share of jobs checked twice is copies / audited.
   const verification = new Counter({
     name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
-    help: 'Verification: jobs audited, copies (a job run again by another node), probes, agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited)',
+    help: 'Verification: jobs audited, copies (a job run again by another node), probes, canaries (the lone node of a model asked to score a stored reference answer), agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited)',
   });
   const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up, failure)', labelNames: ['kind'], registers: [registry] });
   const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
@@ -141,7 +141,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   });
   const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
   const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
-  const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions), token-level check records (token_checks)', labelNames: ['what'], registers: [registry] });
+  const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions), token-level check records (token_checks), canary references (canaries)', labelNames: ['what'], registers: [registry] });
   const nodeTransitions = new Counter({ name: 'ins_node_transitions_total', help: 'Node lifecycle transitions this server made, by change (added, disabled, enabled, rotated, registered, deregistered, declared, struck, suspended, restored): src/nodes/states.ts', labelNames: ['change'], registers: [registry] });
   return { nodeTransitions, registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
 }

@@ -4,7 +4,7 @@
 // lock (it is pruning: this server stops its look), or the server stops. A failure is reported
 // through `error` and the next look tries again; it never escapes.
 import type { Database } from '../db/database.js';
-import { CHECKPOINT, PRUNE_JOBS, PRUNE_LANES, PRUNE_RESULTS, PRUNE_SESSIONS, PRUNE_TOKEN_CHECKS, PRUNE_USAGE, VACUUM } from './sql.js';
+import { CHECKPOINT, PRUNE_CANARIES, PRUNE_JOBS, PRUNE_LANES, PRUNE_RESULTS, PRUNE_SESSIONS, PRUNE_TOKEN_CHECKS, PRUNE_USAGE, VACUUM } from './sql.js';
 
 export interface RetentionOptions {
   /** JOB_RETENTION in seconds: finished jobs older than this lose their payloads; 0 keeps everything. */
@@ -29,6 +29,8 @@ export interface RetentionReport {
   sessions: number;
   /** Token-level check records judged before the window (the per-node sums stay). */
   tokenChecks: number;
+  /** Canary references (a job's request and answer each) kept before the window. */
+  canaries: number;
   /** Another server held the lock: this look stopped early. */
   busy: boolean;
 }
@@ -75,13 +77,14 @@ export class Retention {
   }
 
   private async look(): Promise<RetentionReport> {
-    const report: RetentionReport = { jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, busy: false };
+    const report: RetentionReport = { jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false };
     const batch = this.opts.batch ?? DEFAULT_RETENTION_BATCH;
     const params = () => [this.opts.now?.().toISOString() ?? null, this.opts.window, batch];
     // Bodies first, then the jobs: both follow time, so each is a walk of its oldest rows.
     for (const [statement, add] of [
       [PRUNE_RESULTS, (r: Row) => { report.results += r.rows; }],
       [PRUNE_JOBS, (r: Row) => { report.jobs += r.rows; report.leases += r.leases ?? 0; }],
+      [PRUNE_CANARIES, (r: Row) => { report.canaries += r.rows; }],
       [PRUNE_USAGE, (r: Row) => { report.usage += r.rows; }],
       [PRUNE_LANES, (r: Row) => { report.lanes += r.rows; }],
       [PRUNE_SESSIONS, (r: Row) => { report.sessions += r.rows; }],
@@ -112,4 +115,4 @@ export class Retention {
 
 interface Row { locked: boolean; rows: number; leases?: number }
 
-const pruned = (r: RetentionReport): boolean => r.jobs + r.results + r.usage + r.lanes + r.sessions + r.tokenChecks > 0;
+const pruned = (r: RetentionReport): boolean => r.jobs + r.results + r.usage + r.lanes + r.sessions + r.tokenChecks + r.canaries > 0;

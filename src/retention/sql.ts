@@ -60,6 +60,20 @@ leases AS (DELETE FROM job_leases l USING chosen c WHERE l.job_id = c.id RETURNI
 gone AS (DELETE FROM jobs j USING chosen c WHERE j.id = c.id RETURNING 1)
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows, (SELECT count(*)::int FROM leases) AS leases`);
 
+// Canary references (canaries, migrations/0020_canaries.sql): each holds a job's request and
+// answer, so it goes by the same bound as finished jobs (past the window, and never before the
+// ledger closed its day), measured from when it was kept — no later than its job, which a canary
+// needs (verify/canaries.ts sends none whose job is gone).
+export const PRUNE_CANARIES = sql('retention_prune_canaries', `WITH lock AS (${LOCKED}),
+bound AS (${BOUND}),
+chosen AS (
+  SELECT c.job_id FROM canaries c
+  WHERE (SELECT got FROM lock) AND c.at < (SELECT before FROM bound)
+  ORDER BY c.at LIMIT $3::int FOR UPDATE SKIP LOCKED
+),
+gone AS (DELETE FROM canaries c USING chosen x WHERE c.job_id = x.job_id RETURNING 1)
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+
 // Counters and sessions (no payload, but rows that would grow without end): each statement
 // deletes only rows older than STALE — the retention window, and never less than 8 days, longer
 // than any job lives (MAX_JOB_TIMEOUT is at most 7 days, then the sweeper ends it) — and only
@@ -135,5 +149,5 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS row
 // deleted rows, the server vacuums the tables itself, so that their space is reused rather
 // than the files grown, and checkpoints, so that the write-ahead log's segments are recycled
 // rather than piling up to max_wal_size (1 GB) first. PostgreSQL's own processes do both.
-export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results, key_usage, fair_lanes, node_sessions, token_checks');
+export const VACUUM = sql('retention_vacuum', 'VACUUM jobs, job_leases, job_results, key_usage, fair_lanes, node_sessions, token_checks, canaries');
 export const CHECKPOINT = sql('retention_checkpoint', 'CHECKPOINT');

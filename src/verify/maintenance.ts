@@ -1,5 +1,5 @@
 // What one server does now and then for verification, under an advisory lock so that one
-// server at a time does it: probes (verify/probes.ts); points a suspended node was credited
+// server at a time does it: probes, and canaries for models one node serves (verify/probes.ts); points a suspended node was credited
 // after its suspension (a report that raced with it) taken back; fingerprints older than the
 // evidence window forgotten; done jobs waiting for an audit longer than the window dropped from
 // its queue (too old to judge; a server that audits fell that far behind).
@@ -22,7 +22,7 @@ const STALE = sql('verify_drop_stale', 'DELETE FROM job_audits WHERE finished_at
 export interface MaintenanceOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; tickSeconds: number; checks: CheckQueue }
 
 /** One round, if this server gets the lock: answers the models probed (with the outcome to apply), and the points taken back. */
-export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ probed: number[]; outcome: Outcome | undefined; reversed: number } | undefined> {
+export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ probed: number[]; canaries: number[]; outcome: Outcome | undefined; reversed: number } | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
@@ -32,7 +32,7 @@ export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ p
     await tx.query(STALE, [v.evidenceWindow]);
     const probed = v.probeInterval > 0
       ? await probe(tx, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, chance: Math.min(1, o.tickSeconds / v.probeInterval), checks: o.checks })
-      : { models: [], outcome: undefined };
-    return { probed: probed.models, outcome: probed.outcome, reversed: late.points };
+      : { models: [], canaries: [], outcome: undefined };
+    return { probed: probed.models, canaries: probed.canaries, outcome: probed.outcome, reversed: late.points };
   });
 }

@@ -13,7 +13,9 @@
 // - Judging: each answer's evidence moves the node's test; reaching H gives the node an
 //   `impostor` strike, which suspends it at once (the test's false-alarm rate is stated in
 //   token-stats.ts), and the jobs whose answers added evidence since its test last started are
-//   reversed with it. An answer with little evidence against it is an agreement.
+//   reversed with it. An answer with little evidence against it is an agreement, and is kept
+//   as a reference for canaries (canaries.ts); a canary's scores move the test of the node
+//   that scored it.
 import { randomUUID } from 'node:crypto';
 import { servingSession } from '../nodes/sql/live.js';
 import { sql, type Queryable } from '../db/database.js';
@@ -22,7 +24,9 @@ import { CAPABILITIES } from '../jobs/capabilities.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
 import type { CheckQueue, CopyPlan } from './copies.js';
-import { answerStats, freshTest, H, observe, type ScoredPosition } from './token-stats.js';
+import { answerStats, freshTest, H, MIN_POSITIONS, observe, type ScoredPosition } from './token-stats.js';
+import { remember, type Reference } from './canaries.js';
+import { scoreRequest } from './score-request.js';
 
 // Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
 // window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
@@ -44,11 +48,14 @@ const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence
   SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[]) ORDER BY 1, 2
   ON CONFLICT (node_id, model_id) DO UPDATE SET scored = e.scored + EXCLUDED.scored, copied = e.copied + EXCLUDED.copied, updated_at = now()`);
 
-// The score checks $1 done, with the audited job's node and model, the checker's scores, and
-// what a confirming check needs (its request, the nodes it must not go to, what it confirms).
-const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, o.id::text AS job_id, o.node_id::int AS node_id, o.model_id, c.node_id::int AS checker_id,
-    (o.request ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, c.exclude_nodes::int[] AS exclude, c.suspicion
-  FROM jobs c JOIN jobs o ON o.id = c.verify_of WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
+// The score checks $1 done, with the audited job's node, model and request (a reference for
+// canaries), the checker's scores, and what a confirming check needs (its request, the nodes it
+// must not go to, what it confirms). A canary's job may be gone by now (retention): its own
+// request has the same sampling fields, and the node it judges is the one that scored it.
+const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
+    (coalesce(o.request, c.request) ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, o.request AS original,
+    c.exclude_nodes::int[] AS exclude, c.suspicion
+  FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
 
 // The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.
 const ENSURE = sql('verify_token_evidence_ensure', `INSERT INTO node_token_evidence (node_id, model_id)
@@ -98,8 +105,7 @@ export async function queueScores(db: Queryable, plans: CopyPlan[], picked: Read
     if (!a || a.continued || a.content === '' || !isPlain(a.request)) continue;
     if (!(scorers.get(p.modelId) ?? []).some((n) => !p.exclude.includes(n))) continue;
     scored.push(p);
-    const request: JobRequest = { ...a.request, needs: CAPABILITIES.score, params: { ...a.request.params, score: { answer: a.content } } };
-    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: null, request });
+    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: null, request: scoreRequest(a.request, a.content) });
   }
   const rest = plans.filter((p) => !scored.includes(p) && !sampledOnly.has(p.of));
   const outcome = checks.length ? await o.checks.queueChecks(db, checks, o.deadline) : undefined;
@@ -141,12 +147,13 @@ export interface ScoreVerdicts {
 }
 
 interface DoneCheck {
-  check_id: string; job_id: string; node_id: number; model_id: number; checker_id: number; temperature: number | null; scores: Scores | null;
-  request: JobRequest; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number } | null;
+  /** node_id: the audited job's node (null when that job is gone: only a canary's may be). */
+  check_id: string; job_id: string; node_id: number | null; model_id: number; checker_id: number; temperature: number | null; scores: Scores | null;
+  request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number; canary?: string } | null;
 }
 
-/** Evidence to add to one node's test, from one check, about one job of that node's (its answer, or a scorer's check job). */
-interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats> }
+/** Evidence to add to one node's test, from one check, about one job of that node's (its answer, a scorer's check job, or a canary it scored). */
+interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats>; canary?: boolean }
 
 /**
  * Judges the score checks done (their ids). A scorer's word alone cannot say which of two
@@ -161,10 +168,19 @@ interface Move { nodeId: number; jobId: string; modelId: number; check: DoneChec
 export async function judgeScores(db: Queryable, checkIds: readonly string[], o: ScoreOptions): Promise<ScoreVerdicts> {
   const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], confirmations: 0, outcome: undefined };
   if (checkIds.length === 0) return out;
-  const checks = await db.query<DoneCheck>(CHECKS, [checkIds]);
-  if (checks.length === 0) return out;
+  const all = await db.query<DoneCheck>(CHECKS, [checkIds]);
   const moves: Move[] = [];
+  // A canary: the node that scored a stored reference is the one judged, on its own word (the
+  // reference's answering node and scorer agreed on it already).
+  for (const c of all.filter((x) => x.suspicion?.canary !== undefined)) {
+    out.judged++;
+    const stats = answerStats(positionsOf(c.scores), c.temperature ?? 1);
+    if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.checker_id);
+    moves.push({ nodeId: c.checker_id, jobId: c.check_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, canary: true });
+  }
+  const checks = all.filter((c) => c.suspicion?.canary === undefined && c.node_id !== null);
   const firsts = checks.filter((c) => !c.suspicion?.confirms).map((c) => ({ c, stats: answerStats(positionsOf(c.scores), c.temperature ?? 1) }));
+  const references: Reference[] = [];
   const foreign = firsts.filter((f) => f.stats.evidence > 0);
   const scorers = foreign.length ? await scorersOf(db, [...new Set(foreign.map((f) => f.c.model_id))], o) : new Map<number, number[]>();
   const confirm = [];
@@ -175,16 +191,20 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
       confirm.push({ kind: 'verify' as const, id: randomUUID(), of: c.job_id, exclude, request: c.request, suspicion: { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id } });
       continue;
     }
-    if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.node_id);
-    moves.push({ nodeId: c.node_id, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats });
+    if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.node_id!);
+    // An answer in line, long enough to say something: a reference for canaries.
+    if (stats.positions >= MIN_POSITIONS && stats.evidence <= 0 && c.original && typeof c.request.params?.score?.answer === 'string') {
+      references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer: c.request.params.score.answer, vouched: [c.node_id!, c.checker_id], seen: [...c.exclude, c.checker_id] });
+    }
+    moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats });
   }
   for (const c of checks.filter((x) => x.suspicion?.confirms)) {
     out.judged++;
     const stats = answerStats(positionsOf(c.scores), c.temperature ?? 1);
     const first = c.suspicion!.evidence ?? 0;
-    if (stats.evidence > 0) moves.push({ nodeId: c.node_id, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats });
+    if (stats.evidence > 0) moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats });
     else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
-      out.agreed.push(c.node_id);
+      out.agreed.push(c.node_id!);
       // The first scorer's job is its check: that is what its strike is about, and what it loses.
       moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats });
     }
@@ -193,11 +213,13 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     out.outcome = await o.checks.queueChecks(db, confirm, o.deadline);
     out.confirmations = confirm.length;
   }
+  await remember(db, references);
   await move(db, moves, out);
   return out;
 }
 
-async function scorersOf(db: Queryable, modelIds: number[], o: ScoreOptions): Promise<Map<number, number[]>> {
+/** The online nodes in good standing that declared `score`, per model. */
+export async function scorersOf(db: Queryable, modelIds: number[], o: { onlineWindow: number; modelsTtl: number }): Promise<Map<number, number[]>> {
   const rows = await db.query<{ model_id: number; nodes: number[] }>(SCORERS, [modelIds, o.onlineWindow, o.modelsTtl, CAPABILITIES.score]);
   return new Map(rows.map((r) => [r.model_id, r.nodes]));
 }
@@ -222,7 +244,8 @@ async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<v
       nodeId: m.nodeId, jobId: m.jobId, covers: [],
       evidence: {
         cusum: Math.round(t.test.sum * 1000) / 1000, threshold: Math.round(H * 1000) / 1000, answers: t.test.answers, model_id: m.modelId,
-        check: m.check.check_id, ...(m.jobId === m.check.job_id ? { checked_by: m.check.checker_id } : { as_scorer_of_job: m.check.job_id, contradicted_by: m.check.checker_id }),
+        check: m.check.check_id,
+        ...(m.canary ? { canary_of_job: m.check.job_id } : m.jobId === m.check.job_id ? { checked_by: m.check.checker_id } : { as_scorer_of_job: m.check.job_id, contradicted_by: m.check.checker_id }),
       },
     });
     // The test starts again from 0 (token_checks keeps what brought it to H).

@@ -20,7 +20,8 @@ import type { CheckQueue } from './copies.js';
 
 export interface VerifierEvents {
   audited: (report: AuditReport) => void;
-  probed: (models: number[]) => void;
+  /** The models probed, and those whose lone node was sent a canary. */
+  probed: (models: number[], canaries: number[]) => void;
   /** Points a suspended node earned after its suspension, taken back. */
   reversed: (points: number) => void;
   error: (err: unknown) => void;
@@ -119,7 +120,7 @@ export class Verifier implements LiveConsumer {
     this.maintaining = maintain(this.db, { ...this.opts, tickSeconds, checks: this.opts.jobs })
       .then((r) => {
         if (r?.outcome) this.opts.jobs.apply(r.outcome);
-        if (r?.probed.length) this.opts.events.probed(r.probed);
+        if (r?.probed.length || r?.canaries.length) this.opts.events.probed(r.probed, r.canaries);
         if (r?.reversed) this.opts.events.reversed(r.reversed);
       }, this.opts.events.error)
       .finally(() => { this.maintaining = undefined; });
