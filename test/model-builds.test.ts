@@ -77,6 +77,39 @@ describe.each(backends)('model builds on $name', (backend) => {
     expect(await quantizations(MODEL)).toEqual([]);
   });
 
+  it('a score check goes to a scorer of the judged node\'s quantisation when one is online, else to any scorer', { timeout: 120_000 }, async () => {
+    t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
+    const user = new TestUser(t.app, await t.addUser());
+    const checkOf = async (original: string) => {
+      await until('the score check', async () => (await q('t_s_check', 'SELECT 1 FROM jobs WHERE verify_of = $1::uuid', [original])).length > 0);
+      return (await q<{ exclude: number[]; score: boolean }>('t_s_excl', "SELECT exclude_nodes::int[] AS exclude, request -> 'params' -> 'score' IS NOT NULL AS score FROM jobs WHERE verify_of = $1::uuid", [original]))[0]!;
+    };
+    const judged = await worker('judged');
+    const other = await worker('other-quant');
+    const same = await worker('same-quant');
+    for (const [w, quantization] of [[judged, 'Q4_K_M'], [other, 'Q8_0'], [same, 'Q4_K_M']] as const) {
+      expect((await declare(w, [MODEL], { builds: { [MODEL]: { quantization } }, capabilities: { [MODEL]: ['score'] } })).statusCode).toBe(200);
+    }
+    const [judgedId, otherId] = (await q<{ id: number }>('t_s_ids', "SELECT id::int FROM nodes WHERE name IN ('judged', 'other-quant') ORDER BY id")).map((r) => r.id);
+
+    const first = await user.submit(MODEL, 'first question', { temperature: 0 });
+    const job = await judged.getJob();
+    expect(job?.job_id).toBe(first);
+    expect((await judged.report(job!, 'an answer of several words')).statusCode).toBe(200);
+    // A score check, kept off the scorer of another quantisation.
+    expect(await checkOf(first)).toEqual({ exclude: [judgedId, otherId], score: true });
+
+    // No scorer of its quantisation online: any scorer checks it.
+    expect((await same.deregister()).statusCode).toBe(200);
+    const second = await user.submit(MODEL, 'second question', { temperature: 0 });
+    await until('the second job', async () => {
+      const j = await judged.getJob();
+      if (j?.job_id === second) expect((await judged.report(j, 'another answer of several words')).statusCode).toBe(200);
+      return j?.job_id === second;
+    });
+    expect(await checkOf(second)).toEqual({ exclude: [judgedId], score: true });
+  });
+
   it('a copy goes to a node of the judged node\'s quantisation when one is online, else to any; never where the job\'s capabilities are missing', { timeout: 120_000 }, async () => {
     t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
     const user = new TestUser(t.app, await t.addUser());

@@ -28,13 +28,14 @@ export async function eligibleNodes(db: Queryable, modelIds: number[] | null, on
 }
 
 // For each copy to make ($1 the jobs copied, $2 the node each judges; $3 the online window, $4
-// MODELS_TTL, in seconds), the online nodes in good standing serving the job's model that can
-// run it — they declared every capability it needs (jobs.needs, jobs/capabilities.ts): a copy
-// no node can lease would only wait out its deadline — and among them those that declared the
-// same quantisation for the model as the judged node's live session did (issue 31,
+// MODELS_TTL, in seconds; $5 capabilities the check needs beyond the job's own: `score` for a
+// score check), the online nodes in good standing serving the job's model that can run it —
+// they declared every capability it needs (jobs.needs, jobs/capabilities.ts): a copy no node
+// can lease would only wait out its deadline — and among them those that declared the same
+// quantisation for the model as the judged node's live session did (issue 31,
 // repositories/model-builds.ts; none when the judged node declared none).
 export const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
-    SELECT p.of, p.judged, j.model_id, j.needs FROM unnest($1::uuid[], $2::bigint[]) AS p(of, judged) JOIN jobs j ON j.id = p.of),
+    SELECT p.of, p.judged, j.model_id, j.needs | $5::int AS needs FROM unnest($1::uuid[], $2::bigint[]) AS p(of, judged) JOIN jobs j ON j.id = p.of),
   live AS (
     SELECT s.node_id, d.model_id, coalesce(s.model_caps[d.i::int], 0) AS caps, b.quantization
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) WITH ORDINALITY AS d(model_id, i)
@@ -48,15 +49,16 @@ export const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
   GROUP BY p.of`);
 
 /**
- * Where each plan's copy may go: the nodes outside its exclusions that can run it, preferring
- * those that declared the judged node's quantisation — when one of them is online, the others
- * are excluded too (appended: exclude[0] stays the judged node); when none is, any able node
- * may run it. Plans no node can run are left out.
+ * Where each plan's copy (or score check: `extraNeeds` the `score` bit) may go: the nodes
+ * outside its exclusions that can run it, preferring those that declared the judged node's
+ * quantisation — when one of them is online, the others are excluded too (appended: exclude[0]
+ * stays the judged node); when none is, any able node may run it. Plans no node can run are
+ * left out.
  */
-export async function placeCopies(db: Queryable, plans: CopyPlan[], onlineWindow: number, modelsTtl: number): Promise<CopyPlan[]> {
+export async function placeCopies(db: Queryable, plans: CopyPlan[], onlineWindow: number, modelsTtl: number, extraNeeds = 0): Promise<CopyPlan[]> {
   if (plans.length === 0) return [];
   const rows = await db.query<{ of: string; able: number[]; same_quantization: number[] }>(CHECKERS, [
-    plans.map((p) => p.of), plans.map((p) => p.exclude[0] ?? null), onlineWindow, modelsTtl]);
+    plans.map((p) => p.of), plans.map((p) => p.exclude[0] ?? null), onlineWindow, modelsTtl, extraNeeds]);
   const by = new Map(rows.map((r) => [r.of, r]));
   return plans.flatMap((p) => {
     const r = by.get(p.of);

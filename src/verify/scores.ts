@@ -23,7 +23,7 @@ import type { Outcome } from '../jobs/outcome.js';
 import { CAPABILITIES } from '../jobs/capabilities.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
-import type { CheckQueue, CopyPlan } from './copies.js';
+import { placeCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { answerStats, freshTest, H, MIN_POSITIONS, observe, type ScoredPosition } from './token-stats.js';
 import { remember, type Reference } from './canaries.js';
 import { scoreRequest } from './score-request.js';
@@ -97,15 +97,21 @@ export async function queueScores(db: Queryable, plans: CopyPlan[], picked: Read
   if (candidates.length === 0) return { scored: [], rest: plans.filter((p) => !sampledOnly.has(p.of)), outcome: undefined };
   const rows = await db.query<{ id: string; node_id: number; model_id: number; request: JobRequest; content: string; continued: boolean }>(AUDITED, [candidates.map((p) => p.of)]);
   const audited = new Map(rows.map((r) => [r.id, r]));
-  const scorers = await scorersOf(db, [...new Set(candidates.map((p) => p.modelId))], o);
+  const scorable = candidates.filter((p) => {
+    const a = audited.get(p.of);
+    return a && !a.continued && a.content !== '' && isPlain(a.request);
+  });
+  // A scorer online outside the plan's exclusions, of the audited node's quantisation when one
+  // is online (issue 31: a node is checked by a node that declares the same; copies.ts).
+  const placed = new Map((await placeCopies(db, scorable, o.onlineWindow, o.modelsTtl, CAPABILITIES.score)).map((p) => [p.of, p]));
   const scored: CopyPlan[] = [];
   const checks = [];
-  for (const p of candidates) {
-    const a = audited.get(p.of);
-    if (!a || a.continued || a.content === '' || !isPlain(a.request)) continue;
-    if (!(scorers.get(p.modelId) ?? []).some((n) => !p.exclude.includes(n))) continue;
+  for (const p of scorable) {
+    const place = placed.get(p.of);
+    if (!place) continue;
+    const a = audited.get(p.of)!;
     scored.push(p);
-    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: null, request: scoreRequest(a.request, a.content) });
+    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: place.exclude, suspicion: null, request: scoreRequest(a.request, a.content) });
   }
   const rest = plans.filter((p) => !scored.includes(p) && !sampledOnly.has(p.of));
   const outcome = checks.length ? await o.checks.queueChecks(db, checks, o.deadline) : undefined;
