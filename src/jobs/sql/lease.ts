@@ -24,6 +24,25 @@ export interface LeasedJob {
 }
 export type LeaseRow = LeasedJob | { group: number; slot: number; overCapacity: true };
 
+// The two pairing passes of a round (see LEASE below), for the copies and for the jobs: `<name>_first`
+// gives the k-th of `jobs` to the ask in `slot` k; `<name>_second` pairs what it left, each
+// left-over ask with the first left-over job it may have, then each job with its first such
+// ask. An ask may have a job when its session has room and its node is not in the job's
+// exclude_nodes. Both yield (job_id, jk, g, k, session_id, node_id, key_hash).
+const pairing = (name: string, jobs: string, asks: string, slot: string): string => `${name}_first AS (
+  SELECT x.id AS job_id, x.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
+  FROM ${jobs} x JOIN ${asks} a ON a.g = x.g AND a.${slot} = x.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(x.exclude_nodes))
+),
+${name}_second AS (
+  SELECT DISTINCT ON (y.job_id) y.* FROM (
+    SELECT DISTINCT ON (a.g, a.k) x.id AS job_id, x.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
+    FROM ${jobs} x JOIN ${asks} a ON a.g = x.g AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(x.exclude_nodes))
+    WHERE NOT EXISTS (SELECT 1 FROM ${name}_first f WHERE f.g = x.g AND f.jk = x.k)
+      AND NOT EXISTS (SELECT 1 FROM ${name}_first f WHERE f.g = a.g AND f.k = a.k)
+    ORDER BY a.g, a.k, x.k) y
+  ORDER BY y.job_id, y.k
+),`;
+
 // $1..$6 the asks: group, slot, session id, node id, job key hash, rank among this batch's
 // asks of the same session (1-based); $7..$9 the groups: group, model ids (array literal),
 // count; $10 the lease timeout in seconds. An ask whose session would exceed its capacity is
@@ -67,19 +86,7 @@ copies AS (
     ORDER BY j.submitted_at, j.id LIMIT g.n
     FOR UPDATE SKIP LOCKED) c
 ),
-copies_first AS (
-  SELECT c.id AS job_id, c.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
-  FROM copies c JOIN asks a ON a.g = c.g AND a.k = c.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(c.exclude_nodes))
-),
-copies_second AS (
-  SELECT DISTINCT ON (x.job_id) x.* FROM (
-    SELECT DISTINCT ON (a.g, a.k) c.id AS job_id, c.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
-    FROM copies c JOIN asks a ON a.g = c.g AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(c.exclude_nodes))
-    WHERE NOT EXISTS (SELECT 1 FROM copies_first f WHERE f.g = c.g AND f.jk = c.k)
-      AND NOT EXISTS (SELECT 1 FROM copies_first f WHERE f.g = a.g AND f.k = a.k)
-    ORDER BY a.g, a.k, c.k) x
-  ORDER BY x.job_id, x.k
-),
+${pairing('copies', 'copies', 'asks', 'k')}
 copies_assigned AS (
   SELECT DISTINCT ON (u.job_id) u.job_id, u.g, u.k, u.session_id, u.node_id, u.key_hash
   FROM (SELECT * FROM copies_first UNION ALL SELECT * FROM copies_second) u
@@ -102,19 +109,7 @@ picked AS (
       FOR UPDATE SKIP LOCKED) c
     ORDER BY c.fair_key, c.id LIMIT g.n) p
 ),
-picked_first AS (
-  SELECT p.id AS job_id, p.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
-  FROM picked p JOIN free_asks a ON a.g = p.g AND a.fk = p.k AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(p.exclude_nodes))
-),
-picked_second AS (
-  SELECT DISTINCT ON (x.job_id) x.* FROM (
-    SELECT DISTINCT ON (a.g, a.k) p.id AS job_id, p.k AS jk, a.g, a.k, a.session_id, a.node_id, a.key_hash
-    FROM picked p JOIN free_asks a ON a.g = p.g AND a.open + a.rank <= a.capacity AND NOT (a.node_id = ANY(p.exclude_nodes))
-    WHERE NOT EXISTS (SELECT 1 FROM picked_first f WHERE f.g = p.g AND f.jk = p.k)
-      AND NOT EXISTS (SELECT 1 FROM picked_first f WHERE f.g = a.g AND f.k = a.k)
-    ORDER BY a.g, a.k, p.k) x
-  ORDER BY x.job_id, x.k
-),
+${pairing('picked', 'picked', 'free_asks', 'fk')}
 assigned AS (
   SELECT * FROM copies_assigned
   UNION ALL
