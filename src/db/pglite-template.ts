@@ -33,9 +33,14 @@ export function migrationsDigest(): string {
   return hash.digest('hex').slice(0, 12);
 }
 
-/** Where the build writes the template for the installed PGlite and the migrations as they are. */
+let where: string | undefined;
+/**
+ * Where the build writes the template for the installed PGlite and the migrations as they are.
+ * Worked out once per process (the package and migrations/ do not change under it): every
+ * database opened in memory asks (templateBlob below).
+ */
 export function templatePath(): string {
-  return path.join(PACKAGE_ROOT, 'dist', `pgdata-pglite-${pgliteVersion()}-${migrationsDigest()}.tar.gz`);
+  return (where ??= path.join(PACKAGE_ROOT, 'dist', `pgdata-pglite-${pgliteVersion()}-${migrationsDigest()}.tar.gz`));
 }
 
 /** Templates of other versions or migrations, which the build removes. */
