@@ -196,11 +196,12 @@ class Batch {
       if (fast) this.struck.push({ nodeId: d.node_id, jobId: d.id, kind: 'too_fast', evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds } });
     }
     const suspects = await this.replays(done);
-    const checks = done.filter((d) => d.kind === 'verify' && !auditsClaim(d));
+    const copies = done.filter((d) => d.kind === 'verify');
+    const checks = copies.filter((d) => !auditsClaim(d));
     await this.judge(checks.filter((d) => !isScoreCheck(d.request)));
     await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
     // A copy that audits a node's request-error claim (verify/request-errors.ts), answered: the claim was false.
-    for (const s of falseClaims(done.filter((d) => d.kind === 'verify'))) this.struck.push({ ...s, kind: 'false_request_error' });
+    for (const s of falseClaims(copies)) this.struck.push({ ...s, kind: 'false_request_error' });
     // A report that raced with its node's suspension was credited (its statement saw the node
     // in good standing), after the suspension's reversal took its snapshot: take it back now.
     // (Across servers, the maintenance round catches what this misses.)
