@@ -13,6 +13,7 @@ import { sql } from '../src/db/database.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
 import { maintain } from '../src/verify/maintenance.js';
 import { backends } from './helpers/db.js';
+import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -26,12 +27,7 @@ const POSITIONS = 20;
 const REFERENCES = 4;
 type ScoreJob = Job & { seed?: number; params?: { score?: { answer: string } } };
 
-/** Scores as a worker reports them (src/worker/score-job.ts): in line (the checker's top-1 everywhere) or foreign (outside its top 10). */
-const scores = (foreign: boolean) => ({
-  method: 'prefill', unscored: 0,
-  rank: Array(POSITIONS).fill(foreign ? 11 : 1), logprob: Array(POSITIONS).fill(foreign ? -9 : -0.1),
-  top_logprob: Array(POSITIONS).fill(-0.1), gap: Array(POSITIONS).fill(2),
-});
+const scores = (foreign: boolean) => workerScores(foreign, POSITIONS);
 
 describe.each(backends)('canaries on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;

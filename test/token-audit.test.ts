@@ -17,6 +17,7 @@ import type { VerifyConfig } from '../src/config-verify.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { backends } from './helpers/db.js';
+import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -29,12 +30,7 @@ const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 
 const POSITIONS = 20;
 type ScoreJob = Job & { params?: { score?: { answer: string } } };
 
-/** Scores as a worker reports them (src/worker/score-job.ts): in line (the checker's top-1 everywhere) or foreign (outside its top 10). */
-const scores = (foreign: boolean) => ({
-  method: 'prefill', unscored: 0,
-  rank: Array(POSITIONS).fill(foreign ? 11 : 1), logprob: Array(POSITIONS).fill(foreign ? -9 : -0.1),
-  top_logprob: Array(POSITIONS).fill(-0.1), gap: Array(POSITIONS).fill(2),
-});
+const scores = (foreign: boolean) => workerScores(foreign, POSITIONS);
 
 describe.each(backends)('score checks on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
