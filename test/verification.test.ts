@@ -103,6 +103,28 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await strikes('honest')).toEqual([]);
   });
 
+  it('a copy answered with a replay, contradicted by a third node, is a replay strike on the copy\'s node', async () => {
+    const { user, workers } = await start({ share: 1 }, ['honest-1', 'honest-2', 'replayer']);
+    const only = (name: string) => new Map([[name, workers.get(name)!]]);
+    const copies = (n: number) => async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === n;
+    // The replayer's first answer, honest (sampled, not temperature 0: no copy of it).
+    await user.submit(MODEL, 'tell me about rivers', { temperature: 0.8 });
+    await serve(only('replayer'), (_n, job) => prose(MODEL, prompt(job)));
+    const first = prose(MODEL, 'tell me about rivers');
+    // An honest node's job, copied (share 1); the copy reaches the replayer, which replays.
+    await user.submit(MODEL, 'tell me about glaciers', { temperature: 0 });
+    await serve(only('honest-1'), (_n, job) => prose(MODEL, prompt(job)), copies(1));
+    await serve(only('replayer'), () => first.replaceAll(' ', '  \n '), copies(2));
+    // The third node agrees with the original.
+    await serve(only('honest-2'), (_n, job) => prose(MODEL, prompt(job)));
+    const [struck] = await q<{ kind: string; evidence: Record<string, unknown> }>('t_replay', `SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id
+      WHERE n.name = 'replayer'`);
+    expect(struck).toMatchObject({ kind: 'replay', evidence: { exact: true } });
+    expect(await strikes('replayer')).toHaveLength(1);
+    expect(await strikes('honest-1')).toEqual([]);
+    expect(await strikes('honest-2')).toEqual([]);
+  });
+
   it('strikes a replay at once when no other node serves the model, and leaves stock answers alone', async () => {
     const { user, workers } = await start({}, ['alone']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `prompt number ${i}`);

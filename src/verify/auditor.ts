@@ -4,7 +4,9 @@
 // - replay: the node gave the same answer (whitespace and case aside), or a near copy, to a
 //   different prompt among its recent answers (verify/answers.ts) → the job is run again by
 //   another node; if that node's answer contradicts it, a `replay` strike (with no other node
-//   to ask, at once; if the two agree, it was a stock answer after all);
+//   to ask, at once; if the two agree, it was a stock answer after all). A copy's answer that
+//   replays is compared anyway: the majority contradicting it makes a `replay` strike rather
+//   than a `disagreement` (cheats cannot tell copies from users' jobs);
 // - redundancy: a temperature-0 or embeddings job (every probe, every job of a node on probation, else
 //   VERIFY_SHARE of them) is run again by another node (verify/copies.ts); when the two
 //   disagree, by a third; the node the majority contradicts gets a strike, those that agree
@@ -129,6 +131,9 @@ function merge(into: AuditReport, r: AuditReport): void {
 export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
 
 /** The nodes a copy must not go to: the one judged first (replay strikes name exclude[0]), then every other that held a lease. */
+/** The key of a third copy's suspicion naming the copy whose answer replayed an earlier one. */
+const SUSPECT_JOB = 'replayed_in_job';
+const suspectJob = (suspicion: Record<string, unknown>): string | undefined => (typeof suspicion[SUSPECT_JOB] === 'string' ? suspicion[SUSPECT_JOB] : undefined);
 const holdersFirst = (judged: number, holders: readonly number[]): number[] => [judged, ...new Set(holders.filter((n) => n !== judged))];
 
 const promptText = (d: Done): string => d.request.messages.map((m) => `${m.role}: ${m.content}`).join('\n');
@@ -185,6 +190,8 @@ class Batch {
   private readonly sampledOnly = new Set<string>();
   /** Jobs of this batch picked for a check: a score check may take them (a third copy of a text disagreement stays a copy). */
   private readonly picked = new Set<string>();
+  /** The batch's copies whose answer copies an earlier answer of their node (to another prompt). */
+  private copyReplays = new Map<string, Record<string, unknown>>();
 
   constructor(private readonly tx: Queryable, private readonly opts: AuditorOptions) {}
 
@@ -195,7 +202,8 @@ class Batch {
       const fast = tooFast(d.model, outputTokens(d.content, d.completion_tokens), d.lease_seconds, v);
       if (fast) this.struck.push({ nodeId: d.node_id, jobId: d.id, kind: 'too_fast', evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds } });
     }
-    const suspects = await this.replays(done);
+    const { suspects, copyReplays } = await this.replays(done);
+    this.copyReplays = copyReplays;
     const copies = done.filter((d) => d.kind === 'verify');
     const checks = copies.filter((d) => !auditsClaim(d));
     await this.judge(checks.filter((d) => !isScoreCheck(d.request)));
@@ -234,15 +242,19 @@ class Batch {
     // A suspected replay nobody else can check is judged on its own evidence.
     for (const p of this.plans) {
       const node = p.exclude[0]!;
-      if (p.suspicion && !made.includes(p)) this.struck.push({ nodeId: node, jobId: p.of, kind: 'replay', evidence: { ...p.suspicion, checked_by: 'nobody else serves the model' } });
+      if (p.suspicion && !made.includes(p)) this.struck.push({ nodeId: node, jobId: suspectJob(p.suspicion) ?? p.of, kind: 'replay', evidence: { ...p.suspicion, checked_by: 'nobody else serves the model' } });
     }
     await agree(this.tx, this.agreed, v.probationAgreements);
     this.report.agreements = this.agreed.length;
     await this.strikes();
   }
 
-  /** The batch's answers that copy an earlier answer of their node (not copies: those are compared anyway). */
-  private async replays(done: Done[]): Promise<Map<string, Record<string, unknown>>> {
+  /**
+   * The batch's answers that copy an earlier answer of their node: the users' and probes'
+   * (`suspects`: each is copied to another node), and the copies' (compared anyway; the
+   * evidence names the strike if the majority contradicts them).
+   */
+  private async replays(done: Done[]): Promise<{ suspects: Map<string, Record<string, unknown>>; copyReplays: Map<string, Record<string, unknown>> }> {
     const v = this.opts.verify;
     const long = done.map((d) => ({ d, words: wordCount(d.content) })).filter((x) => x.words >= v.minWordsForReplay);
     const matches = await rememberAndMatch(this.tx, long.map(({ d, words }) => ({
@@ -250,8 +262,12 @@ class Batch {
       nearToo: words >= 3 * v.minWordsForReplay,
     })), v.evidenceWindow, NEAR_BITS);
     const kinds = new Map(done.map((d) => [d.id, d.kind]));
-    return new Map(matches.filter((m) => !m.stock && kinds.get(m.jobId) !== 'verify')
-      .map((m) => [m.jobId, { same_as_job: m.sameAs, exact: m.exact, simhash_distance: m.distance }]));
+    const evidence = (m: (typeof matches)[number]): [string, Record<string, unknown>] => [m.jobId, { same_as_job: m.sameAs, exact: m.exact, simhash_distance: m.distance }];
+    const replayed = matches.filter((m) => !m.stock);
+    return {
+      suspects: new Map(replayed.filter((m) => kinds.get(m.jobId) !== 'verify').map(evidence)),
+      copyReplays: new Map(replayed.filter((m) => kinds.get(m.jobId) === 'verify').map(evidence)),
+    };
   }
 
   /** Copies are done: judge each original's answers when they allow it. */
@@ -275,10 +291,20 @@ class Batch {
         this.report.disagreements++;
         const copy = rows[1]!;
         // An answer that copied an earlier one, and that another node contradicts: two signals, a strike.
-        if (copy.suspicion) this.struck.push({ nodeId: rows[0].nodeId, jobId: original, kind: 'replay', evidence: { ...copy.suspicion, contradicted_by_job: copy.id } });
-        else this.plans.push({ of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(rows[0].nodeId, [copy.nodeId, ...rows[0].holders, ...copy.holders]), suspicion: null });
+        if (copy.suspicion) {
+          this.struck.push({ nodeId: rows[0].nodeId, jobId: original, kind: 'replay', evidence: { ...copy.suspicion, contradicted_by_job: copy.id } });
+        } else {
+          // A copy that replayed an earlier answer of its node is the suspect: the third
+          // answer's verdict on it is a replay, and with no third node, its own evidence is.
+          const replayed = this.copyReplays.get(copy.id);
+          const suspect = replayed ? copy.nodeId : rows[0].nodeId;
+          this.plans.push({ of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(suspect, [rows[0].nodeId, copy.nodeId, ...rows[0].holders, ...copy.holders]),
+            suspicion: replayed ? { ...replayed, [SUSPECT_JOB]: copy.id } : null });
+        }
       } else if (v.kind === 'odd') {
-        this.struck.push({ nodeId: v.odd.nodeId, jobId: v.odd.id, kind: 'disagreement', evidence: { job: original, majority_jobs: v.majority.map((m) => m.id), similarity: v.similarity } });
+        // The odd answer is a replay when it copied an earlier answer of its node (the suspect a third copy names).
+        const replay = rows.find((r) => r.suspicion && suspectJob(r.suspicion) === v.odd.id)?.suspicion;
+        this.struck.push({ nodeId: v.odd.nodeId, jobId: v.odd.id, kind: replay ? 'replay' : 'disagreement', evidence: { job: original, majority_jobs: v.majority.map((m) => m.id), similarity: v.similarity, ...replay } });
         this.agreed.push(...v.majority.map((m) => m.nodeId));
       }
     }
