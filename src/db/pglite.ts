@@ -125,6 +125,11 @@ export const PGLITE_OPTIONS = { parsers: { 20: (v: string) => Number(v) } };
 
 /** dataDir undefined → in memory (tests). */
 export async function openPglite(dataDir?: string): Promise<Database> {
+  return wrapPglite(await createPglite(dataDir), dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory');
+}
+
+/** The PGlite itself, for openPglite and for tests that reuse one (test/helpers/db.ts). */
+export async function createPglite(dataDir?: string): Promise<PGlite> {
   // A new data directory is unpacked from the build's template, migrated already, rather than
   // made by initdb (db/pglite-template.ts); a database in memory is loaded from it (about a
   // fifth of initdb's time: most of what each test's fresh database cost).
@@ -132,7 +137,7 @@ export async function openPglite(dataDir?: string): Promise<Database> {
   const template = dataDir ? undefined : templateBlob();
   const db = await PGlite.create(dataDir, template ? { ...PGLITE_OPTIONS, loadDataDir: template } : PGLITE_OPTIONS);
   if (dataDir) tightenModes(dataDir);
-  return wrapPglite(db, dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory');
+  return db;
 }
 
 /** A Database over a PGlite this module did not open (the build's template, scripts/build-pgdata.ts). */

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { Database, Sql } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrate.js';
-import { openPglite } from '../../src/db/pglite.js';
+import { openReusedPglite } from './pglite-reuse.js';
 import { openPostgres } from '../../src/db/pg.js';
 import { migrationsDigest } from '../../src/db/pglite-template.js';
 
@@ -48,14 +48,8 @@ export async function createPostgresDatabase(template?: string): Promise<{ url: 
   };
 }
 
-const pglite: Backend = {
-  name: 'pglite',
-  async open() {
-    const db = await openPglite();
-    await migrate(db);
-    return db;
-  },
-};
+// In memory, reused within the test process once reset to the migrated state (pglite-reuse.ts).
+const pglite: Backend = { name: 'pglite', open: openReusedPglite };
 
 // Each test's PostgreSQL database is copied from a migrated template database (CREATE DATABASE …
 // TEMPLATE), made once for these migrations (its name carries their digest) by whichever test
