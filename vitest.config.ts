@@ -8,6 +8,10 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // Test processes hold in-memory PGlite databases for seconds: V8's optimising recompiles of
+    // its WebAssembly cost more CPU than they give back there (src/cli/entry.ts, which does the
+    // same for `ins` commands; docs/benchmarks.md).
+    execArgv: ['--liftoff-only'],
     // Two cores: a few files at a time keeps PGlite instances and spawned servers responsive.
     maxWorkers: 3,
     // expect.poll waits for a state; its default second is too short on a loaded machine.
