@@ -12,6 +12,11 @@ export default defineConfig({
     // its WebAssembly cost more CPU than they give back there (src/cli/entry.ts, which does the
     // same for `ins` commands; docs/benchmarks.md).
     execArgv: ['--liftoff-only'],
+    // Each of the three processes runs file after file with its modules loaded once (not a new
+    // process a file): a third of the suite's CPU was loading them again. No test mocks a
+    // module, fakes timers or changes process.env; in-memory databases are reset between uses
+    // (test/helpers/pglite-reuse.ts).
+    isolate: false,
     // Two cores: a few files at a time keeps PGlite instances and spawned servers responsive.
     maxWorkers: 3,
     // expect.poll waits for a state; its default second is too short on a loaded machine.
