@@ -3,9 +3,9 @@
 // build) loads and runs deterministically.
 import { createHash } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { getLlama, type Token } from 'node-llama-cpp';
+import { type Token } from 'node-llama-cpp';
 import { tinyGguf, TINY_VOCAB } from '../scripts/tiny-gguf.js';
-import { tinyModels } from './helpers/gguf.js';
+import { sharedLlama, tinyModels } from './helpers/gguf.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -24,7 +24,7 @@ describe('the tiny GGUF', () => {
   });
 
   it('loads in llama.cpp on the CPU, generates the same text twice, and its text tokenizes back to its tokens', async () => {
-    const llama = await getLlama({ gpu: false, build: 'never' });
+    const llama = await sharedLlama();
     const model = await llama.loadModel({ modelPath: models.file({ seed: 1 }) });
     try {
       const ctx = await model.createContext({ contextSize: 512, threads: 1 });

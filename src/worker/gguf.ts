@@ -8,11 +8,13 @@
 // Continuing an answer: the prefix's tokens follow the open assistant turn, then generation
 // goes on. Scoring an answer (score()): one pass over prompt + answer with the full next-token
 // distribution at every answer position (LlamaContextSequence.controlledEvaluate).
-import type { ChatHistoryItem, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
+import type { ChatHistoryItem, Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { rankOf, type AnswerScore, type PositionScore } from './scoring.js';
+
+let sharedLlama: Promise<Llama> | undefined;
 
 export const NODE_LLAMA_CPP = 'node-llama-cpp@3.21.1';
 /** Positions an answer is scored at, at most: a check's cost stays bounded (docs/verification.md). */
@@ -41,7 +43,9 @@ export class Gguf implements Backend {
       } catch (err) {
         throw new BackendError(`--backend gguf needs ${NODE_LLAMA_CPP}, which this install lacks (${(err as Error).message.split('\n')[0]}): run \`npm install ${NODE_LLAMA_CPP}\` where ins is installed`);
       }
-      const llama = await lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error });
+      // One llama.cpp runtime per process, whatever the number of backends on it (each getLlama
+      // with options is a new one, with its own threads, until disposed).
+      const llama = await (sharedLlama ??= lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error }));
       let model: LlamaModel;
       try {
         model = await llama.loadModel({ modelPath: this.file });

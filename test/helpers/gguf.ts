@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeTinyGguf, type TinyModelOptions } from '../../scripts/tiny-gguf.js';
+import { getLlama, type Llama } from 'node-llama-cpp';
 
 export interface TinyModels {
   /** The file of this model, written on first use. */
@@ -25,3 +26,7 @@ export function tinyModels(): TinyModels {
     remove: () => rmSync(dir, { recursive: true, force: true }),
   };
 }
+
+let llama: Promise<Llama> | undefined;
+/** One llama.cpp runtime per test process (each getLlama with options is a new one, never freed). */
+export const sharedLlama = (): Promise<Llama> => (llama ??= getLlama({ gpu: false, build: 'never' }));

@@ -15,7 +15,9 @@
 // The prompt is the conversation through the model's chat template (node-llama-cpp's), as
 // the gguf backend builds it; an assistant turn that continues is appended as its tokens.
 import { createServer, type Server } from 'node:http';
-import { getLlama, resolveChatWrapper, type ChatHistoryItem, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp';
+import { resolveChatWrapper, type ChatHistoryItem, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp';
+
+import { sharedLlama } from './gguf.js';
 
 type Message = { role: string; content: string };
 
@@ -31,7 +33,7 @@ class TinyRunner {
   constructor(readonly model: LlamaModel, private readonly context: LlamaContext, private readonly chat: import('node-llama-cpp').ChatWrapper) {}
 
   static async load(file: string): Promise<TinyRunner> {
-    const llama = await getLlama({ gpu: false, build: 'never' });
+    const llama = await sharedLlama();
     const model = await llama.loadModel({ modelPath: file });
     const context = await model.createContext({ sequences: 1, contextSize: 1024, threads: 1 });
     return new TinyRunner(model, context, resolveChatWrapper(model));
