@@ -11,10 +11,12 @@ import { table, UsageError, type Io } from './io.js';
 export interface RunOptions {
   json: boolean;
   skipBadRows: boolean;
+  /** --apply of verify calibrate: write what it proposes. */
+  apply: boolean;
   /** Draw a progress bar on stderr (a local run on a terminal). */
   progress: boolean;
-  /** --state, --model, --limit of the listing commands; --days of ledger verify; --jobs, --tokens of key set-quota. */
-  filter: { state?: string; model?: string; limit?: string; days?: string; jobs?: string; tokens?: string };
+  /** --state, --model, --limit of the listing commands; --days of ledger verify; --jobs, --tokens of key set-quota; --min-answers of verify calibrate. */
+  filter: { state?: string; model?: string; limit?: string; days?: string; jobs?: string; tokens?: string; minAnswers?: string };
   /** The coordinator's settings of the process running the command (online window, MODELS_TTL). */
   coordinator: CoordinatorConfig;
   /** The verification settings of that process (evidence window, strikes that suspend). */

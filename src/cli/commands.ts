@@ -26,7 +26,7 @@ export function parseCommand(argv: string[]): ParsedCommand {
     options: {
       json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' }, 'skip-bad-rows': { type: 'boolean' },
       state: { type: 'string' }, model: { type: 'string' }, limit: { type: 'string' }, days: { type: 'string' },
-      jobs: { type: 'string' }, tokens: { type: 'string' },
+      jobs: { type: 'string' }, tokens: { type: 'string' }, 'min-answers': { type: 'string' }, apply: { type: 'boolean' },
     },
   });
   const two = positionals.slice(0, 2).join(' ');
@@ -35,15 +35,15 @@ export function parseCommand(argv: string[]): ParsedCommand {
   if (!command) throw new UsageError(positionals.length ? `unknown command "${positionals.join(' ')}"` : 'no command given');
   const args = positionals.slice(name.split(' ').length);
   const help = values.help ?? false;
-  for (const flag of ['skip-bad-rows', 'state', 'model', 'limit', 'days', 'jobs', 'tokens'] as const) {
+  for (const flag of ['skip-bad-rows', 'state', 'model', 'limit', 'days', 'jobs', 'tokens', 'min-answers', 'apply'] as const) {
     if (values[flag] !== undefined && !command.flags?.includes(flag)) throw new UsageError(`"${name}" has no option --${flag}`);
   }
   if (!help && args.length !== command.args.length) {
     throw new UsageError(`"${name}" takes ${command.args.length ? command.args.join(' ') : 'no arguments'}; usage: ins ${command.usage}`);
   }
   const opts: RunOptions = {
-    json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, progress: false,
-    filter: { state: values.state, model: values.model, limit: values.limit, days: values.days, jobs: values.jobs, tokens: values.tokens }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
+    json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, apply: values.apply ?? false, progress: false,
+    filter: { state: values.state, model: values.model, limit: values.limit, days: values.days, jobs: values.jobs, tokens: values.tokens, minAnswers: values['min-answers'] }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
   };
   return { name, command, args, opts, help };
 }

@@ -1,9 +1,19 @@
 // ins node audit|reinstate: why a node stands where it does (verification, docs/verification.md),
-// and bringing a suspended node back.
+// and bringing a suspended node back. ins verify calibrate: the token-level test's thresholds per
+// group, from honest nodes' checks of each other (src/verify/thresholds.ts).
 import { nodeAudit, nodeStanding } from '../verify/audit-view.js';
 import { nodeTokenChecks } from '../verify/scores-view.js';
+import { calibrate, DEFAULT_MIN_ANSWERS } from '../verify/thresholds.js';
 import { operatorNodes, type Command } from './command.js';
-import { CommandError, table } from './io.js';
+import { CommandError, table, UsageError } from './io.js';
+
+function minAnswers(raw: string | undefined): number {
+  const n = raw === undefined ? DEFAULT_MIN_ANSWERS : Number(raw);
+  if (raw?.trim() === '' || !Number.isInteger(n) || n < 1 || n > 1_000_000) throw new UsageError(`--min-answers must be a whole number from 1 to 1000000 (got ${raw})`);
+  return n;
+}
+
+const rate = (x: number): string => x.toFixed(4);
 
 export const VERIFY_COMMANDS: Record<string, Command> = {
   'node audit': {
@@ -40,6 +50,25 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
         throw new CommandError(a ? `node "${name}" is ${a.standing} already` : `no node named "${name}"`);
       }
       io.out(json ? JSON.stringify({ name, standing: 'trusted' }) : `node "${name}" reinstated: trusted again`);
+    },
+  },
+  'verify calibrate': {
+    usage: 'verify calibrate [--min-answers N] [--apply]',
+    summary: "token-level test thresholds per model, method and quantisation from trusted nodes' checks of each other (evidence window); --apply writes the proposals",
+    args: [],
+    flags: ['min-answers', 'apply'],
+    async run(db, _args, { json, apply, filter, verify }, io) {
+      const min = minAnswers(filter.minAnswers);
+      const r = await calibrate(db, { windowSeconds: verify.evidenceWindow, minAnswers: min, apply });
+      if (json) return io.out(JSON.stringify({ min_answers: min, groups: r.groups, applied: apply ? r.applied : null }));
+      if (r.groups.length === 0) io.out(`no token-level checks between trusted nodes within the evidence window (${verify.evidenceWindow / 3600} h)`);
+      else {
+        const t = (x: { p0: number; p1: number }) => `${x.p0}/${x.p1}`;
+        for (const line of table([['MODEL', 'METHOD', 'QUANTIZATION', 'ANSWERS', 'POSITIONS', 'RATE', 'UPPER', 'PROPOSED P0/P1', 'CURRENT P0/P1'],
+          ...r.groups.map((g) => [g.model, g.method, g.quantization ?? '-', String(g.answers), String(g.positions), rate(g.rate), rate(g.upper),
+            g.proposed ? t(g.proposed) : g.status === 'too noisy' ? 'too noisy to judge by tokens' : `fewer than ${min} answers`, t(g.current)])])) io.out(line);
+      }
+      io.out(apply ? `applied ${r.applied} threshold${r.applied === 1 ? '' : 's'}` : `${r.groups.filter((g) => g.proposed).length} proposed; review them, then run again with --apply`);
     },
   },
 };

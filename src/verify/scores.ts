@@ -16,6 +16,8 @@
 //   reversed with it. An answer with little evidence against it is an agreement, and is kept
 //   as a reference for canaries (canaries.ts); a canary's scores move the test of the node
 //   that scored it.
+// - Thresholds: each check is judged with its group's (the model, the scores' method, the judged
+//   node's declared quantisation; thresholds.ts), the defaults where none were calibrated.
 import { randomUUID } from 'node:crypto';
 import { servingSession } from '../nodes/sql/live.js';
 import { sql, type Queryable } from '../db/database.js';
@@ -25,8 +27,15 @@ import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
 import { placeCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { answerStats, freshTest, H, MIN_POSITIONS, observe, type ScoredPosition } from './token-stats.js';
+import { thresholdsOf } from './thresholds.js';
 import { remember, type Reference } from './canaries.js';
 import { scoreRequest } from './score-request.js';
+
+/** SQL: the quantisation the node that did the job `job` (its done lease's session) declared for the check's model (`c`), or NULL. */
+function declared(job: string): string {
+  return `(SELECT b.quantization FROM job_leases l JOIN session_model_builds b ON b.session_id = l.session_id AND b.model_id = c.model_id
+      WHERE l.job_id = ${job} AND l.outcome = 'done' ORDER BY l.attempt DESC LIMIT 1)`;
+}
 
 // Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
 // window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
@@ -52,9 +61,13 @@ const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence
 // canaries), the checker's scores, and what a confirming check needs (its request, the nodes it
 // must not go to, what it confirms). A canary's job may be gone by now (retention): its own
 // request has the same sampling fields, and the node it judges is the one that scored it.
+// The quantisation each node involved declared for the model (session_model_builds) in the
+// session that did its part (the done lease): the audited job's node, the checker, and for a
+// confirming check the first scorer (its check is `suspicion.confirms`).
 const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
     (coalesce(o.request, c.request) ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, o.request AS original,
-    c.exclude_nodes::int[] AS exclude, c.suspicion
+    c.exclude_nodes::int[] AS exclude, c.suspicion,
+    ${declared('c.verify_of')} AS quantization, ${declared('c.id')} AS checker_quantization, ${declared("(c.suspicion ->> 'confirms')::uuid")} AS scorer_quantization
   FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
 
 // The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.
@@ -69,8 +82,8 @@ const SAVE = sql('verify_token_evidence_save', `UPDATE node_token_evidence e SET
   FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::int[], $5::bigint[], $6::bigint[], $7::int[]) AS u(node_id, model_id, cusum, answers, positions, mismatches, flags)
   WHERE e.node_id = u.node_id AND e.model_id = u.model_id`);
 // Each judged check's summary.
-const RECORD = sql('verify_token_checks_record', `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum)
-  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::bigint[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[], $11::float8[])
+const RECORD = sql('verify_token_checks_record', `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, quantization)
+  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::bigint[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[], $11::float8[], $12::text[])
   ON CONFLICT (check_id) DO NOTHING`);
 // The node's jobs whose answers moved its test towards H since it last started from 0 ($1 node, $2 model, $3 since).
 const COVERED = sql('verify_token_covered', `SELECT DISTINCT t.job_id::text FROM token_checks t JOIN jobs j ON j.id = t.job_id AND j.node_id = t.node_id
@@ -156,10 +169,12 @@ interface DoneCheck {
   /** node_id: the audited job's node (null when that job is gone: only a canary's may be). */
   check_id: string; job_id: string; node_id: number | null; model_id: number; checker_id: number; temperature: number | null; scores: Scores | null;
   request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number; canary?: string } | null;
+  /** What the audited job's node, the checker, and (a confirming check) the first scorer declared for the model. */
+  quantization: string | null; checker_quantization: string | null; scorer_quantization: string | null;
 }
 
 /** Evidence to add to one node's test, from one check, about one job of that node's (its answer, a scorer's check job, or a canary it scored). */
-interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats>; canary?: boolean }
+interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats>; quantization: string | null; canary?: boolean }
 
 /**
  * Judges the score checks done (their ids). A scorer's word alone cannot say which of two
@@ -175,17 +190,22 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
   const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], confirmations: 0, outcome: undefined };
   if (checkIds.length === 0) return out;
   const all = await db.query<DoneCheck>(CHECKS, [checkIds]);
+  // Each check is judged with the thresholds of its group: its model, its scores' method, and
+  // the judged node's quantisation (the audited node's; a canary's scorer's).
+  const thresholds = await thresholdsOf(db, all.map((c) => c.model_id));
+  const statsOf = (c: DoneCheck, quantization: string | null) =>
+    answerStats(positionsOf(c.scores), c.temperature ?? 1, thresholds(c.model_id, c.scores?.method ?? 'none', quantization));
   const moves: Move[] = [];
   // A canary: the node that scored a stored reference is the one judged, on its own word (the
   // reference's answering node and scorer agreed on it already).
   for (const c of all.filter((x) => x.suspicion?.canary !== undefined)) {
     out.judged++;
-    const stats = answerStats(positionsOf(c.scores), c.temperature ?? 1);
+    const stats = statsOf(c, c.checker_quantization);
     if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.checker_id);
-    moves.push({ nodeId: c.checker_id, jobId: c.check_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, canary: true });
+    moves.push({ nodeId: c.checker_id, jobId: c.check_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.checker_quantization, canary: true });
   }
   const checks = all.filter((c) => c.suspicion?.canary === undefined && c.node_id !== null);
-  const firsts = checks.filter((c) => !c.suspicion?.confirms).map((c) => ({ c, stats: answerStats(positionsOf(c.scores), c.temperature ?? 1) }));
+  const firsts = checks.filter((c) => !c.suspicion?.confirms).map((c) => ({ c, stats: statsOf(c, c.quantization) }));
   const references: Reference[] = [];
   const foreign = firsts.filter((f) => f.stats.evidence > 0);
   const scorers = foreign.length ? await scorersOf(db, [...new Set(foreign.map((f) => f.c.model_id))], o) : new Map<number, number[]>();
@@ -202,17 +222,17 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     if (stats.positions >= MIN_POSITIONS && stats.evidence <= 0 && c.original && typeof c.request.params?.score?.answer === 'string') {
       references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer: c.request.params.score.answer, vouched: [c.node_id!, c.checker_id], seen: [...c.exclude, c.checker_id] });
     }
-    moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats });
+    moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.quantization });
   }
   for (const c of checks.filter((x) => x.suspicion?.confirms)) {
     out.judged++;
-    const stats = answerStats(positionsOf(c.scores), c.temperature ?? 1);
+    const stats = statsOf(c, c.quantization);
     const first = c.suspicion!.evidence ?? 0;
-    if (stats.evidence > 0) moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats });
+    if (stats.evidence > 0) moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats, quantization: c.quantization });
     else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
       out.agreed.push(c.node_id!);
       // The first scorer's job is its check: that is what its strike is about, and what it loses.
-      moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats });
+      moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats, quantization: c.scorer_quantization });
     }
   }
   if (confirm.length) {
@@ -237,13 +257,13 @@ async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<v
   await db.query(ENSURE, [pairs.map((p) => p[0]), pairs.map((p) => p[1])]);
   const tests = new Map((await db.query<{ node_id: number; model_id: number; cusum: number; answers: number; flagged_at: string | null }>(LOCK, [pairs.map((p) => p[0]), pairs.map((p) => p[1])]))
     .map((r) => [`${r.node_id}:${r.model_id}`, { row: r, test: { ...freshTest(), sum: r.cusum, answers: r.answers }, positions: 0, mismatches: 0, flags: 0 }]));
-  const records: unknown[][] = Array.from({ length: 11 }, () => []);
+  const records: unknown[][] = Array.from({ length: 12 }, () => []);
   for (const m of moves) {
     const t = tests.get(`${m.nodeId}:${m.modelId}`)!;
     t.test = observe(t.test, { ...m.stats, evidence: m.evidence });
     t.positions += m.stats.positions;
     t.mismatches += m.stats.confidentMismatches;
-    [m.check.check_id, m.jobId, m.nodeId, m.modelId, m.check.checker_id, m.check.scores?.method ?? 'none', m.stats.positions, m.stats.top1, m.stats.confidentMismatches, m.evidence, t.test.sum]
+    [m.check.check_id, m.jobId, m.nodeId, m.modelId, m.check.checker_id, m.check.scores?.method ?? 'none', m.stats.positions, m.stats.top1, m.stats.confidentMismatches, m.evidence, t.test.sum, m.quantization]
       .forEach((v, i) => records[i]!.push(v));
     if (!t.test.flagged) continue;
     out.flagged.push({

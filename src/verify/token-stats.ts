@@ -25,6 +25,13 @@
 // and never within 3 answers. A steady impostor with mismatch rate ≥ P1 on answers of ≥ 32
 // scored positions is flagged after 3 answers (each adds at least H/3); test/token-stats.test.ts
 // measures both on real tiny models.
+//
+// P0 and P1 are the defaults: a group of nodes (a model, a scoring method, the judged node's
+// declared quantisation) may have its own, calibrated from honest nodes' checks of each other
+// (thresholds.ts, migrations/0021_token_thresholds.sql), passed to answerStats. H and the cap stay
+// whatever the thresholds: Lorden's bound holds for the test's own p0 and for any honest rate
+// that stays under it, so a group calibrated to a p0 above its honest rate keeps the same
+// false-alarm bound; what changes is how high an impostor's rate must be to be caught.
 
 /** A scored position (the worker's PositionScore, src/worker/scoring.ts: the fields judged here). */
 export interface ScoredPosition {
@@ -63,10 +70,12 @@ export function confidentMismatch(p: ScoredPosition, temperature: number): boole
   return p.rank > 1 && p.top_logprob - p.logprob > MARGIN * Math.max(temperature, TEMPERATURE_FLOOR);
 }
 
-const UP = Math.log(P1 / P0);
-const DOWN = Math.log((1 - P1) / (1 - P0));
+/** The test's rates per scored position: an honest node's confident mismatches (p0) against an impostor's (p1); 0 < p0 < p1 < 1. */
+export interface Thresholds { p0: number; p1: number }
 
-export function answerStats(positions: readonly ScoredPosition[], temperature: number): AnswerStats {
+export const DEFAULT_THRESHOLDS: Thresholds = Object.freeze({ p0: P0, p1: P1 });
+
+export function answerStats(positions: readonly ScoredPosition[], temperature: number, thresholds: Thresholds = DEFAULT_THRESHOLDS): AnswerStats {
   const n = positions.length;
   if (n === 0) return { positions: 0, top1: 0, outsideTopK: 0, confidentMismatches: 0, evidence: 0 };
   let top1 = 0;
@@ -77,7 +86,9 @@ export function answerStats(positions: readonly ScoredPosition[], temperature: n
     if (p.rank > TOP_K) outside++;
     if (confidentMismatch(p, temperature)) k++;
   }
-  const llr = n < MIN_POSITIONS ? 0 : k * UP + (n - k) * DOWN;
+  const up = Math.log(thresholds.p1 / thresholds.p0);
+  const down = Math.log((1 - thresholds.p1) / (1 - thresholds.p0));
+  const llr = n < MIN_POSITIONS ? 0 : k * up + (n - k) * down;
   return { positions: n, top1: top1 / n, outsideTopK: outside / n, confidentMismatches: k, evidence: Math.min(llr, ANSWER_CAP) };
 }
 
