@@ -163,10 +163,11 @@ describe.each(backends)('token thresholds on $name', (backend) => {
         SELECT gen_random_uuid(), gen_random_uuid(), $1::bigint, $2::int, $3::bigint, $4::text, 20, 0.9, $5::int, 0, 0, $6::text, now() - make_interval(secs => $7::float8)
         FROM generate_series(1, $8::int)`, [ids[node], model, ids[checker], method, mismatched, quant, ago, answers]);
     await checks('a', 'c', 'prefill', 'Q4_K_M', 60, 1);
-    // Left out: a flagged node's, a suspended node's, those a flagged node checked, those older than the window.
+    // Left out: a flagged node's, a suspended node's, those a flagged or suspended node checked, those older than the window.
     await checks('flagged', 'c', 'prefill', 'Q4_K_M', 30, 15);
     await checks('suspended', 'c', 'prefill', 'Q4_K_M', 30, 15);
     await checks('a', 'flagged', 'prefill', 'Q4_K_M', 30, 15);
+    await checks('a', 'suspended', 'prefill', 'Q4_K_M', 30, 15);
     await checks('b', 'c', 'prefill', 'Q4_K_M', 30, 15, 2 * 86_400);
     // Too few answers (nodes that declared no quantisation), and too noisy (20 %).
     await checks('b', 'c', 'prefill', null, 10, 1);

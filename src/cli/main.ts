@@ -21,7 +21,7 @@ async function usage(): Promise<string> {
     'commands:',
     `  ${'serve [--no-migrate]'.padEnd(32)}run the HTTP service (applies migrations first unless --no-migrate)`,
     `  ${'worker --server URL --node NAME …'.padEnd(32)}run this machine as a node: jobs from the coordinator, run on Ollama or an OpenAI-compatible server (ins worker --help)`,
-    ...Object.values(COMMANDS).map((c) => `  ${c.usage.padEnd(32)}${c.summary}`),
+    ...Object.values(COMMANDS).map((c) => `  ${c.usage.padEnd(31)} ${c.summary}`),
     '',
     '--json prints machine-readable output. Keys are printed once, on stdout; notes go to stderr.',
     '',
