@@ -21,6 +21,7 @@
 // honest under p1 = 0.8. With 3 × p0 the break-even rate (where evidence turns positive) is
 // about 1.9 × p0 — e.g. 30 % for p0 = 0.16 — and every group up to p0 = 0.166 can be judged.
 import { sql, type Database, type Queryable } from '../db/database.js';
+import { nodeSuspended } from '../nodes/sql/suspended.js';
 import { DEFAULT_THRESHOLDS, MIN_POSITIONS, P0, P1, type Thresholds } from './token-stats.js';
 
 /** One-sided 99.9 % normal quantile. */
@@ -45,7 +46,7 @@ const CALIBRATION = sql('verify_thresholds_calibration', `SELECT t.model_id, m.n
   FROM token_checks t JOIN models m ON m.id = t.model_id
   WHERE t.at > now() - make_interval(secs => $1::float8) AND t.positions >= $2::int
     AND NOT EXISTS (SELECT 1 FROM node_standing n WHERE n.node_id = t.node_id AND n.state <> 'trusted')
-    AND NOT EXISTS (SELECT 1 FROM node_standing n WHERE n.node_id = t.checker_id AND n.state = 'suspended')
+    AND NOT ${nodeSuspended('t.checker_id')}
     AND NOT EXISTS (SELECT 1 FROM node_token_evidence e WHERE e.node_id IN (t.node_id, t.checker_id) AND e.flags > 0)
   GROUP BY t.model_id, m.name, t.method, coalesce(t.quantization, '')
   ORDER BY m.name, t.method, 4`);

@@ -60,9 +60,11 @@ async function readNew(db: Database): Promise<New> {
 }
 
 let asNew: New | undefined;
+const idle: PGlite[] = [];
 /** How many opens took an idle database (test/pglite-reuse.test.ts checks that they happen). */
 export const reuses = { count: 0 };
-const idle: PGlite[] = [];
+/** How many databases wait for reuse in this process. */
+export const idleCount = (): number => idle.length;
 
 /** Back to the migrated state; false when it cannot be (the schema was changed). */
 async function reset(pg: PGlite, n: New): Promise<boolean> {
