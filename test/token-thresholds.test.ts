@@ -75,13 +75,18 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     const answer = (prompt: string, mismatched: number) => `${prose(MODEL, prompt)} [mismatched ${mismatched}]`;
     const mismatchedIn = (job: ScoreJob) => Number(/\[mismatched (\d+)\]$/.exec(job.params!.score!.answer)![1]);
     let n = 0;
-    /** `node` answers one job with `mismatched` of POSITIONS confident mismatches; the scorers score it (and confirm) until everything is judged. */
-    const job = async (user: TestUser, node: TestWorker, scorers: TestWorker[], mismatched: number) => {
-      const prompt = `question ${n++}: why is the sea salty?`;
-      await user.submit(MODEL, prompt, { temperature: 0.8 });
-      const j = (await node.getJob())!;
-      expect(j.messages.at(-1)!.content).toBe(prompt);
-      expect((await node.report(j, answer(prompt, mismatched))).statusCode).toBe(200);
+    /**
+     * Each node answers one job with its `mismatched` of POSITIONS confident mismatches; the
+     * scorers score them (and confirm) until everything is judged. One answer per node a round,
+     * so that each node's test moves in the order the test chose.
+     */
+    const round = async (user: TestUser, answers: { node: TestWorker; mismatched: number }[], scorers: TestWorker[]) => {
+      for (const _ of answers) await user.submit(MODEL, `question ${n++}: why is the sea salty?`, { temperature: 0.8 });
+      for (const { node, mismatched } of answers) {
+        const j = (await node.getJob())!;
+        expect(j.messages.at(-1)!.content).toMatch(/^question \d+: why is the sea salty\?$/);
+        expect((await node.report(j, answer(j.messages.at(-1)!.content, mismatched))).statusCode).toBe(200);
+      }
       await until('the checks judged', async () => {
         for (const w of scorers) {
           const c = (await w.getJob()) as ScoreJob | null;
@@ -102,10 +107,9 @@ describe.each(backends)('token thresholds on $name', (backend) => {
       t = await startApp(backend, { verify: VERIFY });
       const user = new TestUser(t.app, await t.addUser());
       const honest = [await worker('h1', true), await worker('h2', true), await worker('h3', true)];
-      const others = (w: TestWorker) => honest.filter((x) => x !== w);
       // 54 answers, each node's alternating 1 and 2 of 20 (5 %, 10 %: 7.5 % in all). Under the
       // defaults an answer at 10 % adds 1.47, one at 5 % takes 0.69: each node drifts up.
-      for (let i = 0; i < 54; i++) await job(user, honest[i % 3]!, others(honest[i % 3]!), 1 + (Math.floor(i / 3) % 2));
+      for (let r = 0; r < 18; r++) await round(user, honest.map((node) => ({ node, mismatched: 1 + (r % 2) })), honest);
       const before = await tests();
       expect(before.map((r) => r.name)).toEqual(['h1', 'h2', 'h3']);
       for (const r of before) {
@@ -126,7 +130,7 @@ describe.each(backends)('token thresholds on $name', (backend) => {
 
       // The answers that moved them up (10 %) now move them down.
       const judged = (await q<{ ids: string[] }>('t_judged', 'SELECT coalesce(array_agg(check_id::text), ARRAY[]::text[]) AS ids FROM token_checks'))[0]!.ids;
-      for (let i = 0; i < 6; i++) await job(user, honest[i % 3]!, others(honest[i % 3]!), 2);
+      for (let r = 0; r < 2; r++) await round(user, honest.map((node) => ({ node, mismatched: 2 })), honest);
       const fresh = await q<{ evidence: number }>('t_fresh', 'SELECT evidence FROM token_checks WHERE NOT (check_id::text = ANY($1::text[]))', [judged]);
       expect(fresh).toHaveLength(6);
       for (const r of fresh) expect(r.evidence).toBeLessThan(0);
@@ -136,7 +140,7 @@ describe.each(backends)('token thresholds on $name', (backend) => {
       const impostor = await worker('impostor', false);
       for (let i = 0; i < 4; i++) {
         expect(await standing('impostor')).toBe('trusted');
-        await job(user, impostor, honest, 8);
+        await round(user, [{ node: impostor, mismatched: 8 }], honest);
       }
       expect(await standing('impostor')).toBe('suspended');
       const [strike] = await q<{ kind: string; evidence: { answers: number } }>('t_strike', `SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = 'impostor'`);
