@@ -50,6 +50,9 @@ export class ResultWatch implements LiveConsumer {
 
   /** Resolves once the job is final (as announced), or undefined after timeoutMs or on abort. */
   wait(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<Finished | undefined> {
+    // Aborted already (a client that hung up while its job was being submitted): an abort
+    // listener added now would never fire, and the waiter would sit out the whole deadline.
+    if (signal?.aborted) return Promise.resolve(undefined);
     return new Promise((resolve) => {
       let set = this.waiting.get(jobId);
       if (!set) this.waiting.set(jobId, (set = new Set()));
