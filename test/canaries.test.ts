@@ -9,10 +9,10 @@
 //   third canary, its points reversed; an honest node alone is not struck, and its canaries are
 //   agreements; a lone node that cannot score gets none.
 import { afterEach, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
 import { maintain } from '../src/verify/maintenance.js';
 import { backends } from './helpers/db.js';
+import { auditWaits } from './helpers/audits.js';
 import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -20,7 +20,6 @@ import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 import { prose } from './helpers/behaviours.js';
 
 const MODEL = 'canary-model';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 // The app makes no probes itself (VERIFY_PROBE_INTERVAL 0): the test runs the maintenance round.
 const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
 const POSITIONS = 20;
@@ -33,12 +32,7 @@ describe.each(backends)('canaries on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
 
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = 60_000) => {
-    for (const end = Date.now() + ms; Date.now() < end; await sleep(25)) if (await ok()) return;
-    throw new Error(`timed out waiting for ${what}`);
-  };
+  const { q, settled, until } = auditWaits(() => t.db);
   const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
     FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);

@@ -12,11 +12,11 @@
 // - with no scorer online, temperature-0 jobs are copied as before and counted as checked the
 //   weaker way; sampled jobs are then left unchecked.
 import { afterEach, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import type { VerifyConfig } from '../src/config-verify.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { backends } from './helpers/db.js';
+import { auditWaits } from './helpers/audits.js';
 import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -25,7 +25,6 @@ import { totalPoints } from './helpers/state.js';
 import { prose } from './helpers/behaviours.js';
 
 const MODEL = 'score-model';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
 const POSITIONS = 20;
 type ScoreJob = Job & { params?: { score?: { answer: string } } };
@@ -50,7 +49,7 @@ describe.each(backends)('score checks on $name', (backend) => {
     }
     return { user, workers };
   };
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
+  const { q, settled, until } = auditWaits(() => t.db);
   const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
     FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
@@ -58,11 +57,6 @@ describe.each(backends)('score checks on $name', (backend) => {
     WHERE n.name = $1::text`, [node]))[0]!.p;
   const evidence = async (node: string) => (await q<{ scored: number; copied: number; answers: number; flags: number }>('t_evidence', `SELECT e.scored, e.copied, e.answers, e.flags
     FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = $1::text`, [node]))[0];
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = 60_000) => {
-    for (const end = Date.now() + ms; Date.now() < end; await sleep(25)) if (await ok()) return;
-    throw new Error(`timed out waiting for ${what}`);
-  };
   /** The workers poll in turn and answer: a score check with the scores `foreign` says, a job with prose. */
   const serve = async (workers: Map<string, TestWorker>, foreign: (node: string, job: ScoreJob) => boolean, done = settled) => {
     await until('the jobs to settle', async () => {

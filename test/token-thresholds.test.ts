@@ -11,13 +11,13 @@
 //   too noisy: never applied; --json; bad arguments exit 2 and change nothing; judging's pick
 //   (the group's, else the model and method's for no quantisation, else the defaults).
 import { afterEach, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import type { VerifyConfig } from '../src/config-verify.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { answerStats, type ScoredPosition } from '../src/verify/token-stats.js';
 import { thresholdsOf } from '../src/verify/thresholds.js';
 import { backends } from './helpers/db.js';
+import { auditWaits } from './helpers/audits.js';
 import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -26,7 +26,6 @@ import { prose } from './helpers/behaviours.js';
 const MODEL = 'noisy-model';
 const QUANT = 'Q2_K';
 const POSITIONS = 20;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
 type ScoreJob = Job & { params?: { score?: { answer: string } } };
 
@@ -50,12 +49,7 @@ describe.each(backends)('token thresholds on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
 
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = 60_000) => {
-    for (const end = Date.now() + ms; Date.now() < end; await sleep(10)) if (await ok()) return;
-    throw new Error(`timed out waiting for ${what}`);
-  };
+  const { q, settled, until } = auditWaits(() => t.db);
   const command = async (argv: string[]) => {
     const io = bufferIo();
     const code = await runCommand(t.db, argv, io);

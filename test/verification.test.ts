@@ -3,7 +3,6 @@
 // what a suspended node can no longer do and its reinstatement, probes that look like any
 // job, and reversals that leave every aggregate equal to its recomputation, exactly once.
 import { afterEach, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
@@ -12,6 +11,7 @@ import { auditBatch } from '../src/verify/auditor.js';
 import { reverse } from '../src/verify/reversal.js';
 import { strike } from '../src/verify/standing.js';
 import { backends } from './helpers/db.js';
+import { auditWaits } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -20,7 +20,6 @@ import { totalPoints } from './helpers/state.js';
 import { canned, prose } from './helpers/behaviours.js';
 
 const MODEL = 'verify-model';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 // Workers here answer at once: speed is judged only where a test sets a cap.
 const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 0, probeInterval: 0, maxTokensPerSecond: 0 };
 
@@ -39,17 +38,16 @@ describe.each(backends)('verification on $name', (backend) => {
     }
     return { user, workers, keys };
   };
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
+  // A wait that times out says which jobs and standings it was looking at.
+  const { q, settled, until } = auditWaits(() => t.db, {
+    timeoutMs: 15_000,
+    detail: async () => `${JSON.stringify(await q('t_dbg', "SELECT kind, state, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited, attempts, exclude_nodes::text, node_id::int, (SELECT count(*)::int FROM job_leases l WHERE l.job_id = jobs.id) AS leases FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`,
+  });
   const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
     FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
   const strikes = async (node: string) => q<{ kind: string }>('t_strikes', 'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
   const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
     WHERE n.name = $1::text`, [node]))[0]!.p;
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = 15_000) => {
-    for (const end = Date.now() + ms; Date.now() < end; await sleep(25)) if (await ok()) return;
-    throw new Error(`timed out waiting for ${what}: ${JSON.stringify(await q('t_dbg', "SELECT kind, state, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited, attempts, exclude_nodes::text, node_id::int, (SELECT count(*)::int FROM job_leases l WHERE l.job_id = jobs.id) AS leases FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`);
-  };
   /** Every worker polls once and answers what it got, until `done` (or every job is settled). */
   const serve = async (workers: Map<string, TestWorker>, answer: (node: string, job: Job) => string, done = settled) => {
     await until('the jobs to settle', async () => {
