@@ -130,10 +130,10 @@ function merge(into: AuditReport, r: AuditReport): void {
 
 export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
 
-/** The nodes a copy must not go to: the one judged first (replay strikes name exclude[0]), then every other that held a lease. */
 /** The key of a third copy's suspicion naming the copy whose answer replayed an earlier one. */
 const SUSPECT_JOB = 'replayed_in_job';
 const suspectJob = (suspicion: Record<string, unknown>): string | undefined => (typeof suspicion[SUSPECT_JOB] === 'string' ? suspicion[SUSPECT_JOB] : undefined);
+/** The nodes a copy must not go to: the one judged first (replay strikes name exclude[0]), then every other that held a lease. */
 const holdersFirst = (judged: number, holders: readonly number[]): number[] => [judged, ...new Set(holders.filter((n) => n !== judged))];
 
 const promptText = (d: Done): string => d.request.messages.map((m) => `${m.role}: ${m.content}`).join('\n');
@@ -190,8 +190,6 @@ class Batch {
   private readonly sampledOnly = new Set<string>();
   /** Jobs of this batch picked for a check: a score check may take them (a third copy of a text disagreement stays a copy). */
   private readonly picked = new Set<string>();
-  /** The batch's copies whose answer copies an earlier answer of their node (to another prompt). */
-  private copyReplays = new Map<string, Record<string, unknown>>();
 
   constructor(private readonly tx: Queryable, private readonly opts: AuditorOptions) {}
 
@@ -203,10 +201,9 @@ class Batch {
       if (fast) this.struck.push({ nodeId: d.node_id, jobId: d.id, kind: 'too_fast', evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds } });
     }
     const { suspects, copyReplays } = await this.replays(done);
-    this.copyReplays = copyReplays;
     const copies = done.filter((d) => d.kind === 'verify');
     const checks = copies.filter((d) => !auditsClaim(d));
-    await this.judge(checks.filter((d) => !isScoreCheck(d.request)));
+    await this.judge(checks.filter((d) => !isScoreCheck(d.request)), copyReplays);
     await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
     // A copy that audits a node's request-error claim (verify/request-errors.ts), answered: the claim was false.
     for (const s of falseClaims(copies)) this.struck.push({ ...s, kind: 'false_request_error' });
@@ -270,8 +267,11 @@ class Batch {
     };
   }
 
-  /** Copies are done: judge each original's answers when they allow it. */
-  private async judge(copies: Done[]): Promise<void> {
+  /**
+   * Copies are done: judge each original's answers when they allow it. `copyReplays`: the
+   * batch's copies whose answer copies an earlier answer of their node (to another prompt).
+   */
+  private async judge(copies: Done[], copyReplays: ReadonlyMap<string, Record<string, unknown>>): Promise<void> {
     if (copies.length === 0) return;
     const originals = [...new Set(copies.map((c) => c.verify_of!))];
     const modelOf = new Map(copies.map((c) => [c.verify_of!, c.model_id]));
@@ -296,7 +296,7 @@ class Batch {
         } else {
           // A copy that replayed an earlier answer of its node is the suspect: the third
           // answer's verdict on it is a replay, and with no third node, its own evidence is.
-          const replayed = this.copyReplays.get(copy.id);
+          const replayed = copyReplays.get(copy.id);
           const suspect = replayed ? copy.nodeId : rows[0].nodeId;
           this.plans.push({ of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(suspect, [rows[0].nodeId, copy.nodeId, ...rows[0].holders, ...copy.holders]),
             suspicion: replayed ? { ...replayed, [SUSPECT_JOB]: copy.id } : null });

@@ -45,7 +45,10 @@ export class Gguf implements Backend {
       }
       // One llama.cpp runtime per process, whatever the number of backends on it (each getLlama
       // with options is a new one, with its own threads, until disposed).
-      const llama = await (sharedLlama ??= lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error }));
+      // A failed start is tried again at the next load, as a failed load is.
+      sharedLlama ??= lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error });
+      sharedLlama.catch(() => { sharedLlama = undefined; });
+      const llama = await sharedLlama;
       let model: LlamaModel;
       try {
         model = await llama.loadModel({ modelPath: this.file });
