@@ -39,7 +39,7 @@ export interface StartOptions {
 }
 
 export async function startServer(config: Config, logger: Logger, opts: StartOptions = {}): Promise<RunningServer> {
-  const db = await openDatabase(config, 'server', (message) => logger.warn(message));
+  const db = await openDatabase(config, 'server', { onWarning: (message) => logger.warn(message) });
   let closeBeforeListen: (() => Promise<void>) | undefined;
   try {
     if (config.migrateOnStart) {

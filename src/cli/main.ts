@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ADVANCED_CONFIG_DOC, ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
+import { isBrief } from './brief.js';
 import { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
 import { consoleIo, UsageError } from './io.js';
 
@@ -128,7 +129,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
   const { openDatabase } = await import('../db/open.js');
   let db;
   try {
-    db = await openDatabase(config, `ins ${argv.join(' ')}`);
+    db = await openDatabase(config, `ins ${argv.join(' ')}`, { brief: isBrief(argv) });
   } catch (err) {
     if (!(err instanceof DataDirBusyError)) throw err;
     if (err.purpose !== 'server') {

@@ -8,8 +8,14 @@ import { lockDataDir } from './data-dir-lock.js';
 // Each driver is imported only when chosen: `ins` on the embedded database loads no pg, and a
 // server on PostgreSQL no WebAssembly PostgreSQL.
 
-/** onWarning hears what the operator should know about the connection (a pooler found, LISTEN without a direct connection). */
-export async function openDatabase(config: Config, purpose: string, onWarning?: (message: string) => void): Promise<Database> {
+export interface OpenOptions {
+  /** Hears what the operator should know about the connection (a pooler found, LISTEN without a direct connection). */
+  onWarning?: (message: string) => void;
+  /** A command that ends in a moment: the embedded database sets up less memory (db/pglite.ts). */
+  brief?: boolean;
+}
+
+export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false }: OpenOptions = {}): Promise<Database> {
   if (config.databaseUrl) {
     const { openPostgres } = await import('./pg.js');
     return openPostgres({
@@ -23,7 +29,7 @@ export async function openDatabase(config: Config, purpose: string, onWarning?: 
   let db: Database;
   try {
     const { openPglite } = await import('./pglite.js');
-    db = await openPglite(config.dataDir);
+    db = await openPglite(config.dataDir, { brief });
   } catch (err) {
     release();
     throw err;

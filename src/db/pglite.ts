@@ -123,19 +123,37 @@ function tightenModes(dir: string): void {
 /** int8 as JS numbers, as in db/pg.ts. */
 export const PGLITE_OPTIONS = { parsers: { 20: (v: string) => Number(v) } };
 
+// PostgreSQL's shared buffers for a database that is opened for a moment, or held in memory.
+// Setting up the default 128 MB is a third of what opening the database costs (WebAssembly code
+// touching every page of it; 0.1–0.2 s of CPU, docs/benchmarks.md), which a command that reads a
+// few rows and ends never gets back; and a database in memory has every page in memory already.
+// A server keeps PostgreSQL's default. 16 MB holds the catalogues and a brief command's rows.
+const BRIEF_SHARED_BUFFERS = '16MB';
+const BRIEF_START_PARAMS = [...PGlite.defaultStartParams, '-c', `shared_buffers=${BRIEF_SHARED_BUFFERS}`];
+
+export interface PgliteOpenOptions {
+  /** Opened for a brief command (cli/brief.ts): smaller shared buffers. A database in memory always is. */
+  brief?: boolean;
+}
+
 /** dataDir undefined → in memory (tests). */
-export async function openPglite(dataDir?: string): Promise<Database> {
-  return wrapPglite(await createPglite(dataDir), dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory');
+export async function openPglite(dataDir?: string, options: PgliteOpenOptions = {}): Promise<Database> {
+  return wrapPglite(await createPglite(dataDir, options), dataDir ? `embedded PGlite at ${dataDir}` : 'embedded PGlite in memory');
 }
 
 /** The PGlite itself, for openPglite and for tests that reuse one (test/helpers/db.ts). */
-export async function createPglite(dataDir?: string): Promise<PGlite> {
+export async function createPglite(dataDir?: string, { brief = false }: PgliteOpenOptions = {}): Promise<PGlite> {
   // A new data directory is unpacked from the build's template, migrated already, rather than
   // made by initdb (db/pglite-template.ts); a database in memory is loaded from it (about a
   // fifth of initdb's time: most of what each test's fresh database cost).
   if (dataDir) unpackTemplate(dataDir);
   const template = dataDir ? undefined : templateBlob();
-  const db = await PGlite.create(dataDir, template ? { ...PGLITE_OPTIONS, loadDataDir: template } : PGLITE_OPTIONS);
+  const options = {
+    ...PGLITE_OPTIONS,
+    ...(template ? { loadDataDir: template } : {}),
+    ...(brief || !dataDir ? { startParams: BRIEF_START_PARAMS } : {}),
+  };
+  const db = await PGlite.create(dataDir, options);
   if (dataDir) tightenModes(dataDir);
   return db;
 }
