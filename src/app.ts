@@ -9,6 +9,7 @@ import { registerContentParsers } from './http/content.js';
 import { registerErrorHandlers } from './http/errors.js';
 import { createMetrics, nodeMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
+import { cachedSerializerCompiler } from './http/serializer.js';
 import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestIds, requestId } from './http/request-id.js';
 import { registerLingeringClose } from './http/linger.js';
@@ -122,6 +123,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   const unobserve = opts.db.observeStatements((name, seconds) => metrics.statements.observe({ statement: name }, seconds));
   app.addHook('onClose', () => { unobserve(); return Promise.resolve(); });
   app.setValidatorCompiler(pydanticValidatorCompiler);
+  app.setSerializerCompiler(cachedSerializerCompiler);
   registerContentParsers(app);
   registerErrorHandlers(app);
   registerRequestIds(app);
