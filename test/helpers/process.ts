@@ -61,10 +61,17 @@ export interface ServerProcess {
   exited: Promise<number | null>;
 }
 
+// A test's server on the embedded database runs for seconds: V8's optimising compiles of PGlite's
+// WebAssembly (in background threads) cost more CPU than they give back there, even in the
+// suite's busiest server (verification-network.test.ts: 62 s of CPU with Liftoff alone, 69 s
+// without). What the server does is the same; a production server keeps V8's tiers
+// (src/cli/entry.ts).
+const SERVER_FLAGS = ['--liftoff-only'];
+
 /** Starts `ins serve` (on `port`, else a free one) and resolves once /readyz answers 200. */
 export async function startServerProcess(env: Record<string, string | undefined>, fixedPort?: number): Promise<ServerProcess> {
   const port = fixedPort ?? await freePort();
-  const child = spawn(process.execPath, [...INS, 'serve'], {
+  const child = spawn(process.execPath, [...SERVER_FLAGS, ...INS, 'serve'], {
     cwd: ROOT,
     env: cleanEnv({ ...env, PORT: String(port), HOST: '127.0.0.1' }),
     stdio: ['ignore', 'pipe', 'pipe'],
