@@ -1,11 +1,11 @@
 // Response serialisers: fast-json-stringify, as Fastify's own compiler builds them, but each
-// schema's compiled once per process rather than once per app. Building them is a quarter of
+// schema compiled once per process rather than once per app. Building them is a quarter of
 // what making the app costs (fast-json-stringify generates and evaluates code for each of the
-// ~100 response schemas, and checks each schema with Ajv first); a server builds its app once,
-// but the tests build hundreds in a process (docs/development.md). The route modules' schemas
-// are module constants, so the same object comes back for the same route; a schema Fastify or a
-// plugin builds anew is compiled anew, as before. No schema here refers to a shared one
-// (`addSchema`), so none needs Fastify's external schemas.
+// app's 26 response schemas, and checks each schema with Ajv first). A server builds its app
+// once, but the tests build hundreds in a process (docs/development.md). The route modules'
+// schemas are module constants, so the same object comes back for the same route; a schema
+// Fastify or a plugin builds anew is compiled anew, as before. No schema here refers to a
+// shared one (`addSchema`), so none needs Fastify's external schemas.
 import type { FastifySerializerCompiler } from 'fastify';
 import fastJsonStringify from 'fast-json-stringify';
 
