@@ -50,7 +50,7 @@ describe.each(targets)('verification with real workers on $name', (target) => {
       { name: 'fast', answer: ((m, msgs) => Array(4).fill(honest(m, msgs)).join(' ')) as AnswerFn, models: ['model-c'], delayMs: 0, concurrency: 1 },
     ];
     // The server first: on the embedded database the keys' commands are then forwarded to it
-    // over its admin socket rather than each opening the database (a tenth of the CPU).
+    // over its admin socket rather than each opening the database (about 0.1 s of CPU each, not 0.6).
     const server: ServerProcess = await startServerProcess(env);
     const workers: ServerProcess[] = [];
     const backends: FakeBackend[] = [];
