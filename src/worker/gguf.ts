@@ -14,11 +14,24 @@ import { createReadStream } from 'node:fs';
 import { BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { rankOf, type AnswerScore, type PositionScore } from './scoring.js';
 
-let sharedLlama: Promise<Llama> | undefined;
-
 export const NODE_LLAMA_CPP = 'node-llama-cpp@3.21.1';
 /** Positions an answer is scored at, at most: a check's cost stays bounded (docs/verification.md). */
 export const SCORE_MAX_POSITIONS = 512;
+
+let runtime: Promise<Llama> | undefined;
+/**
+ * The process's one llama.cpp runtime, whatever the number of backends and other users on it:
+ * each getLlama with options is a new one, with its own threads, until disposed. A failed start is tried again at the next call, as a failed model load is.
+ */
+export function llamaRuntime(): Promise<Llama> {
+  runtime ??= import('node-llama-cpp')
+    .then((lib) => lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error }))
+    .catch((err: unknown) => {
+      runtime = undefined;
+      throw err;
+    });
+  return runtime;
+}
 
 type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper; fileTypes: Record<number, string> };
 
@@ -43,12 +56,7 @@ export class Gguf implements Backend {
       } catch (err) {
         throw new BackendError(`--backend gguf needs ${NODE_LLAMA_CPP}, which this install lacks (${(err as Error).message.split('\n')[0]}): run \`npm install ${NODE_LLAMA_CPP}\` where ins is installed`);
       }
-      // One llama.cpp runtime per process, whatever the number of backends on it (each getLlama
-      // with options is a new one, with its own threads, until disposed).
-      // A failed start is tried again at the next load, as a failed load is.
-      sharedLlama ??= lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error });
-      sharedLlama.catch(() => { sharedLlama = undefined; });
-      const llama = await sharedLlama;
+      const llama = await llamaRuntime();
       let model: LlamaModel;
       try {
         model = await llama.loadModel({ modelPath: this.file });

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeTinyGguf, type TinyModelOptions } from '../../scripts/tiny-gguf.js';
-import { getLlama, type Llama } from 'node-llama-cpp';
+import { llamaRuntime } from '../../src/worker/gguf.js';
 
 export interface TinyModels {
   /** The file of this model, written on first use. */
@@ -27,6 +27,5 @@ export function tinyModels(): TinyModels {
   };
 }
 
-let llama: Promise<Llama> | undefined;
-/** One llama.cpp runtime per test process (each getLlama with options is a new one, never freed). */
-export const sharedLlama = (): Promise<Llama> => (llama ??= getLlama({ gpu: false, build: 'never' }));
+/** The test process's one llama.cpp runtime: the gguf backend's own (src/worker/gguf.ts). */
+export const sharedLlama = llamaRuntime;
