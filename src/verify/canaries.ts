@@ -17,6 +17,7 @@
 //   scorer is suspended since is not sent.
 import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
+import { doneQuantization } from '../nodes/sql/declared-build.js';
 import { nodeSuspended } from '../nodes/sql/suspended.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 import type { JobRequest } from '../jobs/request.js';
@@ -25,13 +26,12 @@ import { scoreRequest } from './score-request.js';
 /** References kept per model (the newest). */
 export const CANARIES_PER_MODEL = 32;
 
-// $1..$7 parallel: the jobs, their models, requests and answers, the nodes vouching for each
+// $1..$6 parallel: the jobs, their models, requests and answers, the nodes vouching for each
 // (array literals: the answering node and the scorer), the nodes that saw each (array literals).
 // The quantisation is the one the answering node's session declared when it ran the job.
 const REMEMBER = sql('verify_canaries_remember', `INSERT INTO canaries (job_id, model_id, quantization, request, answer, vouched, seen)
   SELECT u.job_id, u.model_id,
-    (SELECT b.quantization FROM job_leases l JOIN session_model_builds b ON b.session_id = l.session_id AND b.model_id = u.model_id
-      WHERE l.job_id = u.job_id AND l.outcome = 'done' LIMIT 1),
+    ${doneQuantization('u.job_id', 'u.model_id')},
     u.request, u.answer, u.vouched::bigint[], u.seen::bigint[]
   FROM unnest($1::uuid[], $2::int[], $3::jsonb[], $4::text[], $5::text[], $6::text[]) AS u(job_id, model_id, request, answer, vouched, seen)
   ON CONFLICT (job_id) DO NOTHING`);

@@ -19,6 +19,7 @@
 // - Thresholds: each check is judged with its group's (the model, the scores' method, the judged
 //   node's declared quantisation; thresholds.ts), the defaults where none were calibrated.
 import { randomUUID } from 'node:crypto';
+import { doneQuantization } from '../nodes/sql/declared-build.js';
 import { servingSession } from '../nodes/sql/live.js';
 import { sql, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
@@ -30,12 +31,6 @@ import { answerStats, freshTest, H, MIN_POSITIONS, observe, type ScoredPosition 
 import { thresholdsOf } from './thresholds.js';
 import { remember, type Reference } from './canaries.js';
 import { scoreRequest } from './score-request.js';
-
-/** SQL: the quantisation the node that did the job `job` (its done lease's session) declared for the check's model (`c`), or NULL. */
-function declared(job: string): string {
-  return `(SELECT b.quantization FROM job_leases l JOIN session_model_builds b ON b.session_id = l.session_id AND b.model_id = c.model_id
-      WHERE l.job_id = ${job} AND l.outcome = 'done' ORDER BY l.attempt DESC LIMIT 1)`;
-}
 
 // Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
 // window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
@@ -67,7 +62,8 @@ const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence
 const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
     (coalesce(o.request, c.request) ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, o.request AS original,
     c.exclude_nodes::int[] AS exclude, c.suspicion,
-    ${declared('c.verify_of')} AS quantization, ${declared('c.id')} AS checker_quantization, ${declared("(c.suspicion ->> 'confirms')::uuid")} AS scorer_quantization
+    ${doneQuantization('c.verify_of', 'c.model_id')} AS quantization, ${doneQuantization('c.id', 'c.model_id')} AS checker_quantization,
+    ${doneQuantization("(c.suspicion ->> 'confirms')::uuid", 'c.model_id')} AS scorer_quantization
   FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
 
 // The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.

@@ -51,7 +51,7 @@ const CALIBRATION = sql('verify_thresholds_calibration', `SELECT t.model_id, m.n
   GROUP BY t.model_id, m.name, t.method, coalesce(t.quantization, '')
   ORDER BY m.name, t.method, 4`);
 
-// The proposals applied ($1..$7 parallel: model, method, quantisation, p0, p1, answers, positions, mismatches).
+// The proposals applied ($1..$8 parallel: model, method, quantisation, p0, p1, answers, positions, mismatches).
 const UPSERT = sql('verify_thresholds_upsert', `INSERT INTO token_thresholds AS t (model_id, method, quantization, p0, p1, answers, positions, mismatches)
   SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::int[], $7::bigint[], $8::bigint[])
   ON CONFLICT (model_id, method, quantization) DO UPDATE SET p0 = EXCLUDED.p0, p1 = EXCLUDED.p1, answers = EXCLUDED.answers,
