@@ -116,6 +116,30 @@ describe.each(backends)('pending polls on $name', (backend) => {
     expect(await statementsOf(async () => { expect((await user.result(unpolled)).statusCode).toBe(200); })).toContain('jobs_own');
   });
 
+  it('waits (get_result with wait) for a job it knows without reading it, woken with the answer; a job it does not know is read', async () => {
+    const w = await new TestWorker(t.app, 'waited-node', await t.addNode('waited-node')).start(['waited-model']);
+    const jobId = await user.submit('waited-model', 'wait here');
+    const kept = t.app.service.coordinator.keptAnswers;
+    let answer!: { statusCode: number; json: () => unknown };
+    const ran = await statementsOf(async () => {
+      const waiting = user.result(jobId, 30);
+      // The wait is registered before the lease, so the report wakes it.
+      await expect.poll(() => t.app.service.coordinator.waitingResults).toBe(1);
+      const job = (await w.getJob())!;
+      expect((await w.report(job, 'woken')).statusCode).toBe(200);
+      answer = await waiting;
+    });
+    expect(answer.statusCode).toBe(200);
+    expect(answer.json()).toEqual({ status: 'success', job_id: jobId, result: { message: { role: 'assistant', content: 'woken' } } });
+    expect(ran).not.toContain('jobs_own');
+    // Nothing is kept for a poll: the waiter had the answer.
+    expect(t.app.service.coordinator.keptAnswers).toBe(kept);
+    // The other server never saw the job: its wait reads it, final already, and answers at once.
+    expect(await statementsOf(async () => {
+      expect((await elsewhere.result(jobId, 30)).json()).toEqual(answer.json());
+    })).toContain('jobs_own');
+  });
+
   it('tells a leased job apart, and kirabot-style polling ends with the result', async () => {
     const w = await new TestWorker(t.app, 'near-node', await t.addNode('near-node')).start(['near-model']);
     const jobId = await user.submit('near-model', 'lease me');

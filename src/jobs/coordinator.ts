@@ -175,6 +175,11 @@ export class Coordinator {
     return this.openJobs.get(jobId, ownerKeyId);
   }
 
+  /** Where a job this server knows to be open stands, from memory, without counting as a poll (a `wait`, woken by its end); undefined: read it. */
+  knownOpen(jobId: string, ownerKeyId: number): Standing | undefined {
+    return this.openJobs.peek(jobId, ownerKeyId);
+  }
+
   /** A job read open by a poll: remembered, so that its next polls cost nothing; answers where it stands. */
   seenOpen(job: UserJob, ownerKeyId: number): Standing {
     return this.openJobs.remember(job.id, ownerKeyId, { state: job.state === 'leased' ? 'leased' : 'queued', model: job.modelId }, true);
@@ -188,6 +193,11 @@ export class Coordinator {
   /** Answers of done jobs kept for their pollers (doneJob). */
   get keptAnswers(): number {
     return this.openJobs.doneSize;
+  }
+
+  /** Jobs someone on this server waits for (get_result with wait, the OpenAI-compatible API). */
+  get waitingResults(): number {
+    return this.watch.size;
   }
 
   get waitingWorkers(): number {

@@ -77,6 +77,13 @@ export class OpenJobs implements LiveConsumer {
     return this.standing(e);
   }
 
+  /** As get, for a waiter rather than a poll: its answer comes with the wake-up (jobs/watch.ts), so it is not kept for a poll. */
+  peek(jobId: string, owner: number): Standing | undefined {
+    if (!this.live) return undefined;
+    const e = this.jobs.get(jobId);
+    return e && e.owner === owner ? this.standing(e) : undefined;
+  }
+
   /** The answer of a job this server finished as done, for its owner's poll (once); undefined: read the job. */
   takeDone(jobId: string, owner: number): DoneJob | undefined {
     const d = this.done.get(jobId);

@@ -14,11 +14,14 @@ import { GetCompletionTimeParams, GetCompletionTimeResponses, GetResultParams, G
 import type { UserJob } from '../../jobs/read.js';
 import type { Standing } from '../../jobs/open-jobs.js';
 import { FINAL_STATES } from '../../jobs/states.js';
+import type { Finished } from '../../jobs/watch.js';
 import { HttpError } from '../../http/http-error.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 
 const NOT_FOUND = 'Job not found';
+/** Why a finished wait's listener is told to stop (jobs/watch.ts ignores the reason). */
+const WAIT_OVER = 'wait over';
 
 function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: string | null }, jobId: string) {
   if (job.state === 'done') return { status: 'success' as const, job_id: jobId, result: job.result!, ...(job.usage ? { usage: job.usage } : {}) };
@@ -50,10 +53,16 @@ export function getResultRoutes(app: App, deps: Deps): void {
         return pending(reply, known);
       }
     }
-    // Listening before the first read: a job finishing in between still wakes us.
     const stop = new AbortController();
-    const woken = waitMs > 0 ? coordinator.waitFinal(job_id, waitMs, stop.signal) : undefined;
     try {
+      // A wait for a job this server knows to be open (it submitted it, or read it open) needs no
+      // read: the waiter is registered in this same turn, before any announcement of the job's end
+      // can be applied, so that announcement wakes it (jobs/open-jobs.ts trusts announcements only
+      // while LISTEN is live; otherwise nothing is known and the job is read).
+      const known = waitMs > 0 ? coordinator.knownOpen(job_id, owner) : undefined;
+      if (known) return await afterWait(await coordinator.waitFinal(job_id, waitMs, stop.signal), known);
+      // Listening before the first read: a job finishing in between still wakes us.
+      const woken = waitMs > 0 ? coordinator.waitFinal(job_id, waitMs, stop.signal) : undefined;
       const job = await coordinator.ownJob(job_id, owner);
       if (!job) throw new HttpError(404, NOT_FOUND);
       if (FINAL_STATES.has(job.state)) {
@@ -61,7 +70,15 @@ export function getResultRoutes(app: App, deps: Deps): void {
         return resultOf(job, job_id);
       }
       const standing = coordinator.seenOpen(job, owner);
-      const finished = await woken;
+      return await afterWait(await woken, standing);
+    } finally {
+      // A constant reason: abort() without one builds a DOMException, stack and all, per request.
+      stop.abort(WAIT_OVER);
+      release?.();
+    }
+
+    /** The answer once the wait ended: woken (the job is final) or not (still open: where it stands). */
+    async function afterWait(finished: Finished | undefined, standing: Standing) {
       if (finished?.done) return resultOf(finished.done, job_id);
       const again = finished && (await coordinator.ownJob(job_id, owner));
       if (!again || !FINAL_STATES.has(again.state)) {
@@ -69,9 +86,6 @@ export function getResultRoutes(app: App, deps: Deps): void {
         return pending(reply, coordinator.pendingJob(job_id, owner) ?? standing);
       }
       return resultOf(again, job_id);
-    } finally {
-      stop.abort();
-      release?.();
     }
   });
 
