@@ -11,6 +11,9 @@
 // With --baseline, that checkout's server and this one alternate (baseline, current, current,
 // baseline, …) `--runs` times each, on fresh databases; the table shows each's median.
 // `--current DIR` puts another built checkout in this one's place (two older commits compared).
+// After each run, the floor: the same pending polls against bench/floor-server.ts (Fastify, our
+// logger and access line, a route answering from a Map, nothing else) — what any request costs
+// here, measured beside each run since the machine's speed drifts between runs.
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { ENTRY, entryOf, freshDatabase, importBenchNodes, ins, printRows, ROOT, startServer } from './common.js';
@@ -50,20 +53,7 @@ async function oneRun(code: 'baseline' | 'current', entry: string, o: RequestCos
       };
       const expected: Record<Kind, number> = { 'pending poll': 404, 'empty get_job': 200, submit: 200 };
       const out = {} as Record<Kind, number>;
-      for (const kind of KINDS) {
-        // A warm-up of a tenth, then the measured requests.
-        for (const n of [Math.ceil(o.requests / 10), o.requests]) {
-          let next = 0;
-          const before = cpuSeconds(server.child.pid!);
-          await Promise.all(Array.from({ length: CONNECTIONS }, async () => {
-            while (next++ < n) {
-              const r = await request[kind]();
-              if (r.status !== expected[kind]) throw new Error(`${kind}: ${r.status}`);
-            }
-          }));
-          out[kind] = Math.round(((cpuSeconds(server.child.pid!) - before) * 1e6) / n * 10) / 10;
-        }
-      }
+      for (const kind of KINDS) out[kind] = await perRequest(server.child.pid!, o.requests, request[kind], expected[kind], kind);
       console.log(`   ${code}: ${JSON.stringify(out)} µs of server CPU per request`);
       return out;
     } finally {
@@ -72,6 +62,35 @@ async function oneRun(code: 'baseline' | 'current', entry: string, o: RequestCos
     }
   } finally {
     await db.cleanup();
+  }
+}
+
+/** The server's CPU per request, µs: a warm-up of a tenth, then `requests` over the connections. */
+async function perRequest(pid: number, requests: number, request: () => Promise<{ status: number }>, expected: number, kind: string): Promise<number> {
+  let cost = NaN;
+  for (const n of [Math.ceil(requests / 10), requests]) {
+    let next = 0;
+    const before = cpuSeconds(pid);
+    await Promise.all(Array.from({ length: CONNECTIONS }, async () => {
+      while (next++ < n) {
+        const r = await request();
+        if (r.status !== expected) throw new Error(`${kind}: ${r.status}`);
+      }
+    }));
+    cost = Math.round(((cpuSeconds(pid) - before) * 1e6) / n * 10) / 10;
+  }
+  return cost;
+}
+
+/** The pending poll against bench/floor-server.ts. */
+async function floor(o: RequestCostOptions, port: number): Promise<number> {
+  const server = await startServer({}, port, path.join(ROOT, 'bench-results', 'server-request-cost-floor.log'), {}, ['--import', 'tsx', path.join(ROOT, 'bench', 'floor-server.ts')]);
+  const h = http(server.url, CONNECTIONS);
+  try {
+    return await perRequest(server.child.pid!, o.requests, () => h.json('GET', '/get_result/a-job', { api_key: 'unused' }), 404, 'floor');
+  } finally {
+    await h.pool.close();
+    await server.stop();
   }
 }
 
@@ -90,15 +109,22 @@ export async function requestCostScenario(o: RequestCostOptions): Promise<void> 
     order.push(...(i % 2 ? pair.reverse() : pair));
   }
   const runs: { code: string; cost: Record<Kind, number> }[] = [];
-  for (const [code, entry] of order) runs.push({ code, cost: await oneRun(code, entry, o, port) });
+  const floors: number[] = [];
+  for (const [code, entry] of order) {
+    runs.push({ code, cost: await oneRun(code, entry, o, port) });
+    floors.push(await floor(o, port));
+    console.log(`   floor (bench/floor-server.ts): ${floors.at(-1)} µs of server CPU per pending poll`);
+  }
+  const floorCost = median(floors);
   const codes = o.baseline ? ['baseline', 'current'] : ['current'];
   console.log(`\nserver CPU per request, µs (median of ${o.runs} runs each${o.baseline ? ', alternating' : ''}; ${o.requests} requests a kind, ${CONNECTIONS} connections):`);
   printRows([['request', ...codes, ...(o.baseline ? ['current / baseline'] : [])],
     ...KINDS.map((kind) => {
       const m = codes.map((c) => median(runs.filter((r) => r.code === c).map((r) => r.cost[kind])));
       return [kind, ...m.map(String), ...(o.baseline ? [(m[1]! / m[0]!).toFixed(2)] : [])];
-    })]);
+    }),
+    ['pending poll, floor (Fastify, our logger, nothing else: bench/floor-server.ts, median of every run)', ...codes.map(() => String(floorCost)), ...(o.baseline ? [''] : [])]]);
   const out = o.out ?? path.join(ROOT, 'bench-results', `request-cost-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-  writeFileSync(out, JSON.stringify({ options: o, runs }, null, 2));
+  writeFileSync(out, JSON.stringify({ options: o, runs, floors }, null, 2));
   console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);
 }
