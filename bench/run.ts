@@ -26,6 +26,7 @@ import { retentionScenario } from './retention.js';
 import { pollsScenario } from './polls.js';
 import { cliScenario } from './cli.js';
 import { requestCostScenario } from './request-cost.js';
+import { statementStatsScenario } from './statement-stats.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -69,7 +70,7 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|cli] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|statement-stats|cli] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -87,6 +88,8 @@ if (flags.help) {
              [--duration S (the soak)] [--workers W] [--submitters S] (PostgreSQL; pglite in --backends: the soak on the embedded database too)
   request-cost: server CPU per request (pending poll, empty get_job, submit): [--requests N (20000 a kind)] [--runs N (5)] [--baseline DIR]
              [--current DIR (another built checkout in this one's place)] (PostgreSQL)
+  statement-stats: one dispatch cycle ([--workers W] [--submitters S] [--duration S]), PostgreSQL's time per job statement by
+             statement from pg_stat_statements (which the server must preload: bench/statement-stats.ts)
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
 --statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
 = 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
@@ -142,10 +145,12 @@ async function main(): Promise<void> {
       });
     case 'request-cost':
       return requestCostScenario({ databaseUrl: flags['database-url'], baseline: flags.baseline, requests: num('requests'), runs: num('runs'), out: flags.out, current: flags.current });
+    case 'statement-stats':
+      return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration') });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost or cli)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats or cli)`);
   }
 }
 

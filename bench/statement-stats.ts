@@ -1,0 +1,61 @@
+// The statement-stats scenario (`npm run bench -- --scenario statement-stats`): one dispatch cycle
+// (VERIFY=off, --workers, --submitters, --duration) on PostgreSQL, and what each statement cost
+// PostgreSQL per job, from pg_stat_statements: calls, planning and execution time, beside the
+// CPU per job of the server, of PostgreSQL's processes and of the bench's own clients. Unlike
+// --statement-log it adds no logging to what it measures. pg_stat_statements must be loaded by
+// the server of --database-url (it is not by default):
+//   ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements';
+//   ALTER SYSTEM SET pg_stat_statements.track_planning = on;   -- after a restart, for planning times
+// then restart PostgreSQL; the scenario creates the extension in its own database. The counters
+// are reset after a warm-up, so only the measured seconds count (every database's statements
+// are counted; run nothing else against that server meanwhile).
+import path from 'node:path';
+import { adminQuery, freshDatabase, importBenchNodes, ins, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
+import { cycle, http } from './cycle.js';
+
+export interface StatementStatsOptions { databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number }
+
+interface StatementRow { calls: string; plan: number; exec: number; rows: string; query: string }
+
+const metricTotal = (text: string, name: string): number => text.split('\n').filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+  .reduce((s, l) => s + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+
+export async function statementStatsScenario(o: StatementStatsOptions): Promise<void> {
+  const loaded = (await adminQuery(o.databaseUrl, 'SHOW shared_preload_libraries')).rows[0] as { shared_preload_libraries: string };
+  if (!loaded.shared_preload_libraries.split(',').map((s) => s.trim()).includes('pg_stat_statements')) {
+    throw new Error('pg_stat_statements is not loaded by this PostgreSQL: see bench/statement-stats.ts for the two settings and the restart');
+  }
+  const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_statements_${process.pid}`);
+  try {
+    await adminQuery(db.env.DATABASE_URL!, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    const nodes = await importBenchNodes(db.env, 'stats-worker', o.workers);
+    const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
+    const server = await startServer(db.env, 19_000 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-statement-stats.log'), { VERIFY: 'off' });
+    try {
+      const h = http(server.url, o.workers + o.submitters + 8);
+      await cycle(h, nodes, userKey, o.submitters, 0, o.warmup);
+      await adminQuery(db.env.DATABASE_URL!, 'SELECT pg_stat_statements_reset()');
+      const before = await (await fetch(`${server.url}/metrics`)).text();
+      const postgresCpu = await postgresCpuSeconds(o.databaseUrl);
+      const [pg0, bench0] = [postgresCpu?.(), process.cpuUsage()];
+      const run = await cycle(h, nodes, userKey, o.submitters, 0, o.duration);
+      const [pg1, bench] = [postgresCpu?.(), process.cpuUsage(bench0)];
+      const after = await (await fetch(`${server.url}/metrics`)).text();
+      await h.pool.close();
+      const jobs = Math.max(1, run.submitted);
+      const ms = (seconds: number) => ((seconds * 1000) / jobs).toFixed(3);
+      const serverSeconds = metricTotal(after, 'process_cpu_seconds_total') - metricTotal(before, 'process_cpu_seconds_total');
+      console.log(`dispatch cycle, VERIFY=off, ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s: ${run.jobsPerSecond} jobs/s, ${run.submitted} jobs, lost ${run.lost}, duplicated ${run.duplicated}`);
+      console.log(`CPU per job, ms: server ${ms(serverSeconds)}, PostgreSQL ${pg0 === undefined || pg1 === undefined ? 'n/a' : ms(pg1 - pg0)}, the bench's clients ${ms((bench.user + bench.system) / 1e6)}`);
+      const r = await adminQuery(db.env.DATABASE_URL!, `SELECT calls::text, total_plan_time AS plan, total_exec_time AS exec, rows::text,
+        left(regexp_replace(query, '\\s+', ' ', 'g'), 70) AS query FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`);
+      const per = (x: number) => ((x * 1000) / jobs).toFixed(1);
+      printRows([['calls per job', 'planning µs per job', 'execution µs per job', 'rows', 'statement'],
+        ...(r.rows as StatementRow[]).map((s) => [(Number(s.calls) / jobs).toFixed(3), per(s.plan), per(s.exec), s.rows, s.query])]);
+    } finally {
+      await server.stop();
+    }
+  } finally {
+    await db.cleanup();
+  }
+}
