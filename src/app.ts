@@ -13,7 +13,7 @@ import { cachedSerializerCompiler } from './http/serializer.js';
 import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestIds, requestId } from './http/request-id.js';
 import { registerLingeringClose } from './http/linger.js';
-import { registerCors } from './http/cors.js';
+import { isAnsweredPreflight, PREFLIGHT_ROUTE, registerCors } from './http/cors.js';
 import { DEFAULT_CORS_ORIGINS, DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type CorsOrigins, type RateLimits, type TrustProxy } from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
 import { Service, type LedgerOptions, type ServiceOptions } from './service.js';
@@ -130,7 +130,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   registerLingeringClose(app);
 
   app.addHook('onResponse', async (req, reply) => {
-    const route = req.routeOptions.url ?? 'unmatched';
+    const route = req.routeOptions.url ?? (isAnsweredPreflight(req) ? PREFLIGHT_ROUTE : 'unmatched');
     const status = String(reply.statusCode);
     const seconds = reply.elapsedTime / 1000;
     metrics.requests.inc({ method: req.method, route, status });

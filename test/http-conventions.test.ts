@@ -85,6 +85,8 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
     expect(pre.headers.get('access-control-allow-methods')).toMatch(/POST/);
     expect(pre.headers.get('access-control-allow-headers')).toBe('authorization,content-type,x-stainless-os');
     expect(pre.headers.get('x-request-id')).toMatch(UUID);
+    // Counted as what it is, not among the stray 404s.
+    await expect.poll(async () => app.metrics.registry.metrics()).toMatch(/http_requests_total\{method="OPTIONS",route="\/v1 \(CORS preflight\)",status="204"\} 1/);
 
     const worker = await new TestWorker(app, 'gpu-1', (await createNode(db, 'gpu-1')).key).start([MODEL]);
     const answered = (async () => {

@@ -12,7 +12,7 @@
 // allowed origin when the page's is allowed; a preflight (OPTIONS, with or without Origin) is
 // answered 204 with the methods, the request's own headers allowed back (the SDKs send their
 // x-stainless-* headers, and nothing in a header grants more than the key does) and a max-age.
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { REQUEST_ID_HEADER } from './request-id.js';
 import type { CorsOrigins } from '../config.js';
 
@@ -20,6 +20,13 @@ import type { CorsOrigins } from '../config.js';
 const EXPOSED = [REQUEST_ID_HEADER, 'retry-after', 'x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'].join(', ');
 const METHODS = 'GET, POST';
 const MAX_AGE = '600';
+
+/** The route label of a preflight this hook answered (metrics, access log): no route matched it, but it is not a stray 404 either. */
+export const PREFLIGHT_ROUTE = '/v1 (CORS preflight)';
+const answered = new WeakSet<FastifyRequest>();
+
+/** Whether the CORS hook answered this request as a preflight. */
+export const isAnsweredPreflight = (req: FastifyRequest): boolean => answered.has(req);
 
 /** /v1 and everything under it, whether served or not (its 404s are readable by the page too). */
 const OPENAI_PATH = /^\/v1(?:[/?#]|$)/;
@@ -48,6 +55,7 @@ export function registerCors(app: FastifyInstance, origins: CorsOrigins): void {
     const asked = req.headers['access-control-request-headers'];
     if (asked !== undefined) reply.header('access-control-allow-headers', asked);
     reply.header('access-control-max-age', MAX_AGE);
+    answered.add(req);
     // Safari waits for a body on a 204 without a length.
     void reply.code(204).header('content-length', '0').send();
   });
