@@ -240,4 +240,23 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
   it.each(rows)('$name', async ({ run }) => {
     await run();
   });
+
+  // Another server's statement disabled the node or gave it a new key, and its announcement has
+  // not arrived: the change is written straight to the database. The poll already waiting here
+  // is neither handed the job (jobs_submit) nor leased it (jobs_lease): the session no longer holds.
+  it.each([['disabled', 'disabled_at = now()'], ['given a new key', "key_hash = repeat('0', 64)"]])('gives a waiting poll no job once its node was %s, before any announcement', async (_, change) => {
+    const { w, id } = await started();
+    const waiting = t.app.service.coordinator.waitingWorkers;
+    const poll = w.getJobRaw(2);
+    await expect.poll(() => t.app.service.coordinator.waitingWorkers).toBe(waiting + 1);
+    await q(`UPDATE nodes SET ${change} WHERE id = $1`, [id]);
+    const job = await user.submit(MODEL, 'not for this node any more');
+    expect((await poll).json()).toMatchObject({ job_data: null });
+    expect(await stateOf(job)).toBe('queued');
+    // Its next poll (its token still cached here) finds the job queued: the lease round passes it by.
+    const next = await w.getJobRaw(1);
+    expect(next.statusCode === 200 ? next.json() : null).not.toMatchObject({ job_data: { job_id: job } });
+    expect(await stateOf(job)).toBe('queued');
+    await cancel(job);
+  });
 });

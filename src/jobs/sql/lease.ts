@@ -6,6 +6,7 @@
 // statement only locks queued jobs, which no open lease points to.
 import { sql, type Queryable } from '../../db/database.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
+import { sessionHolds } from '../../nodes/sql/live.js';
 import type { JobRequest } from '../request.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
@@ -46,7 +47,8 @@ ${name}_second AS (
 // $1..$6 the asks: group, slot, session id, node id, job key hash, rank among this batch's
 // asks of the same session (1-based); $7..$9 the groups: group, model ids (array literal),
 // count; $10 the lease timeout in seconds. An ask whose session would exceed its capacity is
-// answered `over_capacity` and gets nothing; a suspended node's ask gets nothing either. Two
+// answered `over_capacity` and gets nothing; a suspended node's ask gets nothing either, nor one
+// whose session no longer holds (ended, its node disabled or given a new key: nodes/sql/live.ts). Two
 // groups with overlapping models may pick the same job (a statement does not skip its own
 // locks): it goes to the first group, and the other ask stays waiting for the next round.
 // Copies of jobs being verified (verify_of, src/verify/) go first: each group takes its oldest
@@ -68,8 +70,8 @@ export const LEASE = sql('jobs_lease', `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
   FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::text[], $6::int[]) AS a(g, k, session_id, node_id, key_hash, rank)
-  JOIN node_sessions s ON s.id = a.session_id AND s.ended_at IS NULL
-  WHERE NOT ${nodeSuspended('a.node_id')}
+  JOIN node_sessions s ON s.id = a.session_id JOIN nodes n ON n.id = s.node_id
+  WHERE ${sessionHolds('s', 'n')} AND NOT ${nodeSuspended('a.node_id')}
 ),
 groups AS (
   SELECT g.g, g.models::int[] AS models, g.n, g.caps::int[] AS caps, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes

@@ -9,6 +9,7 @@
 // dispatcher's claim()), as jobs_lease would; the others are queued.
 import { sql, type Queryable } from '../../db/database.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
+import { sessionHolds } from '../../nodes/sql/live.js';
 import { parseItems, type Outcome } from '../outcome.js';
 import type { JobRequest } from '../request.js';
 
@@ -16,8 +17,9 @@ import type { JobRequest } from '../request.js';
 // hand-offs (NULL: none): session ids, node ids, job key hashes, ranks among this batch's
 // hand-offs of the same session; $10 the lease timeout in seconds; $11 this server's id; $12
 // the output tokens each job reserves; $13, $14 the default daily quotas of jobs and tokens
-// (NULL: none) for keys without their own. A hand-off holds only if the session is live, below
-// its capacity and its node not suspended, as in jobs_lease; otherwise the job is queued.
+// (NULL: none) for keys without their own. A hand-off holds only if the session still holds (not
+// ended, its node enabled and with the same key: nodes/sql/live.ts), is below its capacity and its
+// node not suspended, as in jobs_lease; otherwise the job is queued.
 //
 // Quota: an owner's jobs in this batch, in order, fit while its count and its tokens (reserved
 // and used) stay within the quota: a prefix of them. The upsert computes that prefix from the
@@ -85,11 +87,11 @@ lanes AS (
   RETURNING f.owner_key_id, f.model_id, f.last_key
 ),
 q AS (
-  SELECT a.*, f.last_key - (a.lane_n - a.lane_r) * a.step AS fair_key, coalesce(s.ended_at IS NULL
+  SELECT a.*, f.last_key - (a.lane_n - a.lane_r) * a.step AS fair_key, coalesce(${sessionHolds('s', 'n')}
       AND (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) + a.rank <= s.capacity
       AND NOT ${nodeSuspended('a.node_id')}, false) AS direct
   FROM accepted a JOIN lanes f ON f.owner_key_id = a.owner_key_id AND f.model_id = a.model_id
-  LEFT JOIN node_sessions s ON s.id = a.session_id
+  LEFT JOIN node_sessions s ON s.id = a.session_id LEFT JOIN nodes n ON n.id = s.node_id
 ),
 submitted AS (
   INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, first_leased_at, lease_expires_at, usage_day, reserved_tokens, fair_key)

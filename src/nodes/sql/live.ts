@@ -9,9 +9,18 @@
 // parameters holding the windows in seconds.
 import { nodeSuspended } from './suspended.js';
 
+/**
+ * SQL: whether session `s` (joined to its node `n`) still holds: not ended, its node enabled and
+ * still with the key the session was opened with. The lease round and the hand-off (src/jobs/sql/
+ * lease.ts, submit.ts) ask this of a poll that is already waiting: a node disabled or given a
+ * new key meanwhile (on any server) gets no job, even before the announcement ends its polls.
+ */
+export const sessionHolds = (s: string, n: string): string =>
+  `${s}.ended_at IS NULL AND ${n}.disabled_at IS NULL AND ${n}.key_hash = ${s}.node_key_hash`;
+
 /** SQL: whether session `s` (joined to its node `n`) is live, seen within `onlineWindow` seconds. */
 export const liveSession = (s: string, n: string, onlineWindow: string): string =>
-  `${s}.ended_at IS NULL AND ${n}.disabled_at IS NULL AND ${n}.key_hash = ${s}.node_key_hash AND ${s}.last_seen_at > now() - make_interval(secs => ${onlineWindow}::float8)`;
+  `${sessionHolds(s, n)} AND ${s}.last_seen_at > now() - make_interval(secs => ${onlineWindow}::float8)`;
 
 /** SQL: whether session `s`'s model declaration is younger than `modelsTtl` seconds (older ones are forgotten). */
 export const modelsDeclared = (s: string, modelsTtl: string): string =>
