@@ -129,6 +129,13 @@ export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile:
   throw new Error('server did not become ready');
 }
 
+/** The sum of a metric's series (all labels) in the server's /metrics text. */
+export function metricTotal(text: string, name: string): number {
+  let n = 0;
+  for (const l of text.split('\n')) if (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) n += Number(l.slice(l.lastIndexOf(' ') + 1));
+  return n;
+}
+
 /** Percentile of sorted numbers (nearest rank). */
 export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return NaN;

@@ -10,7 +10,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { ENTRY, entryOf, freshDatabase, ins, mean, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes, postgresCpuSeconds } from './common.js';
+import { ENTRY, entryOf, freshDatabase, ins, mean, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes, metricTotal, postgresCpuSeconds } from './common.js';
 import { cycle, http, POLL_EVERY_MS, type CycleRun } from './cycle.js';
 
 export interface PollRun {
@@ -25,13 +25,6 @@ export interface PollRun {
   benchCpuMsPerJob: number; postgresCpuMsPerJob: number | null;
   /** get_result polls that found the job final, and the share answered from memory (no statement). */
   finishedPolls: number; finishedFromMemory: number;
-}
-
-/** The sum of a metric's series (all labels). */
-function total(text: string, name: string): number {
-  let n = 0;
-  for (const l of text.split('\n')) if (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) n += Number(l.slice(l.lastIndexOf(' ') + 1));
-  return n;
 }
 
 /** A counter of the server's metrics (0 when absent). */
@@ -57,7 +50,7 @@ async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: s
       const text = await (await fetch(`${server.url}/metrics`)).text();
       // Kept for a look at every statement's count and time (ins_db_statement_duration_seconds).
       writeFileSync(path.join(ROOT, 'bench-results', `metrics-polls-${backend}-${code}-${mode}.txt`), text);
-      const perJob = (name: string) => Math.round(((total(text, name) - total(before, name)) * 1000 / Math.max(1, run.submitted)) * 1000) / 1000;
+      const perJob = (name: string) => Math.round(((metricTotal(text, name) - metricTotal(before, name)) * 1000 / Math.max(1, run.submitted)) * 1000) / 1000;
       const pending = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="404"');
       const done = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="200"');
       const polls = pending + done;

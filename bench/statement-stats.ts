@@ -10,15 +10,12 @@
 // are reset after a warm-up, so only the measured seconds count (every database's statements
 // are counted; run nothing else against that server meanwhile).
 import path from 'node:path';
-import { adminQuery, freshDatabase, importBenchNodes, ins, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
+import { adminQuery, freshDatabase, importBenchNodes, ins, metricTotal, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
 import { cycle, http } from './cycle.js';
 
 export interface StatementStatsOptions { databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number }
 
 interface StatementRow { calls: string; plan: number; exec: number; rows: string; query: string }
-
-const metricTotal = (text: string, name: string): number => text.split('\n').filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
-  .reduce((s, l) => s + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
 
 export async function statementStatsScenario(o: StatementStatsOptions): Promise<void> {
   const loaded = (await adminQuery(o.databaseUrl, 'SHOW shared_preload_libraries')).rows[0] as { shared_preload_libraries: string };
