@@ -69,9 +69,8 @@ export class OpenJobs implements LiveConsumer {
 
   /** The job is open, as far as this server knows (undefined: read it). */
   get(jobId: string, owner: number): Standing | undefined {
-    if (!this.live) return undefined;
-    const e = this.jobs.get(jobId);
-    if (!e || e.owner !== owner) return undefined;
+    const e = this.known(jobId, owner);
+    if (!e) return undefined;
     e.polledAt = this.now();
     e.polled = true;
     return this.standing(e);
@@ -79,9 +78,15 @@ export class OpenJobs implements LiveConsumer {
 
   /** As get, for a waiter rather than a poll: its answer comes with the wake-up (jobs/watch.ts), so it is not kept for a poll. */
   peek(jobId: string, owner: number): Standing | undefined {
+    const e = this.known(jobId, owner);
+    return e && this.standing(e);
+  }
+
+  /** The owner's job as known to be open, while announcements are trusted. */
+  private known(jobId: string, owner: number): Entry | undefined {
     if (!this.live) return undefined;
     const e = this.jobs.get(jobId);
-    return e && e.owner === owner ? this.standing(e) : undefined;
+    return e?.owner === owner ? e : undefined;
   }
 
   /** The answer of a job this server finished as done, for its owner's poll (once); undefined: read the job. */
