@@ -4,7 +4,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -31,6 +31,7 @@ export const entryOf = (root: string): string => path.join(path.resolve(root), '
  */
 export async function importBenchNodes(env: NodeJS.ProcessEnv, prefix: string, count: number, entry = ENTRY): Promise<{ name: string; key: string }[]> {
   const nodes = Array.from({ length: count }, (_, i) => ({ name: `${prefix}-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
+  mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
   const file = path.join(ROOT, 'bench-results', `${prefix}-nodes-${process.pid}.csv`);
   writeFileSync(file, ['name,api_key', ...nodes.map((n) => `${n.name},${n.key}`)].join('\n'));
   await ins(['import', 'nodes', file], env, entry);
