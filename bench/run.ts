@@ -66,6 +66,7 @@ const { values: flags } = parseArgs({
     current: { type: 'string' },
     profile: { type: 'string' },
     'statement-log': { type: 'boolean', default: false },
+    'pg-perf': { type: 'boolean', default: false },
     help: { type: 'boolean' },
   },
 });
@@ -89,7 +90,8 @@ if (flags.help) {
   request-cost: server CPU per request (pending poll, empty get_job, submit): [--requests N (20000 a kind)] [--runs N (5)] [--baseline DIR]
              [--current DIR (another built checkout in this one's place)] (PostgreSQL)
   statement-stats: one dispatch cycle ([--workers W] [--submitters S] [--duration S]), PostgreSQL's time per job statement by
-             statement from pg_stat_statements (which the server must preload: bench/statement-stats.ts)
+             statement from pg_stat_statements (where the server preloads it: bench/statement-stats.ts), rows written
+             per table and WAL per job; [--pg-perf (PostgreSQL's CPU by function, from Linux perf: bench/pg-perf.ts)]
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
 --statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
 = 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
@@ -146,7 +148,7 @@ async function main(): Promise<void> {
     case 'request-cost':
       return requestCostScenario({ databaseUrl: flags['database-url'], baseline: flags.baseline, requests: num('requests'), runs: num('runs'), out: flags.out, current: flags.current });
     case 'statement-stats':
-      return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration') });
+      return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration'), pgPerf: flags['pg-perf'] });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     default:

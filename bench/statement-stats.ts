@@ -8,12 +8,15 @@
 //   ALTER SYSTEM SET pg_stat_statements.track_planning = on;   -- after a restart, for planning times
 // then restart PostgreSQL; the scenario creates the extension in its own database. The counters
 // are reset after a warm-up, so only the measured seconds count (every database's statements
-// are counted; run nothing else against that server meanwhile).
+// are counted; run nothing else against that server meanwhile). Without it, the scenario prints the
+// rows each table wrote per job and the WAL per job only. --pg-perf adds PostgreSQL's CPU by
+// function from Linux perf over the measured seconds (bench/pg-perf.ts).
 import path from 'node:path';
 import { adminQuery, freshDatabase, importBenchNodes, ins, metricTotal, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
 import { cycle, http } from './cycle.js';
+import { recordPerf } from './pg-perf.js';
 
-export interface StatementStatsOptions { databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number }
+export interface StatementStatsOptions { databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number; pgPerf?: boolean }
 
 interface StatementRow { calls: string; plan: number; exec: number; rows: string; query: string }
 
@@ -35,9 +38,11 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
       const [tables0, wal0] = [await tableWrites(db.env.DATABASE_URL!), await walBytes(db.env.DATABASE_URL!)];
       const before = await (await fetch(`${server.url}/metrics`)).text();
       const postgresCpu = await postgresCpuSeconds(o.databaseUrl);
+      const perf = o.pgPerf ? recordPerf(path.join(ROOT, 'bench-results', `statement-stats-${process.pid}.perf`)) : undefined;
       const [pg0, bench0] = [postgresCpu?.(), process.cpuUsage()];
       const run = await cycle(h, nodes, userKey, o.submitters, 0, o.duration);
       const [pg1, bench] = [postgresCpu?.(), process.cpuUsage(bench0)];
+      const shares = await perf?.stop();
       const wal1 = await walBytes(db.env.DATABASE_URL!);
       await statsFlushed();
       const tables1 = await tableWrites(db.env.DATABASE_URL!);
@@ -54,6 +59,10 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
           const t0 = tables0.get(name) ?? { ins: 0, upd: 0, hot: 0, del: 0 };
           return [name, (t.ins - t0.ins) / jobs, (t.upd - t0.upd) / jobs, (t.hot - t0.hot) / jobs, (t.del - t0.del) / jobs];
         }).filter((row) => (row.slice(1) as number[]).some((v) => v > 0.0005)).map(([name, ...v]) => [name as string, ...(v as number[]).map((x) => x.toFixed(3))])]);
+      if (shares) {
+        console.log(`PostgreSQL's samples (perf, 499 Hz, inclusive): ${shares.samples}, ${(shares.samples / jobs).toFixed(3)} per job`);
+        printRows([['function', 'share of PostgreSQL\'s samples'], ...[...shares].map(([f, v]) => [f, `${(v * 100).toFixed(1)} %`])]);
+      }
       if (!statements) return;
       const r = await adminQuery(db.env.DATABASE_URL!, `SELECT calls::text, total_plan_time AS plan, total_exec_time AS exec, rows::text,
         left(regexp_replace(query, '\\s+', ' ', 'g'), 70) AS query FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`);
