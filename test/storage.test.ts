@@ -51,6 +51,18 @@ describe.each(backends)('storage on $name', (backend) => {
     expect(await q(db, `SELECT conname FROM pg_constraint WHERE pg_get_constraintdef(oid) LIKE '%{64}%'`)).toEqual([]);
   });
 
+  // migrations/0023_announce_only_what_changed.sql: the function builds only the parts it has
+  // input for; the items, their order and the empty announcement stay what 0007 defined.
+  it('announces each part of a job statement in the defined order, and nothing for no change', async () => {
+    const announce = async (...args: unknown[]) => (await q(db, `SELECT jobs_announce('srv', $1::int[], $2::int[], $3::uuid[], $4::text[], $5::int[], $6::uuid[], $7::int[]) AS a`, args))[0]!.a;
+    const [a, b] = ['00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-00000000000b'];
+    expect(await announce([], [], [], [], [], [], [])).toBe('');
+    expect(await announce(null, null, null, null, null, null, null)).toBe('');
+    expect(await announce([7, 3, 7], [], [], [], [], [], [])).toBe('q:3:1,q:7:2');
+    expect(await announce([], [], [b, a], ['done', 'canceled'], [2, 1], [], [])).toBe(`f:${b}:done:2,f:${a}:canceled:1`);
+    expect(await announce([5], [5, 5], [a], ['failed'], [5], [b], [2])).toBe(`q:5:1,c:5:2,f:${a}:failed:5,e:${b}:2`);
+  });
+
   it('keeps the aggregates equal to a recomputation from job_results after random reports', async () => {
     const nodeIds: number[] = [];
     for (let i = 0; i < 4; i++) nodeIds.push((await createNode(db, `prop-node-${i}`)).id);
