@@ -1,5 +1,6 @@
 // Reading the environment for config.ts: each reader checks one variable and records what is
 // wrong with it, so that every problem is reported at once.
+import { wholeNumber } from './whole-number.js';
 const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
 const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i;
 const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
@@ -19,11 +20,9 @@ export class EnvReader {
   int(name: string, fallback: number, min: number, max: number): number {
     const raw = this.get(name);
     if (raw === undefined) return fallback;
-    if (!/^\d+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
-      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a whole number from ${min} to ${max}`);
-      return fallback;
-    }
-    return Number(raw);
+    const n = wholeNumber(raw, min, max);
+    if (n === undefined) this.problems.push(`${name}=${JSON.stringify(raw)}: expected a whole number from ${min} to ${max}`);
+    return n ?? fallback;
   }
 
   /** A number from 0 to 1. */

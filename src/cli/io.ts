@@ -1,5 +1,7 @@
 // How CLI commands talk back: collected lines for stdout and stderr, so the same command runs
 // in this process or inside the server (over the admin socket) with identical output.
+import { wholeNumber } from '../whole-number.js';
+
 export interface Io {
   out(line: string): void;
   err(line: string): void;
@@ -7,6 +9,14 @@ export interface Io {
 
 /** Arguments the user got wrong: the message and the usage, exit code 2. */
 export class UsageError extends Error {}
+
+/** A flag's whole number from min to max (src/whole-number.ts), `fallback` when it is absent; a usage error otherwise. */
+export function wholeNumberFlag(flag: string, raw: string | undefined, min: number, max: number, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const n = wholeNumber(raw, min, max);
+  if (n === undefined) throw new UsageError(`--${flag} must be a whole number from ${min} to ${max}, got "${raw}"`);
+  return n;
+}
 
 /** A command that ran but could not do what was asked (no such node...): exit code 1. */
 export class CommandError extends Error {}

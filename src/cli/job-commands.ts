@@ -3,13 +3,9 @@ import { listJobs, showJob } from '../jobs/operator.js';
 import { isJobId } from '../jobs/read.js';
 import { JOB_STATES } from '../jobs/states.js';
 import { listCommand, operatorJobs, type Command } from './command.js';
-import { CommandError, table, UsageError } from './io.js';
+import { CommandError, table, UsageError, wholeNumberFlag } from './io.js';
 
-function limitOf(raw: string | undefined): number {
-  if (raw === undefined) return 50;
-  if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > 100_000) throw new UsageError(`--limit must be a whole number from 1 to 100000, got "${raw}"`);
-  return Number(raw);
-}
+const limitOf = (raw: string | undefined): number => wholeNumberFlag('limit', raw, 1, 100_000, 50);
 
 function stateOf(raw: string | undefined): string | undefined {
   if (raw !== undefined && !(JOB_STATES as readonly string[]).includes(raw)) throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')}, got "${raw}"`);

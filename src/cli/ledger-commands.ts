@@ -4,13 +4,9 @@
 // verify` is the HTTP check instead (src/ledger-client, dispatched by main.ts).
 // The ledger's modules are loaded when one of these runs, not by every other command.
 import type { Command } from './command.js';
-import { CommandError, UsageError } from './io.js';
+import { CommandError, wholeNumberFlag } from './io.js';
 
-function days(raw: string | undefined): number {
-  const n = raw === undefined ? 30 : Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > 3660) throw new UsageError(`--days must be a whole number from 1 to 3660 (got ${raw})`);
-  return n;
-}
+const days = (raw: string | undefined): number => wholeNumberFlag('days', raw, 1, 3660, 30);
 
 export const LEDGER_COMMANDS: Record<string, Command> = {
   'ledger verify': {

@@ -6,6 +6,7 @@ import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePoints } from '../points-value.js';
 import { checkName, keyCommand, listCommand, operatorNodes, type Command } from './command.js';
 import { CommandError, table, UsageError } from './io.js';
+import { wholeNumber } from '../whole-number.js';
 
 function setDisabledCommand(disabled: boolean): Command {
   const verb = disabled ? 'disable' : 'enable';
@@ -111,8 +112,9 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       const parse = (flag: string, v: string | undefined): number | null | undefined => {
         if (v === undefined) return undefined;
         if (v === 'default') return null;
-        if (!/^\d{1,15}$/.test(v)) throw new UsageError(`--${flag} takes a whole number >= 0 or "default" (got "${v}")`);
-        return Number(v);
+        const n = wholeNumber(v, 0, 999_999_999_999_999);
+        if (n === undefined) throw new UsageError(`--${flag} takes a whole number >= 0 or "default" (got "${v}")`);
+        return n;
       };
       const jobs = parse('jobs', filter.jobs);
       const tokens = parse('tokens', filter.tokens);

@@ -5,13 +5,9 @@ import { nodeAudit, nodeStanding } from '../verify/audit-view.js';
 import { nodeTokenChecks } from '../verify/scores-view.js';
 import { calibrate, DEFAULT_MIN_ANSWERS } from '../verify/thresholds.js';
 import { operatorNodes, type Command } from './command.js';
-import { CommandError, table, UsageError } from './io.js';
+import { CommandError, table, wholeNumberFlag } from './io.js';
 
-function minAnswers(raw: string | undefined): number {
-  const n = raw === undefined ? DEFAULT_MIN_ANSWERS : Number(raw);
-  if (raw?.trim() === '' || !Number.isInteger(n) || n < 1 || n > 1_000_000) throw new UsageError(`--min-answers must be a whole number from 1 to 1000000 (got ${raw})`);
-  return n;
-}
+const minAnswers = (raw: string | undefined): number => wholeNumberFlag('min-answers', raw, 1, 1_000_000, DEFAULT_MIN_ANSWERS);
 
 const rate = (x: number): string => x.toFixed(4);
 

@@ -1,6 +1,7 @@
 // `ins worker` options: each flag also as an environment variable, checked as a whole before
 // anything starts (every problem on its own line, exit 2).
 import { parseArgs } from 'node:util';
+import { wholeNumber } from '../whole-number.js';
 
 export type BackendKind = 'ollama' | 'openai' | 'vllm' | 'llamacpp' | 'gguf';
 const KINDS: BackendKind[] = ['ollama', 'openai', 'vllm', 'llamacpp', 'gguf'];
@@ -106,8 +107,9 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const int = (flag: string, fallback: number, min: number, max: number): number => {
     const v = get(flag);
     if (v === undefined) return fallback;
-    if (!/^\d+$/.test(v) || Number(v) < min || Number(v) > max) problems.push(`--${flag} must be a whole number from ${min} to ${max}, got "${v}"`);
-    return Number(v);
+    const n = wholeNumber(v, min, max);
+    if (n === undefined) problems.push(`--${flag} must be a whole number from ${min} to ${max}, got "${v}"`);
+    return n ?? fallback;
   };
   const server = url('server');
   const node = required('node');
