@@ -22,11 +22,13 @@ export interface PerfRecording { stop: () => Promise<Map<string, number> & { sam
 /** Starts sampling the whole machine into `file`; stop() ends it and answers each function's share of PostgreSQL's samples. */
 export function recordPerf(file: string): PerfRecording {
   const perf: ChildProcess = spawn('perf', ['record', '-a', '-g', '-F', '499', '-o', file], { stdio: 'ignore' });
+  // once() rejects on 'error' (no perf on this machine): the run still finishes, then stop() says so.
   const exited = once(perf, 'exit');
+  exited.catch(() => undefined);
   return {
     stop: async () => {
       perf.kill('SIGINT');
-      await exited;
+      await exited.catch((err: Error) => { throw new Error(`--pg-perf needs Linux perf (Debian: apt-get install linux-perf): ${err.message}`); });
       const { stdout } = await promisify(execFile)('perf', ['script', '-i', file, '--comm', 'postgres', '-F', 'comm,ip,sym'], { maxBuffer: 1 << 30 });
       return sharesOf(stdout);
     },
