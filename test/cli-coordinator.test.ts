@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, startServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, runCli, startServerProcess, stopped } from './helpers/process.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-cli-coord-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -70,8 +70,7 @@ describe('ins and the coordinator', () => {
       expect((await ins('key', 'revoke', 'my-app')).code).toBe(0);
       expect((await call('/submit_job', { method: 'POST', headers: { api_key: userKey }, body: JSON.stringify({ model: 'm-1', messages: [{ role: 'user', content: 'x' }] }) })).status).toBe(401);
     } finally {
-      server.child.kill('SIGTERM');
-      expect(await server.exited).toBe(0);
+      expect(await stopped(server), server.logs()).toEqual(CLEAN_EXIT);
     }
   });
 });

@@ -9,7 +9,7 @@ import { forwardToServer } from '../src/cli/forward.js';
 import { loadConfig } from '../src/config.js';
 import { lockPath } from '../src/db/data-dir-lock.js';
 import { startServer } from '../src/server.js';
-import { freePort, runCli, startServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, freePort, runCli, startServerProcess, stopped } from './helpers/process.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -134,8 +134,7 @@ describe('ins', { timeout: 240_000 }, () => {
       expect(old.status).toBe(401);
       expect(rotated).toMatch(/^nk_/);
     } finally {
-      server.child.kill('SIGTERM');
-      expect(await server.exited).toBe(0);
+      expect(await stopped(server), server.logs()).toEqual(CLEAN_EXIT);
     }
   });
 });

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
-import { runCli, startServerProcess, type ServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, runCli, startServerProcess, type ServerProcess, stopped } from './helpers/process.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => { for (const c of cleanups) await c(); });
@@ -129,8 +129,7 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
       expect(points).toBe(done);
       expect(credited.size).toBeGreaterThan(done - 8);
     } finally {
-      server.child.kill('SIGTERM');
-      expect(await server.exited).toBe(0);
+      expect(await stopped(server), server.logs()).toEqual(CLEAN_EXIT);
     }
   });
 });

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
-import { runCli, startServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, runCli, startServerProcess, stopped } from './helpers/process.js';
 
 interface Target { name: string; env: () => Promise<Record<string, string>>; cleanup: () => Promise<void> }
 
@@ -93,8 +93,7 @@ describe.each(targets)('SIGKILL and restart on $name', (target) => {
         expect(await r.json()).toMatchObject({ replayed: true, points: 0 });
       }
     } finally {
-      again.child.kill('SIGTERM');
-      expect(await again.exited).toBe(0);
+      expect(await stopped(again), again.logs()).toEqual(CLEAN_EXIT);
     }
   });
 });

@@ -6,7 +6,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, startServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, runCli, startServerProcess, stopped } from './helpers/process.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-server-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -45,7 +45,7 @@ describe('ins serve', () => {
     await closed;
     expect(response).toMatch(/^HTTP\/1.1 100 Continue\r\n\r\nHTTP\/1.1 200/);
     expect(response).toContain('"points":1');
-    expect(await server.exited).toBe(0);
+    expect(await stopped(server, false), server.logs()).toEqual(CLEAN_EXIT);
     const logs = server.logs();
     expect(logs).toContain('"signal":"SIGTERM"');
     expect(logs).toContain('"route":"/worker/update_result"');

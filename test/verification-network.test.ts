@@ -13,7 +13,7 @@ import { sql, type Database } from '../src/db/database.js';
 import { openPglite } from '../src/db/pglite.js';
 import { openPostgres } from '../src/db/pg.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
-import { runCli, startServerProcess, startWorkerProcess, type ServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, runCli, startServerProcess, startWorkerProcess, type ServerProcess, stopped } from './helpers/process.js';
 import { startFakeBackend, type AnswerFn, type FakeBackend } from './helpers/backends.js';
 import { canned, honest, noisy, replayer } from './helpers/behaviours.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -124,8 +124,7 @@ describe.each(targets)('verification with real workers on $name', (target) => {
       const audit = JSON.parse((await runCli(['node', 'audit', cheat, '--json'], env)).stdout) as { strikes: { kind: string }[] };
       expect(audit.strikes.map((s) => s.kind), cheat).toContain(cheat === 'fast' ? 'too_fast' : 'replay');
     }
-    server.child.kill('SIGTERM');
-    expect(await server.exited).toBe(0);
+    expect(await stopped(server), server.logs()).toEqual(CLEAN_EXIT);
 
     // What the database holds, once the server is gone.
     const db = await open();

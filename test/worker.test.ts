@@ -12,7 +12,7 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forwardToServer } from '../src/cli/admin-socket.js';
-import { freePort, startServerProcess, startWorkerProcess, type ServerProcess } from './helpers/process.js';
+import { CLEAN_EXIT, freePort, startServerProcess, startWorkerProcess, type ServerProcess, stopped } from './helpers/process.js';
 import { answerOf, startFakeBackend, type FakeBackend } from './helpers/backends.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-worker-'));
@@ -144,7 +144,7 @@ describe('ins worker', () => {
     w.child.kill('SIGTERM');
     await until('the worker to stop taking jobs', () => w.logs().includes('stopping: 1 job(s) in flight'));
     b.resume();
-    expect(await w.exited).toBe(0);
+    expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
     expect((await result(jobId)).result.message.content).toBe(answerOf('slow-model', [{ content: 'last one' }]));
     expect(w.logs()).toContain('deregistered');
     expect((await nodes()).find((n) => n.name === 'leaving-node')).toMatchObject({ online: false, open_leases: 0, total_points: 1 });

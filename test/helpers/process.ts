@@ -54,6 +54,20 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * Stops `p` with SIGTERM (unless it was signalled already) and answers how it ended: a clean
+ * stop is { code: 0, signal: null }. Assert it with the logs as the message, so that a process
+ * that died by a signal (a native crash) says which, and what it logged last.
+ */
+export async function stopped(p: ServerProcess, send = true): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  if (send) p.child.kill('SIGTERM');
+  const code = await p.exited;
+  return { code, signal: p.child.signalCode };
+}
+
+/** How a process ends cleanly (see stopped()). */
+export const CLEAN_EXIT = Object.freeze({ code: 0, signal: null });
+
 export interface ServerProcess {
   child: ChildProcess;
   url: string;
