@@ -84,7 +84,6 @@ interface TableWrites { ins: number; upd: number; hot: number; del: number }
 
 /** Each table's rows inserted, updated (HOT among them) and deleted so far (pg_stat_user_tables; its counters lag by up to a stats flush). */
 async function tableWrites(url: string): Promise<Map<string, TableWrites>> {
-  await adminQuery(url, 'SELECT pg_stat_clear_snapshot()');
   const r = await adminQuery(url, 'SELECT relname, n_tup_ins::float8 AS ins, n_tup_upd::float8 AS upd, n_tup_hot_upd::float8 AS hot, n_tup_del::float8 AS del FROM pg_stat_user_tables');
   return new Map((r.rows as Array<TableWrites & { relname: string }>).map((t) => [t.relname, t]));
 }

@@ -1,6 +1,7 @@
 // The one rule for a whole number typed by a person (a flag, an environment variable): digits
 // only — no sign, fraction, exponent, hex or spaces, which Number() would take ("1e2", "0x1f",
-// " 5 ") — within the bounds the caller names. Each caller says what is wrong in its own words.
+// " 5 ") — within the bounds the caller names. A flag's problem reads the same wherever the flag
+// is parsed (ins, ins worker, ins ledger verify --server); the environment's reads as config-env.ts words it.
 
 /** `raw` as a whole number from min to max, or undefined when it is not one. */
 export function wholeNumber(raw: string, min: number, max: number): number | undefined {
@@ -8,3 +9,7 @@ export function wholeNumber(raw: string, min: number, max: number): number | und
   const n = Number(raw);
   return n >= min && n <= max ? n : undefined;
 }
+
+/** What is wrong with `--flag raw`, when wholeNumber(raw, min, max) refused it. */
+export const notWholeNumberFlag = (flag: string, raw: string, min: number, max: number): string =>
+  `--${flag} must be a whole number from ${min} to ${max}, got "${raw}"`;

@@ -1,6 +1,6 @@
 // How CLI commands talk back: collected lines for stdout and stderr, so the same command runs
 // in this process or inside the server (over the admin socket) with identical output.
-import { wholeNumber } from '../whole-number.js';
+import { notWholeNumberFlag, wholeNumber } from '../whole-number.js';
 
 export interface Io {
   out(line: string): void;
@@ -14,7 +14,7 @@ export class UsageError extends Error {}
 export function wholeNumberFlag(flag: string, raw: string | undefined, min: number, max: number, fallback: number): number {
   if (raw === undefined) return fallback;
   const n = wholeNumber(raw, min, max);
-  if (n === undefined) throw new UsageError(`--${flag} must be a whole number from ${min} to ${max}, got "${raw}"`);
+  if (n === undefined) throw new UsageError(notWholeNumberFlag(flag, raw, min, max));
   return n;
 }
 

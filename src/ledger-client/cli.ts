@@ -1,7 +1,7 @@
 // `ins ledger verify --server URL [--node NAME --key KEY] [--days N]`: the arguments, the run,
 // and what it prints. Exit 0 when everything verifies, 1 naming each difference, 2 bad usage.
 import { parseArgs } from 'node:util';
-import { wholeNumber } from '../whole-number.js';
+import { notWholeNumberFlag, wholeNumber } from '../whole-number.js';
 import { describe } from '../ledger-format/day.js';
 import { LedgerHttpError, verifyLedger, type VerifyOptions } from './verify.js';
 
@@ -32,7 +32,7 @@ export async function runLedgerVerify(argv: string[], out: (line: string) => voi
       return 0;
     }
     const days = values.days === undefined ? 30 : wholeNumber(values.days, 1, 3660);
-    if (days === undefined) throw new Error(`--days must be a whole number from 1 to 3660, got "${values.days}"`);
+    if (days === undefined) throw new Error(notWholeNumberFlag('days', values.days!, 1, 3660));
     if (!values.server || !/^https?:\/\//.test(values.server)) throw new Error('--server must be the service\'s http:// or https:// URL');
     if (values.node !== undefined && values.key === undefined) throw new Error('--node needs --key (the node\'s key, or a reader key)');
     o = { server: values.server, node: values.node, key: values.key, days, keyId: values['key-id'] };

@@ -1,7 +1,7 @@
 // `ins worker` options: each flag also as an environment variable, checked as a whole before
 // anything starts (every problem on its own line, exit 2).
 import { parseArgs } from 'node:util';
-import { wholeNumber } from '../whole-number.js';
+import { notWholeNumberFlag, wholeNumber } from '../whole-number.js';
 
 export type BackendKind = 'ollama' | 'openai' | 'vllm' | 'llamacpp' | 'gguf';
 const KINDS: BackendKind[] = ['ollama', 'openai', 'vllm', 'llamacpp', 'gguf'];
@@ -108,7 +108,7 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
     const v = get(flag);
     if (v === undefined) return fallback;
     const n = wholeNumber(v, min, max);
-    if (n === undefined) problems.push(`--${flag} must be a whole number from ${min} to ${max}, got "${v}"`);
+    if (n === undefined) problems.push(notWholeNumberFlag(flag, v, min, max));
     return n ?? fallback;
   };
   const server = url('server');
