@@ -341,7 +341,7 @@ describe.runIf(TEST_DATABASE_URL)('quotas across two servers on one PostgreSQL d
     const queued = (await dbs[0]!.query<{ id: string }>(sql('t_queued', "SELECT id::text FROM jobs WHERE owner_key_id = $1::bigint AND state = 'queued' ORDER BY id"), [k.id])).map((r) => r.id);
     expect((await apps[1]!.inject({ method: 'POST', url: `/cancel_job/${queued[0]}`, headers: { api_key: k.key } })).statusCode).toBe(200);
     // Both servers settle at once, over and over, until nothing is owed: each job is folded once.
-    const owed = async () => (await dbs[0]!.query<{ n: number }>(sql('t_owed', 'SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND usage_day IS NOT NULL AND finished_at IS NOT NULL'), [k.id]))[0]!.n;
+    const owed = async () => (await dbs[0]!.query<{ n: number }>(sql('t_owed', 'SELECT count(*)::int AS n FROM usage_owed WHERE key_id = $1::bigint'), [k.id]))[0]!.n;
     let settled = 0;
     for (let round = 0; round < 50 && (await owed()) > 0; round++) {
       for (const r of await Promise.all(apps.map((a) => a.service.usage.settle()))) settled += r!.jobs;

@@ -63,6 +63,29 @@ describe.each(backends)('storage on $name', (backend) => {
     expect(await announce([5], [5, 5], [a], ['failed'], [5], [b], [2])).toBe(`q:5:1,c:5:2,f:${a}:failed:5,e:${b}:2`);
   });
 
+  // migrations/0024_usage_owed.sql: the statement that finishes jobs leaves what they owe their
+  // owners' usage, one row per owner, day and model of that statement; nothing else does.
+  it('leaves what finished jobs owe in usage_owed, once per job, from the statement that finished them', async () => {
+    const [key] = await q(db, `INSERT INTO api_keys (label, key_hash, kind) VALUES ('owed', repeat('c', 64), 'user') RETURNING id`);
+    const [model] = await q(db, `INSERT INTO models (name) VALUES ('owed-model') RETURNING id`);
+    const submit = (owner: unknown, reserved: number) => q(db, `INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, usage_day, reserved_tokens)
+      VALUES (gen_random_uuid(), $1::bigint, $2::int, 'leased', '{}', now() + interval '1 hour', DATE '2026-11-20', $3::bigint) RETURNING id::text`, [owner, model!.id, reserved]);
+    const ids = [];
+    for (const [owner, reserved] of [[key!.id, 100], [key!.id, 100], [key!.id, 50], [null, 100]] as const) ids.push((await submit(owner, reserved))[0]!.id);
+    const owed = () => q(db, `SELECT key_id::int AS key, day::text, model_id AS model, tokens::int, jobs FROM usage_owed WHERE model_id = $1::int ORDER BY tokens`, [model!.id]);
+    // A statement that moves jobs without finishing them owes nothing.
+    await q(db, `UPDATE jobs SET state = 'queued' WHERE id = ANY($1::uuid[])`, [ids]);
+    expect(await owed()).toEqual([]);
+    // One statement finishes three of the owner's jobs (30 of 100 output tokens, no usage reported, failed) and the ownerless one.
+    await q(db, `UPDATE jobs SET finished_at = now(), state = CASE WHEN id = $1::uuid THEN 'failed' ELSE 'done' END,
+      usage = CASE WHEN id = $2::uuid THEN '{"completion_tokens": 30}'::jsonb END WHERE id = ANY($3::uuid[])`, [ids[2], ids[0], ids]);
+    expect(await owed()).toEqual([{ key: Number(key!.id), day: '2026-11-20', model: model!.id, tokens: -70 - 0 - 50, jobs: 3 }]);
+    // A finished job's later update (here its suspicion) owes nothing again.
+    await q(db, `UPDATE jobs SET suspicion = '{}'::jsonb WHERE id = ANY($1::uuid[])`, [ids]);
+    expect(await owed()).toHaveLength(1);
+    await q(db, 'DELETE FROM usage_owed WHERE model_id = $1::int', [model!.id]);
+  });
+
   it('keeps the aggregates equal to a recomputation from job_results after random reports', async () => {
     const nodeIds: number[] = [];
     for (let i = 0; i < 4; i++) nodeIds.push((await createNode(db, `prop-node-${i}`)).id);
@@ -171,6 +194,29 @@ describe.runIf(TEST_DATABASE_URL)('migrations on PostgreSQL with instances start
       expect(applied.flat().sort()).toEqual(loadMigrations().map((m) => m.name).sort());
     } finally {
       await Promise.all(dbs.map((d) => d.close()));
+      await drop();
+    }
+  });
+});
+
+describe.runIf(TEST_DATABASE_URL)('0024_usage_owed on a database with jobs still owed', () => {
+  it('carries what the finished, unsettled jobs owe into usage_owed, and nothing of the settled ones', async () => {
+    const { url, drop } = await createPostgresDatabase();
+    const db = openPostgres({ connectionString: url, max: 1 });
+    try {
+      const all = loadMigrations();
+      await migrate(db, all.filter((m) => m.version < 24));
+      await q(db, `INSERT INTO api_keys (label, key_hash, kind) VALUES ('owed', repeat('c', 64), 'user')`);
+      await q(db, `INSERT INTO models (name) VALUES ('owed-model')`);
+      // Two owed (done with 30 of 100, canceled with 40 reserved), one settled (usage_day NULL), one open.
+      await q(db, `INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, usage_day, reserved_tokens, finished_at, usage)
+        SELECT gen_random_uuid(), (SELECT id FROM api_keys), (SELECT id FROM models WHERE name = 'owed-model'), s, '{}', now(), d, r, f, u
+        FROM (VALUES ('done', DATE '2026-11-20', 100, now(), '{"completion_tokens": 30}'::jsonb), ('canceled', DATE '2026-11-20', 40, now(), NULL),
+          ('done', NULL, 100, now(), '{"completion_tokens": 1}'::jsonb), ('queued', DATE '2026-11-20', 100, NULL, NULL)) AS v(s, d, r, f, u)`);
+      await migrate(db, all);
+      expect(await q(db, 'SELECT day::text, tokens::int, jobs FROM usage_owed')).toEqual([{ day: '2026-11-20', tokens: -110, jobs: 2 }]);
+    } finally {
+      await db.close();
       await drop();
     }
   });

@@ -1,19 +1,23 @@
 // Settling token usage (src/usage/sql.ts): every server looks about once a second; a look runs
-// the settle statement batch after batch until a batch comes back short (nothing more is owed),
+// the settle statement batch after batch (rows of usage_owed, each standing for one or more
+// finished jobs) until a batch comes back short (nothing more is owed),
 // another server holds the lock (it is settling: this look stops), or the server stops. Until a
 // finished job is settled its reservation stays counted, so a quota is never exceeded meanwhile;
 // its tokens come back within about a second. A failure is reported through `error` and the
 // next look tries again; it never escapes.
 import type { Database } from '../db/database.js';
-import { SETTLE } from './sql.js';
+import { SETTLE, VACUUM_OWED } from './sql.js';
 
 export interface SettlerEvents { error: (err: unknown) => void }
 
-/** Jobs per statement. */
+/** Rows of usage_owed per statement. */
 export const SETTLE_BATCH = 1000;
 
+/** On the embedded database, the least time between two vacuums of usage_owed. */
+export const VACUUM_OWED_MS = 60_000;
+
 export interface SettleReport {
-  /** Finished jobs whose usage was folded into key_usage. */
+  /** Finished jobs whose usage was folded into key_usage (each once). */
   jobs: number;
   /** Another server held the lock: this look stopped early. */
   busy: boolean;
@@ -24,8 +28,10 @@ export class Settler {
   private last: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  private vacuumedAt = -Infinity;
 
-  constructor(private readonly db: Database, private readonly events: SettlerEvents, private readonly batch = SETTLE_BATCH) {}
+  constructor(private readonly db: Database, private readonly events: SettlerEvents, private readonly batch = SETTLE_BATCH,
+    private readonly vacuumEveryMs = VACUUM_OWED_MS) {}
 
   /** Looks now, then every `everySeconds`; a look still waiting to run is not doubled. */
   start(everySeconds: number): void {
@@ -57,12 +63,18 @@ export class Settler {
   private async look(): Promise<SettleReport> {
     const report: SettleReport = { jobs: 0, busy: false };
     while (!this.stopped) {
-      const [row] = await this.db.query<{ locked: boolean; rows: number }>(SETTLE, [this.batch]);
+      const [row] = await this.db.query<{ locked: boolean; rows: number; jobs: number }>(SETTLE, [this.batch]);
       if (!row!.locked) return { ...report, busy: true };
-      report.jobs += row!.rows;
+      report.jobs += row!.jobs;
       if (row!.rows < this.batch) break;
       // Between batches, the event loop (and the pool) serve requests first.
       await new Promise((resolve) => setImmediate(resolve));
+    }
+    // PGlite runs no autovacuum: the rows this look deleted would keep their line pointers, and
+    // the table (which the statement scans whole) would grow by a page per few hundred rows.
+    if (this.db.kind === 'pglite' && report.jobs > 0 && !this.stopped && performance.now() - this.vacuumedAt >= this.vacuumEveryMs) {
+      this.vacuumedAt = performance.now();
+      await this.db.query(VACUUM_OWED);
     }
     return report;
   }
