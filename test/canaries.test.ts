@@ -10,9 +10,8 @@
 //   agreements; a lone node that cannot score gets none.
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
-import { maintain } from '../src/verify/maintenance.js';
 import { backends } from './helpers/db.js';
-import { auditWaits } from './helpers/audits.js';
+import { auditWaits, ownRound } from './helpers/audits.js';
 import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -48,7 +47,7 @@ describe.each(backends)('canaries on $name', (backend) => {
   /** One maintenance round that may send a canary (chance 1): answers the models sent one. */
   const round = async () => {
     const lifecycle = t.app.service.coordinator.lifecycle;
-    const r = await maintain(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
+    const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
     if (r?.outcome) lifecycle.apply(r.outcome);
     return r?.canaries ?? [];
   };

@@ -16,13 +16,13 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { DEFAULT_VERIFY } from '../src/config-verify.js';
-import { maintain } from '../src/verify/maintenance.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
+import { ownRound } from './helpers/audits.js';
 import { totalPoints } from './helpers/state.js';
 
 const models = tinyModels();
@@ -117,7 +117,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     // The maintenance round (the app's own makes no probes: VERIFY_PROBE_INTERVAL 0), with chance 1.
     const lifecycle = t.app.service.coordinator.lifecycle;
     const round = async () => {
-      const r = await maintain(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
+      const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
       if (r?.outcome) lifecycle.apply(r.outcome);
     };
     /** Canaries one at a time to the node alone, until `done`. */

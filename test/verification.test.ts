@@ -6,12 +6,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
-import { maintain } from '../src/verify/maintenance.js';
 import { auditBatch } from '../src/verify/auditor.js';
 import { reverse } from '../src/verify/reversal.js';
 import { strike } from '../src/verify/standing.js';
 import { backends } from './helpers/db.js';
-import { auditWaits } from './helpers/audits.js';
+import { auditWaits, ownRound } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -237,7 +236,7 @@ describe.each(backends)('verification on $name', (backend) => {
     const lifecycle = t.app.service.coordinator.lifecycle;
     const opts = { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle };
     for (let i = 0; i < 5; i++) {
-      const r = await maintain(t.db, opts);
+      const r = await ownRound(t.db, opts);
       expect(r?.probed).toHaveLength(1);
       lifecycle.apply(r!.outcome!);
     }

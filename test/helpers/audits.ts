@@ -1,6 +1,7 @@
 // Waiting on the verifier in tests that drive audits through the real app: a query helper, "every
 // job settled and audited", and a wait for a state (never for a time).
 import { sql, type Database } from '../../src/db/database.js';
+import { maintain, type MaintenanceOptions } from '../../src/verify/maintenance.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -14,4 +15,18 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
     throw new Error(`timed out waiting for ${what}${o.detail ? `: ${await o.detail()}` : ''}`);
   };
   return { q, settled, until };
+}
+
+/**
+ * A maintenance round of the test's own (verify/maintenance.ts). The app's verifier runs its own
+ * rounds under the same advisory lock, and a round that finds the lock held does nothing: that
+ * one is run again once the app's round is over, so the test never reads "nothing sent" from a
+ * collision (seen on a loaded machine).
+ */
+export async function ownRound(db: Database, o: MaintenanceOptions, ms = 60_000) {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) {
+    const r = await maintain(db, o);
+    if (r) return r;
+  }
+  throw new Error('timed out waiting for the maintenance lock');
 }
