@@ -83,6 +83,11 @@ describe.each(backends)('storage on $name', (backend) => {
     // A finished job's later update (here its suspicion) owes nothing again.
     await q(db, `UPDATE jobs SET suspicion = '{}'::jsonb WHERE id = ANY($1::uuid[])`, [ids]);
     expect(await owed()).toHaveLength(1);
+    // A statement whose two writing CTEs finish jobs (as the sweep's do): one row for both.
+    const more = [(await submit(key!.id, 20))[0]!.id, (await submit(key!.id, 30))[0]!.id];
+    await q(db, `WITH a AS (UPDATE jobs SET state = 'expired', finished_at = now() WHERE id = $1::uuid RETURNING 1),
+      b AS (UPDATE jobs SET state = 'failed', finished_at = now() WHERE id = $2::uuid RETURNING 1) SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b) AS n`, more);
+    expect((await owed()).map((r) => [r.tokens, r.jobs])).toEqual([[-120, 3], [-50, 2]]);
     await q(db, 'DELETE FROM usage_owed WHERE model_id = $1::int', [model!.id]);
   });
 
