@@ -1,11 +1,12 @@
 import { defineConfig } from 'vitest/config';
 
-// The tests that drive the coordinator end to end, and retention (its transaction-scoped lock),
-// again through Debian's PgBouncer in transaction mode (test/helpers/pgbouncer-setup.ts):
-// unnamed statements, per-transaction settings, LISTEN on a direct connection.
+// The tests that drive the coordinator end to end, retention and the settler (their
+// transaction-scoped locks, the settler's VACUUM), again through Debian's PgBouncer in
+// transaction mode (test/helpers/pgbouncer-setup.ts): unnamed statements, per-transaction
+// settings, LISTEN on a direct connection.
 export default defineConfig({
   test: {
-    include: ['test/coordinator.test.ts', 'test/coordinator-servers.test.ts', 'test/openai.test.ts', 'test/retention.test.ts'],
+    include: ['test/coordinator.test.ts', 'test/coordinator-servers.test.ts', 'test/openai.test.ts', 'test/retention.test.ts', 'test/settle.test.ts'],
     globalSetup: ['test/helpers/pgbouncer-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,

@@ -13,7 +13,7 @@ export interface SettlerEvents { error: (err: unknown) => void }
 /** Rows of usage_owed per statement. */
 export const SETTLE_BATCH = 1000;
 
-/** On the embedded database, the least time between two vacuums of usage_owed. */
+/** The least time between two vacuums of usage_owed by this server's settler. */
 export const VACUUM_OWED_MS = 60_000;
 
 export interface SettleReport {
@@ -70,9 +70,11 @@ export class Settler {
       // Between batches, the event loop (and the pool) serve requests first.
       await new Promise((resolve) => setImmediate(resolve));
     }
-    // PGlite runs no autovacuum: the rows this look deleted would keep their line pointers, and
-    // the table (which the statement scans whole) would grow by a page per few hundred rows.
-    if (this.db.kind === 'pglite' && report.jobs > 0 && !this.stopped && performance.now() - this.vacuumedAt >= this.vacuumEveryMs) {
+    // The rows this look deleted keep their line pointers until a VACUUM, and the statement scans
+    // the table whole: without one it would grow by a page per few hundred rows. PGlite runs no
+    // autovacuum, and a PostgreSQL may run with it off (docs/operations.md): the settler does not
+    // count on it. A table of a second's rows takes milliseconds to vacuum.
+    if (report.jobs > 0 && !this.stopped && performance.now() - this.vacuumedAt >= this.vacuumEveryMs) {
       this.vacuumedAt = performance.now();
       await this.db.query(VACUUM_OWED);
     }

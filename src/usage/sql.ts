@@ -28,6 +28,7 @@ folded AS (
 )
 SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM taken) AS rows, (SELECT coalesce(sum(jobs), 0)::int FROM taken) AS jobs`);
 
-// The embedded database (PGlite) has no autovacuum (src/retention/sql.ts VACUUM): the settler
-// vacuums the rows it deleted itself, at most once a minute (settle.ts).
+// The settler vacuums the rows it deleted itself, at most once a minute (settle.ts): PGlite has
+// no autovacuum (src/retention/sql.ts VACUUM), and a PostgreSQL may have it off. One statement
+// outside any transaction, as VACUUM must be (through PgBouncer's transaction mode too).
 export const VACUUM_OWED = sql('usage_vacuum', 'VACUUM usage_owed');
