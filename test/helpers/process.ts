@@ -82,9 +82,24 @@ export interface ServerProcess {
 // (src/cli/entry.ts).
 const SERVER_FLAGS = ['--liftoff-only'];
 
-/** Starts `ins serve` (on `port`, else a free one) and resolves once /readyz answers 200. */
+/**
+ * Starts `ins serve` (on `port`, else a free one) and resolves once /readyz answers 200. A free
+ * port can be taken by another process of the suite before the server binds it (seen once in
+ * CI): the server then exits saying so, and another free port is tried.
+ */
 export async function startServerProcess(env: Record<string, string | undefined>, fixedPort?: number): Promise<ServerProcess> {
-  const port = fixedPort ?? await freePort();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerOn(env, fixedPort ?? await freePort());
+    } catch (err) {
+      if (fixedPort !== undefined || attempt >= 5 || !(err instanceof PortTaken)) throw err;
+    }
+  }
+}
+
+class PortTaken extends Error {}
+
+async function startServerOn(env: Record<string, string | undefined>, port: number): Promise<ServerProcess> {
   const child = spawn(process.execPath, [...SERVER_FLAGS, ...INS, 'serve'], {
     cwd: ROOT,
     env: cleanEnv({ ...env, PORT: String(port), HOST: '127.0.0.1' }),
@@ -98,7 +113,10 @@ export async function startServerProcess(env: Record<string, string | undefined>
   // Generous: a loaded machine starts processes slowly; a server that never gets there is killed, not left behind.
   const deadline = Date.now() + 90_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`server exited early:\n${logs}`);
+    if (child.exitCode !== null) {
+      if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
+      throw new Error(`server exited early:\n${logs}`);
+    }
     try {
       if ((await fetch(`${url}/readyz`)).status === 200) break;
     } catch {
