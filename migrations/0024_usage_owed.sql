@@ -25,10 +25,16 @@ CREATE TABLE usage_owed (
   jobs     integer NOT NULL CHECK (jobs > 0)
 );
 
+-- What a finished job owes its owner's usage, against its reservation: the one rule, used by the
+-- backfill below and by the trigger (SQL, inlined where it is called).
+CREATE FUNCTION job_owed_tokens(state text, usage jsonb, reserved_tokens bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN state = 'done' THEN coalesce((usage ->> 'completion_tokens')::bigint, reserved_tokens) - reserved_tokens ELSE -reserved_tokens END
+$$;
+
 -- The jobs still owed when this migration runs.
 INSERT INTO usage_owed (key_id, day, model_id, tokens, jobs)
-SELECT owner_key_id, usage_day, model_id, sum(CASE WHEN state = 'done'
-    THEN coalesce((usage ->> 'completion_tokens')::bigint, reserved_tokens) - reserved_tokens ELSE -reserved_tokens END), count(*)
+SELECT owner_key_id, usage_day, model_id, sum(job_owed_tokens(state, usage, reserved_tokens)), count(*)
 FROM jobs WHERE usage_day IS NOT NULL AND finished_at IS NOT NULL AND owner_key_id IS NOT NULL
 GROUP BY 1, 2, 3;
 DROP INDEX jobs_unsettled;
@@ -39,8 +45,7 @@ DROP INDEX jobs_unsettled;
 CREATE FUNCTION usage_owed_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO usage_owed (key_id, day, model_id, tokens, jobs)
-  SELECT n.owner_key_id, n.usage_day, n.model_id, sum(CASE WHEN n.state = 'done'
-      THEN coalesce((n.usage ->> 'completion_tokens')::bigint, n.reserved_tokens) - n.reserved_tokens ELSE -n.reserved_tokens END), count(*)
+  SELECT n.owner_key_id, n.usage_day, n.model_id, sum(job_owed_tokens(n.state, n.usage, n.reserved_tokens)), count(*)
   FROM new_jobs n JOIN old_jobs o ON o.id = n.id
   WHERE n.finished_at IS NOT NULL AND o.finished_at IS NULL AND n.owner_key_id IS NOT NULL AND n.usage_day IS NOT NULL
   GROUP BY 1, 2, 3;

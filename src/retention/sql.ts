@@ -81,8 +81,9 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS row
 const STALE = `SELECT coalesce($1::timestamptz, now()) - make_interval(secs => greatest($2::float8, ${8 * 86400})) AS before`;
 
 // Usage counters (key_usage) of UTC days before STALE: GET /usage and the submit statement read
-// today's only; settling a job writes its own usage_day (carried by its row of usage_owed), so no
-// day that an open job counts on is touched (its jobs are queued or leased; the sweeper ends them within MAX_JOB_TIMEOUT).
+// today's only; settling a job writes its own usage_day (carried by its row of usage_owed), so
+// no day that an open job counts on is touched (its jobs are queued or leased; the sweeper ends
+// them within MAX_JOB_TIMEOUT).
 export const PRUNE_USAGE = sql('retention_prune_usage', `WITH lock AS (${LOCKED}),
 stale AS (${STALE}),
 open_days AS (SELECT min(j.usage_day) AS first FROM jobs j WHERE j.state IN ('queued', 'leased')),

@@ -10,11 +10,14 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
   const q = async <T>(name: string, text: string, values: unknown[] = []) => db().query<T>(sql(name, text), values);
   /** No job queued or leased, and none waiting for its audit. */
   const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const until = async (what: string, ok: () => Promise<boolean>, ms = o.timeoutMs ?? 60_000) => {
-    for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) if (await ok()) return;
-    throw new Error(`timed out waiting for ${what}${o.detail ? `: ${await o.detail()}` : ''}`);
-  };
+  const until = (what: string, ok: () => Promise<boolean>, ms = o.timeoutMs ?? 60_000) => waitFor(what, ok, ms, o.detail);
   return { q, settled, until };
+}
+
+/** Polls `ok` until it answers true, or throws after `ms` saying what was awaited (and `detail`). */
+async function waitFor(what: string, ok: () => Promise<boolean>, ms: number, detail?: () => Promise<string>): Promise<void> {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) if (await ok()) return;
+  throw new Error(`timed out waiting for ${what}${detail ? `: ${await detail()}` : ''}`);
 }
 
 /**
@@ -24,9 +27,7 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
  * collision (seen on a loaded machine).
  */
 export async function ownRound(db: Database, o: MaintenanceOptions, ms = 60_000) {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) {
-    const r = await maintain(db, o);
-    if (r) return r;
-  }
-  throw new Error('timed out waiting for the maintenance lock');
+  let round: Awaited<ReturnType<typeof maintain>>;
+  await waitFor('the maintenance lock', async () => (round = await maintain(db, o)) !== undefined, ms);
+  return round!;
 }
