@@ -14,18 +14,56 @@
 // then reads the day closed (a locking read returns the newest committed row).
 import { sql, type Queryable } from '../db/database.js';
 
-// $1 node ids and $2 how far back from now, in seconds, their successes go (parallel arrays),
-// $3 job ids reversed whoever did them, $4 the reason. The statement's snapshot still shows the victims as successes, so what
+// What is reversed: $1 node ids and $2 how far back from now, in seconds, their successes go
+// (parallel arrays), and $3 job ids whoever did them.
+const CHOSEN = `SELECT r.job_id FROM unnest($1::bigint[], $2::float8[]) AS t(node_id, back)
+      JOIN job_results r ON r.node_id = t.node_id AND r.status = 'success' AND r.received_at >= now() - make_interval(secs => t.back)
+    UNION
+    SELECT unnest($3::text[])`;
+
+// First, in a statement of its own, the rows REVERSE rewrites from its snapshot are locked (same
+// $1..$3): the daily rows of the victims' nodes on the victims' days and today (made, at 0, where
+// there is none yet), and their roster rows. REVERSE decides per row from its snapshot whether
+// to lower it or delete it; a credit of the same node committing meanwhile (its statement saw
+// the node in good standing, so it raced with a suspension, or any report beside a strike)
+// would make that decision stale: a DELETE whose row changed under it is skipped, and the
+// victims' points stayed (seen: a suspended node kept 2 points). With the rows locked first,
+// such a credit either committed before (and REVERSE's snapshot shows it) or waits until this
+// transaction ends. Credits lock the daily row, so this also holds them off rows that are only
+// created later today. Left: a node with no success in the window, one of whose reports
+// commits between this statement and REVERSE while a second is in flight (two reports inside
+// one round trip of the moment a node with nothing to take back is suspended).
+const LOCK = sql('verify_reverse_lock', `WITH chosen AS (${CHOSEN}),
+  hit AS (
+    SELECT r.node_id, r.model_id, (r.received_at AT TIME ZONE 'UTC')::date AS day
+    FROM job_results r JOIN chosen c ON r.job_id = c.job_id WHERE r.status = 'success'),
+  daily AS (
+    INSERT INTO node_daily_points AS d (node_id, day, points, successes)
+    SELECT node_id, day, 0, 0 FROM (SELECT node_id, day FROM hit UNION SELECT node_id, (now() AT TIME ZONE 'UTC')::date FROM hit) k
+    ORDER BY node_id, day
+    ON CONFLICT (node_id, day) DO UPDATE SET points = d.points
+    RETURNING d.node_id, d.day),
+  overall AS (
+    SELECT 1 FROM model_nodes mn WHERE (mn.model_id, mn.node_id) IN (SELECT model_id, node_id FROM hit)
+    ORDER BY mn.model_id, mn.node_id FOR UPDATE),
+  days AS (
+    SELECT 1 FROM model_node_days md WHERE (md.model_id, md.node_id, md.day) IN (SELECT model_id, node_id, day FROM hit)
+    ORDER BY md.model_id, md.node_id, md.day FOR UPDATE)
+  SELECT coalesce(array_agg(node_id), '{}') AS nodes, coalesce(array_agg(day::text), '{}') AS days,
+    (SELECT count(*) FROM overall)::int + (SELECT count(*) FROM days)::int AS roster_rows
+  FROM daily`);
+// Last, a daily row the lock made that nothing filled goes ($1 node ids, $2 days): no row holds nothing.
+const LOCKED_EMPTY = sql('verify_reverse_empty', `DELETE FROM node_daily_points d
+  USING unnest($1::bigint[], $2::date[]) AS k(node_id, day)
+  WHERE d.node_id = k.node_id AND d.day = k.day AND d.points = 0 AND d.successes = 0`);
+
+// Same $1..$3, and $4 the reason. The statement's snapshot still shows the victims as successes, so what
 // remains of each touched (model, node) and (model, node, day) sets them aside by job id; rows
 // left with nothing go. Models are locked in id order before their roster version moves, as
 // results/credit.ts does, so the two never wait on each other in a cycle. A (node, day) row
 // lowered by a late reversal is upserted (it may not exist yet today), never deleted, so it
 // cannot race with a credit creating it; rows of open days lose exactly their own successes.
-const REVERSE = sql('verify_reverse', `WITH chosen AS (
-    SELECT r.job_id FROM unnest($1::bigint[], $2::float8[]) AS t(node_id, back)
-      JOIN job_results r ON r.node_id = t.node_id AND r.status = 'success' AND r.received_at >= now() - make_interval(secs => t.back)
-    UNION
-    SELECT unnest($3::text[])),
+const REVERSE = sql('verify_reverse', `WITH chosen AS (${CHOSEN}),
   victims AS (
     UPDATE job_results r SET status = 'reversed' FROM chosen c WHERE r.job_id = c.job_id AND r.status = 'success'
     RETURNING r.job_id, r.node_id, r.model_id, r.points, (r.received_at AT TIME ZONE 'UTC')::date AS day),
@@ -85,11 +123,17 @@ const REVERSE = sql('verify_reverse', `WITH chosen AS (
 
 export interface Reversed { results: number; points: number }
 
-/** Reverses each node's successes of the last `seconds`, and those of the given jobs; answers how many and how many points. */
+/**
+ * Reverses each node's successes of the last `seconds`, and those of the given jobs; answers how
+ * many and how many points. Three statements: `db` must be a transaction.
+ */
 export async function reverse(db: Queryable, which: { nodes?: { nodeId: number; seconds: number }[]; jobIds?: string[] }, reason: string): Promise<Reversed> {
   const nodes = which.nodes ?? [];
   const jobIds = which.jobIds ?? [];
   if (nodes.length === 0 && jobIds.length === 0) return { results: 0, points: 0 };
-  const [row] = await db.query<Reversed>(REVERSE, [nodes.map((s) => s.nodeId), nodes.map((s) => s.seconds), jobIds, reason]);
+  const chosen = [nodes.map((s) => s.nodeId), nodes.map((s) => s.seconds), jobIds];
+  const [locked] = await db.query<{ nodes: number[]; days: string[] }>(LOCK, chosen);
+  const [row] = await db.query<Reversed>(REVERSE, [...chosen, reason]);
+  if (locked!.nodes.length > 0) await db.query(LOCKED_EMPTY, [locked!.nodes, locked!.days]);
   return row!;
 }
