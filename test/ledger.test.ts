@@ -12,7 +12,7 @@ import fc from 'fast-check';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
-import { sql, type Database } from '../src/db/database.js';
+import { sql } from '../src/db/database.js';
 import { buildApp } from '../src/app.js';
 import { resultsImport } from '../src/import/results.js';
 import { ImportRejected, runImport } from '../src/import/run.js';
@@ -267,7 +267,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
         if (d !== day(3) || late) return;
         // Another connection reverses a credit of the day being committed: it must wait for the lock.
         late = reverse(t.db, { jobIds: ['j-3-gamma 🚀-2'] }, 'strike');
-        await waitFor(t.db, async () => (await t.db.query<{ n: number }>(sql('t_waiting', `SELECT count(*)::int AS n FROM pg_stat_activity
+        await until('the reversal to wait for the closing day', async () => (await t.db.query<{ n: number }>(sql('t_waiting', `SELECT count(*)::int AS n FROM pg_stat_activity
           WHERE wait_event_type = 'Lock' AND query LIKE '%ledger_state FOR SHARE%'`)))[0]!.n === 1);
       },
     });
@@ -362,11 +362,3 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     expect((await checkDatabase(t.db, 30)).differences).toEqual([]);
   });
 });
-
-async function waitFor(_db: Database, ok: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 2000; i++) {
-    if (await ok()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error('timed out waiting');
-}

@@ -2,8 +2,7 @@
 // job settled and audited", and a wait for a state (never for a time).
 import { sql, type Database } from '../../src/db/database.js';
 import { maintain, type MaintenanceOptions } from '../../src/verify/maintenance.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { until as waitFor } from './wait.js';
 
 /** `db` is read at each call: tests start a new app (and database) per test. */
 export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?: () => Promise<string> } = {}) {
@@ -12,12 +11,6 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
   const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
   const until = (what: string, ok: () => Promise<boolean>, ms = o.timeoutMs ?? 60_000) => waitFor(what, ok, ms, o.detail);
   return { q, settled, until };
-}
-
-/** Polls `ok` until it answers true, or throws after `ms` saying what was awaited (and `detail`). */
-async function waitFor(what: string, ok: () => Promise<boolean>, ms: number, detail?: () => Promise<string>): Promise<void> {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) if (await ok()) return;
-  throw new Error(`timed out waiting for ${what}${detail ? `: ${await detail()}` : ''}`);
 }
 
 /**

@@ -14,13 +14,9 @@ export interface InProcessWorker {
   stop(): Promise<void>;
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { until } from './wait.js';
 
-/** Polls a state every 20 ms (never a fixed wait) until it holds, or fails after ms. */
-export async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) if (await ok()) return;
-  throw new Error(`timed out waiting for ${what}`);
-}
+export { sleep, until } from './wait.js';
 
 /** Starts a worker and resolves once it declared its models (it polls from then on). */
 export async function startWorker(o: { server: string; node: string; key: string; backend: BackendKind; backendUrl: string } & Partial<WorkerOptions>): Promise<InProcessWorker> {
