@@ -1,5 +1,5 @@
 // The statement-stats scenario (`npm run bench -- --scenario statement-stats`): one dispatch cycle
-// (VERIFY=off, --workers, --submitters, --duration) on PostgreSQL, and what each statement cost
+// (VERIFY=off, --workers, --submitters, --duration; --client-mode poll: the seed's polls) on PostgreSQL, and what each statement cost
 // PostgreSQL per job, from pg_stat_statements: calls, planning and execution time, beside the
 // CPU per job of the server, of PostgreSQL's processes and of the bench's own clients. Unlike
 // --statement-log it adds no logging to what it measures. pg_stat_statements must be loaded by
@@ -13,10 +13,16 @@
 // function from Linux perf over the measured seconds (bench/pg-perf.ts).
 import path from 'node:path';
 import { adminQuery, freshDatabase, importBenchNodes, ins, metricTotal, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
-import { cycle, http } from './cycle.js';
+import { cycle, http, type ClientMode } from './cycle.js';
 import { recordPerf } from './pg-perf.js';
 
-export interface StatementStatsOptions { databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number; pgPerf?: boolean }
+export interface StatementStatsOptions {
+  databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number; pgPerf?: boolean;
+  /** jobs (default): get_result with wait; poll: the seed's way, get_result every 20 ms (bench/polls.ts). */
+  mode?: ClientMode;
+  /** ANALYZE the database after the warm-up, as autovacuum would have by then (this machine's PostgreSQL runs without it). */
+  analyze?: boolean;
+}
 
 interface StatementRow { calls: string; plan: number; exec: number; rows: string; query: string }
 
@@ -32,7 +38,8 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
     const server = await startServer(db.env, 19_000 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-statement-stats.log'), { VERIFY: 'off' });
     try {
       const h = http(server.url, o.workers + o.submitters + 8);
-      await cycle(h, nodes, userKey, o.submitters, 0, o.warmup);
+      await cycle(h, nodes, userKey, o.submitters, 0, o.warmup, o.mode);
+      if (o.analyze) await adminQuery(db.env.DATABASE_URL!, 'ANALYZE');
       if (statements) await adminQuery(db.env.DATABASE_URL!, 'SELECT pg_stat_statements_reset()');
       await statsFlushed();
       const [tables0, wal0] = [await tableWrites(db.env.DATABASE_URL!), await walBytes(db.env.DATABASE_URL!)];
@@ -40,7 +47,7 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
       const postgresCpu = await postgresCpuSeconds(o.databaseUrl);
       const perf = o.pgPerf ? recordPerf(path.join(ROOT, 'bench-results', `statement-stats-${process.pid}.perf`)) : undefined;
       const [pg0, bench0] = [postgresCpu?.(), process.cpuUsage()];
-      const run = await cycle(h, nodes, userKey, o.submitters, 0, o.duration);
+      const run = await cycle(h, nodes, userKey, o.submitters, 0, o.duration, o.mode);
       const [pg1, bench] = [postgresCpu?.(), process.cpuUsage(bench0)];
       const shares = await perf?.stop();
       const wal1 = await walBytes(db.env.DATABASE_URL!);
@@ -51,7 +58,7 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
       const jobs = Math.max(1, run.submitted);
       const ms = (seconds: number) => ((seconds * 1000) / jobs).toFixed(3);
       const serverSeconds = metricTotal(after, 'process_cpu_seconds_total') - metricTotal(before, 'process_cpu_seconds_total');
-      console.log(`dispatch cycle, VERIFY=off, ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s: ${run.jobsPerSecond} jobs/s, ${run.submitted} jobs, lost ${run.lost}, duplicated ${run.duplicated}`);
+      console.log(`${o.mode === 'poll' ? 'the seed\'s polls (get_result every 20 ms)' : 'dispatch cycle'}, VERIFY=off, ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s: ${run.jobsPerSecond} jobs/s, ${run.submitted} jobs, lost ${run.lost}, duplicated ${run.duplicated}`);
       console.log(`CPU per job, ms: server ${ms(serverSeconds)}, PostgreSQL ${pg0 === undefined || pg1 === undefined ? 'n/a' : ms(pg1 - pg0)}, the bench's clients ${ms((bench.user + bench.system) / 1e6)}`);
       console.log(`WAL per job: ${((wal1 - wal0) / jobs).toFixed(0)} bytes`);
       printRows([['table', 'inserted per job', 'updated per job', 'of them HOT', 'deleted per job'],

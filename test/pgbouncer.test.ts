@@ -69,6 +69,15 @@ describe.runIf(TEST_DATABASE_URL && PGBOUNCER)('through PgBouncer in transaction
     }
   });
 
+  it("runs a statement marked plan: 'generic' through it like any other, also when that statement is the one that finds the pooler", async () => {
+    const warnings: string[] = [];
+    const d = opened(openPostgres({ connectionString: bouncer.url(db.name), directConnectionString: db.url, onWarning: (m) => warnings.push(m) }));
+    const generic = sql('t_generic_through', 'SELECT $1::int + 1 AS n, current_setting(\'plan_cache_mode\') AS mode', { plan: 'generic' });
+    expect(await d.query(generic, [1])).toEqual([{ n: 2, mode: 'auto' }]);
+    expect(warnings[0]).toMatch(/unsupported startup parameter/);
+    expect(await d.query(generic, [2])).toEqual([{ n: 3, mode: 'auto' }]);
+  });
+
   it('hears NOTIFY sent through the pooler on the direct LISTEN connection', async () => {
     const d = opened(openPostgres({ connectionString: bouncer.url(db.name), directConnectionString: db.url, pooler: 'transaction' }));
     const heard: string[] = [];

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
 import { loadMigrations, migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/pg.js';
+import { LEASE } from '../src/jobs/sql/lease.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { uniqueNodes, UNIQUE_NODES } from '../src/repositories/unique-nodes.js';
 import { RosterCache } from '../src/repositories/model-roster.js';
@@ -240,6 +241,28 @@ describe.runIf(TEST_DATABASE_URL)('connections to PostgreSQL', () => {
       })));
       expect(outside).toEqual(['off', 'off', 'off']);
       expect((await db.query<{ jit: string }>(show))[0]!.jit).toBe('off');
+    } finally {
+      await db.close();
+    }
+  });
+
+  it("plan a statement marked plan: 'generic' once, on its own connection; every other statement as PostgreSQL chooses", async () => {
+    const db = openPostgres({ connectionString: TEST_DATABASE_URL!, max: 3 });
+    try {
+      const mode = "SELECT current_setting('plan_cache_mode') AS mode, current_setting('jit') AS jit, pg_backend_pid() AS pid";
+      const generic = sql('t_generic_mode', mode, { plan: 'generic' });
+      const [g] = await db.query<{ mode: string; jit: string; pid: number }>(generic);
+      expect(g).toMatchObject({ mode: 'force_generic_plan', jit: 'off' });
+      expect((await db.query<{ mode: string }>(sql('t_auto_mode', mode)))[0]!.mode).toBe('auto');
+      // In a transaction it runs on the transaction's connection, as any statement.
+      expect((await db.transaction((tx) => tx.query<{ mode: string }>(generic)))[0]!.mode).toBe('auto');
+      // A statement with parameters runs from a generic plan from its first execution (left to
+      // itself PostgreSQL plans the first five custom); jobs_lease is so marked.
+      expect(await db.query(sql('t_generic_param', 'SELECT $1::int + 1 AS n', { plan: 'generic' }), [1])).toEqual([{ n: 2 }]);
+      const plans = sql('t_generic_plans', `SELECT generic_plans::int, custom_plans::int, pg_backend_pid() AS pid FROM pg_prepared_statements
+        WHERE name = 't_generic_param'`, { plan: 'generic' });
+      expect(await db.query(plans)).toEqual([{ generic_plans: 1, custom_plans: 0, pid: g!.pid }]);
+      expect(LEASE.plan).toBe('generic');
     } finally {
       await db.close();
     }

@@ -13,6 +13,12 @@ import type { Writable } from 'node:stream';
 export interface Sql {
   readonly name: string;
   readonly text: string;
+  /**
+   * generic: planned once per connection, not at every execution (PostgreSQL's plan cache keeps
+   * re-planning a statement whose generic plan it estimates dearer than its custom ones). On
+   * direct PostgreSQL connections outside transactions; elsewhere as any statement (db/pg.ts).
+   */
+  readonly plan?: 'generic';
 }
 
 export interface Queryable {
@@ -51,7 +57,7 @@ export interface Database extends Queryable {
   close(): Promise<void>;
 }
 
-export const sql = (name: string, text: string): Sql => ({ name, text });
+export const sql = (name: string, text: string, o: { plan?: 'generic' } = {}): Sql => (o.plan ? { name, text, plan: o.plan } : { name, text });
 
 export type StatementObserver = (name: string, seconds: number) => void;
 

@@ -57,9 +57,21 @@ export function describeUrl(connectionString: string): string {
   }
 }
 
+// Statements marked `plan: 'generic'` (db/database.ts) run on a connection of their own whose
+// plan_cache_mode is force_generic_plan: jobs_lease's custom plan cost about 2 ms of planning
+// at every execution, as much as it ran, and PostgreSQL never switched to the generic plan,
+// which runs as fast (docs/benchmarks.md, "jobs_lease planned once, …"). The connection lives at
+// most GENERIC_LIFETIME_S: a generic plan is kept until the statistics of its tables change, and
+// where they never do (autovacuum off) a plan made when the tables were small would stay;
+// a new connection plans again with the tables' sizes as they are. One connection: the
+// dispatcher runs one lease round at a time (jobs/dispatcher.ts). Through a transaction pooler
+// statements are unnamed and planned at each execution anyway: no such connection.
+const GENERIC_LIFETIME_S = 10;
+
 class Connections {
   pooled: boolean;
   pool: pg.Pool;
+  private genericPool: pg.Pool | undefined;
   private readonly onPooled = new Set<() => void>();
   private readonly warned = new Set<string>();
 
@@ -69,11 +81,23 @@ class Connections {
     if (this.pooled) this.checkDefaults();
   }
 
-  private makePool(): pg.Pool {
+  /** The pool for statements planned generically: undefined through a pooler. */
+  generic(): pg.Pool | undefined {
+    if (this.pooled) return undefined;
+    return (this.genericPool ??= this.makePool({ max: 1, maxLifetimeSeconds: GENERIC_LIFETIME_S, settings: 'SET jit = off; SET plan_cache_mode = force_generic_plan' }));
+  }
+
+  async end(): Promise<void> {
+    await Promise.all([this.pool.end(), this.genericPool?.end()]);
+  }
+
+  private makePool(p: { max?: number; maxLifetimeSeconds?: number; settings?: string } = {}): pg.Pool {
     const o = this.opts;
+    const settings = p.settings ?? 'SET jit = off';
     const pool = new pg.Pool({
       connectionString: o.connectionString,
-      max: o.max ?? 20,
+      max: p.max ?? o.max ?? 20,
+      ...(p.maxLifetimeSeconds ? { maxLifetimeSeconds: p.maxLifetimeSeconds } : {}),
       connectionTimeoutMillis: o.connectionTimeoutMillis ?? 5_000,
       // Detect a dead server on idle connections instead of hanging on them.
       keepAlive: true,
@@ -86,7 +110,7 @@ class Connections {
         statement_timeout: o.statementTimeoutMillis ?? 15_000,
         // pg-pool awaits this hook; @types/pg declares it as returning void.
         // eslint-disable-next-line @typescript-eslint/no-misused-promises
-        onConnect: async (client: pg.ClientBase) => { await client.query('SET jit = off'); },
+        onConnect: async (client: pg.ClientBase) => { await client.query(settings); },
       }),
     });
     // An idle client losing its connection must not crash the process; the pool drops it.
@@ -117,8 +141,10 @@ class Connections {
     this.pooled = true;
     const old = this.pool;
     this.pool = this.makePool();
-    // Clients checked out of the old pool finish their work; end() closes each as it comes back.
+    // Clients checked out of the old pools finish their work; end() closes each as it comes back.
     void old.end().catch(() => {});
+    if (this.genericPool) void this.genericPool.end().catch(() => {});
+    this.genericPool = undefined;
     this.warn(`DATABASE_URL goes through a connection pooler in transaction mode (${(err as Error).message}): using unnamed statements and per-transaction settings; set DATABASE_POOLER=transaction to say so${this.opts.directConnectionString ? '' : ', and DATABASE_DIRECT_URL for LISTEN'}`);
     for (const fn of this.onPooled) fn();
     this.checkDefaults();
@@ -233,7 +259,7 @@ export function openPostgres(opts: PgOptions): Database {
     kind: 'postgres',
     description: describeUrl(opts.connectionString) + (opts.directConnectionString ? ` (LISTEN on ${describeUrl(opts.directConnectionString)})` : ''),
     // Outside a transaction each statement commits on its own (e.g. a batch of new results).
-    query: (s, values) => retrying(c, () => wrap(c, c.pool, observers).query(s, values)),
+    query: (s, values) => retrying(c, () => wrap(c, (s.plan === 'generic' && c.generic()) || c.pool, observers).query(s, values)),
     exec: (text) => retrying(c, () => c.pool.query(text).then(() => undefined)),
     transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       return retrying(c, async () => {
@@ -261,6 +287,6 @@ export function openPostgres(opts: PgOptions): Database {
     events: new EventEmitter(),
     observeStatements: (fn) => observers.add(fn),
     poolStats: () => ({ total: c.pool.totalCount, idle: c.pool.idleCount, waiting: c.pool.waitingCount }),
-    close: () => c.pool.end(),
+    close: () => c.end(),
   };
 }

@@ -63,6 +63,8 @@ ${name}_second AS (
 // ask. That pass finds a pair whenever one exists, so a job excluded for one ask's node never
 // starves while a node that may have it polls beside it (a fixed pairing let two copies, each
 // excluded for the other's ask, wait for their deadline round after round).
+// Planned once per connection (`plan: 'generic'`, db/pg.ts): its custom plan cost as much
+// planning as execution at every round.
 // Capabilities (issue 28): a job (or copy) whose needs (jobs.needs) the group's capabilities for
 // its model do not cover is skipped like an excluded one — never taken, never blocking the jobs
 // behind it; $11 the groups' capabilities (array literals aligned with their models).
@@ -150,7 +152,7 @@ SELECT a.g, a.k, 'over_capacity', NULL, NULL, NULL, NULL, NULL, NULL FROM asks a
 UNION ALL
 SELECT c.g, 0, 'jobs_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.jobs
 UNION ALL
-SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`);
+SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`, { plan: 'generic' });
 // (A suspended node's asks are in neither part: they get nothing, and wait.)
 
 interface Row {
