@@ -121,7 +121,7 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['DATABASE_DIRECT_URL', '(unset)', 'a direct PostgreSQL URL for LISTEN, when DATABASE_URL is a pooler'],
   ['DATABASE_POOLER', 'auto', 'auto, transaction (DATABASE_URL is PgBouncer in transaction mode) or none'],
   ['DATA_DIR', './data', 'directory of the embedded database'],
-  ['DB_POOL_MAX', '20', 'PostgreSQL connections per server'],
+  ['DB_POOL_MAX', '20', 'PostgreSQL connections per server (LISTEN and, direct, `jobs_lease` take one more each: docs/operations.md)'],
   ['LOG_LEVEL', 'info', 'fatal, error, warn, info, debug, trace or silent'],
   ['TRUST_PROXY', 'false', 'addresses or networks of your reverse proxies, e.g. 10.0.0.0/8 (false: none)'],
   ['BODY_LIMIT', '1MiB', 'largest request body: bytes, or with kb/KiB/mb/MiB'],
