@@ -66,7 +66,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     await credit('alpha', 'same-\u{1F600}', at(3, '12:00:00'));
     await credit('alpha', 'same-\uFF5E', at(3, '12:00:00'));
     // Taken back before its day closes: a reversal entry of that day.
-    expect(await reverse(t.db, { jobIds: ['j-3-beta-0'] }, 'strike')).toEqual({ results: 1, points: 0.25 });
+    expect(await t.db.transaction((tx) => reverse(tx, { jobIds: ['j-3-beta-0'] }, 'strike'))).toEqual({ results: 1, points: 0.25 });
     url = await t.app.listen({ port: 0, host: '127.0.0.1' });
   }
 
@@ -132,7 +132,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     reader = await t.addReader();
     const hostile = ['=HYPERLINK("http://x.example","y")', '+1+1', '-2+3', '@SUM(A1:A9)', '\tcmd', '\r=1', 'plain-1', 'a=b'];
     for (const [i, jobId] of hostile.entries()) await credit('delta', jobId, at(2, `01:0${i}:00`), i === 0 ? '=cmd|"/c calc"!A1' : 'm-a');
-    await reverse(t.db, { jobIds: ['-2+3'] }, '=2+2');
+    await t.db.transaction((tx) => reverse(tx, { jobIds: ['-2+3'] }, '=2+2'));
     await t.app.ledger.closer!.closeDue();
     const res = await t.app.inject({ url: `/ledger/days/${day(2)}/export?format=csv`, headers: { api_key: reader } });
     expect(res.statusCode).toBe(200);
@@ -227,7 +227,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     await start();
     await t.app.ledger.closer!.closeDue();
     const before = (await t.app.inject({ url: `/ledger/days/${day(3)}` })).json();
-    expect(await reverse(t.db, { jobIds: ['j-3-alpha-5', 'j-1-alpha-0', 'j-0-alpha-0'] }, 'strike')).toEqual({ results: 3, points: 3.25 });
+    expect(await t.db.transaction((tx) => reverse(tx, { jobIds: ['j-3-alpha-5', 'j-1-alpha-0', 'j-0-alpha-0'] }, 'strike'))).toEqual({ results: 3, points: 3.25 });
     const placed = await q<{ job_id: string; day: string }>('t_placed', "SELECT job_id, day::text FROM point_reversals WHERE reason = 'strike' AND job_id LIKE 'j-%alpha%' ORDER BY job_id");
     // The closed day's credit: today; the open days' credits: their own days.
     expect(placed).toEqual([{ job_id: 'j-0-alpha-0', day: day(0) }, { job_id: 'j-1-alpha-0', day: day(1) }, { job_id: 'j-3-alpha-5', day: day(0) }]);
@@ -249,7 +249,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
       afterCompute: async (d) => {
         if (d !== day(3) || raced) return;
         raced = true;
-        expect(await reverse(t.db, { jobIds: ['j-3-gamma 🚀-2'] }, 'strike')).toMatchObject({ results: 1 });
+        expect(await t.db.transaction((tx) => reverse(tx, { jobIds: ['j-3-gamma 🚀-2'] }, 'strike'))).toMatchObject({ results: 1 });
       },
     });
     expect(report).toMatchObject({ closed: [day(5), day(4), day(3), day(2)], recomputed: 1 });
@@ -266,7 +266,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
       beforeCommit: async (d) => {
         if (d !== day(3) || late) return;
         // Another connection reverses a credit of the day being committed: it must wait for the lock.
-        late = reverse(t.db, { jobIds: ['j-3-gamma 🚀-2'] }, 'strike');
+        late = t.db.transaction((tx) => reverse(tx, { jobIds: ['j-3-gamma 🚀-2'] }, 'strike'));
         await until('the reversal to wait for the closing day', async () => (await t.db.query<{ n: number }>(sql('t_waiting', `SELECT count(*)::int AS n FROM pg_stat_activity
           WHERE wait_event_type = 'Lock' AND query LIKE '%ledger_state FOR SHARE%'`)))[0]!.n === 1);
       },

@@ -274,10 +274,10 @@ describe.each(backends)('verification on $name', (backend) => {
       }
     }
     const before = await totalPoints(t.db);
-    const first = await reverse(t.db, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'test');
+    const first = await t.db.transaction((tx) => reverse(tx, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'test'));
     // lose's 10 results of the last 4 days, and keep's j-0.
     expect(first).toEqual({ results: 11, points: 16.5 });
-    expect(await reverse(t.db, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'again')).toEqual({ results: 0, points: 0 });
+    expect(await t.db.transaction((tx) => reverse(tx, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'again'))).toEqual({ results: 0, points: 0 });
     expect(await totalPoints(t.db)).toBe(before - 16.5);
     // A reversed result is final: its node re-sending the report is a replay that credits nothing.
     const again = { nodeId: ids.keep!, jobId: 'j-0', modelName: 'm-a', result: { message: 'x' }, defaultPoints: 1.5 };

@@ -97,7 +97,8 @@ class Connections {
     const pool = new pg.Pool({
       connectionString: o.connectionString,
       max: p.max ?? o.max ?? 20,
-      ...(p.maxLifetimeSeconds ? { maxLifetimeSeconds: p.maxLifetimeSeconds } : {}),
+      // 0: for good (pg-pool's default).
+      maxLifetimeSeconds: p.maxLifetimeSeconds ?? 0,
       connectionTimeoutMillis: o.connectionTimeoutMillis ?? 5_000,
       // Detect a dead server on idle connections instead of hanging on them.
       keepAlive: true,

@@ -49,6 +49,7 @@ const LOCK = sql('verify_reverse_lock', `WITH chosen AS (${CHOSEN}),
   days AS (
     SELECT 1 FROM model_node_days md WHERE (md.model_id, md.node_id, md.day) IN (SELECT model_id, node_id, day FROM hit)
     ORDER BY md.model_id, md.node_id, md.day FOR UPDATE)
+  -- The roster rows are counted only so that their locking CTEs run (one not read never does).
   SELECT coalesce(array_agg(node_id), '{}') AS nodes, coalesce(array_agg(day::text), '{}') AS days,
     (SELECT count(*) FROM overall)::int + (SELECT count(*) FROM days)::int AS roster_rows
   FROM daily`);

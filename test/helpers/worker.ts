@@ -4,6 +4,10 @@
 import { Worker, type JobOutcome } from '../../src/worker/worker.js';
 import type { BackendKind, WorkerOptions } from '../../src/worker/options.js';
 import type { Job } from '../../src/worker/coordinator-client.js';
+import { until } from './wait.js';
+
+// The waits, for the tests that import them from here.
+export { sleep, until } from './wait.js';
 
 export interface InProcessWorker {
   worker: Worker;
@@ -13,10 +17,6 @@ export interface InProcessWorker {
   /** stop() and wait until it deregistered. */
   stop(): Promise<void>;
 }
-
-import { until } from './wait.js';
-
-export { sleep, until } from './wait.js';
 
 /** Starts a worker and resolves once it declared its models (it polls from then on). */
 export async function startWorker(o: { server: string; node: string; key: string; backend: BackendKind; backendUrl: string } & Partial<WorkerOptions>): Promise<InProcessWorker> {
