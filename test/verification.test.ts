@@ -230,6 +230,29 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(stored).toEqual(recomputed);
   });
 
+  it('a maintenance round takes back a late credit of a node suspended within the evidence window, and leaves older suspensions alone', async () => {
+    // Late credits, made still: each node's success is credited, then the node is marked
+    // suspended directly (no reversal ran), `recent` ten seconds ago, `old` longer ago than the
+    // evidence window, whose round would have had a whole window to find such a credit.
+    const { user, workers } = await start({ enabled: false }, ['recent', 'old']);
+    for (const name of ['recent', 'old']) {
+      await user.submit(MODEL, `a job of ${name}`, { temperature: 0 });
+      const w = workers.get(name)!;
+      const job = (await w.getJob())!;
+      expect((await w.report(job, prose(MODEL, prompt(job)))).json()).toMatchObject({ status: 'success' });
+    }
+    const window = 3600;
+    await q('t_suspend', `INSERT INTO node_standing (node_id, state, changed_at)
+      SELECT id, 'suspended', now() - make_interval(secs => CASE WHEN name = 'recent' THEN 10 ELSE $1::float8 + 60 END) FROM nodes WHERE name IN ('recent', 'old')`, [window]);
+    // The old suspension's credit is older than its suspension too: its job dates from then.
+    await q('t_backdate', `UPDATE job_results r SET received_at = r.received_at - make_interval(secs => $1::float8 + 120)
+      FROM nodes n WHERE n.id = r.node_id AND n.name = 'old'`, [window]);
+    const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, evidenceWindow: window }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: t.app.service.coordinator.lifecycle });
+    expect(r.reversed).toBe(1);
+    expect(await pointsOf('recent')).toBe(0);
+    expect(await q('t_ledger', 'SELECT n.name, r.reason FROM point_reversals r JOIN nodes n ON n.id = r.node_id')).toEqual([{ name: 'recent', reason: 'suspended' }]);
+  });
+
   it('probes look like any job on the wire, come from fresh prompts, and nobody can read them', async () => {
     // The app itself makes no probes here (VERIFY_PROBE_INTERVAL 0): the test makes them.
     const { user, workers } = await start({}, ['p-1', 'p-2']);

@@ -14,9 +14,13 @@ import { pruneAnswers } from './answers.js';
 // Any constant shared by all servers: "ins_vr" in ASCII.
 const LOCK_KEY = 0x696e735f7672;
 const TRY_LOCK = sql('verify_try_lock', `SELECT pg_try_advisory_xact_lock(${LOCK_KEY}) AS got`);
-// Suspended nodes, with how far back their reversal reaches ($1 the evidence window, s).
+// Nodes suspended within the evidence window ($1, s), with how far back their reversal reaches.
+// A credit that raced with a suspension committed within its statement's run (seconds, bounded
+// by statement_timeout); the window leaves a round that long after it to find it, even with
+// every server down meanwhile. Older suspensions are not looked at again: without the bound,
+// every round reversed every node ever suspended, a cost growing with the network's history.
 const SUSPENDED = sql('verify_suspended', `SELECT node_id::int AS "nodeId", extract(epoch FROM now() - changed_at)::float8 + $1::float8 AS seconds
-  FROM node_standing WHERE state = 'suspended'`);
+  FROM node_standing WHERE state = 'suspended' AND changed_at > now() - make_interval(secs => $1::float8)`);
 const STALE = sql('verify_drop_stale', 'DELETE FROM job_audits WHERE finished_at < now() - make_interval(secs => $1::float8)');
 
 export interface MaintenanceOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; tickSeconds: number; checks: CheckQueue }
