@@ -80,6 +80,10 @@ export class Ollama implements Backend {
     const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, OLLAMA_LOGPROBS_SINCE));
     const shown = (await probe(`${this.url}/api/show`, { model })) as { capabilities?: unknown } | undefined;
     const listed = Array.isArray(shown?.capabilities) ? shown.capabilities : [];
+    // An embedding model (nomic-embed-text: `embedding` alone) generates nothing: it takes no
+    // sampling, JSON or logprobs job. A plain chat job of it still fails on Ollama's 400 ("does
+    // not support chat"), as the request's error (worker.ts), as Ollama itself answers.
+    if (listed.includes('embedding') && !listed.includes('completion')) return ['embeddings'];
     return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : []), ...(listed.includes('completion') ? ['completions'] : []), ...(listed.includes('embedding') ? ['embeddings'] : [])];
   }
 
