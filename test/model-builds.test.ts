@@ -1,7 +1,7 @@
 // Nodes declare what they run (issue 31): update_models' optional `builds` (digest and
-// quantisation per model), stored per session and model, shown on /network per model, and used
-// to place verification's copies — on both backends, through the real app, nodes on the worker
-// wire (inject). The seed's worker, which sends no builds, works as before.
+// quantisation per model), stored per session and model, shown on /network per model and to the
+// node's operator on /network/nodes/{name}, and used to place verification's copies — on both
+// backends, through the real app, nodes on the worker wire (inject). The seed's worker, which sends no builds, works as before.
 import { afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
@@ -21,6 +21,12 @@ describe.each(backends)('model builds on $name', (backend) => {
   const declare = (w: TestWorker, models: string[], extra: Record<string, unknown>) => w.post('/worker/update_models', { node_url: w.node, models, ...extra }, true);
   const quantizations = async (model: string) => ((await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; quantizations: unknown }[] })
     .models.find((m) => m.name === model)?.quantizations;
+  /** GET /network/nodes/{name} as the node itself reads it: its `builds`. */
+  const nodeBuilds = async (w: TestWorker) => {
+    const res = await t.app.inject({ method: 'GET', url: `/network/nodes/${w.node}`, headers: { authorization: `Bearer ${w.token}` } });
+    expect(res.statusCode).toBe(200);
+    return (res.json() as { builds: unknown }).builds;
+  };
   const worker = async (name: string, models = [MODEL]) => new TestWorker(t.app, name, await t.addNode(name)).start(models);
   const until = async (what: string, ok: () => Promise<boolean>) => {
     for (const end = Date.now() + 20_000; Date.now() < end; await sleep(20)) if (await ok()) return;
@@ -44,6 +50,10 @@ describe.each(backends)('model builds on $name', (backend) => {
     expect(await quantizations('other')).toEqual([]);
     const network = (await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; nodes: number }[] };
     expect(network.models.find((m) => m.name === MODEL)!.nodes).toBe(3);
+    // Each node's operator sees what their node declared it runs (a model not declared by it: absent).
+    expect(await nodeBuilds(a)).toEqual([{ model: 'builds-model', digest: 'sha256:aa11', quantization: 'Q4_K_M' }, { model: 'other', digest: 'sha256:bb22' }]);
+    expect(await nodeBuilds(b)).toEqual([{ model: 'builds-model', quantization: 'Q8_0' }]);
+    expect(await nodeBuilds(seed)).toEqual([]);
 
     for (const bad of [[], 'Q4', { [MODEL]: 'Q4' }, { [MODEL]: { quantization: 4 } }, { [MODEL]: { quantization: 'has space' } }, { [MODEL]: { digest: 'x'.repeat(129) } }]) {
       const res = await declare(a, [MODEL], { builds: bad });
@@ -61,6 +71,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     // The next declaration replaces the last: one model's build changed, the other's gone.
     expect((await declare(a, [MODEL, 'other'], { builds: { [MODEL]: { digest: 'sha256:cc33', quantization: 'Q8_0' } } })).statusCode).toBe(200);
     expect((await builds()).filter((r) => r.node === 'node-a')).toEqual([{ node: 'node-a', model: 'builds-model', digest: 'sha256:cc33', quantization: 'Q8_0' }]);
+    expect(await nodeBuilds(a)).toEqual([{ model: 'builds-model', digest: 'sha256:cc33', quantization: 'Q8_0' }]);
     expect(await quantizations(MODEL)).toEqual([{ quantization: 'Q8_0', nodes: 2 }]);
     // Without builds at all (the seed's wire): nothing declared.
     expect((await declare(a, [MODEL], {})).statusCode).toBe(200);

@@ -293,6 +293,13 @@ export const NetworkResponse = Type.Object({
 }, { title: "NetworkResponse" });
 export type NetworkResponse = Static<typeof NetworkResponse>;
 
+export const NodeBuild = Type.Object({
+  model: Type.String(),
+  digest: Type.Optional(Type.String({ description: "As declared, e.g. `sha256:…` (Ollama's manifest digest, a GGUF file's sha256)." })),
+  quantization: Type.Optional(Type.String({ description: "As declared, e.g. `Q4_K_M`." })),
+}, { title: "NodeBuild" });
+export type NodeBuild = Static<typeof NodeBuild>;
+
 export const NodeJob = Type.Object({
   model: Type.String(),
   attempt: Type.Integer(),
@@ -308,6 +315,7 @@ export const NodeViewResponse = Type.Object({
   online: Type.Boolean(),
   last_seen_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
   models: Type.Array(Type.String()),
+  builds: Type.Array(NodeBuild, { description: "*Ours* (issue 31): what the node declared it runs, per model it serves now (`update_models`' `builds`; `ins worker` reads it from its backend), by model name; a model it declared nothing of is absent. A node that runs a different build than it declares is what the token-level checks look for (docs/verification.md)." }),
   open_leases: Type.Integer(),
   jobs: Type.Array(NodeJob, { description: "Its last 20 leases, newest first." }),
   standing: Type.Union([Type.Literal("trusted"), Type.Literal("probation"), Type.Literal("suspended")], { description: "*Ours*: the node's standing in verification; on probation every temperature-0 job it runs is checked by another node; suspended, it gets no jobs (its operator sees why with `ins node audit NAME`)." }),

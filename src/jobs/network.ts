@@ -18,6 +18,8 @@ export interface NodeView {
   online: boolean;
   last_seen_at: string | null;
   models: string[];
+  /** What it declared it runs, per model it serves now (issue 31: update_models' builds). */
+  builds: { model: string; digest?: string; quantization?: string }[];
   open_leases: number;
   jobs: { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null }[];
 }
@@ -61,6 +63,11 @@ const NODE = sql('network_node', `SELECT n.name,
     ARRAY(SELECT DISTINCT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
       WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}
       ORDER BY m.name) AS models,
+    coalesce((SELECT json_agg(json_strip_nulls(json_build_object('model', r.model, 'digest', r.digest, 'quantization', r.quantization))
+        ORDER BY r.model COLLATE "C", r.digest COLLATE "C", r.quantization COLLATE "C") FROM (
+      SELECT DISTINCT m.name AS model, b.digest, b.quantization FROM node_sessions s
+        JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = ANY(s.models) JOIN models m ON m.id = b.model_id
+      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}) r), '[]') AS builds,
     (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
     coalesce((SELECT json_agg(r) FROM (
       SELECT m.name AS model, l.attempt, ${ISO('l.leased_at')} AS leased_at, ${ISO('l.ended_at')} AS ended_at, l.outcome,
