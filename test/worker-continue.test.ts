@@ -2,7 +2,8 @@
 // proxy that records what the worker sends (test/helpers/tap.ts):
 // - a job that comes with `answer_prefix` (an earlier node failed mid-answer; the proxy adds
 //   it, as the coordinator does) is continued on each backend that can: only the continuation
-//   goes out as progress, the report carries the whole answer and the worker's own usage;
+//   goes out as progress, the report carries the whole answer and the worker's own usage (a
+//   tools conversation is continued as itself, its calls and tool answers kept);
 //   a backend that cannot continue runs it from the start and relays only what follows the
 //   prefix while its answer matches it; a backend that refuses the continuation is asked again
 //   from the start; a backend failing mid-answer leaves what was relayed, and the job is
@@ -93,6 +94,33 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
         const quiet = await user.submit(model, PROMPT);
         expect((await result(quiet)).result.message.content).toBe(whole);
         expect(progressOf(quiet).every((p) => p.delta === '')).toBe(true);
+        tap.jobData = undefined;
+      });
+    }
+
+    for (const kind of ['ollama', 'vllm'] as const) {
+      it(`${kind}: a tools conversation is continued as itself — the assistant's call and the tool's answer kept, the prefix last`, async () => {
+        const { model, b } = await setUp(kind);
+        const question = 'what is the weather in Paris today?';
+        const conversation = [
+          { role: 'user', content: question },
+          { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }] },
+          { role: 'tool', tool_call_id: 'call_1', content: 'sunny and mild all afternoon' },
+        ];
+        const whole = answerOf(model, [{ content: 'sunny and mild all afternoon' }]);
+        const prefix = piecesOf(whole).slice(0, 3).join('');
+        // As the coordinator sends a /v1 job to a node that declared capabilities: the
+        // conversation whole in params.messages (docs/openai.md), here with an earlier attempt's text.
+        tap.jobData = () => ({ answer_prefix: prefix, params: { messages: conversation } });
+        const jobId = await user.submit(model, question);
+        expect((await result(jobId)).result.message.content).toBe(whole);
+        const sent = b.requests.at(-1)!.messages;
+        expect(sent).toEqual([
+          ...(kind === 'ollama'
+            ? [{ role: 'user', content: question }, { role: 'assistant', content: '', tool_calls: [{ function: { name: 'weather', arguments: { city: 'Paris' } } }] }, { role: 'tool', content: 'sunny and mild all afternoon', tool_name: 'weather' }]
+            : conversation),
+          { role: 'assistant', content: prefix },
+        ]);
         tap.jobData = undefined;
       });
     }

@@ -121,8 +121,15 @@ export async function probe(url: string, body?: unknown): Promise<unknown> {
 export const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
 
 /** The messages with the answer's beginning as a last, open assistant turn. */
-export const withPrefix = (job: BackendJob): BackendJob['messages'] =>
-  job.prefix ? [...job.messages, { role: 'assistant', content: job.prefix }] : job.messages;
+export const withPrefix = (job: BackendJob): BackendJob['messages'] => prefixed(job.messages, job.prefix);
+
+/**
+ * `messages` (the seed's, or the whole conversation of `params.messages` in a backend's form:
+ * tool calls and tool answers kept) with the answer's beginning, if any, as a last, open
+ * assistant turn: a continued job is the same conversation, not a flattened one.
+ */
+export const prefixed = <M>(messages: M[], prefix: string | undefined): (M | { role: 'assistant'; content: string })[] =>
+  prefix ? [...messages, { role: 'assistant', content: prefix }] : messages;
 
 /** `version` ("0.6.3", "0.6.3.post1", "v0.10.1rc1", "0.11.0+cu128") is at least `least` ("0.6.3"); false when it is not a version. */
 export function versionAtLeast(version: string, least: string): boolean {

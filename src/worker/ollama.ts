@@ -13,7 +13,7 @@
 // it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
 // is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
 // `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
-import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import { call, count, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 import type { HttpResponse } from './http.js';
@@ -88,7 +88,7 @@ export class Ollama implements Backend {
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
-    const messages = job.params?.messages && !job.prefix ? ollamaMessages(job.params.messages) : withPrefix(job);
+    const messages = job.params?.messages ? prefixed(ollamaMessages(job.params.messages), job.prefix) : withPrefix(job);
     const res = await call(`${this.url}/api/chat`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
       body: JSON.stringify({ model: job.model, messages, stream: onDelta !== undefined, ...ollamaFields(job) }),

@@ -20,7 +20,7 @@
 // Text completions (job_data.params.prompt): POST /v1/completions as OpenAI defines it, which
 // vLLM and llama.cpp's server serve for every generative model: `completions` is declared for all.
 import { createParser } from 'eventsource-parser';
-import { call, count, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import { call, count, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 import { scoreVllm } from './score-http.js';
@@ -128,7 +128,7 @@ export class OpenAICompatible implements Backend {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
       body: JSON.stringify({
         ...params,
-        model: job.model, messages: whole && !continuing ? whole : withPrefix(job), ...(temperature !== undefined ? { temperature } : {}),
+        model: job.model, messages: whole ? prefixed(whole, job.prefix) : withPrefix(job), ...(temperature !== undefined ? { temperature } : {}),
         ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
         ...(job.seed !== undefined ? { seed: job.seed } : {}),
         ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
