@@ -6,6 +6,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
+import { bitsOf } from '../src/jobs/capabilities.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { startFakeBackend, vectorOf, type FakeBackend } from './helpers/backends.js';
@@ -36,6 +37,30 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
     for (const w of workers) await w.stop();
     for (const f of Object.values(fakes)) await f.close();
     await t.close();
+  });
+
+  it('a scoring Ollama declares no score for its embedding model, a generative one beside it does; 40 slots register at the capacity limit', async () => {
+    // Ollama 0.12.11 has logprobs: its worker can score (declares `score`), but not with a model that generates nothing.
+    const b = await startFakeBackend('ollama', ['scoring-embed'], { version: '0.12.11' });
+    b.showCapabilities = ['embedding'];
+    const generative = await startFakeBackend('ollama', ['scoring-chat'], { version: '0.12.11' });
+    const started = [
+      await startWorker({ server: url, node: 'scoring-embed-node', key: await t.addNode('scoring-embed-node'), backend: 'ollama', backendUrl: b.url, concurrency: 40 }),
+      await startWorker({ server: url, node: 'scoring-chat-node', key: await t.addNode('scoring-chat-node'), backend: 'ollama', backendUrl: generative.url }),
+    ];
+    try {
+      const rows = await t.db.query<{ node: string; capacity: number; caps: number[] }>(sql('t_embed_caps', `SELECT n.name AS node, s.capacity, s.model_caps AS caps
+        FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name IN ('scoring-embed-node', 'scoring-chat-node') AND s.ended_at IS NULL ORDER BY n.name`));
+      // register_node takes at most 64: 2 × 40 slots would be refused (422), and the worker would never run.
+      expect(rows).toEqual([
+        { node: 'scoring-chat-node', capacity: 2, caps: [bitsOf(['sampling', 'json', 'tools', 'logprobs', 'completions', 'score'])] },
+        { node: 'scoring-embed-node', capacity: 64, caps: [bitsOf(['embeddings'])] },
+      ]);
+    } finally {
+      for (const w of started) await w.stop();
+      await b.close();
+      await generative.close();
+    }
   });
 
   it('lists embeddings among the capabilities of models whose nodes declared it', async () => {

@@ -31,6 +31,9 @@ import type { WorkerOptions } from './options.js';
 import { afterPrefix, LeaseLink } from './progress.js';
 import { scoreJob } from './score-job.js';
 
+/** register_node's largest `capacity` (openapi.json, RegisterNodeRequest): above 32 slots a slot has no spare lease. */
+const MAX_CAPACITY = 64;
+
 export type WorkerState = 'starting' | 'waiting' | 'working' | 'backend down' | 'stopping' | 'stopped';
 
 /** success/error: reported so; refused: the report was refused; canceled: the lease ended while the job ran (aborted, not reported). */
@@ -97,9 +100,9 @@ export class Worker {
     this.events.log('info', `stopping: ${this.current.size} job(s) in flight, up to ${this.opts.graceMs / 1000} s to finish`);
   }
 
-  /** Leases the session may hold: a job running and one being reported, per slot. */
+  /** Leases the session may hold: a job running and one being reported, per slot, up to register_node's limit. */
   private get capacity(): number {
-    return 2 * this.opts.concurrency;
+    return Math.min(2 * this.opts.concurrency, MAX_CAPACITY);
   }
 
   /** Finds out what the backend is, and whether it continues answers (again after it was down: it may have changed). */
@@ -128,7 +131,9 @@ export class Worker {
   private async declare(models: string[]): Promise<void> {
     // `score` (issue 31) where the backend can score an answer: gguf, vLLM, Ollama ≥ 0.12.11 (score-job.ts).
     const scores: string[] = this.backend.score ? ['score'] : [];
-    const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, [...await this.backend.capabilities(m), ...scores]] as [string, string[]])));
+    // An embedding model (its backend declares `embeddings` alone) generates nothing, so it scores nothing either.
+    const withScores = (declared: string[]) => (declared.length === 1 && declared[0] === 'embeddings' ? declared : [...declared, ...scores]);
+    const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, withScores(await this.backend.capabilities(m))] as [string, string[]])));
     const builds = (await this.backend.builds?.(models)) ?? {};
     try {
       this.expiresIn = await this.client.declare(models, caps, builds);
