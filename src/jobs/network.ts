@@ -55,19 +55,22 @@ const VIEW = sql('network_view', `WITH served AS (
       FROM jobs j JOIN models m ON m.id = j.model_id LEFT JOIN nodes n ON n.id = j.node_id
       WHERE j.finished_at IS NOT NULL AND j.state = 'done' ORDER BY j.finished_at DESC LIMIT 20) r), '[]') AS recent`);
 
+// A session of node n that holds its current declaration (its models, and their builds): open,
+// of the node's current key, declared within $2 seconds.
+const DECLARING = `s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}`;
+
 // $3 the node's name.
 const NODE = sql('network_node', `SELECT n.name,
     coalesce((SELECT max(s.last_seen_at) > now() - make_interval(secs => $1::float8) FROM node_sessions s
       WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash), false) AND n.disabled_at IS NULL AS online,
     (SELECT ${ISO('max(s.last_seen_at)')} FROM node_sessions s WHERE s.node_id = n.id) AS last_seen_at,
     ARRAY(SELECT DISTINCT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
-      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}
-      ORDER BY m.name) AS models,
+      WHERE ${DECLARING} ORDER BY m.name) AS models,
     coalesce((SELECT json_agg(json_strip_nulls(json_build_object('model', r.model, 'digest', r.digest, 'quantization', r.quantization))
         ORDER BY r.model COLLATE "C", r.digest COLLATE "C", r.quantization COLLATE "C") FROM (
       SELECT DISTINCT m.name AS model, b.digest, b.quantization FROM node_sessions s
         JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = ANY(s.models) JOIN models m ON m.id = b.model_id
-      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}) r), '[]') AS builds,
+      WHERE ${DECLARING}) r), '[]') AS builds,
     (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
     coalesce((SELECT json_agg(r) FROM (
       SELECT m.name AS model, l.attempt, ${ISO('l.leased_at')} AS leased_at, ${ISO('l.ended_at')} AS ended_at, l.outcome,
