@@ -134,7 +134,7 @@ describe('ins worker', () => {
 
   it('on SIGTERM finishes the job in flight, reports it, deregisters and exits 0', async () => {
     const b = await backend('openai', ['slow-model']);
-    const w = await worker('leaving-node', b);
+    const w = await worker('leaving-node', b, ['--concurrency', '2']);
     // The answer waits until the worker has been told to stop. Set once the worker has declared
     // its models: its start-up probe of tool support (a chat call, src/worker/openai-compatible.ts)
     // must not be the paused call this test takes for the job.
@@ -147,6 +147,8 @@ describe('ins worker', () => {
     expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
     expect((await result(jobId)).result.message.content).toBe(answerOf('slow-model', [{ content: 'last one' }]));
     expect(w.logs()).toContain('deregistered');
+    // Its other slots' waiting polls were aborted by the stop, not failed: nothing says "retrying".
+    expect(w.logs()).not.toContain('retrying');
     expect((await nodes()).find((n) => n.name === 'leaving-node')).toMatchObject({ online: false, open_leases: 0, total_points: 1 });
   });
 

@@ -67,10 +67,13 @@ export class CoordinatorClient {
       throw new CoordinatorError(res.status, detail.slice(0, 300));
     };
     if (opts.retry === false) return attempt();
+    const retried = (err: Error) => !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429);
     return pRetry(attempt, {
       forever: true, minTimeout: Math.min(500, this.retryMaxMs), maxTimeout: this.retryMaxMs, factor: 2, randomize: true,
-      shouldRetry: (err) => !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429),
-      onFailedAttempt: (err) => this.events.retrying(what, err.attemptNumber, err.message),
+      shouldRetry: retried,
+      // p-retry calls this for an error it does not retry too (a poll aborted by the stop, a
+      // 4xx): only a retried one is worth the operator's "retrying".
+      onFailedAttempt: (err) => { if (retried(err)) this.events.retrying(what, err.attemptNumber, err.message); },
     });
   }
 
