@@ -7,6 +7,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { bitsOf } from '../src/jobs/capabilities.js';
+import { eligibleNodes } from '../src/verify/copies.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { startFakeBackend, vectorOf, type FakeBackend } from './helpers/backends.js';
@@ -66,9 +67,26 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
   it('lists embeddings among the capabilities of models whose nodes declared it', async () => {
     const caps = Object.fromEntries((await client.models.list()).data.map((m) => [m.id, (m as unknown as { capabilities: string[] }).capabilities]));
     expect(caps['ollama-embed']).toContain('embeddings');
-    // Ollama's embedding model (`embedding` alone in /api/show) is declared with nothing else: it generates no text.
-    expect(caps['ollama-embed']).toEqual(['chat', 'embeddings']);
-    expect(caps['vllm-embed']).toContain('embeddings');
+    // Ollama's embedding model (`embedding` alone in /api/show) is declared with nothing else: it generates no text, so no chat either.
+    expect(caps['ollama-embed']).toEqual(['embeddings']);
+    expect(caps['vllm-embed']).toEqual(expect.arrayContaining(['chat', 'embeddings']));
+    expect(await client.models.retrieve('ollama-embed')).toMatchObject({ id: 'ollama-embed', capabilities: ['embeddings'] });
+  });
+
+  it('refuses a chat completion for an embedding model with 404 model_not_chat, streamed or not; nothing is queued, and no probe checks it', async () => {
+    for (const stream of [false, true]) {
+      const e = await client.chat.completions.create({ model: 'ollama-embed', messages: [{ role: 'user', content: 'hi' }], stream } as never).catch((x: unknown) => x);
+      expect(e, `stream: ${stream}`).toBeInstanceOf(OpenAI.NotFoundError);
+      expect(e).toMatchObject({ status: 404, param: 'model', code: 'model_not_chat' });
+    }
+    const queued = await t.db.query<{ n: number }>(sql('t_embed_chat_queued', "SELECT count(*)::int AS n FROM jobs WHERE model_id = (SELECT id FROM models WHERE name = 'ollama-embed')"));
+    expect(queued).toEqual([{ n: 0 }]);
+    // Probes are chat jobs: those drawn from the models served for chat, which the vLLM one is (it declares chat's capabilities too).
+    const eligible = await eligibleNodes(t.db, null, 60, 3600);
+    const ids = await t.db.query<{ name: string; id: number }>(sql('t_embed_model_ids', "SELECT name, id FROM models WHERE name IN ('ollama-embed', 'vllm-embed')"));
+    const id = Object.fromEntries(ids.map((r) => [r.name, r.id]));
+    expect(eligible.has(id['vllm-embed']!)).toBe(true);
+    expect(eligible.has(id['ollama-embed']!)).toBe(false);
   });
 
   for (const kind of ['ollama', 'vllm'] as const) {

@@ -15,6 +15,14 @@ export const CAPABILITIES = Object.freeze({ sampling: 1, tools: 2, tool_choice: 
 export type Capability = keyof typeof CAPABILITIES;
 export const CAPABILITY_NAMES = Object.freeze(Object.keys(CAPABILITIES) as Capability[]);
 
+/**
+ * A node whose capabilities for a model are `embeddings` alone serves an embedding model (its
+ * worker finds so: src/worker/ollama.ts): it answers no chat. As SQL, true when the caps
+ * expression — NULL or 0 for a node that declared nothing, as the seed's worker — allows chat:
+ * such a model is not offered for chat (GET /v1/models, POST /v1/chat/completions) nor probed.
+ */
+export const chatsSql = (caps: string): string => `coalesce(${caps}, 0) <> ${CAPABILITIES.embeddings}`;
+
 export const isCapability = (s: string): s is Capability => Object.hasOwn(CAPABILITIES, s);
 
 export function bitsOf(names: readonly string[]): number {

@@ -4,6 +4,7 @@ import { Batcher } from '../db/batcher.js';
 import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
 import type { JobState } from './states.js';
 import type { Answer, RequestError, Usage } from './answer.js';
+import { chatsSql } from './capabilities.js';
 
 export interface UserJob {
   id: string;
@@ -37,7 +38,9 @@ const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS mo
 // Live sessions of enabled nodes seen within $1 seconds (nodes/sql/live.ts), with a declaration younger than $2 seconds.
 const LIVE = liveSession('s', 'n', '$1');
 // caps: what some node can do with the model (jobs/capabilities.ts bits, OR-ed over its sessions).
-const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps
+// `chat`: some node serving it answers chat (not an embedding model alone: jobs/capabilities.ts).
+const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps,
+    bool_or(${chatsSql('d.caps')}) AS chat
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
   WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
@@ -76,7 +79,7 @@ export class JobReader {
   }
 }
 
-export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number; caps: number }[]> {
+export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number; caps: number; chat: boolean }[]> {
   return db.query(AVAILABLE_MODELS, [onlineSeconds, modelsTtlSeconds]);
 }
 

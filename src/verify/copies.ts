@@ -9,16 +9,18 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
 import { servingSession } from '../nodes/sql/live.js';
 import type { Outcome } from '../jobs/outcome.js';
+import { chatsSql } from '../jobs/capabilities.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 
 export interface CopyPlan { of: string; modelId: number; exclude: number[]; suspicion: Record<string, unknown> | null }
 
-// Online nodes in good standing serving each of the models $1 (NULL: every model) ($2 the
-// online window, $3 MODELS_TTL, in seconds): who may run a copy, and which models a probe can
-// check (verify/probes.ts).
+// Online nodes in good standing serving each of the models $1 (NULL: every model) for chat ($2
+// the online window, $3 MODELS_TTL, in seconds): which models a probe — a chat job — can check
+// (verify/probes.ts), and on which nodes. A node serving the model as an embedding model only
+// (jobs/capabilities.ts chatsSql) would answer a probe with its backend's error, not a text.
 export const ELIGIBLE = sql('verify_eligible_nodes', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
-  FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
-  WHERE ($1::int[] IS NULL OR d.model_id = ANY($1::int[])) AND ${servingSession('s', 'n', '$2', '$3')}
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
+  WHERE ($1::int[] IS NULL OR d.model_id = ANY($1::int[])) AND ${chatsSql('d.caps')} AND ${servingSession('s', 'n', '$2', '$3')}
   GROUP BY d.model_id`);
 
 /** The nodes that may run jobs of each model (all models when `modelIds` is null). */

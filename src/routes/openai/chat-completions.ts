@@ -59,6 +59,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     const chat = parseChatRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
     // Not a model the network serves: one series for all such names, however many are made up.
     await served.requireServed(chat.model, () => metrics.completions.inc({ model: 'other', outcome: 'model_not_found' }));
+    await served.requireChat(chat.model, () => metrics.completions.inc({ model: chat.model, outcome: 'capability_missing' }));
     // A job no online node of the model could run would wait for its deadline: refused at once.
     const missing = await served.missing(chat.model, chat.needs);
     if (missing) {

@@ -3,7 +3,10 @@
 // beyond plain chat (jobs/capabilities.ts; docs/openai.md). Completions ask ServedModels, which
 // reads the same at most once a second — and again, at once, for a model it has not seen served
 // or not with the capabilities a request needs, so a node that just declared one is found
-// (concurrent misses share one read).
+// (concurrent misses share one read). A model whose nodes serve it as an embedding model alone
+// (jobs/capabilities.ts chatsSql) is listed without `chat`, and a chat completion for it is
+// refused with OpenAI's 404 for "not a chat model" rather than queued for a node that would
+// answer the job with its backend's error.
 import type { Queryable } from '../../db/database.js';
 import type { CoordinatorConfig } from '../../config.js';
 import { availableModels } from '../../jobs/read.js';
@@ -14,19 +17,27 @@ import type { OpenAIApp } from './context.js';
 const FRESH_MS = 1_000;
 
 export class ServedModels {
-  private cached: { at: number; caps: Map<string, number> } | undefined;
-  private loading: Promise<Map<string, number>> | undefined;
+  private cached: { at: number; caps: Map<string, number>; chat: Set<string> } | undefined;
+  private loading: Promise<NonNullable<ServedModels['cached']>> | undefined;
 
   constructor(private readonly db: Queryable, private readonly config: CoordinatorConfig) {}
 
   /** Served models and what some node can do with each (capability bits). */
   async all(freshMs = FRESH_MS): Promise<Map<string, number>> {
-    if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached.caps;
+    return (await this.read(freshMs)).caps;
+  }
+
+  /** The served models some node answers chat for (all but embedding models). */
+  async chat(freshMs = FRESH_MS): Promise<Set<string>> {
+    return (await this.read(freshMs)).chat;
+  }
+
+  private async read(freshMs: number): Promise<NonNullable<ServedModels['cached']>> {
+    if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached;
     this.loading ??= availableModels(this.db, this.config.onlineWindow, this.config.modelsTtl)
       .then((rows) => {
-        const caps = new Map(rows.map((r) => [r.name, r.caps]));
-        this.cached = { at: performance.now(), caps };
-        return caps;
+        this.cached = { at: performance.now(), caps: new Map(rows.map((r) => [r.name, r.caps])), chat: new Set(rows.filter((r) => r.chat).map((r) => r.name)) };
+        return this.cached;
       })
       .finally(() => { this.loading = undefined; });
     return this.loading;
@@ -40,7 +51,6 @@ export class ServedModels {
     return (await this.all()).has(model) || (await this.all(0)).has(model);
   }
 
-  /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node can do the job. */
   /**
    * Nothing when some online node serves the model now; else OpenAI's 404 `model_not_found`,
    * once `counted` has told the metrics (a job for it would wait for a node that may never come).
@@ -51,6 +61,17 @@ export class ServedModels {
     throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
   }
 
+  /**
+   * Nothing when some online node serving the model answers chat (read again at once if not);
+   * else OpenAI's 404 for a model that is not a chat model, once `counted` has told the metrics.
+   */
+  async requireChat(model: string, counted: () => void): Promise<void> {
+    if ((await this.chat()).has(model) || (await this.chat(0)).has(model)) return;
+    counted();
+    throw new OpenAIError(404, `The model '${model}' is an embedding model: no node serving it answers chat (POST /v1/embeddings takes it; GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'model', 'model_not_chat');
+  }
+
+  /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node can do the job. */
   async missing(model: string, needs: number): Promise<number> {
     if (needs === 0) return 0;
     const lacks = (caps: Map<string, number>) => needs & ~(caps.get(model) ?? 0);
@@ -59,16 +80,19 @@ export class ServedModels {
 }
 
 // `score` is verification's (score checks, verify/scores.ts), nothing a client can ask for: not listed.
-const entry = (id: string, caps: number) => ({ id, object: 'model', created: 0, owned_by: 'inference-network', capabilities: ['chat', ...namesOf(caps & ~CAPABILITIES.score)] });
+const entry = (id: string, caps: number, chat: boolean) => ({ id, object: 'model', created: 0, owned_by: 'inference-network', capabilities: [...(chat ? ['chat'] : []), ...namesOf(caps & ~CAPABILITIES.score)] });
 
 export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
-  const list = async () => ({ object: 'list', data: [...(await served.all())].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps)) });
+  const list = async () => {
+    const [all, chat] = [await served.all(), await served.chat()];
+    return { object: 'list', data: [...all].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps, chat.has(id))) };
+  };
   app.get('/v1/models', list);
   app.get('/models', list);
   const one = async (req: { params: unknown }) => {
     const { model } = req.params as { model: string };
     if (!(await served.has(model))) throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now.`, 'invalid_request_error', 'model', 'model_not_found');
-    return entry(model, (await served.all()).get(model) ?? 0);
+    return entry(model, (await served.all()).get(model) ?? 0, (await served.chat()).has(model));
   };
   app.get('/v1/models/:model', one);
   app.get('/models/:model', one);
