@@ -1,13 +1,14 @@
 // `ins worker` for real: the server and the worker as processes, backends that are real HTTP
 // servers speaking Ollama's and OpenAI's wire formats (test/helpers/backends.ts). Jobs through
 // each kind of backend with their usage; partial output streamed to an OpenAI client; a backend
-// killed mid-job; SIGTERM mid-job; three workers sharing 1,500 jobs; the server killed and
-// restarted under a running worker.
+// killed mid-job; SIGTERM mid-job, and while the server is away; three workers sharing 1,500
+// jobs; the server killed and restarted under a running worker.
 // The operator's commands (node add, node list, job show) go to the running server the way
 // `ins` forwards them (its admin socket, src/cli/admin-socket.ts), from this process: a CLI
 // process each cost more than the rest of the file on a busy machine.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -169,6 +170,29 @@ describe('ins worker', () => {
     expect(listed.every((n) => n.total_points > 0)).toBe(true);
     const counts = await api<{ by_state: Record<string, number> }>('/total_job_count');
     expect(counts.body.by_state.leased ?? 0).toBe(0);
+  });
+
+  it('stops at once on SIGTERM while the server is away, not after its next pause, and exits 0', async () => {
+    // A "server" that takes each connection and drops it: every call fails and is retried.
+    let connections = 0;
+    let afterStop = 0;
+    let stopping = false;
+    const away = createServer((s) => { connections++; if (stopping) afterStop++; s.destroy(); });
+    await new Promise<void>((r) => away.listen(0, '127.0.0.1', r));
+    try {
+      const b = await backend('ollama', ['away-model']);
+      const w = startWorkerProcess(['--server', `http://127.0.0.1:${(away.address() as AddressInfo).port}`, '--node', 'away-node', '--backend', 'ollama', '--backend-url', b.url, '--retry-max', '3600'], { INS_NODE_KEY: 'nk_unused' });
+      workers.push(w);
+      // Its third try failed: the pause before the fourth is 2 to 4 s.
+      await until('the worker to retry three times', () => /"attempt":3,"msg":"register_node failed/.test(w.logs()));
+      stopping = true;
+      w.child.kill('SIGTERM');
+      expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
+      expect(connections).toBeGreaterThanOrEqual(3);
+      expect(afterStop).toBe(0);
+    } finally {
+      await new Promise((r) => away.close(r));
+    }
   });
 
   it('resumes by itself when the server is killed and started again', async () => {

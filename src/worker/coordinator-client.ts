@@ -70,6 +70,9 @@ export class CoordinatorClient {
     const retried = (err: Error) => !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429);
     return pRetry(attempt, {
       forever: true, minTimeout: Math.min(500, this.retryMaxMs), maxTimeout: this.retryMaxMs, factor: 2, randomize: true,
+      // A worker told to stop while the server is away stops at once, not after its next pause
+      // (up to --retry-max): the call rejects with the stop's AbortError.
+      signal: this.stopped,
       shouldRetry: retried,
       // p-retry calls this for an error it does not retry too (a poll aborted by the stop, a
       // 4xx): only a retried one is worth the operator's "retrying".

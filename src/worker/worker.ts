@@ -74,14 +74,25 @@ export class Worker {
 
   /** Runs until stop(); resolves once the worker deregistered. */
   async run(): Promise<void> {
-    await this.client.register(this.capacity);
-    this.events.log('info', 'registered', { node: this.opts.node, server: this.opts.server });
-    await this.detectBackend();
-    await this.refreshModels(true);
-    this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => this.events.log('warn', `model check failed: ${String(err)}`)), MODELS_CHECK_MS);
-    this.timer.unref();
-    await Promise.all(Array.from({ length: this.opts.concurrency }, (_, slot) => this.slot(slot)));
-    clearInterval(this.timer);
+    try {
+      await this.client.register(this.capacity);
+      this.events.log('info', 'registered', { node: this.opts.node, server: this.opts.server });
+      await this.detectBackend();
+      await this.refreshModels(true);
+    } catch (err) {
+      // Stopped while starting (the server away, say): no job was taken, nothing to finish.
+      if (!this.stopping.signal.aborted) throw err;
+    }
+    if (!this.stopping.signal.aborted) {
+      this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => this.events.log('warn', `model check failed: ${String(err)}`)), MODELS_CHECK_MS);
+      this.timer.unref();
+      await Promise.all(Array.from({ length: this.opts.concurrency }, (_, slot) => this.slot(slot)));
+      clearInterval(this.timer);
+    }
+    if (!this.client.token) {
+      this.state = 'stopped';
+      return;
+    }
     try {
       await this.client.deregister();
       this.events.log('info', 'deregistered');
@@ -166,7 +177,9 @@ export class Worker {
         job = await this.client.nextJob(this.opts.pollWait, poll.signal);
       } catch (err) {
         if (poll.signal.aborted || this.stopping.signal.aborted) break;
-        if (err instanceof CoordinatorError && err.status === 401) await this.reregister().then(() => this.refreshModels(true));
+        if (err instanceof CoordinatorError && err.status === 401) {
+          await this.reregister().then(() => this.refreshModels(true)).catch((e: unknown) => { if (!this.stopping.signal.aborted) throw e; });
+        }
         else this.events.log('error', `get_job: ${String(err)}`);
         continue;
       } finally {
