@@ -5,6 +5,8 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     // src/ compiled once for the processes tests start, rather than tsx in each of them.
     globalSetup: ['test/helpers/build-cli.ts'],
+    // Where the suite's CPU goes, per file: INS_TEST_CPU_LOG=FILE (bench/suite-cpu/report.ts).
+    ...(process.env.INS_TEST_CPU_LOG ? { setupFiles: ['bench/suite-cpu/setup.ts'] } : {}),
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -5,10 +5,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+/** With INS_TEST_CPU_LOG, each process started logs its CPU at exit (bench/suite-cpu/report.ts). */
+const CPU_LOG = process.env.INS_TEST_CPU_LOG ? ['--import', path.join(ROOT, 'bench', 'suite-cpu', 'preload.mjs')] : [];
 /** The node arguments that run `ins`. */
-const INS = process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')];
+const INS = [...CPU_LOG, ...(process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')])];
 
 export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Load-style tests drive one key from one address: rate limits are off unless a test sets them.
@@ -17,6 +20,7 @@ export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.Proc
   const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', VERIFY: 'off', RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0' };
   for (const k of ['DATABASE_URL', 'DATA_DIR', 'PORT', 'HOST']) delete env[k];
   for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
+  if (CPU_LOG.length) env.INS_TEST_CPU_FILE = expect.getState().testPath ?? '';
   return env;
 }
 
