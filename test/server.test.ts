@@ -1,5 +1,6 @@
 // The server as a process: configuration errors, graceful SIGTERM with a request in flight,
-// logs without secrets, and the embedded data directory guarded against a second server.
+// logs without secrets, a port in use, and the embedded data directory guarded against a second
+// server.
 import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
@@ -53,6 +54,18 @@ describe('ins serve', () => {
     expect(logs).not.toContain(key);
     expect(logs).not.toContain(key.slice(3, 20));
     expect(logs).not.toContain('very secret output');
+  });
+
+  it('refuses a port in use, with the reason; the tests\' helper does not take the first server for the second', async () => {
+    const first = await startServerProcess({ DATA_DIR: path.join(dir, 'port-first') });
+    try {
+      // The first answers /readyz on that port all along: the helper waits for the second itself, which exits.
+      const second = startServerProcess({ DATA_DIR: path.join(dir, 'port-second') }, Number(new URL(first.url).port));
+      await expect(second).rejects.toThrow(/server exited early:[\s\S]*port \d+ is already in use/);
+    } finally {
+      first.child.kill('SIGTERM');
+      await first.exited;
+    }
   });
 
   it('refuses a second server on the same data directory, with the reason', async () => {

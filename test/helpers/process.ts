@@ -2,6 +2,7 @@
 // run's own compile of src/ (test/helpers/build-cli.ts, vitest's globalSetup), or through tsx
 // where that did not run; either way no build is needed.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -103,6 +104,33 @@ export async function startServerProcess(env: Record<string, string | undefined>
 
 class PortTaken extends Error {}
 
+/**
+ * Whether process `pid` holds the socket listening on `port` over IPv4 (Linux's /proc/net/tcp
+ * and /proc/PID/fd); true where /proc cannot tell.
+ */
+function listensOn(pid: number, port: number): boolean {
+  let table: string;
+  try {
+    table = readFileSync('/proc/net/tcp', 'utf8');
+  } catch {
+    return true;
+  }
+  const local = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  // Columns: sl local_address rem_address st(0A: LISTEN) tx:rx tr:when retrnsmt uid timeout inode
+  const inodes = new Set(table.split('\n').slice(1).map((l) => l.trim().split(/\s+/)).filter((f) => f[1]?.endsWith(local) && f[3] === '0A').map((f) => f[9]));
+  try {
+    return readdirSync(`/proc/${pid}/fd`).some((fd) => {
+      try {
+        return inodes.has(/^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1]);
+      } catch {
+        return false; // closed meanwhile
+      }
+    });
+  } catch {
+    return false; // the child is gone
+  }
+}
+
 async function startServerOn(env: Record<string, string | undefined>, port: number): Promise<ServerProcess> {
   const child = spawn(process.execPath, [...SERVER_FLAGS, ...INS, 'serve'], {
     cwd: ROOT,
@@ -122,7 +150,10 @@ async function startServerOn(env: Record<string, string | undefined>, port: numb
       throw new Error(`server exited early:\n${logs}`);
     }
     try {
-      if ((await fetch(`${url}/readyz`)).status === 200) break;
+      // Ready, and the one that answered is this child: when the port was taken before the child
+      // bound it, the process holding it (another test's server) answers /readyz long before the
+      // child gets to listen and exits saying the port is in use.
+      if ((await fetch(`${url}/readyz`)).status === 200 && listensOn(child.pid!, port)) break;
     } catch {
       // not listening yet
     }
