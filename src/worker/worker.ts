@@ -84,7 +84,10 @@ export class Worker {
       if (!this.stopping.signal.aborted) throw err;
     }
     if (!this.stopping.signal.aborted) {
-      this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => this.events.log('warn', `model check failed: ${String(err)}`)), MODELS_CHECK_MS);
+      // A check the stop aborted (its declaration retried while the server is away) is no failure.
+      this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => {
+        if (!this.stopping.signal.aborted) this.events.log('warn', `model check failed: ${String(err)}`);
+      }), MODELS_CHECK_MS);
       this.timer.unref();
       await Promise.all(Array.from({ length: this.opts.concurrency }, (_, slot) => this.slot(slot)));
       clearInterval(this.timer);
