@@ -8,6 +8,7 @@
 // process each cost more than the rest of the file on a busy machine.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -170,6 +171,49 @@ describe('ins worker', () => {
     expect(listed.every((n) => n.total_points > 0)).toBe(true);
     const counts = await api<{ by_state: Record<string, number> }>('/total_job_count');
     expect(counts.body.by_state.leased ?? 0).toBe(0);
+  });
+
+  it('on SIGTERM lets a report already on its way finish: the job is credited once, not run again', async () => {
+    // Between the worker and the server, a proxy that holds reports until told, and drops one
+    // whose worker hung up meanwhile (as the network would).
+    let hold = true;
+    const held: (() => void)[] = [];
+    const proxy = createHttpServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const forward = () => {
+          if (res.destroyed || req.socket.destroyed) return;
+          const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'connection', 'content-length'].includes(k))) as Record<string, string>;
+          fetch(`${server.url}${req.url}`, { method: req.method, headers, ...(req.method === 'POST' ? { body: Buffer.concat(chunks) } : {}) })
+            .then(async (r) => { res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' }).end(Buffer.from(await r.arrayBuffer())); })
+            .catch(() => res.destroy());
+        };
+        if (hold && req.url === '/worker/update_result') held.push(forward);
+        else forward();
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    try {
+      const b = await backend('ollama', ['relayed-model']);
+      const key = await addNode('relayed-node');
+      const w = startWorkerProcess(['--server', `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, '--node', 'relayed-node', '--backend', 'ollama', '--backend-url', b.url], { INS_NODE_KEY: key });
+      workers.push(w);
+      await until('relayed-node to declare its models', () => w.logs().includes('models declared'));
+      const jobId = await submit('relayed-model', 'on its way');
+      await until('the report to reach the proxy', () => held.length === 1);
+      w.child.kill('SIGTERM');
+      await until('the worker to stop taking jobs', () => w.logs().includes('stopping: 0 job(s) in flight'));
+      hold = false;
+      held.shift()!();
+      expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
+      expect(w.logs()).not.toContain('was refused');
+      expect((await result(jobId)).result.message.content).toBe(answerOf('relayed-model', [{ content: 'on its way' }]));
+      expect(b.calls).toBe(1);
+      expect((await nodes()).find((n) => n.name === 'relayed-node')).toMatchObject({ online: false, open_leases: 0, total_points: 1 });
+    } finally {
+      await new Promise((r) => proxy.close(r));
+    }
   });
 
   it('stops at once on SIGTERM while the server is away, not after its next pause, and exits 0', async () => {

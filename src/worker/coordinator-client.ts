@@ -47,8 +47,14 @@ export class CoordinatorClient {
   /** retryMaxMs: the longest pause between tries while the server is away (--retry-max). */
   constructor(private readonly server: string, private readonly node: string, private readonly key: string, private readonly events: ClientEvents, private readonly stopped: AbortSignal, private readonly retryMaxMs = 30_000) {}
 
-  /** One call, retried while the server is unreachable, overloaded or failing (5xx, 429). */
-  private async call<T>(what: string, method: 'GET' | 'POST', path: string, opts: { body?: unknown; auth?: string; signal?: AbortSignal; retry?: boolean } = {}): Promise<T> {
+  /**
+   * One call, retried while the server is unreachable, overloaded or failing (5xx, 429).
+   * `stoppable`: the worker's stop ends it at once, in a pause or mid-try (p-retry's `signal`
+   * rejects without waiting for the try) — for calls whose answer is of no use once stopping
+   * (a poll, a declaration, a registration: one answered just as the stop came leaves a session
+   * until it goes stale). A report is never cut: its try runs to its end.
+   */
+  private async call<T>(what: string, method: 'GET' | 'POST', path: string, opts: { body?: unknown; auth?: string; signal?: AbortSignal; retry?: boolean; stoppable?: boolean } = {}): Promise<T> {
     const attempt = async (): Promise<T> => {
       const headers: Record<string, string> = {};
       if (opts.body !== undefined) headers['content-type'] = 'application/json';
@@ -72,7 +78,7 @@ export class CoordinatorClient {
       forever: true, minTimeout: Math.min(500, this.retryMaxMs), maxTimeout: this.retryMaxMs, factor: 2, randomize: true,
       // A worker told to stop while the server is away stops at once, not after its next pause
       // (up to --retry-max): the call rejects with the stop's AbortError.
-      signal: this.stopped,
+      ...(opts.stoppable ? { signal: this.stopped } : {}),
       shouldRetry: retried,
       // p-retry calls this for an error it does not retry too (a poll aborted by the stop, a
       // 4xx): only a retried one is worth the operator's "retrying".
@@ -82,7 +88,7 @@ export class CoordinatorClient {
 
   async register(capacity: number): Promise<void> {
     const r = await this.call<{ access_token: string }>('register_node', 'POST', '/worker/register_node', {
-      auth: this.key, body: { node_url: this.node, node_version: `ins-worker`, stats: {}, capacity },
+      auth: this.key, body: { node_url: this.node, node_version: `ins-worker`, stats: {}, capacity }, stoppable: true,
     });
     this.token = r.access_token;
   }
@@ -90,12 +96,12 @@ export class CoordinatorClient {
   /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names); builds: what it runs (issue 31), sent when known. */
   async declare(models: string[], capabilities: Record<string, string[]> = {}, builds: Record<string, ModelBuild> = {}): Promise<number> {
     const body = { node_url: this.node, models, capabilities, ...(Object.keys(builds).length ? { builds } : {}) };
-    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body });
+    const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body, stoppable: true });
     return r.expires_in;
   }
 
   async nextJob(wait: number, signal: AbortSignal): Promise<Job | null> {
-    const r = await this.call<{ job_data: Job | null }>('get_job', 'GET', `/worker/get_job?node_version=ins-worker&wait=${wait}`, { auth: this.token, signal });
+    const r = await this.call<{ job_data: Job | null }>('get_job', 'GET', `/worker/get_job?node_version=ins-worker&wait=${wait}`, { auth: this.token, signal, stoppable: true });
     return r.job_data;
   }
 

@@ -126,8 +126,8 @@ function listensOn(pid: number, port: number): boolean {
         return false; // closed meanwhile
       }
     });
-  } catch {
-    return false; // the child is gone
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== 'ENOENT'; // gone: not it; unreadable: /proc cannot tell
   }
 }
 
