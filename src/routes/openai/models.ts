@@ -16,23 +16,17 @@ import type { OpenAIApp } from './context.js';
 
 const FRESH_MS = 1_000;
 
+/** The served models: what some node can do with each (capability bits), and those some node answers chat for (all but embedding models). */
+interface Served { at: number; caps: Map<string, number>; chat: Set<string> }
+
 export class ServedModels {
-  private cached: { at: number; caps: Map<string, number>; chat: Set<string> } | undefined;
-  private loading: Promise<NonNullable<ServedModels['cached']>> | undefined;
+  private cached: Served | undefined;
+  private loading: Promise<Served> | undefined;
 
   constructor(private readonly db: Queryable, private readonly config: CoordinatorConfig) {}
 
-  /** Served models and what some node can do with each (capability bits). */
-  async all(freshMs = FRESH_MS): Promise<Map<string, number>> {
-    return (await this.read(freshMs)).caps;
-  }
-
-  /** The served models some node answers chat for (all but embedding models). */
-  async chat(freshMs = FRESH_MS): Promise<Set<string>> {
-    return (await this.read(freshMs)).chat;
-  }
-
-  private async read(freshMs: number): Promise<NonNullable<ServedModels['cached']>> {
+  /** The served models, read at most once in `freshMs`: one snapshot, so a list and its capabilities agree. */
+  async now(freshMs = FRESH_MS): Promise<Served> {
     if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached;
     this.loading ??= availableModels(this.db, this.config.onlineWindow, this.config.modelsTtl)
       .then((rows) => {
@@ -43,12 +37,13 @@ export class ServedModels {
     return this.loading;
   }
 
-  async names(freshMs = FRESH_MS): Promise<Set<string>> {
-    return new Set((await this.all(freshMs)).keys());
+  /** Whether `holds` of the served models, read again at once when it does not: a node that just declared is found. */
+  private async eventually(holds: (s: Served) => boolean): Promise<boolean> {
+    return holds(await this.now()) || holds(await this.now(0));
   }
 
   async has(model: string): Promise<boolean> {
-    return (await this.all()).has(model) || (await this.all(0)).has(model);
+    return this.eventually((s) => s.caps.has(model));
   }
 
   /**
@@ -62,11 +57,11 @@ export class ServedModels {
   }
 
   /**
-   * Nothing when some online node serving the model answers chat (read again at once if not);
-   * else OpenAI's 404 for a model that is not a chat model, once `counted` has told the metrics.
+   * Nothing when some online node serving the model answers chat; else OpenAI's 404 for a model
+   * that is not a chat model, once `counted` has told the metrics.
    */
   async requireChat(model: string, counted: () => void): Promise<void> {
-    if ((await this.chat()).has(model) || (await this.chat(0)).has(model)) return;
+    if (await this.eventually((s) => s.chat.has(model))) return;
     counted();
     throw new OpenAIError(404, `The model '${model}' is an embedding model: no node serving it answers chat (POST /v1/embeddings takes it; GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'model', 'model_not_chat');
   }
@@ -74,8 +69,8 @@ export class ServedModels {
   /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node can do the job. */
   async missing(model: string, needs: number): Promise<number> {
     if (needs === 0) return 0;
-    const lacks = (caps: Map<string, number>) => needs & ~(caps.get(model) ?? 0);
-    return lacks(await this.all()) && lacks(await this.all(0));
+    const lacks = (s: Served) => needs & ~(s.caps.get(model) ?? 0);
+    return lacks(await this.now()) && lacks(await this.now(0));
   }
 }
 
@@ -84,15 +79,16 @@ const entry = (id: string, caps: number, chat: boolean) => ({ id, object: 'model
 
 export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
   const list = async () => {
-    const [all, chat] = [await served.all(), await served.chat()];
-    return { object: 'list', data: [...all].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps, chat.has(id))) };
+    const s = await served.now();
+    return { object: 'list', data: [...s.caps].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps, s.chat.has(id))) };
   };
   app.get('/v1/models', list);
   app.get('/models', list);
   const one = async (req: { params: unknown }) => {
     const { model } = req.params as { model: string };
     if (!(await served.has(model))) throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now.`, 'invalid_request_error', 'model', 'model_not_found');
-    return entry(model, (await served.all()).get(model) ?? 0, (await served.chat()).has(model));
+    const s = await served.now();
+    return entry(model, s.caps.get(model) ?? 0, s.chat.has(model));
   };
   app.get('/v1/models/:model', one);
   app.get('/models/:model', one);
