@@ -125,8 +125,11 @@ describe.each(backends)('model builds on $name', (backend) => {
     t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
     const user = new TestUser(t.app, await t.addUser());
     const ids = async (...names: string[]) => (await q<{ id: number }>('t_b_ids', 'SELECT id::int FROM nodes WHERE name = ANY($1::text[]) ORDER BY id', [names])).map((r) => r.id);
-    const copyOf = async (original: string) => {
-      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0);
+    // The copy is offered to polls once the verifier applied its committed batch, a moment
+    // after the row is visible: wait for the server to count it (the metric follows the hand-over).
+    const copiesCounted = async () => Number(/^ins_verification_total\{event="copy"\} (\d+)$/m.exec((await t.app.inject({ method: 'GET', url: '/metrics' })).body)?.[1] ?? 0);
+    const copyOf = async (original: string, nth: number) => {
+      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0 && await copiesCounted() >= nth);
       return (await q<{ exclude: number[] }>('t_b_excl', 'SELECT exclude_nodes::int[] AS exclude FROM jobs WHERE verify_of = $1::uuid', [original]))[0]!.exclude;
     };
     const judged = await worker('judged');
@@ -142,7 +145,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     expect(job?.job_id).toBe(first);
     expect((await judged.report(job!, 'an answer')).statusCode).toBe(200);
     // The node of another quantisation is kept off the copy; the node of the same gets it.
-    expect(await copyOf(first)).toEqual([judgedId, otherId]);
+    expect(await copyOf(first, 1)).toEqual([judgedId, otherId]);
     expect((await other.getJob())?.messages).toBeUndefined();
     const copy1 = await same.getJob();
     expect(copy1?.messages.at(-1)?.content).toBe('first question');
@@ -154,7 +157,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     const job2 = await judged.getJob();
     expect(job2?.job_id).toBe(second);
     expect((await judged.report(job2!, 'another answer')).statusCode).toBe(200);
-    expect(await copyOf(second)).toEqual([judgedId]);
+    expect(await copyOf(second, 2)).toEqual([judgedId]);
     const copy2 = await other.getJob();
     expect(copy2?.messages.at(-1)?.content).toBe('second question');
     expect((await other.report(copy2!, 'another answer')).statusCode).toBe(200);
