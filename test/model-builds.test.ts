@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
+import { copiesCounted } from './helpers/audits.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
 
 const MODEL = 'builds-model';
@@ -125,11 +126,9 @@ describe.each(backends)('model builds on $name', (backend) => {
     t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
     const user = new TestUser(t.app, await t.addUser());
     const ids = async (...names: string[]) => (await q<{ id: number }>('t_b_ids', 'SELECT id::int FROM nodes WHERE name = ANY($1::text[]) ORDER BY id', [names])).map((r) => r.id);
-    // The copy is offered to polls once the verifier applied its committed batch, a moment
-    // after the row is visible: wait for the server to count it (the metric follows the hand-over).
-    const copiesCounted = async () => Number(/^ins_verification_total\{event="copy"\} (\d+)$/m.exec((await t.app.inject({ method: 'GET', url: '/metrics' })).body)?.[1] ?? 0);
+    // A poll that looks once finds the copy once the server has counted it (helpers/audits.ts).
     const copyOf = async (original: string, nth: number) => {
-      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0 && await copiesCounted() >= nth);
+      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0 && await copiesCounted(t.app) >= nth);
       return (await q<{ exclude: number[] }>('t_b_excl', 'SELECT exclude_nodes::int[] AS exclude FROM jobs WHERE verify_of = $1::uuid', [original]))[0]!.exclude;
     };
     const judged = await worker('judged');

@@ -10,7 +10,7 @@ import { auditBatch } from '../src/verify/auditor.js';
 import { reverse } from '../src/verify/reversal.js';
 import { strike } from '../src/verify/standing.js';
 import { backends } from './helpers/db.js';
-import { auditWaits, ownRound } from './helpers/audits.js';
+import { auditWaits, copiesCounted, ownRound } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -141,7 +141,9 @@ describe.each(backends)('verification on $name', (backend) => {
   });
 
   it('strikes an answer delivered faster than the model can generate, and takes that job back', async () => {
-    const { user, workers } = await start({ maxTokensPerSecond: 200, modelMaxTokensPerSecond: { 'fast-model': 100_000 } }, ['speedy'], [MODEL, 'fast-model']);
+    // fast-model's cap is above any rate a lease can show: the auditor counts a lease as 1 ms at
+    // least (rules.ts tooFast), and this answer's ~212 tokens in under 2 ms beat 100,000/s.
+    const { user, workers } = await start({ maxTokensPerSecond: 200, modelMaxTokensPerSecond: { 'fast-model': 10_000_000 } }, ['speedy'], [MODEL, 'fast-model']);
     await user.submit(MODEL, 'write a long story');
     await user.submit('fast-model', 'write a long story');
     await serve(workers, (_n, job) => prose(job.model, prompt(job)).repeat(4));
@@ -201,7 +203,9 @@ describe.each(backends)('verification on $name', (backend) => {
       const job = (await workers.get('first')!.getJob())!;
       expect((await workers.get('first')!.report(job, prose(MODEL, content))).statusCode).toBe(200);
       // The audit queues the copy while nobody waits for it.
-      await until('the copy', async () => (await q<{ n: number }>('t_copy', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'queued'"))[0]!.n === 1);
+      // (a poll that looks once finds it once the server has counted it: helpers/audits.ts)
+      await until('the copy', async () => (await q<{ n: number }>('t_copy', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'queued'"))[0]!.n === 1
+        && await copiesCounted(t.app) >= i + 1);
       const copy = i === 0 ? await workers.get(checker)!.getJob(5) : await workers.get(checker)!.getJob();
       expect(copy && prompt(copy)).toBe(content);
       expect((await workers.get(checker)!.report(copy!, prose(MODEL, content))).statusCode).toBe(200);

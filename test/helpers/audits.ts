@@ -14,6 +14,16 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
 }
 
 /**
+ * Copies this server has counted (ins_verification_total{event="copy"}). The verifier applies a
+ * committed batch's outcome — the dispatcher learns a copy is queued — just before it counts the
+ * batch, a moment after the copy's row is visible: a poll that looks once leases a copy
+ * reliably only once this count has reached it.
+ */
+export async function copiesCounted(app: { inject(o: { method: 'GET'; url: string }): Promise<{ body: string }> }): Promise<number> {
+  return Number(/^ins_verification_total\{event="copy"\} (\d+)$/m.exec((await app.inject({ method: 'GET', url: '/metrics' })).body)?.[1] ?? 0);
+}
+
+/**
  * A maintenance round of the test's own (verify/maintenance.ts). The app's verifier runs its own
  * rounds under the same advisory lock, and a round that finds the lock held does nothing: that
  * one is run again once the app's round is over, so the test never reads "nothing sent" from a
