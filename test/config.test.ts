@@ -73,6 +73,14 @@ describe('configuration', () => {
     expect(problemsOf({ DATABASE_URL: 'postgresql://p/ins', DATABASE_DIRECT_URL: 'mysql://db/ins' })).toEqual(['DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL']);
   });
 
+  it('VERIFY_AUDIT_DELAY: 250 ms by default, a duration up to a minute, 0 for at once', () => {
+    expect(loadConfig({}).verify.auditDelay).toBe(0.25);
+    expect(loadConfig({ VERIFY_AUDIT_DELAY: '20ms' }).verify.auditDelay).toBeCloseTo(0.02, 9);
+    expect(loadConfig({ VERIFY_AUDIT_DELAY: '0' }).verify.auditDelay).toBe(0);
+    expect(problemsOf({ VERIFY_AUDIT_DELAY: '2m' })[0]).toMatch(/^VERIFY_AUDIT_DELAY="2m": expected a duration/);
+    expect(problemsOf({ VERIFY_AUDIT_DELAY: 'soon' })[0]).toMatch(/^VERIFY_AUDIT_DELAY="soon": expected a duration/);
+  });
+
   it('ins serve with TRUST_PROXY=true exits 1 before listening, saying what to set', async () => {
     const r = await runCli(['serve'], { TRUST_PROXY: 'true', PORT: '0' });
     expect(r.code).toBe(1);

@@ -36,8 +36,6 @@ export interface VerifierOptions {
   nodes: { apply(outcome: NodeOutcome): void };
 }
 
-/** How long done jobs gather before an audit: batches, not a statement per job. */
-const AUDIT_DELAY_MS = 250;
 const FALLBACK_MS = 1_000;
 
 export class Verifier implements LiveConsumer {
@@ -90,7 +88,7 @@ export class Verifier implements LiveConsumer {
     this.scheduled = setTimeout(() => {
       this.scheduled = undefined;
       this.wake();
-    }, AUDIT_DELAY_MS);
+    }, this.opts.verify.auditDelay * 1000);
   }
 
   private wake(): void {
