@@ -14,13 +14,16 @@ export default defineConfig({
     // its WebAssembly cost more CPU than they give back there (src/cli/entry.ts, which does the
     // same for `ins` commands; docs/benchmarks.md).
     execArgv: ['--liftoff-only'],
-    // Each of the three processes runs file after file with its modules loaded once (not a new
+    // Each of the four processes runs file after file with its modules loaded once (not a new
     // process a file): a third of the suite's CPU was loading them again. No test mocks a
     // module, fakes timers or changes process.env; in-memory databases are reset between uses
     // (test/helpers/pglite-reuse.ts).
     isolate: false,
-    // Two cores: a few files at a time keeps PGlite instances and spawned servers responsive.
-    maxWorkers: 3,
+    // Two cores, four files at a time: many files mostly wait (for a worker process, a deadline,
+    // an audit), so on an idle machine three left a third of the cores unused (135 % of 200);
+    // more than four kept PGlite instances and spawned servers from answering in time beside
+    // busy cores. Measured in docs/benchmarks.md.
+    maxWorkers: 4,
     // expect.poll waits for a state; its default second is too short on a loaded machine.
     expect: { poll: { timeout: 30_000, interval: 20 } },
   },
