@@ -61,7 +61,7 @@ export interface AppOptions {
   coordinator?: Partial<CoordinatorConfig>;
   /** How nodes' answers are checked; the defaults of config.ts where absent. */
   verify?: Partial<VerifyConfig>;
-  /** The dispatcher's measurement switches (benchmarks only): see ServiceOptions. */
+  /** The dispatcher's measurement switches (benchmarks, and a test of the recheck): see ServiceOptions. */
   dispatch?: ServiceOptions['dispatch'];
   /** The points ledger (docs/ledger.md). */
   ledger?: LedgerOptions;

@@ -59,8 +59,8 @@ export interface Config {
   rateLimits: RateLimits;
   coordinator: CoordinatorConfig;
   verify: VerifyConfig;
-  /** Not from the environment: the dispatcher's measurement switches, set only by the benchmark (bench/serve-variant.ts). */
-  dispatch?: { handOff?: boolean; trackEmpty?: boolean };
+  /** Not from the environment: the dispatcher's measurement switches, set only by the benchmark (bench/serve-variant.ts) and tests. */
+  dispatch?: { handOff?: boolean; trackEmpty?: boolean; recheck?: boolean };
   /** The ledger's signing key (PEM); unset: kept in the database (docs/ledger.md). */
   ledgerKeyFile: string | undefined;
   /** JOB_RETENTION in seconds: finished jobs' payloads and lease history are deleted after it; 0 keeps everything (src/retention/). */

@@ -26,8 +26,8 @@ export interface ServiceOptions {
   coordinator: CoordinatorConfig;
   verify: VerifyConfig;
   defaultPointsPerJob: number;
-  /** Measurement switches of the dispatcher (docs/coordinator.md, Dispatch): both on unless a benchmark turns one off. */
-  dispatch?: { handOff?: boolean; trackEmpty?: boolean };
+  /** Measurement switches of the dispatcher (docs/coordinator.md, Dispatch): all on unless a benchmark (or a test) turns one off. */
+  dispatch?: { handOff?: boolean; trackEmpty?: boolean; recheck?: boolean };
   /** The points ledger (docs/ledger.md). */
   ledger?: LedgerOptions;
   /** Retention of finished jobs (src/retention/); absent: off (the server passes JOB_RETENTION). */

@@ -35,6 +35,8 @@ export interface CoordinatorOptions extends CoordinatorConfig {
   handOff?: boolean;
   /** The dispatcher remembers models with no queued job (default on; off only to measure what it saves). */
   trackEmpty?: boolean;
+  /** The dispatcher's once-a-second look for queued jobs its waiters missed (default on; off only to show a test that a job reaches its node without it). */
+  recheck?: boolean;
 }
 
 // Of the models $1, which have queued jobs, and which queued copies (one EXISTS per partial index).
@@ -70,7 +72,7 @@ export class Coordinator {
         const rows = await db.query<{ id: number; jobs: boolean; copies: boolean }>(QUEUED_MODELS, [ids]);
         return { jobs: rows.filter((r) => r.jobs).map((r) => r.id), copies: rows.filter((r) => r.copies).map((r) => r.id) };
       },
-    }, { onError: opts.onError, trackEmpty: opts.trackEmpty });
+    }, { onError: opts.onError, trackEmpty: opts.trackEmpty, ...(opts.recheck === false ? { recheckMs: 0 } : {}) });
     this.progress = new ProgressRelay(db, lifecycle.server);
     this.openJobs = new OpenJobs((ids) => standingsOf(db, ids), this.throughput, opts.onError);
     for (const consumer of [this.dispatcher, this.watch, this.progress, this.throughput, this.openJobs]) lifecycle.use(consumer);

@@ -13,6 +13,10 @@
 // - copies of jobs to check a node (src/verify/) are tracked apart: a model with copies waiting
 //   still takes hand-offs; a new long poll does not look for them (they are offered as they
 //   are queued, and by the recheck below), but a poll that looks once does.
+// - a round whose waiters left queued jobs they could not take (the jobs need a capability their
+//   node did not declare: tools, embeddings…) hands them on: the waiting polls of other
+//   capabilities look, once per model and generation of queued jobs, so a job for the one node
+//   able to run it does not wait for the recheck while nodes unable to are woken for it;
 // "Empty" is trusted only while notifications are reliable (LISTEN live); besides, once a
 // second a cheap query asks which waited-for models do have queued jobs or copies (jobs
 // another server locked and let go, notifications missed, copies no waiter could take).
@@ -62,7 +66,7 @@ interface Waiter {
 export interface DispatcherOptions {
   /** Most waiters in one round. */
   maxBatch?: number;
-  /** How often the waited-for models are checked for queued jobs anyway. */
+  /** How often the waited-for models are checked for queued jobs anyway (0: never; only to show a test that a job reaches its node without it). */
   recheckMs?: number;
   /** Remember models known to have no queued job (a new long poll then waits without a round); off only to measure what it saves. */
   trackEmpty?: boolean;
@@ -92,6 +96,8 @@ export class Dispatcher implements LiveConsumer {
    * worker — but a poll that looks once does look while one may wait for it.
    */
   private readonly copies = new Set<number>();
+  /** Per model, the generation of queued jobs last handed on to waiters of other capabilities (round()). */
+  private readonly handedOn = new Map<number, number>();
   private readonly copiesGeneration = new Map<number, number>();
   private live = false;
   private running = false;
@@ -103,8 +109,9 @@ export class Dispatcher implements LiveConsumer {
   constructor(private readonly store: DispatchStore, private readonly opts: DispatcherOptions) {
     this.maxBatch = opts.maxBatch ?? 64;
     this.trackEmpty = opts.trackEmpty ?? true;
-    this.timer = setInterval(() => { this.recheck().catch(opts.onError); }, opts.recheckMs ?? 1_000);
+    this.timer = setInterval(() => { this.recheck().catch(opts.onError); }, opts.recheckMs || 1_000);
     this.timer.unref();
+    if (opts.recheckMs === 0) clearInterval(this.timer);
   }
 
   /** Jobs and copies queued, here or on another server, wake as many waiters of their models. */
@@ -355,6 +362,7 @@ export class Dispatcher implements LiveConsumer {
       // Nothing left: the models are empty, unless jobs of them were queued meanwhile.
       if (jobsLeft.has(i + 1)) {
         if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])));
+        else this.handOn(models, generations, groups);
       } else if (this.live && this.trackEmpty) {
         for (const m of models) if ((this.queuedGeneration.get(m) ?? 0) === generations.get(m)) this.empty.add(m);
       }
@@ -364,6 +372,24 @@ export class Dispatcher implements LiveConsumer {
         for (const m of models) if ((this.copiesGeneration.get(m) ?? 0) === copyGenerations.get(m)) this.copies.delete(m);
       }
       for (const w of g.waiters) if (!answered.has(w) && w.once) w.settle(null);
+    }
+  }
+
+  /**
+   * Queued jobs of `models` were left by a round's waiters that could not take them: the waiting
+   * polls of other capabilities (group keys not in the round) look — once per model and
+   * generation of queued jobs (`generations`, read at the round's start), so rounds that cannot
+   * take a job do not wake each other without end. Waiters of the round's own groups would
+   * find what it found; they wait for new jobs or the recheck.
+   */
+  private handOn(models: number[], generations: Map<number, number>, groups: Map<string, unknown>): void {
+    for (const m of models) {
+      const generation = generations.get(m) ?? 0;
+      if (this.handedOn.get(m) === generation) continue;
+      this.handedOn.set(m, generation);
+      for (const w of this.byModel.get(m) ?? []) {
+        if (!groups.has(w.groupKey) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
+      }
     }
   }
 
