@@ -4,6 +4,10 @@ import { wholeNumber } from './whole-number.js';
 const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
 const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i;
 const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
+// The examples a duration's error offers: those within the variable's range.
+const DURATION_EXAMPLES: [string, number][] = [['250ms', 0.25], ['30s', 30], ['5m', 300], ['6h', 21_600], ['7d', 604_800]];
+/** A duration in words for an error: whole seconds as they are, a fraction of one in ms. */
+const spoken = (seconds: number): string => (seconds < 1 ? `${Math.round(seconds * 1000)} ms` : `${seconds} s`);
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
 
 export class EnvReader {
@@ -50,7 +54,9 @@ export class EnvReader {
     const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] ?? 's').toLowerCase()]! : NaN;
     if (zero && seconds === 0) return 0;
     if (!(seconds >= min && seconds <= max)) {
-      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${min} s to ${max} s${zero ? ' or 0' : ''}, e.g. 30s, 5m, 6h or 7d`);
+      const examples = DURATION_EXAMPLES.filter(([, v]) => v >= min && v <= max).map(([e]) => e);
+      const eg = examples.length > 1 ? `${examples.slice(0, -1).join(', ')} or ${examples.at(-1)}` : (examples[0] ?? `${max}s`);
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${spoken(min)} to ${spoken(max)}${zero ? ' or 0' : ''}, e.g. ${eg}`);
       return fallback;
     }
     return seconds;

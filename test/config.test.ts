@@ -73,11 +73,13 @@ describe('configuration', () => {
     expect(problemsOf({ DATABASE_URL: 'postgresql://p/ins', DATABASE_DIRECT_URL: 'mysql://db/ins' })).toEqual(['DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL']);
   });
 
-  it('VERIFY_AUDIT_DELAY: 250 ms by default, a duration up to a minute, 0 for at once', () => {
+  it('VERIFY_AUDIT_DELAY: 250 ms by default, a duration up to a minute, 0 for at once; an error offers examples in range', () => {
     expect(loadConfig({}).verify.auditDelay).toBe(0.25);
     expect(loadConfig({ VERIFY_AUDIT_DELAY: '20ms' }).verify.auditDelay).toBeCloseTo(0.02, 9);
     expect(loadConfig({ VERIFY_AUDIT_DELAY: '0' }).verify.auditDelay).toBe(0);
-    expect(problemsOf({ VERIFY_AUDIT_DELAY: '2m' })[0]).toMatch(/^VERIFY_AUDIT_DELAY="2m": expected a duration/);
+    // The examples are durations it would take.
+    expect(problemsOf({ VERIFY_AUDIT_DELAY: '2m' })).toEqual(['VERIFY_AUDIT_DELAY="2m": expected a duration from 1 ms to 60 s or 0, e.g. 250ms or 30s']);
+    expect(problemsOf({ VERIFY_EVIDENCE_WINDOW: '10s' })).toEqual(['VERIFY_EVIDENCE_WINDOW="10s": expected a duration from 60 s to 31536000 s, e.g. 5m, 6h or 7d']);
     expect(problemsOf({ VERIFY_AUDIT_DELAY: 'soon' })[0]).toMatch(/^VERIFY_AUDIT_DELAY="soon": expected a duration/);
   });
 
