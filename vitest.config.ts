@@ -20,9 +20,8 @@ export default defineConfig({
     // (test/helpers/pglite-reuse.ts).
     isolate: false,
     // Two cores, four files at a time: many files mostly wait (for a worker process, a deadline,
-    // an audit), so on an idle machine three left a third of the cores unused (135 % of 200);
-    // more than four kept PGlite instances and spawned servers from answering in time beside
-    // busy cores. Measured in docs/benchmarks.md.
+    // an audit), so on an idle machine three left a third of the cores unused (126-135 % of
+    // 200); five were no faster than four in the same hour. Measured in docs/benchmarks.md.
     maxWorkers: 4,
     // expect.poll waits for a state; its default second is too short on a loaded machine.
     expect: { poll: { timeout: 30_000, interval: 20 } },

@@ -101,7 +101,8 @@ export class Dispatcher implements LiveConsumer {
   private readonly copiesGeneration = new Map<number, number>();
   private live = false;
   private running = false;
-  private readonly timer: NodeJS.Timeout;
+  /** The recheck's timer; none when it is off (recheckMs 0). */
+  private readonly timer: NodeJS.Timeout | undefined;
   private readonly maxBatch: number;
 
   private readonly trackEmpty: boolean;
@@ -109,9 +110,7 @@ export class Dispatcher implements LiveConsumer {
   constructor(private readonly store: DispatchStore, private readonly opts: DispatcherOptions) {
     this.maxBatch = opts.maxBatch ?? 64;
     this.trackEmpty = opts.trackEmpty ?? true;
-    this.timer = setInterval(() => { this.recheck().catch(opts.onError); }, opts.recheckMs || 1_000);
-    this.timer.unref();
-    if (opts.recheckMs === 0) clearInterval(this.timer);
+    if (opts.recheckMs !== 0) this.timer = setInterval(() => { this.recheck().catch(opts.onError); }, opts.recheckMs ?? 1_000).unref();
   }
 
   /** Jobs and copies queued, here or on another server, wake as many waiters of their models. */

@@ -3,7 +3,7 @@
 import type { Database } from '../../src/db/database.js';
 import type { CoordinatorConfig } from '../../src/config.js';
 import type { VerifyConfig } from '../../src/config-verify.js';
-import { buildApp, type LedgerOptions, type RetentionOptions } from '../../src/app.js';
+import { buildApp, type AppOptions, type LedgerOptions, type RetentionOptions } from '../../src/app.js';
 import { createNode } from '../../src/nodes/lifecycle.js';
 import { addApiKey } from '../../src/repositories/api-keys.js';
 import type { Backend } from './db.js';
@@ -14,7 +14,7 @@ export type TestApp = Awaited<ReturnType<typeof buildApp>>;
 // so that other tests count exactly the jobs they submit. Turned on, it audits 20 ms after jobs
 // are done rather than VERIFY_AUDIT_DELAY's 250 ms: tests that wait on audit after audit spent
 // most of their time in that pause (docs/benchmarks.md).
-export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number; coordinator?: Partial<CoordinatorConfig>; dispatch?: { handOff?: boolean; trackEmpty?: boolean; recheck?: boolean }; verify?: Partial<VerifyConfig>; ledger?: LedgerOptions; retention?: RetentionOptions } = {}) {
+export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number; coordinator?: Partial<CoordinatorConfig>; dispatch?: AppOptions['dispatch']; verify?: Partial<VerifyConfig>; ledger?: LedgerOptions; retention?: RetentionOptions } = {}) {
   const db: Database = await backend.open();
   const app = await buildApp({ db, ...opts, verify: { enabled: false, auditDelay: 0.02, ...opts.verify } });
   return {
