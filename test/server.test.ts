@@ -23,7 +23,8 @@ describe('ins serve', () => {
     const env = { DATA_DIR: path.join(dir, 'graceful') };
     const key = (await runCli(['node', 'add', 'graceful'], env)).stdout.trim();
     const server = await startServerProcess(env);
-    expect(server.logs()).toContain('listening on');
+    // /readyz answered; the line logged just before may still be in the pipe.
+    await expect.poll(() => server.logs()).toContain('listening on');
     expect(server.logs()).toContain('embedded PGlite');
 
     const body = JSON.stringify({ job_id: 'in-flight', api_key: key, model_name: 'm', result: { message: 'very secret output' }, status: 'success' });

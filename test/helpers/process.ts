@@ -31,8 +31,16 @@ export function startWorkerProcess(args: string[], env: Record<string, string | 
   let logs = '';
   child.stdout.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr.on('data', (d: Buffer) => (logs += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, url: '', logs: () => logs, exited };
+  return { child, url: '', logs: () => logs, exited: ended(child) };
+}
+
+/**
+ * The exit code, once the process has exited and its output has been read to the end ('close',
+ * not 'exit': a process's last lines can still be in the pipe when 'exit' fires, and a test that
+ * reads the logs after a stop must find them all).
+ */
+function ended(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => child.on('close', (code) => resolve(code)));
 }
 
 export interface CliResult { code: number | null; stdout: string; stderr: string }
@@ -140,12 +148,13 @@ async function startServerOn(env: Record<string, string | undefined>, port: numb
   let logs = '';
   child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const exited = ended(child);
   const url = `http://127.0.0.1:${port}`;
   // Generous: a loaded machine starts processes slowly; a server that never gets there is killed, not left behind.
   const deadline = Date.now() + 90_000;
   for (;;) {
     if (child.exitCode !== null) {
+      await exited; // its last lines (why it exited) read
       if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
       throw new Error(`server exited early:\n${logs}`);
     }
