@@ -3,8 +3,9 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    // src/ compiled once for the processes tests start, rather than tsx in each of them.
-    globalSetup: ['test/helpers/build-cli.ts'],
+    // src/ compiled once for the processes tests start, rather than tsx in each of them; the
+    // PostgreSQL databases the tests create dropped together at the run's end.
+    globalSetup: ['test/helpers/build-cli.ts', 'test/helpers/postgres-run.ts'],
     // Where the suite's CPU goes, per file: INS_TEST_CPU_LOG=FILE (bench/suite-cpu/report.ts).
     ...(process.env.INS_TEST_CPU_LOG ? { setupFiles: ['bench/suite-cpu/setup.ts'] } : {}),
     testTimeout: 60_000,

@@ -31,7 +31,7 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted while workers
   });
 
   it('answers the reports of a short outage with 200 once it is over, not 503', async () => {
-    const created = await createPostgresDatabase();
+    const created = await createPostgresDatabase(undefined, { durable: true });
     drop = created.drop;
     const setup = openPostgres({ connectionString: created.url });
     await migrate(setup);

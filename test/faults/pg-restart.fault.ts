@@ -42,7 +42,7 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', 
   });
 
   it('503 while it is away, recovery without help, every 200 stored exactly once', async () => {
-    const created = await createPostgresDatabase();
+    const created = await createPostgresDatabase(undefined, { durable: true });
     drop = created.drop;
     const setup = openPostgres({ connectionString: created.url });
     await migrate(setup);

@@ -18,6 +18,8 @@ export interface Backend {
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL;
 export const TEST_DATABASE_POOLER_URL = process.env.TEST_DATABASE_POOLER_URL;
+/** Set by test/helpers/postgres-run.ts (the suite's globalSetup): the run's databases are dropped at its end. */
+const RUN = process.env.INS_TEST_PG_RUN;
 
 /** A database of the test server, through the pooler when TEST_DATABASE_POOLER_URL is set. */
 export function openTestPostgres(url: string, max: number): Database {
@@ -27,19 +29,30 @@ export function openTestPostgres(url: string, max: number): Database {
   return openPostgres({ connectionString: pooled.toString(), directConnectionString: url, pooler: 'transaction', max });
 }
 
-/** Creates a database on the test server (empty, or a copy of `template`); returns its URL and a drop function. */
-export async function createPostgresDatabase(template?: string): Promise<{ url: string; drop: () => Promise<void> }> {
+/**
+ * Creates a database on the test server (empty, or a copy of `template`); returns its URL and a
+ * drop function. Its commits do not wait for the WAL's flush to disk (`synchronous_commit = off`
+ * for the database, so for every connection to it: the tests' own, the servers' they start, a
+ * pooler's): a commit is as visible to the next statement as before and survives a clean or fast
+ * stop of PostgreSQL, and only a crash of PostgreSQL itself could lose the last ones, which no
+ * test of the suite causes. The flush cost 1.7-2 ms a commit on these machines' disks
+ * (docs/benchmarks.md). `durable` keeps the server's setting: the fault tests, which stop
+ * PostgreSQL under load and count every report that got a 200, test the commit production runs.
+ */
+export async function createPostgresDatabase(template?: string, { durable = false } = {}): Promise<{ url: string; drop: () => Promise<void> }> {
   const base = new URL(TEST_DATABASE_URL!);
-  const name = `ins_test_${randomBytes(6).toString('hex')}`;
+  const name = `ins_test_${RUN ? `${RUN}_` : ''}${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
   await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
+  if (!durable) await admin.query(`ALTER DATABASE ${name} SET synchronous_commit = off`);
   await admin.end();
   const url = new URL(base);
   url.pathname = `/${name}`;
   return {
     url: url.toString(),
     drop: async () => {
+      if (RUN) return; // at the run's end, with the others (test/helpers/postgres-run.ts)
       const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
       await c.connect();
       await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);

@@ -1,0 +1,66 @@
+// vitest's globalSetup (vitest.config.ts): the PostgreSQL databases this run's tests create are
+// dropped at the run's end, all together, rather than each as its test closes it. A DROP
+// DATABASE waits for a checkpoint of the whole server (PostgreSQL 15's dropdb), 0.3-0.4 s that
+// the test sat through, some 80 times a run, each checkpoint also flushing the other test
+// processes' writes; drops that run at once share their checkpoints (docs/benchmarks.md).
+// The databases carry the run's mark in their names (test/helpers/db.ts), and a run that did not
+// get to its end (killed) leaves its own, which the next run drops at its start.
+import pg from 'pg';
+
+const URL_ = process.env.TEST_DATABASE_URL;
+
+async function dropWhere(pattern: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: URL_ });
+  await admin.connect();
+  try {
+    const queue = (await admin.query<{ datname: string }>('SELECT datname FROM pg_database WHERE datname LIKE $1', [pattern])).rows.map((r) => r.datname);
+    // A few connections at a time: their checkpoints are shared, and the server's connection limit is not approached.
+    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, async () => {
+      const c = new pg.Client({ connectionString: URL_ });
+      await c.connect();
+      try {
+        for (let n = queue.shift(); n; n = queue.shift()) await c.query(`DROP DATABASE IF EXISTS "${n}" WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    }));
+  } finally {
+    await admin.end();
+  }
+}
+
+export default async function setup(): Promise<(() => Promise<void>) | undefined> {
+  if (!URL_) return undefined;
+  const run = `r${process.pid}x${Date.now().toString(36)}`;
+  // Another run's, left by a run that was killed: a run that is still going (another checkout's,
+  // at the same moment) is told apart by its process still being there.
+  const others = (await listRuns()).filter((r) => r.run !== run && !alive(r.pid));
+  for (const r of others) await dropWhere(`ins\\_test\\_${r.run}\\_%`);
+  process.env.INS_TEST_PG_RUN = run;
+  return async () => { await dropWhere(`ins\\_test\\_${run}\\_%`); };
+}
+
+async function listRuns(): Promise<{ run: string; pid: number }[]> {
+  const admin = new pg.Client({ connectionString: URL_ });
+  await admin.connect();
+  try {
+    const rows = (await admin.query<{ datname: string }>(`SELECT datname FROM pg_database WHERE datname LIKE 'ins\\_test\\_r%'`)).rows;
+    const runs = new Map<string, number>();
+    for (const { datname } of rows) {
+      const m = /^ins_test_(r(\d+)x[0-9a-z]+)_/.exec(datname);
+      if (m) runs.set(m[1]!, Number(m[2]));
+    }
+    return [...runs].map(([run, pid]) => ({ run, pid }));
+  } finally {
+    await admin.end();
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
