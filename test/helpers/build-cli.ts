@@ -5,7 +5,7 @@
 // (what tsx runs) transpiles src/ file by file, as tsx does, into a directory beside src/, so
 // that paths relative to the package (src/paths.ts, the version in cli/main.ts) hold as in
 // dist/. The source of this run, not a stale build: no `npm run build` needed.
-import { readdirSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { build } from 'esbuild';
 import { ROOT } from './process.js';
@@ -33,5 +33,24 @@ export default async function setup(): Promise<() => void> {
     logLevel: 'warning',
   });
   process.env.INS_TEST_CLI = path.join(out, 'cli', 'entry.js');
-  return () => rmSync(out, { recursive: true, force: true });
+  return () => {
+    killLeftBehind(out);
+    rmSync(out, { recursive: true, force: true });
+  };
+}
+
+/**
+ * Kills the processes still running this run's compile (`ins serve`, `ins worker`): a test that
+ * failed before it stopped its server leaves it running, and vitest ends its test processes
+ * with SIGTERM, which gives them no chance to (a server of server.test.ts was found serving an
+ * hour after its run).
+ */
+function killLeftBehind(out: string): void {
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`${out}/`)) process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
 }
