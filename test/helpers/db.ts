@@ -18,7 +18,7 @@ export interface Backend {
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL;
 export const TEST_DATABASE_POOLER_URL = process.env.TEST_DATABASE_POOLER_URL;
-/** Set by test/helpers/postgres-run.ts (the suite's globalSetup): the run's databases are dropped at its end. */
+/** Set by test/helpers/postgres-run.ts (the suite's globalSetup): the run's databases are dropped without the tests waiting. */
 const RUN = process.env.INS_TEST_PG_RUN;
 
 /** A database of the test server, through the pooler when TEST_DATABASE_POOLER_URL is set. */
@@ -52,13 +52,25 @@ export async function createPostgresDatabase(template?: string, { durable = fals
   return {
     url: url.toString(),
     drop: async () => {
-      if (RUN) return; // at the run's end, with the others (test/helpers/postgres-run.ts)
-      const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
+      if (!RUN) return dropDatabase(name);
+      // Behind the tests, one at a time per test process; what a process leaves undropped
+      // when it ends, the run's teardown drops (test/helpers/postgres-run.ts).
+      dropping = dropping.then(() => dropDatabase(name)).catch(() => undefined);
     },
   };
+}
+
+/** The drops this test process has yet to make (see createPostgresDatabase). */
+let dropping: Promise<void> = Promise.resolve();
+
+async function dropDatabase(name: string): Promise<void> {
+  const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await c.connect();
+  try {
+    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await c.end();
+  }
 }
 
 // In memory, reused within the test process once reset to the migrated state (pglite-reuse.ts).
