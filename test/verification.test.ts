@@ -212,6 +212,37 @@ describe.each(backends)('verification on $name', (backend) => {
     }
   });
 
+  it('hands a copy its own node cannot take on to another waiting node, without the recheck', async () => {
+    // The checked node's second session waits longest, so the audit's copy is offered to it
+    // first; the round that cannot take it (a copy never goes to the node it checks) wakes the
+    // other waiting polls of its model (src/jobs/dispatcher.ts handOnCopies). The dispatcher's
+    // once-a-second recheck, which used to find it, is off: without the hand-on the checker's
+    // poll ends empty.
+    t = await startApp(backend, { verify: { ...VERIFY, share: 1 }, dispatch: { recheck: false } });
+    const user = new TestUser(t.app, await t.addUser());
+    const key = await t.addNode('checked');
+    const [a, b] = [await new TestWorker(t.app, 'checked', key).start([MODEL]), await new TestWorker(t.app, 'checked', key).start([MODEL])];
+    const checker = await new TestWorker(t.app, 'checker', await t.addNode('checker')).start([MODEL]);
+    const waiting = () => t.app.service.coordinator.waitingWorkers;
+    const aPoll = a.getJob(30);
+    await expect.poll(waiting).toBe(1);
+    const bPoll = b.getJobRaw(30);
+    await expect.poll(waiting).toBe(2);
+    const checkerPoll = checker.getJob(30);
+    await expect.poll(waiting).toBe(3);
+    const content = 'a question worth checking';
+    await user.submit(MODEL, content, { temperature: 0 });
+    const job = (await aPoll)!;
+    expect(prompt(job)).toBe(content);
+    expect((await a.report(job, prose(MODEL, content))).statusCode).toBe(200);
+    const copy = await checkerPoll;
+    expect(copy && prompt(copy)).toBe(content);
+    expect((await checker.report(copy!, prose(MODEL, content))).statusCode).toBe(200);
+    // The checked node's other session got nothing; its deregistration ends its poll.
+    expect((await b.deregister()).statusCode).toBe(200);
+    expect((await bPoll).json()).toEqual({ job_data: null });
+  });
+
   it('takes back a report that raced with its node\'s suspension when it audits that job', async () => {
     // The race, made still: the report is credited (the node was in good standing when its
     // statement ran), then the node is suspended by strikes whose reversal did not see it.

@@ -17,6 +17,8 @@
 //   node did not declare: tools, embeddings…) hands them on: the waiting polls of other
 //   capabilities look, once per model and generation of queued jobs, so a job for the one node
 //   able to run it does not wait for the recheck while nodes unable to are woken for it;
+//   copies likewise, to every other waiting poll of their models (a copy never goes to the node
+//   it checks, whose other polls often waited longest);
 // "Empty" is trusted only while notifications are reliable (LISTEN live); besides, once a
 // second a cheap query asks which waited-for models do have queued jobs or copies (jobs
 // another server locked and let go, notifications missed, copies no waiter could take).
@@ -99,6 +101,8 @@ export class Dispatcher implements LiveConsumer {
   /** Per model, the generation of queued jobs last handed on to waiters of other capabilities (round()). */
   private readonly handedOn = new Map<number, number>();
   private readonly copiesGeneration = new Map<number, number>();
+  /** Per model, the generation of copies last handed on to the other waiters (round()). */
+  private readonly copiesHandedOn = new Map<number, number>();
   private live = false;
   private running = false;
   /** The recheck's timer; none when it is off (recheckMs 0). */
@@ -367,6 +371,7 @@ export class Dispatcher implements LiveConsumer {
       }
       if (copiesLeft.has(i + 1)) {
         if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])), 'copies');
+        else this.handOnCopies(models, copyGenerations, batch);
       } else if (this.live) {
         for (const m of models) if ((this.copiesGeneration.get(m) ?? 0) === copyGenerations.get(m)) this.copies.delete(m);
       }
@@ -388,6 +393,25 @@ export class Dispatcher implements LiveConsumer {
       this.handedOn.set(m, generation);
       for (const w of this.byModel.get(m) ?? []) {
         if (!groups.has(w.groupKey) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
+      }
+    }
+  }
+
+  /**
+   * Copies of `models` were left by a round whose waiters could not take them — a copy never
+   * goes to the node whose answer it checks, and that node's other polls are often the ones
+   * that waited longest — so every other waiting poll of those models looks, whatever its
+   * capabilities: once per model and generation of copies (`generations`, read at the round's
+   * start), so rounds that cannot take a copy do not wake each other without end.
+   */
+  private handOnCopies(models: number[], generations: Map<number, number>, batch: Waiter[]): void {
+    const inRound = new Set(batch);
+    for (const m of models) {
+      const generation = generations.get(m) ?? 0;
+      if (this.copiesHandedOn.get(m) === generation) continue;
+      this.copiesHandedOn.set(m, generation);
+      for (const w of this.byModel.get(m) ?? []) {
+        if (!inRound.has(w) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
       }
     }
   }
