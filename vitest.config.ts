@@ -3,9 +3,11 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    // src/ compiled once for the processes tests start, rather than tsx in each of them; the
-    // PostgreSQL databases the tests create dropped together at the run's end.
-    globalSetup: ['test/helpers/build-cli.ts', 'test/helpers/postgres-run.ts'],
+    // The PostgreSQL databases the tests create dropped without the tests waiting, what is left
+    // at the run's end; src/ compiled once for the processes tests start, rather than tsx in each
+    // of them. Teardowns run last to first: the run's left-over processes are killed before its
+    // databases are dropped.
+    globalSetup: ['test/helpers/postgres-run.ts', 'test/helpers/build-cli.ts'],
     // Where the suite's CPU goes, per file: INS_TEST_CPU_LOG=FILE (bench/suite-cpu/report.ts).
     ...(process.env.INS_TEST_CPU_LOG ? { setupFiles: ['bench/suite-cpu/setup.ts'] } : {}),
     testTimeout: 60_000,

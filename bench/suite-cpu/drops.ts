@@ -2,8 +2,9 @@
 // copies of the tests' migrated template, then drops them, P at a time, and prints the wall time
 // of each step. Run it idle and beside busy cores (docs/benchmarks.md):
 //   TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test npx tsx bench/suite-cpu/drops.ts [N=40] [P=1]
-// The template exists once the suite has run on PostgreSQL.
+// The template exists once the suite has run on PostgreSQL with these migrations.
 import pg from 'pg';
+import { migrationsDigest } from '../../src/db/pglite-template.js';
 
 const url = process.env.TEST_DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/test';
 const n = Number(process.argv[2] ?? 40);
@@ -11,8 +12,9 @@ const parallel = Number(process.argv[3] ?? 1);
 
 const admin = new pg.Client({ connectionString: url });
 await admin.connect();
-const template = (await admin.query<{ datname: string }>(`SELECT datname FROM pg_database WHERE datname LIKE 'ins\\_template\\_%' LIMIT 1`)).rows[0]?.datname;
-if (!template) throw new Error('no ins_template_… database: run the suite on PostgreSQL once');
+// The template of these migrations (test/helpers/db.ts names it so), not one being built or an old one.
+const template = `ins_template_${migrationsDigest()}`;
+if (!(await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [template])).rowCount) throw new Error(`no ${template} database: run the suite on PostgreSQL once`);
 const names = Array.from({ length: n }, (_, i) => `ins_bench_drop_${i}`);
 let t = performance.now();
 for (const name of names) await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`);

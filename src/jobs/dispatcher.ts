@@ -371,7 +371,7 @@ export class Dispatcher implements LiveConsumer {
       }
       if (copiesLeft.has(i + 1)) {
         if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])), 'copies');
-        else this.handOnCopies(models, copyGenerations, batch);
+        else this.handOnCopies(models, copyGenerations, batch, new Set(g.waiters.filter((w) => !answered.has(w)).map((w) => w.session.node.id)));
       } else if (this.live) {
         for (const m of models) if ((this.copiesGeneration.get(m) ?? 0) === copyGenerations.get(m)) this.copies.delete(m);
       }
@@ -400,18 +400,19 @@ export class Dispatcher implements LiveConsumer {
   /**
    * Copies of `models` were left by a round whose waiters could not take them — a copy never
    * goes to the node whose answer it checks, and that node's other polls are often the ones
-   * that waited longest — so every other waiting poll of those models looks, whatever its
-   * capabilities: once per model and generation of copies (`generations`, read at the round's
-   * start), so rounds that cannot take a copy do not wake each other without end.
+   * that waited longest — so the other waiting polls of those models look, whatever their
+   * capabilities, but not those of the nodes (`refused`) whose polls in the round got nothing:
+   * once per model and generation of copies (`generations`, read at the round's start), so
+   * rounds that cannot take a copy do not wake each other without end.
    */
-  private handOnCopies(models: number[], generations: Map<number, number>, batch: Waiter[]): void {
+  private handOnCopies(models: number[], generations: Map<number, number>, batch: Waiter[], refused: Set<number>): void {
     const inRound = new Set(batch);
     for (const m of models) {
       const generation = generations.get(m) ?? 0;
       if (this.copiesHandedOn.get(m) === generation) continue;
       this.copiesHandedOn.set(m, generation);
       for (const w of this.byModel.get(m) ?? []) {
-        if (!inRound.has(w) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
+        if (!inRound.has(w) && !refused.has(w.session.node.id) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
       }
     }
   }

@@ -32,9 +32,10 @@ export default async function setup(): Promise<() => void> {
     sourcemap: 'inline',
     logLevel: 'warning',
   });
-  process.env.INS_TEST_CLI = path.join(out, 'cli', 'entry.js');
+  const cli = path.join(out, 'cli', 'entry.js');
+  process.env.INS_TEST_CLI = cli;
   return () => {
-    killLeftBehind(out);
+    killLeftBehind(cli);
     rmSync(out, { recursive: true, force: true });
   };
 }
@@ -45,10 +46,10 @@ export default async function setup(): Promise<() => void> {
  * with SIGTERM, which gives them no chance to (a server of server.test.ts was found serving an
  * hour after its run).
  */
-function killLeftBehind(out: string): void {
+function killLeftBehind(cli: string): void {
   for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
     try {
-      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`${out}/`)) process.kill(Number(pid), 'SIGKILL');
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(cli)) process.kill(Number(pid), 'SIGKILL');
     } catch {
       // gone meanwhile, or not ours to read
     }

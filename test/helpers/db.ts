@@ -44,9 +44,12 @@ export async function createPostgresDatabase(template?: string, { durable = fals
   const name = `ins_test_${RUN ? `${RUN}_` : ''}${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
-  if (!durable) await admin.query(`ALTER DATABASE ${name} SET synchronous_commit = off`);
-  await admin.end();
+  try {
+    await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`);
+    if (!durable) await admin.query(`ALTER DATABASE ${name} SET synchronous_commit = off`);
+  } finally {
+    await admin.end();
+  }
   const url = new URL(base);
   url.pathname = `/${name}`;
   return {

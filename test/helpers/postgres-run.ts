@@ -4,64 +4,61 @@
 // some 85 times a run. Each test process drops the databases its tests closed one after another
 // in the background (test/helpers/db.ts), and this teardown drops what is left at the run's end.
 // Dropping them all only at the end took 60-110 s beside busy cores, where the background drops
-// overlap the tests (docs/benchmarks.md). The databases carry the run's mark in their names; a
-// run that did not get to its end (killed) leaves its own, which the next run drops at its start.
+// overlap the tests (docs/benchmarks.md). The databases carry the run's mark in their names, and
+// the run holds a connection named after the mark until its end: a run that did not get to its
+// end (killed) leaves its databases, which the next run drops at its start — those of marks no
+// connection holds, so not another run's still going, from another checkout, container or host.
 import pg from 'pg';
 
 const URL_ = process.env.TEST_DATABASE_URL;
+const MARKED = `SELECT datname FROM pg_database WHERE datname LIKE 'ins\\_test\\_r%'`;
 
-async function dropWhere(pattern: string): Promise<void> {
-  const admin = new pg.Client({ connectionString: URL_ });
-  await admin.connect();
-  try {
-    const queue = (await admin.query<{ datname: string }>('SELECT datname FROM pg_database WHERE datname LIKE $1', [pattern])).rows.map((r) => r.datname);
-    // A few connections at a time: their checkpoints are shared, and the server's connection limit is not approached.
-    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, async () => {
-      const c = new pg.Client({ connectionString: URL_ });
-      await c.connect();
-      try {
-        for (let n = queue.shift(); n; n = queue.shift()) await c.query(`DROP DATABASE IF EXISTS "${n}" WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
-    }));
-  } finally {
-    await admin.end();
-  }
+function client(run?: string): pg.Client {
+  return new pg.Client({ connectionString: URL_, ...(run ? { application_name: `ins_test_${run}` } : {}) });
+}
+
+/** Drops the databases named, a few at a time: their checkpoints are shared, and the server's connection limit is not approached. */
+async function drop(names: string[]): Promise<void> {
+  const queue = [...names];
+  await Promise.all(Array.from({ length: Math.min(8, queue.length) }, async () => {
+    const c = client();
+    await c.connect();
+    try {
+      for (let n = queue.shift(); n; n = queue.shift()) await c.query(`DROP DATABASE IF EXISTS "${n}" WITH (FORCE)`);
+    } finally {
+      await c.end();
+    }
+  }));
+}
+
+/** The marked databases of runs that hold no connection any more, or of `run`. */
+async function leftBy(admin: pg.Client, run?: string): Promise<string[]> {
+  const live = new Set((await admin.query<{ name: string }>(`SELECT application_name AS name FROM pg_stat_activity WHERE application_name LIKE 'ins\\_test\\_r%'`)).rows.map((r) => r.name));
+  return (await admin.query<{ datname: string }>(MARKED)).rows.map((r) => r.datname).filter((name) => {
+    const mark = /^ins_test_(r[0-9a-z]+)_/.exec(name)?.[1];
+    return mark !== undefined && (run ? mark === run : !live.has(`ins_test_${mark}`));
+  });
 }
 
 export default async function setup(): Promise<(() => Promise<void>) | undefined> {
   if (!URL_) return undefined;
-  const run = `r${process.pid}x${Date.now().toString(36)}`;
-  // Another run's, left by a run that was killed: a run that is still going (another checkout's,
-  // at the same moment) is told apart by its process still being there.
-  const others = (await listRuns()).filter((r) => r.run !== run && !alive(r.pid));
-  for (const r of others) await dropWhere(`ins\\_test\\_${r.run}\\_%`);
-  process.env.INS_TEST_PG_RUN = run;
-  return async () => { await dropWhere(`ins\\_test\\_${run}\\_%`); };
-}
-
-async function listRuns(): Promise<{ run: string; pid: number }[]> {
-  const admin = new pg.Client({ connectionString: URL_ });
-  await admin.connect();
+  const run = `r${process.pid.toString(36)}x${Date.now().toString(36)}`;
+  const holder = client(run);
+  await holder.connect();
   try {
-    const rows = (await admin.query<{ datname: string }>(`SELECT datname FROM pg_database WHERE datname LIKE 'ins\\_test\\_r%'`)).rows;
-    const runs = new Map<string, number>();
-    for (const { datname } of rows) {
-      const m = /^ins_test_(r(\d+)x[0-9a-z]+)_/.exec(datname);
-      if (m) runs.set(m[1]!, Number(m[2]));
-    }
-    return [...runs].map(([run, pid]) => ({ run, pid }));
-  } finally {
-    await admin.end();
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
+    await drop(await leftBy(holder));
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
+    console.warn(`could not drop the databases earlier runs left: ${String(err)}`);
   }
+  process.env.INS_TEST_PG_RUN = run;
+  return async () => {
+    try {
+      await drop(await leftBy(holder, run));
+    } catch (err) {
+      // The next run drops them (they are no longer held).
+      console.warn(`could not drop this run's databases: ${String(err)}`);
+    } finally {
+      await holder.end().catch(() => undefined);
+    }
+  };
 }

@@ -153,7 +153,7 @@ async function startServerOn(env: Record<string, string | undefined>, port: numb
   // Generous: a loaded machine starts processes slowly; a server that never gets there is killed, not left behind.
   const deadline = Date.now() + 90_000;
   for (;;) {
-    if (child.exitCode !== null) {
+    if (child.exitCode !== null || child.signalCode !== null) {
       await exited; // its last lines (why it exited) read
       if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
       throw new Error(`server exited early:\n${logs}`);
