@@ -17,8 +17,8 @@
 //   node did not declare: tools, embeddings…) hands them on: the waiting polls of other
 //   capabilities look, once per model and generation of queued jobs, so a job for the one node
 //   able to run it does not wait for the recheck while nodes unable to are woken for it;
-//   copies likewise, to every other waiting poll of their models (a copy never goes to the node
-//   it checks, whose other polls often waited longest);
+//   copies likewise, to the other waiting polls of their models but those of nodes that got
+//   nothing in the round (a copy never goes to the node it checks, whose polls often waited longest);
 // "Empty" is trusted only while notifications are reliable (LISTEN live); besides, once a
 // second a cheap query asks which waited-for models do have queued jobs or copies (jobs
 // another server locked and let go, notifications missed, copies no waiter could take).
