@@ -215,7 +215,7 @@ describe.each(backends)('verification on $name', (backend) => {
   it('hands a copy its own node cannot take on to another waiting node, without the recheck', async () => {
     // The checked node's second session waits longest, so the audit's copy is offered to it
     // first; the round that cannot take it (a copy never goes to the node it checks) wakes the
-    // other waiting polls of its model (src/jobs/dispatcher.ts handOnCopies). The dispatcher's
+    // other waiting polls of its model (src/jobs/dispatcher.ts handOn). The dispatcher's
     // once-a-second recheck, which used to find it, is off: without the hand-on the checker's
     // poll ends empty.
     t = await startApp(backend, { verify: { ...VERIFY, share: 1 }, dispatch: { recheck: false } });

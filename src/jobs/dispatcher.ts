@@ -98,10 +98,10 @@ export class Dispatcher implements LiveConsumer {
    * worker — but a poll that looks once does look while one may wait for it.
    */
   private readonly copies = new Set<number>();
-  /** Per model, the generation of queued jobs last handed on to waiters of other capabilities (round()). */
+  /** Per model, the generation of queued jobs last handed on to waiters of other capabilities (handOn()). */
   private readonly handedOn = new Map<number, number>();
   private readonly copiesGeneration = new Map<number, number>();
-  /** Per model, the generation of copies last handed on to the other waiters (round()). */
+  /** Per model, the generation of copies last handed on to the other waiters (handOn()). */
   private readonly copiesHandedOn = new Map<number, number>();
   private live = false;
   private running = false;
@@ -365,13 +365,19 @@ export class Dispatcher implements LiveConsumer {
       // Nothing left: the models are empty, unless jobs of them were queued meanwhile.
       if (jobsLeft.has(i + 1)) {
         if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])));
-        else this.handOn(models, generations, groups);
+        // Waiters of the round's own groups would find what it found: they wait for new jobs or the recheck.
+        else this.handOn(models, generations, this.handedOn, (w) => groups.has(w.groupKey));
       } else if (this.live && this.trackEmpty) {
         for (const m of models) if ((this.queuedGeneration.get(m) ?? 0) === generations.get(m)) this.empty.add(m);
       }
       if (copiesLeft.has(i + 1)) {
         if (got >= g.group.count) this.queued(new Map(models.map((m) => [m, g.group.count])), 'copies');
-        else this.handOnCopies(models, copyGenerations, batch, new Set(g.waiters.filter((w) => !answered.has(w)).map((w) => w.session.node.id)));
+        else {
+          // Whatever their capabilities, but not the polls of nodes whose polls got nothing here:
+          // those cannot take these copies either.
+          const refused = new Set(g.waiters.filter((w) => !answered.has(w)).map((w) => w.session.node.id));
+          this.handOn(models, copyGenerations, this.copiesHandedOn, (w) => refused.has(w.session.node.id));
+        }
       } else if (this.live) {
         for (const m of models) if ((this.copiesGeneration.get(m) ?? 0) === copyGenerations.get(m)) this.copies.delete(m);
       }
@@ -380,39 +386,21 @@ export class Dispatcher implements LiveConsumer {
   }
 
   /**
-   * Queued jobs of `models` were left by a round's waiters that could not take them: the waiting
-   * polls of other capabilities (group keys not in the round) look — once per model and
-   * generation of queued jobs (`generations`, read at the round's start), so rounds that cannot
-   * take a job do not wake each other without end. Waiters of the round's own groups would
-   * find what it found; they wait for new jobs or the recheck.
+   * Queued jobs (or copies) of `models` were left by a round whose waiters could not take them —
+   * the jobs need a capability their nodes did not declare; a copy never goes to the node whose
+   * answer it checks, and that node's other polls are often the ones that waited longest — so
+   * the other waiting polls of those models look, but those `skip` names: once per model and
+   * generation of jobs or copies (`generations`, read at the round's start; `handed` remembers
+   * the last one handed on), so rounds that cannot take them do not wake each other without end.
+   * The round's own waiters are still `looking`, so none of them is woken.
    */
-  private handOn(models: number[], generations: Map<number, number>, groups: Map<string, unknown>): void {
+  private handOn(models: number[], generations: Map<number, number>, handed: Map<number, number>, skip: (w: Waiter) => boolean): void {
     for (const m of models) {
       const generation = generations.get(m) ?? 0;
-      if (this.handedOn.get(m) === generation) continue;
-      this.handedOn.set(m, generation);
+      if (handed.get(m) === generation) continue;
+      handed.set(m, generation);
       for (const w of this.byModel.get(m) ?? []) {
-        if (!groups.has(w.groupKey) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
-      }
-    }
-  }
-
-  /**
-   * Copies of `models` were left by a round whose waiters could not take them — a copy never
-   * goes to the node whose answer it checks, and that node's other polls are often the ones
-   * that waited longest — so the other waiting polls of those models look, whatever their
-   * capabilities, but not those of the nodes (`refused`) whose polls in the round got nothing:
-   * once per model and generation of copies (`generations`, read at the round's start), so
-   * rounds that cannot take a copy do not wake each other without end.
-   */
-  private handOnCopies(models: number[], generations: Map<number, number>, batch: Waiter[], refused: Set<number>): void {
-    const inRound = new Set(batch);
-    for (const m of models) {
-      const generation = generations.get(m) ?? 0;
-      if (this.copiesHandedOn.get(m) === generation) continue;
-      this.copiesHandedOn.set(m, generation);
-      for (const w of this.byModel.get(m) ?? []) {
-        if (!inRound.has(w) && !refused.has(w.session.node.id) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
+        if (!skip(w) && !this.pending.has(w) && !this.looking.has(w)) this.pend(w);
       }
     }
   }
