@@ -10,6 +10,7 @@ import { migrate } from '../../src/db/migrate.js';
 import { openReusedPglite } from './pglite-reuse.js';
 import { openPostgres } from '../../src/db/pg.js';
 import { migrationsDigest } from '../../src/db/pglite-template.js';
+import { dropDatabases } from './postgres-run.js';
 
 export interface Backend {
   name: 'pglite' | 'postgres' | 'postgres through PgBouncer';
@@ -55,26 +56,16 @@ export async function createPostgresDatabase(template?: string, { durable = fals
   return {
     url: url.toString(),
     drop: async () => {
-      if (!RUN) return dropDatabase(name);
+      if (!RUN) return dropDatabases([name]);
       // Behind the tests, one at a time per test process; what a process leaves undropped
       // when it ends, the run's teardown drops (test/helpers/postgres-run.ts).
-      dropping = dropping.then(() => dropDatabase(name)).catch(() => undefined);
+      dropping = dropping.then(() => dropDatabases([name])).catch(() => undefined);
     },
   };
 }
 
 /** The drops this test process has yet to make (see createPostgresDatabase). */
 let dropping: Promise<void> = Promise.resolve();
-
-async function dropDatabase(name: string): Promise<void> {
-  const c = new pg.Client({ connectionString: TEST_DATABASE_URL });
-  await c.connect();
-  try {
-    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  } finally {
-    await c.end();
-  }
-}
 
 // In memory, reused within the test process once reset to the migrated state (pglite-reuse.ts).
 const pglite: Backend = { name: 'pglite', open: openReusedPglite };
@@ -85,8 +76,11 @@ const pglite: Backend = { name: 'pglite', open: openReusedPglite };
 // copies a template still being migrated. The migrations still run at each open (none is left
 // to apply: a check that the copy is current).
 let template: Promise<string> | undefined;
+/** The migrated template database of these migrations. */
+export const templateName = (): string => `ins_template_${migrationsDigest()}`;
+
 async function migratedTemplate(): Promise<string> {
-  const name = `ins_template_${migrationsDigest()}`;
+  const name = templateName();
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
   try {

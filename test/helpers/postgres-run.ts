@@ -17,10 +17,14 @@ function client(run?: string): pg.Client {
   return new pg.Client({ connectionString: URL_, ...(run ? { application_name: `ins_test_${run}` } : {}) });
 }
 
-/** Drops the databases named, a few at a time: their checkpoints are shared, and the server's connection limit is not approached. */
-async function drop(names: string[]): Promise<void> {
+/**
+ * Drops the databases named, `atOnce` at a time (a few: their checkpoints are shared, and the
+ * server's connection limit is not approached). Also test/helpers/db.ts's drop of one, and
+ * bench/suite-cpu/drops.ts's measurement.
+ */
+export async function dropDatabases(names: string[], atOnce = 8): Promise<void> {
   const queue = [...names];
-  await Promise.all(Array.from({ length: Math.min(8, queue.length) }, async () => {
+  await Promise.all(Array.from({ length: Math.min(atOnce, queue.length) }, async () => {
     const c = client();
     await c.connect();
     try {
@@ -46,14 +50,14 @@ export default async function setup(): Promise<(() => Promise<void>) | undefined
   const holder = client(run);
   await holder.connect();
   try {
-    await drop(await leftBy(holder));
+    await dropDatabases(await leftBy(holder));
   } catch (err) {
     console.warn(`could not drop the databases earlier runs left: ${String(err)}`);
   }
   process.env.INS_TEST_PG_RUN = run;
   return async () => {
     try {
-      await drop(await leftBy(holder, run));
+      await dropDatabases(await leftBy(holder, run));
     } catch (err) {
       // The next run drops them (they are no longer held).
       console.warn(`could not drop this run's databases: ${String(err)}`);
