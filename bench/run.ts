@@ -95,6 +95,7 @@ if (flags.help) {
              statement from pg_stat_statements (where the server preloads it: bench/statement-stats.ts), rows written
              per table and WAL per job; [--pg-perf (PostgreSQL's CPU by function, from Linux perf: bench/pg-perf.ts)]
              [--client-mode poll (the seed's get_result every 20 ms instead of waits)] [--analyze (ANALYZE after the warm-up)]
+             [--current DIR (another built checkout's server in this one's place)]
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
 --statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
 = 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
@@ -152,7 +153,7 @@ async function main(): Promise<void> {
       return requestCostScenario({ databaseUrl: flags['database-url'], baseline: flags.baseline, requests: num('requests'), runs: num('runs'), out: flags.out, current: flags.current });
     case 'statement-stats':
       if (flags['client-mode'] !== 'jobs' && flags['client-mode'] !== 'poll') throw new Error(`--client-mode is jobs or poll, got ${flags['client-mode']}`);
-      return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration'), pgPerf: flags['pg-perf'], mode: flags['client-mode'], analyze: flags.analyze });
+      return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration'), pgPerf: flags['pg-perf'], mode: flags['client-mode'], analyze: flags.analyze, current: flags.current });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     default:

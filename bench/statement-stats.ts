@@ -10,9 +10,11 @@
 // are reset after a warm-up, so only the measured seconds count (every database's statements
 // are counted; run nothing else against that server meanwhile). Without it, the scenario prints the
 // rows each table wrote per job and the WAL per job only. --pg-perf adds PostgreSQL's CPU by
-// function from Linux perf over the measured seconds (bench/pg-perf.ts).
+// function from Linux perf over the measured seconds (bench/pg-perf.ts). `--current DIR` runs
+// another built checkout's server and CLI in this one's place (e.g. the commit an issue was filed
+// on), so two commits' statements are measured alike, one run after the other.
 import path from 'node:path';
-import { adminQuery, freshDatabase, importBenchNodes, ins, metricTotal, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
+import { ENTRY, entryOf, adminQuery, freshDatabase, importBenchNodes, ins, metricTotal, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
 import { cycle, http, type ClientMode } from './cycle.js';
 import { recordPerf } from './pg-perf.js';
 
@@ -22,6 +24,8 @@ export interface StatementStatsOptions {
   mode?: ClientMode;
   /** ANALYZE the database after the warm-up, as autovacuum would have by then (this machine's PostgreSQL runs without it). */
   analyze?: boolean;
+  /** Another built checkout's server in this one's place (`--current DIR`): an older commit's statements, measured alike. */
+  current?: string;
 }
 
 interface StatementRow { calls: string; plan: number; exec: number; rows: string; query: string }
@@ -30,12 +34,13 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
   const loaded = (await adminQuery(o.databaseUrl, 'SHOW shared_preload_libraries')).rows[0] as { shared_preload_libraries: string };
   const statements = loaded.shared_preload_libraries.split(',').map((s) => s.trim()).includes('pg_stat_statements');
   if (!statements) console.log('pg_stat_statements is not loaded by this PostgreSQL (see bench/statement-stats.ts for the two settings and the restart): tables and WAL only');
+  const entry = o.current ? entryOf(o.current) : ENTRY;
   const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_statements_${process.pid}`);
   try {
     if (statements) await adminQuery(db.env.DATABASE_URL!, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
-    const nodes = await importBenchNodes(db.env, 'stats-worker', o.workers);
-    const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
-    const server = await startServer(db.env, 19_000 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-statement-stats.log'), { VERIFY: 'off' });
+    const nodes = await importBenchNodes(db.env, 'stats-worker', o.workers, entry);
+    const userKey = (await ins(['key', 'add-user', 'bench'], db.env, entry)).trim();
+    const server = await startServer(db.env, 19_000 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-statement-stats.log'), { VERIFY: 'off' }, entry);
     try {
       const h = http(server.url, o.workers + o.submitters + 8);
       await cycle(h, nodes, userKey, o.submitters, 0, o.warmup, o.mode);
