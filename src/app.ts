@@ -6,7 +6,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
 import { registerContentParsers } from './http/content.js';
-import { registerErrorHandlers } from './http/errors.js';
+import { clientErrorHandler, frameworkErrorHandler, registerErrorHandlers } from './http/errors.js';
 import { createMetrics, nodeMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
 import { cachedSerializerCompiler } from './http/serializer.js';
@@ -39,6 +39,7 @@ import { cancelJobRoute } from './routes/user/cancel-job.js';
 import { usageRoute } from './routes/user/usage.js';
 import { networkRoutes } from './routes/network.js';
 import { openAIRoutes } from './routes/openai/index.js';
+import { openAINotFound } from './routes/openai/errors.js';
 import type { Deps } from './routes/types.js';
 import { ledgerRoutes } from './routes/ledger.js';
 
@@ -117,6 +118,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     genReqId: requestId,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // A path parameter may be a model's name (256 characters, each up to three when %-encoded:
+    // GET /v1/models/{model}); longer ones, and malformed %-escapes, are 404 (http/errors.ts).
+    routerOptions: { maxParamLength: 1024 },
+    frameworkErrors: frameworkErrorHandler((req, reply) => (/^\/v1(\/|$)/.test(req.url) ? openAINotFound(req, reply) : undefined)),
+    clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   const metrics = createMetrics(opts.db, opts.processMetrics ?? false);

@@ -17,7 +17,7 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   afterAll(async () => t.close());
 
   it('404 Not Found for an unknown path', async () => {
-    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/app.js.map', '/data/']) {
+    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/app.js.map', '/data/', '/get_result/abc/extra', '/ledger/days/x/y']) {
       const res = await t.app.inject({ method: 'GET', url });
       expect(res.statusCode).toBe(404);
       expect(res.json()).toEqual({ detail: 'Not Found' });
@@ -27,6 +27,9 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   it('405 Method Not Allowed with Allow for a known path', async () => {
     const cases: [string, string, string][] = [
       ['GET', '/worker/update_result', 'POST'], ['PUT', '/daily_points', 'POST'], ['POST', '/unique_nodes?model_name=x', 'GET, HEAD'], ['DELETE', '/healthz', 'GET, HEAD'],
+      // Paths with a parameter: the route serves the path, not the method.
+      ['POST', '/get_result/abc', 'GET, HEAD'], ['DELETE', '/get_completion_time/abc?x=1', 'GET, HEAD'], ['GET', '/cancel_job/abc', 'POST'],
+      ['POST', '/ledger/days/2026-01-01', 'GET, HEAD'], ['PUT', '/ledger/days/2026-01-01/nodes/n1', 'GET, HEAD'], ['POST', '/network/nodes/n%20x', 'GET, HEAD'],
     ];
     for (const [method, url, allow] of cases) {
       const res = await t.app.inject({ method: method as 'GET', url });
@@ -34,6 +37,23 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
       expect(res.json()).toEqual({ detail: 'Method Not Allowed' });
       expect(res.headers.allow).toBe(allow);
     }
+  });
+
+  it('404 with detail for a malformed %-escape or an overlong path parameter, OpenAI\'s 404 under /v1', async () => {
+    for (const url of ['/%zz', '/get_result/%zz', `/get_result/${'a'.repeat(2_000)}`, `/network/nodes/${'a'.repeat(1_100)}`]) {
+      const res = await t.app.inject({ method: 'GET', url });
+      expect(res.statusCode, url.slice(0, 40)).toBe(404);
+      expect(res.json(), url.slice(0, 40)).toEqual({ detail: 'Not Found' });
+    }
+    for (const url of ['/v1/models/%zz', `/v1/models/${'m'.repeat(2_000)}`]) {
+      const res = await t.app.inject({ method: 'GET', url });
+      expect(res.statusCode).toBe(404);
+      expect(res.json().error).toMatchObject({ type: 'invalid_request_error' });
+    }
+    // A model's name of 256 characters is a name, not an overlong parameter: the route answers.
+    const long = await t.app.inject({ method: 'GET', url: `/v1/models/${'m'.repeat(256)}` });
+    expect(long.statusCode).toBe(404);
+    expect(long.json().error).toMatchObject({ code: 'model_not_found' });
   });
 
   it('serves openapi.json byte for byte, and the interactive docs from local assets', async () => {

@@ -2,6 +2,7 @@
 // 404 "Not Found", 405 "Method Not Allowed" (with Allow), 413 for an oversized body, 503 when
 // the database is away, and a 500 that says nothing about the cause (the log does).
 import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from './http-error.js';
 import { isDataException, isUnavailable } from '../db/errors.js';
@@ -23,19 +24,39 @@ function httpErrorForDatabase(err: unknown): HttpError | undefined {
   return undefined;
 }
 
+/** A route's path with parameters (`/get_result/:job_id`, `/docs/static/*`) as a pattern of the paths it serves. */
+function pathPattern(url: string): RegExp {
+  const parts = url.split(/(:[A-Za-z0-9_]+|\*)/).map((p) => (p === '*' ? '.*' : p.startsWith(':') ? '[^/]+' : p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  return new RegExp(`^${parts.join('')}$`);
+}
+
 export function registerErrorHandlers(app: FastifyInstance): void {
-  // Paths and their methods, for telling 405 from 404.
+  // Paths and their methods, for telling 405 from 404 as FastAPI does: a path some route serves,
+  // asked with a method none of them takes, is 405 — `POST /get_result/abc` as much as
+  // `GET /worker/update_result`. Static paths by name, those with parameters by pattern.
   const methodsByPath = new Map<string, Set<string>>();
+  const patterns = new Map<string, { pattern: RegExp; methods: Set<string> }>();
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
-    const set = methodsByPath.get(route.url) ?? new Set<string>();
+    const parameterised = /[:*]/.test(route.url);
+    const set = (parameterised ? patterns.get(route.url)?.methods : methodsByPath.get(route.url)) ?? new Set<string>();
     for (const m of methods) set.add(m);
-    methodsByPath.set(route.url, set);
+    if (parameterised) patterns.set(route.url, { pattern: pathPattern(route.url), methods: set });
+    else methodsByPath.set(route.url, set);
   });
+  const methodsFor = (path: string): Set<string> | undefined => {
+    const named = methodsByPath.get(path);
+    if (named) return named;
+    let found: Set<string> | undefined;
+    for (const { pattern, methods } of patterns.values()) {
+      if (pattern.test(path)) for (const m of methods) (found ??= new Set()).add(m);
+    }
+    return found;
+  };
 
   app.setNotFoundHandler((req: FastifyRequest, reply: FastifyReply) => {
     const path = req.url.split('?')[0]!;
-    const allowed = methodsByPath.get(path);
+    const allowed = methodsFor(path);
     if (allowed && !allowed.has(req.method)) {
       return reply.code(405).header('allow', [...allowed].sort().join(', ')).send({ detail: 'Method Not Allowed' });
     }
@@ -59,4 +80,32 @@ export function registerErrorHandlers(app: FastifyInstance): void {
     req.log.error({ err }, 'unhandled error');
     return reply.code(500).send({ detail: 'Internal Server Error' });
   });
+}
+
+/**
+ * Paths no route can serve before routing even starts: a malformed %-escape (`/%zz`,
+ * FST_ERR_BAD_URL) or a parameter longer than the router takes (FST_ERR_MAX_PARAM_LENGTH).
+ * Fastify would answer these with its own body (no `detail`, the path echoed back); they are
+ * 404 `{"detail": "Not Found"}`, as FastAPI answers a path it does not serve. `notFound` answers
+ * instead where a prefix has its own 404 (OpenAI's under /v1).
+ */
+export function frameworkErrorHandler(notFound: (req: FastifyRequest, reply: FastifyReply) => FastifyReply | undefined) {
+  return (_err: FastifyError, req: FastifyRequest, reply: FastifyReply): void => {
+    if (notFound(req, reply) === undefined) void reply.code(404).send({ detail: 'Not Found' });
+  };
+}
+
+/**
+ * What Node's HTTP parser refuses before there is a request (headers over the limit, a
+ * malformed request line, a client too slow to send its headers): the same status Fastify
+ * gives, with a JSON body that has `detail` like every other error, and the connection closed.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const status = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
+  const body = JSON.stringify({ detail: STATUS_CODES[status] });
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(err);
 }
