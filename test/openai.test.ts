@@ -146,6 +146,18 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     expect(err).toMatchObject({ status: 504, code: 'timeout' });
   });
 
+  it('ends a stream whose job fails with the error as an event, then data: [DONE]; the SDK raises it', async () => {
+    const body = JSON.stringify({ model: 'slow-model', messages: [{ role: 'user', content: 'x' }], stream: true, request_timeout_time: 1 });
+    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body });
+    expect(res.status).toBe(200);
+    const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: '));
+    expect(events.at(-1)).toBe('data: [DONE]');
+    expect(JSON.parse(events.at(-2)!.slice('data: '.length))).toMatchObject({ error: { code: 'timeout', param: null } });
+    const stream = await client.chat.completions.create({ model: 'slow-model', messages: [{ role: 'user', content: 'x' }], stream: true, request_timeout_time: 1 } as never);
+    const err = await (async () => { for await (const _ of stream as unknown as AsyncIterable<unknown>) { /* no chunk comes */ } })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+  });
+
   it('answers the seed system\'s clients on /chat/completions with the api_key header', async () => {
     const res = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { api_key: userKey, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'seed' }], max_tokens: 8192, temperature: 0, request_timeout_time: 240 }) });
     expect(res.status).toBe(200);

@@ -15,7 +15,7 @@ import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { OpenAIError } from './errors.js';
 import { parseChatRequest, type ChatRequest } from './request.js';
-import { awaitCompletion, failureError, finishReason, submitCompletion, usageOf, type Outcome } from './completion.js';
+import { awaitCompletion, endStreamWithError, failureError, finishReason, submitCompletion, usageOf, type Outcome } from './completion.js';
 import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
 import { charLength } from '../../jobs/progress.js';
@@ -147,19 +147,16 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     if (!sse.isConnected) return;
     if (outcome.kind !== 'done') {
       // The stream has begun: the error goes as an event, which the SDKs raise as an APIError.
-      const f = failureError(outcome);
-      await sse.send({ data: { error: { message: f.message, type: f.type, param: null, code: f.code } } });
-      return sse.close();
+      return endStreamWithError(sse, failureError(outcome));
     }
     // The rest of the answer of record (all of it when no partial output was relayed).
     const content = outcome.answer.message.content;
     if (sentUnits > 0 && createHash('sha256').update(content.slice(0, sentUnits)).digest('hex') !== sentHash.digest('hex')) {
       metrics.completions.inc({ model: chat.model, outcome: 'diverged' });
-      await sse.send({ data: { error: {
+      return endStreamWithError(sse, {
         message: 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; the job\'s answer is another text. Read it whole with a non-streaming request or GET /get_result.',
-        type: 'server_error', param: null, code: 'answer_diverged',
-      } } });
-      return sse.close();
+        type: 'server_error', code: 'answer_diverged',
+      });
     }
     const rest = content.slice(sentUnits);
     if (rest) await sse.send(chunk({ content: rest }, null));

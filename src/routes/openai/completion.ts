@@ -6,6 +6,7 @@ import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
 import type { RequestError } from '../../jobs/answer.js';
+import type { SSEReplyInterface } from '@fastify/sse';
 
 export type Outcome =
   | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
@@ -79,4 +80,15 @@ export function usageOf(usage: Usage | null): { prompt_tokens: number; completio
   const prompt = usage.prompt_tokens ?? 0;
   const completion = usage.completion_tokens ?? 0;
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/**
+ * Ends a stream that has begun but cannot end with the answer: the error as an event, which the
+ * SDKs raise as an APIError, then `data: [DONE]`, since every stream ends so (vLLM's error
+ * streams too), and a client reading the raw events waits for it.
+ */
+export async function endStreamWithError(sse: SSEReplyInterface, error: { message: string; type: string; code: string | null }): Promise<void> {
+  await sse.send({ data: { error: { message: error.message, type: error.type, param: null, code: error.code } } });
+  await sse.send('[DONE]');
+  sse.close();
 }

@@ -11,7 +11,7 @@ import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { OpenAIError } from './errors.js';
 import { parseCompletionsRequest } from './completions-request.js';
-import { awaitCompletion, failureError, finishReason, submitCompletion, usageOf } from './completion.js';
+import { awaitCompletion, endStreamWithError, failureError, finishReason, submitCompletion, usageOf } from './completion.js';
 import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
 import { charLength } from '../../jobs/progress.js';
@@ -74,15 +74,12 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
       const sse = reply.sse;
       if (!sse.isConnected) return;
       if (outcome.kind !== 'done') {
-        const f = failureError(outcome);
-        await sse.send({ data: { error: { message: f.message, type: f.type, param: null, code: f.code } } });
-        return sse.close();
+        return endStreamWithError(sse, failureError(outcome));
       }
       const content = outcome.answer.message.content;
       if (sentUnits > 0 && createHash('sha256').update(content.slice(0, sentUnits)).digest('hex') !== sentHash.digest('hex')) {
         metrics.completions.inc({ model: request.model, outcome: 'diverged' });
-        await sse.send({ data: { error: { message: 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; read the answer whole with a non-streaming request or GET /get_result.', type: 'server_error', param: null, code: 'answer_diverged' } } });
-        return sse.close();
+        return endStreamWithError(sse, { message: 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; read the answer whole with a non-streaming request or GET /get_result.', type: 'server_error', code: 'answer_diverged' });
       }
       const rest = content.slice(sentUnits);
       if (rest) await sse.send({ data: { ...ids, choices: [choice(rest, null)] } });
