@@ -1,14 +1,28 @@
-// Slow clients: connections that dribble their headers (slowloris) are cut off after the
-// headers timeout while everyone else is served as usual. The test waits for events only (no
-// latency bound): every slow connection is answered 408 and closed by the server while it is
-// still sending, and the plain requests sent while they were all open are answered 200.
+// Clients the HTTP server refuses before there is a request. Slow ones: connections that
+// dribble their headers (slowloris) are cut off after the headers timeout while everyone else is
+// served as usual. The test waits for events only (no latency bound): every slow connection is
+// answered 408 and closed by the server while it is still sending, and the plain requests sent
+// while they were all open are answered 200. And what Node's HTTP parser refuses — headers over
+// the limit, a request line that is not HTTP — is answered with a JSON body with `detail`, like
+// every other error of the service (http/errors.ts clientErrorHandler).
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import type { Database } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 
-describe('slow clients', () => {
+/** Sends `raw` on a new connection and resolves to everything the server wrote before it closed. */
+function exchange(port: number, raw: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(raw));
+    let answer = '';
+    s.on('data', (d) => (answer += d.toString()));
+    s.on('error', (err: NodeJS.ErrnoException) => (err.code === 'ECONNRESET' || err.code === 'EPIPE' ? undefined : reject(err)));
+    s.on('close', () => resolve(answer));
+  });
+}
+
+describe('clients refused before a request', () => {
   let db: Database;
   let app: Awaited<ReturnType<typeof buildApp>>;
   let port: number;
@@ -50,6 +64,20 @@ describe('slow clients', () => {
     const answers = await Promise.all(cut);
     slow.forEach((x) => clearInterval(x.timer));
     // Each was ended by the server with its timeout answer, not by us.
-    for (const a of answers) expect(a).toMatch(/^HTTP\/1\.1 408 /);
+    for (const a of answers) {
+      expect(a).toMatch(/^HTTP\/1\.1 408 /);
+      expect(JSON.parse(a.slice(a.indexOf('\r\n\r\n') + 4))).toEqual({ detail: 'Request Timeout' });
+    }
+  });
+
+  it('431 with detail for headers over the limit, 400 with detail for a request line that is not HTTP', async () => {
+    const big = await exchange(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(big).toMatch(/^HTTP\/1\.1 431 /);
+    expect(JSON.parse(big.slice(big.indexOf('\r\n\r\n') + 4))).toEqual({ detail: 'Request Header Fields Too Large' });
+    const garbage = await exchange(port, 'HELLO THERE\r\n\r\n');
+    expect(garbage).toMatch(/^HTTP\/1\.1 400 /);
+    expect(JSON.parse(garbage.slice(garbage.indexOf('\r\n\r\n') + 4))).toEqual({ detail: 'Bad Request' });
+    // The server serves on.
+    expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
   });
 });
