@@ -114,6 +114,11 @@ describe('ins', { timeout: 240_000 }, () => {
       const imported = await forwardToServer(env.DATA_DIR, ['import', 'nodes', 'nodes.csv', '--json'], dir);
       expect(imported?.code, JSON.stringify(imported)).toBe(0);
       expect(JSON.parse(imported!.stdout[0]!)).toMatchObject({ imported: 1 });
+      // A malformed file is the caller's mistake, said as without a server (not "see its log").
+      writeFileSync(path.join(dir, 'bad.csv'), 'foo,bar\nx,y\n');
+      const bad = await forwardToServer(env.DATA_DIR, ['import', 'nodes', 'bad.csv'], dir);
+      expect(bad?.code).toBe(1);
+      expect(bad?.stderr.join('\n')).toMatch(/bad\.csv: line 1: expected the columns name,api_key or name,api_key_sha256; got foo,bar; nothing was imported/);
       const add = await ins('node', 'add', 'hot-added');
       expect(add.code).toBe(0);
       const key = add.stdout.trim();

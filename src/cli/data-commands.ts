@@ -4,6 +4,7 @@ import { migrate } from '../db/migrate.js';
 import { nodesImport } from '../import/nodes.js';
 import { resultsImport } from '../import/results.js';
 import { ImportRejected, runImport, type ImportSpec } from '../import/run.js';
+import { CsvFormatError } from '../import/csv.js';
 import type { Command } from './command.js';
 import { CommandError } from './io.js';
 
@@ -27,7 +28,7 @@ function importCommand(what: 'nodes' | 'results', spec: ImportSpec, summary: str
         }
         const code = (err as NodeJS.ErrnoException).code;
         if (code === 'ENOENT' || code === 'EISDIR' || code === 'EACCES') throw new CommandError(`cannot read ${file}: ${code}`);
-        if ((err as Error).name === 'CsvFormatError') throw new CommandError(`${file}: ${(err as Error).message}; nothing was imported`);
+        if (err instanceof CsvFormatError) throw new CommandError(`${file}: ${err.message}; nothing was imported`);
         throw err;
       }
     },

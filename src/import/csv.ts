@@ -6,7 +6,10 @@ import { parse } from 'csv-parse';
 
 export interface CsvRecord { line: number; fields: Record<string, string>; extra: boolean }
 
-export class CsvFormatError extends Error {}
+/** The file is not the CSV an import reads (its header, its quoting, nothing in it): nothing is imported. */
+export class CsvFormatError extends Error {
+  override name = 'CsvFormatError';
+}
 
 /** Checks the header against the accepted column sets; returns the set that matched. */
 export function matchHeader(header: string[], required: string[][], optional: string[]): string[] {
