@@ -1,13 +1,14 @@
 // The server as a process: configuration errors, graceful SIGTERM with a request in flight,
-// logs without secrets, a port in use, and the embedded data directory guarded against a second
-// server.
+// logs without secrets, a port in use, the embedded data directory guarded against a second
+// server, and `npm start` (the README's quickstart) stopping with its server.
+import { spawn } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { CLEAN_EXIT, runCli, startServerProcess, stopped } from './helpers/process.js';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
+import { CLEAN_EXIT, cleanEnv, freePort, ROOT, runCli, startServerProcess, stopped } from './helpers/process.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-server-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -80,5 +81,32 @@ describe('ins serve', () => {
       first.child.kill('SIGTERM');
       await first.exited;
     }
+  });
+
+  // npm runs the script through sh; without `exec` the shell stays between them, npm's SIGTERM
+  // stops at the shell, and the server, orphaned, keeps the port (seen: a harness that stops
+  // `npm start` and starts it again finds :8000 taken). The build (prestart) is npm ci's.
+  it('npm start: SIGTERM to npm reaches ins serve, which stops cleanly, and npm exits 0', { timeout: 120_000 }, async () => {
+    const port = await freePort();
+    const child = spawn('npm', ['start', '--ignore-scripts', '--silent'], {
+      cwd: ROOT, env: cleanEnv({ DATA_DIR: path.join(dir, 'npm-start'), PORT: String(port) }), stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const closed = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
+    // Whatever the outcome, a time-out included, nothing of it outlives the test (npm, a shell, a server: one group).
+    onTestFinished(() => {
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    });
+    await expect.poll(() => out, { timeout: 90_000 }).toContain('listening on');
+    child.kill('SIGTERM');
+    // 'close': npm exited and every holder of its output, the server too, is gone.
+    expect(await closed, out).toBe(0);
+    expect(out).toContain('"msg":"stopped"');
   });
 });
