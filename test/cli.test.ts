@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
+import { parseCommand } from '../src/cli/commands.js';
 import { forwardToServer } from '../src/cli/forward.js';
 import { loadConfig } from '../src/config.js';
 import { lockPath } from '../src/db/data-dir-lock.js';
@@ -30,6 +31,17 @@ describe('ins', { timeout: 240_000 }, () => {
     const sub = await ins('node', 'add', '--help');
     expect(sub.code).toBe(0);
     expect(sub.stdout).toContain('usage: ins node add NAME');
+    // A group's --help lists its commands.
+    const group = await ins('node', '--help');
+    expect(group.code).toBe(0);
+    for (const c of ['ins node add NAME', 'ins node list', 'ins node disable NAME', 'ins node rotate-key NAME']) expect(group.stdout).toContain(c);
+  });
+
+  it('answers a group without its command, or with an unknown one, with the group\'s commands (exit 2)', () => {
+    expect(() => parseCommand(['import'])).toThrow(/^"import" takes one of:\n {2}ins import nodes FILE\.csv[\s\S]*ins import results FILE\.csv[\s\S]*\(ins import --help\)$/);
+    expect(() => parseCommand(['import', 'bogus', 'x.csv'])).toThrow(/^unknown command "import bogus"; "import" takes one of:/);
+    expect(() => parseCommand(['nope', 'x'])).toThrow(/^unknown command "nope x"$/);
+    expect(parseCommand(['key', '-h'])).toMatchObject({ help: true, command: { usage: 'key COMMAND' } });
   });
 
   it('rejects bad arguments with exit 2 and a message, changing nothing', async () => {

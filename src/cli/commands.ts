@@ -31,10 +31,16 @@ export function parseCommand(argv: string[]): ParsedCommand {
   });
   const two = positionals.slice(0, 2).join(' ');
   const name = COMMANDS[two] ? two : positionals[0] ?? '';
-  const command = COMMANDS[name];
-  if (!command) throw new UsageError(positionals.length ? `unknown command "${positionals.join(' ')}"` : 'no command given');
-  const args = positionals.slice(name.split(' ').length);
   const help = values.help ?? false;
+  const command = COMMANDS[name] ?? (help && positionals.length === 1 ? groupCommand(name) : undefined);
+  if (!command) {
+    if (!positionals.length) throw new UsageError('no command given');
+    // `ins node`, `ins import bogus x.csv`: say what the group has rather than "unknown command".
+    const group = groupCommand(positionals[0]!);
+    if (group) throw new UsageError(`${positionals.length > 1 ? `unknown command "${positionals.slice(0, 2).join(' ')}"; ` : ''}${group.summary}\n(ins ${positionals[0]!} --help)`);
+    throw new UsageError(`unknown command "${positionals.join(' ')}"`);
+  }
+  const args = positionals.slice(name.split(' ').length);
   for (const flag of ['skip-bad-rows', 'state', 'model', 'limit', 'days', 'jobs', 'tokens', 'min-answers', 'apply'] as const) {
     if (values[flag] !== undefined && !command.flags?.includes(flag)) throw new UsageError(`"${name}" has no option --${flag}`);
   }
@@ -46,6 +52,14 @@ export function parseCommand(argv: string[]): ParsedCommand {
     filter: { state: values.state, model: values.model, limit: values.limit, days: values.days, jobs: values.jobs, tokens: values.tokens, minAnswers: values['min-answers'] }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
   };
   return { name, command, args, opts, help };
+}
+
+/** The commands of a group (`node`, `key`, `import`…) as one pseudo-command, for `ins node --help` and the usage errors. */
+function groupCommand(word: string): Command | undefined {
+  const members = Object.entries(COMMANDS).filter(([name]) => name.startsWith(`${word} `)).map(([, c]) => c);
+  if (members.length === 0) return undefined;
+  const list = members.map((c) => `  ins ${c.usage.padEnd(34)} ${c.summary}`).join('\n');
+  return { usage: `${word} COMMAND`, summary: `"${word}" takes one of:\n${list}`, args: [], run: () => Promise.reject(new UsageError(`"${word}" needs a command`)) };
 }
 
 export const helpText = (c: Command): string => `usage: ins ${c.usage} [--json]\n\n${c.summary}`;
