@@ -3,7 +3,7 @@
 // server, and `npm start` (the README's quickstart) stopping with its server.
 import { spawn } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,6 +18,18 @@ describe('ins serve', () => {
     const r = await runCli(['serve'], { PORT: 'eighty', LOG_LEVEL: 'loud', DATABASE_URL: 'mysql://x', BODY_LIMIT: '12 parsecs' });
     expect(r.code).toBe(1);
     for (const name of ['PORT', 'LOG_LEVEL', 'DATABASE_URL', 'BODY_LIMIT']) expect(r.stderr).toContain(`- ${name}`);
+  });
+
+  it('says why it cannot start when the database is out of reach or DATA_DIR unusable: one line, no stack, exit 1', async () => {
+    const unreachable = await runCli(['serve'], { DATABASE_URL: 'postgresql://postgres@127.0.0.1:1/nothing' });
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stdout).toContain('could not start: cannot use the PostgreSQL database of DATABASE_URL (connect ECONNREFUSED 127.0.0.1:1)');
+    const file = path.join(dir, 'a-file');
+    writeFileSync(file, 'not a directory');
+    const notDir = await runCli(['serve'], { DATA_DIR: file });
+    expect(notDir.code).toBe(1);
+    expect(notDir.stdout).toContain(`could not start: cannot use DATA_DIR=${file} for the embedded database`);
+    for (const out of [unreachable, notDir]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
   });
 
   it('finishes a request in flight on SIGTERM, then exits 0; keys and results stay out of the log', async () => {

@@ -8,6 +8,7 @@ import { DataDirBusyError } from '../db/data-dir-lock.js';
 import { isBrief } from './brief.js';
 import { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
 import { consoleIo, UsageError } from './io.js';
+import { startFailure } from './start-failure.js';
 
 // Everything heavier than the above (the commands, the database drivers, the server) is
 // imported where it is needed: a command forwarded to a running server loads none of it.
@@ -60,7 +61,9 @@ async function serve(config: Config, argv: string[]): Promise<number> {
     } else if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') {
       logger.fatal(`port ${config.port} is already in use: stop the other process or set PORT`);
     } else {
-      logger.fatal({ err }, 'could not start');
+      const reason = startFailure(err, config);
+      if (reason) logger.fatal({ code: (err as NodeJS.ErrnoException).code }, `could not start: ${reason}`);
+      else logger.fatal({ err }, 'could not start');
     }
     return 1;
   }

@@ -1,0 +1,30 @@
+// Why `ins serve` could not start, in one sentence an operator can act on, for the failures that
+// are the environment's (the database out of reach, DATA_DIR unusable, HOST not this machine's)
+// rather than a bug: these are logged without a stack trace, which would only hide the reason.
+// Anything else keeps its stack (main.ts).
+import type { Config } from '../config.js';
+
+interface Failure { code?: string; syscall?: string; hostname?: string; address?: string; port?: number; path?: string; message: string }
+
+const NETWORK = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET']);
+const FILES = new Set(['EACCES', 'EPERM', 'EEXIST', 'ENOTDIR', 'EROFS', 'ENOSPC', 'ELOOP']);
+/** PostgreSQL's own refusals at connection: no such database, authentication, no such role. */
+const POSTGRES = new Set(['3D000', '28P01', '28000', '57P03']);
+
+/** The sentence for an environmental failure to start; undefined for anything else. */
+export function startFailure(err: unknown, config: Pick<Config, 'host' | 'port' | 'databaseUrl' | 'dataDir'>): string | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const e = err as Error & Failure;
+  const code = e.code ?? '';
+  if (code === 'EADDRNOTAVAIL' || (code === 'ENOTFOUND' && e.hostname === config.host) || (code === 'EAI_AGAIN' && e.hostname === config.host)) {
+    return `HOST=${config.host} is not an address of this machine (${e.message}): set HOST to one of its addresses, or 0.0.0.0 for all`;
+  }
+  if (code === 'EACCES' && e.syscall === 'listen') return `port ${config.port} needs privileges this process does not have (${e.message}): set PORT above 1023`;
+  if (config.databaseUrl && (NETWORK.has(code) || POSTGRES.has(code))) {
+    return `cannot use the PostgreSQL database of DATABASE_URL (${e.message}): check that the server runs, the database exists and the role may connect`;
+  }
+  if (!config.databaseUrl && FILES.has(code)) {
+    return `cannot use DATA_DIR=${config.dataDir} for the embedded database (${e.message}): it must be a directory this user can write, or a path where one can be made`;
+  }
+  return undefined;
+}
