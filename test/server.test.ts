@@ -8,7 +8,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
-import { CLEAN_EXIT, cleanEnv, freePort, ROOT, runCli, startServerProcess, stopped } from './helpers/process.js';
+import { CLEAN_EXIT, cleanEnv, freePort, INS, ROOT, runCli, startServerProcess, stopped } from './helpers/process.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-server-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -68,6 +68,20 @@ describe('ins serve', () => {
     expect(logs).not.toContain(key);
     expect(logs).not.toContain(key.slice(3, 20));
     expect(logs).not.toContain('very secret output');
+  });
+
+  it('stops cleanly on a SIGTERM that comes while it starts: the start completes, then it stops and exits 0', async () => {
+    const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: path.join(dir, 'early'), PORT: '0' }), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const closed = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.once('close', (code, signal) => resolve([code, signal])));
+    // 'starting' comes before the database is opened (about a second of PGlite): the signal lands in the start.
+    await expect.poll(() => out, { timeout: 60_000 }).toContain('"msg":"starting"');
+    child.kill('SIGTERM');
+    expect(await closed, out).toEqual([0, null]);
+    expect(out).toContain('"msg":"the signal came while starting"');
+    expect(out).toContain('"msg":"stopped"');
   });
 
   it('refuses a port in use, with the reason; the tests\' helper does not take the first server for the second', async () => {

@@ -41,9 +41,18 @@ async function serve(config: Config, argv: string[]): Promise<number> {
     console.log('usage: ins serve [--no-migrate]\n\nRuns the HTTP service on PORT (default 8000). Configuration comes from the environment (ins --help).');
     return 0;
   }
+  // A signal while the server starts (loading, opening the database, migrating) is not lost, nor
+  // does it kill the process half-way: the start completes, then the server stops as for any
+  // SIGTERM (exit 0).
+  let early: string | undefined;
+  const earlyTerm = () => void (early ??= 'SIGTERM');
+  const earlyInt = () => void (early ??= 'SIGINT');
+  process.on('SIGTERM', earlyTerm);
+  process.on('SIGINT', earlyInt);
   // Loaded on demand: `--help` and argument errors should answer without loading the server.
   const { createLogger, startServer } = await import('../server.js');
   const logger = createLogger(config.logLevel);
+  logger.info({ database: config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite at ${config.dataDir}` }, 'starting');
   let server;
   try {
     server = await startServer({ ...config, migrateOnStart: config.migrateOnStart && !values['no-migrate'] }, logger, {
@@ -66,6 +75,9 @@ async function serve(config: Config, argv: string[]): Promise<number> {
       else logger.fatal({ err }, 'could not start');
     }
     return 1;
+  } finally {
+    process.off('SIGTERM', earlyTerm);
+    process.off('SIGINT', earlyInt);
   }
   const running = server;
   return new Promise<number>((resolve) => {
@@ -76,6 +88,10 @@ async function serve(config: Config, argv: string[]): Promise<number> {
         (err: unknown) => { logger.error({ err }, 'error while stopping'); resolve(1); },
       );
     };
+    if (early) {
+      logger.info({ signal: early }, 'the signal came while starting');
+      return stop(early);
+    }
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });

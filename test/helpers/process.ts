@@ -12,7 +12,7 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 /** With INS_TEST_CPU_LOG, each process started logs its CPU at exit (bench/suite-cpu/report.ts). */
 const CPU_LOG = process.env.INS_TEST_CPU_LOG ? ['--import', path.join(ROOT, 'bench', 'suite-cpu', 'preload.mjs')] : [];
 /** The node arguments that run `ins`. */
-const INS = [...CPU_LOG, ...(process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')])];
+export const INS = [...CPU_LOG, ...(process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')])];
 
 export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Load-style tests drive one key from one address: rate limits are off unless a test sets them.
