@@ -146,7 +146,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
   ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key (0 = off)'],
   ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key (0 = off)'],
-  ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 (0 = off)'],
+  ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 for its further failures (0 = off)'],
   ['RATE_LIMIT_COMPLETIONS_PER_USER', String(DEFAULT_RATE_LIMITS.completionsPerUser), 'chat completions per minute per user key (0 = off)'],
   ['RATE_LIMIT_CONCURRENT_PER_USER', String(DEFAULT_RATE_LIMITS.concurrentPerUser), 'chat completions running at once per user key, per server (0 = off)'],
   ['RATE_LIMIT_LONG_POLLS_PER_KEY', String(DEFAULT_RATE_LIMITS.longPollsPerKey), 'get_result/get_job polls waiting at once per key, per server; past it a poll answers at once, as with wait=0 (0 = off)'],

@@ -6,7 +6,7 @@ import { CheckNodeSecretRequest, CheckNodeSecretResponses } from '../../generate
 import { hashKey } from '../../keys.js';
 import { findNodeForRegistration, recordSecretCheck } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
-import { tooMany } from '../../http/rate-limit.js';
+import { failedAttempt } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
@@ -17,15 +17,10 @@ export function isKeyOf(key: string, hash: string): boolean {
 
 export function checkNodeSecretRoute(app: App, { service: { db }, limiters }: Deps): void {
   app.post('/check_node_secret', { schema: { body: CheckNodeSecretRequest, response: CheckNodeSecretResponses } }, (req) => rideOutage(async () => {
-    const blocked = limiters.failures.blockedFor(req.ip);
-    if (blocked > 0) throw tooMany(blocked);
     const { node_id, secret } = req.body;
     const node = await findNodeForRegistration(db, node_id);
-    // An unknown node and a wrong secret get the same answer.
-    if (!node || !isKeyOf(secret, node.key_hash)) {
-      limiters.failures.fail(req.ip);
-      throw new HttpError(401, 'Invalid node secret');
-    }
+    // An unknown node and a wrong secret get the same answer (429 once the address is over its budget of failures).
+    if (!node || !isKeyOf(secret, node.key_hash)) failedAttempt(limiters.failures, req.ip, new HttpError(401, 'Invalid node secret'));
     req.nodeName = node.name;
     if (node.disabled) throw new HttpError(403, 'Node is disabled');
     await recordSecretCheck(db, node.id, req.ip, node.key_hash);

@@ -9,8 +9,7 @@
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
 import { findNodeForRegistration, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
-import { tooMany } from '../../http/rate-limit.js';
-import { bearerToken } from '../authenticate.js';
+import { bearerToken, failedAttempt } from '../authenticate.js';
 import { isKeyOf } from './check-node-secret.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
@@ -22,13 +21,9 @@ const UNPROVEN = "Registering a node takes its key: send it as Authorization: Be
 
 export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }: Deps): void {
   app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req) => rideOutage(async () => {
-    const blocked = limiters.failures.blockedFor(req.ip);
-    if (blocked > 0) throw tooMany(blocked);
     const { node_url, node_version, stats, secret, capacity } = req.body;
-    const refuse = (): never => {
-      limiters.failures.fail(req.ip);
-      throw new HttpError(401, UNPROVEN);
-    };
+    // 429 instead once the address is over its budget of failures; a proven registration is served.
+    const refuse = (): never => failedAttempt(limiters.failures, req.ip, new HttpError(401, UNPROVEN));
     const node = await findNodeForRegistration(db, node_url);
     if (!node) return refuse();
     const header = req.headers.api_key;
