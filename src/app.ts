@@ -80,7 +80,12 @@ export const DEFAULT_BODY_LIMIT = 1024 * 1024;
  * At shutdown, Node closes the keep-alive connections that served a request and are idle, but
  * not those a client opened and never sent a request on (HTTP clients keep spares): the server
  * would wait for them until a timeout. Those carry nothing, so they are closed too; connections
- * with a request in flight are left to finish it.
+ * with a request in flight are left to finish it. A request that still arrives on an open
+ * connection (a client, or nginx's upstream keep-alive, reusing it just after an answer) is
+ * served, with `Connection: close` (Fastify adds it while closing), rather than refused with a
+ * 503 (`return503OnClosing: false`): the seed's worker stops for
+ * hours on a 5xx to its report, and the database stays open until every request has finished
+ * (within SHUTDOWN_TIMEOUT_MS, server.ts). So a connection takes at most one more request.
  */
 function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
   const busy = new Map<Socket, number>();
@@ -116,7 +121,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     // rather than requestIdHeader, which would take any value.
     requestIdHeader: false,
     genReqId: requestId,
-    return503OnClosing: true,
+    // Requests that arrive while the server closes are served (closeUnusedConnectionsOnClose).
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
     // A path parameter may be a model's name (256 characters, each up to three when %-encoded:
     // GET /v1/models/{model}); longer ones, and malformed %-escapes, are 404 (http/errors.ts).
