@@ -24,10 +24,26 @@ export function tooMany(retryAfterSeconds: number): HttpError {
   return new HttpError(429, `Too many requests; retry in ${seconds} s`, { 'retry-after': String(seconds) });
 }
 
-/** Failed authentications per IP in fixed one-minute windows, bounded in memory. */
+/**
+ * Failed authentications per IP in fixed one-minute windows, bounded in memory. Only failures
+ * are refused once an address is over its budget (refuse()): a valid key or token from it is
+ * served. One address is often many nodes (a host with several, a NAT, a proxy without
+ * TRUST_PROXY), and a worker whose node was disabled or whose key was rotated keeps polling with
+ * what it had — the seed's worker never re-registers — so refusing the address would answer the
+ * honest workers beside it 429, on which they stop for hours. Keys are 256 random bits: the
+ * budget slows no guessing that could succeed.
+ */
 export class FailureLimiter {
   private readonly windows = new Map<string, { count: number; resetAt: number }>();
   constructor(private readonly max: number, private readonly maxEntries = 100_000) {}
+
+  /** A failed attempt from `ip`: 429 (with when to retry) past its budget, else `refusal` (a 401), counted. */
+  refuse(ip: string, refusal: HttpError): never {
+    const blocked = this.blockedFor(ip);
+    if (blocked > 0) throw tooMany(blocked);
+    this.fail(ip);
+    throw refusal;
+  }
 
   /** Seconds to wait when this IP is over its budget, else 0. */
   blockedFor(ip: string, now = Date.now()): number {

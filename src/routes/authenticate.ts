@@ -1,13 +1,12 @@
 // The authentication steps the keyed endpoints share: the key is resolved (cache or database),
 // and a failure is counted against the address before the 401 — or is 429 once the address
-// used up its failed attempts (failedAttempt). Where a key travels: the body's
+// used up its failed attempts (http/rate-limit.ts FailureLimiter). Where a key travels: the body's
 // api_key (update_result), the `api_key` header, or `Authorization: Bearer` (workers' session
 // tokens, OpenAI clients' user keys).
 import type { FastifyRequest } from 'fastify';
 import { authenticate, type Principal } from '../auth/authenticate.js';
 import type { SessionRow } from '../repositories/sessions.js';
 import { HttpError } from '../http/http-error.js';
-import { tooMany, type FailureLimiter } from '../http/rate-limit.js';
 import { bearerToken, requestKey } from '../http/credentials.js';
 import type { Deps } from './types.js';
 
@@ -18,25 +17,8 @@ export const SUSPENDED_DETAIL = 'Node is suspended: its answers failed verificat
 
 export async function authenticateRequest({ service: { db, principals, options }, limiters, metrics }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
   const principal = await authenticate(db, key, { cache: principals, onLookup: (source) => metrics.keyLookups.inc({ source }), modelsTtlSeconds: options.coordinator.modelsTtl });
-  if (!principal) failedAttempt(limiters.failures, req.ip, new HttpError(401, 'Invalid API key'));
+  if (!principal) return limiters.failures.refuse(req.ip, new HttpError(401, 'Invalid API key'));
   return principal;
-}
-
-/**
- * A failed attempt to authenticate from `ip`: past the address's budget it is 429 (with when to
- * retry), else `refusal` (a 401), counted. Only failures are refused so: a valid key or token
- * from an address over its budget is served. One address is often many nodes (a host with
- * several, a NAT, a proxy without TRUST_PROXY), and a worker whose node was disabled or whose
- * key was rotated keeps polling with what it had — the seed's worker never re-registers — so
- * refusing the address would answer the honest workers beside it 429, on which they stop for
- * hours. Keys are 256 random bits: the budget slows no guessing that could succeed, and an address
- * over it has nothing new looked up for its failures' sake.
- */
-export function failedAttempt(failures: FailureLimiter, ip: string, refusal: HttpError): never {
-  const blocked = failures.blockedFor(ip);
-  if (blocked > 0) throw tooMany(blocked);
-  failures.fail(ip);
-  throw refusal;
 }
 
 

@@ -6,7 +6,6 @@ import { CheckNodeSecretRequest, CheckNodeSecretResponses } from '../../generate
 import { hashKey } from '../../keys.js';
 import { findNodeForRegistration, recordSecretCheck } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
-import { failedAttempt } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 
@@ -20,7 +19,7 @@ export function checkNodeSecretRoute(app: App, { service: { db }, limiters }: De
     const { node_id, secret } = req.body;
     const node = await findNodeForRegistration(db, node_id);
     // An unknown node and a wrong secret get the same answer (429 once the address is over its budget of failures).
-    if (!node || !isKeyOf(secret, node.key_hash)) failedAttempt(limiters.failures, req.ip, new HttpError(401, 'Invalid node secret'));
+    if (!node || !isKeyOf(secret, node.key_hash)) return limiters.failures.refuse(req.ip, new HttpError(401, 'Invalid node secret'));
     req.nodeName = node.name;
     if (node.disabled) throw new HttpError(403, 'Node is disabled');
     await recordSecretCheck(db, node.id, req.ip, node.key_hash);

@@ -9,7 +9,7 @@
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
 import { findNodeForRegistration, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
-import { bearerToken, failedAttempt } from '../authenticate.js';
+import { bearerToken } from '../authenticate.js';
 import { isKeyOf } from './check-node-secret.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
@@ -23,7 +23,7 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
   app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req) => rideOutage(async () => {
     const { node_url, node_version, stats, secret, capacity } = req.body;
     // 429 instead once the address is over its budget of failures; a proven registration is served.
-    const refuse = (): never => failedAttempt(limiters.failures, req.ip, new HttpError(401, UNPROVEN));
+    const refuse = (): never => limiters.failures.refuse(req.ip, new HttpError(401, UNPROVEN));
     const node = await findNodeForRegistration(db, node_url);
     if (!node) return refuse();
     const header = req.headers.api_key;
