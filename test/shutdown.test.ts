@@ -6,6 +6,7 @@ import { Client } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';
+import { TestWorker } from './helpers/coordinator.js';
 
 describe('a server that closes', () => {
   it('serves a report sent on the connection its long poll came back on while it closes, with Connection: close', async () => {
@@ -14,9 +15,7 @@ describe('a server that closes', () => {
     const client = new Client(await t.app.listen({ port: 0, host: '127.0.0.1' }), { pipelining: 1 });
     try {
       const key = await t.addNode('closing-rig');
-      const reg = await t.app.inject({ method: 'POST', url: '/worker/register_node', headers: { authorization: `Bearer ${key}` }, payload: { node_url: 'closing-rig', node_version: 'x', stats: {} } });
-      const auth = { authorization: `Bearer ${reg.json<{ access_token: string }>().access_token}` };
-      await t.app.inject({ method: 'POST', url: '/worker/update_models', headers: auth, payload: { node_url: 'closing-rig', models: ['m'] } });
+      const auth = { authorization: `Bearer ${(await new TestWorker(t.app, 'closing-rig', key).start(['m'])).token}` };
       // One connection: the long poll, then the report on it.
       const poll = client.request({ method: 'GET', path: '/worker/get_job?node_version=x&wait=30', headers: auth });
       await expect.poll(async () => (await t.app.inject({ url: '/metrics' })).body).toMatch(/^ins_workers_waiting 1$/m);

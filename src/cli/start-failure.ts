@@ -4,7 +4,7 @@
 // Anything else keeps its stack (main.ts).
 import type { Config } from '../config.js';
 
-interface Failure { code?: string; syscall?: string; hostname?: string; address?: string; port?: number; path?: string; message: string }
+interface Failure { code?: string; syscall?: string; hostname?: string }
 
 const NETWORK = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET']);
 const FILES = new Set(['EACCES', 'EPERM', 'EEXIST', 'ENOTDIR', 'EROFS', 'ENOSPC', 'ELOOP']);
@@ -16,7 +16,7 @@ export function startFailure(err: unknown, config: Pick<Config, 'host' | 'port' 
   if (!(err instanceof Error)) return undefined;
   const e = err as Error & Failure;
   const code = e.code ?? '';
-  if (code === 'EADDRNOTAVAIL' || (code === 'ENOTFOUND' && e.hostname === config.host) || (code === 'EAI_AGAIN' && e.hostname === config.host)) {
+  if (code === 'EADDRNOTAVAIL' || ((code === 'ENOTFOUND' || code === 'EAI_AGAIN') && e.hostname === config.host)) {
     return `HOST=${config.host} is not an address of this machine (${e.message}): set HOST to one of its addresses, or 0.0.0.0 for all`;
   }
   if (code === 'EACCES' && e.syscall === 'listen') return `port ${config.port} needs privileges this process does not have (${e.message}): set PORT above 1023`;
