@@ -44,6 +44,9 @@ describe('configuration', () => {
     expect([...read].sort()).toEqual([...operator, ...advanced].sort());
     expect(tableUnder('README.md', '## Configuration')).toEqual(operator);
     expect(tableUnder('docs/operations.md', '## Advanced settings')).toEqual(advanced);
+    // The README's pointer to them says how many there are.
+    const counted = /thresholds \((\d+) more, with\s+measured defaults\)/.exec(readFileSync(path.join(ROOT, 'README.md'), 'utf8'));
+    expect(Number(counted?.[1])).toBe(advanced.length);
     // Fits on a screen (other variables may join it, but not the thresholds).
     expect(operator.length).toBeLessThanOrEqual(20);
   });
