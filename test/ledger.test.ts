@@ -93,6 +93,8 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     const listing = (await t.app.inject({ url: '/ledger/days?last_days=2' })).json();
     expect(listing).toMatchObject({ closed_through: day(2), first_day: day(5) });
     expect(listing.days.map((d: { day: string }) => d.day)).toEqual([day(3), day(2)]);
+    // RFC 4648 base64, one line, as strict decoders take it (PostgreSQL's encode() wraps at 76).
+    for (const d of listing.days as { signature: string }[]) expect(d.signature).toMatch(/^[A-Za-z0-9+/]{86}==$/);
     const d3 = (await t.app.inject({ url: `/ledger/days/${day(3)}` })).json();
     expect(d3.node_totals.map((n: { name: string; points: string }) => [n.name, n.points])).toEqual([['alpha', '4.5'], ['beta', '1.25'], ['gamma 🚀', '1.5']]);
 

@@ -13,9 +13,11 @@ export interface ClosedDay extends DayHeader { key_id: string; signature: string
 export interface NodeLeafJson extends NodeLeaf { index: number; points: string }
 export interface Proof { index: number; size: number; path: string[] }
 
+// encode(…, 'base64') breaks its output into lines of 76 characters; the signature (88) is
+// served as one RFC 4648 string (docs/ledger.md), which strict decoders require.
 const HEADER = `day::text, encode(previous_root, 'hex') AS previous_root, encode(root, 'hex') AS root, nodes, entries::int AS entries,
   credits::int AS credits, trim_scale(credited)::text AS credited, reversals::int AS reversals, trim_scale(reversed)::text AS reversed,
-  key_id, encode(signature, 'base64') AS signature, to_char(closed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS closed_at`;
+  key_id, translate(encode(signature, 'base64'), E'\n', '') AS signature, to_char(closed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS closed_at`;
 const DAY = sql('ledger_day', `SELECT ${HEADER} FROM ledger_days WHERE day = $1::date`);
 const LAST_DAYS = sql('ledger_last_days', `SELECT * FROM (SELECT ${HEADER} FROM ledger_days ORDER BY day DESC LIMIT $1::integer) d ORDER BY day`);
 const STATUS = sql('ledger_status', `SELECT s.closed_through::text AS closed_through, (SELECT min(day)::text FROM ledger_days) AS first_day FROM ledger_state s`);
