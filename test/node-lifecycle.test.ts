@@ -138,14 +138,15 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
       },
     },
     {
-      name: 'enable: the key works again on both servers',
+      name: 'enable: the key works again on both servers, the sessions the disable ended stay ended',
       run: async () => {
-        const { name, key, id } = await started();
+        const { name, key, w, id } = await started();
         await t.app.service.nodes.disable(name);
         expect(await keyStatus(name, key)).toEqual([403, 403]);
         const m = mark();
         expect(await t.app.service.nodes.enable(name)).toBe(id);
         expect(await keyStatus(name, key)).toEqual([200, 200]);
+        expect(await tokenStatus(w.token)).toEqual([401, 401]);
         await both(m, is('enabled', id));
       },
     },
