@@ -152,7 +152,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['RATE_LIMIT_LONG_POLLS_PER_KEY', String(DEFAULT_RATE_LIMITS.longPollsPerKey), 'get_result/get_job polls waiting at once per key, per server; past it a poll answers at once, as with wait=0 (0 = off)'],
   ['RATE_LIMIT_LONG_POLLS_PER_IP', String(DEFAULT_RATE_LIMITS.longPollsPerIp), 'the same per client address (0 = off)'],
   ['MAX_JOB_TIMEOUT', `${DEFAULT_COORDINATOR.maxJobTimeout / 3600}h`, 'the longest deadline a request may ask for'],
-  ['QUOTA_RESERVE_TOKENS', String(DEFAULT_COORDINATOR.quotaReserveTokens), 'output tokens a job without max_output reserves of the token quota until its node reports its count, and the most it is charged'],
+  ['QUOTA_RESERVE_TOKENS', String(DEFAULT_COORDINATOR.quotaReserveTokens), 'output tokens a job without max_output reserves of the token quota until its node reports its count, and the most it is charged (at least 1)'],
   ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
@@ -277,7 +277,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     noNodeGrace: r.duration('NO_NODE_GRACE', d.noNodeGrace, 0, 86400),
     quotaJobs: r.get('DEFAULT_QUOTA_JOBS') === undefined ? null : r.int('DEFAULT_QUOTA_JOBS', 0, 0, 1e15),
     quotaTokens: r.get('DEFAULT_QUOTA_TOKENS') === undefined ? null : r.int('DEFAULT_QUOTA_TOKENS', 0, 0, 1e15),
-    quotaReserveTokens: r.int('QUOTA_RESERVE_TOKENS', d.quotaReserveTokens, 0, 1e9),
+    // At least 1: it is also the most such a job is charged (jobs/sql/complete.ts), and 0 left
+    // the charge without a cap (whatever count the node reported).
+    quotaReserveTokens: r.int('QUOTA_RESERVE_TOKENS', d.quotaReserveTokens, 1, 1e9),
   };
   if (coordinator.jobTimeout > coordinator.maxJobTimeout) problems.push(`JOB_TIMEOUT (${coordinator.jobTimeout} s) is longer than MAX_JOB_TIMEOUT (${coordinator.maxJobTimeout} s)`);
 

@@ -68,6 +68,11 @@ describe('configuration', () => {
     expect(problemsOf({ TRUST_PROXY: '10.0.0.0/33,proxy.internal,1.2.3.4/8/8' })[0]).toMatch(/"10\.0\.0\.0\/33", "proxy\.internal", "1\.2\.3\.4\/8\/8" is not an address/);
   });
 
+  it('QUOTA_RESERVE_TOKENS is at least 1: it is also the most a job without max_output is charged', () => {
+    expect(loadConfig({ QUOTA_RESERVE_TOKENS: '1' }).coordinator.quotaReserveTokens).toBe(1);
+    expect(problemsOf({ QUOTA_RESERVE_TOKENS: '0' })).toEqual(['QUOTA_RESERVE_TOKENS="0": expected a whole number from 1 to 1000000000']);
+  });
+
   it('DATABASE_POOLER and DATABASE_DIRECT_URL', () => {
     expect(loadConfig({}).databasePooler).toBe('auto');
     expect(loadConfig({ DATABASE_URL: 'postgresql://p:6432/ins', DATABASE_DIRECT_URL: 'postgresql://db:5432/ins', DATABASE_POOLER: 'Transaction' })).toMatchObject({ databasePooler: 'transaction', databaseDirectUrl: 'postgresql://db:5432/ins' });

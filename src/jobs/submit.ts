@@ -52,8 +52,8 @@ export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, han
 export class Submitter {
   private readonly batcher: Batcher<Pending, Refusal | undefined>;
 
-  /** reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota. */
-  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens = 0) {
+  /** reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota (QUOTA_RESERVE_TOKENS, at least 1). */
+  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens: number) {
     this.batcher = new Batcher(async (rows) => {
       const claims = new Map<Pending, Claim>();
       if (handOff) {

@@ -28,7 +28,9 @@ import type { JobState } from '../states.js';
 // Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
 // token per byte it streamed) — with completion_tokens clamped at the job's reservation (its
-// max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts). Other
+// max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts; at least 1,
+// QUOTA_RESERVE_TOKENS in config.ts). Only copies and probes reserve nothing (they are no one's
+// to charge): theirs stays the node's own count, unclamped (nullif). Other
 // error reports' usage is never charged.
 // $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
