@@ -3,6 +3,7 @@
 // Retry-After (OpenAI's insufficient_quota on /v1), shown by GET /usage from the same counter;
 // fair queueing between owners, weighted by priority, without starving anyone; positions in
 // the 404 body that follow the fair order. Over the real app, on every backend.
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
@@ -11,6 +12,7 @@ import { NO_RATE_LIMITS } from '../src/config.js';
 import { addApiKey, setKeyPriority, setKeyQuota } from '../src/repositories/api-keys.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { secondsToUtcMidnight } from '../src/jobs/submit.js';
+import { ensureModelIdFor } from '../src/repositories/models.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { backends, createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
@@ -105,6 +107,41 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const after = await usageOf(t.app, key);
     expect(after.used).toEqual({ jobs: 11, tokens: 900 });
     expect(after.models).toEqual([{ model: 'tokens-model', jobs: 11, tokens: 900 }]);
+  });
+
+  it('refuses a job only when it does not fit: one too large for what is left holds back none of the smaller ones of its batch', async () => {
+    const { key, id } = await user('quota-mixed', { tokens: 1000 });
+    expect((await submitRaw(t.app, key, 'mixed-model', { max_output: 500 })).statusCode).toBe(200);
+    // One statement, as the batcher makes it: 600 does not fit in the 500 left; before, every job
+    // behind it in the batch was refused with it (a prefix of the owner's jobs fit).
+    const modelId = (await ensureModelIdFor(t.db, 'mixed-model', id, 100))!;
+    const row = (reserve: number) => ({ id: randomUUID(), ownerKeyId: id, modelId, request: { messages: [{ role: 'user', content: 'hi' }], max_output: reserve, temperature: 0 }, timeout: 60, reserve });
+    const rows = [row(600), row(1), row(1), row(2000), row(1)];
+    const { refused, retry } = await t.app.service.coordinator.lifecycle.submit(rows);
+    expect(Object.fromEntries(refused)).toEqual({ [rows[0]!.id]: 'tokens', [rows[3]!.id]: 'reserve' });
+    expect([...retry].sort()).toEqual([rows[1]!.id, rows[2]!.id, rows[4]!.id].sort());
+    // Over HTTP, concurrently: the small ones are taken (submitted again behind the large one), the large one is 429.
+    const [large, ...small] = await Promise.all([submitRaw(t.app, key, 'mixed-model', { max_output: 600 }),
+      ...Array.from({ length: 40 }, () => submitRaw(t.app, key, 'mixed-model', { max_output: 1 }))]);
+    expectQuota429(large!);
+    expect(small.map((r) => r.statusCode)).toEqual(small.map(() => 200));
+    expect((await usageOf(t.app, key)).used).toEqual({ jobs: 41, tokens: 540 });
+  });
+
+  it('answers a job larger than its key\'s whole token quota with 400 (no day would take it), not a 429 to retry at midnight', async () => {
+    await worker(['whole-quota-model']);
+    const { key } = await user('quota-whole', { tokens: 1000 });
+    const res = await submitRaw(t.app, key, 'whole-quota-model', { max_output: 1001 });
+    expect(res.statusCode).toBe(400);
+    expect(res.headers['retry-after']).toBeUndefined();
+    expect(res.json()).toEqual({ detail: expect.stringMatching(/^Over the quota: this job reserves 1001 output tokens .*more than the key's whole daily quota/) });
+    // No max_tokens: the reservation is QUOTA_RESERVE_TOKENS (1024), over this key's 1000.
+    const v1 = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }] }) });
+    expect(v1.status).toBe(400);
+    expect(await v1.json()).toEqual({ error: { message: expect.stringContaining('QUOTA_RESERVE_TOKENS'), type: 'invalid_request_error', param: null, code: 'max_tokens_over_quota' } });
+    expect((await usageOf(t.app, key)).used).toEqual({ jobs: 0, tokens: 0 });
+    expect((await submitRaw(t.app, key, 'whole-quota-model', { max_output: 1000 })).statusCode).toBe(200);
   });
 
   it('answers a used-up quota on /v1 in OpenAI\'s shape: 429 insufficient_quota with Retry-After', async () => {

@@ -28,10 +28,20 @@ export class TooManyModels extends Error {
 }
 
 export class QuotaExceeded extends Error {
-  constructor(readonly which: Refusal, readonly retryAfterSeconds: number) {
+  constructor(readonly which: 'jobs' | 'tokens', readonly retryAfterSeconds: number) {
     super(`the key's daily quota of ${which === 'jobs' ? 'jobs' : 'output tokens'} is used up until 00:00 UTC`);
   }
 }
+
+/** A job that reserves more output tokens than its key's whole daily quota: it never fits, nothing was queued. */
+export class ReserveOverQuota extends Error {
+  constructor(readonly reserve: number, readonly maxOutputSet: boolean) {
+    super(`this job reserves ${reserve} output tokens (${maxOutputSet ? 'the most it asks for' : 'QUOTA_RESERVE_TOKENS, for a job that sets no maximum'}), more than the key's whole daily quota of output tokens: set max_tokens (max_output on /submit_job) lower; GET /usage shows the quota`);
+  }
+}
+
+/** How often a submission refused only behind a larger job of its batch is submitted again (each time, one of them is taken or refused for good). */
+const RETRIES = 8;
 
 /** Seconds until the next UTC midnight (at least 1): when a day's quota starts again. */
 export function secondsToUtcMidnight(now = Date.now()): number {
@@ -50,7 +60,7 @@ interface Pending extends SubmitRow { model: string }
 export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, handed: boolean) => void;
 
 export class Submitter {
-  private readonly batcher: Batcher<Pending, Refusal | undefined>;
+  private readonly batcher: Batcher<Pending, Refusal | 'retry' | undefined>;
 
   /** reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota (QUOTA_RESERVE_TOKENS, at least 1). */
   constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens: number) {
@@ -71,8 +81,9 @@ export class Submitter {
       }
       let handed: Set<string>;
       let refused: Map<string, Refusal>;
+      let retry: Set<string>;
       try {
-        ({ handed, refused } = await lifecycle.submit(rows.map((r) => {
+        ({ handed, refused, retry } = await lifecycle.submit(rows.map((r) => {
           const c = claims.get(r);
           return c ? { ...r, handOff: { sessionId: c.sessionId, nodeId: c.nodeId, keyHash: c.keyHash, rank: c.rank } } : r;
         })));
@@ -80,21 +91,22 @@ export class Submitter {
         for (const claim of claims.values()) handOff!.settleClaim(claim, null);
         throw err;
       }
-      for (const r of rows) if (!refused.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
+      for (const r of rows) if (!refused.has(r.id) && !retry.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
       // A claim the statement could not use (its session at capacity, or ended) waits on.
       for (const [r, claim] of claims) {
         handOff!.settleClaim(claim, handed.has(r.id)
           ? { group: 0, slot: 0, jobId: r.id, model: r.model, request: r.request, attempt: 1, queuedSeconds: 0, prefix: '' }
           : null);
       }
-      return rows.map((r) => refused.get(r.id));
+      return rows.map((r) => (retry.has(r.id) ? 'retry' : refused.get(r.id)));
     // alone: a submission the database refuses fails alone; the others of its batch are taken.
     }, { maxBatch: 128, maxInFlight: 1, alone: true });
   }
 
   /**
    * Submits the job (queued, or handed to a waiting worker); resolves to its id once committed.
-   * Over its owner's daily quota: rejects with QuotaExceeded, and nothing was queued; a new
+   * Over its owner's daily quota: rejects with QuotaExceeded (ReserveOverQuota when the job alone
+   * is more than the whole token quota), and nothing was queued; a new
    * model name beyond the key's NEW_MODELS_PER_KEY_PER_DAY: TooManyModels, nothing created.
    */
   async submit(s: Submission): Promise<string> {
@@ -103,8 +115,11 @@ export class Submitter {
     if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
     const reserve = s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
-    const refused = await this.batcher.load({ id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve });
-    if (refused) throw new QuotaExceeded(refused, secondsToUtcMidnight());
+    const job = { id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve };
+    let refused = await this.batcher.load(job);
+    for (let n = 0; refused === 'retry' && n < RETRIES; n++) refused = await this.batcher.load(job);
+    if (refused === 'reserve') throw new ReserveOverQuota(reserve, s.request.max_output > 0);
+    if (refused) throw new QuotaExceeded(refused === 'retry' ? 'tokens' : refused, secondsToUtcMidnight());
     return id;
   }
 }

@@ -24,7 +24,11 @@ import type { JobRequest } from '../request.js';
 // Quota: an owner's jobs in this batch, in order, fit while its count and its tokens (reserved
 // and used) stay within the quota: a prefix of them. The upsert computes that prefix from the
 // row it locked (the latest, whatever other statements committed meanwhile) and keeps the total
-// it had before (prev_*), so the statement knows which of its jobs fit.
+// it had before (prev_*), so the statement knows which of its jobs fit. A job refused for tokens
+// that would fit alone in what is left ('retry') was only behind a larger one of the batch:
+// jobs/submit.ts submits it again, so that a job is refused only when it does not fit (as one
+// after the other would be). 'jobs' only when the count is used up after the batch. A job that
+// reserves more than the whole token quota is 'reserve': it never fits, on any day.
 //
 // Fair queueing: a job's fair_key is its owner's last key for the model plus 1/priority, but at
 // least the model's virtual time (its smallest queued fair_key; the wall clock when none is
@@ -52,7 +56,7 @@ counted AS (
       WHERE i.owner_key_id = u.key_id AND (l.qj IS NULL OR u.jobs + i.r <= l.qj) AND (l.qt IS NULL OR u.tokens + i.cum <= l.qt)),
     tokens = u.tokens + coalesce((SELECT max(i.cum) FROM input i JOIN limits l ON l.key_id = i.owner_key_id
       WHERE i.owner_key_id = u.key_id AND (l.qj IS NULL OR u.jobs + i.r <= l.qj) AND (l.qt IS NULL OR u.tokens + i.cum <= l.qt)), 0)
-  RETURNING u.key_id, u.day, u.jobs - u.prev_jobs AS fit, u.prev_jobs, u.prev_tokens
+  RETURNING u.key_id, u.day, u.jobs - u.prev_jobs AS fit, u.prev_jobs, u.prev_tokens, u.tokens
 ),
 accepted AS (
   SELECT i.*, c.day, l.step, row_number() OVER (PARTITION BY i.owner_key_id, i.model_id ORDER BY i.ord) AS lane_r,
@@ -110,7 +114,8 @@ announced AS (
 )
 SELECT s.id::text AS id, s.state = 'leased' AS handed, NULL AS refused, a.items AS announced FROM submitted s CROSS JOIN announced a
 UNION ALL
-SELECT i.id::text, false, CASE WHEN l.qj IS NOT NULL AND c.prev_jobs + i.r > l.qj THEN 'jobs' ELSE 'tokens' END, a.items
+SELECT i.id::text, false, CASE WHEN l.qt IS NOT NULL AND i.reserve > l.qt THEN 'reserve' WHEN l.qj IS NOT NULL AND c.prev_jobs + c.fit >= l.qj THEN 'jobs'
+    WHEN i.reserve <= l.qt - c.tokens THEN 'retry' ELSE 'tokens' END, a.items
 FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id CROSS JOIN announced a WHERE i.r > c.fit`);
 
 export interface SubmitRow {
@@ -124,19 +129,23 @@ export interface SubmitRow {
 /** The daily quotas of keys without their own (null: none). */
 export interface QuotaDefaults { jobs: number | null; tokens: number | null }
 
-/** Which quota refused a job. */
-export type Refusal = 'jobs' | 'tokens';
+/** Which quota refused a job ('reserve': its reservation alone is more than the key's token quota). */
+export type Refusal = 'jobs' | 'tokens' | 'reserve';
 
-/** Submits the jobs; answers which were handed off, which were refused (over their owner's quota), and the outcome. */
-export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string, quota: QuotaDefaults = { jobs: null, tokens: null }): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
-  const out = await db.query<{ id: string; handed: boolean; refused: Refusal | null; announced: string }>(SUBMIT, [
+/**
+ * Submits the jobs; answers which were handed off, which were refused (over their owner's quota),
+ * which to submit again (refused only behind a larger job of the batch), and the outcome.
+ */
+export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string, quota: QuotaDefaults = { jobs: null, tokens: null }): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; retry: Set<string>; outcome: Outcome }> {
+  const out = await db.query<{ id: string; handed: boolean; refused: Refusal | 'retry' | null; announced: string }>(SUBMIT, [
     rows.map((r) => r.id), rows.map((r) => r.ownerKeyId), rows.map((r) => r.modelId), rows.map((r) => JSON.stringify(r.request)), rows.map((r) => r.timeout),
     rows.map((r) => r.handOff?.sessionId ?? null), rows.map((r) => r.handOff?.nodeId ?? null), rows.map((r) => r.handOff?.keyHash ?? null), rows.map((r) => r.handOff?.rank ?? null),
     leaseSeconds, server, rows.map((r) => r.reserve), quota.jobs, quota.tokens,
   ]);
   const handed = new Set(out.filter((o) => o.handed).map((o) => o.id));
-  const refused = new Map(out.filter((o) => o.refused).map((o) => [o.id, o.refused!]));
+  const refused = new Map(out.filter((o) => o.refused && o.refused !== 'retry').map((o) => [o.id, o.refused as Refusal]));
+  const retry = new Set(out.filter((o) => o.refused === 'retry').map((o) => o.id));
   const outcome = parseItems(out[0]?.announced ?? '');
   if (handed.size > 0) outcome.local = { leased: [...handed].map(() => 0) };
-  return { handed, refused, outcome };
+  return { handed, refused, retry, outcome };
 }

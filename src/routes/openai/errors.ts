@@ -6,7 +6,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from '../../http/http-error.js';
 import { isUnavailable } from '../../db/errors.js';
-import { QuotaExceeded } from '../../jobs/submit.js';
+import { QuotaExceeded, ReserveOverQuota } from '../../jobs/submit.js';
 
 export class OpenAIError extends Error {
   constructor(
@@ -35,6 +35,8 @@ export function toOpenAIError(err: unknown): OpenAIError {
   if (err instanceof QuotaExceeded) {
     return new OpenAIError(429, `You exceeded your current quota: ${err.message}. GET /usage shows it.`, 'insufficient_quota', null, 'insufficient_quota', { 'retry-after': String(err.retryAfterSeconds) });
   }
+  // A job its key's whole token quota cannot hold: retrying never helps, so not a 429.
+  if (err instanceof ReserveOverQuota) return invalidRequest(err.message, null, 'max_tokens_over_quota');
   if (err instanceof HttpError) {
     switch (err.statusCode) {
       case 401:

@@ -4,7 +4,7 @@ import type { FastifyRequest } from 'fastify';
 import { SubmitJobRequest, SubmitJobResponses } from '../../generated/schemas.js';
 import { RequestValidationError } from '../../http/validator.js';
 import { HttpError } from '../../http/http-error.js';
-import { QuotaExceeded, TooManyModels } from '../../jobs/submit.js';
+import { QuotaExceeded, ReserveOverQuota, TooManyModels } from '../../jobs/submit.js';
 import { valueError } from '../../validation/pydantic.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
@@ -41,6 +41,8 @@ export function submitJobRoute(app: App, deps: Deps): void {
     }).catch((err: unknown) => {
       // Over the key's daily quota: 429 until the next UTC midnight (GET /usage tells how much is left).
       if (err instanceof QuotaExceeded) throw new HttpError(429, `Quota exceeded: ${err.message}`, { 'retry-after': String(err.retryAfterSeconds) });
+      // A job its key's whole token quota cannot hold: 400, as no later day would take it either.
+      if (err instanceof ReserveOverQuota) throw new HttpError(400, `Over the quota: ${err.message}`);
       // Too many new model names today: 429 until the next UTC midnight, as a quota.
       if (err instanceof TooManyModels) throw new HttpError(429, `Too many new models: ${err.message}`, { 'retry-after': String(err.retryAfterSeconds) });
       throw err;
