@@ -164,6 +164,20 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     expect(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).toBe('echo: seed');
   });
 
+  it('answers a job canceled by its owner with 409 canceled that the SDK does not retry (x-should-retry: false): no second job', async () => {
+    const retrying = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1` });
+    const jobsOf = async () => (await t.db.query<{ id: string; state: string }>(sql('openai_cancel_jobs', "SELECT j.id::text, j.state FROM jobs j JOIN models m ON m.id = j.model_id WHERE m.name = 'slow-model' AND j.request ->> 'max_output' = '9' ORDER BY j.submitted_at")));
+    const pending = retrying.chat.completions.create({ model: 'slow-model', max_tokens: 9, messages: [{ role: 'user', content: 'cancel me' }], request_timeout_time: 5 } as never).catch((e: unknown) => e);
+    await expect.poll(async () => (await jobsOf()).map((j) => j.state)).toEqual(['queued']);
+    const [job] = await jobsOf();
+    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${job!.id}`, headers: { api_key: userKey } })).statusCode).toBe(200);
+    const err = await pending;
+    expect(err).toBeInstanceOf(OpenAI.ConflictError);
+    expect((err as InstanceType<typeof OpenAI.ConflictError>).headers.get('x-should-retry')).toBe('false');
+    expect((err as InstanceType<typeof OpenAI.ConflictError>).code).toBe('canceled');
+    expect((await jobsOf()).map((j) => j.state)).toEqual(['canceled']);
+  });
+
   it('cancels the job of a client that hangs up before a node takes it', async () => {
     const gone = new AbortController();
     const lastJob = async () => (await t.db.query<{ id: string; state: string }>(sql('openai_last_job', "SELECT j.id::text, j.state FROM jobs j JOIN models m ON m.id = j.model_id WHERE m.name = 'slow-model' AND j.request ->> 'max_output' = '7' ORDER BY j.submitted_at DESC LIMIT 1")))[0];

@@ -709,6 +709,9 @@ export const ChatCompletionsResponses = {
   404: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),
   }),
+  409: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
   413: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),
   }),
@@ -738,6 +741,9 @@ export const CompletionsResponses = {
     error: Type.Object({}, { additionalProperties: true }),
   }),
   404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  409: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),
   }),
   413: Type.Object({
@@ -771,6 +777,9 @@ export const EmbeddingsResponses = {
   404: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),
   }),
+  409: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
   413: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),
   }),
@@ -800,6 +809,9 @@ export const ChatCompletionsSeedResponses = {
     error: Type.Object({}, { additionalProperties: true }),
   }),
   404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  409: Type.Object({
     error: Type.Object({}, { additionalProperties: true }),
   }),
   413: Type.Object({

@@ -82,7 +82,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       record(chat, outcome, started);
       if (outcome.kind !== 'done') {
         const f = failureError(outcome);
-        throw new OpenAIError(f.status, f.message, f.type, null, f.code);
+        throw new OpenAIError(f.status, f.message, f.type, null, f.code, f.headers);
       }
       const usage = usageOf(outcome.usage);
       return {

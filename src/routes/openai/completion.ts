@@ -53,7 +53,7 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
 export interface CompletionIds { id: string; created: number; model: string }
 
 /** Why the completion ended without an answer, as an OpenAI error. */
-export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: number; type: string; code: string | null; message: string } {
+export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: number; type: string; code: string | null; message: string; headers?: Record<string, string> } {
   switch (o.kind) {
     case 'expired':
     case 'timeout':
@@ -62,7 +62,9 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: n
       // The request's own error, as the backend said it (context length, invalid schema): 400, the backend's words.
       return { status: 400, type: 'invalid_request_error', code: o.error.code, message: o.error.message };
     case 'canceled':
-      return { status: 409, type: 'invalid_request_error', code: 'canceled', message: `The job was canceled: ${o.detail}.` };
+      // The official SDKs retry a 409 by default, which would submit the canceled job again;
+      // x-should-retry: false is the header they read to know better (openai-node, openai-python).
+      return { status: 409, type: 'invalid_request_error', code: 'canceled', message: `The job was canceled: ${o.detail}.`, headers: { 'x-should-retry': 'false' } };
     default:
       return { status: 502, type: 'server_error', code: 'job_failed', message: `No node could finish the job: ${o.detail}.` };
   }

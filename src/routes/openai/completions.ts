@@ -66,7 +66,7 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
       if (!request.stream) {
         if (outcome.kind !== 'done') {
           const f = failureError(outcome);
-          throw new OpenAIError(f.status, f.message, f.type, null, f.code);
+          throw new OpenAIError(f.status, f.message, f.type, null, f.code, f.headers);
         }
         const usage = usageOf(outcome.usage);
         return { ...ids, choices: [choice(outcome.answer.message.content, finishReason(request, outcome.usage, outcome.answer))], ...(usage ? { usage } : {}) };

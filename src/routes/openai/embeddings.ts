@@ -84,7 +84,7 @@ export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModel
       metrics.completions.inc({ model: job.model, outcome: outcome.kind });
       if (outcome.kind !== 'done') {
         const f = failureError(outcome);
-        throw new OpenAIError(f.status, f.message, f.type, null, f.code);
+        throw new OpenAIError(f.status, f.message, f.type, null, f.code, f.headers);
       }
       const vectors = outcome.answer.embeddings;
       if (vectors?.length !== job.messages.length) {
