@@ -81,8 +81,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       const outcome = await awaitCompletion(coordinator, owner, jobId, chat, gone.signal);
       record(chat, outcome, started);
       if (outcome.kind !== 'done') {
-        const f = failureError(outcome);
-        throw new OpenAIError(f.status, f.message, f.type, null, f.code, f.headers);
+        throw failureError(outcome);
       }
       const usage = usageOf(outcome.usage);
       return {

@@ -7,6 +7,7 @@ import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
 import type { RequestError } from '../../jobs/answer.js';
 import type { SSEReplyInterface } from '@fastify/sse';
+import { OpenAIError } from './errors.js';
 
 export type Outcome =
   | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
@@ -52,21 +53,21 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
 
 export interface CompletionIds { id: string; created: number; model: string }
 
-/** Why the completion ended without an answer, as an OpenAI error. */
-export function failureError(o: Exclude<Outcome, { kind: 'done' }>): { status: number; type: string; code: string | null; message: string; headers?: Record<string, string> } {
+/** Why the completion ended without an answer, as an OpenAI error (thrown, or sent as a stream's last event). */
+export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError {
   switch (o.kind) {
     case 'expired':
     case 'timeout':
-      return { status: 504, type: 'timeout', code: 'timeout', message: `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.` };
+      return new OpenAIError(504, `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.`, 'timeout', null, 'timeout');
     case 'request_error':
       // The request's own error, as the backend said it (context length, invalid schema): 400, the backend's words.
-      return { status: 400, type: 'invalid_request_error', code: o.error.code, message: o.error.message };
+      return new OpenAIError(400, o.error.message, 'invalid_request_error', null, o.error.code);
     case 'canceled':
       // The official SDKs retry a 409 by default, which would submit the canceled job again;
       // x-should-retry: false is the header they read to know better (openai-node, openai-python).
-      return { status: 409, type: 'invalid_request_error', code: 'canceled', message: `The job was canceled: ${o.detail}.`, headers: { 'x-should-retry': 'false' } };
+      return new OpenAIError(409, `The job was canceled: ${o.detail}.`, 'invalid_request_error', null, 'canceled', { 'x-should-retry': 'false' });
     default:
-      return { status: 502, type: 'server_error', code: 'job_failed', message: `No node could finish the job: ${o.detail}.` };
+      return new OpenAIError(502, `No node could finish the job: ${o.detail}.`, 'server_error', null, 'job_failed');
   }
 }
 

@@ -65,8 +65,7 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
       metrics.completions.inc({ model: request.model, outcome: outcome.kind });
       if (!request.stream) {
         if (outcome.kind !== 'done') {
-          const f = failureError(outcome);
-          throw new OpenAIError(f.status, f.message, f.type, null, f.code, f.headers);
+          throw failureError(outcome);
         }
         const usage = usageOf(outcome.usage);
         return { ...ids, choices: [choice(outcome.answer.message.content, finishReason(request, outcome.usage, outcome.answer))], ...(usage ? { usage } : {}) };

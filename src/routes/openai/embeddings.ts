@@ -83,8 +83,7 @@ export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModel
       const outcome = await awaitCompletion(coordinator, owner, jobId, job, gone.signal);
       metrics.completions.inc({ model: job.model, outcome: outcome.kind });
       if (outcome.kind !== 'done') {
-        const f = failureError(outcome);
-        throw new OpenAIError(f.status, f.message, f.type, null, f.code, f.headers);
+        throw failureError(outcome);
       }
       const vectors = outcome.answer.embeddings;
       if (vectors?.length !== job.messages.length) {
