@@ -73,11 +73,11 @@ export class Lifecycle {
     });
   }
 
-  /** Submits the jobs: which were handed to a waiting worker, which were refused (over their owner's quota), and which to submit again. */
-  async submit(rows: readonly SubmitRow[]): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; retry: Set<string> }> {
-    const { handed, refused, retry, outcome } = await submitJobs(this.db, rows, this.opts.leaseTimeout, this.server, this.opts.quota);
+  /** Submits the jobs: which were handed to a waiting worker, and which were not taken (over their owner's quota, or to submit again). */
+  async submit(rows: readonly SubmitRow[]): Promise<{ handed: Set<string>; refused: Map<string, Refusal> }> {
+    const { handed, refused, outcome } = await submitJobs(this.db, rows, this.opts.leaseTimeout, this.server, this.opts.quota);
     this.apply(outcome);
-    return { handed, refused, retry };
+    return { handed, refused };
   }
 
   async lease(asks: readonly Ask[], groups: readonly Group[]): Promise<LeaseRound> {

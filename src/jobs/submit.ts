@@ -60,7 +60,7 @@ interface Pending extends SubmitRow { model: string }
 export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, handed: boolean) => void;
 
 export class Submitter {
-  private readonly batcher: Batcher<Pending, Refusal | 'retry' | undefined>;
+  private readonly batcher: Batcher<Pending, Refusal | undefined>;
 
   /** reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota (QUOTA_RESERVE_TOKENS, at least 1). */
   constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens: number) {
@@ -81,9 +81,8 @@ export class Submitter {
       }
       let handed: Set<string>;
       let refused: Map<string, Refusal>;
-      let retry: Set<string>;
       try {
-        ({ handed, refused, retry } = await lifecycle.submit(rows.map((r) => {
+        ({ handed, refused } = await lifecycle.submit(rows.map((r) => {
           const c = claims.get(r);
           return c ? { ...r, handOff: { sessionId: c.sessionId, nodeId: c.nodeId, keyHash: c.keyHash, rank: c.rank } } : r;
         })));
@@ -91,14 +90,14 @@ export class Submitter {
         for (const claim of claims.values()) handOff!.settleClaim(claim, null);
         throw err;
       }
-      for (const r of rows) if (!refused.has(r.id) && !retry.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
+      for (const r of rows) if (!refused.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
       // A claim the statement could not use (its session at capacity, or ended) waits on.
       for (const [r, claim] of claims) {
         handOff!.settleClaim(claim, handed.has(r.id)
           ? { group: 0, slot: 0, jobId: r.id, model: r.model, request: r.request, attempt: 1, queuedSeconds: 0, prefix: '' }
           : null);
       }
-      return rows.map((r) => (retry.has(r.id) ? 'retry' : refused.get(r.id)));
+      return rows.map((r) => refused.get(r.id));
     // alone: a submission the database refuses fails alone; the others of its batch are taken.
     }, { maxBatch: 128, maxInFlight: 1, alone: true });
   }

@@ -129,23 +129,23 @@ export interface SubmitRow {
 /** The daily quotas of keys without their own (null: none). */
 export interface QuotaDefaults { jobs: number | null; tokens: number | null }
 
-/** Which quota refused a job ('reserve': its reservation alone is more than the key's token quota). */
-export type Refusal = 'jobs' | 'tokens' | 'reserve';
-
 /**
- * Submits the jobs; answers which were handed off, which were refused (over their owner's quota),
- * which to submit again (refused only behind a larger job of the batch), and the outcome.
+ * Why the statement did not take a job: which quota refused it ('reserve': its reservation alone
+ * is more than the key's token quota), or 'retry': it was only behind a larger job of its batch,
+ * and is to be submitted again (jobs/submit.ts).
  */
-export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string, quota: QuotaDefaults = { jobs: null, tokens: null }): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; retry: Set<string>; outcome: Outcome }> {
-  const out = await db.query<{ id: string; handed: boolean; refused: Refusal | 'retry' | null; announced: string }>(SUBMIT, [
+export type Refusal = 'jobs' | 'tokens' | 'reserve' | 'retry';
+
+/** Submits the jobs; answers which were handed off, which were not taken (over their owner's quota, or to submit again), and the outcome. */
+export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string, quota: QuotaDefaults = { jobs: null, tokens: null }): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
+  const out = await db.query<{ id: string; handed: boolean; refused: Refusal | null; announced: string }>(SUBMIT, [
     rows.map((r) => r.id), rows.map((r) => r.ownerKeyId), rows.map((r) => r.modelId), rows.map((r) => JSON.stringify(r.request)), rows.map((r) => r.timeout),
     rows.map((r) => r.handOff?.sessionId ?? null), rows.map((r) => r.handOff?.nodeId ?? null), rows.map((r) => r.handOff?.keyHash ?? null), rows.map((r) => r.handOff?.rank ?? null),
     leaseSeconds, server, rows.map((r) => r.reserve), quota.jobs, quota.tokens,
   ]);
   const handed = new Set(out.filter((o) => o.handed).map((o) => o.id));
-  const refused = new Map(out.filter((o) => o.refused && o.refused !== 'retry').map((o) => [o.id, o.refused as Refusal]));
-  const retry = new Set(out.filter((o) => o.refused === 'retry').map((o) => o.id));
+  const refused = new Map(out.filter((o) => o.refused).map((o) => [o.id, o.refused!]));
   const outcome = parseItems(out[0]?.announced ?? '');
   if (handed.size > 0) outcome.local = { leased: [...handed].map(() => 0) };
-  return { handed, refused, retry, outcome };
+  return { handed, refused, outcome };
 }
