@@ -4,11 +4,16 @@
 // whose client is still writing the body: the unread bytes make the kernel send a reset, and
 // the client gets EPIPE or ECONNRESET instead of the 413 — the seed's worker takes that for an
 // outage. So when a response goes out before its request's body was read, the connection is
-// kept: Node reads and discards the rest of the body (its framing says where it ends), and the
+// kept: the rest of the body is read and discarded (its framing says where it ends), and the
 // connection serves the next request. A bound keeps this from being a way to make the server
 // read without end: past LINGER_BYTES after the answer, or when the body is not complete within
 // the request timeout (Node's own), the socket is closed after all.
-import type { Socket } from 'node:net';
+//
+// The body is read from the request itself. Counting on the socket instead (a 'data' listener)
+// takes the socket off Node's parser; when an async hook (the per-address rate limit) had let
+// the body fill the request's buffer, the socket stayed paused there, the rest of the body was
+// never read, and the connection's next request waited for the request timeout (a 408).
+import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 
 /** Bytes of a refused body the server reads and discards after answering before it closes the connection. */
@@ -19,24 +24,18 @@ export function registerLingeringClose(app: FastifyInstance, maxBytes = LINGER_B
     const raw = req.raw;
     if (!raw.complete && String(reply.getHeader('connection') ?? '').toLowerCase() === 'close') {
       reply.removeHeader('connection');
-      bound(raw.socket, maxBytes, () => raw.complete);
+      discard(raw, maxBytes);
     }
     done(null, payload);
   });
 }
 
-/** Destroys `socket` once more than `maxBytes` arrive before `complete()` holds. */
-function bound(socket: Socket | null, maxBytes: number, complete: () => boolean): void {
-  if (!socket) return;
+/** Reads and discards the rest of `req`'s body; destroys its socket once more than `maxBytes` of it arrive. */
+function discard(req: IncomingMessage, maxBytes: number): void {
   let seen = 0;
-  const onData = (chunk: Buffer) => {
-    if (complete()) return void socket.off('data', onData);
+  req.on('data', (chunk: Buffer) => {
     seen += chunk.length;
-    if (seen > maxBytes) {
-      socket.off('data', onData);
-      socket.destroy();
-    }
-  };
-  socket.on('data', onData);
-  socket.once('close', () => socket.off('data', onData));
+    if (seen > maxBytes) req.socket.destroy();
+  });
+  req.resume();
 }
