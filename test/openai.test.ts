@@ -46,7 +46,7 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     const w = await new TestWorker(t.app, 'gpu-1', await t.addNode('gpu-1')).start([MODEL]);
     worker = answering(w);
     // A node that declares a model and never takes a job: its completions time out.
-    await new TestWorker(t.app, 'idle-1', await t.addNode('idle-1')).start(['slow-model']);
+    await new TestWorker(t.app, 'idle-1', await t.addNode('idle-1')).start(['slow-model', 'org/slow:7b']);
   });
   afterAll(async () => {
     await worker.stop();
@@ -60,6 +60,18 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     expect(r.model).toBe(MODEL);
     expect(r.choices).toEqual([{ index: 0, message: { role: 'assistant', content: 'echo: hello there', refusal: null }, logprobs: null, finish_reason: 'stop' }]);
     expect(r.usage).toEqual({ prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 });
+  });
+
+  it('answers GET /v1/models/{model} for a name with a slash, escaped or not, as the SDK asks it', async () => {
+    for (const path of ['/v1/models/org/slow:7b', '/v1/models/org%2Fslow%3A7b', '/models/org/slow:7b']) {
+      const res = await fetch(`${url}${path}`);
+      expect(res.status, path).toBe(200);
+      expect(await res.json(), path).toMatchObject({ id: 'org/slow:7b', object: 'model' });
+    }
+    expect(await client.models.retrieve('org/slow:7b')).toMatchObject({ id: 'org/slow:7b' });
+    const missing = await fetch(`${url}/v1/models/org/none`);
+    expect(missing.status).toBe(404);
+    expect((await missing.json() as { error: unknown }).error).toMatchObject({ code: 'model_not_found', param: 'model' });
   });
 
   it('streams role, content, finish and usage chunks, then [DONE]', async () => {
@@ -140,10 +152,45 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     }
   });
 
-  it('times out with 504 (InternalServerError) when no node finishes before the deadline', async () => {
-    const err = await client.chat.completions.create({ model: 'slow-model', messages: [{ role: 'user', content: 'x' }], request_timeout_time: 1 } as never).catch((e: unknown) => e);
+  it('refuses, as OpenAI does, fields whose form OpenAI refuses, though they change nothing here', async () => {
+    const cases: [Record<string, unknown>, string, string | null][] = [
+      [{ tools: [] }, 'tools', 'empty_array'],
+      [{ tool_choice: 'auto' }, 'tool_choice', null],
+      [{ tool_choice: 'none' }, 'tool_choice', null],
+      [{ parallel_tool_calls: true }, 'parallel_tool_calls', null],
+      [{ stream_options: { include_usage: true } }, 'stream_options', null],
+      [{ stream: false, stream_options: { include_usage: true } }, 'stream_options', null],
+      [{ user: 7 }, 'user', 'invalid_type'],
+      [{ metadata: 'a' }, 'metadata', 'invalid_type'],
+      [{ metadata: { a: 1 } }, 'metadata.a', 'invalid_type'],
+      [{ metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'metadata', 'object_above_max_properties'],
+      [{ service_tier: 'fastest' }, 'service_tier', 'invalid_value'],
+      [{ max_completion_tokens: 5, max_tokens: -1 }, 'max_tokens', 'invalid_value'],
+    ];
+    for (const [extra, param, code] of cases) {
+      const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x' }], ...extra }) });
+      expect(res.status, JSON.stringify(extra)).toBe(400);
+      expect((await res.json() as { error: unknown }).error, JSON.stringify(extra)).toMatchObject({ type: 'invalid_request_error', param, code });
+    }
+    // Their valid forms are accepted and answered (tools with tool_choice: test/openai-fields.test.ts).
+    const ok = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: 'fine' }], user: 'u-1', metadata: { team: 'a' }, service_tier: 'auto', max_completion_tokens: 5, max_tokens: 5,
+    } as never);
+    expect(ok.choices[0]!.message.content).toBe('echo: fine');
+    const text = await client.completions.create({ model: MODEL, prompt: 'x', stream_options: { include_usage: true } } as never).catch((e: unknown) => e);
+    expect(text).toMatchObject({ status: 400, param: 'stream_options' });
+    const vectors = await client.embeddings.create({ model: MODEL, input: 'x', user: 7 } as never).catch((e: unknown) => e);
+    expect(vectors).toMatchObject({ status: 400, param: 'user', code: 'invalid_type' });
+  });
+
+  it('times out with 504 (InternalServerError) when no node finishes before the deadline, which the SDK does not retry (x-should-retry: false): one job', async () => {
+    const retrying = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1` });
+    const err = await retrying.chat.completions.create({ model: 'slow-model', max_tokens: 11, messages: [{ role: 'user', content: 'x' }], request_timeout_time: 1 } as never).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.InternalServerError);
     expect(err).toMatchObject({ status: 504, code: 'timeout' });
+    expect((err as InstanceType<typeof OpenAI.InternalServerError>).headers.get('x-should-retry')).toBe('false');
+    const jobs = await t.db.query<{ n: number }>(sql('openai_timeout_jobs', "SELECT count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id WHERE m.name = 'slow-model' AND j.request ->> 'max_output' = '11'"));
+    expect(jobs[0]!.n).toBe(1);
   });
 
   it('ends a stream whose job fails with the error as an event, then data: [DONE]; the SDK raises it', async () => {

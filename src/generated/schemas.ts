@@ -482,6 +482,16 @@ export const CancelJobParams = Type.Object({
 });
 export type CancelJobParams = Static<typeof CancelJobParams>;
 
+export const RetrieveModelParams = Type.Object({
+  model: Type.String({ title: "Model", description: "The model's name (may hold `/`)." }),
+});
+export type RetrieveModelParams = Static<typeof RetrieveModelParams>;
+
+export const RetrieveModelUnversionedParams = Type.Object({
+  model: Type.String({ title: "Model", description: "The model's name (may hold `/`)." }),
+});
+export type RetrieveModelUnversionedParams = Static<typeof RetrieveModelUnversionedParams>;
+
 export const NodeViewParams = Type.Object({
   node_name: Type.String({ title: "Node Name", description: "The node's name.", minLength: 1, maxLength: 128 }),
 });
@@ -833,6 +843,24 @@ export const ChatCompletionsSeedResponses = {
 
 export const ListModelsResponses = {
   200: Type.Object({}, { additionalProperties: true }),
+};
+
+export const RetrieveModelResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const ListModelsUnversionedResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+};
+
+export const RetrieveModelUnversionedResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
 };
 
 export const NetworkResponses = {

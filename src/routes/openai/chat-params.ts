@@ -128,20 +128,69 @@ function tools(v: unknown): ChatParams['tools'] {
       },
     };
   });
-  return out.length ? out : undefined;
+  if (out.length === 0) throw invalidRequest("Invalid 'tools': empty array. Expected an array with minimum length 1, but got an empty array instead.", 'tools', 'empty_array');
+  return out;
 }
 
 function toolChoice(v: unknown, names: Set<string>): ChatParams['tool_choice'] {
   if (!given(v)) return undefined;
-  if (v === 'none' || v === 'auto' || v === 'required') {
-    if (v === 'required' && names.size === 0) throw invalidRequest("Invalid 'tool_choice': 'required' needs 'tools'.", 'tool_choice', 'invalid_value');
-    return v;
-  }
+  if (names.size === 0) throw onlyWithTools('tool_choice');
+  if (v === 'none' || v === 'auto' || v === 'required') return v;
   if (isObject(v) && v.type === 'function' && isObject(v.function) && typeof v.function.name === 'string') {
     if (!names.has(v.function.name)) throw invalidRequest(`Invalid 'tool_choice': no tool named '${v.function.name}' in 'tools'.`, 'tool_choice', 'invalid_value');
     return { type: 'function', function: { name: v.function.name } };
   }
   throw invalidRequest("Invalid 'tool_choice': expected none, auto, required or {type: 'function', function: {name}}.", 'tool_choice', 'invalid_value');
+}
+
+/** OpenAI's 400 for a field that means something only beside `tools`, given without them. */
+const onlyWithTools = (name: string): Error => invalidRequest(`Invalid value for '${name}': '${name}' is only allowed when 'tools' are specified.`, name);
+
+const SERVICE_TIERS = new Set(['auto', 'default', 'flex', 'scale', 'priority']);
+const METADATA_PAIRS = 16;
+
+/** `user`: a string, as OpenAI checks it (accepted without effect: chat, text completions, embeddings). */
+export function userField(body: Record<string, unknown>): void {
+  if (given(body.user) && typeof body.user !== 'string') throw invalidRequest("Invalid type for 'user': expected a string.", 'user', 'invalid_type');
+}
+
+/**
+ * The chat fields accepted without effect on the answer (docs/openai.md), checked as OpenAI
+ * checks them, so a request OpenAI refuses is refused here too: `user` a string, `metadata` at
+ * most 16 string pairs (keys up to 64 characters, values up to 512), `service_tier` one of
+ * OpenAI's tiers.
+ */
+function acceptedFields(body: Record<string, unknown>): void {
+  userField(body);
+  const metadata = body.metadata;
+  if (given(metadata)) {
+    if (!isObject(metadata)) throw invalidRequest("Invalid type for 'metadata': expected an object.", 'metadata', 'invalid_type');
+    const pairs = Object.entries(metadata);
+    if (pairs.length > METADATA_PAIRS) throw invalidRequest(`Invalid 'metadata': at most ${METADATA_PAIRS} key-value pairs.`, 'metadata', 'object_above_max_properties');
+    for (const [k, v] of pairs) {
+      if (k.length > 64) throw invalidRequest("Invalid 'metadata': keys are at most 64 characters.", 'metadata', 'invalid_value');
+      if (typeof v !== 'string') throw invalidRequest(`Invalid type for 'metadata.${k}': expected a string.`, `metadata.${k}`, 'invalid_type');
+      if (v.length > 512) throw invalidRequest(`Invalid 'metadata.${k}': at most 512 characters.`, `metadata.${k}`, 'string_above_max_length');
+    }
+  }
+  const tier = body.service_tier;
+  if (given(tier) && !(typeof tier === 'string' && SERVICE_TIERS.has(tier))) {
+    throw invalidRequest(`Invalid value for 'service_tier': expected one of ${[...SERVICE_TIERS].join(', ')}.`, 'service_tier', 'invalid_value');
+  }
+}
+
+/**
+ * `stream` and `stream_options`, as OpenAI reads them: a boolean, an object, and the options only
+ * with `stream: true` (OpenAI's 400 otherwise). Chat and text completions alike.
+ */
+export function streamFields(body: Record<string, unknown>): { stream: boolean; includeUsage: boolean } {
+  if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
+  const options = body.stream_options;
+  if (given(options)) {
+    if (!isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
+    if (body.stream !== true) throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
+  }
+  return { stream: body.stream === true, includeUsage: isObject(options) && options.include_usage === true };
 }
 
 /** Refuses, by name, each field of `refused` that is given other than as its no-op value. */
@@ -182,6 +231,7 @@ export function samplingParams(body: Record<string, unknown>, params: ChatParams
  */
 export function parseChatParams(body: Record<string, unknown>, toolMessages: boolean): { params: ChatParams; needs: number } {
   refuseFields(body, REFUSED);
+  acceptedFields(body);
   const params: ChatParams = {};
   let needs = samplingParams(body, params);
   const format = responseFormat(body.response_format);
@@ -200,6 +250,7 @@ export function parseChatParams(body: Record<string, unknown>, toolMessages: boo
   const list = tools(body.tools);
   const choice = toolChoice(body.tool_choice, new Set((list ?? []).map((t) => t.function.name)));
   const parallel = boolean(body, 'parallel_tool_calls');
+  if (parallel !== undefined && !list) throw onlyWithTools('parallel_tool_calls');
   if (list) {
     params.tools = list;
     needs |= CAPABILITIES.tools;

@@ -58,7 +58,9 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
   switch (o.kind) {
     case 'expired':
     case 'timeout':
-      return new OpenAIError(504, `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.`, 'timeout', null, 'timeout');
+      // The job had its whole time: the SDKs' default retries (twice, for a 5xx) would queue it
+      // again and make the client wait three times as long. x-should-retry: false, as for 409.
+      return new OpenAIError(504, `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.`, 'timeout', null, 'timeout', { 'x-should-retry': 'false' });
     case 'request_error':
       // The request's own error, as the backend said it (context length, invalid schema): 400, the backend's words.
       return new OpenAIError(400, o.error.message, 'invalid_request_error', null, o.error.code);

@@ -9,7 +9,7 @@
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatParams } from '../../jobs/request.js';
 import { invalidRequest } from './errors.js';
-import { given, isObject, number, refuseFields, requestBody, samplingParams, storableDeep } from './chat-params.js';
+import { given, isObject, number, refuseFields, requestBody, samplingParams, storableDeep, streamFields, userField } from './chat-params.js';
 import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 
 /** OpenAI's completions fields the network cannot honour, refused when given other than as their no-op value. */
@@ -42,9 +42,8 @@ export function parseCompletionsRequest(raw: unknown, limits: { defaultTimeout: 
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
   refuseFields(body, REFUSED);
-  if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
-  const options = body.stream_options;
-  if (given(options) && !isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
+  userField(body);
+  const { stream, includeUsage } = streamFields(body);
   const params: ChatParams = { prompt: text };
   const needs = CAPABILITIES.completions | samplingParams(body, params);
   const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
@@ -57,8 +56,8 @@ export function parseCompletionsRequest(raw: unknown, limits: { defaultTimeout: 
     params,
     needs,
     seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
-    stream: body.stream === true,
-    includeUsage: isObject(options) && options.include_usage === true,
+    stream,
+    includeUsage,
     timeoutSeconds: timeout ?? limits.defaultTimeout,
   };
 }

@@ -10,7 +10,7 @@ import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import { invalidRequest, OpenAIError } from './errors.js';
-import { given, number, requestBody, storableDeep } from './chat-params.js';
+import { given, number, requestBody, storableDeep, userField } from './chat-params.js';
 import { awaitCompletion, failureError, submitCompletion } from './completion.js';
 import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 import type { ServedModels } from './models.js';
@@ -36,6 +36,7 @@ export function parseEmbeddingsRequest(raw: unknown, limits: { defaultTimeout: n
   if (given(body.dimensions)) {
     throw invalidRequest("Unsupported parameter: 'dimensions' is not supported by this network (the nodes' backends do not all honour it); vectors come in the model's own size.", 'dimensions', 'unsupported_parameter');
   }
+  userField(body);
   const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
   return {
     base64: format === 'base64',

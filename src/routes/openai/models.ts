@@ -84,12 +84,14 @@ export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
   };
   app.get('/v1/models', list);
   app.get('/models', list);
+  // The rest of the path is the model's name: names with a `/` (`org/name`, `hf.co/org/name:tag`)
+  // are found whether a client escapes it (%2F) or not.
   const one = async (req: { params: unknown }) => {
-    const { model } = req.params as { model: string };
+    const model = (req.params as { '*': string })['*'];
     if (!(await served.has(model))) throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now.`, 'invalid_request_error', 'model', 'model_not_found');
     const s = await served.now();
     return entry(model, s.caps.get(model) ?? 0, s.chat.has(model));
   };
-  app.get('/v1/models/:model', one);
-  app.get('/models/:model', one);
+  app.get('/v1/models/*', one);
+  app.get('/models/*', one);
 }

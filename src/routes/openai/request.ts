@@ -7,7 +7,7 @@
 // (NUL, unpaired surrogates) is refused here as on every other route, before anything is queued.
 import { isUnstorable, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
-import { given, isObject, number, parseChatParams, requestBody, storableDeep } from './chat-params.js';
+import { given, isObject, number, parseChatParams, requestBody, storableDeep, streamFields } from './chat-params.js';
 import type { ChatMessage, ChatParams, PlainMessage, ToolCall } from '../../jobs/request.js';
 
 export interface ChatRequest {
@@ -99,10 +99,11 @@ export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number;
   const body = requestBody(raw);
   const n = number(body, 'n', 1, 128, true);
   if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
-  if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
-  const options = body.stream_options;
-  if (given(options) && !isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
-  const maxTokens = number(body, 'max_completion_tokens', 1, 10_000_000, true) ?? number(body, 'max_tokens', 1, 10_000_000, true) ?? 0;
+  const { stream, includeUsage } = streamFields(body);
+  // Both checked when both are given, as OpenAI does; max_completion_tokens is the one that counts.
+  const maxCompletionTokens = number(body, 'max_completion_tokens', 1, 10_000_000, true);
+  const maxTokens = maxCompletionTokens ?? number(body, 'max_tokens', 1, 10_000_000, true) ?? 0;
+  if (maxCompletionTokens !== undefined) number(body, 'max_tokens', 1, 10_000_000, true);
   const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
   const { plain, whole } = messages(body.messages);
   const { params, needs } = parseChatParams(body, whole !== undefined);
@@ -115,8 +116,8 @@ export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number;
     params,
     needs,
     seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
-    stream: body.stream === true,
-    includeUsage: isObject(options) && options.include_usage === true,
+    stream,
+    includeUsage,
     timeoutSeconds: timeout ?? limits.defaultTimeout,
   };
 }
