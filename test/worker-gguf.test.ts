@@ -11,6 +11,7 @@ import { startTap, type Tap } from './helpers/tap.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { Gguf } from '../src/worker/gguf.js';
+import { requestErrorOf } from '../src/worker/backend.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -69,6 +70,11 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
     const a = await run(11);
     expect(await run(11)).toBe(a);
     expect(await run(12)).not.toBe(a);
+  });
+
+  it('refuses a prompt longer than the context as the request\'s own error, coded context_length_exceeded like the other backends\'', async () => {
+    const err = await direct().chat({ model: MODEL, messages: [{ role: 'user', content: 'river '.repeat(6_000) }], max_output: 8, temperature: 0 }).catch((e: unknown) => e);
+    expect(requestErrorOf(err)).toMatchObject({ code: 'context_length_exceeded' });
   });
 
   it('continues an answer another node began (the coordinator hands its beginning as answer_prefix)', async () => {

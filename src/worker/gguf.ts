@@ -128,7 +128,8 @@ export class Gguf implements Backend {
     const prompt = this.prompt(l, job.messages);
     const prefix = job.prefix ? l.model.tokenize(job.prefix, false) : [];
     const room = l.context.contextSize - prompt.length - prefix.length;
-    if (room <= 0) throw new BackendError(`gguf: the prompt (${prompt.length + prefix.length} tokens) does not fit the context (${l.context.contextSize})`, 400);
+    // Worded so that requestErrorOf (backend.ts) codes it context_length_exceeded, as the other backends' are.
+    if (room <= 0) throw new BackendError(`gguf: the prompt (${prompt.length + prefix.length} tokens) exceeds the model's context length (${l.context.contextSize} tokens)`, 400);
     const max = job.max_output > 0 ? Math.min(job.max_output, room) : room;
     const seq = l.context.getSequence();
     const out: Token[] = [];
