@@ -161,3 +161,27 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
     }
   });
 });
+
+describe.each(backends)('an embeddings answer larger than BODY_LIMIT on $name', (db) => {
+  it('fails the job at once as the request\'s own error, 400 answer_too_large, rather than at its deadline', async () => {
+    // 16 KiB takes the request (2,000 one-letter inputs, about 8 KB) but not its answer (about 56 KB of base64 vectors).
+    const t = await startApp(db, { bodyLimit: 16 * 1024, coordinator: { sweepInterval: 0.2 } });
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const fake = await startFakeBackend('ollama', ['big-embed']);
+    fake.showCapabilities = ['embedding'];
+    const w = await startWorker({ server: url, node: 'big-node', key: await t.addNode('big-node'), backend: 'ollama', backendUrl: fake.url });
+    try {
+      const client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
+      const err = await client.embeddings.create({ model: 'big-embed', input: Array.from({ length: 2_000 }, () => 'x'), request_timeout_time: 600 } as never).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(err).toMatchObject({ status: 400, code: 'answer_too_large' });
+      expect((err as Error).message).toMatch(/BODY_LIMIT/);
+      // A smaller batch on the same node is answered.
+      expect((await client.embeddings.create({ model: 'big-embed', input: ['a b'] })).data[0]!.embedding).toEqual(vectorOf('a b'));
+    } finally {
+      await w.stop();
+      await fake.close();
+      await t.close();
+    }
+  });
+});

@@ -257,12 +257,27 @@ export class Worker {
       try {
         points = await this.client.report(job, done);
       } catch (err) {
-        outcome = 'refused';
-        this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(err)}`);
+        if (err instanceof CoordinatorError && err.status === 413 && done.status === 'success') {
+          // The answer is larger than the service takes in one report (its BODY_LIMIT): it would
+          // be so on any node, so the job fails as its request's own error, at once, and its
+          // client is told to ask for less, rather than waiting for the job's deadline.
+          outcome = 'error';
+          await this.reportTooLarge(job);
+        } else {
+          outcome = 'refused';
+          this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(err)}`);
+        }
       }
       if (outcome === 'success') this.jobsDone++;
       this.events.jobDone(job, outcome, (Date.now() - started) / 1000, points, overhead);
     };
+  }
+
+  private async reportTooLarge(job: Job): Promise<void> {
+    const message = 'The answer is larger than the service accepts in one report (its BODY_LIMIT): ask for less in one request (fewer inputs, or fewer tokens).';
+    this.events.log('warn', `job ${job.job_id}: ${message}`);
+    await this.client.report(job, { status: 'error', content: '', usage: null, error: message, requestError: { code: 'answer_too_large', message } })
+      .catch((e: unknown) => this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(e)}`));
   }
 
   /**
