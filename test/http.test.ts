@@ -24,6 +24,41 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     }
   });
 
+  it('307 to the path without its trailing slash when a route serves that path, query kept, as FastAPI redirects', async () => {
+    const cases: [string, string, string][] = [
+      ['GET', '/unique_nodes/?model_name=m1', '/unique_nodes?model_name=m1'], ['POST', '/worker/update_result/', '/worker/update_result'],
+      ['POST', '/daily_points//', '/daily_points'], ['GET', '/get_result/abc/', '/get_result/abc'],
+      // The path is served, for another method: the redirect still comes first (the method's 405 follows it).
+      ['GET', '/worker/update_result/', '/worker/update_result'],
+    ];
+    for (const [method, url, to] of cases) {
+      const res = await t.app.inject({ method: method as 'GET', url, headers: { host: 'svc.example:8000' } });
+      expect(res.statusCode, `${method} ${url}`).toBe(307);
+      expect(res.headers.location).toBe(`http://svc.example:8000${to}`);
+    }
+    for (const url of ['/nope/', '/worker/', '/unique_nodes/extra/']) expect((await t.app.inject({ method: 'GET', url })).statusCode, url).toBe(404);
+  });
+
+  it('reads a body under a Content-Type that is no media type as text, as FastAPI does: 422, not 415', async () => {
+    for (const type of ['garbage', 'application', '/json', 'a b/c']) {
+      const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', headers: { 'content-type': type }, payload: '{"a":1}' });
+      expect(res.statusCode, type).toBe(422);
+      expect(res.json().detail, type).toEqual([{ type: 'model_attributes_type', loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', input: '{"a":1}' }]);
+    }
+  });
+
+  it('answers malformed JSON with 422 json_invalid before looking at the key, as FastAPI decodes the body before its dependencies', async () => {
+    for (const url of ['/daily_points', '/submit_job']) {
+      for (const headers of [{}, { api_key: 'bogus' }]) {
+        const res = await t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json', ...headers }, payload: '{"node_name":' });
+        expect(res.statusCode, `${url} ${JSON.stringify(headers)}`).toBe(422);
+        expect(res.json().detail[0]).toMatchObject({ type: 'json_invalid', loc: ['body', 13], msg: 'JSON decode error' });
+      }
+      // Well-formed JSON with wrong fields still asks for the key first.
+      expect((await t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json' }, payload: '{}' })).statusCode, url).toBe(401);
+    }
+  });
+
   it('405 Method Not Allowed with Allow for a known path', async () => {
     const cases: [string, string, string][] = [
       ['GET', '/worker/update_result', 'POST'], ['PUT', '/daily_points', 'POST'], ['POST', '/unique_nodes?model_name=x', 'GET, HEAD'], ['DELETE', '/healthz', 'GET, HEAD'],

@@ -46,7 +46,18 @@ function isJsonType(contentType: string | undefined): boolean {
   return media === 'application/json' || (media.startsWith('application/') && media.endsWith('+json'));
 }
 
+/** A media type as RFC 9110 writes it (`type/subtype`, parameters after `;`), as Fastify checks it. */
+const MEDIA_TYPE = /^\s*[\w!#$%&'*+.^`|~-]+\/[\w!#$%&'*+.^`|~-]+\s*(;|$)/;
+
 export function registerContentParsers(app: FastifyInstance): void {
+  // A Content-Type that is no media type at all (`garbage`): Fastify would answer 415 before any
+  // parser runs; Python's email parser, which FastAPI reads it with, takes it for text/plain, and
+  // the body then reaches validation as text (422 model_attributes_type), as other text does.
+  app.addHook('onRequest', (req, _reply, done) => {
+    const type = req.headers['content-type'];
+    if (type !== undefined && type !== '' && !MEDIA_TYPE.test(type)) req.headers['content-type'] = 'text/plain';
+    done();
+  });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (req: FastifyRequest, body: Buffer, done) => {
     try {

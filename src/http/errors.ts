@@ -30,6 +30,12 @@ function pathPattern(url: string): RegExp {
   return new RegExp(`^${parts.join('')}$`);
 }
 
+/** A request's URL as its path and its query (with its `?`, or ''). */
+function splitUrl(url: string): [string, string] {
+  const q = url.indexOf('?');
+  return q < 0 ? [url, ''] : [url.slice(0, q), url.slice(q)];
+}
+
 export function registerErrorHandlers(app: FastifyInstance): void {
   // Paths and their methods, for telling 405 from 404 as FastAPI does: a path some route serves,
   // asked with a method none of them takes, is 405 — `POST /get_result/abc` as much as
@@ -55,10 +61,16 @@ export function registerErrorHandlers(app: FastifyInstance): void {
   };
 
   app.setNotFoundHandler((req: FastifyRequest, reply: FastifyReply) => {
-    const path = req.url.split('?')[0]!;
+    const [path, query] = splitUrl(req.url);
     const allowed = methodsFor(path);
     if (allowed && !allowed.has(req.method)) {
       return reply.code(405).header('allow', [...allowed].sort().join(', ')).send({ detail: 'Method Not Allowed' });
+    }
+    // A path some route serves but for a trailing slash (`/unique_nodes/`): 307 to it, query kept,
+    // as FastAPI (Starlette's redirect_slashes) answers; a client following it keeps its method and body.
+    const bare = path.replace(/\/+$/, '');
+    if (bare !== path && bare !== '' && methodsFor(bare)) {
+      return reply.code(307).header('location', `${req.protocol}://${req.host}${bare}${query}`).send();
     }
     return reply.code(404).send({ detail: 'Not Found' });
   });

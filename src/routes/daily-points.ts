@@ -1,15 +1,17 @@
 // POST /daily_points: a node's points per UTC day, for the node's own key (or session) or a
 // reader key — the same rule as get_points and /network/nodes/{name} (routes/authenticate.ts
 // checkNodeRead), with the key in the `api_key` header only, as the seed's dashboards send it.
-// The key is checked before the body (as FastAPI's APIKeyHeader dependency does): a request
-// without a valid key learns nothing, not even which fields are wrong; a key that may not read
-// the node learns nothing either, not even whether it exists.
+// The key is checked before the body's fields (as FastAPI's APIKeyHeader dependency is): a
+// request without a valid key learns nothing, not even which fields are wrong; a key that may
+// not read the node learns nothing either, not even whether it exists. Malformed JSON is the one
+// exception, as in FastAPI, which decodes the body before any dependency runs: 422 json_invalid.
 import type { FastifyRequest } from 'fastify';
 import { DailyPointsRequest, DailyPointsResponses } from '../generated/schemas.js';
 import type { Principal } from '../auth/principal.js';
 import { authenticateRequest, checkNodeRead } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import { headerKey } from '../http/credentials.js';
+import { MalformedJson } from '../validation/pydantic.js';
 import type { App, Deps } from './types.js';
 
 declare module 'fastify' {
@@ -28,6 +30,8 @@ export function dailyPointsRoute(app: App, deps: Deps): void {
     },
     ...(limiters.reads ? { preHandler: limiters.reads } : {}),
     preValidation: async (req: FastifyRequest) => {
+      // FastAPI decodes the body before any dependency: malformed JSON is its 422, key or not.
+      if (req.body instanceof MalformedJson) return;
       const key = headerKey(req);
       if (!key) throw new HttpError(401, 'Not authenticated');
       req.principal = await authenticateRequest(deps, req, key);

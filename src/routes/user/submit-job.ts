@@ -5,7 +5,7 @@ import { SubmitJobRequest, SubmitJobResponses } from '../../generated/schemas.js
 import { RequestValidationError } from '../../http/validator.js';
 import { HttpError } from '../../http/http-error.js';
 import { QuotaExceeded, ReserveOverQuota, TooManyModels } from '../../jobs/submit.js';
-import { valueError } from '../../validation/pydantic.js';
+import { MalformedJson, valueError } from '../../validation/pydantic.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 
@@ -25,6 +25,8 @@ export function submitJobRoute(app: App, deps: Deps): void {
   app.post('/submit_job', {
     schema: { body: SubmitJobRequest, response: SubmitJobResponses },
     preValidation: async (req: FastifyRequest) => {
+      // FastAPI decodes the body before any dependency: malformed JSON is its 422, key or not.
+      if (req.body instanceof MalformedJson) return;
       req.userKeyId = await authenticateUser(deps, req);
     },
   }, async (req) => {
