@@ -5,7 +5,7 @@ import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Database } from './db/database.js';
-import { registerContentParsers } from './http/content.js';
+import { parseQuery, registerContentParsers } from './http/content.js';
 import { clientErrorHandler, frameworkErrorHandler, registerErrorHandlers } from './http/errors.js';
 import { createMetrics, nodeMetrics, outcomeMetrics, recordAudit, type Metrics } from './http/metrics.js';
 import { pydanticValidatorCompiler } from './http/validator.js';
@@ -126,7 +126,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     forceCloseConnections: 'idle',
     // A path parameter may be a model's name (256 characters, each up to three when %-encoded:
     // GET /v1/models/{model}); longer ones, and malformed %-escapes, are 404 (http/errors.ts).
-    routerOptions: { maxParamLength: 1024 },
+    // The query string as Starlette reads it (http/content.ts parseQuery).
+    routerOptions: { maxParamLength: 1024, querystringParser: parseQuery },
     frameworkErrors: frameworkErrorHandler((req, reply) => (/^\/v1(\/|$)/.test(req.url) ? openAINotFound(req, reply) : undefined)),
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();

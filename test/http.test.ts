@@ -59,6 +59,16 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     }
   });
 
+  it('reads the query string as Starlette does: a %-escape that is not UTF-8 is U+FFFD, a malformed one stays, + is a space', async () => {
+    const cases: [string, string][] = [['%ff%fe', '\ufffd\ufffd'], ['%e9t%C3%A9', '\ufffdt\u00e9'], ['%ED%A0%80', '\ufffd\ufffd\ufffd'], ['a%zzb', 'a%zzb'], ['a+b%2Bc', 'a b+c'], ['x&model_name=last', 'last']];
+    for (const [raw, name] of cases) {
+      const res = await t.app.inject({ method: 'GET', url: `/unique_nodes?model_name=${raw}` });
+      expect(res.statusCode, raw).toBe(200);
+      expect(res.json().model_name, raw).toBe(name);
+    }
+    expect((await t.app.inject({ method: 'GET', url: '/unique_nodes?__proto__=x&model_name=m' })).json().model_name).toBe('m');
+  });
+
   it('405 Method Not Allowed with Allow for a known path', async () => {
     const cases: [string, string, string][] = [
       ['GET', '/worker/update_result', 'POST'], ['PUT', '/daily_points', 'POST'], ['POST', '/unique_nodes?model_name=x', 'GET, HEAD'], ['DELETE', '/healthz', 'GET, HEAD'],

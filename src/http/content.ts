@@ -46,6 +46,22 @@ function isJsonType(contentType: string | undefined): boolean {
   return media === 'application/json' || (media.startsWith('application/') && media.endsWith('+json'));
 }
 
+/**
+ * A query string as Starlette reads it (Python's parse_qsl with keep_blank_values): `+` is a
+ * space, blank values are kept, a %-escape that is not UTF-8 (`%ff`, `%e9`) becomes U+FFFD and
+ * a malformed one (`%zz`) stays as written — the WHATWG rules URLSearchParams follows, which
+ * agree with Python's on each. A repeated name gives its values in order (routes read the last,
+ * as FastAPI does). Without a prototype: `__proto__` is a name like any other.
+ */
+export function parseQuery(query: string): Record<string, string | string[]> {
+  const out = Object.create(null) as Record<string, string | string[]>;
+  for (const [k, v] of new URLSearchParams(query)) {
+    const prev = out[k];
+    out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
+  }
+  return out;
+}
+
 /** A media type as RFC 9110 writes it (`type/subtype`, parameters after `;`), as Fastify checks it. */
 const MEDIA_TYPE = /^\s*[\w!#$%&'*+.^`|~-]+\/[\w!#$%&'*+.^`|~-]+\s*(;|$)/;
 
