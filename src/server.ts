@@ -4,7 +4,7 @@ import pino, { type Logger } from 'pino';
 import type { Config } from './config.js';
 import { buildApp } from './app.js';
 import { openDatabase } from './db/open.js';
-import { migrate } from './db/migrate.js';
+import { migrate, NotMigratedError, pendingMigrations } from './db/migrate.js';
 import { countNodes } from './repositories/nodes.js';
 import type { Database } from './db/database.js';
 import type { Lifecycle } from './jobs/lifecycle.js';
@@ -45,6 +45,11 @@ export async function startServer(config: Config, logger: Logger, opts: StartOpt
     if (config.migrateOnStart) {
       const applied = await migrate(db);
       if (applied.length) logger.info({ applied }, 'applied migrations');
+    } else {
+      // Checked before anything reads a table: else each background task's first statement
+      // fails on its own, with no word of why.
+      const pending = await pendingMigrations(db);
+      if (pending.length) throw new NotMigratedError(pending);
     }
     const app = await buildApp({
       db,

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { CLEAN_EXIT, cleanEnv, freePort, INS, ROOT, runCli, startServerProcess, stopped } from './helpers/process.js';
+import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-server-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -30,6 +31,28 @@ describe('ins serve', () => {
     expect(notDir.code).toBe(1);
     expect(notDir.stdout).toContain(`could not start: cannot use DATA_DIR=${file} for the embedded database`);
     for (const out of [unreachable, notDir]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
+  });
+
+  it('says so in one line, without a stack, when LEDGER_KEY_FILE cannot be a key or the database is not migrated', async () => {
+    const port = String(await freePort());
+    const badKey = await runCli(['serve'], { PORT: port, DATA_DIR: path.join(dir, 'ledger-key'), LEDGER_KEY_FILE: path.join(dir, 'no-such-dir', 'k.pem') });
+    expect(badKey.code).toBe(1);
+    expect(badKey.stdout).toContain(`could not start: LEDGER_KEY_FILE ${path.join(dir, 'no-such-dir', 'k.pem')}: cannot create it`);
+    const outs = [badKey];
+    if (TEST_DATABASE_URL) {
+      const { url, drop } = await createPostgresDatabase();
+      onTestFinished(drop);
+      for (const [args, env] of [[['serve', '--no-migrate'], {}], [['serve'], { MIGRATE_ON_START: 'false' }]] as const) {
+        const empty = await runCli([...args], { PORT: port, DATABASE_URL: url, ...env });
+        expect(empty.code).toBe(1);
+        expect(empty.stdout).toContain('could not start: the database is not migrated');
+        expect(empty.stdout).toContain('run `ins migrate`');
+        // Nothing else was tried first: one line of failure.
+        expect(empty.stdout.split('\n').filter((l) => /"level":(50|60)/.test(l))).toHaveLength(1);
+        outs.push(empty);
+      }
+    }
+    for (const out of outs) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
   });
 
   it('finishes a request in flight on SIGTERM, then exits 0; keys and results stay out of the log', async () => {

@@ -1,8 +1,11 @@
 // Why `ins serve` could not start, in one sentence an operator can act on, for the failures that
-// are the environment's (the database out of reach, DATA_DIR unusable, HOST not this machine's)
+// are the environment's (the database out of reach or not migrated, DATA_DIR unusable, HOST not
+// this machine's, LEDGER_KEY_FILE not a key)
 // rather than a bug: these are logged without a stack trace, which would only hide the reason.
 // Anything else keeps its stack (main.ts).
 import type { Config } from '../config.js';
+import { NotMigratedError } from '../db/migrate.js';
+import { LedgerKeyError } from '../ledger/keys.js';
 
 interface Failure { code?: string; syscall?: string; hostname?: string }
 
@@ -14,6 +17,8 @@ const POSTGRES = new Set(['3D000', '28P01', '28000', '57P03']);
 /** The sentence for an environmental failure to start; undefined for anything else. */
 export function startFailure(err: unknown, config: Pick<Config, 'host' | 'port' | 'databaseUrl' | 'dataDir'>): string | undefined {
   if (!(err instanceof Error)) return undefined;
+  // Their messages name the setting and what to do (LEDGER_KEY_FILE, ins migrate).
+  if (err instanceof LedgerKeyError || err instanceof NotMigratedError) return err.message;
   const e = err as Error & Failure;
   const code = e.code ?? '';
   if (code === 'EADDRNOTAVAIL' || ((code === 'ENOTFOUND' || code === 'EAI_AGAIN') && e.hostname === config.host)) {

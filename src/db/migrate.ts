@@ -34,13 +34,24 @@ export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
 }
 
 /** Applies pending migrations; returns the names of those this call applied. */
-export async function migrate(db: Database, migrations = loadMigrations()): Promise<string[]> {
+/** The migrations this database has not had (all of them for an empty one), in order. */
+export async function pendingMigrations(db: Database, migrations = loadMigrations()): Promise<Migration[]> {
   const [table] = await db.query<{ present: boolean }>(HAS_TABLE);
-  if (table?.present) {
-    const [row] = await db.query<{ versions: number[] }>(APPLIED);
-    const done = new Set(row?.versions ?? []);
-    if (migrations.every((m) => done.has(m.version))) return [];
+  if (!table?.present) return migrations;
+  const [row] = await db.query<{ versions: number[] }>(APPLIED);
+  const done = new Set(row?.versions ?? []);
+  return migrations.filter((m) => !done.has(m.version));
+}
+
+/** A server told not to migrate (MIGRATE_ON_START=false, --no-migrate) found the schema behind the code. */
+export class NotMigratedError extends Error {
+  constructor(pending: Migration[]) {
+    super(`the database is not migrated (${pending.length} migration${pending.length === 1 ? '' : 's'} pending, the first ${pending[0]!.name}): run \`ins migrate\` with the same DATABASE_URL, or start without --no-migrate and MIGRATE_ON_START=false`);
   }
+}
+
+export async function migrate(db: Database, migrations = loadMigrations()): Promise<string[]> {
+  if ((await pendingMigrations(db, migrations)).length === 0) return [];
   const applied: string[] = [];
   for (const m of migrations) {
     const did = await db.transaction(async (tx) => {
