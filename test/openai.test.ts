@@ -2,6 +2,7 @@
 // worker loop (the real worker's wire) answering jobs deterministically: completions plain and
 // streamed (with usage), the model list, and the errors the SDK raises as its own classes.
 import OpenAI from 'openai';
+import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { NO_RATE_LIMITS } from '../src/config.js';
@@ -273,5 +274,27 @@ describe('OpenAI-compatible API limits', () => {
       await app.close();
       await db.close();
     }
+  });
+});
+
+describe.each(backends)('a completion waiting when its server stops, on $name', (backend) => {
+  it('is answered 503 server_shutting_down, which the SDK retries, and its job is canceled: no node runs it for no one', async () => {
+    const t = await startApp(backend);
+    const client = new Client(await t.app.listen({ port: 0, host: '127.0.0.1' }));
+    const userKey = await t.addUser('sdk');
+    await new TestWorker(t.app, 'idle-node', await t.addNode('idle-node')).start(['slow-model']);
+    const states = async () => (await t.db.query<{ state: string }>(sql('openai_shutdown_jobs', 'SELECT state FROM jobs'))).map((j) => j.state);
+    const pending = client.request({ method: 'POST', path: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'slow-model', messages: [{ role: 'user', content: 'wait for me' }] }) });
+    await expect.poll(states).toEqual(['queued']);
+    const closing = t.app.close();
+    const res = await pending;
+    expect(res.statusCode).toBe(503);
+    expect(res.headers['x-should-retry']).toBeUndefined();
+    expect(((await res.body.json()) as { error: unknown }).error).toMatchObject({ type: 'server_error', code: 'server_shutting_down' });
+    // The client lets its connection go (a closing server keeps an answered one open for a last request: test/shutdown.test.ts).
+    await client.close();
+    await closing;
+    expect(await states()).toEqual(['canceled']);
+    await t.db.close();
   });
 });

@@ -55,6 +55,7 @@ export class Coordinator {
   private readonly presence: Presence;
   private readonly reader: JobReader;
   private readonly progress: ProgressRelay;
+  private drained = false;
   private readonly throughput = new Throughput();
   private readonly openJobs: OpenJobs;
   private stopListening: (() => Promise<void>)[] = [];
@@ -207,7 +208,13 @@ export class Coordinator {
   }
 
   /** Answers every waiting poll now (the server is stopping). */
+  /** The server is stopping: waits end at once (drain), and a completion woken so cancels its job. */
+  get draining(): boolean {
+    return this.drained;
+  }
+
   drain(): void {
+    this.drained = true;
     this.dispatcher.close();
     this.watch.wakeAll();
   }

@@ -11,7 +11,7 @@ import { OpenAIError } from './errors.js';
 
 export type Outcome =
   | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
-  | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone'; detail: string }
+  | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone' | 'shutdown'; detail: string }
   /** The job failed on its own request (a backend's 4xx about it): the backend's error. */
   | { kind: 'request_error'; detail: string; error: RequestError };
 
@@ -38,6 +38,12 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
   if (gone.aborted) {
     await coordinator.cancel(jobId, owner, 'the client went away');
     return { kind: 'gone', detail: 'the client went away' };
+  }
+  // The server is stopping, and woke every wait (coordinator.drain): the client will be told to
+  // send its request again, so its job is canceled, as if it had hung up — else a node would
+  // still run it for no one, and the retry would be a second job.
+  if (coordinator.draining && (await coordinator.cancel(jobId, owner, 'the server stopped while its client waited')).canceled) {
+    return { kind: 'shutdown', detail: 'the server is stopping' };
   }
   const job = await coordinator.ownJob(jobId, owner);
   switch (job?.state) {
@@ -68,6 +74,9 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
       // The official SDKs retry a 409 by default, which would submit the canceled job again;
       // x-should-retry: false is the header they read to know better (openai-node, openai-python).
       return new OpenAIError(409, `The job was canceled: ${o.detail}.`, 'invalid_request_error', null, 'canceled', { 'x-should-retry': 'false' });
+    case 'shutdown':
+      // Retried by the SDKs (a 503), on another server or this one restarted: the job was canceled.
+      return new OpenAIError(503, 'The server is stopping: send the request again (its job was canceled).', 'server_error', null, 'server_shutting_down', { 'retry-after': '1' });
     default:
       return new OpenAIError(502, `No node could finish the job: ${o.detail}.`, 'server_error', null, 'job_failed');
   }
