@@ -70,10 +70,35 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     const replies = await together(jobs.map((job, i) => () => workers[i]!.report(job)), hostile);
     expect(replies.honest.map((r) => r.statusCode)).toEqual(Array(24).fill(200));
     const hostileReplies = replies.hostile;
-    expect(new Set(hostileReplies.map((r) => r.statusCode))).toEqual(new Set([422]));
-    expect(hostileReplies[0]!.json()).toMatchObject({ detail: [{ type: 'value_error', loc: ['body', 'result'] }] });
+    // A job key's answer has its NUL replaced (the next test), so these are refused for their keys.
+    expect(new Set(hostileReplies.map((r) => r.statusCode))).toEqual(new Set([400]));
+    expect(hostileReplies[0]!.json()).toEqual({ detail: 'Unknown job key' });
     const [done] = await t.db.query<{ n: number }>(sql('t_done', "SELECT count(*)::int AS n FROM jobs WHERE state = 'done'"));
     expect(done!.n).toBe(24);
+  });
+
+  it("keeps an honest job-key answer holding a NUL or an unpaired surrogate, with U+FFFD in their place: no 422, which would stop the seed's worker", async () => {
+    t = await startApp(backend);
+    const user = new TestUser(t.app, await t.addUser());
+    const w = await new TestWorker(t.app, 'odd-output', await t.addNode('odd-output')).start([MODEL]);
+    for (const [content, kept] of [['abc\u0000def', 'abc\ufffddef'], ['bad \ud800 surrogate, good \ud83d\ude00', 'bad \ufffd surrogate, good \ud83d\ude00']]) {
+      const id = await user.submit(MODEL, `say ${kept}`);
+      const job = (await w.getJob())!;
+      expect(job.job_id).toBe(id);
+      expect((await w.post('/worker/job_progress', { job_id: job.job_id, api_key: job.api_key, delta: content!.slice(0, 4) })).statusCode).toBe(200);
+      const reported = await w.report(job, content);
+      expect(reported.statusCode).toBe(200);
+      expect(reported.json()).toMatchObject({ status: 'success', replayed: false });
+      // The same report again is the same report.
+      expect((await w.report(job, content)).json()).toMatchObject({ replayed: true });
+      const r = await user.result(id);
+      expect(r.statusCode).toBe(200);
+      expect(r.json().result.message.content).toBe(kept);
+    }
+    // A node key's report keeps the original contract's 422 (docs/api.md).
+    const nodeKey = await t.addNode('node-key-reporter');
+    const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'nk-1', api_key: nodeKey, model_name: MODEL, result: { message: 'a\u0000b' }, status: 'success' } });
+    expect(res.statusCode).toBe(422);
   });
 
   it("a user sending NULs through /v1 does not make another user's submit_job fail", async () => {

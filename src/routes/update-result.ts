@@ -13,6 +13,7 @@ import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
 import { rideOutage } from '../db/outage.js';
+import { storableCopy } from '../validation/pydantic.js';
 import { authenticateRequest, SUSPENDED_DETAIL } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
@@ -61,6 +62,17 @@ export function updateResultRoute(app: App, deps: Deps): void {
   app.post('/worker/update_result', {
     schema: { body: UpdateResultRequest, response: UpdateResultResponses },
     ...(limiters.reports ? { preHandler: limiters.reports } : {}),
+    // A job key's report of an answer with a NUL or an unpaired surrogate (a model's odd output)
+    // keeps it with U+FFFD in their place, rather than a 422 that stops the seed's worker for
+    // hours and leaves the job to its lease's end. (A node key's report keeps the original
+    // contract's 422: docs/api.md.)
+    preValidation: (req, _reply, done) => {
+      const body = req.body as Record<string, unknown> | null;
+      if (typeof body === 'object' && body !== null && typeof body.api_key === 'string' && keyKind(body.api_key) === 'job') {
+        body.result = storableCopy(body.result);
+      }
+      done();
+    },
   }, async (req) => {
     const body = req.body;
     if (keyKind(body.api_key) === 'job') {

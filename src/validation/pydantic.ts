@@ -93,6 +93,27 @@ function hasUnstorableText(v: unknown): boolean {
   }
   return false;
 }
+// eslint-disable-next-line no-control-regex -- U+0000 is the point
+const UNSTORABLE_ALL = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+/** The text with each NUL and unpaired surrogate replaced by U+FFFD, as a UTF-8 encoder replaces the latter. */
+export const storableText = (s: string): string => (UNSTORABLE.test(s) ? s.replace(UNSTORABLE_ALL, '\ufffd') : s);
+
+/**
+ * `v` itself when PostgreSQL can store all its text, else a copy with storableText() applied to
+ * every string and key: for what a worker reports with a job key (routes/update-result.ts), where
+ * a 422 would stop the seed's worker for hours over one odd character of a model's output.
+ */
+export function storableCopy<T>(v: T): T {
+  if (!hasUnstorableText(v)) return v;
+  const copy = (x: unknown): unknown => {
+    if (typeof x === 'string') return storableText(x);
+    if (Array.isArray(x)) return x.map(copy);
+    if (typeof x === 'object' && x !== null) return Object.fromEntries(Object.entries(x).map(([k, y]) => [storableText(k), copy(y)]));
+    return x;
+  };
+  return copy(v) as T;
+}
+
 const nulFail = (loc: Loc, input: unknown): Result => ({ ok: false, errors: [valueError(loc, NUL_ERROR, input)] });
 
 function validateString(schema: Schema, v: unknown, loc: Loc): Result {
