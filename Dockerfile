@@ -36,7 +36,8 @@ COPY package.json openapi.json ./
 COPY migrations ./migrations
 COPY bin ./bin
 # 0700: the embedded database's files are the service's alone (a new volume copies this mode).
-RUN mkdir -p /data && chown node:node /data && chmod 700 /data
+# `ins` on the PATH, so an operator types what the server's hints say: docker exec CONTAINER ins node add NAME.
+RUN ln -s /app/bin/ins.js /usr/local/bin/ins && mkdir -p /data && chown node:node /data && chmod 700 /data
 USER node
 # The embedded database lives here when DATABASE_URL is not set.
 VOLUME ["/data"]

@@ -90,7 +90,7 @@ export async function startServer(config: Config, logger: Logger, opts: StartOpt
 
     logger.info({ url, database: db.description }, `listening on ${url} (database: ${db.description})`);
     if ((await countNodes(db)) === 0) {
-      logger.info('no nodes yet: create one and its key with `npx ins node add NAME` (works while the server runs)');
+      logger.info('no nodes yet: create one and its key with `ins node add NAME` (works while the server runs; `npx ins` in a checkout, `docker exec CONTAINER ins` in the image)');
     }
 
     let closing: Promise<void> | undefined;

@@ -71,7 +71,8 @@ points_today() { # url key node → points of today
     | node -e 'process.stdout.write(String(JSON.parse(require("fs").readFileSync(0, "utf8")).at(-1).points))'
 }
 
-ins() { local c=$1; shift; pod exec "$c" node dist/cli/entry.js "$@"; }
+# `ins` as the server's hint names it: on the image's PATH.
+ins() { local c=$1; shift; pod exec "$c" ins "$@"; }
 
 pod image exists "$image" || die "no image $image (build it: scripts/image/build.sh)"
 log "checking $image"

@@ -64,7 +64,7 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     usage: 'node list',
     summary: 'list nodes: status, standing (verification), online, last seen, models declared, jobs held, points',
     load: (db, { coordinator: c }) => listNodes(db, c.onlineWindow, c.modelsTtl),
-    empty: 'no nodes yet; create one with: npx ins node add NAME',
+    empty: 'no nodes yet; create one with: ins node add NAME',
     columns: ['NAME', 'STATUS', 'STANDING', 'ONLINE', 'LAST_SEEN', 'MODELS', 'LEASES', 'TOTAL_POINTS', 'LAST_DAY_WITH_POINTS', 'CREATED'],
     row: (n) => [n.name, n.disabled ? 'disabled' : 'active', n.standing, n.online ? 'online' : 'offline', n.last_seen_at ?? '-', list(n.models),
       String(n.open_leases), String(n.total_points), n.last_day_with_points ?? '-', n.created_at],
