@@ -282,8 +282,11 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const shown = await ins('key', 'usage', 'cli-app', '--json');
     expect(JSON.parse(shown.io.stdout[0]!)).toMatchObject({ used: { jobs: 2, tokens: 20 }, quota: { jobs: 2, tokens: 5000 }, priority: 3, models: [{ model: 'cli-model', jobs: 2, tokens: 20 }] });
     expect((await ins('key', 'usage', 'cli-app')).io.stdout[0]).toMatch(/jobs 2 of 2, output tokens 20 of 5000; priority 3/);
-    // Back to the configured default (none here): no limit.
-    expect((await ins('key', 'set-quota', 'cli-app', '--jobs', 'default')).code).toBe(0);
+    // Back to the configured default (none here): no limit. --json shows the key's quotas as they
+    // now are, the one left unchanged too (null: the configured default applies).
+    const reset = await ins('key', 'set-quota', 'cli-app', '--jobs', 'default', '--json');
+    expect(reset.code).toBe(0);
+    expect(JSON.parse(reset.io.stdout[0]!)).toEqual({ id: expect.any(Number), jobs: null, tokens: 5000 });
     expect(await usageOf(t.app, key)).toMatchObject({ quota: { jobs: null, tokens: 5000 } });
     expect((await submitRaw(t.app, key, 'cli-model', { max_output: 10 })).statusCode).toBe(200);
     // Wrong arguments change nothing (exit 2).

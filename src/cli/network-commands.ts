@@ -121,8 +121,9 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       if (jobs === undefined && tokens === undefined) throw new UsageError('give --jobs, --tokens or both');
       const r = await setKeyQuota(db, which!, jobs, tokens);
       if ('error' in r) throw new CommandError(r.error);
+      // JSON: the key's quotas as they now are, changed or not (null: the configured default applies).
       const shown = (v: number | null | undefined) => (v === undefined ? 'unchanged' : v === null ? 'default' : String(v));
-      io.out(json ? JSON.stringify({ id: r.id, jobs: jobs ?? null, tokens: tokens ?? null }) : `key ${r.id}: jobs per day ${shown(jobs)}, output tokens per day ${shown(tokens)}`);
+      io.out(json ? JSON.stringify({ id: r.id, jobs: r.jobs, tokens: r.tokens }) : `key ${r.id}: jobs per day ${shown(jobs)}, output tokens per day ${shown(tokens)}`);
     },
   },
   'key set-priority': {

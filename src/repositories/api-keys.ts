@@ -54,19 +54,23 @@ export async function revokeApiKey(db: Database, idOrLabel: string): Promise<{ i
 
 const SET_QUOTA = sql('api_keys_set_quota', `UPDATE api_keys SET quota_jobs = CASE WHEN $2::boolean THEN $3::bigint ELSE quota_jobs END,
     quota_tokens = CASE WHEN $4::boolean THEN $5::bigint ELSE quota_tokens END
-  WHERE id = $1::bigint AND kind = 'user' RETURNING id`);
+  WHERE id = $1::bigint AND kind = 'user' RETURNING id, quota_jobs::float8 AS jobs, quota_tokens::float8 AS tokens`);
 const SET_PRIORITY = sql('api_keys_set_priority', `UPDATE api_keys SET priority = $2::real WHERE id = $1::bigint AND kind = 'user' RETURNING id`);
 
 /**
  * Sets a user key's daily quotas (by id or label): a number, null (back to the configured
- * default), or undefined (unchanged). Counted from the next submission on.
+ * default), or undefined (unchanged). Counted from the next submission on. Answers the key's
+ * quotas as they now are.
  */
-export async function setKeyQuota(db: Queryable, idOrLabel: string, jobs: number | null | undefined, tokens: number | null | undefined): Promise<{ id: number } | { error: string }> {
+export async function setKeyQuota(db: Queryable, idOrLabel: string, jobs: number | null | undefined, tokens: number | null | undefined): Promise<KeyQuota | { error: string }> {
   const r = await resolveKey(db, idOrLabel, 'set it');
   if ('error' in r) return r;
-  if (r.id === undefined || (await db.query(SET_QUOTA, [r.id, jobs !== undefined, jobs ?? null, tokens !== undefined, tokens ?? null])).length === 0) return { error: `no user key "${idOrLabel}"` };
-  return { id: r.id };
+  const [row] = r.id === undefined ? [] : await db.query<KeyQuota>(SET_QUOTA, [r.id, jobs !== undefined, jobs ?? null, tokens !== undefined, tokens ?? null]);
+  return row ? { id: Number(row.id), jobs: row.jobs, tokens: row.tokens } : { error: `no user key "${idOrLabel}"` };
 }
+
+/** A user key's own daily quotas after a change: null where the configured default applies. */
+export interface KeyQuota { id: number; jobs: number | null; tokens: number | null }
 
 /** Sets a user key's priority (its weight in each model's fair queue; 1 by default). */
 export async function setKeyPriority(db: Queryable, idOrLabel: string, priority: number): Promise<{ id: number } | { error: string }> {
