@@ -42,7 +42,7 @@ export class EnvReader {
 
   bool(name: string, fallback: boolean): boolean {
     const raw = (this.get(name) ?? String(fallback)).toLowerCase();
-    if (!['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'].includes(raw)) this.problems.push(`${name}=${JSON.stringify(raw)}: expected true or false`);
+    if (!['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'].includes(raw)) this.problems.push(`${name}=${JSON.stringify(raw)}: expected true or false (or on/off, yes/no, 1/0)`);
     return ['true', '1', 'yes', 'on'].includes(raw);
   }
 

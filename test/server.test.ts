@@ -30,7 +30,18 @@ describe('ins serve', () => {
     const notDir = await runCli(['serve'], { DATA_DIR: file });
     expect(notDir.code).toBe(1);
     expect(notDir.stdout).toContain(`could not start: cannot use DATA_DIR=${file} for the embedded database`);
-    for (const out of [unreachable, notDir]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
+    // Other commands say the same, naming the setting; ledger verify names the URL it could not reach.
+    const listUnreachable = await runCli(['node', 'list'], { DATABASE_URL: 'postgresql://postgres@127.0.0.1:1/nothing' });
+    expect(listUnreachable.code).toBe(1);
+    expect(listUnreachable.stderr).toContain('ins: cannot use the PostgreSQL database of DATABASE_URL (connect ECONNREFUSED 127.0.0.1:1)');
+    const listNotDir = await runCli(['node', 'list'], { DATA_DIR: file });
+    expect(listNotDir.code).toBe(1);
+    expect(listNotDir.stderr).toContain(`ins: cannot use DATA_DIR=${file} for the embedded database`);
+    const closed = String(await freePort());
+    const verify = await runCli(['ledger', 'verify', '--server', `http://127.0.0.1:${closed}`], {});
+    expect(verify.code).toBe(1);
+    expect(verify.stderr).toContain(`ins ledger verify: cannot reach http://127.0.0.1:${closed} (connect ECONNREFUSED 127.0.0.1:${closed})`);
+    for (const out of [unreachable, notDir, listUnreachable, listNotDir, verify]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
   });
 
   it('says so in one line, without a stack, when LEDGER_KEY_FILE cannot be a key or the database is not migrated', async () => {

@@ -150,7 +150,13 @@ async function admin(config: Config, argv: string[]): Promise<number> {
   try {
     db = await openDatabase(config, `ins ${argv.join(' ')}`, { brief: isBrief(argv) });
   } catch (err) {
-    if (!(err instanceof DataDirBusyError)) throw err;
+    if (!(err instanceof DataDirBusyError)) {
+      // The database out of reach, DATA_DIR unusable: the sentence `ins serve` logs, naming the setting.
+      const reason = startFailure(err, config);
+      if (!reason) throw err;
+      consoleIo.err(`ins: ${reason}`);
+      return 1;
+    }
     if (err.purpose !== 'server') {
       consoleIo.err(`ins: ${err.message}. Wait for it to finish, or stop it, then run this command again.`);
       return 1;
@@ -164,8 +170,14 @@ async function admin(config: Config, argv: string[]): Promise<number> {
   }
   try {
     return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile });
+  } catch (err) {
+    // PostgreSQL is first reached by the command's first statement (the pool connects then).
+    const reason = startFailure(err, config);
+    if (!reason) throw err;
+    consoleIo.err(`ins: ${reason}`);
+    return 1;
   } finally {
-    await db.close();
+    await db.close().catch(() => undefined);
   }
 }
 

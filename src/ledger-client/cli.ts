@@ -49,7 +49,10 @@ export async function runLedgerVerify(argv: string[], out: (line: string) => voi
       err(`ins ledger verify: the service refused: ${e.message}`);
       return 1;
     }
-    err(`ins ledger verify: ${(e as Error).message}`);
+    // fetch's own message is only "fetch failed": its cause says why (ECONNREFUSED, ENOTFOUND).
+    const cause = (e as Error & { cause?: unknown }).cause;
+    const why = e instanceof TypeError && cause instanceof Error ? `cannot reach ${o.server} (${cause.message})` : (e as Error).message;
+    err(`ins ledger verify: ${why}`);
     return 1;
   }
   if (json) {
