@@ -84,10 +84,10 @@ const cases: Case[] = [
   // Text PostgreSQL cannot store, and dates Python cannot represent (deliberate differences).
   ['NUL in job_id', UpdateResultRequest, 'body', { ...good, job_id: 'a\u0000b' }, [{
     type: 'value_error', loc: ['body', 'job_id'], msg: 'Value error, text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored', input: 'a\u0000b',
-    ctx: { error: 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored' } }]],
+    ctx: { error: {} } }]],
   ['unpaired surrogate deep in result', UpdateResultRequest, 'body', { ...good, result: { a: [{ b: '\ud800' }] } }, [{
     type: 'value_error', loc: ['body', 'result'], msg: 'Value error, text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored', input: { a: [{ b: '\ud800' }] },
-    ctx: { error: 'text with the NUL character (\\u0000) or an unpaired surrogate cannot be stored' } }]],
+    ctx: { error: {} } }]],
   ['timestamp before year 1', UniqueNodesQuery, 'query', { model_name: 'm', start_date: '-99999999999999' }, [DT('-99999999999999', 'value is outside expected range')]],
   // All failures at once, in field order.
   ['every field wrong', UpdateResultRequest, 'body', { job_id: 1, api_key: 2, model_name: '', result: 3, status: 'ok' }, [

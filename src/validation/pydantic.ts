@@ -61,9 +61,11 @@ function expectedList(values: unknown[]): string {
 
 /**
  * Pydantic's error for a failed check of ours (a validator raising ValueError): type
- * `value_error`, the reason in `ctx.error`. The one builder of these 422 items.
+ * `value_error`, the reason in `msg`. `ctx.error` is `{}`, as FastAPI sends it: pydantic puts the
+ * ValueError itself there, and FastAPI's jsonable_encoder turns an exception into an empty object.
+ * The one builder of these 422 items.
  */
-export const valueError = (loc: Loc, error: string, input: unknown): PydanticError => ({ type: 'value_error', loc, msg: `Value error, ${error}`, input, ctx: { error } });
+export const valueError = (loc: Loc, error: string, input: unknown): PydanticError => ({ type: 'value_error', loc, msg: `Value error, ${error}`, input, ctx: { error: {} } });
 
 const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' : 's'}`;
 
