@@ -99,6 +99,10 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     const nodeKey = await t.addNode('node-key-reporter');
     const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'nk-1', api_key: nodeKey, model_name: MODEL, result: { message: 'a\u0000b' }, status: 'success' } });
     expect(res.statusCode).toBe(422);
+    // A key holding one is no key, as FastAPI finds it: 401 (400 for a job key), not a 422.
+    const noKey = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'nk-2', api_key: `${nodeKey}\u0000`, model_name: MODEL, result: { message: 'ok' }, status: 'success' } });
+    expect(noKey.statusCode).toBe(401);
+    expect(noKey.json()).toEqual({ detail: 'Invalid API key' });
   });
 
   it("a user sending NULs through /v1 does not make another user's submit_job fail", async () => {

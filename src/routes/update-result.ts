@@ -13,7 +13,7 @@ import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
 import { rideOutage } from '../db/outage.js';
-import { storableCopy } from '../validation/pydantic.js';
+import { storableCopy, storableText } from '../validation/pydantic.js';
 import { authenticateRequest, SUSPENDED_DETAIL } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
@@ -66,10 +66,13 @@ export function updateResultRoute(app: App, deps: Deps): void {
     // keeps it with U+FFFD in their place, rather than a 422 that stops the seed's worker for
     // hours and leaves the job to its lease's end. (A node key's report keeps the original
     // contract's 422: docs/api.md.)
+    // A key with such a character is no key (401, or 400 for a jk_ one), as FastAPI finds it,
+    // rather than a 422 about storing it: a key is only ever hashed.
     preValidation: (req, _reply, done) => {
       const body = req.body as Record<string, unknown> | null;
-      if (typeof body === 'object' && body !== null && typeof body.api_key === 'string' && keyKind(body.api_key) === 'job') {
-        body.result = storableCopy(body.result);
+      if (typeof body === 'object' && body !== null && typeof body.api_key === 'string') {
+        body.api_key = storableText(body.api_key);
+        if (keyKind(body.api_key as string) === 'job') body.result = storableCopy(body.result);
       }
       done();
     },
