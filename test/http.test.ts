@@ -17,7 +17,7 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   afterAll(async () => t.close());
 
   it('404 Not Found for an unknown path', async () => {
-    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/app.js.map', '/data/', '/get_result/abc/extra', '/ledger/days/x/y']) {
+    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/app.js.map', '/data/', '/get_result/abc/extra', '/ledger/days/x/y', '/get_result/', '/get_completion_time/', '/network/nodes/', '/ledger/days//nodes/n1']) {
       const res = await t.app.inject({ method: 'GET', url });
       expect(res.statusCode).toBe(404);
       expect(res.json()).toEqual({ detail: 'Not Found' });

@@ -60,6 +60,19 @@ export function registerErrorHandlers(app: FastifyInstance): void {
     return found;
   };
 
+  // An empty path parameter (`GET /get_result/`) is no path a route serves, as FastAPI's router
+  // finds it (its parameters match one character or more): 404, before any key is looked at.
+  app.addHook('onRequest', (req, reply, done) => {
+    const params = req.params as Record<string, unknown> | undefined;
+    for (const k in params) {
+      if (params[k] === '' && k !== '*') {
+        void reply.code(404).send({ detail: 'Not Found' });
+        return;
+      }
+    }
+    done();
+  });
+
   app.setNotFoundHandler((req: FastifyRequest, reply: FastifyReply) => {
     const [path, query] = splitUrl(req.url);
     const allowed = methodsFor(path);
