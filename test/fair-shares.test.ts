@@ -294,6 +294,11 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect((await ins('key', 'set-quota', 'cli-app', '--jobs', '-1')).code).toBe(2);
     expect((await ins('key', 'set-priority', 'cli-app', '0')).code).toBe(2);
     expect((await ins('key', 'set-priority', 'nobody', '2')).code).toBe(1);
+    // With --json, a failure is JSON on stdout too.
+    const failed = await ins('key', 'set-quota', 'nobody', '--jobs', '1', '--json');
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.io.stdout[0]!)).toEqual({ error: 'no user key "nobody"' });
+    expect(failed.io.stderr[0]).toMatch(/^ins: /);
   });
 
   it('keeps kirabot-style polling as it was: submit_job, then get_result until it stops answering 404', async () => {

@@ -78,18 +78,12 @@ export async function runCommand(db: Database, argv: string[], io: Io, extra: Pa
     await p.command.run(db, p.args, p.opts, io);
     return 0;
   } catch (err) {
-    if (err instanceof UsageError) {
-      io.err(`ins: ${err.message}`);
-      return 2;
-    }
-    if (err instanceof CommandError) {
-      io.err(`ins: ${err.message}`);
-      return 1;
-    }
-    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
-      io.err(`ins: ${err.message}`);
-      return 2;
-    }
-    throw err;
+    const code = err instanceof UsageError || (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) ? 2
+      : err instanceof CommandError ? 1 : undefined;
+    if (code === undefined) throw err;
+    io.err(`ins: ${(err as Error).message}`);
+    // A script that asked for JSON gets JSON on a failure too: {"error": "..."} (docs/cli.md).
+    if (argv.includes('--json')) io.out(JSON.stringify({ error: (err as Error).message }));
+    return code;
   }
 }
