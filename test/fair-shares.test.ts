@@ -294,6 +294,9 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect((await ins('key', 'set-quota', 'cli-app', '--jobs', '-1')).code).toBe(2);
     expect((await ins('key', 'set-priority', 'cli-app', '0')).code).toBe(2);
     expect((await ins('key', 'set-priority', 'nobody', '2')).code).toBe(1);
+    // Another kind of key has no usage to show.
+    await t.addReader('not-a-user');
+    expect((await ins('key', 'usage', 'not-a-user')).io.stderr[0]).toBe('ins: no user key "not-a-user"');
     // With --json, a failure is JSON on stdout too.
     const failed = await ins('key', 'set-quota', 'nobody', '--jobs', '1', '--json');
     expect(failed.code).toBe(1);

@@ -146,7 +146,7 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       const r = await resolveKey(db, which!, 'ask');
       if ('error' in r) throw new CommandError(r.error);
       const u = r.id === undefined ? undefined : await keyUsage(db, r.id, { jobs: coordinator.quotaJobs ?? null, tokens: coordinator.quotaTokens ?? null });
-      if (!u) throw new CommandError(`no key ${which}`);
+      if (!u) throw new CommandError(`no user key "${which}"`);
       if (json) return io.out(JSON.stringify(u));
       const of = (used: number, quota: number | null) => `${used}${quota === null ? ' (no limit)' : ` of ${quota}`}`;
       io.out(`${u.day} (UTC): jobs ${of(u.used.jobs, u.quota.jobs)}, output tokens ${of(u.used.tokens, u.quota.tokens)}; priority ${u.priority}`);

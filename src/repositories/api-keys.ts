@@ -97,7 +97,7 @@ SELECT to_char(t.day, 'YYYY-MM-DD') AS day, k.priority::float8 AS priority,
     coalesce((SELECT u.tokens FROM key_usage u WHERE u.key_id = k.id AND u.day = t.day AND u.model_id = 0), 0)::float8 AS tokens,
     coalesce((SELECT json_agg(json_build_object('model', m.name, 'jobs', u.jobs, 'tokens', u.tokens) ORDER BY m.name COLLATE "C")
       FROM key_usage u JOIN models m ON m.id = u.model_id WHERE u.key_id = k.id AND u.day = t.day AND u.model_id <> 0), '[]') AS models
-  FROM api_keys k CROSS JOIN today t WHERE k.id = $1::bigint`);
+  FROM api_keys k CROSS JOIN today t WHERE k.id = $1::bigint AND k.kind = 'user'`);
 
 export async function keyUsage(db: Queryable, keyId: number, defaults: { jobs: number | null; tokens: number | null }): Promise<KeyUsage | undefined> {
   const [row] = await db.query<{ day: string; priority: number; quota_jobs: number | null; quota_tokens: number | null; jobs: number; tokens: number; models: { model: string; jobs: number; tokens: number }[] }>(USAGE, [keyId, defaults.jobs, defaults.tokens]);
