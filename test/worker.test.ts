@@ -164,6 +164,24 @@ describe('ins worker', () => {
     expect((await nodes()).find((n) => n.name === 'leaving-node')).toMatchObject({ online: false, open_leases: 0, total_points: 1 });
   });
 
+  it('gives a job back, not as a failure, when --grace runs out: no error report, and another node finishes it', async () => {
+    const b = await backend('openai', ['grace-model']);
+    const w = await worker('graceless-node', b, ['--grace', '1']);
+    b.pauseAfter = 0;
+    const jobId = await submit('grace-model', 'never finished here');
+    await until('the backend to get the job', () => b.paused === 1);
+    w.child.kill('SIGTERM');
+    expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
+    expect(w.logs()).toContain('--grace ran out');
+    expect(w.logs()).not.toContain('failed on the backend');
+    b.resume();
+    // Its lease ended with the deregistration ("released"), not an error report.
+    const shown = JSON.parse(await ins(['job', 'show', jobId, '--json'])) as { state: string; leases: { node: string; outcome: string | null }[] };
+    expect(shown.leases).toEqual([expect.objectContaining({ node: 'graceless-node', outcome: 'released' })]);
+    await worker('graceful-node', await backend('openai', ['grace-model']));
+    expect((await result(jobId)).result.message.content).toBe(answerOf('grace-model', [{ content: 'never finished here' }]));
+  });
+
   // 1,500 jobs through one server and three worker processes: on a machine busy with other
   // work this takes longer than the default minute.
   it('three workers share 1,500 jobs: each done once, points exactly the jobs done', { timeout: 180_000 }, async () => {

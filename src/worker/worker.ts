@@ -227,7 +227,12 @@ export class Worker {
       };
     } catch (err) {
       const refused = requestErrorOf(err);
-      if (link.ended === undefined && refused) {
+      if (this.stopping.signal.aborted && abort.signal.aborted && link.ended === undefined) {
+        // --grace ran out while the worker stops: the backend did not fail, so nothing is
+        // reported; the deregistration that follows gives the job back to the queue at once,
+        // where another node continues it (no error report, which would count against the node).
+        this.events.log('warn', `job ${job.job_id}: --grace ran out; it goes back to the queue when this worker deregisters`, { job: job.job_id });
+      } else if (link.ended === undefined && refused) {
         // The request's own error: the job fails with it; the backend is fine.
         outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: refused.message.slice(0, 300), requestError: refused };
@@ -244,9 +249,10 @@ export class Worker {
       this.current.delete(slot);
     }
     if (link.ended !== undefined || !report) {
-      // The lease ended while the job ran: whatever the backend gave is no one's to report.
+      // The lease ended while the job ran (whatever the backend gave is no one's to report), or
+      // the worker gave it back at its grace's end.
       this.jobsCanceled++;
-      this.events.log('warn', `job ${job.job_id}: the lease ended (${link.ended}); its backend request was aborted and it is not reported`, { job: job.job_id });
+      if (link.ended !== undefined) this.events.log('warn', `job ${job.job_id}: the lease ended (${link.ended}); its backend request was aborted and it is not reported`, { job: job.job_id });
       const overhead = (performance.now() - t0 - backendMs) / 1000;
       return () => Promise.resolve(this.events.jobDone(job, 'canceled', (Date.now() - started) / 1000, 0, overhead));
     }
