@@ -162,6 +162,25 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
   });
 });
 
+describe.each(backends)('an embeddings answer reported beside the seed\'s string message on $name', (db) => {
+  it('takes the vectors beside {"message": ""} as beside the object form', async () => {
+    const t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const w = await new TestWorker(t.app, 'string-node', await t.addNode('string-node')).start([]);
+      expect((await w.post('/worker/update_models', { node_url: 'string-node', models: ['str-embed'], capabilities: { 'str-embed': ['embeddings'] } }, true)).statusCode).toBe(200);
+      const client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
+      const pending = client.embeddings.create({ model: 'str-embed', input: ['a', 'b c'], encoding_format: 'float' });
+      const job = (await w.getJob(10))!;
+      const reported = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: '', embeddings: [base64Of(vectorOf('a')), base64Of(vectorOf('b c'))] } });
+      expect(reported.statusCode).toBe(200);
+      expect((await pending).data.map((d) => d.embedding)).toEqual([vectorOf('a'), vectorOf('b c')]);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe.each(backends)('an embeddings answer larger than BODY_LIMIT on $name', (db) => {
   it('fails the job at once as the request\'s own error, 400 answer_too_large, rather than at its deadline', async () => {
     // 16 KiB takes the request (2,000 one-letter inputs, about 8 KB) but not its answer (about 56 KB of base64 vectors).

@@ -52,20 +52,24 @@ function toolCallsOf(v: unknown): ToolCall[] | undefined {
 
 export function answerOf(result: Record<string, unknown>): Answer {
   const m = result.message;
-  if (typeof m === 'string') return { message: { role: 'assistant', content: m } };
-  if (isObject(m)) {
+  let answer: Answer;
+  if (typeof m === 'string') {
+    answer = { message: { role: 'assistant', content: m } };
+  } else if (isObject(m)) {
     const { role, content } = m as { role?: unknown; content?: unknown };
-    const answer: Answer = { message: { role: typeof role === 'string' ? role : 'assistant', content: typeof content === 'string' ? content : '' } };
+    answer = { message: { role: typeof role === 'string' ? role : 'assistant', content: typeof content === 'string' ? content : '' } };
     const calls = toolCallsOf(m.tool_calls);
     if (calls) answer.message.tool_calls = calls;
-    if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
-    if (result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
-    if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector)) answer.embeddings = result.embeddings as string[];
-    const scores = scoresOf(result.scores);
-    if (scores) answer.scores = scores;
-    return answer;
+  } else {
+    return { message: { role: 'assistant', content: '' } };
   }
-  return { message: { role: 'assistant', content: '' } };
+  // Beside the message, in either of its forms (`{"message": ""}` is the seed's own).
+  if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
+  if (result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
+  if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector)) answer.embeddings = result.embeddings as string[];
+  const scores = scoresOf(result.scores);
+  if (scores) answer.scores = scores;
+  return answer;
 }
 
 /** Most positions a score check may report (workers score at most 512: src/worker/gguf.ts, score-http.ts). */
