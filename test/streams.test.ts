@@ -106,6 +106,18 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     expect(await recorded(job.job_id)).toBe(got.text);
   });
 
+  it('relays a character split between two pieces whole (a UTF-16 pair cut by length): the text is the record, finished with stop', async () => {
+    const w = await worker('story-emoji');
+    const reading = read(await ask('story-emoji'));
+    const job = (await w.getJob(5)) as StreamJob;
+    for (const piece of ['h\u00e9', 'llo \ud83d', '\ude00\ud83d\udc68', '\u200d\ud83d\udc69\u200d', '\ud83d\udc67 \u65e5']) {
+      expect((await progress(w, job, piece)).statusCode).toBe(200);
+    }
+    const whole = 'h\u00e9llo \ud83d\ude00\ud83d\udc68\u200d\ud83d\udc69\u200d\ud83d\udc67 \u65e5\u672c';
+    expect((await w.report(job, whole)).statusCode).toBe(200);
+    expect(await reading).toEqual({ text: whole, finish: 'stop', error: null });
+  });
+
   it('continues the answer after the first lease runs out (its worker vanished)', async () => {
     const { job, second, next, reading } = await firstNodeFails('story-expiry', async (_w, j) => {
       await t.db.query(sql('t_expire', "UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job_id = $1::uuid AND ended_at IS NULL"), [j.job_id]);

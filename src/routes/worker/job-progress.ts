@@ -8,14 +8,44 @@ import { HttpError } from '../../http/http-error.js';
 import { storableText } from '../../validation/pydantic.js';
 import type { App, Deps } from '../types.js';
 
+/** Most job keys whose last piece's trailing high surrogate is held at once (the oldest go first). */
+const MAX_HELD = 10_000;
+
+/**
+ * A piece that ends inside a UTF-16 pair (a worker cutting text by length, mid-emoji): its high
+ * surrogate is held back, per job key, and goes out with the next piece, which begins with the
+ * pair's other half. Each half alone would be a lone surrogate, kept as U+FFFD, and the streamed
+ * text would no longer be the beginning of the answer of record (answer_diverged). On this
+ * server: a next piece sent to another server finds nothing held, and its half is U+FFFD.
+ */
+class SplitPairs {
+  private readonly held = new Map<string, string>();
+
+  /** The delta to keep: a held half before it, its own trailing high surrogate held back. */
+  join(key: string, delta: string): string {
+    const before = this.held.get(key);
+    if (before !== undefined) this.held.delete(key);
+    const text = before === undefined ? delta : before + delta;
+    const last = text.charCodeAt(text.length - 1);
+    if (last < 0xd800 || last > 0xdbff) return text;
+    if (this.held.size >= MAX_HELD) this.held.delete(this.held.keys().next().value!);
+    this.held.set(key, text.slice(-1));
+    return text.slice(0, -1);
+  }
+}
+
 export function jobProgressRoute(app: App, { service: { coordinator }, limiters }: Deps): void {
+  const pairs = new SplitPairs();
   app.post('/worker/job_progress', {
     schema: { body: JobProgressRequest, response: JobProgressResponses },
     ...(limiters.progress ? { preHandler: limiters.progress } : {}),
-    // As a job key's report (routes/update-result.ts): a NUL or an unpaired surrogate becomes U+FFFD.
+    // As a job key's report (routes/update-result.ts): a NUL or an unpaired surrogate becomes
+    // U+FFFD — but for a pair split between two pieces, which is joined (SplitPairs).
     preValidation: (req, _reply, done) => {
       const body = req.body as Record<string, unknown> | null;
-      if (typeof body === 'object' && body !== null && typeof body.delta === 'string') body.delta = storableText(body.delta);
+      if (typeof body === 'object' && body !== null && typeof body.delta === 'string') {
+        body.delta = storableText(typeof body.api_key === 'string' ? pairs.join(body.api_key, body.delta) : body.delta);
+      }
       done();
     },
   }, async (req) => {
