@@ -14,6 +14,9 @@ const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = path.join(ROOT, 'test-artifacts');
 const KEY = 'nk_dashboard-test-key-0123456789abcdefghijklmnop';
 const OTHER_KEY = 'nk_other-node-key-0123456789abcdefghijklmno';
+// A name without a space, as operators write them: the page must still fit a phone.
+const LONG = 'gpu_node_datacenter_eu_west_1_rack_42_slot_07_a100_80gb';
+const LONG_KEY = 'nk_long-node-key-0123456789abcdefghijklmnopqr';
 const day = (ago: number) => new Date(Date.now() - ago * 86_400_000).toISOString().slice(0, 10);
 
 describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
@@ -27,7 +30,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
   beforeAll(async () => {
     mkdirSync(ARTIFACTS, { recursive: true });
     const env = { DATA_DIR: path.join(dir, 'data') };
-    writeFileSync(path.join(dir, 'nodes.csv'), `name,api_key\nrig-berlin-01,${KEY}\nrig-oslo-02,${OTHER_KEY}\n`);
+    writeFileSync(path.join(dir, 'nodes.csv'), `name,api_key\nrig-berlin-01,${KEY}\nrig-oslo-02,${OTHER_KEY}\n${LONG},${LONG_KEY}\n`);
     const history = ['job_id,node_name,model_name,status,points,received_at'];
     for (let ago = 1; ago <= 29; ago++) {
       const n = (ago * 7) % 5;
@@ -56,6 +59,15 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
       const job = (await call('/worker/get_job', { method: 'GET', headers: { authorization: `Bearer ${token}` } })).job_data as { job_id: string; api_key: string };
       await call('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: job.job_id, api_key: job.api_key, model_name: 'llama3.2:latest', result: { message: 'a secret answer' }, status: 'success' }) });
     }
+    // The long-named node serves one job too: it is then in the recent completions and the model's nodes.
+    const longToken = String((await call('/worker/register_node', { method: 'POST', headers: { authorization: `Bearer ${LONG_KEY}` }, body: JSON.stringify({ node_url: LONG }) })).access_token);
+    await call('/worker/update_models', { method: 'POST', headers: { authorization: `Bearer ${longToken}` }, body: JSON.stringify({ models: ['llama3.2:latest'] }) });
+    // (Another application's job, and the node leaves after it: the views below count the others.)
+    const otherApp = (await runCli(['key', 'add-user', 'other-app'], env)).stdout.trim();
+    await call('/submit_job', { method: 'POST', headers: { api_key: otherApp }, body: JSON.stringify({ model: 'llama3.2:latest', messages: [{ role: 'user', content: 'a long name' }] }) });
+    const longJob = (await call('/worker/get_job', { method: 'GET', headers: { authorization: `Bearer ${longToken}` } })).job_data as { job_id: string; api_key: string };
+    await call('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: longJob.job_id, api_key: longJob.api_key, model_name: 'llama3.2:latest', result: { message: 'an answer' }, status: 'success' }) });
+    await call('/worker/deregister_node', { method: 'POST', headers: { authorization: `Bearer ${longToken}` }, body: JSON.stringify({ node_url: LONG }) });
     // The server closes the days of the imported history at start (the ledger, docs/ledger.md):
     // days up to two days ago, under the default 24 h window.
     const closedThrough = async () => ((await (await fetch(`${server.url}/ledger/days?last_days=1`)).json()) as { closed_through: string | null }).closed_through;
@@ -171,10 +183,11 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     const page = await open({ width: 1280, height: 900 });
     await expect.poll(() => page.locator('#net-active').textContent()).toBe('1');
     const models = await page.locator('#net-models tbody tr').evaluateAll((trs) => trs.map((tr) => Array.from(tr.querySelectorAll('td'), (td) => td.textContent)));
-    expect(models).toEqual([['llama3.2:latest', '1', '0', '2'], ['mistral:7b', '0', '1', '0']]); // the last column: done in the last minute
+    expect(models).toEqual([['llama3.2:latest', '1', '0', '3'], ['mistral:7b', '0', '1', '0']]); // the last column: done in the last minute
     expect(await page.locator('#net-queued').textContent()).toBe('1');
-    expect(await page.locator('#net-recent li').count()).toBe(2);
-    expect(await page.locator('#net-recent li').first().textContent()).toMatch(/^llama3\.2:latest · rig-oslo-02 · /);
+    expect(await page.locator('#net-recent li').count()).toBe(3);
+    expect(await page.locator('#net-recent li').first().textContent()).toMatch(new RegExp(`^llama3\\.2:latest · ${LONG} · `));
+    expect(await page.locator('#net-recent li').nth(1).textContent()).toMatch(/^llama3\.2:latest · rig-oslo-02 · /);
     // Verification at a glance: nothing checked twice here, nobody suspended.
     expect(await page.locator('#net-checked').textContent()).toBe('0.0 %');
     expect(await page.locator('#net-suspended').textContent()).toBe('0');
@@ -211,6 +224,10 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     await page.click('button:has-text("Show points")');
     await expect.poll(() => page.locator('#node-error').textContent()).toContain('belongs to another node');
     expect(await page.locator('#node-result').isHidden()).toBe(true);
+    // An application's key is no node's: said so, not "another node's".
+    await page.fill('#node-key', appKey);
+    await page.click('button:has-text("Show points")');
+    await expect.poll(() => page.locator('#node-error').textContent()).toContain('reads no node\'s points');
     // The browser reports each refused request itself; nothing else may appear.
     expect(consoleErrors.get(page)!.filter((e) => !/Failed to load resource: the server responded with a status of 40[134]/.test(e))).toEqual([]);
     await page.close();
@@ -267,14 +284,17 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     }
   });
 
-  it('fits a phone-sized screen without console errors', async () => {
+  it('fits a phone-sized screen without console errors, a node name of 55 characters without a space included', async () => {
     const page = await open({ width: 390, height: 844 });
-    await page.fill('#node-name', 'rig-berlin-01');
-    await page.fill('#node-key', KEY);
-    await page.click('button:has-text("Show points")');
-    await page.locator('#node-result').waitFor({ state: 'visible' });
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    expect(overflow).toBeLessThanOrEqual(0);
+    await expect.poll(() => page.locator('#net-recent li').allTextContents()).toContainEqual(expect.stringContaining(LONG));
+    for (const [name, key] of [['rig-berlin-01', KEY], [LONG, LONG_KEY]]) {
+      await page.fill('#node-name', name!);
+      await page.fill('#node-key', key!);
+      await page.click('button:has-text("Show points")');
+      await expect.poll(() => page.locator('#chart-caption').textContent()).toContain(name);
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      expect(overflow, name).toBeLessThanOrEqual(0);
+    }
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
     expect(consoleErrors.get(page)).toEqual([]);
     await page.close();

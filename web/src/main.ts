@@ -41,7 +41,11 @@ function explain(err: unknown, context: { node?: string }): string {
   switch (err.status) {
     case 0: return 'The service could not be reached. Check your connection and try again.';
     case 401: return detail === 'Not authenticated' ? 'Enter the node key (nk_…) or a reader key (rk_…).' : 'This key is not valid. Check it for typos, or ask the network operator for a new one.';
-    case 403: return detail === 'Node is disabled' ? 'This node is disabled. Ask the network operator to enable it.' : `This key belongs to another node, so it cannot show the points of “${context.node ?? ''}”.`;
+    case 403:
+      if (detail === 'Node is disabled') return 'This node is disabled. Ask the network operator to enable it.';
+      // A user key (an application's) reads no node's points: the server says so in these words (routes/authenticate.ts).
+      if (detail === "This key cannot read nodes' data") return 'This key is an application\'s (uk_…): it reads no node\'s points. Enter the node key (nk_…) or a reader key (rk_…).';
+      return `This key belongs to another node, so it cannot show the points of “${context.node ?? ''}”.`;
     case 404: return `No node is named “${context.node ?? ''}”. Node names are case-sensitive.`;
     case 422: {
       const first = Array.isArray(err.detail) ? (err.detail[0] as { loc?: unknown[]; msg?: string }) : undefined;
