@@ -167,6 +167,7 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
       [{ metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'metadata', 'object_above_max_properties'],
       [{ service_tier: 'fastest' }, 'service_tier', 'invalid_value'],
       [{ max_completion_tokens: 5, max_tokens: -1 }, 'max_tokens', 'invalid_value'],
+      [{ messages: 'hi' }, 'messages', 'invalid_type'],
     ];
     for (const [extra, param, code] of cases) {
       const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x' }], ...extra }) });

@@ -64,7 +64,8 @@ function toolCalls(v: unknown, i: number): ToolCall[] {
 
 /** The messages as the seed's workers read them (role and text), and whole when some carry tool calls or are a tool's answer. */
 function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | undefined } {
-  if (!Array.isArray(v)) throw invalidRequest("Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
+  if (!given(v)) throw invalidRequest("Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
+  if (!Array.isArray(v)) throw invalidRequest("Invalid type for 'messages': expected an array of objects.", 'messages', 'invalid_type');
   if (v.length === 0) throw invalidRequest("Invalid 'messages': empty array. Expected an array with minimum length 1.", 'messages', 'empty_array');
   if (v.length > MAX_MESSAGES) throw invalidRequest(`Invalid 'messages': at most ${MAX_MESSAGES} messages.`, 'messages', 'array_above_max_length');
   let tools = false;
