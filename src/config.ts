@@ -85,6 +85,12 @@ export interface CoordinatorConfig {
   maxJobTimeout: number;
   /** How long a lease lasts (never past the job's deadline); then the job goes back to the queue. */
   leaseTimeout: number;
+  /**
+   * A lease whose worker sends job_progress (heartbeats, `ins worker`) ends this long after the
+   * last one renewed it, within leaseTimeout: a worker that died gives its job back in seconds,
+   * not minutes. 0: off (leases last leaseTimeout). Workers that send none (the seed's) are not affected.
+   */
+  heartbeatTimeout: number;
   /** How long a node's model declaration lasts without being sent again. */
   modelsTtl: number;
   /** How often expired leases and deadlines are swept (by one server at a time). */
@@ -101,7 +107,7 @@ export interface CoordinatorConfig {
 }
 
 export const DEFAULT_COORDINATOR: CoordinatorConfig = {
-  creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60, noNodeGrace: 10,
+  creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, heartbeatTimeout: 15, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60, noNodeGrace: 10,
   quotaJobs: null, quotaTokens: null, quotaReserveTokens: 1024,
 };
 
@@ -155,6 +161,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['QUOTA_RESERVE_TOKENS', String(DEFAULT_COORDINATOR.quotaReserveTokens), 'output tokens a job without max_output reserves of the token quota until its node reports its count, and the most it is charged (at least 1)'],
   ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
+  ['HEARTBEAT_TIMEOUT', `${DEFAULT_COORDINATOR.heartbeatTimeout}s`, 'a worker that sends job_progress heartbeats (ins worker) holds its job only this long after the last (within LEASE_TIMEOUT): a dead worker\'s job goes back to the queue in seconds (0 = off; at least 6 s)'],
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
   ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
@@ -271,6 +278,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jobTimeout: r.duration('JOB_TIMEOUT', d.jobTimeout, 1, 7 * 86400),
     maxJobTimeout: r.duration('MAX_JOB_TIMEOUT', d.maxJobTimeout, 1, 7 * 86400),
     leaseTimeout: r.duration('LEASE_TIMEOUT', d.leaseTimeout, 0.1, 7 * 86400),
+    heartbeatTimeout: r.duration('HEARTBEAT_TIMEOUT', d.heartbeatTimeout, 6, 7 * 86400, true),
     modelsTtl: r.duration('MODELS_TTL', d.modelsTtl, 1, 30 * 86400),
     sweepInterval: r.duration('SWEEP_INTERVAL', d.sweepInterval, 0.05, 3600),
     onlineWindow: r.duration('NODE_ONLINE_WINDOW', d.onlineWindow, 1, 86400),

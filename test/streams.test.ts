@@ -202,3 +202,33 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     expect((await user.result(jobId)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 5, completion_tokens: 9 } });
   });
 });
+
+describe.each(backends)('a worker that stops sending progress, on $name', (backend) => {
+  it('gives its job back HEARTBEAT_TIMEOUT after it last renewed the lease, not LEASE_TIMEOUT: the stream goes on on another node', async () => {
+    const t = await startApp(backend, { coordinator: { sweepInterval: 0.2, leaseTimeout: 180, heartbeatTimeout: 6 } });
+    try {
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const client = new OpenAI({ apiKey: await t.addUser('app'), baseURL: `${url}/v1`, maxRetries: 0 });
+      const [first, second] = await Promise.all(['dies', 'lives'].map(async (name) => new TestWorker(t.app, name, await t.addNode(name)).start(['story-heartbeat'])));
+      const leaseLeft = async (jobId: string) => (await t.db.query<{ s: number }>(sql('t_lease_left', 'SELECT extract(epoch FROM expires_at - now())::float8 AS s FROM job_leases WHERE job_id = $1::uuid AND ended_at IS NULL'), [jobId]))[0]?.s;
+      const reading = read(await client.chat.completions.create({ model: 'story-heartbeat', messages: [{ role: 'user', content: 'tell a story' }], stream: true }));
+      const job = (await first!.getJob(5)) as StreamJob;
+      // Before any progress the lease is LEASE_TIMEOUT's (the seed's workers send none).
+      expect(await leaseLeft(job.job_id)).toBeGreaterThan(170);
+      expect((await first!.post('/worker/job_progress', { job_id: job.job_id, api_key: job.api_key, delta: 'Once ' })).statusCode).toBe(200);
+      const left = await leaseLeft(job.job_id);
+      expect(left).toBeGreaterThan(0);
+      expect(left).toBeLessThanOrEqual(6);
+      // The worker dies: nothing more from it. The other node gets the job long before 180 s.
+      const next = (await second!.getJob(30)) as StreamJob;
+      expect(next.job_id).toBe(job.job_id);
+      expect(next.answer_prefix).toBe('Once ');
+      expect((await second!.report(next, 'Once more, with feeling.')).statusCode).toBe(200);
+      expect(await reading).toEqual({ text: 'Once more, with feeling.', finish: 'stop', error: null });
+      const [ended] = await t.db.query<{ outcome: string }>(sql('t_lease_outcome', "SELECT outcome FROM job_leases WHERE job_id = $1::uuid AND attempt = 1"), [job.job_id]);
+      expect(ended!.outcome).toBe('expired');
+    } finally {
+      await t.close();
+    }
+  });
+});

@@ -74,7 +74,7 @@ export class Coordinator {
         return { jobs: rows.filter((r) => r.jobs).map((r) => r.id), copies: rows.filter((r) => r.copies).map((r) => r.id) };
       },
     }, { onError: opts.onError, trackEmpty: opts.trackEmpty, ...(opts.recheck === false ? { recheckMs: 0 } : {}) });
-    this.progress = new ProgressRelay(db, lifecycle.server);
+    this.progress = new ProgressRelay(db, lifecycle.server, { lease: opts.leaseTimeout, heartbeat: opts.heartbeatTimeout });
     this.openJobs = new OpenJobs((ids) => standingsOf(db, ids), this.throughput, opts.onError);
     for (const consumer of [this.dispatcher, this.watch, this.progress, this.throughput, this.openJobs]) lifecycle.use(consumer);
     this.submitter = new Submitter(db, lifecycle, opts.handOff === false ? undefined : this.dispatcher,

@@ -10,8 +10,12 @@
 // leases are remembered once checked, and forgotten when the lifecycle says their job was
 // requeued or finished (outcomes, here or announced by another server) — trusted only while
 // notifications are reliable (LISTEN live), as the dispatcher trusts its memory.
+//
+// Progress also keeps its lease alive (HEARTBEAT_TIMEOUT, config.ts): a lease that hears from its
+// worker ends HEARTBEAT_TIMEOUT after the last renewal, so a dead worker's job goes back to the
+// queue in seconds. A lease is renewed at most every third of that per server, one statement.
 import { sql, type Queryable } from '../db/database.js';
-import { keepProgress, openLeaseAttempt, type Kept } from './sql/progress.js';
+import { keepProgress, openLeaseAttempt, renewLease, type Kept } from './sql/progress.js';
 import type { Outcome } from './outcome.js';
 import type { LiveConsumer } from './lifecycle.js';
 
@@ -42,8 +46,24 @@ export class ProgressRelay implements LiveConsumer {
   /** Checks running, per job: an outcome for the job meanwhile makes their answer stale (not remembered). */
   private readonly checking = new Map<string, { stale: boolean }>();
   private live = false;
+  /** When each lease (job key hash) was last renewed here, performance.now() ms. */
+  private readonly renewed = new Map<string, number>();
 
-  constructor(private readonly db: Queryable, private readonly server: string) {}
+  /** `leases`: LEASE_TIMEOUT and HEARTBEAT_TIMEOUT in seconds (heartbeat 0: progress renews nothing). */
+  constructor(private readonly db: Queryable, private readonly server: string, private readonly leases: { lease: number; heartbeat: number } = { lease: 0, heartbeat: 0 }) {}
+
+  /** Renews the lease when a third of HEARTBEAT_TIMEOUT has passed since this server last did. */
+  private async renew(keyHash: string): Promise<void> {
+    const { lease, heartbeat } = this.leases;
+    if (heartbeat <= 0) return;
+    const now = performance.now();
+    const last = this.renewed.get(keyHash);
+    if (last !== undefined && now - last < (heartbeat * 1000) / 3) return;
+    if (this.renewed.size >= MAX_REMEMBERED) this.renewed.delete(this.renewed.keys().next().value!);
+    this.renewed.delete(keyHash);
+    this.renewed.set(keyHash, now);
+    await renewLease(this.db, keyHash, lease, heartbeat);
+  }
 
   /** Hears the job's partial output; returns the unsubscribe function. */
   listen(jobId: string, fn: (p: Piece) => void): () => void {
@@ -58,7 +78,10 @@ export class ProgressRelay implements LiveConsumer {
 
   /** A worker's partial output (empty: a heartbeat); false when the lease is not open (ended, or not this job's). */
   async publish(keyHash: string, jobId: string, text: string): Promise<boolean> {
-    if (text === '' && this.live && this.open.get(keyHash) === jobId) return true;
+    if (text === '' && this.live && this.open.get(keyHash) === jobId) {
+      await this.renew(keyHash);
+      return true;
+    }
     const check = { stale: false };
     this.checking.set(jobId, check);
     let kept: Kept | undefined;
@@ -71,6 +94,7 @@ export class ProgressRelay implements LiveConsumer {
     }
     if (!kept) return this.forgetKey(keyHash), false;
     if (!check.stale) this.remember(keyHash, jobId);
+    await this.renew(keyHash);
     if (kept.kept === 0) return true;
     const chars = Array.from(text).slice(0, kept.kept);
     const piece: Piece = { attempt: kept.attempt, at: kept.at, text: chars.length === text.length ? text : chars.join('') };
@@ -121,6 +145,7 @@ export class ProgressRelay implements LiveConsumer {
   private forgetKey(keyHash: string): void {
     const jobId = this.open.get(keyHash);
     this.open.delete(keyHash);
+    this.renewed.delete(keyHash);
     if (jobId !== undefined && this.byJob.get(jobId) === keyHash) this.byJob.delete(jobId);
   }
 

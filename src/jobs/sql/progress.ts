@@ -29,6 +29,20 @@ SELECT x.attempt, x.at, x.kept, (SELECT count(*)::int FROM stored) AS stored FRO
 export const LEASE_OPEN = sql('jobs_progress_lease', `SELECT attempt FROM job_leases
   WHERE key_hash = $1::text AND ended_at IS NULL AND job_id::text = $2::text`);
 
+// $1 the job key's hash, $2 LEASE_TIMEOUT, $3 HEARTBEAT_TIMEOUT (seconds). A worker that sends
+// progress (text or heartbeats) holds its lease while it does: the lease now ends $3 seconds from
+// now, and never later than it would have without heartbeats (LEASE_TIMEOUT after it began, the
+// job's deadline: sql/lease.ts). A worker that dies gives its job back within $3 seconds and the
+// next sweep; one that never sends any (the seed's) keeps the whole LEASE_TIMEOUT.
+export const RENEW_LEASE = sql('jobs_progress_renew', `UPDATE job_leases l
+  SET expires_at = least(j.deadline_at, l.leased_at + make_interval(secs => $2::float8), now() + make_interval(secs => $3::float8))
+  FROM jobs j WHERE l.key_hash = $1::text AND l.ended_at IS NULL AND j.id = l.job_id`);
+
+/** Renews the open lease of this job key (RENEW_LEASE). */
+export async function renewLease(db: Queryable, keyHash: string, leaseSeconds: number, heartbeatSeconds: number): Promise<void> {
+  await db.query(RENEW_LEASE, [keyHash, leaseSeconds, heartbeatSeconds]);
+}
+
 /** What an open lease kept of the text: its attempt, the offset of the text in the answer and how many of its characters (from the start) it kept. */
 export interface Kept { attempt: number; at: number; kept: number }
 
