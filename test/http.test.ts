@@ -34,7 +34,7 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     for (const [method, url, to] of cases) {
       const res = await t.app.inject({ method: method as 'GET', url, headers: { host: 'svc.example:8000' } });
       expect(res.statusCode, `${method} ${url}`).toBe(307);
-      expect(res.headers.location).toBe(`http://svc.example:8000${to}`);
+      expect(res.headers.location).toBe(to);
     }
     for (const url of ['/nope/', '/worker/', '/unique_nodes/extra/']) expect((await t.app.inject({ method: 'GET', url })).statusCode, url).toBe(404);
   });

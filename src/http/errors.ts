@@ -80,10 +80,13 @@ export function registerErrorHandlers(app: FastifyInstance): void {
       return reply.code(405).header('allow', [...allowed].sort().join(', ')).send({ detail: 'Method Not Allowed' });
     }
     // A path some route serves but for a trailing slash (`/unique_nodes/`): 307 to it, query kept,
-    // as FastAPI (Starlette's redirect_slashes) answers; a client following it keeps its method and body.
+    // as FastAPI (Starlette's redirect_slashes) answers; a client following it keeps its method and
+    // body. The Location is the path alone (RFC 9110 allows it), where Starlette writes the URL
+    // from the Host header: behind a proxy that header may not be the client's, and it is theirs
+    // to write.
     const bare = path.replace(/\/+$/, '');
-    if (bare !== path && bare !== '' && methodsFor(bare)) {
-      return reply.code(307).header('location', `${req.protocol}://${req.host}${bare}${query}`).send();
+    if (bare !== path && bare !== '' && bare.startsWith('/') && !bare.startsWith('//') && methodsFor(bare)) {
+      return reply.code(307).header('location', `${bare}${query}`).send();
     }
     return reply.code(404).send({ detail: 'Not Found' });
   });
