@@ -292,10 +292,14 @@ describe.each(backends)('a completion waiting when its server stops, on $name', 
     expect(res.statusCode).toBe(503);
     expect(res.headers['x-should-retry']).toBeUndefined();
     expect(((await res.body.json()) as { error: unknown }).error).toMatchObject({ type: 'server_error', code: 'server_shutting_down' });
+    // A completion that comes on the open connection while the server stops is answered so too, at once.
+    const late = await client.request({ method: 'POST', path: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'slow-model', messages: [{ role: 'user', content: 'too late' }] }) });
+    expect(late.statusCode).toBe(503);
+    expect(((await late.body.json()) as { error: unknown }).error).toMatchObject({ code: 'server_shutting_down' });
     // The client lets its connection go (a closing server keeps an answered one open for a last request: test/shutdown.test.ts).
     await client.close();
     await closing;
-    expect(await states()).toEqual(['canceled']);
+    expect(await states()).toEqual(['canceled', 'canceled']);
     await t.db.close();
   });
 });

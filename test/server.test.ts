@@ -34,6 +34,10 @@ describe('ins serve', () => {
     const listUnreachable = await runCli(['node', 'list'], { DATABASE_URL: 'postgresql://postgres@127.0.0.1:1/nothing' });
     expect(listUnreachable.code).toBe(1);
     expect(listUnreachable.stderr).toContain('ins: cannot use the PostgreSQL database of DATABASE_URL (connect ECONNREFUSED 127.0.0.1:1)');
+    // A script that asked for JSON gets JSON for the failure too.
+    const listJson = await runCli(['node', 'list', '--json'], { DATABASE_URL: 'postgresql://postgres@127.0.0.1:1/nothing' });
+    expect(listJson.code).toBe(1);
+    expect(JSON.parse(listJson.stdout)).toEqual({ error: expect.stringContaining('cannot use the PostgreSQL database of DATABASE_URL') });
     const listNotDir = await runCli(['node', 'list'], { DATA_DIR: file });
     expect(listNotDir.code).toBe(1);
     expect(listNotDir.stderr).toContain(`ins: cannot use DATA_DIR=${file} for the embedded database`);

@@ -12,6 +12,7 @@ import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { SplitPairs } from '../src/routes/worker/job-progress.js';
 
 type StreamJob = Job & { stream?: boolean; answer_prefix?: string };
 
@@ -230,5 +231,19 @@ describe.each(backends)('a worker that stops sending progress, on $name', (backe
     } finally {
       await t.close();
     }
+  });
+});
+
+describe('a UTF-16 pair split between two progress pieces', () => {
+  it('is joined for a job key, and what a stranger sends holds nothing', () => {
+    const pairs = new SplitPairs();
+    const key = `jk_${'a'.repeat(43)}`;
+    expect(pairs.join(key, 'llo \ud83d')).toBe('llo ');
+    expect(pairs.size).toBe(1);
+    expect(pairs.join(key, '\ude00!')).toBe('\ud83d\ude00!');
+    expect(pairs.size).toBe(0);
+    // Not a key the service could have issued (a node key, a megabyte of text): passed on as it is, for the validator.
+    for (const stranger of ['nk_abc', `jk_${'x'.repeat(100_000)}`, 'anything']) expect(pairs.join(stranger, 'a\ud83d')).toBe('a\ud83d');
+    expect(pairs.size).toBe(0);
   });
 });

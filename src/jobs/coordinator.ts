@@ -155,6 +155,8 @@ export class Coordinator {
 
   /** Resolves once the job reached a final state (as announced), or undefined after timeoutMs or on abort. */
   waitFinal(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<Finished | undefined> {
+    // Stopping: a wait that begins now (a request that came on an open connection) ends at once, as drain() ended the others.
+    if (this.drained) return Promise.resolve({});
     return this.watch.wait(jobId, timeoutMs, signal);
   }
 

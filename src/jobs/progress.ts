@@ -62,7 +62,9 @@ export class ProgressRelay implements LiveConsumer {
     if (this.renewed.size >= MAX_REMEMBERED) this.renewed.delete(this.renewed.keys().next().value!);
     this.renewed.delete(keyHash);
     this.renewed.set(keyHash, now);
-    await renewLease(this.db, keyHash, lease, heartbeat);
+    // Best effort, after the piece went out: a renewal that fails (a database blip) fails no
+    // progress; the next heartbeat tries again.
+    await renewLease(this.db, keyHash, lease, heartbeat).catch(() => { this.renewed.delete(keyHash); });
   }
 
   /** Hears the job's partial output; returns the unsubscribe function. */
@@ -82,6 +84,12 @@ export class ProgressRelay implements LiveConsumer {
       await this.renew(keyHash);
       return true;
     }
+    const relayed = await this.relay(keyHash, jobId, text);
+    if (relayed) await this.renew(keyHash);
+    return relayed;
+  }
+
+  private async relay(keyHash: string, jobId: string, text: string): Promise<boolean> {
     const check = { stale: false };
     this.checking.set(jobId, check);
     let kept: Kept | undefined;
@@ -94,7 +102,6 @@ export class ProgressRelay implements LiveConsumer {
     }
     if (!kept) return this.forgetKey(keyHash), false;
     if (!check.stale) this.remember(keyHash, jobId);
-    await this.renew(keyHash);
     if (kept.kept === 0) return true;
     const chars = Array.from(text).slice(0, kept.kept);
     const piece: Piece = { attempt: kept.attempt, at: kept.at, text: chars.length === text.length ? text : chars.join('') };

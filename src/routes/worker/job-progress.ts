@@ -3,7 +3,7 @@
 // key proves the lease; a lease that has ended (canceled, expired, finished elsewhere) is
 // refused with 400, so its worker stops working on it. Nothing here is credited.
 import { JobProgressRequest, JobProgressResponses } from '../../generated/schemas.js';
-import { hashKey } from '../../keys.js';
+import { hashKey, isWellFormedKey, keyKind } from '../../keys.js';
 import { HttpError } from '../../http/http-error.js';
 import { storableText } from '../../validation/pydantic.js';
 import type { App, Deps } from '../types.js';
@@ -18,11 +18,26 @@ const MAX_HELD = 10_000;
  * text would no longer be the beginning of the answer of record (answer_diverged). On this
  * server: a next piece sent to another server finds nothing held, and its half is U+FFFD.
  */
-class SplitPairs {
+export class SplitPairs {
   private readonly held = new Map<string, string>();
 
-  /** The delta to keep: a held half before it, its own trailing high surrogate held back. */
-  join(key: string, delta: string): string {
+  /** Halves held now. */
+  get size(): number {
+    return this.held.size;
+  }
+
+  /**
+   * The delta to keep: a held half before it, its own trailing high surrogate held back. Only for
+   * a key the service could have issued, held by its hash: what a stranger sends takes no memory.
+   */
+  join(apiKey: string, delta: string): string {
+    const last = delta.charCodeAt(delta.length - 1);
+    if (this.held.size === 0 && !(last >= 0xd800 && last <= 0xdbff)) return delta;
+    if (keyKind(apiKey) !== 'job' || !isWellFormedKey(apiKey)) return delta;
+    return this.joinHeld(hashKey(apiKey), delta);
+  }
+
+  private joinHeld(key: string, delta: string): string {
     const before = this.held.get(key);
     if (before !== undefined) this.held.delete(key);
     const text = before === undefined ? delta : before + delta;
