@@ -161,7 +161,7 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['QUOTA_RESERVE_TOKENS', String(DEFAULT_COORDINATOR.quotaReserveTokens), 'output tokens a job without max_output reserves of the token quota until its node reports its count, and the most it is charged (at least 1)'],
   ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
-  ['HEARTBEAT_TIMEOUT', `${DEFAULT_COORDINATOR.heartbeatTimeout}s`, 'a worker that sends job_progress heartbeats (ins worker) holds its job only this long after the last (within LEASE_TIMEOUT): a dead worker\'s job goes back to the queue in seconds (0 = off; at least 6 s)'],
+  ['HEARTBEAT_TIMEOUT', `${DEFAULT_COORDINATOR.heartbeatTimeout}s`, 'a worker that sends job_progress heartbeats (ins worker) holds its job at most this long after the last (a heartbeat renews the lease when a third of this has passed since the last renewal; within LEASE_TIMEOUT): a dead worker\'s job goes back to the queue in seconds (0 = off; at least 6 s)'],
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
   ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],

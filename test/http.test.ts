@@ -28,6 +28,8 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     const cases: [string, string, string][] = [
       ['GET', '/unique_nodes/?model_name=m1', '/unique_nodes?model_name=m1'], ['POST', '/worker/update_result/', '/worker/update_result'],
       ['POST', '/daily_points//', '/daily_points'], ['GET', '/get_result/abc/', '/get_result/abc'],
+      // A route with a parameter under a route: the empty parameter is no path, the parent is.
+      ['GET', '/ledger/days/?last_days=3', '/ledger/days?last_days=3'],
       // The path is served, for another method: the redirect still comes first (the method's 405 follows it).
       ['GET', '/worker/update_result/', '/worker/update_result'],
     ];
@@ -40,6 +42,12 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   });
 
   it('reads a body under a Content-Type that is no media type as text, as FastAPI does: 422, not 415', async () => {
+    // An empty Content-Type is none at all: JSON, as FastAPI reads a body without one.
+    for (const type of ['', '   ']) {
+      const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', headers: { 'content-type': type }, payload: '{"a":1}' });
+      expect(res.statusCode, JSON.stringify(type)).toBe(422);
+      expect(res.json().detail.map((d: { type: string }) => d.type), JSON.stringify(type)).toContain('missing');
+    }
     for (const type of ['garbage', 'application', '/json', 'a b/c']) {
       const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', headers: { 'content-type': type }, payload: '{"a":1}' });
       expect(res.statusCode, type).toBe(422);

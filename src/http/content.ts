@@ -69,9 +69,13 @@ export function registerContentParsers(app: FastifyInstance): void {
   // A Content-Type that is no media type at all (`garbage`): Fastify would answer 415 before any
   // parser runs; Python's email parser, which FastAPI reads it with, takes it for text/plain, and
   // the body then reaches validation as text (422 model_attributes_type), as other text does.
+  // An empty one (`Content-Type:`) is no content type at all: JSON, as FastAPI reads a body without one.
   app.addHook('onRequest', (req, _reply, done) => {
     const type = req.headers['content-type'];
-    if (type !== undefined && type !== '' && !MEDIA_TYPE.test(type)) req.headers['content-type'] = 'text/plain';
+    if (type !== undefined) {
+      if (type.trim() === '') delete req.headers['content-type'];
+      else if (!MEDIA_TYPE.test(type)) req.headers['content-type'] = 'text/plain';
+    }
     done();
   });
   app.removeAllContentTypeParsers();

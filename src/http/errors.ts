@@ -60,13 +60,28 @@ export function registerErrorHandlers(app: FastifyInstance): void {
     return found;
   };
 
+  // A path some route serves but for a trailing slash (`/unique_nodes/`): 307 to it, query kept,
+  // as FastAPI (Starlette's redirect_slashes) answers; a client following it keeps its method and
+  // body. The Location is the path alone (RFC 9110 allows it), where Starlette writes the URL
+  // from the Host header: behind a proxy that header may not be the client's, and it is theirs
+  // to write. Else 404.
+  const notFound = (req: FastifyRequest, reply: FastifyReply): FastifyReply => {
+    const [path, query] = splitUrl(req.url);
+    const bare = path.replace(/\/+$/, '');
+    if (bare !== path && bare !== '' && bare.startsWith('/') && !bare.startsWith('//') && methodsFor(bare)) {
+      return reply.code(307).header('location', `${bare}${query}`).send();
+    }
+    return reply.code(404).send({ detail: 'Not Found' });
+  };
+
   // An empty path parameter (`GET /get_result/`) is no path a route serves, as FastAPI's router
-  // finds it (its parameters match one character or more): 404, before any key is looked at.
+  // finds it (its parameters match one character or more): not found — or, where the path without
+  // its slash is a route (`/ledger/days/`), its redirect — before any key is looked at.
   app.addHook('onRequest', (req, reply, done) => {
     const params = req.params as Record<string, unknown> | undefined;
     for (const k in params) {
       if (params[k] === '' && k !== '*') {
-        void reply.code(404).send({ detail: 'Not Found' });
+        void notFound(req, reply);
         return;
       }
     }
@@ -74,21 +89,12 @@ export function registerErrorHandlers(app: FastifyInstance): void {
   });
 
   app.setNotFoundHandler((req: FastifyRequest, reply: FastifyReply) => {
-    const [path, query] = splitUrl(req.url);
+    const [path] = splitUrl(req.url);
     const allowed = methodsFor(path);
     if (allowed && !allowed.has(req.method)) {
       return reply.code(405).header('allow', [...allowed].sort().join(', ')).send({ detail: 'Method Not Allowed' });
     }
-    // A path some route serves but for a trailing slash (`/unique_nodes/`): 307 to it, query kept,
-    // as FastAPI (Starlette's redirect_slashes) answers; a client following it keeps its method and
-    // body. The Location is the path alone (RFC 9110 allows it), where Starlette writes the URL
-    // from the Host header: behind a proxy that header may not be the client's, and it is theirs
-    // to write.
-    const bare = path.replace(/\/+$/, '');
-    if (bare !== path && bare !== '' && bare.startsWith('/') && !bare.startsWith('//') && methodsFor(bare)) {
-      return reply.code(307).header('location', `${bare}${query}`).send();
-    }
-    return reply.code(404).send({ detail: 'Not Found' });
+    return notFound(req, reply);
   });
 
   app.setErrorHandler((err: FastifyError | Error, req: FastifyRequest, reply: FastifyReply) => {
