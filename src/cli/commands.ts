@@ -11,7 +11,7 @@ import { NETWORK_COMMANDS } from './network-commands.js';
 import { JOB_COMMANDS } from './job-commands.js';
 import { VERIFY_COMMANDS } from './verify-commands.js';
 import { LEDGER_COMMANDS } from './ledger-commands.js';
-import { CommandError, UsageError, type Io } from './io.js';
+import { CommandError, isUsageError, reportFailure, UsageError, type Io } from './io.js';
 
 export const COMMANDS: Record<string, Command> = { ...DATA_COMMANDS, ...NETWORK_COMMANDS, ...VERIFY_COMMANDS, ...JOB_COMMANDS, ...LEDGER_COMMANDS };
 
@@ -78,12 +78,9 @@ export async function runCommand(db: Database, argv: string[], io: Io, extra: Pa
     await p.command.run(db, p.args, p.opts, io);
     return 0;
   } catch (err) {
-    const code = err instanceof UsageError || (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) ? 2
-      : err instanceof CommandError ? 1 : undefined;
+    const code = isUsageError(err) ? 2 : err instanceof CommandError ? 1 : undefined;
     if (code === undefined) throw err;
-    io.err(`ins: ${(err as Error).message}`);
-    // A script that asked for JSON gets JSON on a failure too: {"error": "..."} (docs/cli.md).
-    if (argv.includes('--json')) io.out(JSON.stringify({ error: (err as Error).message }));
+    reportFailure(io, argv, (err as Error).message);
     return code;
   }
 }

@@ -21,6 +21,16 @@ export function wholeNumberFlag(flag: string, raw: string | undefined, min: numb
 /** A command that ran but could not do what was asked (no such node...): exit code 1. */
 export class CommandError extends Error {}
 
+/** Arguments the user got wrong: ours (UsageError) or those Node's argument parser refused (ERR_PARSE_ARGS_*). */
+export const isUsageError = (err: unknown): boolean =>
+  err instanceof UsageError || (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS') === true);
+
+/** A command's failure: its message on stderr and, for a script that asked for --json, `{"error": …}` on stdout (docs/cli.md). */
+export function reportFailure(io: Io, argv: readonly string[], message: string): void {
+  io.err(`ins: ${message}`);
+  if (argv.includes('--json')) io.out(JSON.stringify({ error: message }));
+}
+
 export const consoleIo: Io = {
   out: (line) => process.stdout.write(`${line}\n`),
   err: (line) => process.stderr.write(`${line}\n`),

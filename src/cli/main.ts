@@ -7,7 +7,7 @@ import { ADVANCED_CONFIG_DOC, ConfigError, CONFIG_DOC, loadConfig, type Config }
 import { DataDirBusyError } from '../db/data-dir-lock.js';
 import { isBrief } from './brief.js';
 import { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
-import { consoleIo, UsageError } from './io.js';
+import { consoleIo, isUsageError, reportFailure } from './io.js';
 import { startFailure } from './start-failure.js';
 
 // Everything heavier than the above (the commands, the database drivers, the server) is
@@ -123,12 +123,6 @@ function print(forwarded: Forwarded): number {
   return forwarded.code;
 }
 
-/** A command's failure: its message on stderr, and as {"error"} on stdout for --json (as commands.ts runCommand says them). */
-function failed(argv: string[], message: string): void {
-  consoleIo.err(`ins: ${message}`);
-  if (argv.includes('--json')) consoleIo.out(JSON.stringify({ error: message }));
-}
-
 async function admin(config: Config, argv: string[]): Promise<number> {
   // A server holding the embedded database answers on its admin socket: it checks the
   // arguments (a bad call touches nothing there either) and runs the command.
@@ -145,8 +139,8 @@ async function admin(config: Config, argv: string[]): Promise<number> {
       return 0;
     }
   } catch (err) {
-    if (err instanceof UsageError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
-      failed(argv, (err as Error).message);
+    if (isUsageError(err)) {
+      reportFailure(consoleIo, argv, (err as Error).message);
       return 2;
     }
     throw err;
@@ -160,17 +154,17 @@ async function admin(config: Config, argv: string[]): Promise<number> {
       // The database out of reach, DATA_DIR unusable: the sentence `ins serve` logs, naming the setting.
       const reason = startFailure(err, config);
       if (!reason) throw err;
-      failed(argv, reason);
+      reportFailure(consoleIo, argv, reason);
       return 1;
     }
     if (err.purpose !== 'server') {
-      failed(argv, `${err.message}. Wait for it to finish, or stop it, then run this command again.`);
+      reportFailure(consoleIo, argv, `${err.message}. Wait for it to finish, or stop it, then run this command again.`);
       return 1;
     }
     // The server may have opened its socket since we looked.
     const forwarded = await forwardToServer(config.dataDir, argv);
     if (forwarded) return print(forwarded);
-    failed(argv, `${err.message}, but it does not answer on ${adminSocketPath(config.dataDir)} yet: it is starting or stopping. ` +
+    reportFailure(consoleIo, argv, `${err.message}, but it does not answer on ${adminSocketPath(config.dataDir)} yet: it is starting or stopping. ` +
       'Run this command again once its /healthz answers "ok" (commands are then sent to it), or stop it to run the command here.');
     return 1;
   }
@@ -180,7 +174,7 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     // PostgreSQL is first reached by the command's first statement (the pool connects then).
     const reason = startFailure(err, config);
     if (!reason) throw err;
-    failed(argv, reason);
+    reportFailure(consoleIo, argv, reason);
     return 1;
   } finally {
     await db.close().catch(() => undefined);

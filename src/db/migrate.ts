@@ -33,7 +33,6 @@ export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
     .map((f) => ({ version: Number(f.slice(0, 4)), name: f.replace(/\.sql$/, ''), text: readFileSync(path.join(dir, f), 'utf8') }));
 }
 
-/** Applies pending migrations; returns the names of those this call applied. */
 /** The migrations this database has not had (all of them for an empty one), in order. */
 export async function pendingMigrations(db: Database, migrations = loadMigrations()): Promise<Migration[]> {
   const [table] = await db.query<{ present: boolean }>(HAS_TABLE);
@@ -50,6 +49,7 @@ export class NotMigratedError extends Error {
   }
 }
 
+/** Applies pending migrations; returns the names of those this call applied. */
 export async function migrate(db: Database, migrations = loadMigrations()): Promise<string[]> {
   if ((await pendingMigrations(db, migrations)).length === 0) return [];
   const applied: string[] = [];

@@ -209,12 +209,12 @@ export class Coordinator {
     return this.dispatcher.waiting;
   }
 
-  /** Answers every waiting poll now (the server is stopping). */
   /** The server is stopping: waits end at once (drain), and a completion woken so cancels its job. */
   get draining(): boolean {
     return this.drained;
   }
 
+  /** Answers every waiting poll now, and any wait that begins later at once (the server is stopping). */
   drain(): void {
     this.drained = true;
     this.dispatcher.close();

@@ -71,8 +71,9 @@ export function updateResultRoute(app: App, deps: Deps): void {
     preValidation: (req, _reply, done) => {
       const body = req.body as Record<string, unknown> | null;
       if (typeof body === 'object' && body !== null && typeof body.api_key === 'string') {
-        body.api_key = storableText(body.api_key);
-        if (keyKind(body.api_key as string) === 'job') body.result = storableCopy(body.result);
+        const key = storableText(body.api_key);
+        body.api_key = key;
+        if (keyKind(key) === 'job') body.result = storableCopy(body.result);
       }
       done();
     },

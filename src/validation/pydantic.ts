@@ -95,8 +95,7 @@ function hasUnstorableText(v: unknown): boolean {
   }
   return false;
 }
-// eslint-disable-next-line no-control-regex -- U+0000 is the point
-const UNSTORABLE_ALL = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const UNSTORABLE_ALL = new RegExp(UNSTORABLE.source, 'g');
 /** The text with each NUL and unpaired surrogate replaced by U+FFFD, as a UTF-8 encoder replaces the latter. */
 export const storableText = (s: string): string => (UNSTORABLE.test(s) ? s.replace(UNSTORABLE_ALL, '\ufffd') : s);
 

@@ -11,6 +11,12 @@ import type { App, Deps } from '../types.js';
 /** Most job keys whose last piece's trailing high surrogate is held at once (the oldest go first). */
 const MAX_HELD = 10_000;
 
+/** Whether the text ends with the first half of a UTF-16 pair. */
+const endsInHighSurrogate = (s: string): boolean => {
+  const last = s.charCodeAt(s.length - 1);
+  return last >= 0xd800 && last <= 0xdbff;
+};
+
 /**
  * A piece that ends inside a UTF-16 pair (a worker cutting text by length, mid-emoji): its high
  * surrogate is held back, per job key, and goes out with the next piece, which begins with the
@@ -31,8 +37,7 @@ export class SplitPairs {
    * a key the service could have issued, held by its hash: what a stranger sends takes no memory.
    */
   join(apiKey: string, delta: string): string {
-    const last = delta.charCodeAt(delta.length - 1);
-    if (this.held.size === 0 && !(last >= 0xd800 && last <= 0xdbff)) return delta;
+    if (this.held.size === 0 && !endsInHighSurrogate(delta)) return delta;
     if (keyKind(apiKey) !== 'job' || !isWellFormedKey(apiKey)) return delta;
     return this.joinHeld(hashKey(apiKey), delta);
   }
@@ -41,8 +46,7 @@ export class SplitPairs {
     const before = this.held.get(key);
     if (before !== undefined) this.held.delete(key);
     const text = before === undefined ? delta : before + delta;
-    const last = text.charCodeAt(text.length - 1);
-    if (last < 0xd800 || last > 0xdbff) return text;
+    if (!endsInHighSurrogate(text)) return text;
     if (this.held.size >= MAX_HELD) this.held.delete(this.held.keys().next().value!);
     this.held.set(key, text.slice(-1));
     return text.slice(0, -1);
