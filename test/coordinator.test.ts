@@ -290,4 +290,29 @@ describe.each(backends)('coordinator under load on $name', (backend) => {
     const byNodeKey = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: job.job_id, api_key: key, model_name: MODEL, result: { message: 'ok' }, status: 'success' } });
     expect(byNodeKey.json()).toEqual({ job_id: jobId, status: 'success', points: 1, replayed: false });
   });
+
+  it.each(['reports', 'dispatched'] as const)('CREDIT_POLICY=%s: a node key reporting a job leased elsewhere gets 400 if its own lease ended, else 409 or 403', async (creditPolicy) => {
+    t = await startApp(backend, { coordinator: { creditPolicy } });
+    const user = new TestUser(t.app, await t.addUser());
+    const keyA = await t.addNode('first-holder');
+    const a = await new TestWorker(t.app, 'first-holder', keyA).start([MODEL]);
+    const jobId = await user.submit(MODEL);
+    expect((await a.getJob())!.job_id).toBe(jobId);
+    // A deregisters: its lease is given back, and the job goes to B.
+    expect((await a.deregister()).statusCode).toBe(200);
+    const b = await new TestWorker(t.app, 'second-holder', await t.addNode('second-holder')).start([MODEL]);
+    const job = (await b.getJob())!;
+    expect(job.job_id).toBe(jobId);
+    const report = (key: string) => t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: jobId, api_key: key, model_name: MODEL, result: { message: 'mine' }, status: 'success' } });
+    // A held the job before: its report answers as its ended lease's job key would (400 keeps an honest worker polling).
+    const late = await report(keyA);
+    expect(late.statusCode).toBe(400);
+    expect(late.json().detail).toMatch(/given back.*nothing was credited/);
+    // C never held it.
+    const stranger = await report(await t.addNode('stranger'));
+    expect(stranger.statusCode).toBe(creditPolicy === 'reports' ? 409 : 403);
+    expect(await totalPoints(t.db)).toBe(0);
+    expect((await b.report(job)).json()).toMatchObject({ job_id: jobId, points: 1, replayed: false });
+    expect(await totalPoints(t.db)).toBe(1);
+  });
 });
