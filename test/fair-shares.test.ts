@@ -109,6 +109,31 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(after.models).toEqual([{ model: 'tokens-model', jobs: 11, tokens: 900 }]);
   });
 
+  it('charges a job whose node counts no tokens (as the seed\'s workers) an estimate from the answer, not its whole reservation; /v1 shows it, get_result keeps the seed\'s body', async () => {
+    const { key } = await user('uncounted', { tokens: 1000 });
+    const w = await worker(['uncounted-model']);
+    const submitted = (await Promise.all([0, 1, 2].map(() => submitRaw(t.app, key, 'uncounted-model', { max_output: 100 })))).map((r) => r.json<{ job_id: string }>().job_id);
+    expect((await usageOf(t.app, key)).used).toEqual({ jobs: 3, tokens: 300 });
+    const report = (job: Job, content: string) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: { role: 'assistant', content } } });
+    // 41 bytes: 11 tokens; 'é' twice is 4 bytes: 1 token; 1,000 bytes: 250, clamped at the job's max_output as a count would be.
+    for (const content of ['The answer is forty-two, as it always was.', 'éé', 'x'.repeat(1000)]) {
+      const job = (await w.getJob())!;
+      expect((await report(job, content)).statusCode).toBe(200);
+    }
+    await t.app.service.usage.settle();
+    expect((await usageOf(t.app, key)).used).toEqual({ jobs: 3, tokens: 11 + 1 + 100 });
+    // The seed's get_result stays the seed's: no usage field for an estimate.
+    const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted[0]}`, headers: { api_key: key } });
+    expect(Object.keys(done.json()).sort()).toEqual(['job_id', 'result', 'status']);
+    // /v1 answers the estimate: the prompt's text ("Say it", 6 bytes: 2) and the answer's (11).
+    const reply = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: { model: 'uncounted-model', messages: [{ role: 'user', content: 'Say it' }], max_tokens: 50 } });
+    const job = (await w.getJob(5))!;
+    expect((await report(job, 'The answer is forty-two, as it always was.')).statusCode).toBe(200);
+    const body = (await reply).json<{ usage: unknown; choices: { finish_reason: string }[] }>();
+    expect(body.usage).toEqual({ prompt_tokens: 2, completion_tokens: 11, total_tokens: 13 });
+    expect(body.choices[0]!.finish_reason).toBe('stop');
+  });
+
   it('refuses a job only when it does not fit: one too large for what is left holds back none of the smaller ones of its batch', async () => {
     const { key, id } = await user('quota-mixed', { tokens: 1000 });
     expect((await submitRaw(t.app, key, 'mixed-model', { max_output: 500 })).statusCode).toBe(200);

@@ -98,7 +98,7 @@ export type JobAnswer = Static<typeof JobAnswer>;
 export const Usage = Type.Object({
   prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0, maximum: 2147483647 })),
   completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0, maximum: 2147483647 })),
-}, { title: "Usage" });
+}, { title: "Usage", description: "The tokens of a done job as its node counted them (completion tokens at most the job's `max_output`, or `QUOTA_RESERVE_TOKENS` for a job that set none), which is what its owner is charged. When the node counted none (the seed's workers count none), the owner is charged an estimate from the texts' length (a quarter of their UTF-8 bytes, rounded up), which `/v1` answers and `GET /usage` show; `get_result` then shows no `usage`, keeping the seed's body." });
 export type Usage = Static<typeof Usage>;
 
 export const GetResultResponse = Type.Object({
@@ -420,7 +420,7 @@ export type UpdateResultResponse = Static<typeof UpdateResultResponse>;
 
 export const UsageCounts = Type.Object({
   jobs: Type.Integer({ description: "Jobs accepted today (UTC).", minimum: 0 }),
-  tokens: Type.Integer({ description: "Output tokens today: reported by the nodes for finished jobs, reserved (`max_output`, or QUOTA_RESERVE_TOKENS) for open ones." }),
+  tokens: Type.Integer({ description: "Output tokens today: reported by the nodes for finished jobs (estimated from the answer's length where a node counted none), reserved (`max_output`, or QUOTA_RESERVE_TOKENS) for open ones." }),
 }, { title: "UsageCounts" });
 export type UsageCounts = Static<typeof UsageCounts>;
 

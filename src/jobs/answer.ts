@@ -10,7 +10,8 @@
 // is read by requestErrorOf.
 // Usage (ours): `prompt_tokens` and `completion_tokens`, from the report's `usage` or
 // `result.usage`, kept when they are whole numbers from 0 to MAX_TOKENS (what PostgreSQL's
-// integer holds: the auditor computes with them).
+// integer holds: the auditor computes with them). A success that counts none is charged and shown
+// an estimate from the text's length instead (estimateTokens, `estimated: true`).
 import { randomUUID } from 'node:crypto';
 import type { ToolCall } from './request.js';
 
@@ -26,7 +27,8 @@ export interface Answer {
   scores?: Scores;
 }
 export interface Scores { method: 'prefill' | 'replay'; unscored: number; rank: number[]; logprob: number[]; top_logprob: number[]; gap: number[] }
-export interface Usage { prompt_tokens?: number; completion_tokens?: number }
+/** estimated: the node counted no tokens (the seed's workers count none); the counts are the service's estimate (estimateTokens). */
+export interface Usage { prompt_tokens?: number; completion_tokens?: number; estimated?: true }
 
 /** A request's own error, as the worker reported it and /v1 answers it (400). */
 export interface RequestError { type: 'invalid_request_error'; code: string | null; message: string }
@@ -111,4 +113,20 @@ export function usageOf(...sources: unknown[]): Usage | null {
     if (prompt !== undefined || completion !== undefined) return out;
   }
   return null;
+}
+
+/**
+ * Tokens a text is estimated at when its node counted none: a quarter of its UTF-8 bytes, rounded
+ * up (about four characters a token in English text, as OpenAI's own rule of thumb has it; a
+ * script of several bytes a character counts more, as its tokenizers do). Used in place of a
+ * count, never beside one: docs/coordinator.md, "Usage charged".
+ */
+export function estimateTokens(text: string): number {
+  return Math.ceil(Buffer.byteLength(text, 'utf8') / 4);
+}
+
+/** The output tokens an answer is estimated at: its text and its tool calls' names and arguments. */
+export function estimateAnswerTokens(answer: Answer): number {
+  const calls = answer.message.tool_calls ?? [];
+  return estimateTokens(answer.message.content) + calls.reduce((n, c) => n + estimateTokens(c.function.name + c.function.arguments), 0);
 }

@@ -9,7 +9,7 @@ import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import type { Answer, RequestError, Usage } from '../answer.js';
+import { estimateAnswerTokens, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
@@ -31,7 +31,12 @@ import type { JobState } from '../states.js';
 // max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts; at least 1,
 // QUOTA_RESERVE_TOKENS in config.ts). Only copies and probes reserve nothing (they are no one's
 // to charge): theirs stays the node's own count, unclamped (nullif). Other
-// error reports' usage is never charged.
+// error reports' usage is never charged. $13 per report, the answer's estimated output tokens
+// (jobs/answer.ts estimateAnswerTokens): a success whose finishing report counts no
+// completion_tokens (the seed's workers count none) is charged that estimate, clamped as a count
+// would be, rather than its whole reservation, and its prompt is estimated from its messages'
+// text likewise; the usage says `estimated: true`. The lease keeps the report as sent, which
+// verification reads (src/verify/auditor.ts).
 // $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
@@ -39,8 +44,8 @@ import type { JobState } from '../states.js';
 // hostile node could claim it to fail jobs; docs/openai.md). Verification audits the claim
 // (verify/request-errors.ts): the statement tells which jobs, not copies, ended so.
 export const COMPLETE = sql('jobs_complete', `WITH reports AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[])
-    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[])
+    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate)
 ),
 ended AS (
   UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE
@@ -53,19 +58,22 @@ ended AS (
     AND n.id = l.node_id AND n.disabled_at IS NULL
   RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix, l.prefix || l.partial AS streamed, j.model_id,
     CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
+    coalesce(q.usage ? 'completion_tokens', false) AS counted, q.estimate,
     CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
-      'prompt_tokens', sum(u.prompt),
-      'completion_tokens', CASE WHEN sum(u.completion) IS NOT NULL
-        THEN least(sum(u.completion), nullif(greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)), 0)) END)), '{}') AS usage
+      'prompt_tokens', CASE WHEN e.counted THEN sum(u.prompt) ELSE (SELECT ceil(sum(octet_length(m ->> 'content')) / 4.0)::bigint
+        FROM jsonb_array_elements(CASE jsonb_typeof(j.request -> 'messages') WHEN 'array' THEN j.request -> 'messages' END) m) END,
+      'completion_tokens', least(CASE WHEN e.counted THEN sum(u.completion) ELSE e.estimate END,
+        nullif(greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)), 0)),
+      'estimated', CASE WHEN NOT e.counted THEN true END)), '{}') AS usage
   FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
     SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, (e.usage ->> 'completion_tokens')::bigint AS completion
     UNION ALL
     SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial))
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
-  WHERE e.status = 'success' GROUP BY e.job_id, j.reserved_tokens, j.request
+  WHERE e.status = 'success' GROUP BY e.job_id, e.counted, e.estimate, j.reserved_tokens, j.request
 ),
 finished AS (
   UPDATE jobs j SET
@@ -134,6 +142,7 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
     o.defaultPoints, o.maxAttempts, o.server, o.audit,
     reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
+    reports.map((r) => (r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0)),
   ]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));

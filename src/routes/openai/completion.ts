@@ -82,11 +82,14 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
   }
 }
 
-/** finish_reason: "tool_calls" when the answer calls tools; "length" when the node stopped at max_tokens (as its usage tells, or its backend said so); else "stop". */
+/**
+ * finish_reason: "tool_calls" when the answer calls tools; "length" when the node stopped at
+ * max_tokens (as its count tells, or its backend said so; an estimate tells nothing); else "stop".
+ */
 export function finishReason(chat: ChatRequest, usage: Usage | null, answer?: Answer): 'stop' | 'length' | 'tool_calls' {
   if (answer?.message.tool_calls?.length) return 'tool_calls';
   if (answer?.finish_reason === 'length') return 'length';
-  return chat.maxTokens > 0 && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens ? 'length' : 'stop';
+  return chat.maxTokens > 0 && !usage?.estimated && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens ? 'length' : 'stop';
 }
 
 export function usageOf(usage: Usage | null): { prompt_tokens: number; completion_tokens: number; total_tokens: number } | undefined {

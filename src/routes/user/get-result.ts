@@ -23,8 +23,11 @@ const NOT_FOUND = 'Job not found';
 /** Why a finished wait's listener is told to stop (jobs/watch.ts ignores the reason). */
 const WAIT_OVER = 'wait over';
 
+// A done job's usage is shown when its node counted it; an estimate (the seed's workers count
+// none, jobs/answer.ts) is charged but not shown here, so that the seed's jobs keep the seed's
+// body field for field. /v1 and GET /usage show it.
 function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: string | null }, jobId: string) {
-  if (job.state === 'done') return { status: 'success' as const, job_id: jobId, result: job.result!, ...(job.usage ? { usage: job.usage } : {}) };
+  if (job.state === 'done') return { status: 'success' as const, job_id: jobId, result: job.result!, ...(job.usage && !job.usage.estimated ? { usage: job.usage } : {}) };
   return { status: job.state as 'failed' | 'expired' | 'canceled', job_id: jobId, detail: job.detail ?? job.state, result: { message: { role: 'assistant', content: '' } } };
 }
 
