@@ -54,6 +54,8 @@ export interface AppOptions {
   requestTimeoutMs?: number;
   headersTimeoutMs?: number;
   keepAliveTimeoutMs?: number;
+  /** While the server closes, how long a connection answered meanwhile waits for one more request (default 1 s). */
+  closingLingerMs?: number;
   /** Off unless given: tests opt in; the server passes the configured limits. */
   rateLimits?: RateLimits;
   /** Behind reverse proxies at these addresses or networks: the client address from X-Forwarded-For, as far as they wrote it. */
@@ -86,9 +88,16 @@ export const DEFAULT_BODY_LIMIT = 1024 * 1024;
  * 503 (`return503OnClosing: false`): the seed's worker stops for
  * hours on a 5xx to its report, and the database stays open until every request has finished
  * (within SHUTDOWN_TIMEOUT_MS, server.ts). So a connection takes at most one more request.
+ * A connection whose last request in flight is answered after the close began (a long poll,
+ * answered at once when the server stops; a completion; a stream) is kept `lingerMs` for that
+ * one more request (a worker's report on the connection its poll came back on), then ended if
+ * none came: Node closes idle connections only once, when the close begins, and would otherwise
+ * wait for this one until its keep-alive timeout, past SHUTDOWN_TIMEOUT_MS and a container's
+ * stop timeout (10 s for docker and podman).
  */
-function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
+function closeUnusedConnectionsOnClose(app: FastifyInstance, lingerMs: number): void {
   const busy = new Map<Socket, number>();
+  let closing = false;
   app.server.on('connection', (socket: Socket) => {
     busy.set(socket, 0);
     socket.once('close', () => busy.delete(socket));
@@ -96,9 +105,16 @@ function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
   app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const socket = req.socket;
     busy.set(socket, (busy.get(socket) ?? 0) + 1);
-    res.once('close', () => { if (busy.has(socket)) busy.set(socket, busy.get(socket)! - 1); });
+    res.once('close', () => {
+      if (!busy.has(socket)) return;
+      const n = busy.get(socket)! - 1;
+      busy.set(socket, n);
+      // end(), not destroy(): the answer already written still reaches the client.
+      if (closing && n === 0) setTimeout(() => { if (busy.get(socket) === 0) socket.end(); }, lingerMs).unref();
+    });
   });
   app.addHook('preClose', (done) => {
+    closing = true;
     for (const [socket, n] of busy) if (n === 0) socket.destroy();
     done();
   });
@@ -213,7 +229,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   metrics.live.waitingWorkers = () => service.coordinator.waitingWorkers;
   // Waiting polls answer at once when the server stops, rather than holding the shutdown.
   app.addHook('preClose', (done) => { service.drain(); done(); });
-  closeUnusedConnectionsOnClose(app);
+  closeUnusedConnectionsOnClose(app, opts.closingLingerMs ?? 1_000);
   app.addHook('onClose', () => service.close());
   const deps: Deps = { service, metrics, limiters };
   updateResultRoute(app, deps);
