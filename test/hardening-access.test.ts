@@ -47,6 +47,24 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
     expect((await register()).statusCode).toBe(200);
   });
 
+  it('counts each check: two workers behind one address that each check, then each register, both get a session', async () => {
+    t = await startApp(backend);
+    const key = await t.addNode('gpu');
+    expect((await check(key)).statusCode).toBe(200);
+    expect((await check(key)).statusCode).toBe(200);
+    expect((await register()).statusCode).toBe(200);
+    expect((await register()).statusCode).toBe(200);
+    expect((await register()).statusCode).toBe(401);
+    // Concurrent pairs, as a fleet restarting: as many sessions as checks, no more.
+    await Promise.all(Array.from({ length: 5 }, () => check(key)));
+    const replies = await Promise.all(Array.from({ length: 7 }, () => register()));
+    expect(replies.map((r) => r.statusCode).sort()).toEqual([200, 200, 200, 200, 200, 401, 401]);
+    // Another address's checks are its own.
+    expect((await check(key, '10.1.0.2')).statusCode).toBe(200);
+    expect((await register()).statusCode).toBe(401);
+    expect((await register('10.1.0.2')).statusCode).toBe(200);
+  });
+
   it('gives one session to concurrent keyless registrations after one check', async () => {
     t = await startApp(backend);
     const key = await t.addNode('gpu');

@@ -22,14 +22,20 @@ export interface SessionListing { node: string; session: number; node_version: s
 
 const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended, n.key_hash
   FROM nodes n WHERE n.name = $1::text`);
-// A check proves the key whose hash it records ($3), at one address.
-const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secret_checks (node_id, client_addr, checked_at, key_hash)
-  VALUES ($1::bigint, $2::text, now(), $3::text)
-  ON CONFLICT (node_id, client_addr) DO UPDATE SET checked_at = EXCLUDED.checked_at, key_hash = EXCLUDED.key_hash`);
-// Uses up the node's check from this address ($1, $2) made within $3 seconds, if it proved the
-// node's key of now; returns that key's hash. One DELETE: of concurrent uses, one wins.
-const USE_CHECK = sql('sessions_use_secret_check', `DELETE FROM node_secret_checks c USING nodes n
-  WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int)
+/** How long a check_node_secret lets its address register the node without the key (routes/worker/register-node.ts). */
+export const REGISTER_AFTER_CHECK_SECONDS = 60;
+
+// A check proves the key whose hash it records ($3), at one address, for one more registration
+// (migrations/0025): checks of the same key within the window ($4 seconds) add up, to 16.
+const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secret_checks AS c (node_id, client_addr, checked_at, key_hash, uses)
+  VALUES ($1::bigint, $2::text, now(), $3::text, 1)
+  ON CONFLICT (node_id, client_addr) DO UPDATE SET checked_at = EXCLUDED.checked_at, key_hash = EXCLUDED.key_hash,
+    uses = CASE WHEN c.key_hash = EXCLUDED.key_hash AND c.checked_at > now() - make_interval(secs => $4::int) THEN least(c.uses + 1, 16) ELSE 1 END`);
+// Uses one registration of the node's check from this address ($1, $2) made within $3 seconds,
+// if it proved the node's key of now; returns that key's hash. One UPDATE, its condition checked
+// again on the row as a concurrent use left it: of two uses of the last registration, one wins.
+const USE_CHECK = sql('sessions_use_secret_check', `UPDATE node_secret_checks c SET uses = c.uses - 1 FROM nodes n
+  WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int) AND c.uses > 0
     AND n.id = c.node_id AND n.key_hash = c.key_hash
   RETURNING c.key_hash`);
 // $2: the MODELS_TTL in seconds.
@@ -68,13 +74,13 @@ export async function findNodeForRegistration(db: Queryable, name: string): Prom
 }
 
 /** A check_node_secret success: `keyHash` is the hash of the key it proved. */
-export async function recordSecretCheck(db: Queryable, nodeId: number, clientAddr: string, keyHash: string): Promise<void> {
-  await db.query(RECORD_CHECK, [nodeId, clientAddr, keyHash]);
+export async function recordSecretCheck(db: Queryable, nodeId: number, clientAddr: string, keyHash: string, withinSeconds: number): Promise<void> {
+  await db.query(RECORD_CHECK, [nodeId, clientAddr, keyHash, withinSeconds]);
 }
 
 /**
- * Uses up the check of this node from this address, if one was made within `withinSeconds`
- * with the node's current key: that key's hash, else undefined. A check serves once.
+ * Uses one registration of the check of this node from this address, if one was made within
+ * `withinSeconds` with the node's current key: that key's hash, else undefined. Each check serves one.
  */
 export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<string | undefined> {
   const [row] = await db.query<{ key_hash: string }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);

@@ -1,10 +1,10 @@
 // POST /check_node_secret: is `secret` the key of node `node_id`? Real workers ask right
-// before register_node, which then trusts this address for that node once, for a short while,
+// before register_node, which then trusts this address for that node once a check, for a short while,
 // while that key is still the node's (routes/worker/register-node.ts).
 import { timingSafeEqual } from 'node:crypto';
 import { CheckNodeSecretRequest, CheckNodeSecretResponses } from '../../generated/schemas.js';
 import { hashKey } from '../../keys.js';
-import { findNodeForRegistration, recordSecretCheck } from '../../repositories/sessions.js';
+import { findNodeForRegistration, recordSecretCheck, REGISTER_AFTER_CHECK_SECONDS } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
@@ -22,7 +22,7 @@ export function checkNodeSecretRoute(app: App, { service: { db }, limiters }: De
     if (!node || !isKeyOf(secret, node.key_hash)) return limiters.failures.refuse(req.ip, new HttpError(401, 'Invalid node secret'));
     req.nodeName = node.name;
     if (node.disabled) throw new HttpError(403, 'Node is disabled');
-    await recordSecretCheck(db, node.id, req.ip, node.key_hash);
+    await recordSecretCheck(db, node.id, req.ip, node.key_hash, REGISTER_AFTER_CHECK_SECONDS);
     return { status: 'success' };
   }));
 }

@@ -2,20 +2,18 @@
 // whoever holds the node's key: sent as `Authorization: Bearer`, the `api_key` header or the
 // body's `secret` — or, for the real worker, which sends none, proven by a successful
 // check_node_secret of this node from the same address within REGISTER_AFTER_CHECK_SECONDS.
-// Such a check serves one registration, and only while the key it proved is the node's (a
+// Each such check serves one registration (two workers behind one address check twice), and only while the key it proved is the node's (a
 // rotation voids it); a request that offers a key is judged by that key alone, so a wrong key
 // inside the window gets nothing. The check is used up in the transaction that opens the
 // session: a registration that fails (an outage ridden out and retried) does not spend it.
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
-import { findNodeForRegistration, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
+import { findNodeForRegistration, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
 import { bearerToken } from '../authenticate.js';
 import { isKeyOf } from './check-node-secret.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 import type { Queryable } from '../../db/database.js';
-
-export const REGISTER_AFTER_CHECK_SECONDS = 60;
 
 const UNPROVEN = "Registering a node takes its key: send it as Authorization: Bearer, or call /check_node_secret first";
 
