@@ -119,4 +119,21 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     await t.app.service.coordinator.endNodeLeases(node!.id);
     expect(await q('t_state', 'SELECT state FROM jobs WHERE id = $1::uuid', [jobId])).toEqual([{ state: 'queued' }]);
   });
+
+  it('a success without an answer (result.message neither text nor a message) is refused 400 and changes nothing; the job stays the node\'s to answer', async () => {
+    const w = await worker('shapeless-model');
+    const jobId = await user.submit('shapeless-model', 'answer me');
+    const job = (await w.getJob())!;
+    const send = (result: unknown) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result });
+    for (const result of [{ message: 12345, foo: [1, 2, 3] }, {}, { message: null }, { message: { role: 'assistant' } }, { message: ['text'] }]) {
+      const res = await send(result);
+      expect(res.statusCode, JSON.stringify(result)).toBe(400);
+      expect(res.json().detail).toMatch(/result\.message/);
+    }
+    expect(await q('t_shapeless', 'SELECT state FROM jobs WHERE id = $1::uuid', [jobId])).toEqual([{ state: 'leased' }]);
+    expect(await q('t_shapeless_results', 'SELECT count(*)::int AS n FROM job_results WHERE job_id = $1', [jobId])).toEqual([{ n: 0 }]);
+    // Its text, or a message with its text (empty too) or its tool calls, is an answer.
+    expect((await send({ message: { role: 'assistant', content: '' } })).json()).toMatchObject({ status: 'success', points: 1 });
+    expect((await user.result(jobId)).json()).toMatchObject({ status: 'success' });
+  });
 });

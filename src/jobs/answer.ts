@@ -52,6 +52,16 @@ function toolCallsOf(v: unknown): ToolCall[] | undefined {
   return calls.length ? calls : undefined;
 }
 
+/**
+ * Whether a success report carries an answer: `result.message` as the text, or as a message
+ * with its text (`content`) or its tool calls. A success without one (`{"message": 12345}`, no
+ * message at all) is refused rather than handed to its user as an empty answer.
+ */
+export function hasAnswerMessage(result: Record<string, unknown>): boolean {
+  const m = result.message;
+  return typeof m === 'string' || (isObject(m) && (typeof m.content === 'string' || Array.isArray(m.tool_calls)));
+}
+
 export function answerOf(result: Record<string, unknown>): Answer {
   const m = result.message;
   let answer: Answer;

@@ -8,7 +8,7 @@
 import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
 import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
-import { answerOf, requestErrorOf, usageOf } from '../jobs/answer.js';
+import { answerOf, hasAnswerMessage, requestErrorOf, usageOf } from '../jobs/answer.js';
 import { isJobId } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
@@ -27,6 +27,10 @@ export function updateResultRoute(app: App, deps: Deps): void {
 
   async function completeLease(body: Body, keyHash: string): Promise<Reply> {
     const result = body.result as Record<string, unknown>;
+    // 400, the refusal that keeps the seed's worker polling; its lease runs on (jobs/answer.ts).
+    if (body.status === 'success' && !hasAnswerMessage(result)) {
+      throw new HttpError(400, 'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded');
+    }
     const c: Completion = await coordinator.complete({
       keyHash, jobId: body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
       requestError: requestErrorOf(body.status, result),
