@@ -4,6 +4,7 @@
 // fair queueing between owners, weighted by priority, without starving anyone; positions in
 // the 404 body that follow the fair order. Over the real app, on every backend.
 import { randomUUID } from 'node:crypto';
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
@@ -176,6 +177,12 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(res.status).toBe(429);
     expect(Math.abs(Number(res.headers.get('retry-after')) - secondsToUtcMidnight())).toBeLessThanOrEqual(2);
     expect(await res.json()).toEqual({ error: { message: expect.stringContaining('quota'), type: 'insufficient_quota', param: null, code: 'insufficient_quota' } });
+    // Not to be retried: the SDK, with its default retries, would otherwise sleep the hours of Retry-After, twice.
+    expect(res.headers.get('x-should-retry')).toBe('false');
+    const sdk = new OpenAI({ baseURL: `${url}/v1`, apiKey: key });
+    const err = await sdk.chat.completions.create({ model: 'oai-quota-model', messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.RateLimitError);
+    expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe('insufficient_quota');
   });
 
   it('serves owners in turn: a light user\'s job goes ahead of a heavy backlog, and its 404 says so', async () => {

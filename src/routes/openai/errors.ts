@@ -32,8 +32,10 @@ export const invalidRequest = (message: string, param: string | null, code: stri
 export function toOpenAIError(err: unknown): OpenAIError {
   if (err instanceof OpenAIError) return err;
   // A used-up budget is OpenAI's insufficient_quota (429, as OpenAI answers it), not a rate limit.
+  // x-should-retry: false, since the SDKs retry a 429 after its Retry-After without a cap: here
+  // the hours to 00:00 UTC, twice, with the application hanging meanwhile (openai-node).
   if (err instanceof QuotaExceeded) {
-    return new OpenAIError(429, `You exceeded your current quota: ${err.message}. GET /usage shows it.`, 'insufficient_quota', null, 'insufficient_quota', { 'retry-after': String(err.retryAfterSeconds) });
+    return new OpenAIError(429, `You exceeded your current quota: ${err.message}. GET /usage shows it.`, 'insufficient_quota', null, 'insufficient_quota', { 'retry-after': String(err.retryAfterSeconds), 'x-should-retry': 'false' });
   }
   // A job its key's whole token quota cannot hold: retrying never helps, so not a 429.
   if (err instanceof ReserveOverQuota) return invalidRequest(err.message, null, 'max_tokens_over_quota');
