@@ -7,6 +7,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { bitsOf } from '../src/jobs/capabilities.js';
+import { setKeyQuota } from '../src/repositories/api-keys.js';
 import { eligibleNodes } from '../src/verify/copies.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
@@ -175,6 +176,32 @@ describe.each(backends)('an embeddings answer reported beside the seed\'s string
       const reported = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: '', embeddings: [base64Of(vectorOf('a')), base64Of(vectorOf('b c'))] } });
       expect(reported.statusCode).toBe(200);
       expect((await pending).data.map((d) => d.embedding)).toEqual([vectorOf('a'), vectorOf('b c')]);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe.each(backends)('embeddings under a token quota on $name', (db) => {
+  it('reserve no output tokens and are charged none: a key with 50 tokens left embeds, whatever count its node claims', async () => {
+    const t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const w = await new TestWorker(t.app, 'quota-embed-node', await t.addNode('quota-embed-node')).start([]);
+      expect((await w.post('/worker/update_models', { node_url: 'quota-embed-node', models: ['q-embed'], capabilities: { 'q-embed': ['embeddings'] } }, true)).statusCode).toBe(200);
+      const key = await t.addUser('small-quota');
+      await setKeyQuota(t.db, 'small-quota', undefined, 50);
+      const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
+      // Before, it reserved QUOTA_RESERVE_TOKENS (1024), more than the whole quota: 400 max_tokens_over_quota.
+      const pending = client.embeddings.create({ model: 'q-embed', input: 'a', encoding_format: 'float' });
+      const job = (await w.getJob(10))!;
+      const reported = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
+        result: { message: '', embeddings: [base64Of(vectorOf('a'))] }, usage: { prompt_tokens: 1, completion_tokens: 40 } });
+      expect(reported.statusCode).toBe(200);
+      expect((await pending).data.map((d) => d.embedding)).toEqual([vectorOf('a')]);
+      await t.app.service.usage.settle();
+      const usage = (await t.app.inject({ method: 'GET', url: '/usage', headers: { api_key: key } })).json<{ used: unknown }>();
+      expect(usage.used).toEqual({ jobs: 1, tokens: 0 });
     } finally {
       await t.close();
     }

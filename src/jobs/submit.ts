@@ -9,6 +9,7 @@ import type { Claim } from './dispatcher.js';
 import type { Lifecycle } from './lifecycle.js';
 import type { Refusal, SubmitRow } from './sql/submit.js';
 import type { LeasedJob } from './sql/lease.js';
+import { CAPABILITIES } from './capabilities.js';
 import { randomSeed, type JobRequest } from './request.js';
 
 export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }
@@ -113,7 +114,9 @@ export class Submitter {
     const modelId = await ensureModelIdFor(this.db, s.model, s.ownerKeyId, NEW_MODELS_PER_KEY_PER_DAY);
     if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
-    const reserve = s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
+    // An embeddings job generates no output tokens: it reserves none (and is charged none,
+    // sql/complete.ts), so a key with less than the reserve left can still embed.
+    const reserve = (s.request.needs ?? 0) & CAPABILITIES.embeddings ? 0 : s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
     const job = { id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve };
     let refused = await this.batcher.load(job);
     for (let n = 0; refused === 'retry' && n < RETRIES; n++) refused = await this.batcher.load(job);

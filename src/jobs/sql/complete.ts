@@ -29,8 +29,9 @@ import type { JobState } from '../states.js';
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
 // token per byte it streamed) — with completion_tokens clamped at the job's reservation (its
 // max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts; at least 1,
-// QUOTA_RESERVE_TOKENS in config.ts). Only copies and probes reserve nothing (they are no one's
-// to charge): theirs stays the node's own count, unclamped (nullif). Other
+// QUOTA_RESERVE_TOKENS in config.ts; an embeddings job's is 0: it generates none). Copies and
+// probes reserve nothing and are no one's to charge: theirs stays the node's own count,
+// unclamped. Other
 // error reports' usage is never charged. $13 per report, the answer's estimated output tokens
 // (jobs/answer.ts estimateAnswerTokens): a success whose finishing report counts no
 // completion_tokens (the seed's workers count none) is charged that estimate, clamped as a count
@@ -66,14 +67,14 @@ usages AS (
       'prompt_tokens', CASE WHEN e.counted THEN sum(u.prompt) ELSE (SELECT ceil(sum(octet_length(m ->> 'content')) / 4.0)::bigint
         FROM jsonb_array_elements(CASE jsonb_typeof(j.request -> 'messages') WHEN 'array' THEN j.request -> 'messages' END) m) END,
       'completion_tokens', least(CASE WHEN e.counted THEN sum(u.completion) ELSE e.estimate END,
-        nullif(greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)), 0)),
+        CASE WHEN j.owner_key_id IS NOT NULL THEN greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)) END),
       'estimated', CASE WHEN NOT e.counted THEN true END)), '{}') AS usage
   FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
     SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, (e.usage ->> 'completion_tokens')::bigint AS completion
     UNION ALL
     SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial))
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
-  WHERE e.status = 'success' GROUP BY e.job_id, e.counted, e.estimate, j.reserved_tokens, j.request
+  WHERE e.status = 'success' GROUP BY e.job_id, e.counted, e.estimate, j.reserved_tokens, j.request, j.owner_key_id
 ),
 finished AS (
   UPDATE jobs j SET
