@@ -13,7 +13,7 @@ const VALUES: Record<string, unknown> = {
   model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5, max_completion_tokens: 5, temperature: 0.2, seed: 3, stream: true,
   stream_options: { include_usage: true }, stop: ['x'], top_p: 0.5, presence_penalty: 1, frequency_penalty: 1,
   response_format: { type: 'json_object' }, logprobs: true, top_logprobs: 2, tools: [TOOL], tool_choice: 'required', parallel_tool_calls: false,
-  user: 'u', metadata: { a: 'b' }, service_tier: 'auto',
+  user: 'u', metadata: { a: 'b' }, service_tier: 'auto', prompt_cache_key: 'k', prompt_cache_retention: '24h', safety_identifier: 's',
   n: 2, logit_bias: { 50256: -100 }, functions: [{ name: 'f', parameters: {} }], function_call: 'auto', audio: { voice: 'alloy', format: 'wav' },
   modalities: ['text', 'audio'], prediction: { type: 'content', content: 'x' }, web_search_options: {}, reasoning_effort: 'low',
 };

@@ -154,6 +154,8 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
   });
 
   it('refuses, as OpenAI does, fields whose form OpenAI refuses, though they change nothing here', async () => {
+    const TOOL = { type: 'function', function: { name: 'weather', parameters: { type: 'object', properties: {} } } };
+    const CALL = { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{}' } }, { id: 'call_2', type: 'function', function: { name: 'weather', arguments: '{}' } }] };
     const cases: [Record<string, unknown>, string, string | null][] = [
       [{ tools: [] }, 'tools', 'empty_array'],
       [{ tool_choice: 'auto' }, 'tool_choice', null],
@@ -168,6 +170,16 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
       [{ service_tier: 'fastest' }, 'service_tier', 'invalid_value'],
       [{ max_completion_tokens: 5, max_tokens: -1 }, 'max_tokens', 'invalid_value'],
       [{ messages: 'hi' }, 'messages', 'invalid_type'],
+      [{ prompt_cache_key: 7 }, 'prompt_cache_key', 'invalid_type'],
+      [{ safety_identifier: ['u'] }, 'safety_identifier', 'invalid_type'],
+      [{ prompt_cache_retention: '1y' }, 'prompt_cache_retention', 'invalid_value'],
+      [{ stream: true, stream_options: { include_obfuscation: 'no' } }, 'stream_options.include_obfuscation', 'invalid_type'],
+      [{ messages: [{ role: 'user', content: 'x', name: 3 }] }, 'messages[0].name', 'invalid_type'],
+      // A tool's answer to no call, and calls left unanswered (before the next message, or at the end).
+      [{ tools: [TOOL], messages: [{ role: 'user', content: 'x' }, { role: 'tool', tool_call_id: 'call_zz', content: 'sunny' }] }, 'messages[1].role', null],
+      [{ tools: [TOOL], messages: [{ role: 'user', content: 'x' }, CALL, { role: 'user', content: 'and?' }] }, 'messages[2].role', null],
+      [{ tools: [TOOL], messages: [{ role: 'user', content: 'x' }, CALL, { role: 'tool', tool_call_id: 'call_1', content: 'a' }, { role: 'tool', tool_call_id: 'call_1', content: 'again' }] }, 'messages[3].role', null],
+      [{ tools: [TOOL], messages: [{ role: 'user', content: 'x' }, CALL] }, 'messages[1].role', null],
     ];
     for (const [extra, param, code] of cases) {
       const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x' }], ...extra }) });
@@ -176,7 +188,8 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     }
     // Their valid forms are accepted and answered (tools with tool_choice: test/openai-fields.test.ts).
     const ok = await client.chat.completions.create({
-      model: MODEL, messages: [{ role: 'user', content: 'fine' }], user: 'u-1', metadata: { team: 'a' }, service_tier: 'auto', max_completion_tokens: 5, max_tokens: 5,
+      model: MODEL, messages: [{ role: 'user', content: 'fine', name: 'bob' }], user: 'u-1', metadata: { team: 'a' }, service_tier: 'auto', max_completion_tokens: 5, max_tokens: 5,
+      prompt_cache_key: 'k', safety_identifier: 'hashed-user', prompt_cache_retention: '24h',
     } as never);
     expect(ok.choices[0]!.message.content).toBe('echo: fine');
     const text = await client.completions.create({ model: MODEL, prompt: 'x', stream_options: { include_usage: true } } as never).catch((e: unknown) => e);

@@ -154,14 +154,28 @@ export function userField(body: Record<string, unknown>): void {
   if (given(body.user) && typeof body.user !== 'string') throw invalidRequest("Invalid type for 'user': expected a string.", 'user', 'invalid_type');
 }
 
+const CACHE_RETENTIONS = new Set(['in_memory', '24h']);
+
 /**
  * The chat fields accepted without effect on the answer (docs/openai.md), checked as OpenAI
- * checks them, so a request OpenAI refuses is refused here too: `user` a string, `metadata` at
- * most 16 string pairs (keys up to 64 characters, values up to 512), `service_tier` one of
- * OpenAI's tiers.
+ * checks them, so a request OpenAI refuses is refused here too: `user`, `prompt_cache_key` and
+ * `safety_identifier` strings, `metadata` at most 16 string pairs (keys up to 64 characters,
+ * values up to 512), `service_tier` one of OpenAI's tiers, `prompt_cache_retention` one of its
+ * two, `stream_options.include_obfuscation` a boolean (streams here carry no obfuscation).
  */
 function acceptedFields(body: Record<string, unknown>): void {
   userField(body);
+  for (const name of ['prompt_cache_key', 'safety_identifier']) {
+    if (given(body[name]) && typeof body[name] !== 'string') throw invalidRequest(`Invalid type for '${name}': expected a string.`, name, 'invalid_type');
+  }
+  const retention = body.prompt_cache_retention;
+  if (given(retention) && !(typeof retention === 'string' && CACHE_RETENTIONS.has(retention))) {
+    throw invalidRequest(`Invalid value for 'prompt_cache_retention': expected one of ${[...CACHE_RETENTIONS].join(', ')}.`, 'prompt_cache_retention', 'invalid_value');
+  }
+  const obfuscation = isObject(body.stream_options) ? body.stream_options.include_obfuscation : undefined;
+  if (given(obfuscation) && typeof obfuscation !== 'boolean') {
+    throw invalidRequest("Invalid type for 'stream_options.include_obfuscation': expected a boolean.", 'stream_options.include_obfuscation', 'invalid_type');
+  }
   const metadata = body.metadata;
   if (given(metadata)) {
     if (!isObject(metadata)) throw invalidRequest("Invalid type for 'metadata': expected an object.", 'metadata', 'invalid_type');

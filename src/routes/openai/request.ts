@@ -69,8 +69,17 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
   if (v.length === 0) throw invalidRequest("Invalid 'messages': empty array. Expected an array with minimum length 1.", 'messages', 'empty_array');
   if (v.length > MAX_MESSAGES) throw invalidRequest(`Invalid 'messages': at most ${MAX_MESSAGES} messages.`, 'messages', 'array_above_max_length');
   let tools = false;
+  // Tool calls not yet answered by a tool message: OpenAI refuses a tool message that answers
+  // none, and a conversation that goes on before every call of an assistant message is answered.
+  let unanswered = new Set<string>();
+  const answeredBefore = (i: number): void => {
+    if (unanswered.size === 0) return;
+    throw invalidRequest(`An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${[...unanswered].join(', ')}`, `messages[${i}].role`);
+  };
   const whole = v.map((m, i): ChatMessage => {
     if (!isObject(m)) throw invalidRequest(`Invalid type for 'messages[${i}]': expected an object.`, `messages[${i}]`, 'invalid_type');
+    // `name` (a participant's name) is accepted without effect (docs/openai.md), as a string.
+    if (given(m.name) && typeof m.name !== 'string') throw invalidRequest(`Invalid type for 'messages[${i}].name': expected a string.`, `messages[${i}].name`, 'invalid_type');
     if (m.role === 'function' || given(m.function_call)) {
       throw invalidRequest("Unsupported parameter: legacy function calling ('function' messages, function_call); use tools and tool_calls.", `messages[${i}]`, 'unsupported_parameter');
     }
@@ -81,17 +90,23 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
     if (role === 'tool') {
       if (typeof m.tool_call_id !== 'string' || m.tool_call_id.length === 0) throw invalidRequest(`Missing required parameter: 'messages[${i}].tool_call_id'.`, `messages[${i}].tool_call_id`, 'missing_required_parameter');
       storableDeep(m.tool_call_id, `messages[${i}].tool_call_id`);
+      if (!unanswered.delete(m.tool_call_id)) {
+        throw invalidRequest("Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'.", `messages[${i}].role`);
+      }
       tools = true;
       return { role, content: content(m.content, i), tool_call_id: m.tool_call_id };
     }
+    answeredBefore(i);
     if (role === 'assistant' && given(m.tool_calls)) {
       const calls = toolCalls(m.tool_calls, i);
       storableDeep(calls, `messages[${i}].tool_calls`);
+      unanswered = new Set(calls.map((c) => c.id));
       tools = true;
       return { role, content: given(m.content) ? content(m.content, i) : null, tool_calls: calls };
     }
     return { role, content: content(m.content, i) };
   });
+  answeredBefore(v.length - 1);
   const plain = whole.map((m) => ({ role: m.role, content: m.content ?? '' }));
   return { plain, whole: tools ? whole : undefined };
 }
