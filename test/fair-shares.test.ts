@@ -93,7 +93,9 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(report.statusCode).toBe(200);
     // The settler folds it in (src/usage/settle.ts); until then the reservation still counts.
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 1000 });
-    expectQuota429(await submitRaw(t.app, key, 'tokens-model', { max_output: 70 }));
+    const over = await submitRaw(t.app, key, 'tokens-model', { max_output: 70 });
+    expectQuota429(over);
+    expect(over.json().detail).toMatch(/^Quota exceeded: .*has less left than the 70 this job reserves/);
     await t.app.service.usage.settle();
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 930 });
     // Settled once: another look changes nothing.

@@ -29,8 +29,11 @@ export class TooManyModels extends Error {
 }
 
 export class QuotaExceeded extends Error {
-  constructor(readonly which: 'jobs' | 'tokens', readonly retryAfterSeconds: number) {
-    super(`the key's daily quota of ${which === 'jobs' ? 'jobs' : 'output tokens'} is used up until 00:00 UTC`);
+  /** reserve: the output tokens the job reserves, which do not fit in what is left of the quota. */
+  constructor(readonly which: 'jobs' | 'tokens', readonly retryAfterSeconds: number, reserve = 0) {
+    super(which === 'jobs'
+      ? "the key's daily quota of jobs is used up until 00:00 UTC"
+      : `the key's daily quota of output tokens has less left than the ${reserve} this job reserves (the most it asks for, or QUOTA_RESERVE_TOKENS when it sets none) until 00:00 UTC; a job asking for fewer may fit (GET /usage shows what is left)`);
   }
 }
 
@@ -121,7 +124,7 @@ export class Submitter {
     let refused = await this.batcher.load(job);
     for (let n = 0; refused === 'retry' && n < RETRIES; n++) refused = await this.batcher.load(job);
     if (refused === 'reserve') throw new ReserveOverQuota(reserve, s.request.max_output > 0);
-    if (refused) throw new QuotaExceeded(refused === 'retry' ? 'tokens' : refused, secondsToUtcMidnight());
+    if (refused) throw new QuotaExceeded(refused === 'retry' ? 'tokens' : refused, secondsToUtcMidnight(), reserve);
     return id;
   }
 }
