@@ -311,6 +311,7 @@ describe.each(backends)('coordinator under load on $name', (backend) => {
     // C never held it.
     const stranger = await report(await t.addNode('stranger'));
     expect(stranger.statusCode).toBe(creditPolicy === 'reports' ? 409 : 403);
+    expect(stranger.json().detail).toBe(`Job ${jobId} is a job of this network that was never leased to this node`);
     expect(await totalPoints(t.db)).toBe(0);
     expect((await b.report(job)).json()).toMatchObject({ job_id: jobId, points: 1, replayed: false });
     expect(await totalPoints(t.db)).toBe(1);

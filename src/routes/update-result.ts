@@ -47,7 +47,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     const lease = isJobId(body.job_id) ? await coordinator.nodeLeaseOf(body.job_id, node.id) : undefined;
     if (lease) return completeLease(body, lease);
     if (lease === null) {
-      throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} was dispatched to another node`);
+      throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} is a job of this network that was never leased to this node`);
     }
     if (coordinatorConfig.creditPolicy === 'dispatched') {
       throw new HttpError(403, 'CREDIT_POLICY=dispatched: only jobs leased to this node earn points; report with the job key (jk_) that came with the job');
