@@ -5,6 +5,7 @@ import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { Lifecycle } from '../jobs/lifecycle.js';
+import { pauseAfter } from '../jobs/sql/sweep.js';
 import { NodeLifecycle } from '../nodes/lifecycle.js';
 import { table, UsageError, type Io } from './io.js';
 
@@ -35,7 +36,8 @@ export interface RunOptions {
  */
 export function operatorJobs(db: Database, opts: RunOptions): Lifecycle {
   return opts.jobs ?? new Lifecycle(db, { maxAttempts: opts.coordinator.maxAttempts, leaseTimeout: opts.coordinator.leaseTimeout, defaultPoints: 0, audit: false, onError: () => {},
-    stranding: { onlineWindow: opts.coordinator.onlineWindow, modelsTtl: opts.coordinator.modelsTtl, grace: opts.coordinator.noNodeGrace } });
+    stranding: { onlineWindow: opts.coordinator.onlineWindow, modelsTtl: opts.coordinator.modelsTtl, grace: opts.coordinator.noNodeGrace },
+    pauseAfter: pauseAfter(opts.coordinator.sweepInterval) });
 }
 
 /**

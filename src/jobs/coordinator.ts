@@ -9,6 +9,7 @@ import type { SessionRow } from '../repositories/sessions.js';
 import { Lifecycle, type LiveConsumer } from './lifecycle.js';
 import { Submitter, type Submission } from './submit.js';
 import { Dispatcher, type DeliveredJob } from './dispatcher.js';
+import { pauseAfter } from './sql/sweep.js';
 import { Completer, nodeLeaseOf, type Completion, type JobReport } from './complete.js';
 import { Sweeper } from './sweeper.js';
 import { ResultWatch, type Finished } from './watch.js';
@@ -62,7 +63,8 @@ export class Coordinator {
 
   private constructor(private readonly db: Database, opts: CoordinatorOptions) {
     const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError,
-      stranding: { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl, grace: opts.noNodeGrace }, quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
+      stranding: { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl, grace: opts.noNodeGrace },
+      pauseAfter: pauseAfter(opts.sweepInterval), quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
     this.lifecycle = lifecycle;
     this.watch = new ResultWatch((ids) => finalJobs(db, ids), opts.onError);
     this.dispatcher = new Dispatcher({

@@ -31,6 +31,8 @@ export interface LifecycleOptions {
   audit: boolean;
   /** When the sweep fails a queued job because no node that may take it remains (sql/sweep.ts). */
   stranding: Stranding;
+  /** Seconds between two sweeps past which the time between them is given back to open leases (sql/sweep.ts PAUSE). */
+  pauseAfter: number;
   /** The daily quotas of user keys without their own (null: none). */
   quota?: QuotaDefaults;
   /** A consumer failed: it is logged and counted; the others still get the outcome. */
@@ -99,7 +101,7 @@ export class Lifecycle {
 
   /** One sweep of expired leases, deadlines and jobs no node may take; false when another server was sweeping. */
   async sweep(): Promise<boolean> {
-    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server, this.opts.stranding);
+    const outcome = await sweep(this.db, this.opts.maxAttempts, this.server, this.opts.stranding, this.opts.pauseAfter);
     if (outcome) this.apply(outcome);
     return outcome !== undefined;
   }

@@ -35,7 +35,7 @@ export const LEASE_OPEN = sql('jobs_progress_lease', `SELECT attempt FROM job_le
 // job's deadline: sql/lease.ts). A worker that dies gives its job back within $3 seconds and the
 // next sweep; one that never sends any (the seed's) keeps the whole LEASE_TIMEOUT.
 export const RENEW_LEASE = sql('jobs_progress_renew', `UPDATE job_leases l
-  SET expires_at = least(j.deadline_at, l.leased_at + make_interval(secs => $2::float8), now() + make_interval(secs => $3::float8))
+  SET expires_at = least(j.deadline_at, l.leased_at + make_interval(secs => $2::float8 + l.paused_seconds), now() + make_interval(secs => $3::float8))
   FROM jobs j WHERE l.key_hash = $1::text AND l.ended_at IS NULL AND j.id = l.job_id`);
 
 /** Renews the open lease of this job key (RENEW_LEASE). */

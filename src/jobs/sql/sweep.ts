@@ -74,14 +74,34 @@ SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended,
   coalesce((SELECT json_agg(json_build_object('nodeId', node_id, 'jobId', id)) FROM requeued), '[]') AS failures
 FROM announced a`);
 
+// Before the sweep: the time since the last one ($1 seconds at least: longer than any sweep's
+// own delay) was time no server swept — the service or its database was down — and no node
+// could report or renew. Each lease open at the last sweep gets it back (migrations/0026); one
+// taken since (a server that starts after a long stop leases at once) has lost nothing.
+export const PAUSE = sql('sweep_pause', `WITH last AS (SELECT swept_at FROM sweep_clock FOR UPDATE),
+tick AS (
+  UPDATE sweep_clock c SET swept_at = greatest(c.swept_at, now()) FROM last
+  RETURNING extract(epoch FROM now() - last.swept_at)::float8 AS gap, last.swept_at AS since
+)
+UPDATE job_leases l SET expires_at = least(j.deadline_at, l.expires_at + make_interval(secs => t.gap)), paused_seconds = l.paused_seconds + t.gap
+FROM tick t, jobs j
+WHERE t.gap > $1::float8 AND l.ended_at IS NULL AND l.leased_at <= t.since AND l.expires_at > t.since AND j.id = l.job_id`);
+
+/** The gap between sweeps past which it is given back to leases (PAUSE): longer than a sweep's delay on a loaded machine, five intervals and at least 5 s. */
+export const pauseAfter = (sweepIntervalSeconds: number): number => Math.max(5, 5 * sweepIntervalSeconds);
+
 /** When a queued job some node failed has no node left that may take it (seconds). */
 export interface Stranding { onlineWindow: number; modelsTtl: number; grace: number }
 
-/** One sweep, if this server gets the lock; undefined when another server is sweeping. */
-export async function sweep(db: Database, maxAttempts: number, server: string, stranding: Stranding): Promise<Outcome | undefined> {
+/**
+ * One sweep, if this server gets the lock; undefined when another server is sweeping. `pauseAfter`
+ * (seconds): a longer time since the last sweep is given back to the leases open then (PAUSE).
+ */
+export async function sweep(db: Database, maxAttempts: number, server: string, stranding: Stranding, pauseAfter: number): Promise<Outcome | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
+    await tx.query(PAUSE, [pauseAfter]);
     const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server, stranding.onlineWindow, stranding.modelsTtl, stranding.grace]);
     const o = parseItems(r!.announced);
     if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };
