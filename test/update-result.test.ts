@@ -148,6 +148,33 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
       expect(res.statusCode).toBe(200);
     });
 
+    it('reads a body in UTF-16 or UTF-32, with or without a byte order mark, as Python\'s json.loads does; a truncated one is 400', async () => {
+      const json = JSON.stringify(report(alpha, { job_id: 'utf16-\u00e9-\u{1f600}' }));
+      const utf16be = (s: string) => Buffer.from(s, 'utf16le').swap16();
+      const utf32 = (s: string, le: boolean) => Buffer.concat([...s].map((c) => {
+        const b = Buffer.alloc(4);
+        if (le) b.writeUInt32LE(c.codePointAt(0)!); else b.writeUInt32BE(c.codePointAt(0)!);
+        return b;
+      }));
+      const bodies: [string, Buffer][] = [
+        ['utf-8 with its BOM', Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(json)])],
+        ['utf-16le with its BOM', Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(json, 'utf16le')])],
+        ['utf-16be with its BOM', Buffer.concat([Buffer.from([0xfe, 0xff]), utf16be(json)])],
+        ['utf-16le', Buffer.from(json, 'utf16le')],
+        ['utf-16be', utf16be(json)],
+        ['utf-32le with its BOM', Buffer.concat([Buffer.from([0xff, 0xfe, 0, 0]), utf32(json, true)])],
+        ['utf-32be', utf32(json, false)],
+      ];
+      for (const [name, payload] of bodies) {
+        const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload, headers: { 'content-type': 'application/json' } });
+        expect(res.statusCode, name).toBe(200);
+        expect(res.json().job_id, name).toBe('utf16-\u00e9-\u{1f600}');
+      }
+      // Half a UTF-16 unit at the end: the decoder fails, as Python's does.
+      const truncated = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([Buffer.from(json, 'utf16le'), Buffer.from([0x7d])]), headers: { 'content-type': 'application/json' } });
+      expect(truncated.statusCode).toBe(400);
+    });
+
     it('400 for a body that is not UTF-8', async () => {
       const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.from([0x7b, 0xff, 0xfe, 0x7d]), headers: { 'content-type': 'application/json' } });
       expect(res.statusCode).toBe(400);

@@ -11,11 +11,39 @@ import { MalformedJson } from '../validation/pydantic.js';
 import { JsonTooDeep, pythonJsonFailure, tooDeep } from '../validation/python-json.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
+const utf16le = new TextDecoder('utf-16le', { fatal: true });
+const utf16be = new TextDecoder('utf-16be', { fatal: true });
 const unparseable = (): HttpError => new HttpError(400, 'There was an error parsing the body');
 
+/** UTF-32 (TextDecoder has none): whole 4-byte units, each a code point. */
+function decodeUtf32(buf: Buffer, littleEndian: boolean): string {
+  if (buf.length % 4 !== 0) throw new RangeError('truncated data');
+  let text = '';
+  for (let i = 0; i < buf.length; i += 4) text += String.fromCodePoint(littleEndian ? buf.readUInt32LE(i) : buf.readUInt32BE(i));
+  return text;
+}
+
+/**
+ * The body's text as Python's json.loads reads bytes (json.detect_encoding): UTF-32 or UTF-16 by
+ * their byte order mark or, without one, by where the first bytes are zero (JSON begins with
+ * ASCII); else UTF-8, its BOM skipped. A body its encoding cannot decode is 400, as FastAPI
+ * answers it.
+ */
 function decode(buf: Buffer): string {
+  const b = buf;
   try {
-    return utf8.decode(buf);
+    if (b.length >= 4 && b[0] === 0 && b[1] === 0 && b[2] === 0xfe && b[3] === 0xff) return decodeUtf32(b.subarray(4), false);
+    if (b.length >= 4 && b[0] === 0xff && b[1] === 0xfe && b[2] === 0 && b[3] === 0) return decodeUtf32(b.subarray(4), true);
+    if (b.length >= 2 && b[0] === 0xfe && b[1] === 0xff) return utf16be.decode(b.subarray(2));
+    if (b.length >= 2 && b[0] === 0xff && b[1] === 0xfe) return utf16le.decode(b.subarray(2));
+    if (b.length >= 4 && !(b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf)) {
+      if (b[0] === 0) return b[1] ? utf16be.decode(b) : decodeUtf32(b, false);
+      if (b[1] === 0) return b[2] || b[3] ? utf16le.decode(b) : decodeUtf32(b, true);
+    } else if (b.length === 2) {
+      if (b[0] === 0) return utf16be.decode(b);
+      if (b[1] === 0) return utf16le.decode(b);
+    }
+    return utf8.decode(b);
   } catch {
     throw unparseable();
   }
