@@ -35,8 +35,8 @@ import type { JobState } from '../states.js';
 // error reports' usage is never charged. $13 per report, the answer's estimated output tokens
 // (jobs/answer.ts estimateAnswerTokens): a success whose finishing report counts no
 // completion_tokens (the seed's workers count none) is charged that estimate, clamped as a count
-// would be, rather than its whole reservation, and its prompt is estimated from its messages'
-// text likewise; the usage says `estimated: true`. The lease keeps the report as sent, which
+// would be, rather than its whole reservation, and its prompt, unless counted, is estimated from
+// its messages' text likewise; the usage says `estimated: true`. The lease keeps the report as sent, which
 // verification reads (src/verify/auditor.ts).
 // $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
@@ -64,7 +64,7 @@ ended AS (
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
-      'prompt_tokens', CASE WHEN e.counted THEN sum(u.prompt) ELSE (SELECT ceil(sum(octet_length(m ->> 'content')) / 4.0)::bigint
+      'prompt_tokens', CASE WHEN e.counted OR sum(u.prompt) IS NOT NULL THEN sum(u.prompt) ELSE (SELECT ceil(sum(octet_length(m ->> 'content')) / 4.0)::bigint
         FROM jsonb_array_elements(CASE jsonb_typeof(j.request -> 'messages') WHEN 'array' THEN j.request -> 'messages' END) m) END,
       'completion_tokens', least(CASE WHEN e.counted THEN sum(u.completion) ELSE e.estimate END,
         CASE WHEN j.owner_key_id IS NOT NULL THEN greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)) END),
