@@ -90,11 +90,14 @@ export function updateResultRoute(app: App, deps: Deps): void {
       // A short database outage is ridden out here: a 5xx stops the real worker for hours.
       return rideOutage(() => completeLease(body, hashKey(body.api_key)));
     }
-    const principal = await authenticateRequest(deps, req, body.api_key);
-    if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
-    req.nodeName = principal.node.name;
-    if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
-    if (principal.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
-    return nodeReport(req, body, principal.node);
+    // A node key's report rides out a short outage too: the seed's worker stops for hours on a 5xx.
+    return rideOutage(async () => {
+      const principal = await authenticateRequest(deps, req, body.api_key);
+      if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
+      req.nodeName = principal.node.name;
+      if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+      if (principal.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
+      return nodeReport(req, body, principal.node);
+    });
   });
 }
