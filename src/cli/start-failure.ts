@@ -25,6 +25,11 @@ export function startFailure(err: unknown, config: Pick<Config, 'host' | 'port' 
     return `HOST=${config.host} is not an address of this machine (${e.message}): set HOST to one of its addresses, or 0.0.0.0 for all`;
   }
   if (code === 'EACCES' && e.syscall === 'listen') return `port ${config.port} needs privileges this process does not have (${e.message}): set PORT above 1023`;
+  // A wrong or missing password: PostgreSQL's 28P01 below; through PgBouncer's SCRAM, "SASL
+  // authentication failed" (08P01), or the pg client's own refusal to start SCRAM without one.
+  if (config.databaseUrl && /SASL|password/i.test(e.message) && (code === '08P01' || code === '28P01' || code === '')) {
+    return `cannot log in to the PostgreSQL database of DATABASE_URL (${e.message}): check the user name and password in DATABASE_URL`;
+  }
   if (config.databaseUrl && (NETWORK.has(code) || POSTGRES.has(code))) {
     return `cannot use the PostgreSQL database of DATABASE_URL (${e.message}): check that the server runs, the database exists and the role may connect`;
   }
