@@ -1,14 +1,14 @@
 // Reading the environment for config.ts: each reader checks one variable and records what is
 // wrong with it, so that every problem is reported at once.
 import { wholeNumber } from './whole-number.js';
-const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib)?$/i;
+const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib|gb|gib)?$/i;
 const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i;
 const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 // The examples a duration's error offers: those within the variable's range.
 const DURATION_EXAMPLES: [string, number][] = [['250ms', 0.25], ['30s', 30], ['5m', 300], ['6h', 21_600], ['7d', 604_800]];
 /** A duration in words for an error: whole seconds as they are, a fraction of one in ms. */
 const spoken = (seconds: number): string => (seconds < 1 ? `${Math.round(seconds * 1000)} ms` : `${seconds} s`);
-const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024 };
+const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024, gb: 1_000_000_000, gib: 1024 ** 3 };
 
 export class EnvReader {
   readonly problems: string[] = [];
@@ -62,14 +62,14 @@ export class EnvReader {
     return seconds;
   }
 
-  /** Bytes, from a number with an optional unit (b, kb, KiB, mb, MiB). */
+  /** Bytes, from a number with an optional unit (b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000). */
   size(name: string, fallback: number, min: number, max: number, example: string): number {
     const raw = this.get(name);
     if (raw === undefined) return fallback;
     const m = SIZE.exec(raw);
     const bytes = m ? Number(m[1]) * SIZE_UNITS[(m[2] ?? 'b').toLowerCase()]! : NaN;
     if (!(bytes >= min && bytes <= max)) {
-      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a size from ${example}`);
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a size from ${example} (units b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000)`);
       return fallback;
     }
     return bytes;

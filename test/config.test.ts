@@ -73,6 +73,14 @@ describe('configuration', () => {
     expect(problemsOf({ QUOTA_RESERVE_TOKENS: '0' })).toEqual(['QUOTA_RESERVE_TOKENS="0": expected a whole number from 1 to 1000000000']);
   });
 
+  it('BODY_LIMIT: a size up to 1GiB, in the units the message names (kb, mb and gb powers of 1000)', () => {
+    expect(loadConfig({ BODY_LIMIT: '1GiB' }).bodyLimit).toBe(1024 ** 3);
+    expect(loadConfig({ BODY_LIMIT: '2kb' }).bodyLimit).toBe(2000);
+    expect(loadConfig({ BODY_LIMIT: '1mb' }).bodyLimit).toBe(1_000_000);
+    expect(problemsOf({ BODY_LIMIT: '1kb' })).toEqual(['BODY_LIMIT="1kb": expected a size from 1KiB to 1GiB, e.g. 1048576 or 1MiB (units b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000)']);
+    expect(problemsOf({ BODY_LIMIT: '2GiB' })).toHaveLength(1);
+  });
+
   it('DATABASE_POOLER and DATABASE_DIRECT_URL', () => {
     expect(loadConfig({}).databasePooler).toBe('auto');
     expect(loadConfig({ DATABASE_URL: 'postgresql://p:6432/ins', DATABASE_DIRECT_URL: 'postgresql://db:5432/ins', DATABASE_POOLER: 'Transaction' })).toMatchObject({ databasePooler: 'transaction', databaseDirectUrl: 'postgresql://db:5432/ins' });
