@@ -12,6 +12,8 @@ import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { Gguf } from '../src/worker/gguf.js';
 import { requestErrorOf } from '../src/worker/backend.js';
+import { sql } from '../src/db/database.js';
+import { CLEAN_EXIT, startWorkerProcess, stopped } from './helpers/process.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -97,5 +99,23 @@ describe('--backend gguf with a file that is not a model', () => {
   it('fails to start, saying which file', async () => {
     const g = new Gguf('/nonexistent/model.gguf', 'x', true);
     await expect(g.detect()).rejects.toThrow(/cannot load \/nonexistent\/model\.gguf/);
+  });
+});
+
+describe('ins worker --backend gguf as a process', () => {
+  it('on SIGTERM deregisters and exits 0 (signal-exit, loaded with node-llama-cpp, killed it with 143 before)', async () => {
+    const t = await startApp(backends[0]!);
+    try {
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const w = startWorkerProcess(['--server', url, '--node', 'gguf-proc', '--backend', 'gguf', '--model-file', models.file({ seed: 1 }), '--models', MODEL, '--threads', '1'],
+        { INS_NODE_KEY: await t.addNode('gguf-proc') });
+      await expect.poll(() => w.logs(), { timeout: 60_000 }).toContain('models declared');
+      expect(await stopped(w), w.logs()).toEqual(CLEAN_EXIT);
+      expect(w.logs()).toContain('deregistered');
+      const [session] = await t.db.query<{ ended: boolean }>(sql('t_gguf_session', "SELECT ended_at IS NOT NULL AS ended FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'gguf-proc'"));
+      expect(session).toEqual({ ended: true });
+    } finally {
+      await t.close();
+    }
   });
 });

@@ -9,6 +9,7 @@ import { isBrief } from './brief.js';
 import { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
 import { consoleIo, isUsageError, reportFailure } from './io.js';
 import { startFailure } from './start-failure.js';
+import { onStopSignals } from '../signals.js';
 
 // Everything heavier than the above (the commands, the database drivers, the server) is
 // imported where it is needed: a command forwarded to a running server loads none of it.
@@ -92,8 +93,7 @@ async function serve(config: Config, argv: string[]): Promise<number> {
       logger.info({ signal: early }, 'the signal came while starting');
       return stop(early);
     }
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    onStopSignals(stop);
   });
 }
 

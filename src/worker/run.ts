@@ -2,6 +2,7 @@
 import { Worker } from './worker.js';
 import { logDisplay, serveMetrics, terminalDisplay, type Display } from './status.js';
 import type { WorkerOptions } from './options.js';
+import { onStopSignals } from '../signals.js';
 
 export async function runWorker(opts: WorkerOptions): Promise<number> {
   let display: Display = process.stderr.isTTY ? terminalDisplay(process.stderr) : logDisplay();
@@ -13,9 +14,7 @@ export async function runWorker(opts: WorkerOptions): Promise<number> {
     display = m.display;
     closeMetrics = m.close;
   }
-  const stop = () => worker.stop();
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  const unlisten = onStopSignals(() => worker.stop());
   display.start(worker, () => worker.client.pointsToday());
   try {
     await worker.run();
@@ -24,8 +23,7 @@ export async function runWorker(opts: WorkerOptions): Promise<number> {
     display.log('error', `the worker stopped: ${(err as Error).message}`);
     return 1;
   } finally {
-    process.off('SIGTERM', stop);
-    process.off('SIGINT', stop);
+    unlisten();
     display.stop();
     await closeMetrics();
   }
