@@ -21,6 +21,8 @@ const targets = [
   ...(TEST_DATABASE_URL ? [{ name: 'PostgreSQL', env: async () => {
     const { url, drop } = await createPostgresDatabase();
     cleanups.push(drop);
+    // As an operator does: only `ins migrate` and `ins serve` migrate a PostgreSQL database.
+    expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
     return { DATABASE_URL: url };
   } }] : []),
 ];

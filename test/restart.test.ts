@@ -26,6 +26,8 @@ const targets: Target[] = [
     env: async () => {
       const { url, drop } = await createPostgresDatabase();
       drops.push(drop);
+      // As an operator does: only `ins migrate` and `ins serve` migrate a PostgreSQL database.
+      expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
       return { DATABASE_URL: url };
     },
     cleanup: async () => { for (const d of drops) await d(); },

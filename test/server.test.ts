@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { CLEAN_EXIT, cleanEnv, freePort, INS, ROOT, runCli, startServerProcess, stopped } from './helpers/process.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
@@ -66,6 +67,18 @@ describe('ins serve', () => {
         expect(empty.stdout.split('\n').filter((l) => /"level":(50|60)/.test(l))).toHaveLength(1);
         outs.push(empty);
       }
+      // Nor does any other command migrate it: only `ins migrate` and `ins serve` change a schema.
+      const list = await runCli(['node', 'list'], { DATABASE_URL: url, MIGRATE_ON_START: 'true' });
+      expect(list.code).toBe(1);
+      expect(list.stderr).toMatch(/^ins: the database of DATABASE_URL is not migrated \(\d+ migrations pending, the first 0001_[a-z_]+\): run `ins migrate`/);
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      const tables = await admin.query("SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'");
+      await admin.end();
+      expect(tables.rows).toEqual([{ n: 0 }]);
+      expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
+      expect(await runCli(['node', 'list'], { DATABASE_URL: url })).toMatchObject({ code: 0 });
+      outs.push(list);
     }
     for (const out of outs) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
   });

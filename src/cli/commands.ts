@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import type { Database } from '../db/database.js';
 import { DEFAULT_COORDINATOR } from '../config.js';
 import { DEFAULT_VERIFY } from '../config-verify.js';
-import { migrate } from '../db/migrate.js';
+import { migrate, pendingMigrations } from '../db/migrate.js';
 import type { Command, RunOptions } from './command.js';
 import { DATA_COMMANDS } from './data-commands.js';
 import { NETWORK_COMMANDS } from './network-commands.js';
@@ -73,8 +73,18 @@ export async function runCommand(db: Database, argv: string[], io: Io, extra: Pa
       io.out(helpText(p.command));
       return 0;
     }
-    // Every command works on a fresh data directory too.
-    if (p.name !== 'migrate') await migrate(db);
+    // Every command works on a fresh embedded data directory too (the user's own, made for them).
+    // A PostgreSQL database is migrated only by `ins migrate` and `ins serve` (docs/cli.md): a
+    // read-only command during an upgrade, or a mistyped DATABASE_URL, must not change a schema.
+    if (p.name !== 'migrate') {
+      if (db.kind === 'pglite') await migrate(db);
+      else {
+        const pending = await pendingMigrations(db);
+        if (pending.length > 0) {
+          throw new CommandError(`the database of DATABASE_URL is not migrated (${pending.length} migration${pending.length === 1 ? '' : 's'} pending, the first ${pending[0]!.name}): run \`ins migrate\` (or start \`ins serve\`, which migrates unless MIGRATE_ON_START=false)`);
+        }
+      }
+    }
     await p.command.run(db, p.args, p.opts, io);
     return 0;
   } catch (err) {
