@@ -119,16 +119,18 @@ describe.each(backends)('import on $name', (backend) => {
       'bad-4,known,llama,success,1,last tuesday',
       'bad-5,known,llama,success,-1,2024-05-01T10:00:00Z',
       'bad-6,known,llama,success,1',
+      'bad-7,known,llama,success,1,2099-03-01T10:00:00Z',
     ].join('\n'));
     const err = await runImport(t.db, file, resultsImport, opts).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ImportRejected);
-    expect((err as ImportRejected).examples.map((b) => b.line)).toEqual([3, 4, 5, 6, 7, 8, 9]);
+    expect((err as ImportRejected).examples.map((b) => b.line)).toEqual([3, 4, 5, 6, 7, 8, 9, 10]);
+    expect((err as ImportRejected).examples[7]!.reason).toMatch(/^received_at 2099-03-01T10:00:00Z is in the future/);
     expect((err as ImportRejected).examples[1]!.reason).toMatch(/unknown node "ghost"/);
     expect((err as ImportRejected).examples[2]!.reason).toMatch(/repeats line 2/);
     expect(await snapshot(t.db)).toEqual(before);
 
     const skipped = await runImport(t.db, file, resultsImport, { skipBadRows: true, progress: false });
-    expect(skipped).toMatchObject({ rows_read: 8, imported: 1, bad_rows: 7 });
+    expect(skipped).toMatchObject({ rows_read: 9, imported: 1, bad_rows: 8 });
     // Importing the same history again: every row is already recorded.
     const again = await runImport(t.db, file, resultsImport, opts).catch((e: unknown) => e);
     expect((again as ImportRejected).examples[0]!.reason).toMatch(/already recorded/);

@@ -73,6 +73,10 @@ export const resultsImport: ImportSpec = {
     SELECT s.line, 'received_at falls on ' || ((s.received_at AT TIME ZONE 'UTC')::date)::text || ', a day the points ledger has closed (closed through '
         || l.closed_through::text || '): a closed day never changes; import history before its day closes (docs/ledger.md)'
       FROM import_results s, (SELECT closed_through FROM ledger_state FOR SHARE) l
-      WHERE s.status = 'success' AND (s.received_at AT TIME ZONE 'UTC')::date <= l.closed_through`,
+      WHERE s.status = 'success' AND (s.received_at AT TIME ZONE 'UTC')::date <= l.closed_through
+    UNION ALL
+    SELECT s.line, 'received_at ' || to_char(s.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' is in the future (the database''s clock says '
+        || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || '): history is what was received already'
+      FROM import_results s WHERE s.received_at > now() + interval '5 minutes'`,
   apply,
 };
