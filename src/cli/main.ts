@@ -1,7 +1,8 @@
 // `ins`: the operator's command line. `serve` runs the service; the other commands manage
 // nodes, keys and models on the configured database (see commands.ts). Exit codes: 0 done,
 // 1 failed (bad configuration, no such node, database unreachable...), 2 bad arguments.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADVANCED_CONFIG_DOC, ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
 import { DataDirBusyError } from '../db/data-dir-lock.js';
@@ -146,9 +147,14 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     throw err;
   }
   const { openDatabase } = await import('../db/open.js');
+  // A command run from another directory than the server's finds no ./data there: it makes a
+  // new, empty embedded database, which is said (on stderr), rather than silently writing where
+  // no server reads.
+  const fresh = !config.databaseUrl && !existsSync(path.join(config.dataDir, 'PG_VERSION'));
   let db;
   try {
     db = await openDatabase(config, `ins ${argv.join(' ')}`, { brief: isBrief(argv) });
+    if (fresh) consoleIo.err(`ins: made a new embedded database in ${path.resolve(config.dataDir)} (DATA_DIR; a server elsewhere uses its own: run ins where it runs, or set DATA_DIR)`);
   } catch (err) {
     if (!(err instanceof DataDirBusyError)) {
       // The database out of reach, DATA_DIR unusable: the sentence `ins serve` logs, naming the setting.
