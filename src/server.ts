@@ -39,7 +39,9 @@ export interface StartOptions {
 }
 
 export async function startServer(config: Config, logger: Logger, opts: StartOptions = {}): Promise<RunningServer> {
-  const db = await openDatabase(config, 'server', { onWarning: (message) => logger.warn(message) });
+  // An `ins` command run a moment before (the README's second terminal, a `docker exec` during a
+  // restart) holds the embedded database for seconds: the start waits for it.
+  const db = await openDatabase(config, 'server', { onWarning: (message) => logger.warn(message), waitForCommandMs: 30_000 });
   let closeBeforeListen: (() => Promise<void>) | undefined;
   try {
     if (config.migrateOnStart) {

@@ -3,7 +3,7 @@
 // server, and `npm start` (the README's quickstart) stopping with its server.
 import { spawn } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -11,6 +11,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { CLEAN_EXIT, cleanEnv, freePort, INS, ROOT, runCli, startServerProcess, stopped } from './helpers/process.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
+import { lockDataDir } from '../src/db/data-dir-lock.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-server-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -157,6 +158,30 @@ describe('ins serve', () => {
     } finally {
       first.child.kill('SIGTERM');
       await first.exited;
+    }
+  });
+
+  it('waits for an ins command that holds the embedded database, then starts (another server it does not wait for)', async () => {
+    const dataDir = path.join(dir, 'held');
+    mkdirSync(dataDir, { recursive: true });
+    // This process holds the directory, as `ins ledger verify` would for seconds.
+    const release = lockDataDir(dataDir, 'ins ledger verify');
+    let released = false;
+    const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: dataDir, PORT: String(await freePort()) }), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = once(child, 'close');
+    try {
+      await expect.poll(() => out, { timeout: 60_000 }).toContain('(ins ledger verify): waiting for it to finish');
+      release();
+      released = true;
+      await expect.poll(() => out, { timeout: 60_000 }).toContain('"msg":"listening on');
+      child.kill('SIGTERM');
+      expect(await exited).toEqual([0, null]);
+    } finally {
+      if (!released) release();
+      if (child.exitCode === null) child.kill('SIGKILL');
     }
   });
 

@@ -3,7 +3,7 @@
 import { mkdirSync } from 'node:fs';
 import type { Config } from '../config.js';
 import type { Database } from './database.js';
-import { lockDataDir } from './data-dir-lock.js';
+import { DataDirBusyError, lockDataDir } from './data-dir-lock.js';
 
 // Each driver is imported only when chosen: `ins` on the embedded database loads no pg, and a
 // server on PostgreSQL no WebAssembly PostgreSQL.
@@ -13,9 +13,32 @@ export interface OpenOptions {
   onWarning?: (message: string) => void;
   /** A command that ends in a moment: the embedded database sets up less memory (db/pglite.ts). */
   brief?: boolean;
+  /**
+   * The server's open: an `ins` command holding the embedded database (it ends in moments) is
+   * waited for, up to this long, rather than failing the start; another server is not.
+   */
+  waitForCommandMs?: number;
 }
 
-export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false }: OpenOptions = {}): Promise<Database> {
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Takes the data directory's lock; waits for a command that holds it, up to `waitMs`. */
+async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: number, onWarning?: (message: string) => void): Promise<() => void> {
+  const deadline = Date.now() + waitMs;
+  let told = false;
+  for (;;) {
+    try {
+      return lockDataDir(dataDir, purpose);
+    } catch (err) {
+      if (!(err instanceof DataDirBusyError) || err.purpose === 'server' || Date.now() >= deadline) throw err;
+      if (!told) onWarning?.(`${err.message}: waiting for it to finish (at most ${Math.round(waitMs / 1000)} s)`);
+      told = true;
+      await sleep(100);
+    }
+  }
+}
+
+export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false, waitForCommandMs = 0 }: OpenOptions = {}): Promise<Database> {
   if (config.databaseUrl) {
     const { openPostgres } = await import('./pg.js');
     return openPostgres({
@@ -25,7 +48,7 @@ export async function openDatabase(config: Config, purpose: string, { onWarning,
   }
   // PGlite creates its files world-readable; the directory keeps them to the owner.
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-  const release = lockDataDir(config.dataDir, purpose);
+  const release = await lockWaitingForCommands(config.dataDir, purpose, waitForCommandMs, onWarning);
   let db: Database;
   try {
     const { openPglite } = await import('./pglite.js');
