@@ -38,8 +38,24 @@ export async function importBenchNodes(env: NodeJS.ProcessEnv, prefix: string, c
   return nodes;
 }
 
-/** Runs `ins ARGS` (of `entry`, this checkout's by default); resolves with its stdout, rejects when it fails. */
-export function ins(args: string[], env: NodeJS.ProcessEnv, entry = ENTRY): Promise<string> {
+/** The PostgreSQL databases each CLI entry has migrated in this run. */
+const migrated = new Set<string>();
+
+/**
+ * Runs `ins ARGS` (of `entry`, this checkout's by default); resolves with its stdout, rejects when
+ * it fails. On PostgreSQL, `ins migrate` runs first, once per database and entry: only it and
+ * `ins serve` migrate one (docs/cli.md), and a fresh run database has no schema yet.
+ */
+export async function ins(args: string[], env: NodeJS.ProcessEnv, entry = ENTRY): Promise<string> {
+  const target = env.DATABASE_URL ? `${env.DATABASE_URL} ${entry}` : undefined;
+  if (target && !migrated.has(target)) {
+    if (args[0] !== 'migrate') await run(['migrate'], env, entry);
+    migrated.add(target);
+  }
+  return run(args, env, entry);
+}
+
+function run(args: string[], env: NodeJS.ProcessEnv, entry: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [entry, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -73,6 +89,8 @@ export async function freshDatabase(backend: Backend, databaseUrl: string, name:
   // only (a setting of the database, no restart), for bench/statement-log.ts to sum by statement.
   if (process.env.BENCH_LOG_STATEMENTS) await adminQuery(databaseUrl, `ALTER DATABASE ${name} SET log_min_duration_statement = 0`);
   env.DATABASE_URL = databaseUrlOf(databaseUrl, name);
+  // Made anew: no entry has migrated it yet.
+  for (const t of [...migrated]) if (t.startsWith(`${env.DATABASE_URL} `)) migrated.delete(t);
   return { env, cleanup: async () => { await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`); } };
 }
 

@@ -127,6 +127,8 @@ async function benchBackend(o: EndpointsOptions, backend: string, files: { nodes
       console.log(`\n== ${backend}: reusing the kept import (${kept})`);
     } else {
       console.log(`\n== ${backend}: importing ${opts.nodes} nodes and ${opts.results.toLocaleString('en')} results`);
+      // Only `ins migrate` and `ins serve` migrate a PostgreSQL database (docs/cli.md); not timed.
+      await ins(['migrate'], env);
       importNodes = await timed(() => ins(['import', 'nodes', files.nodesFile], env));
       importResults = await timed(() => ins(['import', 'results', files.resultsFile], env));
       if (flags.keep) await markImported(env);

@@ -41,6 +41,7 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
     const key = `nk_${randomBytes(32).toString('base64url')}`;
     const file = path.join(ROOT, 'bench-results', `worker-nodes-${process.pid}.csv`);
     writeFileSync(file, `name,api_key\nbench-worker,${key}\n`);
+    await ins(['migrate'], db.env);
     await ins(['import', 'nodes', file], db.env);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
     const server = await startServer(db.env, 19_500 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-worker.log'));
