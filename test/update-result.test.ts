@@ -170,9 +170,15 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
         expect(res.statusCode, name).toBe(200);
         expect(res.json().job_id, name).toBe('utf16-\u00e9-\u{1f600}');
       }
-      // Half a UTF-16 unit at the end: the decoder fails, as Python's does.
+      // Half a UTF-16 unit at the end, or a surrogate in UTF-32: the decoder fails, as Python's does.
       const truncated = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([Buffer.from(json, 'utf16le'), Buffer.from([0x7d])]), headers: { 'content-type': 'application/json' } });
       expect(truncated.statusCode).toBe(400);
+      const surrogate = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([utf32('{"a": "', false), Buffer.from([0, 0, 0xd8, 0]), utf32('"}', false)]), headers: { 'content-type': 'application/json' } });
+      expect(surrogate.statusCode).toBe(400);
+      // A second byte order mark is text, as in Python, whose json.loads then finds no JSON at 0.
+      const twice = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([Buffer.from([0xff, 0xfe, 0xff, 0xfe]), Buffer.from(json, 'utf16le')]), headers: { 'content-type': 'application/json' } });
+      expect(twice.statusCode).toBe(422);
+      expect(twice.json().detail[0]).toMatchObject({ type: 'json_invalid', loc: ['body', 0] });
     });
 
     it('400 for a body that is not UTF-8', async () => {

@@ -11,15 +11,20 @@ import { MalformedJson } from '../validation/pydantic.js';
 import { JsonTooDeep, pythonJsonFailure, tooDeep } from '../validation/python-json.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
-const utf16le = new TextDecoder('utf-16le', { fatal: true });
-const utf16be = new TextDecoder('utf-16be', { fatal: true });
+// ignoreBOM: a byte order mark is taken off before (decode), and one more is text, as in Python.
+const utf16le = new TextDecoder('utf-16le', { fatal: true, ignoreBOM: true });
+const utf16be = new TextDecoder('utf-16be', { fatal: true, ignoreBOM: true });
 const unparseable = (): HttpError => new HttpError(400, 'There was an error parsing the body');
 
-/** UTF-32 (TextDecoder has none): whole 4-byte units, each a code point. */
+/** UTF-32 (TextDecoder has none): whole 4-byte units, each a code point and no surrogate, as Python's codec reads it. */
 function decodeUtf32(buf: Buffer, littleEndian: boolean): string {
   if (buf.length % 4 !== 0) throw new RangeError('truncated data');
   let text = '';
-  for (let i = 0; i < buf.length; i += 4) text += String.fromCodePoint(littleEndian ? buf.readUInt32LE(i) : buf.readUInt32BE(i));
+  for (let i = 0; i < buf.length; i += 4) {
+    const c = littleEndian ? buf.readUInt32LE(i) : buf.readUInt32BE(i);
+    if (c >= 0xd800 && c <= 0xdfff) throw new RangeError('code point in surrogate code point range');
+    text += String.fromCodePoint(c);
+  }
   return text;
 }
 
