@@ -131,9 +131,11 @@ describe.each(backends)('fair shares on $name', (backend) => {
     // /v1 answers the estimate: the prompt's text ("Say it", 6 bytes: 2) and the answer's (11).
     const reply = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: { model: 'uncounted-model', messages: [{ role: 'user', content: 'Say it' }], max_tokens: 50 } });
     const job = (await w.getJob(5))!;
-    expect((await report(job, 'The answer is forty-two, as it always was.')).statusCode).toBe(200);
+    // 400 bytes: 100 tokens by the estimate, clamped at max_tokens (50), which a count would read as
+    // the node stopping at the limit; an estimate says nothing of it.
+    expect((await report(job, 'y'.repeat(400))).statusCode).toBe(200);
     const body = (await reply).json<{ usage: unknown; choices: { finish_reason: string }[] }>();
-    expect(body.usage).toEqual({ prompt_tokens: 2, completion_tokens: 11, total_tokens: 13 });
+    expect(body.usage).toEqual({ prompt_tokens: 2, completion_tokens: 50, total_tokens: 52 });
     expect(body.choices[0]!.finish_reason).toBe('stop');
   });
 

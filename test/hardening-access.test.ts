@@ -12,6 +12,7 @@ import { buildApp } from '../src/app.js';
 import { NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
 import { openPglite } from '../src/db/pglite.js';
+import { sql } from '../src/db/database.js';
 import { createNode, rotateNodeKey } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
@@ -63,6 +64,8 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
     expect((await check(key, '10.1.0.2')).statusCode).toBe(200);
     expect((await register()).statusCode).toBe(401);
     expect((await register('10.1.0.2')).statusCode).toBe(200);
+    // A spent check leaves no row behind (a worker on a changing address would leave one a day).
+    expect(await t.db.query(sql('t_spent_checks', 'SELECT client_addr FROM node_secret_checks'))).toEqual([]);
   });
 
   it('gives one session to concurrent keyless registrations after one check', async () => {

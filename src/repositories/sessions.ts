@@ -37,7 +37,9 @@ const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secre
 const USE_CHECK = sql('sessions_use_secret_check', `UPDATE node_secret_checks c SET uses = c.uses - 1 FROM nodes n
   WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int) AND c.uses > 0
     AND n.id = c.node_id AND n.key_hash = c.key_hash
-  RETURNING c.key_hash`);
+  RETURNING c.key_hash, c.uses`);
+// A spent check goes, in the transaction that spent it (its row is this transaction's already).
+const DROP_SPENT = sql('sessions_drop_spent_check', `DELETE FROM node_secret_checks WHERE node_id = $1::bigint AND client_addr = $2::text AND uses = 0`);
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
 const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
@@ -83,7 +85,8 @@ export async function recordSecretCheck(db: Queryable, nodeId: number, clientAdd
  * `withinSeconds` with the node's current key: that key's hash, else undefined. Each check serves one.
  */
 export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<string | undefined> {
-  const [row] = await db.query<{ key_hash: string }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);
+  const [row] = await db.query<{ key_hash: string; uses: number }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);
+  if (row?.uses === 0) await db.query(DROP_SPENT, [nodeId, clientAddr]);
   return row?.key_hash;
 }
 

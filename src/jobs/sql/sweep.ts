@@ -74,18 +74,19 @@ SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended,
   coalesce((SELECT json_agg(json_build_object('nodeId', node_id, 'jobId', id)) FROM requeued), '[]') AS failures
 FROM announced a`);
 
-// Before the sweep: the time since the last one ($1 seconds at least: longer than any sweep's
-// own delay) was time no server swept — the service or its database was down — and no node
-// could report or renew. Each lease open at the last sweep gets it back (migrations/0026); one
-// taken since (a server that starts after a long stop leases at once) has lost nothing.
-export const PAUSE = sql('sweep_pause', `WITH last AS (SELECT swept_at FROM sweep_clock FOR UPDATE),
-tick AS (
-  UPDATE sweep_clock c SET swept_at = greatest(c.swept_at, now()) FROM last
-  RETURNING extract(epoch FROM now() - last.swept_at)::float8 AS gap, last.swept_at AS since
+// Before the sweep: the time since the last one ended ($1 seconds at least: longer than any
+// sweep's own delay) was time no server swept — the service or its database was down — and no
+// node could report or renew. Each lease open at the last sweep gets it back (migrations/0026);
+// one taken since (a server that starts after a long stop leases at once) has lost nothing.
+// The clock is the last sweep's end (TICK, after it): a slow sweep is no gap, since the next
+// one starts only after it (jobs/sweeper.ts).
+export const PAUSE = sql('sweep_pause', `WITH t AS (
+  SELECT extract(epoch FROM now() - swept_at)::float8 AS gap, swept_at AS since FROM sweep_clock FOR UPDATE
 )
 UPDATE job_leases l SET expires_at = least(j.deadline_at, l.expires_at + make_interval(secs => t.gap)), paused_seconds = l.paused_seconds + t.gap
-FROM tick t, jobs j
+FROM t, jobs j
 WHERE t.gap > $1::float8 AND l.ended_at IS NULL AND l.leased_at <= t.since AND l.expires_at > t.since AND j.id = l.job_id`);
+export const TICK = sql('sweep_tick', `UPDATE sweep_clock SET swept_at = greatest(swept_at, clock_timestamp())`);
 
 /** The gap between sweeps past which it is given back to leases (PAUSE): longer than a sweep's delay on a loaded machine, five intervals and at least 5 s. */
 export const pauseAfter = (sweepIntervalSeconds: number): number => Math.max(5, 5 * sweepIntervalSeconds);
@@ -103,6 +104,7 @@ export async function sweep(db: Database, maxAttempts: number, server: string, s
     if (!lock!.got) return undefined;
     await tx.query(PAUSE, [pauseAfter]);
     const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server, stranding.onlineWindow, stranding.modelsTtl, stranding.grace]);
+    await tx.query(TICK);
     const o = parseItems(r!.announced);
     if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };
     if (r!.failures.length > 0) o.local = { ...o.local, nodeFailures: r!.failures.map((f) => ({ nodeId: Number(f.nodeId), jobId: f.jobId })) };
