@@ -36,12 +36,14 @@ export interface StartOptions {
    * from the moment the server is seen up. What it returns is called first on close.
    */
   beforeListen?: (ready: { db: Database; jobs: Lifecycle }) => Promise<(() => Promise<void>) | undefined>;
+  /** A stop signal that came while the start waits for an `ins` command to free the embedded database: the wait ends (StartAborted). */
+  signal?: AbortSignal;
 }
 
 export async function startServer(config: Config, logger: Logger, opts: StartOptions = {}): Promise<RunningServer> {
   // An `ins` command run a moment before (the README's second terminal, a `docker exec` during a
   // restart) holds the embedded database for seconds: the start waits for it.
-  const db = await openDatabase(config, 'server', { onWarning: (message) => logger.warn(message), waitForCommandMs: 30_000 });
+  const db = await openDatabase(config, 'server', { onWarning: (message) => logger.warn(message), waitForCommandMs: 30_000, ...(opts.signal ? { signal: opts.signal } : {}) });
   let closeBeforeListen: (() => Promise<void>) | undefined;
   try {
     if (config.migrateOnStart) {

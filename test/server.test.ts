@@ -185,6 +185,27 @@ describe('ins serve', () => {
     }
   });
 
+  it('stops at once, exit 0, on a SIGTERM that comes while it waits for an ins command (docker stop must not wait 30 s)', async () => {
+    const dataDir = path.join(dir, 'held-stop');
+    mkdirSync(dataDir, { recursive: true });
+    const release = lockDataDir(dataDir, 'ins ledger verify');
+    const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: dataDir, PORT: String(await freePort()) }), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = once(child, 'close');
+    try {
+      await expect.poll(() => out, { timeout: 60_000 }).toContain('waiting for it to finish');
+      child.kill('SIGTERM');
+      // Still held when it exits: the wait ended on the signal, not on the lock.
+      expect(await exited).toEqual([0, null]);
+      expect(out).toContain('nothing was started');
+    } finally {
+      release();
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  });
+
   // npm runs the script through sh; without `exec` the shell stays between them, npm's SIGTERM
   // stops at the shell, and the server, orphaned, keeps the port (seen: a harness that stops
   // `npm start` and starts it again finds :8000 taken). The build (prestart) is npm ci's.

@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADVANCED_CONFIG_DOC, ConfigError, CONFIG_DOC, loadConfig, type Config } from '../config.js';
-import { DataDirBusyError } from '../db/data-dir-lock.js';
+import { DataDirBusyError, StartAborted } from '../db/data-dir-lock.js';
 import { isBrief } from './brief.js';
 import { adminSocketPath, forwardToServer, type Forwarded } from './forward.js';
 import { consoleIo, isUsageError, reportFailure } from './io.js';
@@ -47,8 +47,10 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   // does it kill the process half-way: the start completes, then the server stops as for any
   // SIGTERM (exit 0).
   let early: string | undefined;
-  const earlyTerm = () => void (early ??= 'SIGTERM');
-  const earlyInt = () => void (early ??= 'SIGINT');
+  // It also ends a wait for an `ins` command to free the embedded database (db/open.ts).
+  const starting = new AbortController();
+  const earlyTerm = () => { early ??= 'SIGTERM'; starting.abort(); };
+  const earlyInt = () => { early ??= 'SIGINT'; starting.abort(); };
   process.on('SIGTERM', earlyTerm);
   process.on('SIGINT', earlyInt);
   // Loaded on demand: `--help` and argument errors should answer without loading the server.
@@ -58,6 +60,7 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   let server;
   try {
     server = await startServer({ ...config, migrateOnStart: config.migrateOnStart && !values['no-migrate'] }, logger, {
+      signal: starting.signal,
       // The embedded database is this process's alone: other `ins` commands are forwarded here,
       // from before the port listens, so a command run once /healthz answers finds the socket.
       beforeListen: async ({ db, jobs }) => {
@@ -67,6 +70,10 @@ async function serve(config: Config, argv: string[]): Promise<number> {
       },
     });
   } catch (err) {
+    if (err instanceof StartAborted) {
+      logger.info({ signal: early }, `${err.message}; nothing was started`);
+      return 0;
+    }
     if (err instanceof DataDirBusyError) {
       logger.fatal(`${err.message}: is the server already running? Stop it first, or use another DATA_DIR.`);
     } else if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') {

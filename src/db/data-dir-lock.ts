@@ -10,6 +10,9 @@ export class DataDirBusyError extends Error {
   }
 }
 
+/** An open given up while it waited for the directory's holder to finish (db/open.ts, a stop signal). */
+export class StartAborted extends Error {}
+
 function alive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
   try {

@@ -3,7 +3,7 @@
 import { mkdirSync } from 'node:fs';
 import type { Config } from '../config.js';
 import type { Database } from './database.js';
-import { DataDirBusyError, lockDataDir } from './data-dir-lock.js';
+import { DataDirBusyError, lockDataDir, StartAborted } from './data-dir-lock.js';
 
 // Each driver is imported only when chosen: `ins` on the embedded database loads no pg, and a
 // server on PostgreSQL no WebAssembly PostgreSQL.
@@ -18,12 +18,14 @@ export interface OpenOptions {
    * waited for, up to this long, rather than failing the start; another server is not.
    */
   waitForCommandMs?: number;
+  /** Ends that wait at once (a stop signal): the open fails with StartAborted. */
+  signal?: AbortSignal;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Takes the data directory's lock; waits for a command that holds it, up to `waitMs`. */
-async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: number, onWarning?: (message: string) => void): Promise<() => void> {
+async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: number, onWarning?: (message: string) => void, signal?: AbortSignal): Promise<() => void> {
   const deadline = Date.now() + waitMs;
   let told = false;
   for (;;) {
@@ -31,6 +33,7 @@ async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: 
       return lockDataDir(dataDir, purpose);
     } catch (err) {
       if (!(err instanceof DataDirBusyError) || err.purpose === 'server' || Date.now() >= deadline) throw err;
+      if (signal?.aborted) throw new StartAborted(`stopped while waiting: ${err.message}`);
       if (!told) onWarning?.(`${err.message}: waiting for it to finish (at most ${Math.round(waitMs / 1000)} s)`);
       told = true;
       await sleep(100);
@@ -38,7 +41,7 @@ async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: 
   }
 }
 
-export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false, waitForCommandMs = 0 }: OpenOptions = {}): Promise<Database> {
+export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false, waitForCommandMs = 0, signal }: OpenOptions = {}): Promise<Database> {
   if (config.databaseUrl) {
     const { openPostgres } = await import('./pg.js');
     return openPostgres({
@@ -48,7 +51,7 @@ export async function openDatabase(config: Config, purpose: string, { onWarning,
   }
   // PGlite creates its files world-readable; the directory keeps them to the owner.
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-  const release = await lockWaitingForCommands(config.dataDir, purpose, waitForCommandMs, onWarning);
+  const release = await lockWaitingForCommands(config.dataDir, purpose, waitForCommandMs, onWarning, signal);
   let db: Database;
   try {
     const { openPglite } = await import('./pglite.js');
