@@ -48,10 +48,7 @@ const migrated = new Set<string>();
  */
 export async function ins(args: string[], env: NodeJS.ProcessEnv, entry = ENTRY): Promise<string> {
   const target = env.DATABASE_URL ? `${env.DATABASE_URL} ${entry}` : undefined;
-  if (target && !migrated.has(target) && args[0] !== 'migrate') {
-    await run(['migrate'], env, entry);
-    migrated.add(target);
-  }
+  if (target && !migrated.has(target) && args[0] !== 'migrate') await ins(['migrate'], env, entry);
   const out = await run(args, env, entry);
   if (target && args[0] === 'migrate') migrated.add(target);
   return out;

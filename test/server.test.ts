@@ -161,48 +161,46 @@ describe('ins serve', () => {
     }
   });
 
-  it('waits for an ins command that holds the embedded database, then starts (another server it does not wait for)', async () => {
-    const dataDir = path.join(dir, 'held');
+  /** `ins serve` on a data directory this process holds as an `ins` command would (`ins ledger verify`, for seconds). */
+  const serveBesideHeldLock = async (name: string) => {
+    const dataDir = path.join(dir, name);
     mkdirSync(dataDir, { recursive: true });
-    // This process holds the directory, as `ins ledger verify` would for seconds.
     const release = lockDataDir(dataDir, 'ins ledger verify');
-    let released = false;
     const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: dataDir, PORT: String(await freePort()) }), stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    const exited = once(child, 'close');
+    let released = false;
+    return {
+      child, exited: once(child, 'close'), out: () => out,
+      release: () => { if (!released) release(); released = true; },
+      cleanup: () => { if (!released) release(); if (child.exitCode === null) child.kill('SIGKILL'); },
+    };
+  };
+
+  it('waits for an ins command that holds the embedded database, then starts (another server it does not wait for)', async () => {
+    const s = await serveBesideHeldLock('held');
     try {
-      await expect.poll(() => out, { timeout: 60_000 }).toContain('(ins ledger verify): waiting for it to finish');
-      release();
-      released = true;
-      await expect.poll(() => out, { timeout: 60_000 }).toContain('"msg":"listening on');
-      child.kill('SIGTERM');
-      expect(await exited).toEqual([0, null]);
+      await expect.poll(s.out, { timeout: 60_000 }).toContain('(ins ledger verify): waiting for it to finish');
+      s.release();
+      await expect.poll(s.out, { timeout: 60_000 }).toContain('"msg":"listening on');
+      s.child.kill('SIGTERM');
+      expect(await s.exited).toEqual([0, null]);
     } finally {
-      if (!released) release();
-      if (child.exitCode === null) child.kill('SIGKILL');
+      s.cleanup();
     }
   });
 
   it('stops at once, exit 0, on a SIGTERM that comes while it waits for an ins command (docker stop must not wait 30 s)', async () => {
-    const dataDir = path.join(dir, 'held-stop');
-    mkdirSync(dataDir, { recursive: true });
-    const release = lockDataDir(dataDir, 'ins ledger verify');
-    const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: dataDir, PORT: String(await freePort()) }), stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    const exited = once(child, 'close');
+    const s = await serveBesideHeldLock('held-stop');
     try {
-      await expect.poll(() => out, { timeout: 60_000 }).toContain('waiting for it to finish');
-      child.kill('SIGTERM');
+      await expect.poll(s.out, { timeout: 60_000 }).toContain('waiting for it to finish');
+      s.child.kill('SIGTERM');
       // Still held when it exits: the wait ended on the signal, not on the lock.
-      expect(await exited).toEqual([0, null]);
-      expect(out).toContain('nothing was started');
+      expect(await s.exited).toEqual([0, null]);
+      expect(s.out()).toContain('nothing was started');
     } finally {
-      release();
-      if (child.exitCode === null) child.kill('SIGKILL');
+      s.cleanup();
     }
   });
 

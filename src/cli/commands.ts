@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import type { Database } from '../db/database.js';
 import { DEFAULT_COORDINATOR } from '../config.js';
 import { DEFAULT_VERIFY } from '../config-verify.js';
-import { migrate, pendingMigrations } from '../db/migrate.js';
+import { migrate, pendingMigrations, pendingSummary } from '../db/migrate.js';
 import type { Command, RunOptions } from './command.js';
 import { DATA_COMMANDS } from './data-commands.js';
 import { NETWORK_COMMANDS } from './network-commands.js';
@@ -81,7 +81,7 @@ export async function runCommand(db: Database, argv: string[], io: Io, extra: Pa
       else {
         const pending = await pendingMigrations(db);
         if (pending.length > 0) {
-          throw new CommandError(`the database of DATABASE_URL is not migrated (${pending.length} migration${pending.length === 1 ? '' : 's'} pending, the first ${pending[0]!.name}): run \`ins migrate\` (or start \`ins serve\`, which migrates unless MIGRATE_ON_START=false)`);
+          throw new CommandError(`the database of DATABASE_URL is not migrated (${pendingSummary(pending)}): run \`ins migrate\` (or start \`ins serve\`, which migrates unless MIGRATE_ON_START=false)`);
         }
       }
     }

@@ -42,10 +42,14 @@ export async function pendingMigrations(db: Database, migrations = loadMigration
   return migrations.filter((m) => !done.has(m.version));
 }
 
+/** How far behind the code a database is, for the messages that say so: "N migrations pending, the first NAME". */
+export const pendingSummary = (pending: readonly Migration[]): string =>
+  `${pending.length} migration${pending.length === 1 ? '' : 's'} pending, the first ${pending[0]!.name}`;
+
 /** A server told not to migrate (MIGRATE_ON_START=false, --no-migrate) found the schema behind the code. */
 export class NotMigratedError extends Error {
   constructor(pending: Migration[]) {
-    super(`the database is not migrated (${pending.length} migration${pending.length === 1 ? '' : 's'} pending, the first ${pending[0]!.name}): run \`ins migrate\` with the same DATABASE_URL, or start without --no-migrate and MIGRATE_ON_START=false`);
+    super(`the database is not migrated (${pendingSummary(pending)}): run \`ins migrate\` with the same DATABASE_URL, or start without --no-migrate and MIGRATE_ON_START=false`);
   }
 }
 

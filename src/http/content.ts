@@ -34,8 +34,7 @@ function decodeUtf32(buf: Buffer, littleEndian: boolean): string {
  * ASCII); else UTF-8, its BOM skipped. A body its encoding cannot decode is 400, as FastAPI
  * answers it.
  */
-function decode(buf: Buffer): string {
-  const b = buf;
+function decode(b: Buffer): string {
   try {
     if (b.length >= 4 && b[0] === 0 && b[1] === 0 && b[2] === 0xfe && b[3] === 0xff) return decodeUtf32(b.subarray(4), false);
     if (b.length >= 4 && b[0] === 0xff && b[1] === 0xfe && b[2] === 0 && b[3] === 0) return decodeUtf32(b.subarray(4), true);
