@@ -7,7 +7,10 @@ import { Writable } from 'node:stream';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { connect, type Socket } from 'node:net';
+import type { IncomingMessage } from 'node:http';
+import { once } from 'node:events';
 import { buildApp } from '../src/app.js';
 import { NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
@@ -74,6 +77,38 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
     expect((await check(key)).statusCode).toBe(200);
     const replies = await Promise.all(Array.from({ length: 6 }, () => register()));
     expect(replies.map((r) => r.statusCode).sort()).toEqual([200, 401, 401, 401, 401, 401]);
+  });
+
+  it("gives the check back when a registration's answer never reaches its worker, so the worker's retry is served", async () => {
+    t = await startApp(backend);
+    const key = await t.addNode('gpu');
+    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const post = (path: string, body: object) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const body = JSON.stringify({ node_url: 'gpu', node_version: '1', stats: {} });
+    const sessions = () => t.db.query<{ ended: boolean }>(sql('t_sessions', 'SELECT ended_at IS NOT NULL AS ended FROM node_sessions ORDER BY id'));
+    expect((await post('/check_node_secret', { node_id: 'gpu', secret: key })).status).toBe(200);
+
+    // The worker gives up waiting (the real one's timeout) while the database holds the
+    // registration; it commits after the connection is gone, so its token reaches no one.
+    await t.db.transaction(async (tx) => {
+      await tx.query(sql('t_hold_check', 'SELECT uses FROM node_secret_checks FOR UPDATE'));
+      const { port } = new URL(url);
+      const socket = connect(Number(port), '127.0.0.1');
+      // Read whole (its 'end'): the handler runs, and waits on the database.
+      const arrived = once(t.app.server, 'request').then(([req]) => once(req as IncomingMessage, 'end'));
+      socket.write(`POST /worker/register_node HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      const [serverSide] = await Promise.all([once(t.app.server, 'connection'), arrived]);
+      const gone = once(serverSide[0] as Socket, 'close');
+      socket.destroy();
+      await gone;
+    });
+    // That session was opened and ended, and the check is the worker's again.
+    await vi.waitFor(async () => expect(await sessions()).toEqual([{ ended: true }]), { timeout: 10_000, interval: 20 });
+    const retry = await post('/worker/register_node', { node_url: 'gpu', node_version: '1', stats: {} });
+    expect(retry.status).toBe(200);
+    expect(await sessions()).toEqual([{ ended: true }, { ended: false }]);
+    // A delivered answer spends the check for good.
+    expect((await post('/worker/register_node', { node_url: 'gpu', node_version: '1', stats: {} })).status).toBe(401);
   });
 
   it('voids a check when the key is rotated', async () => {

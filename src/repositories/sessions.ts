@@ -37,9 +37,15 @@ const RECORD_CHECK = sql('sessions_record_secret_check', `INSERT INTO node_secre
 const USE_CHECK = sql('sessions_use_secret_check', `UPDATE node_secret_checks c SET uses = c.uses - 1 FROM nodes n
   WHERE c.node_id = $1::bigint AND c.client_addr = $2::text AND c.checked_at > now() - make_interval(secs => $3::int) AND c.uses > 0
     AND n.id = c.node_id AND n.key_hash = c.key_hash
-  RETURNING c.key_hash, c.uses`);
+  RETURNING c.key_hash, c.uses, c.checked_at`);
 // A spent check goes, in the transaction that spent it (its row is this transaction's already).
 const DROP_SPENT = sql('sessions_drop_spent_check', `DELETE FROM node_secret_checks WHERE node_id = $1::bigint AND client_addr = $2::text AND uses = 0`);
+// A registration whose answer never reached its worker gives its use back ($3 the check's time,
+// $4 the key it proved), so the worker's retry is served: the row again if it was spent (within
+// the window of the first check, not a new one), else one more use on it while it proves the same key.
+const GIVE_BACK = sql('sessions_give_back_secret_check', `INSERT INTO node_secret_checks AS c (node_id, client_addr, checked_at, key_hash, uses)
+  VALUES ($1::bigint, $2::text, $3::timestamptz, $4::text, 1)
+  ON CONFLICT (node_id, client_addr) DO UPDATE SET uses = least(c.uses + 1, 16) WHERE c.key_hash = EXCLUDED.key_hash`);
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
 const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
@@ -80,14 +86,22 @@ export async function recordSecretCheck(db: Queryable, nodeId: number, clientAdd
   await db.query(RECORD_CHECK, [nodeId, clientAddr, keyHash, withinSeconds]);
 }
 
+/** A check's registration taken by useSecretCheck: the key it proved, and when. */
+export interface SpentCheck { key_hash: string; checked_at: Date }
+
 /**
  * Uses one registration of the check of this node from this address, if one was made within
- * `withinSeconds` with the node's current key: that key's hash, else undefined. Each check serves one.
+ * `withinSeconds` with the node's current key, else undefined. Each check serves one.
  */
-export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<string | undefined> {
-  const [row] = await db.query<{ key_hash: string; uses: number }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);
+export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<SpentCheck | undefined> {
+  const [row] = await db.query<SpentCheck & { uses: number }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);
   if (row?.uses === 0) await db.query(DROP_SPENT, [nodeId, clientAddr]);
-  return row?.key_hash;
+  return row ? { key_hash: row.key_hash, checked_at: new Date(row.checked_at) } : undefined;
+}
+
+/** Gives a registration taken by useSecretCheck back to the check it came from (its answer was not delivered). */
+export async function giveBackSecretCheck(db: Queryable, nodeId: number, clientAddr: string, check: SpentCheck): Promise<void> {
+  await db.query(GIVE_BACK, [nodeId, clientAddr, check.checked_at.toISOString(), check.key_hash]);
 }
 
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {

@@ -17,12 +17,14 @@ export function isKeyOf(key: string, hash: string): boolean {
 export function checkNodeSecretRoute(app: App, { service: { db }, limiters }: Deps): void {
   app.post('/check_node_secret', { schema: { body: CheckNodeSecretRequest, response: CheckNodeSecretResponses } }, (req) => rideOutage(async () => {
     const { node_id, secret } = req.body;
+    // Read now: once the client has gone, its socket no longer says where it was.
+    const ip = req.ip;
     const node = await findNodeForRegistration(db, node_id);
     // An unknown node and a wrong secret get the same answer (429 once the address is over its budget of failures).
-    if (!node || !isKeyOf(secret, node.key_hash)) return limiters.failures.refuse(req.ip, new HttpError(401, 'Invalid node secret'));
+    if (!node || !isKeyOf(secret, node.key_hash)) return limiters.failures.refuse(ip, new HttpError(401, 'Invalid node secret'));
     req.nodeName = node.name;
     if (node.disabled) throw new HttpError(403, 'Node is disabled');
-    await recordSecretCheck(db, node.id, req.ip, node.key_hash, REGISTER_AFTER_CHECK_SECONDS);
+    await recordSecretCheck(db, node.id, ip, node.key_hash, REGISTER_AFTER_CHECK_SECONDS);
     return { status: 'success' };
   }));
 }

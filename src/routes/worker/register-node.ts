@@ -5,9 +5,14 @@
 // Each such check serves one registration (two workers behind one address check twice), and only while the key it proved is the node's (a
 // rotation voids it); a request that offers a key is judged by that key alone, so a wrong key
 // inside the window gets nothing. The check is used up in the transaction that opens the
-// session: a registration that fails (an outage ridden out and retried) does not spend it.
+// session: a registration that fails (an outage ridden out and retried) does not spend it, nor
+// does one whose answer never reached the worker (it gave up waiting or its connection broke
+// first): that session is ended and the check given back, so the real worker's retry of the same
+// request — it retries timeouts and broken connections, and a 401 would send it offline for
+// hours — is served as the first would have been. A token delivered is the check's one use.
+import type { ServerResponse } from 'node:http';
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
-import { findNodeForRegistration, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
+import { findNodeForRegistration, giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode, type SpentCheck } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
 import { bearerToken } from '../authenticate.js';
 import { isKeyOf } from './check-node-secret.js';
@@ -18,10 +23,12 @@ import type { Queryable } from '../../db/database.js';
 const UNPROVEN = "Registering a node takes its key: send it as Authorization: Bearer, or call /check_node_secret first";
 
 export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }: Deps): void {
-  app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req) => rideOutage(async () => {
+  app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req, reply) => rideOutage(async () => {
     const { node_url, node_version, stats, secret, capacity } = req.body;
+    // Read now: once the client has gone, its socket no longer says where it was.
+    const ip = req.ip;
     // 429 instead once the address is over its budget of failures; a proven registration is served.
-    const refuse = (): never => limiters.failures.refuse(req.ip, new HttpError(401, UNPROVEN));
+    const refuse = (): never => limiters.failures.refuse(ip, new HttpError(401, UNPROVEN));
     const node = await findNodeForRegistration(db, node_url);
     if (!node) return refuse();
     const header = req.headers.api_key;
@@ -36,13 +43,37 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
       if (!offered.some((k) => isKeyOf(k, node.key_hash))) return refuse();
       opened = await open(db, node, node.key_hash);
     } else {
+      let check: SpentCheck | undefined;
       opened = await db.transaction(async (tx) => {
-        const keyHash = await useSecretCheck(tx, node.id, req.ip, REGISTER_AFTER_CHECK_SECONDS);
-        return keyHash === undefined ? refuse() : open(tx, node, keyHash);
+        check = await useSecretCheck(tx, node.id, ip, REGISTER_AFTER_CHECK_SECONDS);
+        return check === undefined ? refuse() : open(tx, node, check.key_hash);
+      });
+      const session = opened.id;
+      const spent = check!;
+      whenUndelivered(reply.raw, async () => {
+        try {
+          await giveBackSecretCheck(db, node.id, ip, spent);
+          await nodes.deregister(session);
+          req.log.info({ node: node.name }, 'register_node: its answer did not reach the worker; the session is ended and the check given back for a retry');
+        } catch (err) {
+          req.log.warn({ err, node: node.name }, 'register_node: its answer did not reach the worker, and giving its check back failed');
+        }
       });
     }
     const { token, outcome } = opened;
     nodes.apply(outcome);
     return { access_token: token, token_type: 'bearer' };
   }));
+}
+
+/**
+ * Runs `then` (which reports its own failures) once if the response, not sent yet, closes before
+ * it is handed whole to the OS ('finish'); at once if its connection has gone already.
+ */
+function whenUndelivered(res: ServerResponse, then: () => Promise<void>): void {
+  const run = (): void => { then().catch(() => undefined); };
+  if (res.destroyed) return run();
+  let finished = false;
+  res.once('finish', () => { finished = true; });
+  res.once('close', () => { if (!finished) run(); });
 }
