@@ -97,6 +97,22 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await pointsExact();
   });
 
+  it('lets no two impostors of different models out-vote an honest node: scorers that disagree with each other decide nothing', { timeout: 300_000 }, async () => {
+    // Each impostor finds the honest answers foreign, and the other confirms it, each in its own
+    // way (an outside probe: before, the honest node was suspended first). Their scores of one
+    // answer do not correlate, so no test moves; nor does the honest node's scoring convict either.
+    const user = await start([{ name: 'honest', seed: 1 }, { name: 'impostor-a', seed: 2 }, { name: 'impostor-b', seed: 3 }]);
+    await submit(user, 30);
+    await until('the jobs and their checks to settle', settled, 280_000);
+    expect(await standing('honest')).toBe('trusted');
+    expect((await strikes()).filter((s) => s.name === 'honest')).toEqual([]);
+    // Not one check moved the honest node's test towards H.
+    expect(await q('t_honest_evidence', `SELECT t.evidence FROM token_checks t JOIN nodes n ON n.id = t.node_id WHERE n.name = 'honest' AND t.evidence > 0`)).toEqual([]);
+    const disagreed = (await t.app.metrics.registry.getSingleMetricAsString('ins_verification_total')).match(/event="scorers_disagreed"} (\d+)/);
+    expect(Number(disagreed?.[1] ?? 0)).toBeGreaterThan(0);
+    await pointsExact();
+  });
+
   it('flags a heavier quantisation of the model (20 % weight noise)', { timeout: 300_000 }, async () => {
     const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'noised', seed: 1, noise: 0.2 }]);
     await submit(user, 40);

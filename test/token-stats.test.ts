@@ -16,7 +16,7 @@
 // for nothing: the bound is in answers long enough to judge.)
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Gguf } from '../src/worker/gguf.js';
-import { answerStats, freshTest, observe, ANSWER_CAP, H, MIN_POSITIONS, P0, type AnswerStats, type NodeTest } from '../src/verify/token-stats.js';
+import { answerStats, freshTest, observe, scorersAgree, ANSWER_CAP, H, MIN_POSITIONS, P0, type AnswerStats, type NodeTest } from '../src/verify/token-stats.js';
 import { tinyModels } from './helpers/gguf.js';
 
 const models = tinyModels();
@@ -113,6 +113,34 @@ describe('token-level statistics on real tiny models', () => {
     expect(at!).toBeGreaterThanOrEqual(3);
     expect(at!).toBeLessThanOrEqual(8);
   }, 120_000);
+
+  it('two scorers of one model agree with each other about any answer; two of different models do not', async () => {
+    // The pairs confirmations are judged by (verify/scores.ts): both scorers found an answer
+    // foreign, and only scorers of one model together convict its node.
+    const pairs = async (writer: Gguf, a: Gguf, b: Gguf): Promise<boolean[]> => {
+      const out: boolean[] = [];
+      for (const job of jobs.slice(0, 30)) {
+        const answer = (await writer.chat(job)).content;
+        const [x, y] = [(await a.score(job, answer)).positions, (await b.score(job, answer)).positions];
+        if (Math.min(x.length, y.length) >= MIN_POSITIONS) out.push(scorersAgree(x, y));
+      }
+      return out;
+    };
+    const count = (v: boolean[]) => ({ answers: v.length, agreed: v.filter(Boolean).length });
+    const other = node(1, 0.015);
+    // One model's scorers (1 % and 1.5 % noise; 20 % and 21 %), of an honest answer, another model's and a noised copy's.
+    for (const [writer, a, b] of [[node(1), checker, other], [node(2), checker, other], [node(1, 0.2), checker, other], [node(1), node(1, 0.2), node(1, 0.21)]] as const) {
+      const v = count(await pairs(writer, a, b));
+      expect(v.answers).toBeGreaterThan(20);
+      expect(v.agreed).toBe(v.answers);
+    }
+    // Two models' scorers, of the honest answer (two impostors) and of a third model's (an honest scorer beside an impostor).
+    for (const [writer, a, b] of [[node(1), node(2), node(3)], [node(3), checker, node(2)]] as const) {
+      const v = count(await pairs(writer, a, b));
+      expect(v.answers).toBeGreaterThan(20);
+      expect(v.agreed).toBe(0);
+    }
+  });
 });
 
 describe('the sequential test', () => {

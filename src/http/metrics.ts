@@ -152,6 +152,7 @@ export function recordAudit(m: Metrics, r: AuditReport): void {
   if (r.copies) m.verification.inc({ event: 'copy' }, r.copies);
   if (r.scoreChecks) m.verification.inc({ event: 'score_check' }, r.scoreChecks);
   if (r.scoresJudged) m.verification.inc({ event: 'score_judged' }, r.scoresJudged);
+  if (r.scorersDisagreed) m.verification.inc({ event: 'scorers_disagreed' }, r.scorersDisagreed);
   if (r.agreements) m.verification.inc({ event: 'agreement' }, r.agreements);
   if (r.disagreements) m.verification.inc({ event: 'disagreement' }, r.disagreements);
   if (r.suspended.length) m.verification.inc({ event: 'suspension' }, r.suspended.length);

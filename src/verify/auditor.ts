@@ -110,6 +110,8 @@ export interface AuditReport {
   /** Issue 31 (verify/scores.ts): score checks queued, and score checks judged. */
   scoreChecks?: number;
   scoresJudged?: number;
+  /** Confirmations whose two scorers found the answer foreign each in its own way: no verdict. */
+  scorersDisagreed?: number;
 }
 
 const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] });
@@ -126,6 +128,7 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.setAside.push(...r.setAside);
   into.scoreChecks = (into.scoreChecks ?? 0) + (r.scoreChecks ?? 0);
   into.scoresJudged = (into.scoresJudged ?? 0) + (r.scoresJudged ?? 0);
+  into.scorersDisagreed = (into.scorersDisagreed ?? 0) + (r.scorersDisagreed ?? 0);
 }
 
 export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
@@ -316,6 +319,7 @@ class Batch {
     const verdicts = await judgeScores(this.tx, checks.map((c) => c.id), { ...this.opts, deadline: this.opts.jobTimeout });
     if (verdicts.outcome) this.report.outcomes.push(verdicts.outcome);
     this.report.scoresJudged = verdicts.judged;
+    this.report.scorersDisagreed = verdicts.disagreed;
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
     this.agreed.push(...verdicts.agreed);
     for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });

@@ -27,7 +27,7 @@ import { CAPABILITIES } from '../jobs/capabilities.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
 import { placeCopies, type CheckQueue, type CopyPlan } from './copies.js';
-import { answerStats, freshTest, H, MIN_POSITIONS, observe, type ScoredPosition } from './token-stats.js';
+import { answerStats, freshTest, H, MIN_POSITIONS, observe, scorersAgree, type ScoredPosition } from './token-stats.js';
 import { thresholdsOf } from './thresholds.js';
 import { remember, type Reference } from './canaries.js';
 import { scoreRequest } from './score-request.js';
@@ -58,13 +58,16 @@ const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence
 // request has the same sampling fields, and the node it judges is the one that scored it.
 // The quantisation each node involved declared for the model (session_model_builds) in the
 // session that did its part (the done lease): the audited job's node, the checker, and for a
-// confirming check the first scorer (its check is `suspicion.confirms`).
+// confirming check the first scorer (its check is `suspicion.confirms`), whose scores it also
+// reads (first_scores: do the two scorers run one model?).
 const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
     (coalesce(o.request, c.request) ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, o.request AS original,
     c.exclude_nodes::int[] AS exclude, c.suspicion,
     ${doneQuantization('c.verify_of', 'c.model_id')} AS quantization, ${doneQuantization('c.id', 'c.model_id')} AS checker_quantization,
-    ${doneQuantization("(c.suspicion ->> 'confirms')::uuid", 'c.model_id')} AS scorer_quantization
-  FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
+    ${doneQuantization("(c.suspicion ->> 'confirms')::uuid", 'c.model_id')} AS scorer_quantization,
+    f.result -> 'scores' AS first_scores
+  FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of LEFT JOIN jobs f ON f.id = (c.suspicion ->> 'confirms')::uuid
+  WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
 
 // The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.
 const ENSURE = sql('verify_token_evidence_ensure', `INSERT INTO node_token_evidence (node_id, model_id)
@@ -158,6 +161,8 @@ export interface ScoreVerdicts {
   flagged: { nodeId: number; jobId: string; evidence: Record<string, unknown>; covers: string[] }[];
   /** Second score checks queued (their outcome to apply once the transaction commits). */
   confirmations: number;
+  /** Confirmations that found the answer foreign in another way than the first scorer: no verdict. */
+  disagreed: number;
   outcome: Outcome | undefined;
 }
 
@@ -167,6 +172,8 @@ interface DoneCheck {
   request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number; canary?: string } | null;
   /** What the audited job's node, the checker, and (a confirming check) the first scorer declared for the model. */
   quantization: string | null; checker_quantization: string | null; scorer_quantization: string | null;
+  /** A confirming check: the first scorer's scores of the same answer (null if its job is gone). */
+  first_scores: Scores | null;
 }
 
 /** Evidence to add to one node's test, from one check, about one job of that node's (its answer, a scorer's check job, or a canary it scored). */
@@ -176,14 +183,19 @@ interface Move { nodeId: number; jobId: string; modelId: number; check: DoneChec
  * Judges the score checks done (their ids). A scorer's word alone cannot say which of two
  * nodes runs another model (the audited node, or the scorer itself): an answer a scorer finds
  * foreign (evidence > 0) is scored again by a second scorer where one is online, and then
- * - the second finds it foreign too: the audited node's test moves by the smaller evidence;
+ * - the second finds it foreign too: the audited node's test moves by the smaller evidence —
+ *   if the two scorers agree with each other (token-stats.ts scorersAgree: their scores of the
+ *   answer rise and fall together, as two nodes of one model's do). Two scorers that find it
+ *   foreign each in its own way run two different models, and at least one of them is not the
+ *   model declared: no test moves (otherwise two impostors running different cheaper models
+ *   would out-vote an honest node they both score; they count in `disagreed`);
  * - the second finds it in line: the first scorer's test moves instead (its scores disagree
  *   with another model's of the same name: a scorer that lies, or runs another model, is
  *   caught by a third node).
  * With no second scorer online, the first's word counts.
  */
 export async function judgeScores(db: Queryable, checkIds: readonly string[], o: ScoreOptions): Promise<ScoreVerdicts> {
-  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], confirmations: 0, outcome: undefined };
+  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], confirmations: 0, disagreed: 0, outcome: undefined };
   if (checkIds.length === 0) return out;
   const all = await db.query<DoneCheck>(CHECKS, [checkIds]);
   // Each check is judged with the thresholds of its group: its model, its scores' method, and
@@ -224,8 +236,10 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     out.judged++;
     const stats = statsOf(c, c.quantization);
     const first = c.suspicion!.evidence ?? 0;
-    if (stats.evidence > 0) moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats, quantization: c.quantization });
-    else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
+    if (stats.evidence > 0) {
+      if (c.first_scores && !scorersAgree(positionsOf(c.first_scores), positionsOf(c.scores))) out.disagreed++;
+      else moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats, quantization: c.quantization });
+    } else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
       out.agreed.push(c.node_id!);
       // The first scorer's job is its check: that is what its strike is about, and what it loses.
       moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats, quantization: c.scorer_quantization });

@@ -92,6 +92,43 @@ export function answerStats(positions: readonly ScoredPosition[], temperature: n
   return { positions: n, top1: top1 / n, outsideTopK: outside / n, confidentMismatches: k, evidence: Math.min(llr, ANSWER_CAP) };
 }
 
+/**
+ * Two scorers of one answer agree with each other when their log-probabilities of its tokens,
+ * position by position, correlate at least this much (Pearson). Two nodes running one model
+ * score a text alike whatever it is (a text of another model included): their curves rise and
+ * fall together, ≥ 0.99 for the tiny models with 1 % and 1.5 % noise on their weights, and for
+ * 20 % and 21 %; two different models do not (−0.68 to 0.74, median about 0, over 30 answers
+ * of 48 tokens per pair; test/token-stats.test.ts checks each pair on its own 30). Real models
+ * are not measured here; a quantisation of the same model is the close case (the noised copies).
+ */
+export const SCORER_AGREEMENT = 0.9;
+/** Log-probabilities below this count as this (a backend's "outside its alternatives" can be −∞ or a sentinel). */
+const LOGPROB_FLOOR = -30;
+
+/**
+ * Whether two scorers' positions of one answer come from one model (their log-probabilities
+ * correlate at least SCORER_AGREEMENT over the positions both scored). Fewer than
+ * MIN_POSITIONS in common, or no variation to correlate: true (nothing says otherwise).
+ */
+export function scorersAgree(a: readonly ScoredPosition[], b: readonly ScoredPosition[]): boolean {
+  const n = Math.min(a.length, b.length);
+  if (n < MIN_POSITIONS) return true;
+  const x = a.slice(0, n).map((p) => Math.max(p.logprob, LOGPROB_FLOOR));
+  const y = b.slice(0, n).map((p) => Math.max(p.logprob, LOGPROB_FLOOR));
+  const mx = x.reduce((s, v) => s + v, 0) / n;
+  const my = y.reduce((s, v) => s + v, 0) / n;
+  let cov = 0;
+  let vx = 0;
+  let vy = 0;
+  for (let i = 0; i < n; i++) {
+    cov += (x[i]! - mx) * (y[i]! - my);
+    vx += (x[i]! - mx) ** 2;
+    vy += (y[i]! - my) ** 2;
+  }
+  if (vx < 1e-12 || vy < 1e-12) return true;
+  return cov / Math.sqrt(vx * vy) >= SCORER_AGREEMENT;
+}
+
 /** A node's running test: `sum` in [0, H]; flagged once it reached H (and stays so until reset by the caller). */
 export interface NodeTest {
   sum: number;
