@@ -2,7 +2,7 @@
 // the majority's verdict, replays (checked by another node, or alone), speed, stock answers,
 // what a suspended node can no longer do and its reinstatement, probes that look like any
 // job, and reversals that leave every aggregate equal to its recomputation, exactly once.
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
@@ -122,13 +122,17 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await strikes('honest-2')).toEqual([]);
   });
 
-  it('strikes a replay at once when no other node serves the model, and leaves stock answers alone', async () => {
+  it('leaves a replay no other node can check unstruck, and stock answers alone', async () => {
+    // The one node of a model gives one answer to different prompts: a replay, or an honest
+    // model asked for the same text ("repeat this sentence"). Nobody can tell which; a user
+    // could otherwise get the node suspended (two outside probes did).
     const { user, workers } = await start({}, ['alone']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `prompt number ${i}`);
     await serve(workers, () => canned(MODEL, []));
-    expect((await strikes('alone')).map((s) => s.kind)).toEqual(['replay', 'replay', 'replay']);
-    expect(await standing('alone')).toBe('suspended');
-    expect(await pointsOf('alone')).toBe(0);
+    await vi.waitFor(async () => expect((await t.app.metrics.registry.getSingleMetricAsString('ins_verification_total'))).toMatch(/event="replay_unchecked"} 3\b/), { timeout: 20_000, interval: 20 });
+    expect(await strikes('alone')).toEqual([]);
+    expect(await standing('alone')).toBe('trusted');
+    expect(await pointsOf('alone')).toBe(4);
     await t.close();
 
     // Two nodes giving the same refusal to different prompts: a stock answer, not a replay.

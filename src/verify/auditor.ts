@@ -112,6 +112,8 @@ export interface AuditReport {
   scoresJudged?: number;
   /** Confirmations whose two scorers found the answer foreign each in its own way: no verdict. */
   scorersDisagreed?: number;
+  /** Suspected replays no other node could check: no verdict. */
+  replaysUnchecked?: number;
 }
 
 const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] });
@@ -129,6 +131,7 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.scoreChecks = (into.scoreChecks ?? 0) + (r.scoreChecks ?? 0);
   into.scoresJudged = (into.scoresJudged ?? 0) + (r.scoresJudged ?? 0);
   into.scorersDisagreed = (into.scorersDisagreed ?? 0) + (r.scorersDisagreed ?? 0);
+  into.replaysUnchecked = (into.replaysUnchecked ?? 0) + (r.replaysUnchecked ?? 0);
 }
 
 export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
@@ -239,11 +242,11 @@ class Batch {
     await countChecks(this.tx, scores.scored, made.filter((p) => !p.suspicion));
     if (outcome) this.report.outcomes.push(outcome);
     this.report.copies = made.length;
-    // A suspected replay nobody else can check is judged on its own evidence.
-    for (const p of this.plans) {
-      const node = p.exclude[0]!;
-      if (p.suspicion && !made.includes(p)) this.struck.push({ nodeId: node, jobId: suspectJob(p.suspicion) ?? p.of, kind: 'replay', evidence: { ...p.suspicion, checked_by: 'nobody else serves the model' } });
-    }
+    // A suspected replay nobody else can check stays a suspicion: counted, never struck. The
+    // same answer to different prompts is what an honest model gives to prompts that ask for the
+    // same text (a user's "repeat this sentence", a refusal template), so on its own it let any
+    // user suspend the one node of a model (two outside probes).
+    this.report.replaysUnchecked = this.plans.filter((p) => p.suspicion && !made.includes(p)).length;
     await agree(this.tx, this.agreed, v.probationAgreements);
     this.report.agreements = this.agreed.length;
     await this.strikes();
