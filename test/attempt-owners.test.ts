@@ -107,6 +107,29 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await q('t_lonely', 'SELECT state, failures, detail FROM jobs WHERE id = $1::uuid', [job.job_id])).toEqual([{ state: 'failed', failures: 1, detail: 'no node that may take it remains' }]);
   });
 
+  it("a user's job whose lease ran out goes back to its node when no other may take it: a worker killed mid-job and started again finishes it", async () => {
+    const model = 'restarted-model';
+    const key = await t.addNode('restarted');
+    const first = await new TestWorker(t.app, 'restarted', key).start([model]);
+    const id = await user.submit(model, 'only one node serves me');
+    expect((await first.getJob())!.job_id).toBe(id);
+    // The worker is killed: it never reports, and its lease runs out (here: ended by hand, then swept).
+    await q('t_run_out', 'UPDATE job_leases SET expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL', [id]);
+    await until('the lease to be swept', async () => (await t.app.service.coordinator.lifecycle.sweep()) !== undefined
+      && (await q<{ state: string }>('t_requeued', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'queued', 10_000);
+    const again = await new TestWorker(t.app, 'restarted', key).start([model]);
+    // Past the grace, a sweep gives it back to the node rather than failing it.
+    await until('the job to be given back', async () => {
+      await t.app.service.coordinator.lifecycle.sweep();
+      return (await q<{ n: number }>('t_readmitted', 'SELECT cardinality(exclude_nodes) AS n FROM jobs WHERE id = $1::uuid', [id]))[0]!.n === 0;
+    }, 10_000);
+    const job = await nextJob(again);
+    expect(job.job_id).toBe(id);
+    expect((await again.report(job)).statusCode).toBe(200);
+    expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
+    expect(await q('t_restarted', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'done', failures: 1 }]);
+  });
+
   it('a job another node that may take it is online for is not failed: that node leases it', async () => {
     const model = 'shared-model';
     const first = await worker(model);

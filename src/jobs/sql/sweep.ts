@@ -41,14 +41,36 @@ requeued AS (
 -- seconds (NO_NODE_GRACE) since its last lease ended: a worker whose backend crashed reports
 -- an error, and the node that takes the job over may start a moment later. Through the partial
 -- index jobs_queued_failed (migrations/0019), only queued jobs with a failure are looked at.
-stranded AS (
-  UPDATE jobs j SET state = 'failed', finished_at = now(), detail = 'no node that may take it remains',
-    node_id = NULL, lease_expires_at = NULL, streamed = ''
+-- A user's job whose only nodes left are ones it was kept from because their leases ran out
+-- (never an error report, never a give-up) goes back to them instead (readmitted): a worker
+-- killed mid-job and started again is the node's one way to finish it, where failing it would
+-- leave its user nothing. MAX_ATTEMPTS still bounds it. Checks and probes keep their exclusions.
+stranded_jobs AS (
+  SELECT j.id, j.model_id, j.kind, j.needs, j.exclude_nodes FROM jobs j
   WHERE j.state = 'queued' AND j.failures > 0 AND j.deadline_at > now()
     AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = j.id AND l.ended_at > now() - make_interval(secs => $5::float8))
     AND NOT EXISTS (SELECT 1 FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
       WHERE d.model_id = j.model_id AND NOT (s.node_id = ANY(j.exclude_nodes)) AND j.needs & ~coalesce(d.caps, 0) = 0
         AND ${servingSession('s', 'n', '$3', '$4')})
+),
+readmissible AS (
+  SELECT x.id, array_agg(DISTINCT s.node_id) AS nodes FROM stranded_jobs x
+    JOIN node_sessions s ON s.node_id = ANY(x.exclude_nodes) JOIN nodes n ON n.id = s.node_id
+    CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
+  WHERE x.kind = 'user' AND d.model_id = x.model_id AND x.needs & ~coalesce(d.caps, 0) = 0
+    AND ${servingSession('s', 'n', '$3', '$4')}
+    AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = x.id AND l.node_id = s.node_id AND l.outcome IS DISTINCT FROM 'expired')
+  GROUP BY x.id
+),
+readmitted AS (
+  UPDATE jobs j SET exclude_nodes = ARRAY(SELECT e FROM unnest(j.exclude_nodes) AS e WHERE NOT (e = ANY(r.nodes)))
+  FROM readmissible r WHERE j.id = r.id AND j.state = 'queued'
+  RETURNING j.id, j.model_id
+),
+stranded AS (
+  UPDATE jobs j SET state = 'failed', finished_at = now(), detail = 'no node that may take it remains',
+    node_id = NULL, lease_expires_at = NULL, streamed = ''
+  FROM stranded_jobs x WHERE j.id = x.id AND j.state = 'queued' AND NOT EXISTS (SELECT 1 FROM readmissible r WHERE r.id = x.id)
   RETURNING j.id, j.model_id
 ),
 late AS (
@@ -66,7 +88,7 @@ final AS (
 -- the settler (src/usage/sql.ts), not here.
 announced AS (
   SELECT jobs_announce($2::text,
-    ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NOT NULL),
+    ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NULL) || ARRAY(SELECT model_id FROM readmitted), ARRAY(SELECT model_id FROM requeued WHERE state = 'queued' AND verify_of IS NOT NULL),
     ARRAY(SELECT id FROM final), ARRAY(SELECT state FROM final), ARRAY(SELECT model_id FROM final),
     ARRAY(SELECT id FROM requeued WHERE state = 'queued'), ARRAY(SELECT attempt FROM requeued WHERE state = 'queued')) AS items
 )
