@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
 import { sql } from '../src/db/database.js';
 import { probeRequest } from '../src/verify/probes.js';
+import { PROMPT_ALLOWANCE } from '../src/jobs/sql/complete.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -159,6 +160,16 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect((await reportWith(honest, second, 'hi', 'success', { prompt_tokens: 3, completion_tokens: 5 })).statusCode).toBe(200);
     expect((await user.result(id)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 3, completion_tokens: 5 } });
     expect(await tokensUsed()).toBe(before + 5);
+  });
+
+  it('a success report\'s prompt_tokens is capped at what its request could hold', async () => {
+    const w = await worker('prompt-model');
+    const id = await user.submit('prompt-model', 'Say hi', { max_output: 16 });
+    const job = (await w.getJob())!;
+    expect((await reportWith(w, job, 'Hi', 'success', { prompt_tokens: 2_000_000_000, completion_tokens: 2 })).statusCode).toBe(200);
+    const [{ bytes }] = await q<{ bytes: number }>('t_request_bytes', 'SELECT octet_length(request::text) AS bytes FROM jobs WHERE id = $1::uuid', [id]) as [{ bytes: number }];
+    expect((await user.result(id)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: bytes + PROMPT_ALLOWANCE, completion_tokens: 2 } });
+    expect(bytes + PROMPT_ALLOWANCE).toBeLessThan(5_000);
   });
 
   it('a success report\'s usage is capped at the job\'s max_output, and at the reserve for a job that set none', async () => {

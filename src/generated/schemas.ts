@@ -406,7 +406,7 @@ export const UpdateResultRequest = Type.Object({
   usage: Type.Optional(Type.Object({
     prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0, maximum: 2147483647 })),
     completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0, maximum: 2147483647 })),
-  }, { title: "Usage", description: "*Ours*: token counts of this job, kept with it (also read from `result.usage`, where counts outside 0 to 2147483647 are ignored)." })),
+  }, { title: "Usage", description: "*Ours*: token counts of this job, kept with it (also read from `result.usage`, where counts outside 0 to 2147483647 are ignored). What the job's owner is shown and charged is clamped: `completion_tokens` at the job's `max_output` (or the quota's reserve), `prompt_tokens` at one per byte of the job's request plus 4,096 (docs/coordinator.md, \"Usage charged\")." })),
 }, { title: "UpdateResultRequest", description: "A worker's report of one job. Extra fields are ignored." });
 export type UpdateResultRequest = Static<typeof UpdateResultRequest>;
 

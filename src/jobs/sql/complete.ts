@@ -37,13 +37,19 @@ import type { JobState } from '../states.js';
 // completion_tokens (the seed's workers count none) is charged that estimate, clamped as a count
 // would be, rather than its whole reservation, and its prompt, unless counted, is estimated from
 // its messages' text likewise; the usage says `estimated: true`. The lease keeps the report as sent, which
-// verification reads (src/verify/auditor.ts).
+// verification reads (src/verify/auditor.ts). A counted prompt_tokens is shown to the owner and
+// charged nowhere, but a node may not claim more than its request could hold: at most one token
+// per byte of the request as stored, plus PROMPT_ALLOWANCE for what the backend adds (its chat
+// template, a Modelfile's system prompt). Before, a node's 2,000,000,000 reached the client.
 // $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
 // lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
 // hostile node could claim it to fail jobs; docs/openai.md). Verification audits the claim
 // (verify/request-errors.ts): the statement tells which jobs, not copies, ended so.
+/** Prompt tokens a node may count beyond one per byte of the request (its backend's chat template and system prompt). */
+export const PROMPT_ALLOWANCE = 4096;
+
 export const COMPLETE = sql('jobs_complete', `WITH reports AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[])
     AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate)
@@ -64,7 +70,7 @@ ended AS (
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
-      'prompt_tokens', CASE WHEN e.counted OR sum(u.prompt) IS NOT NULL THEN sum(u.prompt) ELSE (SELECT ceil(sum(octet_length(m ->> 'content')) / 4.0)::bigint
+      'prompt_tokens', CASE WHEN sum(u.prompt) IS NOT NULL THEN least(sum(u.prompt), octet_length(j.request::text) + ${PROMPT_ALLOWANCE}) WHEN e.counted THEN NULL ELSE (SELECT ceil(sum(octet_length(m ->> 'content')) / 4.0)::bigint
         FROM jsonb_array_elements(CASE jsonb_typeof(j.request -> 'messages') WHEN 'array' THEN j.request -> 'messages' END) m) END,
       'completion_tokens', least(CASE WHEN e.counted THEN sum(u.completion) ELSE e.estimate END,
         CASE WHEN j.owner_key_id IS NOT NULL THEN greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)) END),
