@@ -29,7 +29,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     const result = body.result as Record<string, unknown>;
     // 400, the refusal that keeps the seed's worker polling; its lease runs on (jobs/answer.ts).
     if (body.status === 'success' && !hasAnswerMessage(result)) {
-      throw new HttpError(400, 'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded');
+      throw new HttpError(400, 'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded, and the lease runs on: report again with the answer, or the error');
     }
     const c: Completion = await coordinator.complete({
       keyHash, jobId: body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
