@@ -85,6 +85,35 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await strikes('honest')).toEqual([]);
   });
 
+  it("failures of jobs no node could finish are the jobs' own: no failure strike; those another node finished are counted", async () => {
+    // A user's prompts every backend refuses (past their context, say): both nodes fail each.
+    const bad = [await worker('unrunnable', 'unrunnable-1'), await worker('unrunnable', 'unrunnable-2')];
+    for (let i = 0; i < 4; i++) await user.submit('unrunnable', `a prompt no backend can run ${i}`);
+    for (let round = 0; round < 8; round++) {
+      for (const w of bad) {
+        const job = await w.getJob();
+        if (job) expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
+      }
+    }
+    expect(await q('t_unrunnable', "SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE n.name LIKE 'unrunnable-%' AND l.outcome = 'error'")).toEqual([{ n: 8 }]);
+    // A node whose failed jobs another node finishes: its third such failure is a strike. The
+    // failures are judged one after another, so once it is struck the ones above were judged.
+    const flaky = await worker('flaky-model', 'flaky');
+    const steady = await worker('flaky-model', 'steady');
+    for (let i = 0; i < 3; i++) {
+      const id = await user.submit('flaky-model', `job ${i}`);
+      const job = (await flaky.getJob())!;
+      expect(job.job_id).toBe(id);
+      expect((await reportWith(flaky, job, '', 'error')).statusCode).toBe(200);
+      const again = (await steady.getJob())!;
+      expect((await steady.report(again)).statusCode).toBe(200);
+    }
+    await expect.poll(() => strikes('flaky'), { timeout: 10_000 }).toEqual(['failure']);
+    expect(await strikes('unrunnable-1')).toEqual([]);
+    expect(await strikes('unrunnable-2')).toEqual([]);
+    expect(await strikes('steady')).toEqual([]);
+  });
+
   it('a job no node that may take it remains for fails after NO_NODE_GRACE, and /v1 answers 502 job_failed', async () => {
     const model = 'lonely-model';
     const tools = async (w: TestWorker, caps: string[]) =>

@@ -5,6 +5,10 @@
 // `failure`. An honest node fails now and then (its backend restarts, a reply is lost); a node
 // that takes jobs and fails them keeps users waiting. The strike moves its standing like any
 // other (verify/standing.ts); it takes no points back (a failed attempt earned nothing).
+// Only failures of jobs another node then finished count: a job nobody could finish (a prompt
+// past every backend's context, a request its model cannot run) is the job's fault, and
+// counting those let any user get the nodes of a model suspended with such prompts (an outside
+// probe: 30 of them). complete.ts tells the earlier failing nodes when such a job is done.
 import { sql, type Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { strike } from './standing.js';
@@ -19,7 +23,8 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
       coalesce((SELECT r.reinstated_at FROM node_standing r WHERE r.node_id = $1::bigint), '-infinity')) AS at)
   SELECT count(*)::int AS n FROM job_leases l, since
   WHERE l.node_id = $1::bigint AND l.leased_at > now() - make_interval(secs => $2::float8) AND l.ended_at > since.at
-    AND l.outcome IN ('error', 'expired')`);
+    AND l.outcome IN ('error', 'expired')
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id)`);
 
 export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig): Promise<AuditReport> {
   return db.transaction(async (tx) => {

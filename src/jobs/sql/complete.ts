@@ -98,7 +98,10 @@ finished AS (
     error = e.request_error
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id
-  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds
+  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
+    -- A job done after other nodes failed it: their failures are now shown to be theirs (verify/failures.ts).
+    CASE WHEN j.state = 'done' AND j.failures > 0 THEN ARRAY(SELECT DISTINCT l.node_id::int FROM job_leases l
+      WHERE l.job_id = j.id AND l.outcome IN ('error', 'expired') AND l.node_id <> e.node_id) END AS failed_by
 ),
 -- The owner's daily usage (key_usage) is not touched here: the settler (src/usage/sql.ts) folds a
 -- finished job's usage, as this statement leaves it in jobs.usage, into the owner's counters
@@ -116,7 +119,7 @@ input AS (
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage,
-  e.request_error IS NOT NULL AS request_error, f.verify_of IS NOT NULL AS copy, a.items AS announced
+  e.request_error IS NOT NULL AS request_error, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
 FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
 
 export interface JobReport {
@@ -137,7 +140,7 @@ export interface Completed { status: 'success' | 'error'; points: number; state:
 
 interface Row {
   key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null;
-  request_error: boolean; copy: boolean; announced: string;
+  request_error: boolean; copy: boolean; failed_by: number[] | null; announced: string;
 }
 
 export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
@@ -160,9 +163,13 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     const r = byKey.get(row.key_hash)!;
     if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: row.usage, queuedSeconds: row.queued_seconds });
   }
-  // Error reports are their nodes' failures: each counts against its node (verify/failures.ts);
-  // a request's own error (issue 28) is the request's, not the node's.
-  const failures = rows.filter((row) => row.status === 'error' && !row.request_error).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
+  // Error reports are their nodes' failures (a request's own error, issue 28, is the request's),
+  // which count against a node once another node finished the job (verify/failures.ts): told
+  // when the failure happens and when that job is done.
+  const failures = [
+    ...rows.filter((row) => row.status === 'error' && !row.request_error).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId })),
+    ...rows.flatMap((row) => (row.failed_by ?? []).map((nodeId) => ({ nodeId: Number(nodeId), jobId: byKey.get(row.key_hash)!.jobId }))),
+  ];
   // The claim is audited (verify/request-errors.ts); a copy's own request error is that audit's answer, not audited again.
   const requestErrors = rows.filter((row) => row.request_error && !row.copy).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
   if (done.size > 0 || failures.length > 0 || requestErrors.length > 0) {
