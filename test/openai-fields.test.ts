@@ -132,6 +132,21 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
     expect(queued).toEqual([{ n: 0 }]);
   });
 
+  it('refuses at once a request whose capabilities no one node has together, though each has some node', async () => {
+    // One node does tools, another JSON: a job goes to one node, so tools with JSON would wait
+    // out its deadline (an outside probe: 504 after request_timeout_time).
+    for (const [node, caps] of [['split-tools', ['tools']], ['split-json', ['json']]] as const) {
+      const w = await new TestWorker(t.app, node, await t.addNode(node)).start(['split-model']);
+      expect((await w.post('/worker/update_models', { node_url: node, models: ['split-model'], capabilities: { 'split-model': caps } }, true)).statusCode).toBe(200);
+    }
+    const both = await client.chat.completions.create({ model: 'split-model', messages: [{ role: 'user', content: 'x' }], tools: [TOOL], response_format: { type: 'json_object' } }).catch((e: unknown) => e);
+    expect(both).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(both).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'response_format' });
+    expect((both as Error).message).toContain("'tools', 'json' on one node");
+    const queued = await t.db.query<{ n: number }>(sql('t_split_queued', "SELECT count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id WHERE m.name = 'split-model'"));
+    expect(queued).toEqual([{ n: 0 }]);
+  });
+
   it('gives the seed\'s worker plain jobs only, with the seed\'s job_data fields', async () => {
     const pending = client.chat.completions.create({ model: 'seed-model', messages: [{ role: 'user', content: 'plain' }] });
     const job = (await seed.getJob(10))!;

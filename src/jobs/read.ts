@@ -40,7 +40,7 @@ const LIVE = liveSession('s', 'n', '$1');
 // caps: what some node can do with the model (jobs/capabilities.ts bits, OR-ed over its sessions).
 // `chat`: some node serving it answers chat (not an embedding model alone: jobs/capabilities.ts).
 const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps,
-    bool_or(${chatsSql('d.caps')}) AS chat
+    bool_or(${chatsSql('d.caps')}) AS chat, array_agg(DISTINCT coalesce(d.caps, 0)) AS combos
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
   WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
@@ -79,7 +79,8 @@ export class JobReader {
   }
 }
 
-export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number; caps: number; chat: boolean }[]> {
+/** The served models: `caps` what some node can do with each, `combos` what each node can (the distinct sets: a job goes to one node). */
+export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number; caps: number; chat: boolean; combos: number[] }[]> {
   return db.query(AVAILABLE_MODELS, [onlineSeconds, modelsTtlSeconds]);
 }
 

@@ -68,6 +68,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       const param = paramNeeding(chat, name!);
       throw new OpenAIError(400, `Unsupported parameter: '${param}' needs the capability '${name}', which no node serving '${chat.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', param, 'unsupported_parameter');
     }
+    await served.requireTogether(chat.model, chat.needs, paramNeeding(chat, namesOf(chat.needs).at(-1)!), () => metrics.completions.inc({ model: chat.model, outcome: 'capability_missing' }));
     // The user, however its key was sent.
     const slot = `user:${owner}`;
     if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });

@@ -33,6 +33,8 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
       const what = missing & CAPABILITIES.completions ? 'text completions need' : `'${param}' needs`;
       throw new OpenAIError(400, `Unsupported parameter: ${what} the capability '${name}', which no node serving '${request.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', param, 'unsupported_parameter');
     }
+    const together = (['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const).find((k) => request.params[k] !== undefined) ?? 'prompt';
+    await served.requireTogether(request.model, request.needs, together, () => metrics.completions.inc({ model: request.model, outcome: 'capability_missing' }));
     const slot = `user:${owner}`;
     if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });
     const gone = new AbortController();

@@ -17,7 +17,7 @@ import type { OpenAIApp } from './context.js';
 const FRESH_MS = 1_000;
 
 /** The served models: what some node can do with each (capability bits), and those some node answers chat for (all but embedding models). */
-interface Served { at: number; caps: Map<string, number>; chat: Set<string> }
+interface Served { at: number; caps: Map<string, number>; chat: Set<string>; combos: Map<string, number[]> }
 
 export class ServedModels {
   private cached: Served | undefined;
@@ -30,7 +30,10 @@ export class ServedModels {
     if (this.cached && performance.now() - this.cached.at < freshMs) return this.cached;
     this.loading ??= availableModels(this.db, this.config.onlineWindow, this.config.modelsTtl)
       .then((rows) => {
-        this.cached = { at: performance.now(), caps: new Map(rows.map((r) => [r.name, r.caps])), chat: new Set(rows.filter((r) => r.chat).map((r) => r.name)) };
+        this.cached = {
+          at: performance.now(), caps: new Map(rows.map((r) => [r.name, r.caps])), chat: new Set(rows.filter((r) => r.chat).map((r) => r.name)),
+          combos: new Map(rows.map((r) => [r.name, r.combos.map(Number)])),
+        };
         return this.cached;
       })
       .finally(() => { this.loading = undefined; });
@@ -66,11 +69,24 @@ export class ServedModels {
     throw new OpenAIError(404, `The model '${model}' is an embedding model: no node serving it answers chat (POST /v1/embeddings takes it; GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'model', 'model_not_chat');
   }
 
-  /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node can do the job. */
+  /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node has each. */
   async missing(model: string, needs: number): Promise<number> {
     if (needs === 0) return 0;
     const lacks = (s: Served) => needs & ~(s.caps.get(model) ?? 0);
     return lacks(await this.now()) && lacks(await this.now(0));
+  }
+
+  /**
+   * Nothing when one online node serving the model has all of `needs` (each of which some node
+   * has: missing() said so); else OpenAI's 400 `unsupported_parameter` naming `param`, once
+   * `counted` has told the metrics. A job goes to one node: one with tools beside another with
+   * json serves neither tools-with-json request, which would wait for its deadline.
+   */
+  async requireTogether(model: string, needs: number, param: string, counted: () => void): Promise<void> {
+    const one = (s: Served) => (s.combos.get(model) ?? []).some((c) => (needs & ~c) === 0);
+    if (needs === 0 || one(await this.now()) || one(await this.now(0))) return;
+    counted();
+    throw new OpenAIError(400, `Unsupported parameter: '${param}' with the rest of this request needs the capabilities ${namesOf(needs).map((n) => `'${n}'`).join(', ')} on one node, and no node serving '${model}' has them all now (GET /v1/models lists what some node of each model can do).`, 'invalid_request_error', param, 'unsupported_parameter');
   }
 }
 
