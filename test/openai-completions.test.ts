@@ -67,6 +67,8 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
       expect(chunks.map((c) => c.choices[0]?.text ?? '').join('')).toBe(`echo(${model}): The quick brown fox`);
       expect(chunks.flatMap((c) => c.choices.map((x) => x.finish_reason)).filter(Boolean)).toEqual(['stop']);
       expect(chunks.at(-1)!.usage).toEqual({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 });
+      // Every chunk before it says `usage: null`, as OpenAI's stream options promise.
+      expect(chunks.slice(0, -1).map((c) => c.usage)).toEqual(chunks.slice(0, -1).map(() => null));
       expect(fakes[kind].requests.at(-1)).toMatchObject({ prompt: 'The quick brown fox', stream: true });
     });
   }
@@ -79,6 +81,9 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
       [{ model: 'vllm-model', prompt: 'x', n: 2 }, 400, 'n', 'unsupported_parameter'],
       [{ model: 'vllm-model', prompt: 'x', echo: true }, 400, 'echo', 'unsupported_parameter'],
       [{ model: 'vllm-model', prompt: 'x', logprobs: 2 }, 400, 'logprobs', 'unsupported_parameter'],
+      // 0 asks for the chosen tokens' logprobs (OpenAI's reference): refused, not dropped.
+      [{ model: 'vllm-model', prompt: 'x', logprobs: 0 }, 400, 'logprobs', 'unsupported_parameter'],
+      [{ model: 'vllm-model', prompt: 'x', stream: true, stream_options: { include_usage: 'yes' } }, 400, 'stream_options.include_usage', 'invalid_type'],
       [{ model: 'vllm-model', prompt: 'x', suffix: 'end' }, 400, 'suffix', 'unsupported_parameter'],
       [{ model: 'vllm-model', prompt: 'x', best_of: 3 }, 400, 'best_of', 'unsupported_parameter'],
       [{ model: 'vllm-model', prompt: 'x', logit_bias: { 1: 2 } }, 400, 'logit_bias', 'unsupported_parameter'],

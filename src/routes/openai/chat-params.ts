@@ -203,6 +203,9 @@ export function streamFields(body: Record<string, unknown>): { stream: boolean; 
   if (given(options)) {
     if (!isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
     if (body.stream !== true) throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
+    if (given(options.include_usage) && typeof options.include_usage !== 'boolean') {
+      throw invalidRequest("Invalid type for 'stream_options.include_usage': expected a boolean.", 'stream_options.include_usage', 'invalid_type');
+    }
   }
   return { stream: body.stream === true, includeUsage: isObject(options) && options.include_usage === true };
 }

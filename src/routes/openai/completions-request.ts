@@ -15,7 +15,8 @@ import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 /** OpenAI's completions fields the network cannot honour, refused when given other than as their no-op value. */
 const REFUSED: Readonly<Record<string, (v: unknown) => boolean>> = Object.freeze({
   logit_bias: (v) => !(isObject(v) && Object.keys(v).length === 0),
-  logprobs: (v) => v !== 0 && v !== false,
+  // Any number asks for logprobs (0: the chosen tokens' own, OpenAI's reference says), which no node returns for text completions.
+  logprobs: () => true,
   echo: (v) => v !== false,
   suffix: (v) => v !== '',
   best_of: (v) => v !== 1,

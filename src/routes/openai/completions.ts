@@ -42,6 +42,8 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
     try {
       const jobId = await submitCompletion(coordinator, owner, request);
       const ids = { id: `cmpl-${jobId}`, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: request.model, system_fingerprint: null };
+      // With include_usage every chunk but the last carries `usage: null`, as OpenAI's (and chat's here).
+      const chunk = { ...ids, ...(request.includeUsage ? { usage: null } : {}) };
       const choice = (text: string, finish: string | null) => ({ text, index: 0, logprobs: null, finish_reason: finish });
       // Partial output, relayed while the job runs (streamed requests only).
       let sentChars = 0;
@@ -54,7 +56,7 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
           sentChars += charLength(piece.text);
           sentUnits += piece.text.length;
           sentHash.update(piece.text);
-          sending = sending.then(() => (reply.sse.isConnected ? reply.sse.send({ data: { ...ids, choices: [choice(piece.text, null)] } }) : undefined)).catch(() => undefined);
+          sending = sending.then(() => (reply.sse.isConnected ? reply.sse.send({ data: { ...chunk, choices: [choice(piece.text, null)] } }) : undefined)).catch(() => undefined);
         })
         : () => {};
       let outcome;
@@ -83,8 +85,8 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
         return endStreamWithError(sse, { message: 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; read the answer whole with a non-streaming request or GET /get_result.', type: 'server_error', code: 'answer_diverged' });
       }
       const rest = content.slice(sentUnits);
-      if (rest) await sse.send({ data: { ...ids, choices: [choice(rest, null)] } });
-      await sse.send({ data: { ...ids, choices: [choice('', finishReason(request, outcome.usage, outcome.answer))] } });
+      if (rest) await sse.send({ data: { ...chunk, choices: [choice(rest, null)] } });
+      await sse.send({ data: { ...chunk, choices: [choice('', finishReason(request, outcome.usage, outcome.answer))] } });
       if (request.includeUsage) await sse.send({ data: { ...ids, choices: [], usage: usageOf(outcome.usage) ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } } });
       await sse.send('[DONE]');
       sse.close();
