@@ -15,6 +15,7 @@ import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { OpenAIError } from './errors.js';
 import { parseChatRequest, type ChatRequest } from './request.js';
+import { outcomeAsRequested } from './answer-shape.js';
 import { awaitCompletion, endStreamWithError, failureError, finishReason, submitCompletion, usageOf, type Outcome } from './completion.js';
 import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
@@ -78,8 +79,9 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     try {
       const jobId = await submitCompletion(coordinator, owner, chat);
       const ids = { id: `chatcmpl-${jobId}`, created: Math.floor(Date.now() / 1000), model: chat.model };
-      if (chat.stream) return await stream(reply, chat, ids, started, jobId, owner, () => awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
-      const outcome = await awaitCompletion(coordinator, owner, jobId, chat, gone.signal);
+      const wait = async () => outcomeAsRequested(chat, await awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
+      if (chat.stream) return await stream(reply, chat, ids, started, jobId, owner, wait);
+      const outcome = await wait();
       record(chat, outcome, started);
       if (outcome.kind !== 'done') {
         throw failureError(outcome);

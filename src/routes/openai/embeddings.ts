@@ -91,6 +91,11 @@ export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModel
         // The node's report has no vector per input (jobs/answer.ts keeps only well-formed ones).
         throw new OpenAIError(502, `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`, 'server_error', null, 'job_failed');
       }
+      // One model's vectors: all of one size, every number finite (JSON has no NaN: it became null).
+      const sizes = new Set(vectors.map((v) => Buffer.byteLength(v, 'base64')));
+      if (sizes.size !== 1 || [...sizes][0]! % 4 !== 0 || vectors.some((v) => floats(v).some((x) => !Number.isFinite(x)))) {
+        throw new OpenAIError(502, 'The node that ran the job answered vectors of different sizes, or with numbers that are not finite.', 'server_error', null, 'job_failed');
+      }
       const prompt = outcome.usage?.prompt_tokens ?? 0;
       return {
         object: 'list',

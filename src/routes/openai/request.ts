@@ -131,9 +131,23 @@ export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number;
     temperature: params.temperature ?? OPENAI_DEFAULT_TEMPERATURE,
     params,
     needs,
-    seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
+    seed: seedOf(body),
     stream,
     includeUsage,
     timeoutSeconds: timeout ?? limits.defaultTimeout,
   };
+}
+
+/**
+ * OpenAI's `seed`: any integer (the API's is 64-bit, and apps send negative ones too). The nodes'
+ * backends take 0 to 2^31 − 1 (llama.cpp's is unsigned 32-bit, Ollama's and vLLM's signed), so
+ * it is taken modulo 2^31: the same seed always gives the same backend seed, and seeds that
+ * differ by a multiple of 2^31 share one. Before, any seed outside that range was 400.
+ */
+function seedOf(body: Record<string, unknown>): number | undefined {
+  const v = number(body, 'seed', -Number.MAX_VALUE, Number.MAX_VALUE, true);
+  if (v === undefined) return undefined;
+  const m = 2 ** 31;
+  // Beyond 2^53 a JSON integer is already rounded by the parser; % stays exact on the double it became.
+  return ((v % m) + m) % m;
 }
