@@ -143,6 +143,18 @@ describe('token-level statistics on real tiny models', () => {
   });
 });
 
+describe('two scorers agreeing', () => {
+  const at = (logprobs: number[]) => logprobs.map((logprob) => ({ rank: 2, logprob, top_logprob: 0 }));
+  const curve = Array.from({ length: 20 }, (_, i) => -1 - (i % 5));
+  it('is not vouched for by a flat list, one at the floor, or too few positions', () => {
+    expect(scorersAgree(at(curve), at(curve.map((v) => v - 0.1)))).toBe(true);
+    // A scorer reporting every token far outside its alternatives: nothing to correlate.
+    expect(scorersAgree(at(curve.map(() => -50)), at(curve))).toBe(false);
+    expect(scorersAgree(at(curve.map(() => -3)), at(curve))).toBe(false);
+    expect(scorersAgree(at(curve.slice(0, MIN_POSITIONS - 1)), at(curve.slice(0, MIN_POSITIONS - 1)))).toBe(false);
+  });
+});
+
 describe('the sequential test', () => {
   const answer = (positions: number, k: number): AnswerStats => answerStats(Array.from({ length: positions }, (_, i) => (i < k ? { rank: 50, logprob: -20, top_logprob: -0.1 } : { rank: 1, logprob: -0.1, top_logprob: -0.1 })), 0);
   it('no single answer, however bad, and no two flag a node; three do; honest answers between wash evidence out', () => {

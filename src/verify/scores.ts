@@ -237,7 +237,9 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     const stats = statsOf(c, c.quantization);
     const first = c.suspicion!.evidence ?? 0;
     if (stats.evidence > 0) {
-      if (c.first_scores && !scorersAgree(positionsOf(c.first_scores), positionsOf(c.scores))) out.disagreed++;
+      // Scores of two methods are not position by position (a replay scorer adds a one-character
+      // position where the answer leaves its top 10): those two are not compared, as before.
+      if (c.first_scores && c.first_scores.method === c.scores?.method && !scorersAgree(positionsOf(c.first_scores), positionsOf(c.scores))) out.disagreed++;
       else moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats, quantization: c.quantization });
     } else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
       out.agreed.push(c.node_id!);

@@ -102,19 +102,27 @@ export function answerStats(positions: readonly ScoredPosition[], temperature: n
  * are not measured here; a quantisation of the same model is the close case (the noised copies).
  */
 export const SCORER_AGREEMENT = 0.9;
-/** Log-probabilities below this count as this (a backend's "outside its alternatives" can be −∞ or a sentinel). */
+/** Log-probabilities at or below this say nothing to correlate (a backend's "outside its alternatives" can be −∞ or a sentinel). */
 const LOGPROB_FLOOR = -30;
 
 /**
- * Whether two scorers' positions of one answer come from one model (their log-probabilities
- * correlate at least SCORER_AGREEMENT over the positions both scored). Fewer than
- * MIN_POSITIONS in common, or no variation to correlate: true (nothing says otherwise).
+ * Whether two scorers' positions of one answer (scored the same way: callers compare one method
+ * with itself) come from one model: their log-probabilities correlate at least SCORER_AGREEMENT
+ * over the positions both scored above LOGPROB_FLOOR. Fewer than MIN_POSITIONS such positions,
+ * or one side without variation, is no agreement: a scorer that reports every token at the floor
+ * (a flat list, its evidence still positive) must not vouch for another.
  */
 export function scorersAgree(a: readonly ScoredPosition[], b: readonly ScoredPosition[]): boolean {
-  const n = Math.min(a.length, b.length);
-  if (n < MIN_POSITIONS) return true;
-  const x = a.slice(0, n).map((p) => Math.max(p.logprob, LOGPROB_FLOOR));
-  const y = b.slice(0, n).map((p) => Math.max(p.logprob, LOGPROB_FLOOR));
+  const x: number[] = [];
+  const y: number[] = [];
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    if (a[i]!.logprob > LOGPROB_FLOOR && b[i]!.logprob > LOGPROB_FLOOR) {
+      x.push(a[i]!.logprob);
+      y.push(b[i]!.logprob);
+    }
+  }
+  const n = x.length;
+  if (n < MIN_POSITIONS) return false;
   const mx = x.reduce((s, v) => s + v, 0) / n;
   const my = y.reduce((s, v) => s + v, 0) / n;
   let cov = 0;
@@ -125,7 +133,7 @@ export function scorersAgree(a: readonly ScoredPosition[], b: readonly ScoredPos
     vx += (x[i]! - mx) ** 2;
     vy += (y[i]! - my) ** 2;
   }
-  if (vx < 1e-12 || vy < 1e-12) return true;
+  if (vx < 1e-12 || vy < 1e-12) return false;
   return cov / Math.sqrt(vx * vy) >= SCORER_AGREEMENT;
 }
 
