@@ -158,6 +158,17 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect((await again.report(job)).statusCode).toBe(200);
     expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
     expect(await q('t_restarted', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'done', failures: 1 }]);
+    // Each lapse still counts against the node (a lease that ran out is no user's doing): two
+    // more make three, a failure strike.
+    for (let i = 0; i < 2; i++) {
+      await user.submit(model, `lapse ${i}`);
+      // Whichever job comes (the one lapsed before may be back already): its lease runs out too.
+      const leased = (await nextJob(again)).job_id;
+      await q('t_run_out', 'UPDATE job_leases SET expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL', [leased]);
+      await until('the lease to be swept', async () => (await t.app.service.coordinator.lifecycle.sweep()) !== undefined
+        && (await q<{ n: number }>('t_lapsed', "SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE n.name = 'restarted' AND l.outcome = 'expired'"))[0]!.n === i + 2, 10_000);
+    }
+    await expect.poll(() => strikes('restarted'), { timeout: 10_000 }).toEqual(['failure']);
   });
 
   it('a job another node that may take it is online for is not failed: that node leases it', async () => {

@@ -5,10 +5,11 @@
 // `failure`. An honest node fails now and then (its backend restarts, a reply is lost); a node
 // that takes jobs and fails them keeps users waiting. The strike moves its standing like any
 // other (verify/standing.ts); it takes no points back (a failed attempt earned nothing).
-// Only failures of jobs another node then finished count: a job nobody could finish (a prompt
-// past every backend's context, a request its model cannot run) is the job's fault, and
-// counting those let any user get the nodes of a model suspended with such prompts (an outside
-// probe: 30 of them). complete.ts tells the earlier failing nodes when such a job is done.
+// An error report counts once another node finished its job (from when that job finished): a
+// job nobody could finish (a prompt past every backend's context, a request its model cannot
+// run) is the job's fault, and counting those let any user get the nodes of a model suspended
+// with such prompts (an outside probe: 30 of them). complete.ts tells the earlier failing nodes
+// when such a job is done. A lease that ran out counts always: silence is no user's doing.
 import { sql, type Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { strike } from './standing.js';
@@ -22,9 +23,12 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
       coalesce((SELECT max(s.at) FROM node_strikes s WHERE s.node_id = $1::bigint AND s.kind = 'failure'), '-infinity'),
       coalesce((SELECT r.reinstated_at FROM node_standing r WHERE r.node_id = $1::bigint), '-infinity')) AS at)
   SELECT count(*)::int AS n FROM job_leases l, since
-  WHERE l.node_id = $1::bigint AND l.leased_at > now() - make_interval(secs => $2::float8) AND l.ended_at > since.at
-    AND l.outcome IN ('error', 'expired')
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id)`);
+  WHERE l.node_id = $1::bigint AND l.leased_at > now() - make_interval(secs => $2::float8)
+    AND (l.outcome = 'expired' AND l.ended_at > since.at
+      OR l.outcome = 'error' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at))`);
+// One judgement of a node's failures at a time across servers: the count and its strike in one
+// transaction, so two servers told of the same failures strike once.
+const LOCK_NODE = sql('verify_failures_lock', 'SELECT pg_advisory_xact_lock(1768846196, $1::int)');
 
 export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig): Promise<AuditReport> {
   return db.transaction(async (tx) => {
@@ -32,7 +36,8 @@ export async function strikeFailures(db: Database, failures: readonly { nodeId: 
     if (v.failuresPerStrike <= 0) return report;
     // Each node once, with its latest failed job as the strike's job.
     const last = new Map(failures.map((f) => [f.nodeId, f.jobId]));
-    for (const [nodeId, jobId] of last) {
+    for (const [nodeId, jobId] of [...last].sort((a, b) => a[0] - b[0])) {
+      await tx.query(LOCK_NODE, [nodeId]);
       const [{ n }] = (await tx.query<{ n: number }>(FAILURES, [nodeId, v.evidenceWindow])) as [{ n: number }];
       if (n < v.failuresPerStrike) continue;
       const { before, after } = await strike(tx, nodeId, jobId, 'failure', { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow }, v.evidenceWindow, v.strikesToSuspend);
