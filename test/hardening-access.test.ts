@@ -79,36 +79,61 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
     expect(replies.map((r) => r.statusCode).sort()).toEqual([200, 401, 401, 401, 401, 401]);
   });
 
-  it("gives the check back when a registration's answer never reaches its worker, so the worker's retry is served", async () => {
-    t = await startApp(backend);
-    const key = await t.addNode('gpu');
-    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    const post = (path: string, body: object) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  describe("a registration whose answer never reaches its worker gives its check back, so the worker's retry is served", () => {
     const body = JSON.stringify({ node_url: 'gpu', node_version: '1', stats: {} });
     const sessions = () => t.db.query<{ ended: boolean }>(sql('t_sessions', 'SELECT ended_at IS NOT NULL AS ended FROM node_sessions ORDER BY id'));
-    expect((await post('/check_node_secret', { node_id: 'gpu', secret: key })).status).toBe(200);
+    /** A request read whole by the server (its 'end'): its handler runs, and waits on the database. */
+    const readWhole = () => once(t.app.server, 'request').then(([req]) => once(req as IncomingMessage, 'end'));
 
-    // The worker gives up waiting (the real one's timeout) while the database holds the
-    // registration; it commits after the connection is gone, so its token reaches no one.
-    await t.db.transaction(async (tx) => {
-      await tx.query(sql('t_hold_check', 'SELECT uses FROM node_secret_checks FOR UPDATE'));
-      const { port } = new URL(url);
-      const socket = connect(Number(port), '127.0.0.1');
-      // Read whole (its 'end'): the handler runs, and waits on the database.
-      const arrived = once(t.app.server, 'request').then(([req]) => once(req as IncomingMessage, 'end'));
-      socket.write(`POST /worker/register_node HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-      const [serverSide] = await Promise.all([once(t.app.server, 'connection'), arrived]);
-      const gone = once(serverSide[0] as Socket, 'close');
-      socket.destroy();
-      await gone;
+    /**
+     * The worker gives up waiting (the real one's timeout) while the database holds its
+     * registration, which commits after the connection is gone: its token reaches no one. With
+     * `retryMeanwhile`, the retry comes while the first still waits.
+     */
+    const abandoned = async (retryMeanwhile: boolean) => {
+      t = await startApp(backend);
+      const key = await t.addNode('gpu');
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const post = (path: string, payload: string) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload });
+      expect((await post('/check_node_secret', JSON.stringify({ node_id: 'gpu', secret: key }))).status).toBe(200);
+      let retry: Promise<Response> | undefined;
+      await t.db.transaction(async (tx) => {
+        await tx.query(sql('t_hold_check', 'SELECT uses FROM node_secret_checks FOR UPDATE'));
+        const socket = connect(Number(new URL(url).port), '127.0.0.1');
+        const arrived = readWhole();
+        socket.write(`POST /worker/register_node HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+        const [serverSide] = await Promise.all([once(t.app.server, 'connection'), arrived]);
+        const gone = once(serverSide[0] as Socket, 'close');
+        socket.destroy();
+        await gone;
+        if (retryMeanwhile) {
+          const second = readWhole();
+          retry = post('/worker/register_node', body);
+          await second;
+        }
+      });
+      return { post, retry };
+    };
+
+    it('a retry after the first was given back', async () => {
+      const { post } = await abandoned(false);
+      // That session was opened and ended, and the check is the worker's again.
+      await vi.waitFor(async () => expect(await sessions()).toEqual([{ ended: true }]), { timeout: 10_000, interval: 20 });
+      expect((await post('/worker/register_node', body)).status).toBe(200);
+      expect(await sessions()).toEqual([{ ended: true }, { ended: false }]);
+      // A delivered answer spends the check for good.
+      expect((await post('/worker/register_node', body)).status).toBe(401);
     });
-    // That session was opened and ended, and the check is the worker's again.
-    await vi.waitFor(async () => expect(await sessions()).toEqual([{ ended: true }]), { timeout: 10_000, interval: 20 });
-    const retry = await post('/worker/register_node', { node_url: 'gpu', node_version: '1', stats: {} });
-    expect(retry.status).toBe(200);
-    expect(await sessions()).toEqual([{ ended: true }, { ended: false }]);
-    // A delivered answer spends the check for good.
-    expect((await post('/worker/register_node', { node_url: 'gpu', node_version: '1', stats: {} })).status).toBe(401);
+
+    it('a retry sent while the first still waited on the database', async () => {
+      // It found the check spent by the first (a row lock, then the row gone) and waits for the
+      // first to give it back, rather than answering the 401 that stops the worker for hours.
+      const { post, retry } = await abandoned(true);
+      expect((await retry!).status).toBe(200);
+      expect((await sessions()).filter((s) => !s.ended)).toEqual([{ ended: false }]);
+      expect(await t.db.query(sql('t_left_uses', 'SELECT uses FROM node_secret_checks WHERE uses > 0'))).toEqual([]);
+      expect((await post('/worker/register_node', body)).status).toBe(401);
+    });
   });
 
   it('voids a check when the key is rotated', async () => {

@@ -41,8 +41,9 @@ const USE_CHECK = sql('sessions_use_secret_check', `UPDATE node_secret_checks c 
 // A spent check goes, in the transaction that spent it (its row is this transaction's already).
 const DROP_SPENT = sql('sessions_drop_spent_check', `DELETE FROM node_secret_checks WHERE node_id = $1::bigint AND client_addr = $2::text AND uses = 0`);
 // A registration whose answer never reached its worker gives its use back ($3 the check's time,
-// $4 the key it proved), so the worker's retry is served: the row again if it was spent (within
-// the window of the first check, not a new one), else one more use on it while it proves the same key.
+// $4 the key it proved), so the worker's retry is served: the row again if it was spent (with the
+// spent check's time: its window, not a new one), else one more use on the row there now, in that
+// row's window, while it proves the same key.
 const GIVE_BACK = sql('sessions_give_back_secret_check', `INSERT INTO node_secret_checks AS c (node_id, client_addr, checked_at, key_hash, uses)
   VALUES ($1::bigint, $2::text, $3::timestamptz, $4::text, 1)
   ON CONFLICT (node_id, client_addr) DO UPDATE SET uses = least(c.uses + 1, 16) WHERE c.key_hash = EXCLUDED.key_hash`);

@@ -12,7 +12,7 @@
 // hours — is served as the first would have been. A token delivered is the check's one use.
 import type { ServerResponse } from 'node:http';
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
-import { findNodeForRegistration, giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode, type SpentCheck } from '../../repositories/sessions.js';
+import { findNodeForRegistration, giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
 import { bearerToken } from '../authenticate.js';
 import { isKeyOf } from './check-node-secret.js';
@@ -22,7 +22,12 @@ import type { Queryable } from '../../db/database.js';
 
 const UNPROVEN = "Registering a node takes its key: send it as Authorization: Bearer, or call /check_node_secret first";
 
+/** How long a keyless registration that found no check waits for one pending from its address to be given back. */
+const PENDING_WAIT_MS = 5_000;
+
 export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }: Deps): void {
+  // Keyless registrations not yet delivered nor given back, by node and address (this server's).
+  const pending = new Map<string, Set<Promise<void>>>();
   app.post('/worker/register_node', { schema: { body: RegisterNodeRequest, response: RegisterNodeResponses } }, (req, reply) => rideOutage(async () => {
     const { node_url, node_version, stats, secret, capacity } = req.body;
     // Read now: once the client has gone, its socket no longer says where it was.
@@ -43,22 +48,49 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
       if (!offered.some((k) => isKeyOf(k, node.key_hash))) return refuse();
       opened = await open(db, node, node.key_hash);
     } else {
-      let check: SpentCheck | undefined;
-      opened = await db.transaction(async (tx) => {
-        check = await useSecretCheck(tx, node.id, ip, REGISTER_AFTER_CHECK_SECONDS);
-        return check === undefined ? refuse() : open(tx, node, check.key_hash);
-      });
-      const session = opened.id;
-      const spent = check!;
-      whenUndelivered(reply.raw, async () => {
-        try {
-          await giveBackSecretCheck(db, node.id, ip, spent);
-          await nodes.deregister(session);
-          req.log.info({ node: node.name }, 'register_node: its answer did not reach the worker; the session is ended and the check given back for a retry');
-        } catch (err) {
-          req.log.warn({ err, node: node.name }, 'register_node: its answer did not reach the worker, and giving its check back failed');
+      // This registration is pending for its address until its answer is delivered or its check
+      // given back; one that finds no check waits (a little) for those pending before it: the
+      // worker's retry, sent while the first still committed, would otherwise find the check
+      // spent by a registration whose token nobody will read.
+      const slot = `${node.id} ${ip}`;
+      const before = [...(pending.get(slot) ?? [])];
+      let settle: () => void = () => undefined;
+      const mine = new Promise<void>((resolve) => { settle = resolve; });
+      pending.set(slot, new Set([...(pending.get(slot) ?? []), mine]));
+      mine.then(() => {
+        const left = pending.get(slot);
+        left?.delete(mine);
+        if (left?.size === 0) pending.delete(slot);
+      }, () => undefined);
+      let handed = false;
+      try {
+        const keyless = () => db.transaction(async (tx) => {
+          const check = await useSecretCheck(tx, node.id, ip, REGISTER_AFTER_CHECK_SECONDS);
+          return check === undefined ? undefined : { check, session: await open(tx, node, check.key_hash) };
+        });
+        let got = await keyless();
+        if (!got && before.length > 0) {
+          await Promise.race([Promise.all(before), new Promise((r) => setTimeout(r, PENDING_WAIT_MS).unref())]);
+          got = await keyless();
         }
-      });
+        if (!got) return refuse();
+        const { check, session } = got;
+        opened = session;
+        handed = true;
+        whenUndelivered(reply.raw, settle, async () => {
+          try {
+            await giveBackSecretCheck(db, node.id, ip, check);
+            await nodes.deregister(session.id);
+            req.log.info({ node: node.name }, 'register_node: its answer did not reach the worker; the session is ended and the check given back for a retry');
+          } catch (err) {
+            req.log.warn({ err, node: node.name }, 'register_node: its answer did not reach the worker, and giving its check back failed');
+          } finally {
+            settle();
+          }
+        });
+      } finally {
+        if (!handed) settle();
+      }
     }
     const { token, outcome } = opened;
     nodes.apply(outcome);
@@ -67,13 +99,14 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
 }
 
 /**
- * Runs `then` (which reports its own failures) once if the response, not sent yet, closes before
- * it is handed whole to the OS ('finish'); at once if its connection has gone already.
+ * Runs `delivered` once the response, not sent yet, is handed whole to the OS ('finish'), or
+ * `then` (which reports its own failures) if it closes before that — at once if its connection
+ * has gone already.
  */
-function whenUndelivered(res: ServerResponse, then: () => Promise<void>): void {
+function whenUndelivered(res: ServerResponse, delivered: () => void, then: () => Promise<void>): void {
   const run = (): void => { then().catch(() => undefined); };
   if (res.destroyed) return run();
   let finished = false;
-  res.once('finish', () => { finished = true; });
+  res.once('finish', () => { finished = true; delivered(); });
   res.once('close', () => { if (!finished) run(); });
 }
