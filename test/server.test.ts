@@ -43,11 +43,15 @@ describe('ins serve', () => {
     const listNotDir = await runCli(['node', 'list'], { DATA_DIR: file });
     expect(listNotDir.code).toBe(1);
     expect(listNotDir.stderr).toContain(`ins: cannot use DATA_DIR=${file} for the embedded database`);
+    // A DATA_DIR under /proc: Node's recursive mkdir spun there for ever, deaf to SIGTERM.
+    const inProc = await runCli(['node', 'list'], { DATA_DIR: '/proc/ins-test-data' });
+    expect(inProc.code).toBe(1);
+    expect(inProc.stderr).toContain("ins: cannot use DATA_DIR=/proc/ins-test-data for the embedded database (ENOENT: no such file or directory, mkdir '/proc/ins-test-data')");
     const closed = String(await freePort());
     const verify = await runCli(['ledger', 'verify', '--server', `http://127.0.0.1:${closed}`], {});
     expect(verify.code).toBe(1);
     expect(verify.stderr).toContain(`ins ledger verify: cannot reach http://127.0.0.1:${closed} (connect ECONNREFUSED 127.0.0.1:${closed})`);
-    for (const out of [unreachable, notDir, listUnreachable, listNotDir, verify]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
+    for (const out of [unreachable, notDir, listUnreachable, listNotDir, inProc, verify]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
   });
 
   it('says so in one line, without a stack, when LEDGER_KEY_FILE cannot be a key or the database is not migrated', async () => {

@@ -33,7 +33,8 @@ export function startFailure(err: unknown, config: Pick<Config, 'host' | 'port' 
   if (config.databaseUrl && (NETWORK.has(code) || POSTGRES.has(code))) {
     return `cannot use the PostgreSQL database of DATABASE_URL (${e.message}): check that the server runs, the database exists and the role may connect`;
   }
-  if (!config.databaseUrl && FILES.has(code)) {
+  // ENOENT from mkdir: a parent that cannot hold directories (/proc, /sys: db/open.ts makeDirectory).
+  if (!config.databaseUrl && (FILES.has(code) || (code === 'ENOENT' && e.syscall === 'mkdir'))) {
     return `cannot use DATA_DIR=${config.dataDir} for the embedded database (${e.message}): it must be a directory this user can write, or a path where one can be made`;
   }
   return undefined;

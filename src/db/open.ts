@@ -1,6 +1,7 @@
 // Opens the configured database: PostgreSQL when DATABASE_URL is set (directly or through a
 // pooler: db/pg.ts), otherwise the embedded PGlite in DATA_DIR, guarded by the data-directory lock.
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
 import type { Config } from '../config.js';
 import type { Database } from './database.js';
 import { DataDirBusyError, lockDataDir, StartAborted } from './data-dir-lock.js';
@@ -41,6 +42,20 @@ async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: 
   }
 }
 
+/**
+ * mkdir -p, one directory at a time: Node's own recursive mkdirSync never returns for a path
+ * under /proc (ENOENT there is not "a parent is missing"; it retries for ever, in the event loop,
+ * deaf to SIGTERM). Here such a path fails with mkdir's own error.
+ */
+export function makeDirectory(dir: string, mode: number): void {
+  const missing: string[] = [];
+  for (let d = path.resolve(dir); !existsSync(d); d = path.dirname(d)) {
+    missing.unshift(d);
+    if (path.dirname(d) === d) break;
+  }
+  for (const d of missing) mkdirSync(d, { mode });
+}
+
 export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false, waitForCommandMs = 0, signal }: OpenOptions = {}): Promise<Database> {
   if (config.databaseUrl) {
     const { openPostgres } = await import('./pg.js');
@@ -50,7 +65,7 @@ export async function openDatabase(config: Config, purpose: string, { onWarning,
     });
   }
   // PGlite creates its files world-readable; the directory keeps them to the owner.
-  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  makeDirectory(config.dataDir, 0o700);
   const release = await lockWaitingForCommands(config.dataDir, purpose, waitForCommandMs, onWarning, signal);
   let db: Database;
   try {
