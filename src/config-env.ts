@@ -12,11 +12,14 @@ const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_00
 
 export class EnvReader {
   readonly problems: string[] = [];
+  /** Every variable asked for: the settings. */
+  readonly read = new Set<string>();
 
   constructor(private readonly env: NodeJS.ProcessEnv) {}
 
   /** The trimmed value; undefined when unset or blank. */
   get(name: string): string | undefined {
+    this.read.add(name);
     const v = this.env[name];
     return v === undefined || v.trim() === '' ? undefined : v.trim();
   }
@@ -74,4 +77,31 @@ export class EnvReader {
     }
     return bytes;
   }
+}
+
+/** Levenshtein distance, stopping early past `most`. */
+function distance(a: string, b: string, most: number): number {
+  if (Math.abs(a.length - b.length) > most) return most + 1;
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/**
+ * Variables set that look like a misspelt setting: not one, within two edits of one, at least 7
+ * characters (HOME is not HOST). A misspelt DATABASE_URL ran the server on the embedded database
+ * without a word (an outside probe); any other variable of the environment is none of ours.
+ */
+export function misspeltSettings(env: NodeJS.ProcessEnv, settings: ReadonlySet<string>): { name: string; meant: string }[] {
+  const out: { name: string; meant: string }[] = [];
+  for (const name of Object.keys(env)) {
+    if (settings.has(name) || name.length < 7 || !/^[A-Z][A-Z0-9_]*$/.test(name)) continue;
+    const meant = [...settings].find((s) => distance(name, s, 2) <= 2);
+    if (meant) out.push({ name, meant });
+  }
+  return out;
 }

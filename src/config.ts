@@ -3,7 +3,7 @@
 import { isIP } from 'node:net';
 import path from 'node:path';
 import { parsePoints } from './points-value.js';
-import { EnvReader } from './config-env.js';
+import { EnvReader, misspeltSettings } from './config-env.js';
 import { VERIFY_CONFIG_DOC, readVerifyConfig, type VerifyConfig } from './config-verify.js';
 
 /** Requests per minute; 0 turns a limit off (http/rate-limit.ts applies them). */
@@ -37,6 +37,8 @@ export type DatabasePooler = 'auto' | 'transaction' | 'none';
 export type TrustProxy = false | string[];
 
 export interface Config {
+  /** Variables that look like misspelt settings, each a sentence saying so (config-env.ts misspeltSettings). */
+  warnings?: string[];
   port: number;
   host: string;
   databaseUrl: string | undefined;
@@ -316,5 +318,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jobRetention: r.duration('JOB_RETENTION', DEFAULT_JOB_RETENTION, 3600, 3650 * 86400, true),
   };
   if (problems.length > 0) throw new ConfigError(problems);
+  const settings = new Set([...r.read, ...[...CONFIG_DOC, ...ADVANCED_CONFIG_DOC, ...VERIFY_CONFIG_DOC].map(([name]) => name)]);
+  config.warnings = misspeltSettings(env, settings).map(({ name, meant }) => `${name} is not a setting (did you mean ${meant}?): it is ignored`);
   return config;
 }

@@ -51,6 +51,16 @@ describe('configuration', () => {
     expect(operator.length).toBeLessThanOrEqual(20);
   });
 
+  it('names a variable that looks like a misspelt setting, and no other', () => {
+    const config = loadConfig({ DATABSE_URL: 'postgresql://x', BODY_LIMT: '5MiB', VERIFY_SHAR: '0.1', HOME: '/root', HOSTNAME: 'box', PATH: '/bin', NODE_ENV: 'production', TEST_DATABASE_URL: 'postgresql://y', BODY_LIMIT: '2MiB' });
+    expect(config.warnings).toEqual([
+      'DATABSE_URL is not a setting (did you mean DATABASE_URL?): it is ignored',
+      'BODY_LIMT is not a setting (did you mean BODY_LIMIT?): it is ignored',
+      'VERIFY_SHAR is not a setting (did you mean VERIFY_SHARE?): it is ignored',
+    ]);
+    expect(loadConfig({ PORT: '8001' }).warnings).toEqual([]);
+  });
+
   it('TRUST_PROXY: off by default, else the proxies\' addresses, networks or names', () => {
     expect(loadConfig({}).trustProxy).toBe(false);
     expect(loadConfig({ TRUST_PROXY: 'false' }).trustProxy).toBe(false);

@@ -57,6 +57,7 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   const { createLogger, startServer } = await import('../server.js');
   const logger = createLogger(config.logLevel);
   logger.info({ database: config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite at ${config.dataDir}` }, 'starting');
+  for (const warning of config.warnings ?? []) logger.warn(warning);
   let server;
   try {
     server = await startServer({ ...config, migrateOnStart: config.migrateOnStart && !values['no-migrate'] }, logger, {
@@ -221,6 +222,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw err;
   }
+  if (first !== 'serve') for (const warning of config.warnings ?? []) console.error(`ins: ${warning}`);
   try {
     return first === 'serve' ? await serve(config, rest) : await admin(config, argv);
   } catch (err) {
