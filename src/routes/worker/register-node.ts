@@ -49,11 +49,10 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
       opened = await open(db, node, node.key_hash);
     } else {
       // This registration is pending for its address until its answer is delivered or its check
-      // given back; one that finds no check waits (a little) for those pending before it: the
-      // worker's retry, sent while the first still committed, would otherwise find the check
-      // spent by a registration whose token nobody will read.
+      // given back; one that finds no check waits (a little) for those pending then, and tries
+      // once more: the worker's retry, sent while the first still committed, would otherwise find
+      // the check spent by a registration whose token nobody will read.
       const slot = `${node.id} ${ip}`;
-      const before = [...(pending.get(slot) ?? [])];
       let settle: () => void = () => undefined;
       const mine = new Promise<void>((resolve) => { settle = resolve; });
       pending.set(slot, new Set([...(pending.get(slot) ?? []), mine]));
@@ -69,8 +68,11 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
           return check === undefined ? undefined : { check, session: await open(tx, node, check.key_hash) };
         });
         let got = await keyless();
-        if (!got && before.length > 0) {
-          await Promise.race([Promise.all(before), new Promise((r) => setTimeout(r, PENDING_WAIT_MS).unref())]);
+        if (!got) {
+          // Those pending now (the one whose commit spent the check among them, until it was
+          // delivered or gave it back), then once more: a give-back done meanwhile is found too.
+          const others = [...(pending.get(slot) ?? [])].filter((p) => p !== mine);
+          if (others.length > 0) await Promise.race([Promise.all(others), new Promise((r) => setTimeout(r, PENDING_WAIT_MS).unref())]);
           got = await keyless();
         }
         if (!got) return refuse();
