@@ -7,8 +7,8 @@
 import type { Answer } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
 import type { Outcome } from './completion.js';
+import { isObject } from './chat-params.js';
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isBytes = (v: unknown): boolean => v === null || (Array.isArray(v) && v.every((b) => Number.isInteger(b) && b >= 0 && b <= 255));
 const isTop = (v: unknown): boolean =>
   isObject(v) && typeof v.token === 'string' && typeof v.logprob === 'number' && Number.isFinite(v.logprob) && isBytes(v.bytes ?? null);

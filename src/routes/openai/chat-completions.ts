@@ -15,6 +15,7 @@ import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { OpenAIError } from './errors.js';
 import { parseChatRequest, type ChatRequest } from './request.js';
+import { samplingField } from './chat-params.js';
 import { outcomeAsRequested } from './answer-shape.js';
 import { awaitCompletion, endStreamWithError, failureError, finishReason, submitCompletion, usageOf, type Outcome } from './completion.js';
 import type { ServedModels } from './models.js';
@@ -27,7 +28,7 @@ import type { Answer } from '../../jobs/answer.js';
 function paramNeeding(chat: ChatRequest, cap: Capability): string {
   const p = chat.params;
   switch (cap) {
-    case 'sampling': return (['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const).find((k) => p[k] !== undefined) ?? 'stop';
+    case 'sampling': return samplingField(p) ?? 'stop';
     case 'tools': return p.tools ? 'tools' : 'messages';
     case 'tool_choice': return p.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice';
     case 'json': return 'response_format';

@@ -219,6 +219,12 @@ export function refuseFields(body: Record<string, unknown>, refused: Readonly<Re
   }
 }
 
+/** The fields that need the `sampling` capability, in the order an error names the first one given. */
+const SAMPLING_FIELDS = ['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const;
+
+/** The first field of the request that needs the `sampling` capability (an error's `param`); undefined: none. */
+export const samplingField = (params: ChatParams): (typeof SAMPLING_FIELDS)[number] | undefined => SAMPLING_FIELDS.find((k) => params[k] !== undefined);
+
 /**
  * The sampling fields chat and text completions share, into `params`: `temperature` when given
  * (absent stays absent), and `top_p`, `stop` and the penalties, which need the `sampling`

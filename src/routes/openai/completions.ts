@@ -11,6 +11,7 @@ import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { OpenAIError } from './errors.js';
 import { parseCompletionsRequest } from './completions-request.js';
+import { samplingField } from './chat-params.js';
 import { awaitCompletion, endStreamWithError, failureError, finishReason, submitCompletion, usageOf } from './completion.js';
 import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
@@ -29,12 +30,11 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
     if (missing) {
       metrics.completions.inc({ model: request.model, outcome: 'capability_missing' });
       const [name] = namesOf(missing);
-      const param = missing & CAPABILITIES.completions ? 'prompt' : (['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const).find((k) => request.params[k] !== undefined) ?? 'stop';
+      const param = missing & CAPABILITIES.completions ? 'prompt' : samplingField(request.params) ?? 'stop';
       const what = missing & CAPABILITIES.completions ? 'text completions need' : `'${param}' needs`;
       throw new OpenAIError(400, `Unsupported parameter: ${what} the capability '${name}', which no node serving '${request.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', param, 'unsupported_parameter');
     }
-    const together = (['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const).find((k) => request.params[k] !== undefined) ?? 'prompt';
-    await served.requireTogether(request.model, request.needs, together, () => metrics.completions.inc({ model: request.model, outcome: 'capability_missing' }));
+    await served.requireTogether(request.model, request.needs, samplingField(request.params) ?? 'prompt', () => metrics.completions.inc({ model: request.model, outcome: 'capability_missing' }));
     const slot = `user:${owner}`;
     if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });
     const gone = new AbortController();
