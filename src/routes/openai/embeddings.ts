@@ -55,9 +55,8 @@ export function parseEmbeddingsRequest(raw: unknown, limits: { defaultTimeout: n
   };
 }
 
-/** A base64 vector (little-endian float32s) as numbers. */
-function floats(vector: string): number[] {
-  const bytes = Buffer.from(vector, 'base64');
+/** A vector's bytes (little-endian float32s) as numbers. */
+function floats(bytes: Buffer): number[] {
   const out: number[] = [];
   for (let at = 0; at + 4 <= bytes.length; at += 4) out.push(bytes.readFloatLE(at));
   return out;
@@ -92,14 +91,15 @@ export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModel
         throw new OpenAIError(502, `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`, 'server_error', null, 'job_failed');
       }
       // One model's vectors: all of one size, every number finite (JSON has no NaN: it became null).
-      const sizes = new Set(vectors.map((v) => Buffer.byteLength(v, 'base64')));
-      if (sizes.size !== 1 || [...sizes][0]! % 4 !== 0 || vectors.some((v) => floats(v).some((x) => !Number.isFinite(x)))) {
+      const bytes = vectors.map((v) => Buffer.from(v, 'base64'));
+      const numbers = bytes.map(floats);
+      if (new Set(bytes.map((b) => b.length)).size !== 1 || bytes[0]!.length % 4 !== 0 || numbers.some((n) => n.some((x) => !Number.isFinite(x)))) {
         throw new OpenAIError(502, 'The node that ran the job answered vectors of different sizes, or with numbers that are not finite.', 'server_error', null, 'job_failed');
       }
       const prompt = outcome.usage?.prompt_tokens ?? 0;
       return {
         object: 'list',
-        data: vectors.map((v, index) => ({ object: 'embedding', index, embedding: base64 ? v : floats(v) })),
+        data: vectors.map((v, index) => ({ object: 'embedding', index, embedding: base64 ? v : numbers[index]! })),
         model: job.model,
         usage: { prompt_tokens: prompt, total_tokens: prompt },
       };
