@@ -2,6 +2,7 @@
 // pooler: db/pg.ts), otherwise the embedded PGlite in DATA_DIR, guarded by the data-directory lock.
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Config } from '../config.js';
 import type { Database } from './database.js';
 import { DataDirBusyError, lockDataDir, StartAborted } from './data-dir-lock.js';
@@ -22,8 +23,6 @@ export interface OpenOptions {
   /** Ends that wait at once (a stop signal): the open fails with StartAborted. */
   signal?: AbortSignal;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Takes the data directory's lock; waits for a command that holds it, up to `waitMs`. */
 async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: number, onWarning?: (message: string) => void, signal?: AbortSignal): Promise<() => void> {

@@ -27,8 +27,10 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
     AND (l.outcome = 'expired' AND l.ended_at > since.at
       OR l.outcome = 'error' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at))`);
 // One judgement of a node's failures at a time across servers: the count and its strike in one
-// transaction, so two servers told of the same failures strike once.
-const LOCK_NODE = sql('verify_failures_lock', 'SELECT pg_advisory_xact_lock(1768846196, $1::int)');
+// transaction, so two servers told of the same failures strike once. The lock's class (any
+// constant the service uses for nothing else) and the node.
+const FAILURES_LOCK = 0x696e7374;
+const LOCK_NODE = sql('verify_failures_lock', `SELECT pg_advisory_xact_lock(${FAILURES_LOCK}, $1::int)`);
 
 export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig): Promise<AuditReport> {
   return db.transaction(async (tx) => {

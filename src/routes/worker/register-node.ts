@@ -11,6 +11,7 @@
 // request — it retries timeouts and broken connections, and a 401 would send it offline for
 // hours — is served as the first would have been. A token delivered is the check's one use.
 import type { ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/schemas.js';
 import { findNodeForRegistration, giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
@@ -72,7 +73,7 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
           // Those pending now (the one whose commit spent the check among them, until it was
           // delivered or gave it back), then once more: a give-back done meanwhile is found too.
           const others = [...(pending.get(slot) ?? [])].filter((p) => p !== mine);
-          if (others.length > 0) await Promise.race([Promise.all(others), new Promise((r) => setTimeout(r, PENDING_WAIT_MS).unref())]);
+          if (others.length > 0) await Promise.race([Promise.all(others), sleep(PENDING_WAIT_MS, undefined, { ref: false })]);
           got = await keyless();
         }
         if (!got) return refuse();
