@@ -45,21 +45,25 @@ requeued AS (
 -- (never an error report, never a give-up) goes back to them instead (readmitted): a worker
 -- killed mid-job and started again is the node's one way to finish it, where failing it would
 -- leave its user nothing. MAX_ATTEMPTS still bounds it. Checks and probes keep their exclusions.
-stranded_jobs AS (
+waiting AS (
   SELECT j.id, j.model_id, j.kind, j.needs, j.exclude_nodes FROM jobs j
   WHERE j.state = 'queued' AND j.failures > 0 AND j.deadline_at > now()
     AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = j.id AND l.ended_at > now() - make_interval(secs => $5::float8))
-    AND NOT EXISTS (SELECT 1 FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
-      WHERE d.model_id = j.model_id AND NOT (s.node_id = ANY(j.exclude_nodes)) AND j.needs & ~coalesce(d.caps, 0) = 0
-        AND ${servingSession('s', 'n', '$3', '$4')})
 ),
+-- The nodes that could serve each: a live session that serves its model with the capabilities it needs, not suspended.
+servers AS (
+  SELECT DISTINCT x.id, s.node_id, s.node_id = ANY(x.exclude_nodes) AS excluded
+  FROM waiting x JOIN node_sessions s ON true JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
+  WHERE d.model_id = x.model_id AND x.needs & ~coalesce(d.caps, 0) = 0 AND ${servingSession('s', 'n', '$3', '$4')}
+),
+stranded_jobs AS (
+  SELECT x.id, x.kind FROM waiting x WHERE NOT EXISTS (SELECT 1 FROM servers v WHERE v.id = x.id AND NOT v.excluded)
+),
+-- Every server of a stranded job is excluded from it: those that only let a lease run out.
 readmissible AS (
-  SELECT x.id, array_agg(DISTINCT s.node_id) AS nodes FROM stranded_jobs x
-    JOIN node_sessions s ON s.node_id = ANY(x.exclude_nodes) JOIN nodes n ON n.id = s.node_id
-    CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
-  WHERE x.kind = 'user' AND d.model_id = x.model_id AND x.needs & ~coalesce(d.caps, 0) = 0
-    AND ${servingSession('s', 'n', '$3', '$4')}
-    AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = x.id AND l.node_id = s.node_id AND l.outcome IS DISTINCT FROM 'expired')
+  SELECT x.id, array_agg(v.node_id) AS nodes FROM stranded_jobs x JOIN servers v ON v.id = x.id
+  WHERE x.kind = 'user'
+    AND NOT EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = x.id AND l.node_id = v.node_id AND l.outcome IS DISTINCT FROM 'expired')
   GROUP BY x.id
 ),
 readmitted AS (
