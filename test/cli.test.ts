@@ -88,9 +88,15 @@ describe('ins', { timeout: 240_000 }, () => {
     expect((await ins('key', 'list')).stdout).not.toContain('rk_');
     expect((await ins('key', 'revoke', 'grafana')).code).toBe(0);
     expect((await ins('key', 'revoke', '99')).code).toBe(1);
-    expect((await ins('model', 'set-points', 'llama3.2:latest', '2.5')).code).toBe(0);
+    // A model nobody has declared yet may be priced ahead, with a note (a misspelt name is seen).
+    const first = await ins('model', 'set-points', 'llama3.2:latest', '2.5');
+    expect(first.code).toBe(0);
+    expect(first.stderr).toMatch(/"llama3\.2:latest" is a new model/);
     expect(JSON.parse((await ins('model', 'list', '--json')).stdout)).toEqual([{ name: 'llama3.2:latest', points_per_job: 2.5, nodes: 0 }]);
-    expect((await ins('model', 'set-points', 'llama3.2:latest', 'default')).code).toBe(0);
+    const reset = await ins('model', 'set-points', 'llama3.2:latest', 'default', '--json');
+    expect(reset.code).toBe(0);
+    expect(reset.stderr).toBe('');
+    expect(JSON.parse(reset.stdout)).toEqual({ model: 'llama3.2:latest', points_per_job: null, created: false });
   });
 
   it('says what to do when a server holds the database but does not answer on its socket', async () => {

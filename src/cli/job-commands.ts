@@ -46,14 +46,15 @@ export const JOB_COMMANDS: Record<string, Command> = {
   },
   'job cancel': {
     usage: 'job cancel ID',
-    summary: 'cancel a queued or leased job (a leased one\'s node is told to stop, and earns nothing for it)',
+    summary: 'cancel a queued or leased job (a leased one\'s node is told to stop, and earns nothing for it); a canceled one stays canceled (exit 0)',
     args: ['ID'],
     async run(db, [id], opts, io) {
       // Through the lifecycle: every server hears it and wakes whoever waits for the job.
       const { before, canceled } = await operatorJobs(db, opts).cancel(jobId(id!), null, 'canceled by an operator');
       if (before === undefined) throw new CommandError(`no job ${id}`);
-      if (!canceled) throw new CommandError(`job ${id} is ${before === 'queued' || before === 'leased' ? 'finished' : before}: it cannot be canceled`);
-      io.out(opts.json ? JSON.stringify({ id, state: 'canceled', was: before }) : `job ${id} canceled (it was ${before})`);
+      // Already canceled: done, as POST /cancel_job answers it (a script that cancels twice has what it asked for).
+      if (!canceled && before !== 'canceled') throw new CommandError(`job ${id} is ${before === 'queued' || before === 'leased' ? 'finished' : before}: it cannot be canceled`);
+      io.out(opts.json ? JSON.stringify({ id, state: 'canceled', was: before }) : canceled ? `job ${id} canceled (it was ${before})` : `job ${id} was already canceled`);
     },
   },
 };

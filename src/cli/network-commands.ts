@@ -163,8 +163,11 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       if (points === undefined) {
         throw new UsageError(`POINTS must be a number >= 0 (e.g. 1 or 2.5) or "default", got "${raw}"`);
       }
-      await setModelPoints(db, model!, points);
-      io.out(json ? JSON.stringify({ model, points_per_job: points }) : `model "${model}": ${points === null ? 'default points' : `${points} points per job`}`);
+      const { created } = await setModelPoints(db, model!, points);
+      // Setting a model's points before its first node is allowed (prices set ahead), but a
+      // misspelt name would silently price a model nobody serves: say so.
+      if (created) io.err(`note: "${model}" is a new model: no node has declared or reported it yet (\`ins model list\` shows the known ones)`);
+      io.out(json ? JSON.stringify({ model, points_per_job: points, created }) : `model "${model}": ${points === null ? 'default points' : `${points} points per job`}`);
     },
   },
   'model list': listCommand({

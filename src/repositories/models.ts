@@ -13,8 +13,10 @@ const INSERT_BY_KEY = sql('models_insert_by_key', `INSERT INTO models (name, cre
   WHERE (SELECT count(*) FROM models WHERE created_by_key = $2::bigint
     AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') < $3::int
   ON CONFLICT (name) DO NOTHING`);
+// created: the row is new (xmax is 0 only for a row this statement inserted).
 const SET_POINTS = sql('models_set_points', `INSERT INTO models (name, points_per_job) VALUES ($1::text, $2::numeric)
-  ON CONFLICT (name) DO UPDATE SET points_per_job = EXCLUDED.points_per_job`);
+  ON CONFLICT (name) DO UPDATE SET points_per_job = EXCLUDED.points_per_job
+  RETURNING xmax = 0 AS created`);
 const LIST = sql('models_list', `SELECT m.name, m.points_per_job::float8 AS points_per_job,
     (SELECT count(*)::int FROM model_nodes mn WHERE mn.model_id = m.id) AS nodes
   FROM models m ORDER BY m.name COLLATE "C"`);
@@ -56,9 +58,10 @@ export async function ensureModelIdFor(db: Queryable, name: string, keyId: numbe
   return row ? ensureModelId(db, name) : undefined;
 }
 
-/** points null: back to the default. */
-export async function setModelPoints(db: Queryable, name: string, points: number | null): Promise<void> {
-  await db.query(SET_POINTS, [name, points]);
+/** points null: back to the default. Answers whether the model was new (no node had declared or reported it). */
+export async function setModelPoints(db: Queryable, name: string, points: number | null): Promise<{ created: boolean }> {
+  const [row] = await db.query<{ created: boolean }>(SET_POINTS, [name, points]);
+  return { created: row!.created };
 }
 
 export async function listModels(db: Queryable): Promise<ModelListing[]> {
