@@ -1,4 +1,5 @@
 // POST /daily_points through the real app, on each storage backend.
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setNodeDisabled } from '../src/nodes/lifecycle.js';
 import { revokeApiKey } from '../src/repositories/api-keys.js';
@@ -115,6 +116,18 @@ describe.each(backends)('POST /daily_points on $name', (backend) => {
       expect((await ask({ node_name: 'alpha', last_days: 1 }, key)).statusCode).toBe(200);
       await revokeApiKey(t.db, 'old-dashboard');
       expect((await ask({ node_name: 'alpha', last_days: 1 }, key)).statusCode).toBe(401);
+    });
+
+    it('reads the first of repeated api_key headers, as Starlette does for FastAPI', async () => {
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' }); // closed with the app
+      const send = (keys: string[]) => new Promise<number>((resolve, reject) => {
+        const req = request(`${url}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => { res.resume(); resolve(res.statusCode!); });
+        req.setHeader('api_key', keys); // two header lines, which Node's server joins into "a, b"
+        req.on('error', reject);
+        req.end(JSON.stringify({ node_name: 'alpha', last_days: 1 }));
+      });
+      expect(await send([alpha, 'nk_bogus'])).toBe(200);
+      expect(await send(['nk_bogus', alpha])).toBe(401);
     });
 
     it('does not read the key from the body or the query', async () => {

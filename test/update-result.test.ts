@@ -179,6 +179,12 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
       const twice = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([Buffer.from([0xff, 0xfe, 0xff, 0xfe]), Buffer.from(json, 'utf16le')]), headers: { 'content-type': 'application/json' } });
       expect(twice.statusCode).toBe(422);
       expect(twice.json().detail[0]).toMatchObject({ type: 'json_invalid', loc: ['body', 0] });
+      // A byte order mark alone is a body, of no JSON (json.loads: "Expecting value" at 0), not an absent one.
+      for (const bom of [[0xef, 0xbb, 0xbf], [0xff, 0xfe], [0xfe, 0xff]]) {
+        const alone = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.from(bom), headers: { 'content-type': 'application/json' } });
+        expect(alone.statusCode, String(bom)).toBe(422);
+        expect(alone.json().detail, String(bom)).toEqual([{ type: 'json_invalid', loc: ['body', 0], msg: 'JSON decode error', input: {}, ctx: { error: 'Expecting value' } }]);
+      }
     });
 
     it('400 for a body that is not UTF-8', async () => {

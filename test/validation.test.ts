@@ -1,7 +1,7 @@
 // Table-driven test of the pydantic translation (src/validation): every row of docs/errors.md's
 // table and each field of each endpoint, with the exact FastAPI/pydantic v2 error objects.
 import { describe, expect, it } from 'vitest';
-import { DailyPointsRequest, UniqueNodesQuery, UpdateResultRequest } from '../src/generated/schemas.js';
+import { DailyPointsRequest, GetResultQuery, UniqueNodesQuery, UpdateResultRequest } from '../src/generated/schemas.js';
 import { MalformedJson, validatePart, type PydanticError } from '../src/validation/pydantic.js';
 import { JsonTooDeep, MAX_JSON_DEPTH, pythonJsonFailure } from '../src/validation/python-json.js';
 import { parseDateTime } from '../src/validation/datetime.js';
@@ -114,6 +114,8 @@ describe('pydantic-compatible validation errors', () => {
 describe('pydantic lax coercions that pass', () => {
   it.each([
     ['"7"', '7', 7], ['7.0', 7.0, 7], ['" 7 "', ' 7 ', 7], ['"7.0"', '7.0', 7], ['true', true, 1], ['366', 366, 366],
+    // Python's int() digits, as pydantic 2.13 reads them: underscores between digits, a fraction of zeros.
+    ['"1_0"', '1_0', 10], ['"+1_0.00"', '+1_0.00', 10], ['"0_1"', '0_1', 1], ['"\\t7\\n"', '\t7\n', 7],
   ])('last_days %s is %d', (_n, value, expected) => {
     const r = validatePart(DailyPointsRequest, 'body', { ...goodPoints, last_days: value });
     expect(r).toEqual({ ok: true, value: { ...goodPoints, last_days: expected } });
@@ -148,6 +150,34 @@ describe('date-times as pydantic reads them, normalised to UTC', () => {
     ['1714521600', '2024-05-01T00:00:00Z'],
   ])('%s → %s', (input, iso) => {
     expect(parseDateTime(input)).toEqual({ ok: true, iso });
+  });
+
+  // pydantic 2.13's answers (speedate): an offset has its minutes; a timestamp has no spaces around it.
+  it.each([
+    ['2024-05-01T12:30:15+05', 'unexpected extra characters at the end of the input'],
+    ['2024-05-01T12:30+05', 'unexpected extra characters at the end of the input'],
+    [' 1714521600', 'invalid character in year'],
+    ['1714521600 ', 'invalid date separator, expected `-`'],
+  ])('refuses %j: %s', (input, error) => {
+    expect(parseDateTime(input)).toEqual({ ok: false, error });
+  });
+});
+
+describe('numbers in strings as pydantic 2.13 reads them', () => {
+  const days = (last_days: unknown) => validatePart(DailyPointsRequest, 'body', { ...goodPoints, last_days });
+  it.each(['3.', '1__0', '_10', '10_', '3.0_0', '3e0'])('last_days %j is int_parsing', (v) => {
+    expect(days(v)).toEqual({ ok: false, errors: [{ type: 'int_parsing', loc: ['body', 'last_days'], msg: 'Input should be a valid integer, unable to parse string as an integer', input: v }] });
+  });
+
+  const wait = (v: string) => validatePart(GetResultQuery, 'query', { wait: v });
+  it('reads underscores in a float, and compares "inf" and "nan" with its bounds', () => {
+    expect(wait('1_0.5')).toEqual({ ok: true, value: { wait: 10.5 } });
+    expect(wait('1_0e0')).toEqual({ ok: true, value: { wait: 10 } });
+    for (const v of ['inf', ' Infinity ', 'nan', '+NaN']) {
+      expect(wait(v), v).toMatchObject({ ok: false, errors: [{ type: 'less_than_equal', loc: ['query', 'wait'], input: v, ctx: { le: 30 } }] });
+    }
+    expect(wait('-inf')).toMatchObject({ ok: false, errors: [{ type: 'greater_than_equal', loc: ['query', 'wait'], input: '-inf', ctx: { ge: 0 } }] });
+    expect(wait('1__0')).toMatchObject({ ok: false, errors: [{ type: 'float_parsing' }] });
   });
 });
 

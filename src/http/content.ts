@@ -114,7 +114,9 @@ export function registerContentParsers(app: FastifyInstance): void {
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (req: FastifyRequest, body: Buffer, done) => {
     try {
       const text = decode(body);
-      done(null, isJsonType(req.headers['content-type']) ? parseJsonBody(text) : text.length === 0 ? undefined : text);
+      // Bytes that decode to nothing (a byte order mark alone) are a body json.loads fails on, not an absent one.
+      const json = (): unknown => (text.length === 0 && body.length > 0 ? new MalformedJson({ pos: 0, msg: 'Expecting value' }) : parseJsonBody(text));
+      done(null, isJsonType(req.headers['content-type']) ? json() : text.length === 0 ? undefined : text);
     } catch (err) {
       done(err as Error, undefined);
     }

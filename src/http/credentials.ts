@@ -4,7 +4,6 @@
 // authentication does not read.
 import type { FastifyRequest } from 'fastify';
 
-const last = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[v.length - 1] : v);
 
 /** The bearer token of the Authorization header, if any. */
 export function bearerToken(req: FastifyRequest): string | undefined {
@@ -12,9 +11,13 @@ export function bearerToken(req: FastifyRequest): string | undefined {
   return m?.[1];
 }
 
-/** The key in the `api_key` header (the last one, if repeated). */
+/**
+ * The key in the `api_key` header: the first one, if repeated, as Starlette's `headers.get` reads
+ * it for FastAPI (Node joins repeats of such a header into one value, "a, b").
+ */
 export function headerKey(req: FastifyRequest): string | undefined {
-  return last(req.headers.api_key);
+  const v = req.raw.headersDistinct?.api_key ?? req.headers.api_key;
+  return Array.isArray(v) ? v[0] : v;
 }
 
 /** The key in the `api_key` header, else the bearer token. */

@@ -6,8 +6,8 @@
 
 export type DateTimeParse = { ok: true; iso: string } | { ok: false; error: string };
 
-const DATETIME = /^(\d{4})-(\d{2})-(\d{2})[Tt_ ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,6})\d*)?)?(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)?$/;
-const TIMESTAMP = /^\s*[+-]?\d+(?:\.\d*)?\s*$/;
+const DATETIME = /^(\d{4})-(\d{2})-(\d{2})[Tt_ ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,6})\d*)?)?(?:([Zz])|([+-])(\d{2}):?(\d{2}))?$/;
+const TIMESTAMP = /^[+-]?\d+(?:\.\d*)?$/;
 
 function daysInMonth(year: number, month: number): number {
   return new Date(Date.UTC(year, month, 0)).getUTCDate();

@@ -146,9 +146,11 @@ function laxInteger(v: unknown, loc: Loc): Result {
     return ok(v);
   }
   if (typeof v === 'string') {
-    const m = /^\s*([+-]?\d+)(?:\.0*)?\s*$/.exec(v);
+    // As pydantic-core reads it: Python's int() digits (single underscores between them), and a
+    // fraction only of zeros with at least one ("3.0", not "3.").
+    const m = /^\s*([+-]?\d+(?:_\d+)*)(?:\.0+)?\s*$/.exec(v);
     if (!m) return fail('int_parsing', loc, 'Input should be a valid integer, unable to parse string as an integer', v);
-    return ok(Number(m[1]));
+    return ok(Number(m[1]!.replace(/_/g, '')));
   }
   return fail('int_type', loc, 'Input should be a valid integer', v);
 }
@@ -166,6 +168,12 @@ function validateInteger(schema: Schema, v: unknown, loc: Loc): Result {
   return ok(n);
 }
 
+// A number as a string, as Python's float() reads it (single underscores between digits), and
+// the infinities and NaN it also reads.
+const DIGITS = '\\d+(?:_\\d+)*';
+const FLOAT = new RegExp(`^\\s*[+-]?(?:${DIGITS}(?:\\.(?:${DIGITS})?)?|\\.${DIGITS})(?:[eE][+-]?${DIGITS})?\\s*$`);
+const NON_FINITE = /^\s*[+-]?(?:inf|infinity|nan)\s*$/i;
+
 // Python's repr of a float bound (1 → 1.0) in pydantic's messages.
 const pyFloat = (n: number): string => (Number.isInteger(n) ? `${n}.0` : String(n));
 
@@ -173,16 +181,20 @@ function validateNumber(schema: Schema, v: unknown, loc: Loc): Result {
   let n: number;
   if (typeof v === 'boolean') n = v ? 1 : 0;
   else if (typeof v === 'number') n = v;
-  else if (typeof v === 'string' && /^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$/.test(v)) n = Number(v);
+  else if (typeof v === 'string' && FLOAT.test(v)) n = Number(v.trim().replace(/_/g, ''));
+  else if (typeof v === 'string' && NON_FINITE.test(v)) n = /n/i.test(v.trim().slice(-1)) ? NaN : v.trim().startsWith('-') ? -Infinity : Infinity;
   else if (typeof v === 'string') return fail('float_parsing', loc, 'Input should be a valid number, unable to parse string as a number', v);
   else return fail('float_type', loc, 'Input should be a valid number', v);
-  if (!Number.isFinite(n)) return fail('finite_number', loc, 'Input should be a finite number', v);
-  if (schema.minimum !== undefined && n < schema.minimum) {
-    return fail('greater_than_equal', loc, `Input should be greater than or equal to ${pyFloat(schema.minimum)}`, v, { ge: schema.minimum });
-  }
-  if (schema.maximum !== undefined && n > schema.maximum) {
+  // A bound refuses what pydantic's comparisons refuse ("inf", "nan"), le before ge as pydantic-core
+  // checks them (only NaN fails both); a value no bound refused must still be finite here (JSON
+  // has no NaN to carry it on).
+  if (schema.maximum !== undefined && !(n <= schema.maximum)) {
     return fail('less_than_equal', loc, `Input should be less than or equal to ${pyFloat(schema.maximum)}`, v, { le: schema.maximum });
   }
+  if (schema.minimum !== undefined && !(n >= schema.minimum)) {
+    return fail('greater_than_equal', loc, `Input should be greater than or equal to ${pyFloat(schema.minimum)}`, v, { ge: schema.minimum });
+  }
+  if (!Number.isFinite(n)) return fail('finite_number', loc, 'Input should be a finite number', v);
   return ok(n);
 }
 
