@@ -175,6 +175,10 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
         expect(await tokenStatus(w.token)).toEqual([401, 401]);
         expect(await stateOf(job)).toBe('queued');
         expect(await keyStatus(name, key)).toEqual([200, 200]);
+        // Offline now, and `ins node list` still says when it was last seen.
+        const out: string[] = [];
+        expect(await runCommand(t.db, ['node', 'list', '--json'], { out: (l) => out.push(l), err: () => {} })).toBe(0);
+        expect((JSON.parse(out.join('')) as { name: string }[]).find((n) => n.name === name)).toMatchObject({ online: false, last_seen_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/) });
         await both(m, is('deregistered', id));
         await cancel(job);
       },
@@ -182,8 +186,12 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
     {
       name: 'strike (suspend): through the NOTIFY alone, both servers refuse the node\'s models and lease it nothing',
       run: async () => {
-        const { w, id } = await started();
+        const { name, w, id } = await started();
         const job = await user.submit(MODEL, 'not for a suspended node');
+        const servers = async () => ((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { details: { name: string; nodes: number }[] })
+          .details.find((d) => d.name === MODEL)?.nodes ?? 0;
+        const serving = await servers();
+        expect(serving).toBeGreaterThanOrEqual(1);
         const m = mark();
         // The verifier strikes inside its transaction and applies the suspension once committed.
         const { after, outcome } = await t.db.transaction((tx) => strikeNode(tx, id, job, 'give_up', { job_id: job }, 3600, 1));
@@ -200,6 +208,12 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
           expect(poll.json()).toMatchObject({ job_data: null });
         }
         expect(await stateOf(job)).toBe('queued');
+        // It serves nothing: its model is not listed for it (a request only it could run is then
+        // refused at once, not left to wait), and `ins node list` shows no models for it.
+        expect(await servers()).toBe(serving - 1);
+        const out: string[] = [];
+        expect(await runCommand(t.db, ['node', 'list', '--json'], { out: (l) => out.push(l), err: () => {} })).toBe(0);
+        expect((JSON.parse(out.join('')) as { name: string; models: string[]; standing: string }[]).find((n) => n.name === name)).toMatchObject({ models: [], standing: 'suspended' });
         await cancel(job);
       },
     },

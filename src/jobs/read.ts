@@ -2,6 +2,7 @@
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
 import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
+import { nodeSuspended } from '../nodes/sql/suspended.js';
 import type { JobState } from './states.js';
 import type { Answer, RequestError, Usage } from './answer.js';
 import { chatsSql } from './capabilities.js';
@@ -39,11 +40,13 @@ const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS mo
 const LIVE = liveSession('s', 'n', '$1');
 // caps: what some node can do with the model (jobs/capabilities.ts bits, OR-ed over its sessions).
 // `chat`: some node serving it answers chat (not an embedding model alone: jobs/capabilities.ts).
+// A suspended node serves nothing (docs/verification.md): its models are not listed, so a request
+// for a model only it declared is refused at once rather than left to wait for its deadline.
 const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps,
     bool_or(${chatsSql('d.caps')}) AS chat, array_agg(DISTINCT coalesce(d.caps, 0)) AS combos
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
-  WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
+  WHERE ${LIVE} AND ${modelsDeclared('s', '$2')} AND NOT ${nodeSuspended('s.node_id')}
   GROUP BY m.name ORDER BY m.name COLLATE "C"`);
 const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`);
