@@ -10,9 +10,16 @@ export async function runWorker(opts: WorkerOptions): Promise<number> {
   const worker = new Worker(opts, { log: (...a) => display.log(...a), jobDone: (...a) => display.jobDone(...a) });
   let closeMetrics = async () => {};
   if (opts.metricsPort !== undefined) {
-    const m = await serveMetrics(opts.metricsPort, worker, display);
-    display = m.display;
-    closeMetrics = m.close;
+    try {
+      const m = await serveMetrics(opts.metricsPort, worker, display);
+      display = m.display;
+      closeMetrics = m.close;
+    } catch (err) {
+      // One line, as for the worker's other start-up failures (EADDRINUSE: another worker's port).
+      const code = (err as NodeJS.ErrnoException).code;
+      display.log('error', `--metrics-port ${opts.metricsPort}: ${code === 'EADDRINUSE' ? 'the port is in use (another worker\'s? give each worker its own)' : (err as Error).message}`);
+      return 1;
+    }
   }
   const unlisten = onStopSignals(() => worker.stop());
   display.start(worker, () => worker.client.pointsToday());

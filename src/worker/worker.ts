@@ -25,6 +25,7 @@
 //   coordinator's time to take a report is not lost to the node.
 // - stop(): no new polls, the jobs in flight finish (up to the grace period), then deregister.
 import { setMaxListeners } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { BackendError, createBackend, type Backend, type BackendAnswer } from './backends.js';
 import { requestErrorOf } from './backend.js';
 import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-client.js';
@@ -79,13 +80,19 @@ export class Worker {
   /** Runs until stop(); resolves once the worker deregistered. */
   async run(): Promise<void> {
     try {
+      // The backend first: a worker started before its inference server (at boot, say) waits
+      // for it unregistered, rather than showing its node online with nothing to run.
+      await this.waitForBackend();
       await this.client.register(this.capacity);
       this.events.log('info', 'registered', { node: this.opts.node, server: this.opts.server });
-      await this.detectBackend();
       await this.refreshModels(true);
     } catch (err) {
       // Stopped while starting (the server away, say): no job was taken, nothing to finish.
-      if (!this.stopping.signal.aborted) throw err;
+      if (!this.stopping.signal.aborted) {
+        // A session left behind would show the node online for a minute with nobody polling.
+        if (this.client.token) await this.client.deregister().catch(() => undefined);
+        throw err;
+      }
     }
     if (!this.stopping.signal.aborted) {
       // A check the stop aborted (its declaration retried while the server is away) is no failure.
@@ -121,6 +128,29 @@ export class Worker {
   /** Leases the session may hold: a job running and one being reported, per slot, up to register_node's limit. */
   private get capacity(): number {
     return Math.min(2 * this.opts.concurrency, MAX_CAPACITY);
+  }
+
+  /**
+   * Detects the backend, waiting (as `backend down`, with BACKEND_RETRY_MS's pauses) while an
+   * inference server does not answer; a GGUF file that cannot be loaded is no wait but an error.
+   */
+  private async waitForBackend(): Promise<void> {
+    for (let i = 0; ; i++) {
+      try {
+        // The model list as well: some detections (Ollama's version) answer without the server.
+        await this.backend.models();
+        await this.detectBackend();
+        return;
+      } catch (err) {
+        if (this.opts.backend === 'gguf' || this.stopping.signal.aborted) throw err;
+        if (i === 0) {
+          this.state = 'backend down';
+          this.events.log('warn', `the backend does not answer (${(err as Error).message}): waiting for it before registering`);
+        }
+        await sleep(BACKEND_RETRY_MS[Math.min(i, BACKEND_RETRY_MS.length - 1)], undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        if (this.stopping.signal.aborted) return;
+      }
+    }
   }
 
   /** Finds out what the backend is, and whether it continues answers (again after it was down: it may have changed). */

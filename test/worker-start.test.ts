@@ -1,0 +1,73 @@
+// `ins worker` starting up: a worker started before its inference server (at boot, say) waits
+// for it without registering — its node is not shown online with nothing to run — and registers
+// and declares its models once the server answers; a --metrics-port in use is one line and exit 1.
+import { createServer, type Server } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backends } from './helpers/db.js';
+import { startApp } from './helpers/app.js';
+import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
+import { until } from './helpers/worker.js';
+import { runCli } from './helpers/process.js';
+import { Worker } from '../src/worker/worker.js';
+
+describe.each(backends)('ins worker before its backend answers ($name)', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  let url: string;
+  const closers: (() => Promise<void>)[] = [];
+
+  beforeAll(async () => {
+    t = await startApp(backend);
+    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  });
+  afterAll(async () => {
+    for (const c of closers.reverse()) await c();
+    await t.close();
+  });
+
+  it('waits for the backend unregistered, then registers and takes jobs', async () => {
+    // A port nothing listens on yet: the backend that will answer there later.
+    const first = await startFakeBackend('ollama', ['late-model']);
+    const port = Number(new URL(first.url).port);
+    await first.close();
+    const logs: string[] = [];
+    const worker = new Worker({
+      server: url, node: 'late-node', key: await t.addNode('late-node'), backend: 'ollama', backendUrl: first.url,
+      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
+    }, { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} });
+    const running = worker.run();
+    closers.push(async () => { worker.stop(); await running; });
+
+    await until('the worker to say it waits for its backend', () => logs.some((l) => l.includes('waiting for it before registering')));
+    expect(worker.state).toBe('backend down');
+    expect(logs.some((l) => l.includes('registered'))).toBe(false);
+    const online = async () => (await t.app.inject({ method: 'GET', url: '/active_node_count' })).json().active_node_count as number;
+    expect(await online()).toBe(0);
+
+    const later: FakeBackend = await startFakeBackend('ollama', ['late-model'], { port });
+    closers.push(() => later.close());
+    await until('the worker to declare its models', () => logs.some((l) => l.includes('models declared')));
+    expect(await online()).toBe(1);
+    const user = await t.addUser('late-app');
+    const submitted = await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'late-model', messages: [{ role: 'user', content: 'hello late' }] } });
+    expect(submitted.statusCode).toBe(200);
+    const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted.json().job_id}?wait=30`, headers: { api_key: user } });
+    expect(done.json()).toMatchObject({ status: 'success' });
+  });
+});
+
+describe('ins worker --metrics-port', () => {
+  let held: Server;
+  beforeAll(async () => {
+    held = createServer();
+    await new Promise<void>((r) => held.listen(0, r)); // every address, as the worker's metrics listen
+  });
+  afterAll(() => new Promise<void>((r) => held.close(() => r())));
+
+  it('in use: one line saying so, exit 1', async () => {
+    const port = (held.address() as { port: number }).port;
+    const r = await runCli(['worker', '--server', 'http://127.0.0.1:9', '--node', 'n', '--key', 'nk_x', '--backend', 'ollama', '--backend-url', 'http://127.0.0.1:9', '--metrics-port', String(port)], {});
+    expect(r.code).toBe(1);
+    expect(r.stderr + r.stdout).toMatch(new RegExp(`--metrics-port ${port}: the port is in use`));
+    expect(r.stderr + r.stdout).not.toMatch(/\n\s+at /);
+  });
+});
