@@ -65,6 +65,10 @@ describe.each(backends)('verification on $name', (backend) => {
     // "wrong" runs another model than it claims: its answers are its own, never a copy.
     await serve(workers, (node, job) => prose(node === 'wrong' ? 'tiny-model' : MODEL, prompt(job)));
     expect(await standing('wrong')).toBe('suspended');
+    // GET /total_job_count counts the 12 jobs submitted, not the copies made to check them.
+    const [copies] = await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind <> 'user'");
+    expect(copies!.n).toBeGreaterThan(0);
+    expect((await t.app.inject({ method: 'GET', url: '/total_job_count' })).json()).toMatchObject({ total_job_count: 12 });
     // Three suspend it; judgements of its earlier answers may still add some.
     const kinds = (await strikes('wrong')).map((s) => s.kind);
     expect(kinds.length).toBeGreaterThanOrEqual(3);

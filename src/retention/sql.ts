@@ -43,7 +43,8 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM pruned) AS r
 // Finished jobs: the oldest past the bound (index jobs_finished) are deleted with their leases
 // (job_leases: attempts, partial output, usage, the job keys' hashes) — request, answer, usage
 // and lease history go. A job the auditor has not taken yet (job_audits) waits for it. Their
-// counts stay in job_counts (no trigger on delete), so total_job_count keeps counting them.
+// counts stay in job_counts (no trigger on delete), so total_job_count keeps counting them
+// (the users' jobs: copies and probes are not counted, migrations/0027).
 // A job key of a deleted lease is unknown from then on: its report is refused (400, credits
 // nothing); the job's credit is in job_results, which a node-key report of the same job id
 // meets (a replay or a conflict, never a second credit).
