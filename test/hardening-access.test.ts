@@ -46,7 +46,12 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
     // Inside a window, a wrong key in any of the three places is refused, and the check stays for its worker.
     expect((await check(key)).statusCode).toBe(200);
     expect((await register(ADDRESS, { secret: 'nk_wrong' })).statusCode).toBe(401);
-    expect((await register(ADDRESS, { headers: { authorization: 'Bearer nk_wrong' } })).statusCode).toBe(401);
+    const wrong = await register(ADDRESS, { headers: { authorization: 'Bearer nk_wrong' } });
+    expect(wrong.statusCode).toBe(401);
+    // It says the key is not this node's, not that a key is missing (the worker did send one).
+    expect(wrong.json().detail).toMatch(/^The key sent is not node "gpu"'s key/);
+    expect((await register()).statusCode).toBe(200);
+    expect((await check(key)).statusCode).toBe(200);
     expect((await register(ADDRESS, { headers: { api_key: 'wrong' } })).statusCode).toBe(401);
     expect((await register()).statusCode).toBe(200);
   });

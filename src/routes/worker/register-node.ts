@@ -16,12 +16,15 @@ import { RegisterNodeRequest, RegisterNodeResponses } from '../../generated/sche
 import { findNodeForRegistration, giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode } from '../../repositories/sessions.js';
 import { HttpError } from '../../http/http-error.js';
 import { bearerToken } from '../authenticate.js';
+import { headerKey } from '../../http/credentials.js';
 import { isKeyOf } from './check-node-secret.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
 import type { Queryable } from '../../db/database.js';
 
 const UNPROVEN = "Registering a node takes its key: send it as Authorization: Bearer, or call /check_node_secret first";
+const wrongKey = (node: string): string =>
+  `The key sent is not node "${node}"'s key (was it rotated with \`ins node rotate-key\`, or is the node named otherwise?)`;
 
 /** How long a keyless registration that found no check waits for one pending from its address to be given back. */
 const PENDING_WAIT_MS = 5_000;
@@ -34,11 +37,12 @@ export function registerNodeRoute(app: App, { service: { db, nodes }, limiters }
     // Read now: once the client has gone, its socket no longer says where it was.
     const ip = req.ip;
     // 429 instead once the address is over its budget of failures; a proven registration is served.
-    const refuse = (): never => limiters.failures.refuse(ip, new HttpError(401, UNPROVEN));
+    const offered = [bearerToken(req), headerKey(req), secret].filter((k): k is string => typeof k === 'string' && k.length > 0);
+    // The same words whether or not a node of that name exists: a wrong key learns nothing more.
+    const refusal = offered.length > 0 ? wrongKey(node_url) : UNPROVEN;
+    const refuse = (): never => limiters.failures.refuse(ip, new HttpError(401, refusal));
     const node = await findNodeForRegistration(db, node_url);
     if (!node) return refuse();
-    const header = req.headers.api_key;
-    const offered = [bearerToken(req), Array.isArray(header) ? header.at(-1) : header, secret].filter((k): k is string => typeof k === 'string' && k.length > 0);
     const open = (q: Queryable, n: RegistrationNode, keyHash: string) => {
       req.nodeName = n.name;
       if (n.disabled) throw new HttpError(403, 'Node is disabled');
