@@ -1,12 +1,16 @@
-// `ins worker` starting up: a worker started before its inference server (at boot, say) waits
-// for it without registering — its node is not shown online with nothing to run — and registers
-// and declares its models once the server answers; a --metrics-port in use is one line and exit 1.
+// `ins worker` starting up, and what it tells its operator: a worker started before its
+// inference server (at boot, say) waits for it without registering — its node is not shown
+// online with nothing to run — and registers and declares its models once the server answers;
+// a worker whose node is suspended says so (its polls only ever find no job); a --metrics-port
+// in use is one line and exit 1.
 import { createServer, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
-import { until } from './helpers/worker.js';
+import { startWorker, until } from './helpers/worker.js';
+import { findNodeByName } from './helpers/production-paths.js';
+import { strikeNode } from '../src/nodes/sql/standing.js';
 import { runCli } from './helpers/process.js';
 import { Worker } from '../src/worker/worker.js';
 
@@ -52,6 +56,22 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     expect(submitted.statusCode).toBe(200);
     const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted.json().job_id}?wait=30`, headers: { api_key: user } });
     expect(done.json()).toMatchObject({ status: 'success' });
+  });
+
+  it('says so when its node is suspended', async () => {
+    const fake = await startFakeBackend('ollama', ['judged-model']);
+    closers.push(() => fake.close());
+    const w = await startWorker({ server: url, node: 'judged-node', key: await t.addNode('judged-node'), backend: 'ollama', backendUrl: fake.url, checkEveryMs: 100 });
+    closers.push(() => w.stop());
+    const user = await t.addUser('judging-app');
+    const jobId = (await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'judged-model', messages: [{ role: 'user', content: 'judge me' }] } })).json().job_id as string;
+    await t.app.inject({ method: 'GET', url: `/get_result/${jobId}?wait=30`, headers: { api_key: user } });
+    expect(w.logs.some((l) => l.includes('suspended'))).toBe(false);
+    const node = (await findNodeByName(t.db, 'judged-node'))!;
+    const { after, outcome } = await t.db.transaction((tx) => strikeNode(tx, node.id, jobId, 'give_up', { job_id: jobId }, 3600, 1));
+    expect(after).toBe('suspended');
+    t.app.service.nodes.apply(outcome);
+    await until('the worker to say its node is suspended', () => w.logs.some((l) => l.startsWith('error: node judged-node is suspended')));
   });
 });
 

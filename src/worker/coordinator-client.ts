@@ -133,6 +133,13 @@ export class CoordinatorClient {
     await this.call('deregister_node', 'POST', '/worker/deregister_node', { auth: this.token, body: { node_url: this.node }, retry: false });
   }
 
+  /** The node's standing in verification (GET /network/nodes/{name}: docs/verification.md), read with its key. */
+  async standing(): Promise<string> {
+    const res = await http(`${this.server}/network/nodes/${encodeURIComponent(this.node)}`, { headers: { api_key: this.key } });
+    if (res.status >= 300) throw new CoordinatorError(res.status, 'network/nodes');
+    return ((await res.json()) as { standing: string }).standing;
+  }
+
   /** Today's points (UTC), for the status line. */
   async pointsToday(): Promise<number> {
     const res = await http(`${this.server}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: this.key }, body: JSON.stringify({ node_name: this.node, last_days: 1 }) });

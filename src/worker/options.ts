@@ -25,6 +25,8 @@ export interface WorkerOptions {
   models: string[];
   concurrency: number;
   metricsPort: number | undefined;
+  /** How often the backend's models and the node's standing are looked at again, in ms (no flag: a minute; tests shorten it). */
+  checkEveryMs?: number;
   /** How long a stop (SIGTERM/SIGINT) waits for jobs in flight, in ms. */
   graceMs: number;
   /** Seconds a get_job poll waits for a job. */

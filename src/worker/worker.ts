@@ -62,6 +62,8 @@ export class Worker {
   private readonly stopping = new AbortController();
   private readonly polls = new Set<AbortController>();
   private backendDown: Promise<void> | undefined;
+  /** The node's standing in verification when last looked at (checkStanding). */
+  private standing = 'trusted';
   private timer: NodeJS.Timeout | undefined;
   readonly client: CoordinatorClient;
   private readonly backend: Backend;
@@ -96,9 +98,10 @@ export class Worker {
     }
     if (!this.stopping.signal.aborted) {
       // A check the stop aborted (its declaration retried while the server is away) is no failure.
+      await this.checkStanding();
       this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => {
         if (!this.stopping.signal.aborted) this.events.log('warn', `model check failed: ${String(err)}`);
-      }), MODELS_CHECK_MS);
+      }).then(() => this.checkStanding()), this.opts.checkEveryMs ?? MODELS_CHECK_MS);
       this.timer.unref();
       await Promise.all(Array.from({ length: this.opts.concurrency }, (_, slot) => this.slot(slot)));
       clearInterval(this.timer);
@@ -151,6 +154,22 @@ export class Worker {
         if (this.stopping.signal.aborted) return;
       }
     }
+  }
+
+  /**
+   * Says when the node's standing in verification changes (and at start, when it is not
+   * trusted): a suspended node's polls only ever answer "no job", so without this its operator
+   * would see a worker waiting for ever. A failed look is tried again at the next check.
+   */
+  private async checkStanding(): Promise<void> {
+    const standing = await this.client.standing().catch(() => undefined);
+    if (standing === undefined || standing === this.standing) return;
+    const was = this.standing;
+    this.standing = standing;
+    const record = `GET /network/nodes/${this.opts.node} with the node's key shows why; the network's operator sees it with \`ins node audit ${this.opts.node}\``;
+    if (standing === 'suspended') this.events.log('error', `node ${this.opts.node} is suspended: its answers failed verification, and it gets no jobs until the network's operator reinstates it (${record})`, { standing });
+    else if (standing === 'probation') this.events.log('warn', `node ${this.opts.node} is on probation: another node checks its temperature-0 answers (${record})`, { standing });
+    else if (was !== 'trusted') this.events.log('info', `node ${this.opts.node} is ${standing} again`, { standing });
   }
 
   /** Finds out what the backend is, and whether it continues answers (again after it was down: it may have changed). */
