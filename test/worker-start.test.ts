@@ -58,6 +58,14 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     expect(done.json()).toMatchObject({ status: 'success' });
   });
 
+  it('--models: a name without a tag is its :latest, as Ollama reads it', async () => {
+    const fake = await startFakeBackend('ollama', ['tagless:latest', 'tagless:7b', 'other:latest']);
+    closers.push(() => fake.close());
+    const w = await startWorker({ server: url, node: 'tag-node', key: await t.addNode('tag-node'), backend: 'ollama', backendUrl: fake.url, models: ['tagless'] });
+    closers.push(() => w.stop());
+    expect(w.logs.find((l) => l.includes('models declared'))).toContain('{"models":["tagless:latest"]}');
+  });
+
   it('says so when its node is suspended', async () => {
     const fake = await startFakeBackend('ollama', ['judged-model']);
     closers.push(() => fake.close());

@@ -44,7 +44,7 @@ const FLAGS: [flag: string, env: string, help: string][] = [
   ['model-file', 'INS_MODEL_FILE', 'gguf: the GGUF file to serve (needs node-llama-cpp, docs/worker.md)'],
   ['threads', 'INS_THREADS', 'gguf: CPU threads for the model (default: every core)'],
   ['quantization', 'INS_QUANTIZATION', 'openai, vllm, llamacpp: the quantisation the server runs (e.g. Q4_K_M, awq, fp16), declared for its models; Ollama and gguf say it themselves'],
-  ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all); gguf: the one name the file is served as'],
+  ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all; a name without a tag is its :latest, as in Ollama); gguf: the one name the file is served as'],
   ['concurrency', 'INS_CONCURRENCY', 'jobs at once (default 1)'],
   ['metrics-port', 'INS_METRICS_PORT', 'serve Prometheus metrics on this port (default: off)'],
   ['grace', 'INS_GRACE_SECONDS', 'on SIGTERM/SIGINT, seconds to finish the jobs in flight (default 60)'],
@@ -55,7 +55,7 @@ const FLAGS: [flag: string, env: string, help: string][] = [
 export const WORKER_HELP = `usage: ins worker --server URL --node NAME --key nk_… --backend ollama|openai|vllm|llamacpp --backend-url URL
        ins worker --server URL --node NAME --key nk_… --backend gguf --model-file PATH --models NAME
                   [--models m1,m2] [--concurrency N] [--metrics-port PORT] [--grace SECONDS]
-                  [--retry-max SECONDS] [--continue auto|off]
+                  [--retry-max SECONDS] [--continue auto|off] [--quantization Q] [--threads N]
 
 Runs this machine as a node of the network: registers with the coordinator, declares the
 models its backend has, takes jobs, runs them on the backend and reports the answers.

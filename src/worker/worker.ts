@@ -38,7 +38,7 @@ const MAX_CAPACITY = 64;
 
 export type WorkerState = 'starting' | 'waiting' | 'working' | 'backend down' | 'stopping' | 'stopped';
 
-/** success/error: reported so; refused: the report was refused; canceled: the lease ended while the job ran (aborted, not reported). */
+/** success/error: reported so; refused: the report was refused, or never reached the coordinator (a stop while it was away); canceled: the lease ended while the job ran (aborted, not reported). */
 export type JobOutcome = 'success' | 'error' | 'refused' | 'canceled';
 
 export interface WorkerEvents {
@@ -62,6 +62,8 @@ export class Worker {
   private readonly stopping = new AbortController();
   private readonly polls = new Set<AbortController>();
   private backendDown: Promise<void> | undefined;
+  /** Every model the backend had at the last look, --models or not (for the warning when none is served). */
+  private offered: string[] = [];
   /** The node's standing in verification when last looked at (checkStanding). */
   private standing = 'trusted';
   private timer: NodeJS.Timeout | undefined;
@@ -99,9 +101,13 @@ export class Worker {
     if (!this.stopping.signal.aborted) {
       // A check the stop aborted (its declaration retried while the server is away) is no failure.
       await this.checkStanding();
-      this.timer = setInterval(() => void this.refreshModels(false).catch((err: unknown) => {
-        if (!this.stopping.signal.aborted) this.events.log('warn', `model check failed: ${String(err)}`);
-      }).then(() => this.checkStanding()), this.opts.checkEveryMs ?? MODELS_CHECK_MS);
+      const check = async (): Promise<void> => {
+        await this.refreshModels(false).catch((err: unknown) => {
+          if (!this.stopping.signal.aborted) this.events.log('warn', `model check failed: ${String(err)}`);
+        });
+        await this.checkStanding();
+      };
+      this.timer = setInterval(() => { check().catch(() => undefined); }, this.opts.checkEveryMs ?? MODELS_CHECK_MS);
       this.timer.unref();
       await Promise.all(Array.from({ length: this.opts.concurrency }, (_, slot) => this.slot(slot)));
       clearInterval(this.timer);
@@ -179,9 +185,12 @@ export class Worker {
       { backend: this.backend.name, continues: this.backend.continues });
   }
 
+  /** The backend's models, those of --models alone when given (a name without a tag is its `:latest`, as Ollama reads it). */
   private async backendModels(): Promise<string[]> {
     const all = await this.backend.models();
-    return this.opts.models.length ? all.filter((m) => this.opts.models.includes(m)) : all;
+    const wanted = (m: string) => this.opts.models.some((w) => w === m || (!w.includes(':') && `${w}:latest` === m));
+    this.offered = all;
+    return this.opts.models.length ? all.filter(wanted) : all;
   }
 
   /** Declares the backend's models when they changed, or when the declaration nears its end. */
@@ -192,7 +201,10 @@ export class Worker {
     const renew = Date.now() - this.declaredAt > (this.expiresIn * 1000) / 2;
     if (!first && !changed && !renew) return;
     await this.declare(models);
-    if (models.length === 0) this.events.log('warn', `the backend serves none of the models${this.opts.models.length ? ` (${this.opts.models.join(', ')})` : ''}: no jobs until it does`);
+    if (models.length === 0) {
+      const has = this.offered.length ? `; it has ${this.offered.slice(0, 20).join(', ')}${this.offered.length > 20 ? ', …' : ''}` : '; it has none';
+      this.events.log('warn', `the backend serves none of the models${this.opts.models.length ? ` (${this.opts.models.join(', ')})` : ''}${has}: no jobs until it does`);
+    }
   }
 
   private async declare(models: string[]): Promise<void> {
@@ -320,7 +332,10 @@ export class Worker {
           await this.reportTooLarge(job);
         } else {
           outcome = 'refused';
-          this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(err)}`);
+          // A status is the coordinator's refusal; anything else (a stop while it was away) never reached it.
+          this.events.log('warn', err instanceof CoordinatorError
+            ? `the report of job ${job.job_id} was refused: ${String(err)}`
+            : `the report of job ${job.job_id} did not reach the coordinator (${String(err)}): the job goes back to the queue when its lease runs out`);
         }
       }
       if (outcome === 'success') this.jobsDone++;
