@@ -58,6 +58,16 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     expect(done.json()).toMatchObject({ status: 'success' });
   });
 
+  it('pointed at a server that is no coordinator: says so', async () => {
+    const fake = await startFakeBackend('ollama', ['some-model']);
+    closers.push(() => fake.close());
+    const worker = new Worker({
+      server: fake.url, node: 'lost-node', key: 'nk_x', backend: 'ollama', backendUrl: fake.url,
+      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
+    }, { log: () => {}, jobDone: () => {} });
+    await expect(worker.run()).rejects.toThrow(/HTTP 404: .*has no \/worker\/register_node: is --server this network's coordinator/);
+  });
+
   it('--models: a name without a tag is its :latest, as Ollama reads it', async () => {
     const fake = await startFakeBackend('ollama', ['tagless:latest', 'tagless:7b', 'other:latest']);
     closers.push(() => fake.close());

@@ -89,6 +89,12 @@ export class CoordinatorClient {
   async register(capacity: number): Promise<void> {
     const r = await this.call<{ access_token: string }>('register_node', 'POST', '/worker/register_node', {
       auth: this.key, body: { node_url: this.node, node_version: `ins-worker`, stats: {}, capacity }, stoppable: true,
+    }).catch((err: unknown) => {
+      // A coordinator always has the path: a 404 is another server at that URL.
+      if (err instanceof CoordinatorError && err.status === 404) {
+        throw new CoordinatorError(404, `${err.detail.slice(0, 100)} (${this.server} has no /worker/register_node: is --server this network's coordinator, without a path?)`);
+      }
+      throw err;
     });
     this.token = r.access_token;
   }
