@@ -158,8 +158,22 @@ describe('date-times as pydantic reads them, normalised to UTC', () => {
     ['2024-05-01T12:30+05', 'unexpected extra characters at the end of the input'],
     [' 1714521600', 'invalid character in year'],
     ['1714521600 ', 'invalid date separator, expected `-`'],
+    // speedate reads bytes: a character beyond ASCII is several, none a digit.
+    ['\u00e9\u00e9\u00e9\u00e9\u00e9', 'invalid character in year'],
+    ['\uff11\uff17\uff10\uff10', 'invalid character in year'],
+    ['\u00e9', 'input is too short'],
+    ['0000-01-01T25:00:00', 'unexpected extra characters at the end of the input'],
   ])('refuses %j: %s', (input, error) => {
     expect(parseDateTime(input)).toEqual({ ok: false, error });
+  });
+
+  it('year 0 is Python datetime\'s refusal (datetime_parsing), once speedate has read the rest', () => {
+    for (const input of ['0000-01-01', '0000-02-29', '0000-01-01T00:00:00Z']) {
+      expect(validatePart(UniqueNodesQuery, 'query', { model_name: 'm', start_date: input })).toEqual({ ok: false, errors: [{
+        type: 'datetime_parsing', loc: ['query', 'start_date'], msg: 'Input should be a valid datetime, year 0 is out of range', input, ctx: { error: 'year 0 is out of range' },
+      }] });
+    }
+    expect(parseDateTime('0000-02-30')).toEqual({ ok: false, error: 'day value is outside expected range' });
   });
 });
 

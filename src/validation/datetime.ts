@@ -4,7 +4,8 @@
 // Values are normalised to `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, with microsecond precision kept as
 // text because JS dates stop at milliseconds and PostgreSQL timestamps go to microseconds.
 
-export type DateTimeParse = { ok: true; iso: string } | { ok: false; error: string };
+/** A failure is speedate's (`datetime_from_date_parsing`), or, with `datetime`, Python's datetime refusing what speedate read (`datetime_parsing`: year 0). */
+export type DateTimeParse = { ok: true; iso: string } | { ok: false; error: string; datetime?: true };
 
 const DATETIME = /^(\d{4})-(\d{2})-(\d{2})[Tt_ ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,6})\d*)?)?(?:([Zz])|([+-])(\d{2}):?(\d{2}))?$/;
 const TIMESTAMP = /^[+-]?\d+(?:\.\d*)?$/;
@@ -27,7 +28,9 @@ function format(epochMs: number, micros: string): string {
 }
 
 // speedate's Date::parse_bytes_rfc3339 error, used for the "valid datetime or date" message.
-function dateError(s: string): string | null {
+// speedate reads bytes: a character beyond ASCII is several, none of them a digit.
+function dateError(text: string): string | null {
+  const s = Buffer.from(text, 'utf8').toString('latin1');
   if (s.length < 10) return 'input is too short';
   if (!/^\d{4}$/.test(s.slice(0, 4))) return 'invalid character in year';
   if (s[4] !== '-') return 'invalid date separator, expected `-`';
@@ -81,6 +84,12 @@ export const instantKey = (iso: string): string => iso.replace(/(?:\.(\d+))?Z$/,
 export function parseDateTime(s: string): DateTimeParse {
   try {
     const m = DATETIME.exec(s);
+    // Year 0: speedate reads it, Python's datetime does not. Otherwise valid as year 2000 is (both leap years).
+    if (s.startsWith('0000-')) {
+      const as2000 = `2000${s.slice(4)}`;
+      const m2000 = DATETIME.exec(as2000);
+      if (m2000 ? fromDateTime(m2000) !== null : dateError(as2000) === null) return { ok: false, error: 'year 0 is out of range', datetime: true };
+    }
     const viaDateTime = m ? fromDateTime(m) : TIMESTAMP.test(s) ? fromTimestamp(s) : null;
     if (viaDateTime) return { ok: true, iso: viaDateTime };
     const error = dateError(s);

@@ -123,7 +123,9 @@ function validateString(schema: Schema, v: unknown, loc: Loc): Result {
   if (schema.format === 'date-time') {
     const parsed = parseDateTime(v);
     if (!parsed.ok) {
-      return fail('datetime_from_date_parsing', loc, `Input should be a valid datetime or date, ${parsed.error}`, v, { error: parsed.error });
+      return parsed.datetime
+        ? fail('datetime_parsing', loc, `Input should be a valid datetime, ${parsed.error}`, v, { error: parsed.error })
+        : fail('datetime_from_date_parsing', loc, `Input should be a valid datetime or date, ${parsed.error}`, v, { error: parsed.error });
     }
     return ok(parsed.iso);
   }
