@@ -8,6 +8,7 @@ import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
+import { LOCK_KEY as SWEEP_LOCK } from '../src/jobs/sql/sweep.js';
 
 describe.each(backends)('leases across a gap in the sweeps on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -22,8 +23,15 @@ describe.each(backends)('leases across a gap in the sweeps on $name', (backend) 
   });
   afterAll(async () => t.close());
 
-  // In one statement, so that no sweep comes between: the last sweep was `gap` seconds ago, and this lease ran out `ago` seconds ago.
-  const rewind = (keyHashOf: string, gap: number, ago: number) => q('t_pause_rewind', `WITH c AS (UPDATE sweep_clock SET swept_at = now() - make_interval(secs => $2::float8) RETURNING 1)
+  // Holding the sweeps' lock, so that no sweep runs meanwhile: one under way would otherwise read
+  // the clock rewound but the lease as it was (its statement's snapshot), and then write its own
+  // end as the clock, as if there had been no gap.
+  const betweenSweeps = (name: string, text: string, values: unknown[] = []) => t.db.transaction(async (tx) => {
+    await tx.query(sql('t_pause_lock', `SELECT pg_advisory_xact_lock(${SWEEP_LOCK})`));
+    await tx.query(sql(name, text), values);
+  });
+  // The last sweep was `gap` seconds ago, and this lease ran out `ago` seconds ago.
+  const rewind = (keyHashOf: string, gap: number, ago: number) => betweenSweeps('t_pause_rewind', `WITH c AS (UPDATE sweep_clock SET swept_at = now() - make_interval(secs => $2::float8) RETURNING 1)
     UPDATE job_leases SET leased_at = now() - make_interval(secs => $2::float8 + 10), expires_at = now() - make_interval(secs => $3::float8)
     WHERE job_id = $1::uuid AND ended_at IS NULL AND EXISTS (SELECT 1 FROM c)`, [keyHashOf, gap, ago]);
   const lease = (jobId: string) => q<{ open: boolean; outcome: string | null; live: boolean; paused: number }>('t_pause_lease',
@@ -44,7 +52,7 @@ describe.each(backends)('leases across a gap in the sweeps on $name', (backend) 
     const jobId = await user.submit('pause-model', 'fresh after the stop');
     const job = (await worker.getJob())!;
     const before = await q<{ at: string }>('t_pause_at', 'SELECT expires_at::text AS at FROM job_leases WHERE job_id = $1::uuid', [jobId]);
-    await q('t_pause_clock', "UPDATE sweep_clock SET swept_at = now() - interval '1 hour'");
+    await betweenSweeps('t_pause_clock', "UPDATE sweep_clock SET swept_at = now() - interval '1 hour'");
     await expect.poll(async () => (await q<{ recent: boolean }>('t_pause_ticked', "SELECT swept_at > now() - interval '1 minute' AS recent FROM sweep_clock"))[0]!.recent).toBe(true);
     expect(await q('t_pause_at', 'SELECT expires_at::text AS at FROM job_leases WHERE job_id = $1::uuid', [jobId])).toEqual(before);
     expect((await lease(jobId))[0]!.paused).toBe(0);

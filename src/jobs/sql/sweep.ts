@@ -9,7 +9,7 @@ import { servingSession } from '../../nodes/sql/live.js';
 import { parseItems, type Outcome } from '../outcome.js';
 
 // Any constant shared by all servers: "ins_sw" in ASCII.
-const LOCK_KEY = 0x696e735f7377;
+export const LOCK_KEY = 0x696e735f7377;
 export const TRY_LOCK = sql('sweep_try_lock', `SELECT pg_try_advisory_xact_lock(${LOCK_KEY}) AS got`);
 
 // $1 MAX_ATTEMPTS, $2 this server's id. A lease ends before its job changes (the lock order of
