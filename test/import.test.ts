@@ -155,7 +155,30 @@ describe.each(backends)('import on $name', (backend) => {
     await expect(runImport(t.db, csv('name,key\nx,y\n'), nodesImport, opts)).rejects.toThrow(/line 1: expected the columns name,api_key or name,api_key_sha256/);
     await expect(runImport(t.db, csv('name,api_key\n"x,y\n'), nodesImport, opts)).rejects.toThrow(/malformed CSV/);
     await expect(runImport(t.db, csv(''), nodesImport, opts)).rejects.toThrow(/empty/);
+    // Latin-1 (é as one byte): not silently a U+FFFD in a node's name.
+    const latin1 = path.join(dir, `f${fileNo++}.csv`);
+    writeFileSync(latin1, Buffer.concat([Buffer.from('name,api_key\ncaf'), Buffer.from([0xe9]), Buffer.from('-node,key-1\n')]));
+    await expect(runImport(t.db, latin1, nodesImport, opts)).rejects.toThrow(/the file is not UTF-8 .*save it as UTF-8/);
     expect((await snapshot(t.db)).nodes).toEqual([]);
+    await t.close();
+  });
+
+  it('takes each result as the JSON object it is, and a NUL in one as a bad row', async () => {
+    const t = await startApp(backend);
+    const key = await t.addNode('known');
+    const file = csv([
+      'job_id,node_name,model_name,status,points,received_at,result',
+      'obj-1,known,llama,success,1,2024-05-01T10:00:00Z,"{""message"":""hello""}"',
+      'obj-2,known,llama,success,1,2024-05-01T10:00:00Z,',
+      'nul-1,known,llama,success,1,2024-05-01T10:00:00Z,"{""message"":""a\\u0000b""}"',
+    ].join('\n'));
+    const err = await runImport(t.db, file, resultsImport, opts).catch((e: unknown) => e);
+    expect((err as ImportRejected).examples).toEqual([expect.objectContaining({ line: 4, reason: expect.stringMatching(/^result: text with the NUL character/) })]);
+    expect(await runImport(t.db, file, resultsImport, { skipBadRows: true, progress: false })).toMatchObject({ imported: 2, bad_rows: 1 });
+    expect(await t.db.query(sql('t_types', 'SELECT job_id, jsonb_typeof(result) AS type FROM job_results ORDER BY job_id'))).toEqual([{ job_id: 'obj-1', type: 'object' }, { job_id: 'obj-2', type: 'object' }]);
+    // The node re-sending an imported report is a replay, as if it had been reported live.
+    const again = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'obj-1', api_key: key, model_name: 'llama', result: { message: 'hello' }, status: 'success' } });
+    expect(again.json()).toMatchObject({ status: 'success', replayed: true, points: 0 });
     await t.close();
   });
 });

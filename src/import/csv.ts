@@ -24,14 +24,28 @@ export function matchHeader(header: string[], required: string[][], optional: st
 }
 
 export async function* readCsv(file: string, onBytes: (n: number) => void): AsyncGenerator<{ header: string[] } | CsvRecord> {
+  // The file must be UTF-8 (or UTF-16 with its byte order mark, which csv-parse reads): other
+  // bytes would become U+FFFD in names and keys without a word, so they stop the import.
+  const utf8 = new TextDecoder('utf-8', { fatal: true });
+  let offset = 0;
+  let utf16: boolean | undefined;
   const counter = new Transform({
     transform(chunk: Buffer, _enc, done) {
       onBytes(chunk.length);
+      utf16 ??= chunk.length >= 2 && ((chunk[0] === 0xff && chunk[1] === 0xfe) || (chunk[0] === 0xfe && chunk[1] === 0xff));
+      if (!utf16) {
+        try {
+          utf8.decode(chunk, { stream: true });
+        } catch {
+          return done(new CsvFormatError(`the file is not UTF-8 (a byte that is not, within bytes ${offset + 1}–${offset + chunk.length}): save it as UTF-8`));
+        }
+      }
+      offset += chunk.length;
       done(null, chunk);
     },
   });
   const parser = parse({ bom: true, skip_empty_lines: true, relax_column_count: true, info: true, trim: false });
-  createReadStream(file).on('error', (err) => parser.destroy(err)).pipe(counter).pipe(parser);
+  createReadStream(file).on('error', (err) => parser.destroy(err)).pipe(counter).on('error', (err) => parser.destroy(err)).pipe(parser);
   let header: string[] | undefined;
   try {
     for await (const { record, info } of parser as AsyncIterable<{ record: string[]; info: { lines: number } }>) {

@@ -3,10 +3,12 @@
 // they are, whatever their format.
 import { sql, type Queryable } from '../db/database.js';
 import { hashKey } from '../keys.js';
+import { isUnstorable, NUL_ERROR } from '../validation/pydantic.js';
 import type { ImportSpec } from './run.js';
 
 function checkRow(f: Record<string, string>): string[] | string {
   const name = f.name ?? '';
+  if (isUnstorable(name)) return NUL_ERROR;
   const length = [...name].length;
   if (length < 1 || length > 128) return 'name must be 1 to 128 characters';
   if (f.api_key !== undefined) {

@@ -5,6 +5,7 @@
 // points ledger has closed is a bad row (docs/ledger.md): a closed day never changes. The
 // check reads ledger_state FOR SHARE, held until the import commits, so a day cannot close
 // between the check and the commit (the close waits, then counts the imported credits).
+import { hasUnstorableText, isUnstorable, NUL_ERROR } from '../validation/pydantic.js';
 import { sql, type Queryable } from '../db/database.js';
 import { CREDIT_PART } from '../results/credit.js';
 import { parsePoints } from '../points-value.js';
@@ -15,6 +16,7 @@ const length = (s: string): number => [...s].length;
 
 function checkRow(f: Record<string, string>): (string | number | null)[] | string {
   const { job_id = '', node_name = '', model_name = '', status = '', points = '', received_at = '', result = '' } = f;
+  if ([job_id, node_name, model_name].some(isUnstorable)) return NUL_ERROR;
   if (length(job_id) < 1 || length(job_id) > 128) return 'job_id must be 1 to 128 characters';
   if (length(node_name) < 1 || length(node_name) > 128) return 'node_name must be 1 to 128 characters';
   if (length(model_name) < 1 || length(model_name) > 256) return 'model_name must be 1 to 256 characters';
@@ -32,6 +34,7 @@ function checkRow(f: Record<string, string>): (string | number | null)[] | strin
       return 'result is not valid JSON';
     }
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return 'result must be a JSON object';
+    if (hasUnstorableText(parsed)) return `result: ${NUL_ERROR}`;
     json = JSON.stringify(parsed);
   }
   return [job_id, node_name, model_name, status, points, at.iso, json];

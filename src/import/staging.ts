@@ -20,7 +20,7 @@ export class StagingTable {
   // COPY lines are sent in chunks: one socket write per row costs more than the row itself.
   private copyChunk: string[] = [];
   private copyChunkBytes = 0;
-  private batch: Record<string, Value>[] = [];
+  private batch: Record<string, unknown>[] = [];
   rows = 0;
 
   constructor(private readonly tx: Queryable, readonly name: string, private readonly columns: [string, string][]) {}
@@ -44,8 +44,13 @@ export class StagingTable {
       if (this.copyChunkBytes >= 64 * 1024) await this.flushCopy();
       return;
     }
-    const row: Record<string, Value> = { line };
-    this.columns.forEach(([n], i) => (row[n] = values[i]!));
+    const row: Record<string, unknown> = { line };
+    // A jsonb column's text goes in as the JSON it holds: json_populate_recordset would keep a
+    // string as a JSON string ("{}"), where COPY parses the text into the object.
+    this.columns.forEach(([n, type], i) => {
+      const v = values[i]!;
+      row[n] = type === 'jsonb' && typeof v === 'string' ? JSON.parse(v) as unknown : v;
+    });
     this.batch.push(row);
     if (this.batch.length >= BATCH) await this.flush();
   }

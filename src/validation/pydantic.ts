@@ -78,7 +78,8 @@ export const NUL_ERROR = 'text with the NUL character (\\u0000) or an unpaired s
 const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 /** Whether PostgreSQL cannot store this text. */
 export const isUnstorable = (s: string): boolean => UNSTORABLE.test(s);
-function hasUnstorableText(v: unknown): boolean {
+/** Whether any string or key in `v`, at any depth, is text PostgreSQL cannot store. */
+export function hasUnstorableText(v: unknown): boolean {
   const stack: unknown[] = [v];
   while (stack.length > 0) {
     const x = stack.pop();
