@@ -3,6 +3,8 @@
 // plain, the same id in the log line), and /v1 speaks CORS to browsers with a working preflight
 // while the rest of the service sends no CORS headers. Through a listening server, with the
 // official SDK and fetch as a browser would send.
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import OpenAI, { NotFoundError } from 'openai';
 import pino from 'pino';
@@ -48,6 +50,20 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
       expect(res.statusCode).toBe(404);
       expect(res.json()).toEqual({ detail: 'Not Found' });
     }
+  });
+
+  it('logs a client that hangs up mid-body as that, not as the database unavailable', async () => {
+    const { hostname, port } = new URL(url);
+    const socket = connect(Number(port), hostname);
+    await once(socket, 'connect');
+    // `Expect: 100-continue`: the server's 100 says it is handling the request and waits for the body.
+    socket.write('POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n');
+    const [first] = await once(socket, 'data') as [Buffer];
+    expect(String(first)).toMatch(/^HTTP\/1\.1 100 Continue/);
+    socket.write('{"job_id": "');
+    socket.destroy();
+    await expect.poll(() => lines.some((l) => l.msg === 'the client closed the connection before its body arrived')).toBe(true);
+    expect(lines.filter((l) => l.msg === 'service unavailable')).toEqual([]);
   });
 
   it('the official SDK raises NotFoundError with that message', async () => {

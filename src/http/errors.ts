@@ -106,6 +106,12 @@ export function registerErrorHandlers(app: FastifyInstance): void {
       req.log.warn({ err: { message: err.message, code: (err as FastifyError).code } }, 'value refused by the database');
       return reply.code(422).send({ detail: [valueError(['body'], 'a value of the request cannot be stored', null)] });
     }
+    if ((err as NodeJS.ErrnoException).code === 'ECONNRESET' && req.raw.readableAborted) {
+      // The client went away while sending its body (Node's 'aborted'): not the database's
+      // ECONNRESET, which would be logged as an outage. Nobody reads this answer.
+      req.log.info('the client closed the connection before its body arrived');
+      return reply.code(400).send({ detail: 'The request body was cut off' });
+    }
     const known = err instanceof HttpError ? err : (httpErrorForDatabase(err) ?? fastifyClientError(err as FastifyError));
     if (known) {
       if (known.statusCode >= 500) req.log.warn({ err: { message: err.message, code: (err as FastifyError).code } }, 'service unavailable');
