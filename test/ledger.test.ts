@@ -6,6 +6,8 @@
 // side of it; imported history closes like reported history.
 import { createPrivateKey, createPublicKey, generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
@@ -105,6 +107,24 @@ describe.each(backends)('the points ledger on $name', (backend) => {
       expect(report.days).toEqual([day(5), day(4), day(3), day(2)]);
     }
     expect(await checkDatabase(t.db, 30)).toMatchObject({ differences: [] });
+
+    // A service whose rate limit answers 429 (here a real front server answering the first
+    // daily_points so, Retry-After 1 s, and passing the rest on): the check waits, and passes.
+    let limited = 0;
+    const front = createServer((req, res) => {
+      if (req.url === '/daily_points' && limited++ === 0) return void res.writeHead(429, { 'retry-after': '1', 'content-type': 'application/json' }).end('{"detail":"Too many requests; retry in 1 s"}');
+      const back = httpRequest(`${url}${req.url}`, { method: req.method, headers: req.headers }, (r) => { res.writeHead(r.statusCode!, r.headers); r.pipe(res); });
+      req.pipe(back);
+    });
+    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
+    try {
+      const waits: number[] = [];
+      const report = await verifyLedger({ server: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, key: reader, days: 30, waiting: (s) => waits.push(s) });
+      expect(waits).toEqual([1]);
+      expect(report.differences.map(describeDifference)).toEqual([]);
+    } finally {
+      front.close();
+    }
 
     // The node's view: its entries with the credit reversed since still a credit of its day.
     const beta = (await t.app.inject({ url: `/ledger/days/${day(3)}/nodes/beta`, headers: { api_key: keys.beta! } })).json();

@@ -35,7 +35,7 @@ export async function runLedgerVerify(argv: string[], out: (line: string) => voi
     if (days === undefined) throw new Error(notWholeNumberFlag('days', values.days!, 1, 3660));
     if (!values.server || !/^https?:\/\//.test(values.server)) throw new Error('--server must be the service\'s http:// or https:// URL');
     if (values.node !== undefined && values.key === undefined) throw new Error('--node needs --key (the node\'s key, or a reader key)');
-    o = { server: values.server, node: values.node, key: values.key, days, keyId: values['key-id'] };
+    o = { server: values.server, node: values.node, key: values.key, days, keyId: values['key-id'], waiting: (s, path) => err(`ins ledger verify: the service's rate limit: waiting ${s} s (${path.split('?')[0]})`) };
     json = values.json ?? false;
   } catch (e) {
     err(`ins ledger verify: ${(e as Error).message}\n(see: ins ledger verify --help)`);

@@ -7,6 +7,7 @@
 //   absent), its entries now give that leaf, and daily_points and unique_nodes agree;
 // - a reader key alone: every day's export recomputed — every root, total and entry — and
 //   daily_points of every node and unique_nodes of every model against it.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createPublicKey, hash, verify as verifyEd25519 } from 'node:crypto';
 import { checkAbsence, checkChain, checkDayEntries, checkInclusion, checkLeaves, checkNodeEntries, type NodeEntries, type SignedDay } from '../ledger-format/check.js';
 import type { Difference } from '../ledger-format/day.js';
@@ -22,7 +23,12 @@ export interface VerifyOptions {
   days: number;
   /** The key id the operator noted earlier: any other published key is a difference. */
   keyId?: string;
+  /** Told each time the service's rate limit makes the check wait (429 with Retry-After). */
+  waiting?: (seconds: number, path: string) => void;
 }
+
+/** The longest Retry-After the check waits in one go (the service's windows are a minute). */
+const MAX_WAIT_SECONDS = 120;
 
 export interface VerifyReport {
   mode: 'public' | 'node' | 'export';
@@ -49,12 +55,22 @@ interface NodeDayJson {
 }
 
 class Client {
-  constructor(private readonly base: string, private readonly key?: string) {}
+  constructor(private readonly base: string, private readonly key?: string, private readonly waiting: NonNullable<VerifyOptions['waiting']> = () => {}) {}
 
   async request(path: string, init: RequestInit = {}): Promise<Response> {
-    const res = await fetch(new URL(path.replace(/^\//, ''), this.base.endsWith('/') ? this.base : `${this.base}/`), {
-      ...init, headers: { ...(this.key ? { api_key: this.key } : {}), ...(init.headers as Record<string, string> | undefined) },
-    });
+    let res: Response;
+    // A network of more nodes than the service's per-key read limit (RATE_LIMIT_READS_PER_KEY,
+    // one daily_points a node) is checked by waiting as the service says, not by failing.
+    for (;;) {
+      res = await fetch(new URL(path.replace(/^\//, ''), this.base.endsWith('/') ? this.base : `${this.base}/`), {
+        ...init, headers: { ...(this.key ? { api_key: this.key } : {}), ...(init.headers as Record<string, string> | undefined) },
+      });
+      if (res.status !== 429) break;
+      await res.body?.cancel();
+      const seconds = Math.min(MAX_WAIT_SECONDS, Math.max(1, Number(res.headers.get('retry-after')) || 1));
+      this.waiting(seconds, path);
+      await sleep(seconds * 1000);
+    }
     if (!res.ok) {
       const body = await res.json().catch(() => null) as { detail?: unknown } | null;
       throw new LedgerHttpError(res.status, body?.detail, path);
@@ -92,7 +108,7 @@ const endOf = (day: string) => `${day}T23:59:59.999999Z`;
 
 /** Runs the checks; throws LedgerHttpError when the service refuses (a bad key, an unknown node). */
 export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
-  const client = new Client(o.server, o.key);
+  const client = new Client(o.server, o.key, o.waiting);
   const published = await client.json<{ key_id: string; public_key: string }>('/ledger/key');
   const publicKey = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(published.public_key, 'base64').toString('base64url') }, format: 'jwk' });
   const keyIdNow = toHex(sha256(Buffer.from(published.public_key, 'base64')).subarray(0, 8));
