@@ -303,7 +303,7 @@ describe.each(backends)('coordinator under load on $name', (backend) => {
     const b = await new TestWorker(t.app, 'second-holder', await t.addNode('second-holder')).start([MODEL]);
     const job = (await b.getJob())!;
     expect(job.job_id).toBe(jobId);
-    const report = (key: string) => t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: jobId, api_key: key, model_name: MODEL, result: { message: 'mine' }, status: 'success' } });
+    const report = (key: string, id = jobId) => t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: id, api_key: key, model_name: MODEL, result: { message: 'mine' }, status: 'success' } });
     // A held the job before: its report answers as its ended lease's job key would (400 keeps an honest worker polling).
     const late = await report(keyA);
     expect(late.statusCode).toBe(400);
@@ -312,6 +312,11 @@ describe.each(backends)('coordinator under load on $name', (backend) => {
     const stranger = await report(await t.addNode('stranger'));
     expect(stranger.statusCode).toBe(creditPolicy === 'reports' ? 409 : 403);
     expect(stranger.json().detail).toBe(`Job ${jobId} is a job of this network that was never leased to this node`);
+    // Nor under another spelling of its id that PostgreSQL reads as the same UUID.
+    const strangerKey = await t.addNode('speller');
+    for (const spelt of [jobId.replace(/-/g, ''), `{${jobId}}`, jobId.toUpperCase(), `{${jobId.replace(/-/g, '').toUpperCase()}}`]) {
+      expect((await report(strangerKey, spelt)).statusCode, spelt).toBe(creditPolicy === 'reports' ? 409 : 403);
+    }
     expect(await totalPoints(t.db)).toBe(0);
     expect((await b.report(job)).json()).toMatchObject({ job_id: jobId, points: 1, replayed: false });
     expect(await totalPoints(t.db)).toBe(1);

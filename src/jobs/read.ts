@@ -63,6 +63,17 @@ const FINAL_JOBS = sql('jobs_final', `SELECT id::text FROM jobs WHERE id = ANY($
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isJobId = (id: string): boolean => UUID.test(id);
 
+/**
+ * The job id `id` spells in any form PostgreSQL's uuid type reads (no hyphens, braces, capitals),
+ * canonical; undefined when it spells none. A job of this network must not be credited again
+ * under another spelling of its id (routes/update-result.ts).
+ */
+export function jobIdSpelled(id: string): string | undefined {
+  const hex = id.replace(/^\{(.*)\}$/, '$1').replace(/-/g, '').toLowerCase();
+  if (!/^[0-9a-f]{32}$/.test(hex)) return undefined;
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 /** Reads users' own jobs, sharing statements between concurrent reads. */
 export class JobReader {
   private readonly batcher: Batcher<{ jobId: string; owner: number }, UserJob | undefined>;

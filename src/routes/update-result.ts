@@ -9,7 +9,7 @@ import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
 import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
 import { answerOf, hasAnswerMessage, requestErrorOf, usageOf } from '../jobs/answer.js';
-import { isJobId } from '../jobs/read.js';
+import { jobIdSpelled } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../repositories/nodes.js';
 import { rideOutage } from '../db/outage.js';
@@ -44,7 +44,8 @@ export function updateResultRoute(app: App, deps: Deps): void {
 
   async function nodeReport(req: FastifyRequest, body: Body, node: NodeRow): Promise<Reply> {
     // A dispatched job id: the node's own lease of it, or nobody's business of this node.
-    const lease = isJobId(body.job_id) ? await coordinator.nodeLeaseOf(body.job_id, node.id) : undefined;
+    const jobId = jobIdSpelled(body.job_id);
+    const lease = jobId === undefined ? undefined : await coordinator.nodeLeaseOf(jobId, node.id);
     if (lease) return completeLease(body, lease);
     if (lease === null) {
       throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} is a job of this network that was never leased to this node`);
