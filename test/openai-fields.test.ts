@@ -118,6 +118,24 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
     }
   }
 
+  it('refuses json_object when no message says "json", as OpenAI does', async () => {
+    const err = await client.chat.completions.create({ model: 'ollama-model', messages: [{ role: 'user', content: 'hi there' }], response_format: { type: 'json_object' } }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('messages');
+    expect((err as Error).message).toContain("'messages' must contain the word 'json' in some form");
+  });
+
+  it('finish_reason is what the backend said: "stop" for an answer that ends at exactly max_tokens', async () => {
+    for (const model of ['ollama-model', 'vllm-model']) {
+      const free = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'count me' }] });
+      const n = free.usage!.completion_tokens;
+      expect(n).toBeGreaterThan(0);
+      const exact = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'count me' }], max_tokens: n });
+      expect(exact.usage!.completion_tokens, model).toBe(n);
+      expect(exact.choices[0]!.finish_reason, model).toBe('stop');
+    }
+  });
+
   it('refuses at once, with 400, a capability no node serving the model has; names what it cannot honour', async () => {
     const err = await client.chat.completions.create({ model: 'seed-model', messages: [{ role: 'user', content: 'x' }], tools: [TOOL] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
@@ -139,7 +157,7 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
       const w = await new TestWorker(t.app, node, await t.addNode(node)).start(['split-model']);
       expect((await w.post('/worker/update_models', { node_url: node, models: ['split-model'], capabilities: { 'split-model': caps } }, true)).statusCode).toBe(200);
     }
-    const both = await client.chat.completions.create({ model: 'split-model', messages: [{ role: 'user', content: 'x' }], tools: [TOOL], response_format: { type: 'json_object' } }).catch((e: unknown) => e);
+    const both = await client.chat.completions.create({ model: 'split-model', messages: [{ role: 'user', content: 'x as json' }], tools: [TOOL], response_format: { type: 'json_object' } }).catch((e: unknown) => e);
     expect(both).toBeInstanceOf(OpenAI.BadRequestError);
     expect(both).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'response_format' });
     expect((both as Error).message).toContain("'tools', 'json' on one node");

@@ -17,8 +17,8 @@ const VALUES: Record<string, unknown> = {
   n: 2, logit_bias: { 50256: -100 }, functions: [{ name: 'f', parameters: {} }], function_call: 'auto', audio: { voice: 'alloy', format: 'wav' },
   modalities: ['text', 'audio'], prediction: { type: 'content', content: 'x' }, web_search_options: {}, reasoning_effort: 'low',
 };
-// What a field needs beside it to be valid (top_logprobs needs logprobs; tool_choice and parallel_tool_calls need tools; stream_options needs stream).
-const WITH: Record<string, Record<string, unknown>> = { top_logprobs: { logprobs: true }, tool_choice: { tools: [TOOL] }, parallel_tool_calls: { tools: [TOOL] }, stream_options: { stream: true } };
+// What a field needs beside it to be valid (json_object needs a message saying json; top_logprobs needs logprobs; tool_choice and parallel_tool_calls need tools; stream_options needs stream).
+const WITH: Record<string, Record<string, unknown>> = { response_format: { messages: [{ role: 'user', content: 'hi, in JSON' }] }, top_logprobs: { logprobs: true }, tool_choice: { tools: [TOOL] }, parallel_tool_calls: { tools: [TOOL] }, stream_options: { stream: true } };
 const LIMITS = { defaultTimeout: 240, maxTimeout: 3600 };
 
 function readmeTable(): { fields: string[]; status: string }[] {

@@ -95,7 +95,7 @@ describe.each(backends)('verification by answer kind on $name', (backend) => {
   });
 
   it('JSON answers: keys reordered agree, other values disagree', { timeout: 120_000 }, async () => {
-    await run('/v1/chat/completions', chats({ response_format: { type: 'json_object' } }), (node, job) => {
+    await run('/v1/chat/completions', chats({ response_format: { type: 'json_object' } }).map((c) => ({ ...c, messages: [{ role: 'user', content: `In JSON: ${c.messages[0]!.content}` }] })), (node, job) => {
       const city = cityOf(job);
       if (node === 'liar') return message(JSON.stringify({ city, temperature_c: 99, sky: 'clear' }));
       return message(node === 'honest-1' ? JSON.stringify({ city, temperature_c: 21.5, sky: 'clear' }) : `{ "sky": "clear", "temperature_c": 21.500000001, "city": "${city}" }`);

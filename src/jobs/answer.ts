@@ -20,7 +20,7 @@ export interface Answer {
   /** OpenAI's choice.logprobs: `{content: [{token, logprob, bytes, top_logprobs}]}`. */
   logprobs?: { content: unknown[] };
   /** The backend's reason to stop, when it said "length" or "tool_calls". */
-  finish_reason?: 'length' | 'tool_calls';
+  finish_reason?: 'stop' | 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input: each OpenAI's base64 form (little-endian float32s). */
   embeddings?: string[];
   /** A score check's scores (issue 31, src/verify/scores.ts): parallel arrays, one entry per scored position. */
@@ -77,7 +77,7 @@ export function answerOf(result: Record<string, unknown>): Answer {
   }
   // Beside the message, in either of its forms (`{"message": ""}` is the seed's own).
   if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
-  if (result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
+  if (result.finish_reason === 'stop' || result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
   if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector)) answer.embeddings = result.embeddings as string[];
   const scores = scoresOf(result.scores);
   if (scores) answer.scores = scores;

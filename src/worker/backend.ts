@@ -30,7 +30,7 @@ export interface BackendAnswer {
   tool_calls?: ToolCall[];
   /** OpenAI's logprobs.content entries: {token, logprob, bytes, top_logprobs}. */
   logprobs?: unknown[];
-  finish_reason?: 'length' | 'tool_calls';
+  finish_reason?: 'stop' | 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input: base64 of little-endian float32s (vectorOf). */
   embeddings?: string[];
   /** A score check's scores (score-job.ts): reported as result.scores. */

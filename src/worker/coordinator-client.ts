@@ -25,7 +25,7 @@ export interface Job {
 
 export interface Report {
   status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string;
-  tool_calls?: ToolCall[]; logprobs?: unknown[]; finish_reason?: 'length' | 'tool_calls';
+  tool_calls?: ToolCall[]; logprobs?: unknown[]; finish_reason?: 'stop' | 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input, base64 of little-endian float32s (result.embeddings, docs/openai.md). */
   embeddings?: string[];
   /** A score check's scores (score-job.ts), reported as result.scores beside an empty message. */

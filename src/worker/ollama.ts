@@ -102,7 +102,7 @@ export class Ollama implements Backend {
       if (Array.isArray(l.logprobs)) for (const e of l.logprobs) logprobs.push(...logprobEntry(e));
     };
     const extras = (l: Line): Partial<BackendAnswer> => ({
-      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : l.done_reason === 'length' ? { finish_reason: 'length' as const } : {}),
+      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : l.done_reason === 'length' || l.done_reason === 'stop' ? { finish_reason: l.done_reason } : {}),
       ...(job.params?.logprobs ? { logprobs } : {}),
     });
     if (!onDelta) {
@@ -131,7 +131,7 @@ export class Ollama implements Backend {
     }, 'ollama /api/generate');
     type Line = { response?: string; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string };
     const answer = (content: string, l: Line): BackendAnswer => ({
-      content, usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) }, ...(l.done_reason === 'length' ? { finish_reason: 'length' as const } : {}),
+      content, usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) }, ...(l.done_reason === 'length' || l.done_reason === 'stop' ? { finish_reason: l.done_reason } : {}),
     });
     if (!onDelta) {
       const body = (await res.json()) as Line;

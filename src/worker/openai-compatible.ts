@@ -141,7 +141,7 @@ export class OpenAICompatible implements Backend {
       if (Array.isArray(c?.logprobs?.content)) for (const e of c.logprobs.content) logprobs.push(...logprobEntry(e));
     };
     const extras = (calls: ToolCall[], finish: string | null | undefined): Partial<BackendAnswer> => ({
-      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finish === 'length' ? { finish_reason: 'length' as const } : {}),
+      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finish === 'length' || finish === 'stop' ? { finish_reason: finish } : {}),
       ...(job.params?.logprobs ? { logprobs } : {}),
     });
     if (!stream) {
@@ -209,7 +209,7 @@ export async function completeOpenAI(url: string, job: BackendJob, prompt: strin
     }),
   }, 'openai /v1/completions');
   type Body = { choices?: { text?: string; finish_reason?: string | null }[]; usage?: Usage; error?: { message?: string } };
-  const finishOf = (f: string | null | undefined) => (f === 'length' ? { finish_reason: 'length' as const } : {});
+  const finishOf = (f: string | null | undefined): { finish_reason?: 'length' | 'stop' } => (f === 'length' || f === 'stop' ? { finish_reason: f } : {});
   if (!onDelta) {
     const body = (await res.json()) as Body;
     return { content: body.choices?.[0]?.text ?? '', usage: usageOf(body.usage), ...finishOf(body.choices?.[0]?.finish_reason) };

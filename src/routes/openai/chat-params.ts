@@ -258,6 +258,11 @@ export function parseChatParams(body: Record<string, unknown>, toolMessages: boo
   const params: ChatParams = {};
   let needs = samplingParams(body, params);
   const format = responseFormat(body.response_format);
+  // OpenAI's own rule (a model asked for JSON without being told so may write whitespace until
+  // max_tokens): some message must say "json".
+  if (format?.type === 'json_object' && !/json/i.test(JSON.stringify(body.messages ?? body.prompt ?? ''))) {
+    throw invalidRequest("'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.", 'messages');
+  }
   if (format) {
     params.response_format = format;
     needs |= CAPABILITIES.json;

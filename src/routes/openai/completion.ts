@@ -78,17 +78,20 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
       // Retried by the SDKs (a 503), on another server or this one restarted: the job was canceled.
       return new OpenAIError(503, 'The server is stopping: send the request again (its job was canceled).', 'server_error', null, 'server_shutting_down', { 'retry-after': '1' });
     default:
-      return new OpenAIError(502, `No node could finish the job: ${o.detail}.`, 'server_error', null, 'job_failed');
+      // MAX_ATTEMPTS nodes failed it already: the SDKs' automatic retry would queue it again for
+      // as many more. x-should-retry: false, as for 504 and 409; an app may still retry on purpose.
+      return new OpenAIError(502, `No node could finish the job: ${o.detail}.`, 'server_error', null, 'job_failed', { 'x-should-retry': 'false' });
   }
 }
 
 /**
- * finish_reason: "tool_calls" when the answer calls tools; "length" when the node stopped at
- * max_tokens (as its count tells, or its backend said so; an estimate tells nothing); else "stop".
+ * finish_reason: "tool_calls" when the answer calls tools; what the node's backend said ("stop",
+ * "length": `ins worker` reports it); else "length" when the node stopped at max_tokens as its
+ * count tells (an estimate tells nothing), else "stop".
  */
 export function finishReason(chat: ChatRequest, usage: Usage | null, answer?: Answer): 'stop' | 'length' | 'tool_calls' {
   if (answer?.message.tool_calls?.length) return 'tool_calls';
-  if (answer?.finish_reason === 'length') return 'length';
+  if (answer?.finish_reason === 'length' || answer?.finish_reason === 'stop') return answer.finish_reason;
   return chat.maxTokens > 0 && !usage?.estimated && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens ? 'length' : 'stop';
 }
 
