@@ -144,7 +144,7 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect((await submitRaw(t.app, key, 'mixed-model', { max_output: 500 })).statusCode).toBe(200);
     // One statement, as the batcher makes it: 600 does not fit in the 500 left; before, every job
     // behind it in the batch was refused with it (a prefix of the owner's jobs fit).
-    const modelId = (await ensureModelIdFor(t.db, 'mixed-model', id, 100))!;
+    const modelId = (await ensureModelIdFor(t.db, 'mixed-model', { key: id }, 100))!;
     const row = (reserve: number) => ({ id: randomUUID(), ownerKeyId: id, modelId, request: { messages: [{ role: 'user', content: 'hi' }], max_output: reserve, temperature: 0 }, timeout: 60, reserve });
     const rows = [row(600), row(1), row(1), row(2000), row(1)];
     const { refused } = await t.app.service.coordinator.lifecycle.submit(rows);

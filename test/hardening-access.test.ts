@@ -406,3 +406,28 @@ describe.each(backends)('held up on $name (issue 20): key kinds on every route, 
     }
   });
 });
+
+describe.each(backends)('models a node brings into being on $name', (backend) => {
+  it('at most 100 new names a UTC day per node, refused with 400 (which keeps the seed worker polling) beyond; known names always', async () => {
+    const t = await startApp(backend);
+    try {
+      const w = await new TestWorker(t.app, 'namer', await t.addNode('namer')).start(['known-model']);
+      const other = await new TestWorker(t.app, 'other-namer', await t.addNode('other-namer')).start([]);
+      const count = async () => (await t.db.query<{ n: number }>(sql('t_models_count', 'SELECT count(*)::int AS n FROM models'))).at(0)!.n;
+      const names = (from: number, n: number) => Array.from({ length: n }, (_, i) => `made-up-${from + i}`);
+      // known-model was the first it named; 98 more make 99.
+      expect((await w.post('/worker/update_models', { node_url: 'namer', models: names(0, 98) }, true)).statusCode).toBe(200);
+      const before = await count();
+      const over = await w.post('/worker/update_models', { node_url: 'namer', models: ['known-model', ...names(98, 2)] }, true);
+      expect(over.statusCode).toBe(400);
+      expect(over.json().detail).toMatch(/^this declaration names 2 models the network does not know, and this node named 99 new ones today \(UTC\): a node may name at most 100 a day\. Nothing was declared/);
+      expect(await count()).toBe(before);
+      // Names the network knows are declared as ever; another node has its own 100.
+      expect((await w.post('/worker/update_models', { node_url: 'namer', models: ['known-model', ...names(0, 98)] }, true)).statusCode).toBe(200);
+      expect((await w.post('/worker/update_models', { node_url: 'namer', models: ['known-model', ...names(0, 99)] }, true)).statusCode).toBe(200); // the 100th
+      expect((await other.post('/worker/update_models', { node_url: 'other-namer', models: names(200, 5) }, true)).statusCode).toBe(200);
+    } finally {
+      await t.close();
+    }
+  });
+});

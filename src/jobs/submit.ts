@@ -114,7 +114,7 @@ export class Submitter {
    */
   async submit(s: Submission): Promise<string> {
     const id = randomUUID();
-    const modelId = await ensureModelIdFor(this.db, s.model, s.ownerKeyId, NEW_MODELS_PER_KEY_PER_DAY);
+    const modelId = await ensureModelIdFor(this.db, s.model, { key: s.ownerKeyId }, NEW_MODELS_PER_KEY_PER_DAY);
     if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
     // An embeddings job generates no output tokens: it reserves none (and is charged none,

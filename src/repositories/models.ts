@@ -5,14 +5,26 @@ export interface ModelListing { name: string; points_per_job: number | null; nod
 
 const FIND = sql('models_find', 'SELECT id FROM models WHERE name = $1::text');
 const INSERT = sql('models_insert', 'INSERT INTO models (name) VALUES ($1::text) ON CONFLICT (name) DO NOTHING');
-// $1 the name, $2 the user key naming it, $3 how many new names a key may create per UTC day:
-// created only while the key created fewer today (a race of concurrent submissions may pass
-// the count together: the bound is exceeded by at most their number).
-const INSERT_BY_KEY = sql('models_insert_by_key', `INSERT INTO models (name, created_by_key, created_at)
+// $1 the name, $2 the user key (created_by_key) or node (created_by_node) naming it, $3 how
+// many new names it may create per UTC day: created only while it created fewer today (a race
+// of concurrent calls may pass the count together: the bound is exceeded by at most their number).
+const insertBy = (creator: 'created_by_key' | 'created_by_node') => sql(`models_insert_by_${creator.slice(11)}`, `INSERT INTO models (name, ${creator}, created_at)
   SELECT $1::text, $2::bigint, now()
-  WHERE (SELECT count(*) FROM models WHERE created_by_key = $2::bigint
+  WHERE (SELECT count(*) FROM models WHERE ${creator} = $2::bigint
     AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') < $3::int
   ON CONFLICT (name) DO NOTHING`);
+const INSERT_BY = { key: insertBy('created_by_key'), node: insertBy('created_by_node') };
+// $1 names, $2 a node: how many of the names are no model yet, and how many models the node created this UTC day.
+const NEW_FOR_NODE = sql('models_new_for_node', `SELECT
+    (SELECT count(*)::int FROM unnest($1::text[]) AS x(name) WHERE NOT EXISTS (SELECT 1 FROM models m WHERE m.name = x.name)) AS unknown,
+    (SELECT count(*)::int FROM models WHERE created_by_node = $2::bigint
+      AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') AS today`);
+
+/** Of `names`, how many are no model yet, and how many models the node has created this UTC day. */
+export async function newModelsForNode(db: Queryable, names: string[], nodeId: number): Promise<{ unknown: number; today: number }> {
+  const [row] = await db.query<{ unknown: number; today: number }>(NEW_FOR_NODE, [names, nodeId]);
+  return row!;
+}
 // created: the row is new (xmax is 0 only for a row this statement inserted).
 const SET_POINTS = sql('models_set_points', `INSERT INTO models (name, points_per_job) VALUES ($1::text, $2::numeric)
   ON CONFLICT (name) DO UPDATE SET points_per_job = EXCLUDED.points_per_job
@@ -43,17 +55,18 @@ export async function ensureModelId(db: Queryable, name: string): Promise<number
 }
 
 /**
- * The model's id for a user's submission: created on first sight only while the key created
- * fewer than `perDay` models this UTC day; undefined beyond that (one key cannot grow the models
- * table, and the usage and fair-queue rows per model, without bound).
+ * The model's id for a user's submission (`by.key`) or a node's declaration (`by.node`): created
+ * on first sight only while that key or node created fewer than `perDay` models this UTC day;
+ * undefined beyond that (one key or node cannot grow the models table, and the rows and lists
+ * per model, without bound).
  */
-export async function ensureModelIdFor(db: Queryable, name: string, keyId: number, perDay: number): Promise<number | undefined> {
+export async function ensureModelIdFor(db: Queryable, name: string, by: { key: number } | { node: number }, perDay: number): Promise<number | undefined> {
   const cache = idCache.get(db);
   const cached = cache?.get(name);
   if (cached !== undefined) return cached;
   const [found] = await db.query<{ id: number }>(FIND, [name]);
   if (found) return ensureModelId(db, name);
-  await db.query(INSERT_BY_KEY, [name, keyId, perDay]);
+  await db.query('key' in by ? INSERT_BY.key : INSERT_BY.node, [name, 'key' in by ? by.key : by.node, perDay]);
   const [row] = await db.query<{ id: number }>(FIND, [name]);
   return row ? ensureModelId(db, name) : undefined;
 }

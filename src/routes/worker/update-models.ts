@@ -4,7 +4,7 @@
 // worker that sends none (the seed's) is offered plain jobs only. `builds` (ours, issue 31): per
 // model, the digest and quantisation the node runs (repositories/model-builds.ts); optional too.
 import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
-import { ensureModelId } from '../../repositories/models.js';
+import { ensureModelIdFor, newModelsForNode } from '../../repositories/models.js';
 import { bitsOf } from '../../jobs/capabilities.js';
 import { declareBuilds, type ModelBuild } from '../../repositories/model-builds.js';
 import { HttpError } from '../../http/http-error.js';
@@ -13,6 +13,9 @@ import { valueError } from '../../validation/pydantic.js';
 import { authenticateSession, SUSPENDED_DETAIL } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
+
+/** New model names one node may bring into being per UTC day (migrations/0029): as a user key may (jobs/submit.ts). */
+export const NEW_MODELS_PER_NODE_PER_DAY = 100;
 
 export function updateModelsRoute(app: App, deps: Deps): void {
   const { db, nodes } = deps.service;
@@ -33,8 +36,13 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const ids: number[] = [];
     const built = new Map<number, ModelBuild>();
     const caps = declared ? new Map<number, number>() : undefined;
+    // 400, not 429: the seed's worker stops for hours on any other 4xx here. Refused before any
+    // is made, so a refused declaration changes nothing (concurrent ones race past by at most their number).
+    const { unknown, today } = await newModelsForNode(db, names, session.node.id);
+    if (unknown > 0 && today + unknown > NEW_MODELS_PER_NODE_PER_DAY) throw tooManyNames(unknown, today);
     for (const name of names) {
-      const id = await ensureModelId(db, name);
+      const id = await ensureModelIdFor(db, name, { node: session.node.id }, NEW_MODELS_PER_NODE_PER_DAY);
+      if (id === undefined) throw tooManyNames(unknown, today);
       ids.push(id);
       if (caps && Object.hasOwn(declared!, name)) caps.set(id, bitsOf(declared![name] as string[]));
       if (builds.has(name)) built.set(id, builds.get(name)!);
@@ -46,6 +54,8 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
   }));
 }
+
+const tooManyNames = (unknown: number, today: number) => new HttpError(400, `this declaration names ${unknown} models the network does not know, and this node named ${today} new ones today (UTC): a node may name at most ${NEW_MODELS_PER_NODE_PER_DAY} a day. Nothing was declared; declare the models the network knows, or the others after 00:00 UTC`);
 
 const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 
