@@ -52,7 +52,7 @@ describe('continuing an answer on each backend', () => {
       const deltas: string[] = [];
       const streamed = await backend.chat({ ...job, prefix }, (d) => deltas.push(d));
       expect(deltas.join('')).toBe(rest);
-      expect(streamed).toEqual({ content: rest, usage: { prompt_tokens: promptWords + words(prefix), completion_tokens: words(rest) } });
+      expect(streamed).toEqual({ content: rest, usage: { prompt_tokens: promptWords + words(prefix), completion_tokens: words(rest) }, finish_reason: 'stop' });
       const plain = await backend.chat({ ...job, prefix });
       expect(plain.content).toBe(rest);
       // Asked with the conversation and the beginning as an open assistant turn.
