@@ -99,6 +99,20 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
     }
 
     for (const kind of ['ollama', 'vllm'] as const) {
+      it(`${kind}: asks the backend for what is left of max_output once the prefix is counted (a token per four bytes)`, async () => {
+        const { model, b } = await setUp(kind);
+        const whole = answerOf(model, [{ content: PROMPT }]);
+        const prefix = piecesOf(whole).slice(0, 4).join('');
+        tap.jobData = () => ({ answer_prefix: prefix });
+        const jobId = await user.submit(model, PROMPT, { max_output: 100 });
+        expect((await result(jobId)).status).toBe('success');
+        const sent = b.requests.at(-1)! as { options?: { num_predict?: number }; max_tokens?: number };
+        expect(kind === 'ollama' ? sent.options?.num_predict : sent.max_tokens).toBe(100 - Math.ceil(Buffer.byteLength(prefix) / 4));
+        tap.jobData = undefined;
+      });
+    }
+
+    for (const kind of ['ollama', 'vllm'] as const) {
       it(`${kind}: a tools conversation is continued as itself — the assistant's call and the tool's answer kept, the prefix last`, async () => {
         const { model, b } = await setUp(kind);
         const question = 'what is the weather in Paris today?';

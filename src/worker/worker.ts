@@ -48,6 +48,15 @@ export interface WorkerEvents {
 }
 
 const MODELS_CHECK_MS = 60_000;
+
+/**
+ * The job with what is left of its max_output once `prefix` (an earlier attempt's answer, which
+ * this node continues) is counted, estimated as the coordinator estimates uncounted text (a
+ * token per four UTF-8 bytes, rounded up: jobs/answer.ts estimateTokens), and at least 1: the
+ * continued answer as a whole stays near max_tokens rather than running past it by the prefix.
+ */
+const leftAfter = (job: Job, prefix: string): Job =>
+  (job.max_output > 0 && prefix ? { ...job, max_output: Math.max(1, job.max_output - Math.ceil(Buffer.byteLength(prefix, 'utf8') / 4)) } : job);
 const BACKEND_RETRY_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
 
 export class Worker {
@@ -362,7 +371,7 @@ export class Worker {
     // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
     if (job.params?.prompt !== undefined) {
       const prefix = job.answer_prefix ?? '';
-      return { prefix, answer: await this.backend.complete(job, job.params.prompt + prefix, job.stream ? relay : undefined, signal) };
+      return { prefix, answer: await this.backend.complete(leftAfter(job, prefix), job.params.prompt + prefix, job.stream ? relay : undefined, signal) };
     }
     const fromStart = async () => ({
       prefix: '',
@@ -371,7 +380,7 @@ export class Worker {
     if (!job.answer_prefix || !this.backend.continues) return fromStart();
     let relayed = false;
     try {
-      const answer = await this.backend.chat({ ...job, prefix: job.answer_prefix }, job.stream ? (d) => { relayed = true; relay(d); } : undefined, signal);
+      const answer = await this.backend.chat({ ...leftAfter(job, job.answer_prefix), prefix: job.answer_prefix }, job.stream ? (d) => { relayed = true; relay(d); } : undefined, signal);
       return { prefix: job.answer_prefix, answer };
     } catch (err) {
       // The backend refused the continuation itself (llama.cpp refuses one for a thinking model): run it from the start.
