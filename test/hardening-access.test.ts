@@ -430,4 +430,24 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
       await t.close();
     }
   });
+
+  it('at most 1,000 models a node serves over all its sessions, names the network knows included (a node-key report may bring any in)', async () => {
+    const t = await startApp(backend);
+    try {
+      const key = await t.addNode('many');
+      const a = await new TestWorker(t.app, 'many', key).start([]);
+      const b = await new TestWorker(t.app, 'many', key).start([]);
+      // Known names: as reports under CREDIT_POLICY=reports would have made them, past any daily bound.
+      await t.db.query(sql('t_many_models', "INSERT INTO models (name) SELECT 'known-' || g FROM generate_series(1, 1001) AS g"));
+      const known = (from: number, n: number) => Array.from({ length: n }, (_, i) => `known-${from + i}`);
+      expect((await a.post('/worker/update_models', { node_url: 'many', models: known(1, 600) }, true)).statusCode).toBe(200);
+      const over = await b.post('/worker/update_models', { node_url: 'many', models: known(601, 401) }, true);
+      expect(over.statusCode).toBe(400);
+      expect(over.json().detail).toMatch(/would serve 1001 models over its sessions: a node may serve at most 1000/);
+      expect((await b.post('/worker/update_models', { node_url: 'many', models: known(601, 400) }, true)).statusCode).toBe(200); // 1,000 in all
+      expect(((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] }).models).toHaveLength(1000);
+    } finally {
+      await t.close();
+    }
+  });
 });

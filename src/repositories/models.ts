@@ -14,15 +14,21 @@ const insertBy = (creator: 'created_by_key' | 'created_by_node') => sql(`models_
     AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') < $3::int
   ON CONFLICT (name) DO NOTHING`);
 const INSERT_BY = { key: insertBy('created_by_key'), node: insertBy('created_by_node') };
-// $1 names, $2 a node: how many of the names are no model yet, and how many models the node created this UTC day.
+// $1 names a session of node $2 declares, $3 that session: how many of the names are no model
+// yet, how many models the node created this UTC day, and how many models the node would serve
+// over all its open sessions with this declaration.
 const NEW_FOR_NODE = sql('models_new_for_node', `SELECT
     (SELECT count(*)::int FROM unnest($1::text[]) AS x(name) WHERE NOT EXISTS (SELECT 1 FROM models m WHERE m.name = x.name)) AS unknown,
     (SELECT count(*)::int FROM models WHERE created_by_node = $2::bigint
-      AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') AS today`);
+      AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') AS today,
+    (SELECT count(*)::int FROM (
+      SELECT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
+      WHERE s.node_id = $2::bigint AND s.ended_at IS NULL AND s.id <> $3::bigint
+      UNION SELECT unnest($1::text[])) x) AS served`);
 
-/** Of `names`, how many are no model yet, and how many models the node has created this UTC day. */
-export async function newModelsForNode(db: Queryable, names: string[], nodeId: number): Promise<{ unknown: number; today: number }> {
-  const [row] = await db.query<{ unknown: number; today: number }>(NEW_FOR_NODE, [names, nodeId]);
+/** Of `names` (a declaration of session `sessionId`), how many are no model yet; the models the node created this UTC day; those it would serve with them. */
+export async function newModelsForNode(db: Queryable, names: string[], nodeId: number, sessionId: number): Promise<{ unknown: number; today: number; served: number }> {
+  const [row] = await db.query<{ unknown: number; today: number; served: number }>(NEW_FOR_NODE, [names, nodeId, sessionId]);
   return row!;
 }
 // created: the row is new (xmax is 0 only for a row this statement inserted).

@@ -16,6 +16,8 @@ import { rideOutage } from '../../db/outage.js';
 
 /** New model names one node may bring into being per UTC day (migrations/0029): as a user key may (jobs/submit.ts). */
 export const NEW_MODELS_PER_NODE_PER_DAY = 100;
+/** Models one node may serve over all its sessions (a declaration's own limit, openapi.json's maxItems). */
+export const MODELS_PER_NODE = 1000;
 
 export function updateModelsRoute(app: App, deps: Deps): void {
   const { db, nodes } = deps.service;
@@ -38,8 +40,13 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const caps = declared ? new Map<number, number>() : undefined;
     // 400, not 429: the seed's worker stops for hours on any other 4xx here. Refused before any
     // is made, so a refused declaration changes nothing (concurrent ones race past by at most their number).
-    const { unknown, today } = await newModelsForNode(db, names, session.node.id);
+    const { unknown, today, served } = await newModelsForNode(db, names, session.node.id, session.id);
     if (unknown > 0 && today + unknown > NEW_MODELS_PER_NODE_PER_DAY) throw tooManyNames(unknown, today);
+    // Names a node's reports brought into being (CREDIT_POLICY=reports takes any model_name) are
+    // known, so it is this bound that keeps one node from filling the public model lists.
+    if (served > MODELS_PER_NODE) {
+      throw new HttpError(400, `with this declaration the node would serve ${served} models over its sessions: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`);
+    }
     for (const name of names) {
       const id = await ensureModelIdFor(db, name, { node: session.node.id }, NEW_MODELS_PER_NODE_PER_DAY);
       if (id === undefined) throw tooManyNames(unknown, today);
