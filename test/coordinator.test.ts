@@ -291,6 +291,24 @@ describe.each(backends)('coordinator under load on $name', (backend) => {
     expect(byNodeKey.json()).toEqual({ job_id: jobId, status: 'success', points: 1, replayed: false });
   });
 
+  it('a job id spelt otherwise (capitals, no hyphens) is the job: its own node ends its lease so, and past retention nobody is credited twice', async () => {
+    t = await startApp(backend);
+    const user = new TestUser(t.app, await t.addUser());
+    const key = await t.addNode('own-speller');
+    const w = await new TestWorker(t.app, 'own-speller', key).start([MODEL]);
+    const jobId = await user.submit(MODEL);
+    expect((await w.getJob())!.job_id).toBe(jobId);
+    const report = (k: string, id: string) => t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: id, api_key: k, model_name: MODEL, result: { message: 'ok' }, status: 'success' } });
+    // Its own lease, reported with the node key under capitals: ended and credited, the answer echoing the report's spelling.
+    expect((await report(key, jobId.toUpperCase())).json()).toEqual({ job_id: jobId.toUpperCase(), status: 'success', points: 1, replayed: false });
+    // Past retention (the jobs row and its leases deleted, the result kept): another spelling is the same job still.
+    await t.db.query(sql('t_spell_prune', 'DELETE FROM job_leases WHERE job_id = $1::uuid'), [jobId]);
+    await t.db.query(sql('t_spell_prune_job', 'DELETE FROM jobs WHERE id = $1::uuid'), [jobId]);
+    expect((await report(await t.addNode('late-speller'), jobId.replace(/-/g, ''))).statusCode).toBe(409);
+    expect((await report(key, `{${jobId}}`)).json()).toMatchObject({ status: 'success', points: 0, replayed: true });
+    expect(await totalPoints(t.db)).toBe(1);
+  });
+
   it.each(['reports', 'dispatched'] as const)('CREDIT_POLICY=%s: a node key reporting a job leased elsewhere gets 400 if its own lease ended, else 409 or 403', async (creditPolicy) => {
     t = await startApp(backend, { coordinator: { creditPolicy } });
     const user = new TestUser(t.app, await t.addUser());

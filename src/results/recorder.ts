@@ -45,6 +45,8 @@ const LOCK_EXISTING = sql('results_lock_existing', `SELECT r.node_id, r.model_id
     CASE WHEN r.result = 'null'::jsonb THEN r.result_hash = sha256(convert_to($2::jsonb::text, 'UTF8')) ELSE r.result = $2::jsonb END AS same_result
   FROM job_results r WHERE r.job_id = $1::text FOR UPDATE`);
 
+const EXISTS = sql('results_exists', 'SELECT EXISTS (SELECT 1 FROM job_results WHERE job_id = $1::text) AS found');
+
 /** reversed: a success whose points verification took back (src/verify/reversal.ts); final. */
 interface Existing { node_id: number; model_id: number; status: ResultStatus | 'reversed'; same_result: boolean }
 
@@ -125,6 +127,12 @@ export class ResultRecorder {
     // of its batch; alone, each gets its own answer (db/batcher.ts).
     this.batcher = new Batcher((batch) => this.creditBatch(batch), { ...(opts.batch ?? { maxBatch: 64, maxInFlight: 4 }), alone: true });
     this.clock = opts.clock;
+  }
+
+  /** Whether a result of this job id is recorded. */
+  async has(jobId: string): Promise<boolean> {
+    const [row] = await this.db.query<{ found: boolean }>(EXISTS, [jobId]);
+    return row!.found;
   }
 
   async record(report: Report): Promise<RecordOutcome> {

@@ -46,15 +46,19 @@ export function updateResultRoute(app: App, deps: Deps): void {
     // A dispatched job id: the node's own lease of it, or nobody's business of this node.
     const jobId = jobIdSpelled(body.job_id);
     const lease = jobId === undefined ? undefined : await coordinator.nodeLeaseOf(jobId, node.id);
-    if (lease) return completeLease(body, lease);
+    // Under the id's own spelling, whichever the report used; the answer echoes the report's.
+    if (lease) return { ...await completeLease({ ...body, job_id: jobId! }, lease), job_id: body.job_id };
     if (lease === null) {
       throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} is a job of this network that was never leased to this node`);
     }
     if (coordinatorConfig.creditPolicy === 'dispatched') {
       throw new HttpError(403, 'CREDIT_POLICY=dispatched: only jobs leased to this node earn points; report with the job key (jk_) that came with the job');
     }
+    // A UUID spelt otherwise than a recorded one (capitals, no hyphens, braces) is that job, also
+    // once retention has deleted its jobs row: one job, one credit. Other ids are recorded as sent.
+    const recordAs = jobId !== undefined && jobId !== body.job_id && await results.has(jobId) ? jobId : body.job_id;
     const outcome = await results.record({
-      nodeId: node.id, jobId: body.job_id, modelName: body.model_name, status: body.status, result: body.result, defaultPoints: defaultPointsPerJob,
+      nodeId: node.id, jobId: recordAs, modelName: body.model_name, status: body.status, result: body.result, defaultPoints: defaultPointsPerJob,
     });
     metrics.results.inc({ status: body.status, outcome: outcome.kind });
     if (outcome.kind === 'conflict') throw new HttpError(409, outcome.detail);
