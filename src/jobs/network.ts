@@ -2,7 +2,7 @@
 // minute per model (its queue and throughput, and the quantisations serving it), jobs per minute, recent completions — and a node's own status and last jobs for its operator. Never a
 // prompt or an answer.
 import { sql, type Queryable } from '../db/database.js';
-import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
+import { liveSession, modelsDeclared, servingSession } from '../nodes/sql/live.js';
 
 export interface NetworkView {
   active_nodes: number;
@@ -27,17 +27,19 @@ export interface NodeView {
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
 // A live session of an enabled node, seen within $1 seconds (nodes/sql/live.ts); its declaration younger than $2.
 const LIVE = liveSession('s', 'n', '$1');
+// Serving: live, declared within $2, its node not suspended (a suspended node serves nothing).
+const SERVING = servingSession('s', 'n', '$1', '$2');
 
 const VIEW = sql('network_view', `WITH served AS (
     SELECT d.model_id, count(DISTINCT s.node_id)::int AS nodes
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
-    WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
+    WHERE ${SERVING}
     GROUP BY d.model_id),
   quants AS (
     SELECT d.model_id, b.quantization, count(DISTINCT s.node_id)::int AS nodes
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
       JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = d.model_id AND b.quantization IS NOT NULL
-    WHERE ${LIVE} AND ${modelsDeclared('s', '$2')}
+    WHERE ${SERVING}
     GROUP BY d.model_id, b.quantization),
   waiting AS (SELECT model_id, count(*)::int AS queued FROM jobs WHERE state = 'queued' GROUP BY model_id)
   SELECT

@@ -1,8 +1,7 @@
 // Reading jobs: a user's own job, the network's counts and models, and the operator's views.
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
-import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { liveSession, servingSession } from '../nodes/sql/live.js';
 import type { JobState } from './states.js';
 import type { Answer, RequestError, Usage } from './answer.js';
 import { chatsSql } from './capabilities.js';
@@ -46,7 +45,7 @@ const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DIST
     bool_or(${chatsSql('d.caps')}) AS chat, array_agg(DISTINCT coalesce(d.caps, 0)) AS combos
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
-  WHERE ${LIVE} AND ${modelsDeclared('s', '$2')} AND NOT ${nodeSuspended('s.node_id')}
+  WHERE ${servingSession('s', 'n', '$1', '$2')}
   GROUP BY m.name ORDER BY m.name COLLATE "C"`);
 const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`);
