@@ -29,6 +29,8 @@ export interface VerifyOptions {
 
 /** The longest Retry-After the check waits in one go (the service's windows are a minute). */
 const MAX_WAIT_SECONDS = 120;
+/** 429s in a row for one request before the check gives up (a limit that never lets it through). */
+const MAX_WAITS = 10;
 
 export interface VerifyReport {
   mode: 'public' | 'node' | 'export';
@@ -61,11 +63,11 @@ class Client {
     let res: Response;
     // A network of more nodes than the service's per-key read limit (RATE_LIMIT_READS_PER_KEY,
     // one daily_points a node) is checked by waiting as the service says, not by failing.
-    for (;;) {
+    for (let waits = 0; ; waits++) {
       res = await fetch(new URL(path.replace(/^\//, ''), this.base.endsWith('/') ? this.base : `${this.base}/`), {
         ...init, headers: { ...(this.key ? { api_key: this.key } : {}), ...(init.headers as Record<string, string> | undefined) },
       });
-      if (res.status !== 429) break;
+      if (res.status !== 429 || waits === MAX_WAITS) break;
       await res.body?.cancel();
       const seconds = Math.min(MAX_WAIT_SECONDS, Math.max(1, Number(res.headers.get('retry-after')) || 1));
       this.waiting(seconds, path);
