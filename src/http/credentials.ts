@@ -16,7 +16,10 @@ export function bearerToken(req: FastifyRequest): string | undefined {
  * it for FastAPI (Node joins repeats of such a header into one value, "a, b").
  */
 export function headerKey(req: FastifyRequest): string | undefined {
-  const v = req.raw.headersDistinct?.api_key ?? req.headers.api_key;
+  const v = req.headers.api_key;
+  // Only a joined value has a ", " (no key has one): headersDistinct copies every header, so it
+  // is not read for the one-key requests that are nearly all of them.
+  if (typeof v === 'string' && v.includes(', ')) return req.raw.headersDistinct?.api_key?.[0] ?? v;
   return Array.isArray(v) ? v[0] : v;
 }
 
