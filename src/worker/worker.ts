@@ -181,7 +181,7 @@ export class Worker {
     if (standing === undefined || standing === this.standing) return;
     const was = this.standing;
     this.standing = standing;
-    const record = `GET /network/nodes/${this.opts.node} with the node's key shows why; the network's operator sees it with \`ins node audit ${this.opts.node}\``;
+    const record = `GET /network/nodes/${this.opts.node} with the node's key shows its strikes counting; the network's operator sees their evidence with \`ins node audit ${this.opts.node}\``;
     if (standing === 'suspended') this.events.log('error', `node ${this.opts.node} is suspended: its answers failed verification, and it gets no jobs until the network's operator reinstates it (${record})`, { standing });
     else if (standing === 'probation') this.events.log('warn', `node ${this.opts.node} is on probation: another node checks its temperature-0 answers (${record})`, { standing });
     else if (was !== 'trusted') this.events.log('info', `node ${this.opts.node} is ${standing} again`, { standing });
