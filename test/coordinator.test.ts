@@ -307,6 +307,12 @@ describe.each(backends)('coordinator under load on $name', (backend) => {
     expect((await report(await t.addNode('late-speller'), jobId.replace(/-/g, ''))).statusCode).toBe(409);
     expect((await report(key, `{${jobId}}`)).json()).toMatchObject({ status: 'success', points: 0, replayed: true });
     expect(await totalPoints(t.db)).toBe(1);
+    // With the job key too: the key names the job, whichever way its id is spelt.
+    const second = await user.submit(MODEL, 'second');
+    const job = (await w.getJob())!;
+    expect(job.job_id).toBe(second);
+    const byJobKey = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: second.toUpperCase(), api_key: job.api_key, model_name: MODEL, result: { message: 'ok' }, status: 'success' } });
+    expect(byJobKey.json()).toEqual({ job_id: second.toUpperCase(), status: 'success', points: 1, replayed: false });
   });
 
   it.each(['reports', 'dispatched'] as const)('CREDIT_POLICY=%s: a node key reporting a job leased elsewhere gets 400 if its own lease ended, else 409 or 403', async (creditPolicy) => {

@@ -446,6 +446,9 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
       expect(over.json().detail).toMatch(/would serve 1001 models over its sessions: a node may serve at most 1000/);
       expect((await b.post('/worker/update_models', { node_url: 'many', models: known(601, 400) }, true)).statusCode).toBe(200); // 1,000 in all
       expect(((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] }).models).toHaveLength(1000);
+      // A session whose declaration lapsed (a worker restarted without deregistering) serves nothing, and counts for nothing.
+      await t.db.query(sql('t_many_lapse', "UPDATE node_sessions SET models_declared_at = now() - interval '30 days' WHERE id = (SELECT min(s.id) FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'many')"));
+      expect((await b.post('/worker/update_models', { node_url: 'many', models: known(2, 1000) }, true)).statusCode).toBe(200); // with a's 1..600: 1,001
     } finally {
       await t.close();
     }

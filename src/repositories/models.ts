@@ -1,5 +1,6 @@
 // Models as workers name them, with an optional points_per_job (NULL: the configured default).
 import { sql, type Queryable } from '../db/database.js';
+import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
 
 export interface ModelListing { name: string; points_per_job: number | null; nodes: number }
 
@@ -16,19 +17,21 @@ const insertBy = (creator: 'created_by_key' | 'created_by_node') => sql(`models_
 const INSERT_BY = { key: insertBy('created_by_key'), node: insertBy('created_by_node') };
 // $1 names a session of node $2 declares, $3 that session: how many of the names are no model
 // yet, how many models the node created this UTC day, and how many models the node would serve
-// over all its open sessions with this declaration.
+// with this declaration beside its other live sessions' (seen within $4 s, declared within $5 s:
+// a worker restarted without deregistering leaves a session that serves nothing).
 const NEW_FOR_NODE = sql('models_new_for_node', `SELECT
     (SELECT count(*)::int FROM unnest($1::text[]) AS x(name) WHERE NOT EXISTS (SELECT 1 FROM models m WHERE m.name = x.name)) AS unknown,
     (SELECT count(*)::int FROM models WHERE created_by_node = $2::bigint
       AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') AS today,
     (SELECT count(*)::int FROM (
       SELECT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
-      WHERE s.node_id = $2::bigint AND s.ended_at IS NULL AND s.id <> $3::bigint
+      JOIN nodes n ON n.id = s.node_id
+      WHERE s.node_id = $2::bigint AND s.id <> $3::bigint AND ${liveSession('s', 'n', '$4')} AND ${modelsDeclared('s', '$5')}
       UNION SELECT unnest($1::text[])) x) AS served`);
 
 /** Of `names` (a declaration of session `sessionId`), how many are no model yet; the models the node created this UTC day; those it would serve with them. */
-export async function newModelsForNode(db: Queryable, names: string[], nodeId: number, sessionId: number): Promise<{ unknown: number; today: number; served: number }> {
-  const [row] = await db.query<{ unknown: number; today: number; served: number }>(NEW_FOR_NODE, [names, nodeId, sessionId]);
+export async function newModelsForNode(db: Queryable, names: string[], nodeId: number, sessionId: number, windows: { onlineWindow: number; modelsTtl: number }): Promise<{ unknown: number; today: number; served: number }> {
+  const [row] = await db.query<{ unknown: number; today: number; served: number }>(NEW_FOR_NODE, [names, nodeId, sessionId, windows.onlineWindow, windows.modelsTtl]);
   return row!;
 }
 // created: the row is new (xmax is 0 only for a row this statement inserted).

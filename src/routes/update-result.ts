@@ -31,8 +31,9 @@ export function updateResultRoute(app: App, deps: Deps): void {
     if (body.status === 'success' && !hasAnswerMessage(result)) {
       throw new HttpError(400, 'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded, and the lease runs on: report again with the answer, or the error');
     }
+    // The job under its id's own spelling, whichever the report used (capitals, braces, no hyphens).
     const c: Completion = await coordinator.complete({
-      keyHash, jobId: body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
+      keyHash, jobId: jobIdSpelled(body.job_id) ?? body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
       requestError: requestErrorOf(body.status, result),
     });
     metrics.results.inc({ status: body.status, outcome: c.kind === 'completed' ? 'recorded' : c.kind === 'replayed' ? 'replayed' : 'refused' });
@@ -46,8 +47,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     // A dispatched job id: the node's own lease of it, or nobody's business of this node.
     const jobId = jobIdSpelled(body.job_id);
     const lease = jobId === undefined ? undefined : await coordinator.nodeLeaseOf(jobId, node.id);
-    // Under the id's own spelling, whichever the report used; the answer echoes the report's.
-    if (lease) return { ...await completeLease({ ...body, job_id: jobId! }, lease), job_id: body.job_id };
+    if (lease) return completeLease(body, lease);
     if (lease === null) {
       throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} is a job of this network that was never leased to this node`);
     }

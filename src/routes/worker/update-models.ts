@@ -40,7 +40,7 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const caps = declared ? new Map<number, number>() : undefined;
     // 400, not 429: the seed's worker stops for hours on any other 4xx here. Refused before any
     // is made, so a refused declaration changes nothing (concurrent ones race past by at most their number).
-    const { unknown, today, served } = await newModelsForNode(db, names, session.node.id, session.id);
+    const { unknown, today, served } = await newModelsForNode(db, names, session.node.id, session.id, coordinatorConfig);
     if (unknown > 0 && today + unknown > NEW_MODELS_PER_NODE_PER_DAY) throw tooManyNames(unknown, today);
     // Names a node's reports brought into being (CREDIT_POLICY=reports takes any model_name) are
     // known, so it is this bound that keeps one node from filling the public model lists.
