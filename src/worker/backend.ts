@@ -118,6 +118,9 @@ export async function probe(url: string, body?: unknown): Promise<unknown> {
   }
 }
 
+/** The backend's own end of an answer, when it says `stop` or `length` (the report carries it: docs/openai.md). */
+export const finishOf = (reason: unknown): { finish_reason?: 'stop' | 'length' } => (reason === 'stop' || reason === 'length' ? { finish_reason: reason } : {});
+
 export const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
 
 /** The messages with the answer's beginning as a last, open assistant turn. */

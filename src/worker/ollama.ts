@@ -13,7 +13,7 @@
 // it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
 // is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
 // `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
-import { call, count, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import { call, count, finishOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 import type { HttpResponse } from './http.js';
@@ -102,7 +102,7 @@ export class Ollama implements Backend {
       if (Array.isArray(l.logprobs)) for (const e of l.logprobs) logprobs.push(...logprobEntry(e));
     };
     const extras = (l: Line): Partial<BackendAnswer> => ({
-      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : l.done_reason === 'length' || l.done_reason === 'stop' ? { finish_reason: l.done_reason } : {}),
+      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(l.done_reason)),
       ...(job.params?.logprobs ? { logprobs } : {}),
     });
     if (!onDelta) {
@@ -131,7 +131,7 @@ export class Ollama implements Backend {
     }, 'ollama /api/generate');
     type Line = { response?: string; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string };
     const answer = (content: string, l: Line): BackendAnswer => ({
-      content, usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) }, ...(l.done_reason === 'length' || l.done_reason === 'stop' ? { finish_reason: l.done_reason } : {}),
+      content, usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) }, ...finishOf(l.done_reason),
     });
     if (!onDelta) {
       const body = (await res.json()) as Line;

@@ -20,7 +20,7 @@
 // Text completions (job_data.params.prompt): POST /v1/completions as OpenAI defines it, which
 // vLLM and llama.cpp's server serve for every generative model: `completions` is declared for all.
 import { createParser } from 'eventsource-parser';
-import { call, count, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import { call, count, finishOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 import { scoreVllm } from './score-http.js';
@@ -141,7 +141,7 @@ export class OpenAICompatible implements Backend {
       if (Array.isArray(c?.logprobs?.content)) for (const e of c.logprobs.content) logprobs.push(...logprobEntry(e));
     };
     const extras = (calls: ToolCall[], finish: string | null | undefined): Partial<BackendAnswer> => ({
-      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finish === 'length' || finish === 'stop' ? { finish_reason: finish } : {}),
+      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(finish)),
       ...(job.params?.logprobs ? { logprobs } : {}),
     });
     if (!stream) {
@@ -209,7 +209,6 @@ export async function completeOpenAI(url: string, job: BackendJob, prompt: strin
     }),
   }, 'openai /v1/completions');
   type Body = { choices?: { text?: string; finish_reason?: string | null }[]; usage?: Usage; error?: { message?: string } };
-  const finishOf = (f: string | null | undefined): { finish_reason?: 'length' | 'stop' } => (f === 'length' || f === 'stop' ? { finish_reason: f } : {});
   if (!onDelta) {
     const body = (await res.json()) as Body;
     return { content: body.choices?.[0]?.text ?? '', usage: usageOf(body.usage), ...finishOf(body.choices?.[0]?.finish_reason) };
