@@ -1,32 +1,34 @@
 // Models as workers name them, with an optional points_per_job (NULL: the configured default).
 import { sql, type Queryable } from '../db/database.js';
-import { liveSession, modelsDeclared } from '../nodes/sql/live.js';
+import { servingSession } from '../nodes/sql/live.js';
 
 export interface ModelListing { name: string; points_per_job: number | null; nodes: number }
 
 const FIND = sql('models_find', 'SELECT id FROM models WHERE name = $1::text');
 const INSERT = sql('models_insert', 'INSERT INTO models (name) VALUES ($1::text) ON CONFLICT (name) DO NOTHING');
+// Models `creator` (created_by_key or created_by_node) = $2 made this UTC day.
+const madeToday = (creator: string): string => `(SELECT count(*) FROM models WHERE ${creator} = $2::bigint
+    AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC')`;
 // $1 the name, $2 the user key (created_by_key) or node (created_by_node) naming it, $3 how
 // many new names it may create per UTC day: created only while it created fewer today (a race
 // of concurrent calls may pass the count together: the bound is exceeded by at most their number).
 const insertBy = (creator: 'created_by_key' | 'created_by_node') => sql(`models_insert_by_${creator.slice(11)}`, `INSERT INTO models (name, ${creator}, created_at)
   SELECT $1::text, $2::bigint, now()
-  WHERE (SELECT count(*) FROM models WHERE ${creator} = $2::bigint
-    AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') < $3::int
+  WHERE ${madeToday(creator)} < $3::int
   ON CONFLICT (name) DO NOTHING`);
 const INSERT_BY = { key: insertBy('created_by_key'), node: insertBy('created_by_node') };
 // $1 names a session of node $2 declares, $3 that session: how many of the names are no model
 // yet, how many models the node created this UTC day, and how many models the node would serve
-// with this declaration beside its other live sessions' (seen within $4 s, declared within $5 s:
-// a worker restarted without deregistering leaves a session that serves nothing).
+// with this declaration beside its other serving sessions' (seen within $4 s, declared within $5
+// s: a worker restarted without deregistering leaves a session that serves nothing; the node is
+// not suspended, or update_models would have refused it).
 const NEW_FOR_NODE = sql('models_new_for_node', `SELECT
     (SELECT count(*)::int FROM unnest($1::text[]) AS x(name) WHERE NOT EXISTS (SELECT 1 FROM models m WHERE m.name = x.name)) AS unknown,
-    (SELECT count(*)::int FROM models WHERE created_by_node = $2::bigint
-      AND created_at >= ((now() AT TIME ZONE 'UTC')::date)::timestamp AT TIME ZONE 'UTC') AS today,
+    ${madeToday('created_by_node')}::int AS today,
     (SELECT count(*)::int FROM (
       SELECT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
       JOIN nodes n ON n.id = s.node_id
-      WHERE s.node_id = $2::bigint AND s.id <> $3::bigint AND ${liveSession('s', 'n', '$4')} AND ${modelsDeclared('s', '$5')}
+      WHERE s.node_id = $2::bigint AND s.id <> $3::bigint AND ${servingSession('s', 'n', '$4', '$5')}
       UNION SELECT unnest($1::text[])) x) AS served`);
 
 /** Of `names` (a declaration of session `sessionId`), how many are no model yet; the models the node created this UTC day; those it would serve with them. */
