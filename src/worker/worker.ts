@@ -165,7 +165,7 @@ export class Worker {
           this.state = 'backend down';
           this.events.log('warn', `the backend does not answer (${(err as Error).message}): waiting for it before registering`);
         }
-        await sleep(BACKEND_RETRY_MS[Math.min(i, BACKEND_RETRY_MS.length - 1)], undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        await this.backendPause(i);
         if (this.stopping.signal.aborted) return;
       }
     }
@@ -390,6 +390,11 @@ export class Worker {
     }
   }
 
+  /** The i-th pause before asking a backend that does not answer again (BACKEND_RETRY_MS), cut short by a stop. */
+  private async backendPause(i: number): Promise<void> {
+    await sleep(BACKEND_RETRY_MS[Math.min(i, BACKEND_RETRY_MS.length - 1)], undefined, { signal: this.stopping.signal }).catch(() => undefined);
+  }
+
   /** Declares no models until the backend answers again, then declares them anew. */
   private markBackendDown(): void {
     if (this.backendDown) return;
@@ -397,7 +402,8 @@ export class Worker {
     this.backendDown = (async () => {
       await this.declare([]).catch(() => undefined);
       for (let i = 0; !this.stopping.signal.aborted; i++) {
-        await new Promise((r) => setTimeout(r, BACKEND_RETRY_MS[Math.min(i, BACKEND_RETRY_MS.length - 1)]));
+        await this.backendPause(i);
+        if (this.stopping.signal.aborted) break;
         try {
           const models = await this.backendModels();
           this.backendDown = undefined;
