@@ -11,6 +11,8 @@ import { TestWorker } from './helpers/coordinator.js';
 const base64Of = (v: number[]) => Buffer.from(new Float32Array(v).buffer).toString('base64');
 const TOOL = { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: {} } } };
 const CALL = { id: 'call_1', type: 'function', function: { name: 'rm_rf', arguments: '{}' } };
+const call = (id: string, name: string, args = '{}') => ({ id, type: 'function', function: { name, arguments: args } });
+const STRICT = { type: 'function' as const, function: { name: 'weather', strict: true, parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false } } };
 const LOGPROB = { token: 'hi', logprob: -0.1, bytes: [104, 105], top_logprobs: [{ token: 'hi', logprob: -0.1, bytes: [104, 105] }] };
 
 describe.each(backends)('answers as requested on $name', (db) => {
@@ -23,7 +25,7 @@ describe.each(backends)('answers as requested on $name', (db) => {
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     client = new OpenAI({ apiKey: await t.addUser('app'), baseURL: `${url}/v1`, maxRetries: 0 });
     node = await new TestWorker(t.app, 'crafty', await t.addNode('crafty')).start([]);
-    const caps = { chatty: ['tools', 'logprobs'], vectors: ['embeddings'] };
+    const caps = { chatty: ['tools', 'logprobs', 'tool_choice', 'json'], vectors: ['embeddings'], texty: ['completions'] };
     expect((await node.post('/worker/update_models', { node_url: 'crafty', models: Object.keys(caps), capabilities: caps }, true)).statusCode).toBe(200);
   });
   afterAll(async () => t.close());
@@ -44,14 +46,78 @@ describe.each(backends)('answers as requested on $name', (db) => {
       expect(r.choices[0]).toMatchObject({ message: { content: 'done' }, finish_reason: 'stop' });
       expect(r.choices[0]!.message.tool_calls).toBeUndefined();
     }
-    const offered = await answered(chat({ tools: [TOOL] }), { message }) as OpenAI.ChatCompletion;
-    expect(offered.choices[0]).toMatchObject({ message: { tool_calls: [{ id: 'call_1', function: { name: 'rm_rf' } }] }, finish_reason: 'tool_calls' });
+    const offered = await answered(chat({ tools: [TOOL] }), { message: { ...message, tool_calls: [call('call_1', 'lookup')] } }) as OpenAI.ChatCompletion;
+    expect(offered.choices[0]).toMatchObject({ message: { tool_calls: [{ id: 'call_1', function: { name: 'lookup' } }] }, finish_reason: 'tool_calls' });
     // Streamed alike: no tool-call delta.
     const stream = await answered(chat({ stream: true }), { message }) as AsyncIterable<OpenAI.ChatCompletionChunk>;
     const chunks: OpenAI.ChatCompletionChunk[] = [];
     for await (const c of stream) chunks.push(c);
     expect(chunks.flatMap((c) => c.choices.flatMap((x) => x.delta.tool_calls ?? []))).toEqual([]);
     expect(chunks.flatMap((c) => c.choices.map((x) => x.finish_reason)).filter(Boolean)).toEqual(['stop']);
+  });
+
+  it('keeps only the calls the request allowed: to a tool it offered, the one tool_choice named, the first when parallel_tool_calls is false', async () => {
+    const tools = [TOOL, { type: 'function' as const, function: { name: 'other', parameters: { type: 'object', properties: {} } } }];
+    const made = [call('c1', 'rm_rf'), call('c2', 'other'), call('c3', 'lookup')];
+    const names = (r: unknown) => (r as OpenAI.ChatCompletion).choices[0]!.message.tool_calls!.map((c) => (c as { id: string }).id);
+    expect(names(await answered(chat({ tools }), { message: { role: 'assistant', content: '', tool_calls: made } }))).toEqual(['c2', 'c3']);
+    expect(names(await answered(chat({ tools, tool_choice: { type: 'function', function: { name: 'lookup' } } }), { message: { role: 'assistant', content: '', tool_calls: made } }))).toEqual(['c3']);
+    expect(names(await answered(chat({ tools, parallel_tool_calls: false }), { message: { role: 'assistant', content: '', tool_calls: made } }))).toEqual(['c2']);
+    // None left: the text alone, finished as "stop".
+    const none = await answered(chat({ tools }), { message: { role: 'assistant', content: 'no', tool_calls: [CALL] }, finish_reason: 'tool_calls' }) as OpenAI.ChatCompletion;
+    expect(none.choices[0]).toMatchObject({ message: { content: 'no' }, finish_reason: 'stop' });
+    expect(none.choices[0]!.message.tool_calls).toBeUndefined();
+    // A named or required tool_choice that the answer does not meet is no answer: 502 invalid_answer.
+    for (const tool_choice of ['required', { type: 'function', function: { name: 'lookup' } }]) {
+      const e = await answered(chat({ tools, tool_choice }), { message: { role: 'assistant', content: 'no', tool_calls: [CALL] } });
+      expect(e, JSON.stringify(tool_choice)).toMatchObject({ status: 502, code: 'invalid_answer' });
+    }
+  });
+
+  it('fails as 502 invalid_answer an answer that breaks a strict schema or JSON mode, unless cut at max_tokens; streamed alike', async () => {
+    const weather = (args: string) => ({ message: { role: 'assistant', content: '', tool_calls: [call('w', 'weather', args)] } });
+    const good = await answered(chat({ tools: [STRICT] }), weather('{"city":"Paris"}')) as OpenAI.ChatCompletion;
+    expect(good.choices[0]!.message.tool_calls).toHaveLength(1);
+    for (const args of ['{"city":"Paris","extra":true}', '{}', 'not json']) {
+      const e = await answered(chat({ tools: [STRICT] }), weather(args));
+      expect(e, args).toBeInstanceOf(OpenAI.APIError);
+      expect(e, args).toMatchObject({ status: 502, code: 'invalid_answer' });
+    }
+    // Not strict: the node's arguments as they are.
+    const loose = { ...STRICT, function: { ...STRICT.function, strict: false } };
+    expect((await answered(chat({ tools: [loose] }), weather('{"x":1}')) as OpenAI.ChatCompletion).choices[0]!.message.tool_calls).toHaveLength(1);
+    const schema = { type: 'json_schema', json_schema: { name: 'city', strict: true, schema: STRICT.function.parameters } };
+    expect((await answered(chat({ response_format: schema }), { message: '{"city":"Oslo"}' }) as OpenAI.ChatCompletion).choices[0]!.message.content).toBe('{"city":"Oslo"}');
+    for (const [response_format, text] of [[schema, '{"town":"Oslo"}'], [schema, 'Oslo'], [{ type: 'json_object' }, 'Oslo, as json']] as const) {
+      const e = await answered(chat({ response_format, messages: [{ role: 'user', content: 'json please' }] }), { message: text });
+      expect(e, text).toMatchObject({ status: 502, code: 'invalid_answer' });
+    }
+    // Cut at max_tokens: OpenAI's JSON may be unfinished too.
+    const cut = await answered(chat({ response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'json' }] }), { message: '{"ci', finish_reason: 'length' }) as OpenAI.ChatCompletion;
+    expect(cut.choices[0]).toMatchObject({ message: { content: '{"ci' }, finish_reason: 'length' });
+    const stream = await answered(chat({ tools: [STRICT], stream: true }), weather('{"city":1}')) as AsyncIterable<OpenAI.ChatCompletionChunk>;
+    const caught = await (async () => { for await (const c of stream) void c; })().catch((e: unknown) => e);
+    expect(caught).toMatchObject({ code: 'invalid_answer' });
+  });
+
+  it('refuses a strict schema it cannot compile, and tools of another type, at once', async () => {
+    const bad = { ...STRICT, function: { ...STRICT.function, parameters: { type: 'object', properties: { a: { $ref: '#/nowhere' } } } } };
+    await expect(chat({ tools: [bad] })).rejects.toMatchObject({ status: 400, code: 'invalid_value', param: 'tools[0].function.parameters' });
+    await expect(chat({ tools: [{ type: 'custom', custom: { name: 'x' } }] as never })).rejects.toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'tools[0].type' });
+  });
+
+  it("takes an assistant's refusal parts as that turn's text, and any integer seed on /v1/completions too", async () => {
+    const pending = chat({ messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: [{ type: 'refusal', refusal: 'I cannot.' }] }, { role: 'user', content: 'y' }] }).catch((e: unknown) => e);
+    const job = (await node.getJob(10))! as { job_id: string; api_key: string; model: string; messages: { content: string }[] };
+    expect(job.messages.map((m) => m.content)).toEqual(['x', 'I cannot.', 'y']);
+    expect((await node.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: 'ok' } })).statusCode).toBe(200);
+    expect(await pending).toMatchObject({ choices: [{ message: { content: 'ok' } }] });
+    await expect(chat({ messages: [{ role: 'user', content: [{ type: 'refusal', refusal: 'no' }] }] as never })).rejects.toMatchObject({ status: 400, code: 'unsupported_content' });
+    const text = client.completions.create({ model: 'texty', prompt: 'x', seed: -1 }).catch((e: unknown) => e);
+    const tjob = (await node.getJob(10))! as { job_id: string; api_key: string; model: string; seed?: number };
+    expect(tjob.seed).toBe(2 ** 31 - 1);
+    expect((await node.post('/worker/update_result', { job_id: tjob.job_id, api_key: tjob.api_key, model_name: tjob.model, status: 'success', result: { message: 'ok' } })).statusCode).toBe(200);
+    expect(await text).toMatchObject({ choices: [{ text: 'ok' }] });
   });
 
   it('leaves out logprobs nobody asked for, or not in OpenAI\'s shape; keeps well-formed ones asked for', async () => {

@@ -1,7 +1,9 @@
 // The OpenAI-compatible API driven by the real `openai` SDK against a listening server, with a
 // worker loop (the real worker's wire) answering jobs deterministically: completions plain and
 // streamed (with usage), the model list, and the errors the SDK raises as its own classes.
+import { Writable } from 'node:stream';
 import OpenAI from 'openai';
+import pino from 'pino';
 import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
@@ -10,6 +12,8 @@ import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestWorker, type Job } from './helpers/coordinator.js';
 import { buildApp } from '../src/app.js';
+import { createNode } from '../src/nodes/lifecycle.js';
+import { addApiKey } from '../src/repositories/api-keys.js';
 
 const MODEL = 'llama3.2:latest';
 
@@ -265,6 +269,31 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
     expect(late.json().detail).toMatch(/canceled/);
     expect(await t.db.query(sql('t_credit', 'SELECT count(*)::int AS n FROM job_results WHERE job_id = $1'), [job.job_id])).toEqual([{ n: 0 }]);
     expect(await t.app.metrics.registry.metrics()).toMatch(/ins_jobs_finished_total\{state="canceled"\} [1-9]/);
+  });
+});
+
+describe('a client that hangs up', () => {
+  it('is logged as a closed request (499), not as a failed job', async () => {
+    const lines: { msg: string; level: number; status?: number }[] = [];
+    const logger = pino({ level: 'info' }, new Writable({ write(chunk: Buffer, _enc, done) { lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]); done(); } }));
+    const db = await backends[0]!.open();
+    const app = await buildApp({ db, logger, rateLimits: NO_RATE_LIMITS });
+    try {
+      const url = await app.listen({ port: 0, host: '127.0.0.1' });
+      const w = await new TestWorker(app, 'walked-out-on', (await createNode(db, 'walked-out-on')).key).start(['hangup-model']);
+      const userKey = (await addApiKey(db, 'user', 'app')).key;
+      const gone = new AbortController();
+      const pending = fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: gone.signal, headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'hangup-model', messages: [{ role: 'user', content: 'never mind' }] }) }).catch(() => undefined);
+      expect(await w.getJob(10)).toBeTruthy();
+      gone.abort();
+      await pending;
+      // The error handler says how the request ended, either way: one line, at info.
+      await expect.poll(() => lines.find((l) => l.msg === 'client closed request' || l.msg === 'openai api error'), { timeout: 10_000 }).toMatchObject({ msg: 'client closed request', level: 30, status: 499 });
+      expect(lines.filter((l) => l.level >= 40).map((l) => l.msg)).toEqual([]);
+    } finally {
+      await app.close();
+      await db.close();
+    }
   });
 });
 

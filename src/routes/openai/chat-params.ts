@@ -7,6 +7,7 @@ import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatParams } from '../../jobs/request.js';
 import { isUnstorable, MalformedJson, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
+import { compileStrict } from './strict-schema.js';
 
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 export const given = (v: unknown): boolean => v !== undefined && v !== null;
@@ -95,6 +96,7 @@ function responseFormat(v: unknown): ChatParams['response_format'] {
   }
   if (given(js.schema) && !isObject(js.schema)) throw invalidRequest("Invalid type for 'response_format.json_schema.schema': expected an object.", 'response_format.json_schema.schema', 'invalid_type');
   storableDeep(js, 'response_format');
+  if (js.strict === true && isObject(js.schema)) compileStrict(js.schema, 'response_format.json_schema.schema');
   return {
     type: 'json_schema',
     json_schema: {
@@ -112,12 +114,15 @@ function tools(v: unknown): ChatParams['tools'] {
   if (v.length > MAX_TOOLS) throw invalidRequest(`Invalid 'tools': at most ${MAX_TOOLS}.`, 'tools', 'array_above_max_length');
   const out = v.map((t, i) => {
     const param = `tools[${i}]`;
+    // Another kind of tool (OpenAI's 'custom': free-form input, a grammar) is a field the network cannot honour.
+    if (isObject(t) && typeof t.type === 'string' && t.type !== 'function') throw invalidRequest(`Unsupported parameter: '${param}.type' '${t.type}': only tools of type 'function' are supported.`, `${param}.type`, 'unsupported_parameter');
     if (!isObject(t) || t.type !== 'function' || !isObject(t.function)) throw invalidRequest(`Invalid '${param}': only tools of type 'function' are supported.`, param, 'invalid_value');
     const f = t.function;
     if (typeof f.name !== 'string' || !TOOL_NAME.test(f.name)) throw invalidRequest(`Invalid '${param}.function.name': a-z, A-Z, 0-9, _ and -, at most 64.`, `${param}.function.name`, 'invalid_value');
     if (given(f.parameters) && !isObject(f.parameters)) throw invalidRequest(`Invalid type for '${param}.function.parameters': expected an object.`, `${param}.function.parameters`, 'invalid_type');
     if (given(f.description) && typeof f.description !== 'string') throw invalidRequest(`Invalid type for '${param}.function.description': expected a string.`, `${param}.function.description`, 'invalid_type');
     storableDeep(f, param);
+    if (f.strict === true && isObject(f.parameters)) compileStrict(f.parameters, `${param}.function.parameters`);
     return {
       type: 'function' as const,
       function: {

@@ -12,6 +12,8 @@ import { OpenAIError } from './errors.js';
 export type Outcome =
   | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
   | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone' | 'shutdown'; detail: string }
+  /** The node's answer breaks what the request made certain (a strict schema, JSON mode, a required tool call): answer-shape.ts. */
+  | { kind: 'invalid_answer'; detail: string }
   /** The job failed on its own request (a backend's 4xx about it): the backend's error. */
   | { kind: 'request_error'; detail: string; error: RequestError };
 
@@ -74,6 +76,15 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
       // The official SDKs retry a 409 by default, which would submit the canceled job again;
       // x-should-retry: false is the header they read to know better (openai-node, openai-python).
       return new OpenAIError(409, `The job was canceled: ${o.detail}.`, 'invalid_request_error', null, 'canceled', { 'x-should-retry': 'false' });
+    case 'gone':
+      // No one reads it: the client hung up and its job was canceled. 499, nginx's "client closed
+      // request", keeps the access line true and the hang-up out of the warnings (an outside probe
+      // found it logged as job_failed).
+      return new OpenAIError(499, 'The client closed the request; its job was canceled.', 'invalid_request_error', null, 'client_closed_request');
+    case 'invalid_answer':
+      // The node's answer, not the request: the SDKs' default retry (a 5xx) is a new job, which may
+      // go to another node.
+      return new OpenAIError(502, `The node's answer is not what the request asked for: ${o.detail}.`, 'server_error', null, 'invalid_answer');
     case 'shutdown':
       // Retried by the SDKs (a 503), on another server or this one restarted: the job was canceled.
       return new OpenAIError(503, 'The server is stopping: send the request again (its job was canceled).', 'server_error', null, 'server_shutting_down', { 'retry-after': '1' });

@@ -10,7 +10,7 @@ import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatParams } from '../../jobs/request.js';
 import { invalidRequest } from './errors.js';
 import { given, isObject, number, refuseFields, requestBody, samplingParams, storableDeep, streamFields, userField } from './chat-params.js';
-import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
+import { OPENAI_DEFAULT_TEMPERATURE, seedOf, type ChatRequest } from './request.js';
 
 /** OpenAI's completions fields the network cannot honour, refused when given other than as their no-op value. */
 const REFUSED: Readonly<Record<string, (v: unknown) => boolean>> = Object.freeze({
@@ -56,7 +56,7 @@ export function parseCompletionsRequest(raw: unknown, limits: { defaultTimeout: 
     temperature: params.temperature ?? OPENAI_DEFAULT_TEMPERATURE,
     params,
     needs,
-    seed: number(body, 'seed', 0, 2 ** 31 - 1, true),
+    seed: seedOf(body),
     stream,
     includeUsage,
     timeoutSeconds: timeout ?? limits.defaultTimeout,

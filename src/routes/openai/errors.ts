@@ -63,6 +63,8 @@ export function toOpenAIError(err: unknown): OpenAIError {
 export function openAIErrorHandler(err: Error, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   const e = toOpenAIError(err);
   if (e.status >= 500) req.log[e.status === 500 ? 'error' : 'warn']({ err: { message: err.message, code: (err as FastifyError).code } }, 'openai api error');
+  // The socket is gone, so no access line follows (onResponse needs a finished response): this one says it.
+  else if (e.status === 499) req.log.info({ method: req.method, route: req.routeOptions.url, status: 499 }, 'client closed request');
   return reply.code(e.status).headers(e.headers).send(e.body());
 }
 

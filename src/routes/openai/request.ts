@@ -38,12 +38,14 @@ const storable = (text: string, param: string): string => {
   return text;
 };
 
-function content(v: unknown, i: number): string {
+function content(v: unknown, i: number, role: string): string {
   if (typeof v === 'string') return storable(v, `messages[${i}].content`);
   if (Array.isArray(v)) {
     // Content parts: text is joined; anything else (images, audio, files) cannot be run here.
     return v.map((part, k) => {
       if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return storable(part.text, `messages[${i}].content`);
+      // An assistant's refusal, as OpenAI answered it earlier in the conversation: its words are that turn's text.
+      if (role === 'assistant' && isObject(part) && part.type === 'refusal' && typeof part.refusal === 'string') return storable(part.refusal, `messages[${i}].content`);
       const kind = isObject(part) && typeof part.type === 'string' ? part.type : 'non-text';
       throw invalidRequest(`Content parts of type '${kind}' are not supported: the nodes run text models. Send text only.`, `messages[${i}].content[${k}]`, 'unsupported_content');
     }).join('');
@@ -94,7 +96,7 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
         throw invalidRequest("Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'.", `messages[${i}].role`);
       }
       tools = true;
-      return { role, content: content(m.content, i), tool_call_id: m.tool_call_id };
+      return { role, content: content(m.content, i, role), tool_call_id: m.tool_call_id };
     }
     answeredBefore(i);
     if (role === 'assistant' && given(m.tool_calls)) {
@@ -102,9 +104,9 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
       storableDeep(calls, `messages[${i}].tool_calls`);
       unanswered = new Set(calls.map((c) => c.id));
       tools = true;
-      return { role, content: given(m.content) ? content(m.content, i) : null, tool_calls: calls };
+      return { role, content: given(m.content) ? content(m.content, i, role) : null, tool_calls: calls };
     }
-    return { role, content: content(m.content, i) };
+    return { role, content: content(m.content, i, role) };
   });
   answeredBefore(v.length - 1);
   const plain = whole.map((m) => ({ role: m.role, content: m.content ?? '' }));
@@ -144,7 +146,7 @@ export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number;
  * it is taken modulo 2^31: the same seed always gives the same backend seed, and seeds that
  * differ by a multiple of 2^31 share one. Before, any seed outside that range was 400.
  */
-function seedOf(body: Record<string, unknown>): number | undefined {
+export function seedOf(body: Record<string, unknown>): number | undefined {
   const v = number(body, 'seed', -Number.MAX_VALUE, Number.MAX_VALUE, true);
   if (v === undefined) return undefined;
   const m = 2 ** 31;
