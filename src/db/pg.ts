@@ -266,6 +266,13 @@ export function openPostgres(opts: PgOptions): Database {
       return retrying(c, async () => {
         const client = await c.pool.connect();
         let broken = false;
+        // pg-pool takes its own 'error' listener off a client it lends: a connection lost between
+        // two statements of the transaction (a backend terminated, a failover) would emit 'error'
+        // with no one listening, which ends the process (an outside probe: pg_terminate_backend
+        // every 0.2 s, an idle server gone in 40 s). The next statement fails instead, and the
+        // client is dropped.
+        const lost = () => { broken = true; };
+        client.on('error', lost);
         try {
           // One round trip either way: through a pooler the settings come with BEGIN.
           await client.query(c.pooled ? `BEGIN; SET LOCAL statement_timeout = ${opts.statementTimeoutMillis ?? 15_000}; SET LOCAL jit = off` : 'BEGIN');
@@ -280,6 +287,7 @@ export function openPostgres(opts: PgOptions): Database {
           }
           throw err;
         } finally {
+          client.removeListener('error', lost);
           client.release(broken);
         }
       });
