@@ -9,15 +9,46 @@ import { countNodes } from './repositories/nodes.js';
 import type { Database } from './db/database.js';
 import type { Lifecycle } from './jobs/lifecycle.js';
 
+type Destination = ReturnType<typeof pino.destination>;
+const destinations = new WeakMap<Logger, Destination>();
+
 export function createLogger(level: string): Logger {
-  return pino({
+  // Asynchronous writes: a synchronous write per request line is a syscall on the hot path.
+  // pino flushes what is buffered when the process exits (and see flushLog).
+  const destination = pino.destination({ sync: false });
+  const logger = pino({
     level,
     base: { service: 'ins' },
     // Belt and braces: nothing logs these, and if something ever did they would be hidden.
     redact: { paths: ['api_key', '*.api_key', 'headers.api_key', 'req.headers.api_key', 'req.headers.authorization', 'key', 'password'], censor: '[redacted]' },
-  // Asynchronous writes: a synchronous write per request line is a syscall on the hot path.
-  // pino flushes what is buffered when the process exits.
-  }, pino.destination({ sync: false }));
+  }, destination);
+  destinations.set(logger, destination);
+  return logger;
+}
+
+/**
+ * Waits (at most `ms`) for the lines being written to the log to be written. Called before the
+ * process exits, which flushes what is left synchronously — and sonic-boom 4's synchronous flush
+ * retries a failed write for ever: with stdout a pipe whose reader has gone (`ins serve | head`,
+ * a log shipper that died), a stopped server never exited (an outside probe). Written
+ * asynchronously, a broken pipe shows as EPIPE, on which pino stops writing; the exit's flush then
+ * has nothing to do. (pino's own `flush(cb)` answers at once, without waiting for a write under way.)
+ */
+export function flushLog(logger: Logger, ms = 1_000): Promise<void> {
+  const destination = destinations.get(logger);
+  // sonic-boom's count of bytes not yet written: it has no public one.
+  if (!destination || !((destination as unknown as { _len?: number })._len! > 0)) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      destination.off('drain', done);
+      destination.off('error', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    destination.once('drain', done);
+    destination.once('error', done);
+  });
 }
 
 export interface RunningServer {

@@ -126,6 +126,19 @@ describe('ins serve', () => {
     expect(logs).not.toContain('very secret output');
   });
 
+  it('stops and exits 0 on SIGTERM when its log\'s reader has gone (`ins serve | head`, a log shipper that died)', async () => {
+    const server = await startServerProcess({ DATA_DIR: path.join(dir, 'reader-gone') });
+    onTestFinished(() => { if (server.child.exitCode === null) server.child.kill('SIGKILL'); });
+    // The read ends of its stdout and stderr closed: each line it writes now is EPIPE. Requests
+    // while it stops, so that lines are being written when it exits (sonic-boom's synchronous
+    // flush at exit retried a failed write for ever: the process never exited).
+    server.child.stdout!.destroy();
+    server.child.stderr!.destroy();
+    const requests = Array.from({ length: 20 }, () => fetch(`${server.url}/healthz`).catch(() => undefined));
+    expect(await stopped(server)).toEqual(CLEAN_EXIT);
+    await Promise.all(requests);
+  });
+
   it('stops cleanly on a SIGTERM that comes while it starts: the start completes, then it stops and exits 0', async () => {
     const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: path.join(dir, 'early'), PORT: '0' }), stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';

@@ -54,7 +54,7 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   process.on('SIGTERM', earlyTerm);
   process.on('SIGINT', earlyInt);
   // Loaded on demand: `--help` and argument errors should answer without loading the server.
-  const { createLogger, startServer } = await import('../server.js');
+  const { createLogger, flushLog, startServer } = await import('../server.js');
   const logger = createLogger(config.logLevel);
   logger.info({ database: config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PGlite at ${config.dataDir}` }, 'starting');
   for (const warning of config.warnings ?? []) logger.warn(warning);
@@ -94,9 +94,9 @@ async function serve(config: Config, argv: string[]): Promise<number> {
     const stop = (signal: string) => {
       logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
       running.close().then(
-        () => { logger.info('stopped'); resolve(0); },
-        (err: unknown) => { logger.error({ err }, 'error while stopping'); resolve(1); },
-      );
+        () => { logger.info('stopped'); return 0; },
+        (err: unknown) => { logger.error({ err }, 'error while stopping'); return 1; },
+      ).then(async (code) => { await flushLog(logger); resolve(code); }, () => resolve(1));
     };
     if (early) {
       logger.info({ signal: early }, 'the signal came while starting');
