@@ -273,7 +273,7 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
 });
 
 describe('a client that hangs up', () => {
-  it('is logged as a closed request (499), not as a failed job', async () => {
+  it('is logged as a closed request (499), not as a failed job; streaming or not', async () => {
     const lines: { msg: string; level: number; status?: number }[] = [];
     const logger = pino({ level: 'info' }, new Writable({ write(chunk: Buffer, _enc, done) { lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]); done(); } }));
     const db = await backends[0]!.open();
@@ -289,6 +289,14 @@ describe('a client that hangs up', () => {
       await pending;
       // The error handler says how the request ended, either way: one line, at info.
       await expect.poll(() => lines.find((l) => l.msg === 'client closed request' || l.msg === 'openai api error'), { timeout: 10_000 }).toMatchObject({ msg: 'client closed request', level: 30, status: 499 });
+      // Streaming: the same line, once the stream had begun (its role chunk read).
+      const streamGone = new AbortController();
+      const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: streamGone.signal, headers: { authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'hangup-model', stream: true, messages: [{ role: 'user', content: 'never mind either' }] }) });
+      const reader = res.body!.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toContain('"role":"assistant"');
+      expect(await w.getJob(10)).toBeTruthy();
+      streamGone.abort();
+      await expect.poll(() => lines.filter((l) => l.msg === 'client closed request').length, { timeout: 10_000 }).toBe(2);
       expect(lines.filter((l) => l.level >= 40).map((l) => l.msg)).toEqual([]);
     } finally {
       await app.close();

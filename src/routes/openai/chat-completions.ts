@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
-import { OpenAIError } from './errors.js';
+import { logClientClosed, OpenAIError } from './errors.js';
 import { parseChatRequest, type ChatRequest } from './request.js';
 import { samplingField } from './chat-params.js';
 import { outcomeAsRequested } from './answer-shape.js';
@@ -147,7 +147,10 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
       await sending;
     }
     record(chat, outcome, started);
-    if (!sse.isConnected) return;
+    if (!sse.isConnected) {
+      if (outcome.kind === 'gone') logClientClosed(reply.request);
+      return;
+    }
     if (outcome.kind !== 'done') {
       // The stream has begun: the error goes as an event, which the SDKs raise as an APIError.
       return endStreamWithError(sse, failureError(outcome));

@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
-import { OpenAIError } from './errors.js';
+import { logClientClosed, OpenAIError } from './errors.js';
 import { parseCompletionsRequest } from './completions-request.js';
 import { samplingField } from './chat-params.js';
 import { awaitCompletion, endStreamWithError, failureError, finishReason, submitCompletion, usageOf } from './completion.js';
@@ -75,7 +75,10 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
         return { ...ids, choices: [choice(outcome.answer.message.content, finishReason(request, outcome.usage, outcome.answer))], ...(usage ? { usage } : {}) };
       }
       const sse = reply.sse;
-      if (!sse.isConnected) return;
+      if (!sse.isConnected) {
+      if (outcome.kind === 'gone') logClientClosed(reply.request);
+      return;
+    }
       if (outcome.kind !== 'done') {
         return endStreamWithError(sse, failureError(outcome));
       }

@@ -60,11 +60,15 @@ export function toOpenAIError(err: unknown): OpenAIError {
   return new OpenAIError(500, 'The server had an error while processing your request.', 'server_error');
 }
 
+/** A client that hung up before its answer: the socket is gone, so no access line follows (onResponse needs a finished response), and this one says it. */
+export function logClientClosed(req: FastifyRequest): void {
+  req.log.info({ method: req.method, route: req.routeOptions.url, status: 499 }, 'client closed request');
+}
+
 export function openAIErrorHandler(err: Error, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   const e = toOpenAIError(err);
   if (e.status >= 500) req.log[e.status === 500 ? 'error' : 'warn']({ err: { message: err.message, code: (err as FastifyError).code } }, 'openai api error');
-  // The socket is gone, so no access line follows (onResponse needs a finished response): this one says it.
-  else if (e.status === 499) req.log.info({ method: req.method, route: req.routeOptions.url, status: 499 }, 'client closed request');
+  else if (e.status === 499) logClientClosed(req);
   return reply.code(e.status).headers(e.headers).send(e.body());
 }
 
