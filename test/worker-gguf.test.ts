@@ -93,6 +93,14 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
       tap.jobData = undefined;
     }
   });
+
+  it('says "length" when it stops at max_output, a continuation too (whose count is its own alone, so the service cannot tell)', async () => {
+    const messages = [{ role: 'user', content: 'Continue this.' }];
+    const cut = await direct().chat({ model: MODEL, messages, max_output: 6, temperature: 0 });
+    expect(cut).toMatchObject({ usage: { completion_tokens: 6 }, finish_reason: 'length' });
+    const continued = await direct().chat({ model: MODEL, messages, max_output: 4, temperature: 0, prefix: cut.content });
+    expect(continued).toMatchObject({ usage: { completion_tokens: 4 }, finish_reason: 'length' });
+  });
 });
 
 describe('--backend gguf with a file that is not a model', () => {

@@ -134,6 +134,9 @@ export class Gguf implements Backend {
     const seq = l.context.getSequence();
     const out: Token[] = [];
     let sent = '';
+    // The backend's own reason to stop, as Ollama's done_reason is: a continued answer's count is
+    // the continuation's alone, so the service cannot tell "length" from it (an outside probe).
+    let finish: 'stop' | 'length' = 'stop';
     try {
       const options = job.temperature > 0 ? { temperature: job.temperature, seed: job.seed ?? 0 } : { temperature: 0 };
       for await (const token of seq.evaluate([...prompt, ...prefix], options)) {
@@ -148,14 +151,17 @@ export class Gguf implements Backend {
             sent = text;
           }
         }
-        if (out.length >= max) break;
+        if (out.length >= max) {
+          finish = 'length';
+          break;
+        }
       }
     } finally {
       await seq.dispose();
     }
     const content = l.model.detokenize(out);
     if (onDelta && content.length > sent.length) onDelta(content.slice(sent.length));
-    return { content, usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length } };
+    return { content, usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length }, finish_reason: finish };
   }
 
   /**
