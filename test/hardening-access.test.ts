@@ -431,6 +431,27 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
     }
   });
 
+  it('leaves out a name that can be no model\'s and declares the rest (a 422 stops the seed worker for hours); more than 1,000 names is 400', async () => {
+    const t = await startApp(backend);
+    try {
+      const w = await new TestWorker(t.app, 'odd-list', await t.addNode('odd-list')).start([]);
+      const long = 'x'.repeat(257);
+      const res = await w.post('/worker/update_models', { node_url: 'odd-list', models: ['llama3.2:latest', '', long, 'qwen:7b'] }, true);
+      expect(res.statusCode, res.body).toBe(200);
+      expect(res.json()).toMatchObject({ status: 'success', models: ['llama3.2:latest', 'qwen:7b'], ignored: ['', long] });
+      expect(((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] }).models).toEqual(['llama3.2:latest', 'qwen:7b']);
+      // 256 characters (code points) is a name; nothing left out, no `ignored`.
+      const fine = await w.post('/worker/update_models', { node_url: 'odd-list', models: ['é'.repeat(256)] }, true);
+      expect(fine.statusCode, fine.body).toBe(200);
+      expect(fine.json()).not.toHaveProperty('ignored');
+      const many = await w.post('/worker/update_models', { node_url: 'odd-list', models: Array.from({ length: 1001 }, (_, i) => `m-${i}`) }, true);
+      expect(many.statusCode).toBe(400);
+      expect(many.json().detail).toMatch(/^1001 models named: a node may serve at most 1000\. Nothing was declared/);
+    } finally {
+      await t.close();
+    }
+  });
+
   it('at most 1,000 models a node serves over all its sessions, names the network knows included (a node-key report may bring any in)', async () => {
     const t = await startApp(backend);
     try {

@@ -34,7 +34,11 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const builds = buildsOf(req.body.builds);
     if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
     if (session.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
-    const names = [...new Set(models)].sort();
+    if (models.length > MODELS_PER_NODE) throw new HttpError(400, `${models.length} models named: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`);
+    // A name that can be no model's is left out, not the declaration refused: the seed's worker
+    // stops for hours on a 422 here, over one odd entry of its backend's list (an outside probe).
+    const ignored = [...new Set(models.filter((m) => !isModelName(m)))];
+    const names = [...new Set(models.filter(isModelName))].sort();
     const ids: number[] = [];
     const built = new Map<number, ModelBuild>();
     const caps = declared ? new Map<number, number>() : undefined;
@@ -58,9 +62,12 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const changed = await nodes.declare(session.id, ids, caps);
     if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
     await declareBuilds(db, session.id, built);
-    return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl) };
+    return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl), ...(ignored.length ? { ignored: ignored.slice(0, 10).map((m) => m.slice(0, 300)) } : {}) };
   }));
 }
+
+/** A model's name as the network stores it: 1 to 256 characters (openapi.json's model_name; text that cannot be stored is the validator's 422 for any body). */
+const isModelName = (m: string): boolean => m.length >= 1 && (m.length <= 256 || [...m].length <= 256);
 
 const tooManyNames = (unknown: number, today: number) => new HttpError(400, `this declaration names ${unknown} models the network does not know, and this node named ${today} new ones today (UTC): a node may name at most ${NEW_MODELS_PER_NODE_PER_DAY} a day. Nothing was declared; declare the models the network knows, or the others after 00:00 UTC`);
 
