@@ -92,7 +92,9 @@ describe.each(backends)('answers as requested on $name', (db) => {
       const e = await answered(chat({ response_format, messages: [{ role: 'user', content: 'json please' }] }), { message: text });
       expect(e, text).toMatchObject({ status: 502, code: 'invalid_answer' });
     }
-    // Cut at max_tokens: OpenAI's JSON may be unfinished too.
+    // Cut at max_tokens: OpenAI's JSON may be unfinished too; so when the node's count says so (the seed's workers say no finish_reason).
+    const counted = await answered(chat({ response_format: { type: 'json_object' }, max_tokens: 4, messages: [{ role: 'user', content: 'json' }] }), { message: '{"ci', usage: { prompt_tokens: 3, completion_tokens: 4 } }) as OpenAI.ChatCompletion;
+    expect(counted.choices[0]).toMatchObject({ message: { content: '{"ci' }, finish_reason: 'length' });
     const cut = await answered(chat({ response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'json' }] }), { message: '{"ci', finish_reason: 'length' }) as OpenAI.ChatCompletion;
     expect(cut.choices[0]).toMatchObject({ message: { content: '{"ci' }, finish_reason: 'length' });
     const stream = await answered(chat({ tools: [STRICT], stream: true }), weather('{"city":1}')) as AsyncIterable<OpenAI.ChatCompletionChunk>;
@@ -100,9 +102,17 @@ describe.each(backends)('answers as requested on $name', (db) => {
     expect(caught).toMatchObject({ code: 'invalid_answer' });
   });
 
-  it('refuses a strict schema it cannot compile, and tools of another type, at once', async () => {
+  it('refuses a strict schema it cannot compile or too large to check, and tools of another type, at once; takes recursive and 2020-12 ones', async () => {
     const bad = { ...STRICT, function: { ...STRICT.function, parameters: { type: 'object', properties: { a: { $ref: '#/nowhere' } } } } };
     await expect(chat({ tools: [bad] })).rejects.toMatchObject({ status: 400, code: 'invalid_value', param: 'tools[0].function.parameters' });
+    const huge = { ...STRICT, function: { ...STRICT.function, parameters: { type: 'object', properties: Object.fromEntries(Array.from({ length: 400 }, (_, i) => [`property_${i}`, { type: 'string', description: 'a field' }])) } } };
+    await expect(chat({ tools: [huge] })).rejects.toMatchObject({ status: 400, code: 'invalid_value', param: 'tools[0].function.parameters' });
+    // OpenAI's recursive form ("$ref": "#") and Zod 4's $schema: checked, not refused.
+    const tree = { type: 'object', properties: { name: { type: 'string' }, children: { type: 'array', items: { $ref: '#' } } }, required: ['name', 'children'], additionalProperties: false };
+    const schema = { type: 'json_schema', json_schema: { name: 'tree', strict: true, schema: { $schema: 'https://json-schema.org/draft/2020-12/schema', ...tree } } };
+    const good = '{"name":"a","children":[{"name":"b","children":[]}]}';
+    expect((await answered(chat({ response_format: schema }), { message: good }) as OpenAI.ChatCompletion).choices[0]!.message.content).toBe(good);
+    expect(await answered(chat({ response_format: schema }), { message: '{"name":"a","children":[{"name":1,"children":[]}]}' })).toMatchObject({ status: 502, code: 'invalid_answer' });
     await expect(chat({ tools: [{ type: 'custom', custom: { name: 'x' } }] as never })).rejects.toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'tools[0].type' });
   });
 

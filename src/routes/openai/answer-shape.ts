@@ -12,7 +12,7 @@
 // leaves unfinished.
 import type { Answer } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
-import type { Outcome } from './completion.js';
+import { finishReason, type Outcome } from './completion.js';
 import { isObject } from './chat-params.js';
 import { strictMismatch } from './strict-schema.js';
 
@@ -61,7 +61,6 @@ const parsed = (text: string): { value: unknown } | undefined => {
 
 /** Where the answer breaks what the request made certain (strict schemas, JSON mode), or undefined. */
 export function brokenPromise(chat: ChatRequest, answer: Answer): string | undefined {
-  if (answer.finish_reason === 'length') return undefined;
   const p = chat.params;
   for (const call of answer.message.tool_calls ?? []) {
     const tool = p.tools?.find((t) => t.function.name === call.function.name);
@@ -87,6 +86,8 @@ export function brokenPromise(chat: ChatRequest, answer: Answer): string | undef
 export function outcomeAsRequested(chat: ChatRequest, o: Outcome): Outcome {
   if (o.kind !== 'done') return o;
   const answer = asRequested(chat, o.answer);
-  const broken = brokenPromise(chat, answer);
+  // Cut at max_tokens, as the node said or as its count shows (the seed's workers say nothing): not checked.
+  const cut = answer.finish_reason === 'length' || finishReason(chat, o.usage, answer) === 'length';
+  const broken = cut ? undefined : brokenPromise(chat, answer);
   return broken ? { kind: 'invalid_answer', detail: broken } : { ...o, answer };
 }

@@ -76,9 +76,9 @@ export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedMode
       }
       const sse = reply.sse;
       if (!sse.isConnected) {
-      if (outcome.kind === 'gone') logClientClosed(reply.request);
-      return;
-    }
+        if (outcome.kind === 'gone') logClientClosed(reply.request);
+        return;
+      }
       if (outcome.kind !== 'done') {
         return endStreamWithError(sse, failureError(outcome));
       }
