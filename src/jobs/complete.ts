@@ -37,7 +37,7 @@ interface Explained { job_id: string; ended: boolean; outcome: string | null; st
 const ENDED: Record<string, string> = {
   expired: 'its lease expired and the job went back to the queue',
   deadline: "the job's deadline passed",
-  released: 'the lease was given back (the node deregistered, or was disabled)',
+  released: 'the lease was given back (the node deregistered, was disabled or had its key rotated, or the job never reached it)',
   abandoned: 'the lease was given up (the worker asked for another job)',
   canceled: 'the job was canceled',
   error: 'this lease already ended with an error report',
