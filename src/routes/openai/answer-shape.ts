@@ -69,8 +69,8 @@ export function brokenPromise(chat: ChatRequest, answer: Answer): string | undef
     const why = args ? strictMismatch(tool.function.parameters, args.value) : 'is not JSON';
     if (why) return `the arguments of its call to '${call.function.name}' do not match the tool's strict schema: ${why}`;
   }
-  const named = typeof p.tool_choice === 'object' || p.tool_choice === 'required';
-  if (named && !answer.message.tool_calls?.length) return `it calls no tool, where tool_choice ${typeof p.tool_choice === 'object' ? `named '${p.tool_choice.function.name}'` : 'was required'}`;
+  const mustCall = typeof p.tool_choice === 'object' || p.tool_choice === 'required';
+  if (mustCall && !answer.message.tool_calls?.length) return `it calls no tool, where tool_choice ${typeof p.tool_choice === 'object' ? `named '${p.tool_choice.function.name}'` : 'was required'}`;
   const rf = p.response_format;
   if (!rf || answer.message.tool_calls?.length) return undefined;
   const content = parsed(answer.message.content);

@@ -57,11 +57,7 @@ export function getResultRoutes(app: App, deps: Deps): void {
   async function getResult(req: FastifyRequest, reply: FastifyReply, job_id: string, wait: number | undefined) {
     const asked = (wait ?? 0) * 1000;
     if (asked > 0) reply.header('x-accel-buffering', 'no');
-    // The key is mostly in memory (auth/authenticate.ts): the outage's retries only after a failure.
-    const owner = await authenticateUser(deps, req).catch((err: unknown) => {
-      if (!isUnavailable(err)) throw err;
-      return rideOutage(() => authenticateUser(deps, req));
-    });
+    const owner = await rideOutage(() => authenticateUser(deps, req));
     const release = asked > 0 ? limiters.longPolls.enter(`user:${owner}`, req.ip) : undefined;
     const waitMs = release ? asked : 0;
     if (waitMs === 0) {

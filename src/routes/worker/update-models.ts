@@ -16,7 +16,7 @@ import { rideOutage } from '../../db/outage.js';
 
 /** New model names one node may bring into being per UTC day (migrations/0029): as a user key may (jobs/submit.ts). */
 export const NEW_MODELS_PER_NODE_PER_DAY = 100;
-/** Models one node may serve over all its sessions (a declaration's own limit, openapi.json's maxItems). */
+/** Models one node may serve over all its sessions, and name in one declaration. */
 export const MODELS_PER_NODE = 1000;
 
 export function updateModelsRoute(app: App, deps: Deps): void {
