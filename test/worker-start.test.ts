@@ -58,6 +58,37 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     expect(done.json()).toMatchObject({ status: 'success' });
   });
 
+  it('stopped while it waits for its backend: ends without registering', async () => {
+    const gone = await startFakeBackend('ollama', ['never-model']);
+    await gone.close();
+    const logs: string[] = [];
+    const worker = new Worker({
+      server: url, node: 'stopped-early', key: await t.addNode('stopped-early'), backend: 'ollama', backendUrl: gone.url,
+      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
+    }, { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} });
+    const running = worker.run();
+    await until('the worker to say it waits for its backend', () => logs.some((l) => l.includes('waiting for it before registering')));
+    worker.stop();
+    await running;
+    // An outside probe saw stopping → registered → deregistered: the node shown online after its stop.
+    expect(logs.filter((l) => /\b(de)?registered\b/.test(l))).toEqual([]);
+    expect(worker.state).toBe('stopped');
+  });
+
+  it('says so when its backend fails while it runs, and again when it is back', async () => {
+    const fake = await startFakeBackend('ollama', ['fading-model']);
+    const port = Number(new URL(fake.url).port);
+    const w = await startWorker({ server: url, node: 'fading-node', key: await t.addNode('fading-node'), backend: 'ollama', backendUrl: fake.url });
+    closers.push(() => w.stop());
+    await fake.close();
+    const user = await t.addUser('fading-app');
+    await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'fading-model', messages: [{ role: 'user', content: 'are you there' }] } });
+    await until('the worker to say its backend failed', () => w.logs.some((l) => l.includes('the backend failed') && l.includes('no models declared')));
+    const back = await startFakeBackend('ollama', ['fading-model'], { port });
+    closers.push(() => back.close());
+    await until('the worker to say its backend is back', () => w.logs.some((l) => l.includes('the backend answers again')));
+  });
+
   it('pointed at a server that is no coordinator: says so', async () => {
     const fake = await startFakeBackend('ollama', ['some-model']);
     closers.push(() => fake.close());

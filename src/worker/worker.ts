@@ -166,7 +166,9 @@ export class Worker {
           this.events.log('warn', `the backend does not answer (${(err as Error).message}): waiting for it before registering`);
         }
         await this.backendPause(i);
-        if (this.stopping.signal.aborted) return;
+        // Stopped while waiting: run() must not register a node it is told to stop (an outside
+        // probe saw stopping → registered → deregistered). run() takes a stop's error as no failure.
+        if (this.stopping.signal.aborted) throw new Error('stopped while waiting for the backend');
       }
     }
   }
@@ -311,7 +313,7 @@ export class Worker {
         outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
         this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);
-        if (!abort.signal.aborted) this.markBackendDown();
+        if (!abort.signal.aborted) this.markBackendDown(err as Error);
       }
     } finally {
       this.stopping.signal.removeEventListener('abort', onStop);
@@ -395,10 +397,11 @@ export class Worker {
     await sleep(BACKEND_RETRY_MS[Math.min(i, BACKEND_RETRY_MS.length - 1)], undefined, { signal: this.stopping.signal }).catch(() => undefined);
   }
 
-  /** Declares no models until the backend answers again, then declares them anew. */
-  private markBackendDown(): void {
+  /** Declares no models until the backend answers again, then declares them anew; says so once, as at start (waitForBackend). */
+  private markBackendDown(err: Error): void {
     if (this.backendDown) return;
     this.state = 'backend down';
+    this.events.log('warn', `the backend failed (${err.message}): no models declared, so no jobs, until it answers again`);
     this.backendDown = (async () => {
       await this.declare([]).catch(() => undefined);
       for (let i = 0; !this.stopping.signal.aborted; i++) {
