@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from '../src/db/database.js';
 import { probeRequest } from '../src/verify/probes.js';
 import { PROMPT_ALLOWANCE } from '../src/jobs/sql/complete.js';
+import { COMPLETION_ALLOWANCE } from '../src/jobs/answer.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -217,17 +218,37 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     const before = await tokensUsed();
     const capped = await user.submit('cap-model', 'say hi', { max_output: 16 });
     const a = (await w.getJob())!;
-    expect((await reportWith(w, a, 'hi', 'success', { completion_tokens: 1_000_000_000 })).statusCode).toBe(200);
+    // Answers long enough that the byte cap (the next test) does not bind first.
+    const long = 'hi '.repeat(2_000);
+    expect((await reportWith(w, a, long, 'success', { completion_tokens: 1_000_000_000 })).statusCode).toBe(200);
     expect((await user.result(capped)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 16 } });
     expect(await tokensUsed()).toBe(before + 16);
     // No max_output: the job reserved QUOTA_RESERVE_TOKENS (1024), and that is the most it is charged.
     const open = await user.submit('cap-model', 'say more', { max_output: 0 });
     const b = (await w.getJob())!;
-    expect((await reportWith(w, b, 'more', 'success', { completion_tokens: 5_000 })).statusCode).toBe(200);
+    expect((await reportWith(w, b, long, 'success', { completion_tokens: 5_000 })).statusCode).toBe(200);
     expect((await user.result(open)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 1024 } });
     expect(await tokensUsed()).toBe(before + 16 + 1024);
     // What /v1 reads is the same number (the job's usage).
     expect(await q('t_usage', 'SELECT usage FROM jobs WHERE id = $1::uuid', [open])).toEqual([{ usage: { completion_tokens: 1024 } }]);
+  });
+
+  it('a success report\'s completion_tokens is capped at its answer\'s bytes and COMPLETION_ALLOWANCE', async () => {
+    const w = await worker('bytes-model');
+    const before = await tokensUsed();
+    // An outside probe's node wrote 8 tokens and counted max_output: its user paid for 256.
+    const short = await user.submit('bytes-model', 'write a lot', { max_output: 256 });
+    const a = (await w.getJob())!;
+    expect((await reportWith(w, a, 'héllo', 'success', { prompt_tokens: 3, completion_tokens: 256 })).statusCode).toBe(200);
+    // 'héllo' is 6 UTF-8 bytes.
+    expect((await user.result(short)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 3, completion_tokens: 6 + COMPLETION_ALLOWANCE } });
+    expect(await tokensUsed()).toBe(before + 6 + COMPLETION_ALLOWANCE);
+    // A count within the bytes stands as the node said.
+    const honest = await user.submit('bytes-model', 'write a little', { max_output: 256 });
+    const b = (await w.getJob())!;
+    expect((await reportWith(w, b, 'a fair answer of some words', 'success', { completion_tokens: 7 })).statusCode).toBe(200);
+    expect((await user.result(honest)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 7 } });
+    expect(await tokensUsed()).toBe(before + 6 + COMPLETION_ALLOWANCE + 7);
   });
 
   it('a continued job is copied to a node that held no lease of it, and the continuer is judged', async () => {

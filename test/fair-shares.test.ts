@@ -89,7 +89,7 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const w = await worker(['tokens-model']);
     const job = (await w.getJob())!;
     const report = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-      result: { message: { role: 'assistant', content: 'short' } }, usage: { prompt_tokens: 5, completion_tokens: 30 } });
+      result: { message: { role: 'assistant', content: 'thirty tokens or so of an answer' } }, usage: { prompt_tokens: 5, completion_tokens: 30 } });
     expect(report.statusCode).toBe(200);
     // The settler folds it in (src/usage/settle.ts); until then the reservation still counts.
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 1000 });
@@ -417,7 +417,7 @@ describe.runIf(TEST_DATABASE_URL)('quotas across two servers on one PostgreSQL d
       const job = (await w.getJob())!;
       const status = i === 0 ? 'error' : 'success';
       const res = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status,
-        result: { message: { role: 'assistant', content: 'x' } }, usage: { prompt_tokens: 1, completion_tokens: i } });
+        result: { message: { role: 'assistant', content: 'x'.repeat(i) } }, usage: { prompt_tokens: 1, completion_tokens: i } });
       expect(res.statusCode).toBe(200);
       if (status === 'success') reported += i;
     }

@@ -9,7 +9,7 @@ import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import { estimateAnswerTokens, type Answer, type RequestError, type Usage } from '../answer.js';
+import { deliveredUsage, estimateAnswerTokens, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
@@ -149,7 +149,8 @@ export interface CompleteOptions { defaultPoints: number; maxAttempts: number; s
 export async function completeJobs(db: Queryable, reports: readonly JobReport[], o: CompleteOptions): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
   const rows = await db.query<Row>(COMPLETE, [
     reports.map((r) => r.keyHash), reports.map((r) => r.jobId), reports.map((r) => r.modelName), reports.map((r) => r.status),
-    reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
+    reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)),
+    reports.map((r) => { const u = r.status === 'success' ? deliveredUsage(r.usage, r.answer) : r.usage; return u ? JSON.stringify(u) : null; }),
     o.defaultPoints, o.maxAttempts, o.server, o.audit,
     reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
     reports.map((r) => (r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0)),
