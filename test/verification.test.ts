@@ -87,6 +87,15 @@ describe.each(backends)('verification on $name', (backend) => {
     // The node sees it too.
     const res = await t.app.inject({ method: 'GET', url: '/network/nodes/wrong', headers: { api_key: await t.addReader() } });
     expect(res.json()).toMatchObject({ standing: 'suspended', strikes_counting: kinds.length, points_reversed: ledger!.n });
+    // Each of its last leases whose points were taken back says why (an outside probe saw them as plain `done`).
+    const [reversedLeases] = await q<{ n: number }>('t_reversed_leases', `SELECT count(*)::int AS n FROM (SELECT l.job_id FROM job_leases l JOIN nodes n ON n.id = l.node_id
+      WHERE n.name = 'wrong' ORDER BY l.leased_at DESC LIMIT 20) l JOIN point_reversals r ON r.job_id = l.job_id::text`);
+    const jobs = res.json().jobs as { outcome: string | null; reversed: string | null }[];
+    expect(jobs.filter((j) => j.reversed !== null)).toHaveLength(reversedLeases!.n);
+    expect(reversedLeases!.n).toBeGreaterThan(0);
+    expect(jobs.every((j) => j.reversed === null || (j.outcome === 'done' && ['strike', 'suspended'].includes(j.reversed)))).toBe(true);
+    const honest = await t.app.inject({ method: 'GET', url: '/network/nodes/honest-1', headers: { api_key: await t.addReader() } });
+    expect((honest.json().jobs as { reversed: string | null }[]).every((j) => j.reversed === null)).toBe(true);
   });
 
   it('checks a replayed answer with another node, and strikes it when that node disagrees', async () => {

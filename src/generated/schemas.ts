@@ -307,6 +307,7 @@ export const NodeJob = Type.Object({
   ended_at: Type.Union([Type.String({ format: "date-time" }), Type.Null()]),
   outcome: Type.Union([Type.String({ description: "done, error, expired, released, abandoned or deadline; null while running." }), Type.Null()]),
   seconds: Type.Union([Type.Number(), Type.Null()]),
+  reversed: Type.Union([Type.String(), Type.Null()], { description: "*Ours*: why this lease's points were taken back (`strike`, `suspended`: docs/verification.md), or null: credited as reported, or no credit to take back." }),
 }, { title: "NodeJob" });
 export type NodeJob = Static<typeof NodeJob>;
 

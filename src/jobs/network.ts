@@ -21,7 +21,8 @@ export interface NodeView {
   /** What it declared it runs, per model it serves now (issue 31: update_models' builds). */
   builds: { model: string; digest?: string; quantization?: string }[];
   open_leases: number;
-  jobs: { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null }[];
+  /** reversed: why the lease's points were taken back (point_reversals.reason), else null. */
+  jobs: { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null; reversed: string | null }[];
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
@@ -76,7 +77,8 @@ const NODE = sql('network_node', `SELECT n.name,
     (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
     coalesce((SELECT json_agg(r) FROM (
       SELECT m.name AS model, l.attempt, ${ISO('l.leased_at')} AS leased_at, ${ISO('l.ended_at')} AS ended_at, l.outcome,
-        round(extract(epoch FROM l.ended_at - l.leased_at)::numeric, 3)::float8 AS seconds
+        round(extract(epoch FROM l.ended_at - l.leased_at)::numeric, 3)::float8 AS seconds,
+        (SELECT pr.reason FROM point_reversals pr WHERE pr.job_id = l.job_id::text AND pr.node_id = l.node_id AND l.outcome = 'done') AS reversed
       FROM job_leases l JOIN jobs j ON j.id = l.job_id JOIN models m ON m.id = j.model_id
       WHERE l.node_id = n.id ORDER BY l.leased_at DESC LIMIT 20) r), '[]') AS jobs
   FROM nodes n WHERE n.name = $3::text`);

@@ -64,6 +64,9 @@ function showError(id: string, message: string | null): void {
 }
 
 const fmt = new Intl.NumberFormat('en', { maximumFractionDigits: 2 });
+const dayLabel = new Intl.DateTimeFormat('en', { month: 'short', day: 'numeric', timeZone: 'UTC' });
+const DAY = 86_400;
+const DAY_TICKS = [DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY, 56 * DAY, 91 * DAY, 182 * DAY, 364 * DAY];
 let chart: uPlot | undefined;
 
 function drawChart(days: DayPoints[]): void {
@@ -80,7 +83,8 @@ function drawChart(days: DayPoints[]): void {
     cursor: { drag: { x: false, y: false } },
     // Half a day of room on each side, so the first and last bars are not cut in half.
     scales: { x: { time: true, range: (_u, min, max) => [min - 43_200, max + 43_200] }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
-    axes: [{}, { size: 50, values: (_u, vals) => vals.map((v) => fmt.format(v)) }],
+    // Ticks on whole days, as dates: uPlot's own time ticks put "12pm" between the days of a per-day chart (outside probe, 1280 px).
+    axes: [{ incrs: DAY_TICKS, values: (_u, vals) => vals.map((v) => dayLabel.format(new Date(v * 1000))) }, { size: 50, values: (_u, vals) => vals.map((v) => fmt.format(v)) }],
     series: [{}, { label: 'Points', fill: 'rgba(37, 99, 235, 0.75)', stroke: '#1d4ed8', paths: uPlot.paths.bars!({ size: [0.7, 40] }), points: { show: false } }],
   }, [xs, ys], host);
   // A debugging hook: the chart as drawn (its data is what the tests compare with the API).
@@ -104,7 +108,7 @@ function renderPoints(node: string, days: DayPoints[]): void {
     const tr = document.createElement('tr');
     tr.dataset.date = d.date;
     tr.dataset.points = String(d.points);
-    tr.append(Object.assign(document.createElement('td'), { textContent: d.date }), Object.assign(document.createElement('td'), { textContent: fmt.format(d.points) }));
+    tr.append(Object.assign(document.createElement('td'), { textContent: d.date, className: 'nowrap' }), Object.assign(document.createElement('td'), { textContent: fmt.format(d.points) }));
     return tr;
   }));
   $('node-result').hidden = false;

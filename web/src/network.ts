@@ -4,7 +4,7 @@ interface NetworkModel { name: string; nodes: number; queued: number; jobs_per_m
 interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
 interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number; give_up: number; failure: number; impostor: number; false_request_error: number }; nodes_on_probation: number; nodes_suspended: number }
 interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[]; verification: Verification }
-interface NodeJob { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null }
+interface NodeJob { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null; reversed: string | null }
 export interface NodeView {
   name: string; online: boolean; last_seen_at: string | null; models: string[]; open_leases: number; jobs: NodeJob[];
   standing: 'trusted' | 'probation' | 'suspended'; strikes_counting: number; points_reversed: number;
@@ -17,6 +17,18 @@ const row = (...cells: HTMLElement[]) => {
   tr.append(...cells);
   return tr;
 };
+// A cell whose text must not wrap (a duration, a time: "333 / ms" at 375 px, outside probe).
+const nowrap = (text: string) => cell(text, 'nowrap');
+/** A model's name, with break opportunities after its ':' and '/' so a narrow column breaks "llama3.2:" / "latest", not "llama3.2:la" / "test". */
+export function breakable(name: string): (string | HTMLElement)[] {
+  return name.split(/(?<=[:/])/).flatMap((part, i) => (i === 0 ? [part] : [document.createElement('wbr'), part]));
+}
+const modelCell = (name: string) => {
+  const td = cell('', 'mono');
+  td.append(...breakable(name));
+  return td;
+};
+const span = (text: string, className: string) => Object.assign(document.createElement('span'), { textContent: text, className });
 const seconds = (s: number | null) => (s === null ? '—' : s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(1)} s`);
 
 export function ago(iso: string, now = Date.now()): string {
@@ -32,10 +44,14 @@ function renderNetwork(n: Network): void {
   $('net-rate').textContent = String(n.jobs_per_minute);
   $('net-queued').textContent = String(n.queued);
   $('net-models').querySelector('tbody')!.replaceChildren(...(n.models.length
-    ? n.models.map((m) => row(cell(m.name, 'mono'), cell(String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))))
+    ? n.models.map((m) => row(modelCell(m.name), cell(String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))))
     : [row(Object.assign(cell('No node is online yet.'), { colSpan: 4 }))]));
   $('net-recent').replaceChildren(...(n.recent.length
-    ? n.recent.map((r) => Object.assign(document.createElement('li'), { textContent: `${r.model} · ${r.node ?? '?'} · ${seconds(r.seconds)} · ${ago(r.finished_at)}` }))
+    ? n.recent.map((r) => {
+      const li = document.createElement('li');
+      li.append(...breakable(r.model), ' · ', r.node ?? '?', ' · ', span(seconds(r.seconds), 'nowrap'), ' · ', span(ago(r.finished_at), 'nowrap'));
+      return li;
+    })
     : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]));
   const v = n.verification;
   $('net-checked').textContent = `${(v.checked_share * 100).toFixed(1)} %`;
@@ -82,7 +98,7 @@ export async function showNodeStatus(node: string, key: string): Promise<NodeVie
     (v.points_reversed > 0 ? ` · ${v.points_reversed} points taken back` : '') +
     (v.standing === 'trusted' ? '' : ' · ask the network operator for the evidence (ins node audit)');
   $('node-jobs').querySelector('tbody')!.replaceChildren(...(v.jobs.length
-    ? v.jobs.map((j) => row(cell(j.model, 'mono'), cell(j.outcome ?? 'running'), cell(seconds(j.seconds)), cell(ago(j.leased_at))))
+    ? v.jobs.map((j) => row(modelCell(j.model), j.reversed ? cell(`${j.outcome ?? 'done'}, points taken back (${j.reversed})`, 'bad') : cell(j.outcome ?? 'running'), nowrap(seconds(j.seconds)), nowrap(ago(j.leased_at))))
     : [row(Object.assign(cell('No job yet.'), { colSpan: 4 }))]));
   $('node-status').hidden = false;
   return v;
