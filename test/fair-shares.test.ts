@@ -168,7 +168,12 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const v1 = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }] }) });
     expect(v1.status).toBe(400);
-    expect(await v1.json()).toEqual({ error: { message: expect.stringContaining('QUOTA_RESERVE_TOKENS'), type: 'invalid_request_error', param: null, code: 'max_tokens_over_quota' } });
+    // param names what to lower: max_tokens, or max_completion_tokens where the request set it (an outside probe read null).
+    expect(await v1.json()).toEqual({ error: { message: expect.stringContaining('QUOTA_RESERVE_TOKENS'), type: 'invalid_request_error', param: 'max_tokens', code: 'max_tokens_over_quota' } });
+    const v1Completion = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 1001 }) });
+    expect(v1Completion.status).toBe(400);
+    expect(await v1Completion.json()).toMatchObject({ error: { param: 'max_completion_tokens', code: 'max_tokens_over_quota' } });
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 0, tokens: 0 });
     expect((await submitRaw(t.app, key, 'whole-quota-model', { max_output: 1000 })).statusCode).toBe(200);
   });

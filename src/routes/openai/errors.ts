@@ -29,7 +29,7 @@ export const invalidRequest = (message: string, param: string | null, code: stri
   new OpenAIError(400, message, 'invalid_request_error', param, code);
 
 /** The service's own errors (authentication, rate limits, body size, database) in OpenAI's words. */
-export function toOpenAIError(err: unknown): OpenAIError {
+export function toOpenAIError(err: unknown, body?: unknown): OpenAIError {
   if (err instanceof OpenAIError) return err;
   // A used-up budget is OpenAI's insufficient_quota (429, as OpenAI answers it), not a rate limit.
   // x-should-retry: false, since the SDKs retry a 429 after its Retry-After without a cap: here
@@ -38,7 +38,9 @@ export function toOpenAIError(err: unknown): OpenAIError {
     return new OpenAIError(429, `You exceeded your current quota: ${err.message}. GET /usage shows it.`, 'insufficient_quota', null, 'insufficient_quota', { 'retry-after': String(err.retryAfterSeconds), 'x-should-retry': 'false' });
   }
   // A job its key's whole token quota cannot hold: retrying never helps, so not a 429.
-  if (err instanceof ReserveOverQuota) return invalidRequest(err.message, null, 'max_tokens_over_quota');
+  // The parameter to lower: max_completion_tokens where the request set it (it wins), else max_tokens,
+  // which is also what a request that set neither should set (an outside probe read param null).
+  if (err instanceof ReserveOverQuota) return invalidRequest(err.message, maxTokensParam(body), 'max_tokens_over_quota');
   if (err instanceof HttpError) {
     switch (err.statusCode) {
       case 401:
@@ -65,8 +67,11 @@ export function logClientClosed(req: FastifyRequest): void {
   req.log.info({ method: req.method, route: req.routeOptions.url, status: 499 }, 'client closed request');
 }
 
+const maxTokensParam = (body: unknown): string =>
+  typeof body === 'object' && body !== null && (body as Record<string, unknown>).max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+
 export function openAIErrorHandler(err: Error, req: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const e = toOpenAIError(err);
+  const e = toOpenAIError(err, req.body);
   if (e.status >= 500) req.log[e.status === 500 ? 'error' : 'warn']({ err: { message: err.message, code: (err as FastifyError).code } }, 'openai api error');
   else if (e.status === 499) logClientClosed(req);
   return reply.code(e.status).headers(e.headers).send(e.body());
