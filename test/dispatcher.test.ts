@@ -38,6 +38,18 @@ async function oneWaiting() {
 }
 
 describe('dispatcher', () => {
+  it('answers a poll that arrives after close() at once, with no job and no lease round', async () => {
+    const { store, d, first } = await oneWaiting();
+    d.close();
+    expect(await first).toBeNull();
+    // A worker's next poll on its still-open connection: before, it waited out its whole wait and
+    // held the server's stop past a container's 10 s (an outside probe: exit 137). An hour here,
+    // past the test's timeout, so only an answer at once passes.
+    expect(await d.next(session(2), 3_600_000, () => false)).toBeNull();
+    expect(await d.next({ ...session(3), models: [] }, 3_600_000, () => false)).toBeNull();
+    expect(store.rounds).toHaveLength(0);
+  });
+
   it('does not let a submission claim a poll whose round is looking, so one poll never gets two leases', async () => {
     const { store, d, first: got } = await oneWaiting();
     const [claim] = d.claim(new Map([[MODEL, 1]])).get(MODEL)!;

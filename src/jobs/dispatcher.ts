@@ -105,6 +105,8 @@ export class Dispatcher implements LiveConsumer {
   private readonly copiesHandedOn = new Map<number, number>();
   private live = false;
   private running = false;
+  /** close() was called: the server is stopping, and polls answer at once. */
+  private closed = false;
   /** The recheck's timer; none when it is off (recheckMs 0). */
   private readonly timer: NodeJS.Timeout | undefined;
   private readonly maxBatch: number;
@@ -141,6 +143,10 @@ export class Dispatcher implements LiveConsumer {
    * client hung up; a job found for a gone client goes back at once.
    */
   next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
+    // Stopping (close()): a poll that arrives now, on a connection still open, answers at once —
+    // it would otherwise hold the stop for its whole wait, past SHUTDOWN_TIMEOUT_MS and a
+    // container's 10 s stop timeout (an outside probe: exit 137 with a worker connected).
+    if (this.closed) return Promise.resolve(null);
     if (session.models.length === 0) return this.sleep(waitMs, gone);
     return new Promise((resolve) => {
       const capsOf = new Map(session.models.map((m, i) => [m, session.caps?.[i] ?? 0]));
@@ -248,6 +254,7 @@ export class Dispatcher implements LiveConsumer {
   }
 
   close(): void {
+    this.closed = true;
     clearInterval(this.timer);
     for (const w of [...this.waiters]) w.settle(null);
   }
