@@ -171,3 +171,13 @@ describe.runIf(missing.length === 0)('behind nginx, two servers on PgBouncer (de
     expect((await json(call('127.0.0.3', 'GET', '/unique_nodes?model_name=m'))).status).toBe(200);
   });
 });
+
+describe('deploy/nginx/ins.conf', () => {
+  it('gives every path that waits for a job the long read timeout (before, /v1/completions past 90 s got nginx\'s 504)', () => {
+    const conf = readFileSync(path.join(ROOT, 'deploy', 'nginx', 'ins.conf'), 'utf8');
+    const long = [...conf.matchAll(/location ~ (\S+) \{([^}]*)\}/g)].filter((m) => /proxy_read_timeout 3700s;/.test(m[2]!)).map((m) => new RegExp(m[1]!));
+    expect(long).toHaveLength(1);
+    for (const p of ['/v1/chat/completions', '/chat/completions', '/v1/completions', '/v1/embeddings']) expect(long[0]!.test(p), p).toBe(true);
+    for (const p of ['/v1/models', '/worker/get_job', '/get_result/x', '/v1/chat/completions/x']) expect(long[0]!.test(p), p).toBe(false);
+  });
+});

@@ -49,7 +49,7 @@ export const pendingSummary = (pending: readonly Migration[]): string =>
 /** A server told not to migrate (MIGRATE_ON_START=false, --no-migrate) found the schema behind the code. */
 export class NotMigratedError extends Error {
   constructor(pending: Migration[]) {
-    super(`the database is not migrated (${pendingSummary(pending)}): run \`ins migrate\` with the same DATABASE_URL, or start without --no-migrate and MIGRATE_ON_START=false`);
+    super(`the database is not migrated (${pendingSummary(pending)}): run \`ins migrate\` with the same DATABASE_URL, or start the server without --no-migrate and with MIGRATE_ON_START unset (or true), so that it migrates`);
   }
 }
 
