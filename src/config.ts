@@ -2,7 +2,7 @@
 // on its own line, and the process exits 1 before doing anything.
 import { isIP } from 'node:net';
 import path from 'node:path';
-import { parsePoints } from './points-value.js';
+import { parsePrice, PRICE_RULE } from './points-value.js';
 import { EnvReader, misspeltSettings } from './config-env.js';
 import { VERIFY_CONFIG_DOC, readVerifyConfig, type VerifyConfig } from './config-verify.js';
 
@@ -256,8 +256,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   let defaultPointsPerJob = 1;
   const rawPoints = r.get('DEFAULT_POINTS_PER_JOB');
   if (rawPoints !== undefined) {
-    const n = parsePoints(rawPoints);
-    if (n === undefined) problems.push(`DEFAULT_POINTS_PER_JOB=${JSON.stringify(rawPoints)}: expected a number >= 0, e.g. 1 or 0.5`);
+    const n = parsePrice(rawPoints);
+    if (n === undefined) problems.push(`DEFAULT_POINTS_PER_JOB=${JSON.stringify(rawPoints)}: expected ${PRICE_RULE}`);
     else defaultPointsPerJob = n;
   }
 

@@ -46,7 +46,7 @@ describe('ins', { timeout: 240_000 }, () => {
 
   it('rejects bad arguments with exit 2 and a message, changing nothing', async () => {
     const said: string[] = [];
-    for (const args of [['node', 'add'], ['node', 'add', 'a', 'b'], ['nodes'], ['node', 'list', '--colour'], ['model', 'set-points', 'm', '-1'], ['model', 'set-points', 'm', 'lots'], ['node', 'add', 'x'.repeat(129)]]) {
+    for (const args of [['node', 'add'], ['node', 'add', 'a', 'b'], ['nodes'], ['node', 'list', '--colour'], ['model', 'set-points', 'm', '-1'], ['model', 'set-points', 'm', 'lots'], ['model', 'set-points', 'm', '0.1234567890123456789'], ['node', 'add', 'x'.repeat(129)]]) {
       const r = await ins(...args);
       expect(r.code, args.join(' ')).toBe(2);
       expect(r.stderr).toMatch(/^ins: /);

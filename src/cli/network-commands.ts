@@ -3,7 +3,7 @@ import { listNodes } from '../repositories/nodes.js';
 import { NodeExistsError } from '../nodes/lifecycle.js';
 import { addApiKey, keyUsage, listApiKeys, resolveKey, revokeApiKey, setKeyPriority, setKeyQuota, type ApiKeyKind } from '../repositories/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
-import { parsePoints } from '../points-value.js';
+import { parsePrice, PRICE_RULE } from '../points-value.js';
 import { checkName, keyCommand, listCommand, operatorNodes, type Command } from './command.js';
 import { CommandError, table, UsageError } from './io.js';
 import { wholeNumber } from '../whole-number.js';
@@ -159,9 +159,9 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     args: ['MODEL', 'POINTS'],
     async run(db, [model, raw], { json }, io) {
       checkName('MODEL', model!, 256);
-      const points = raw === 'default' ? null : parsePoints(raw!);
+      const points = raw === 'default' ? null : parsePrice(raw!);
       if (points === undefined) {
-        throw new UsageError(`POINTS must be a number >= 0 (e.g. 1 or 2.5) or "default", got "${raw}"`);
+        throw new UsageError(`POINTS must be ${PRICE_RULE}, or "default"; got "${raw}"`);
       }
       const { created } = await setModelPoints(db, model!, points);
       // Setting a model's points before its first node is allowed (prices set ahead), but a
