@@ -16,7 +16,6 @@ import { maintain } from './maintenance.js';
 import { strikeGiveUps } from './give-ups.js';
 import { strikeFailures } from './failures.js';
 import { auditRequestErrors } from './request-errors.js';
-import { rejectAnswer } from './rejected-answers.js';
 import type { CheckQueue } from './copies.js';
 
 export interface VerifierEvents {
@@ -73,12 +72,6 @@ export class Verifier implements LiveConsumer {
         this.told({ audited: 0, copies, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: outcome ? [outcome] : [], setAside: [] });
       }).catch(this.opts.events.error);
     }
-  }
-
-  /** An answer /v1 could not give its app (verify/rejected-answers.ts): its credit taken back, its tokens given back; with verification off too. */
-  async rejectAnswer(jobId: string): Promise<void> {
-    const r = await rejectAnswer(this.db, jobId);
-    if (r.points > 0) this.opts.events.reversed(r.points);
   }
 
   async close(): Promise<void> {

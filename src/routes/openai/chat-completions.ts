@@ -54,7 +54,7 @@ const QUEUE_COMMENT_MS = 1_000;
 
 export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
   const { limiters, metrics } = deps;
-  const { coordinator, verifier, options: { coordinator: c } } = deps.service;
+  const { coordinator, options: { coordinator: c } } = deps.service;
 
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const owner = await authenticateUser(deps, req);
@@ -80,12 +80,7 @@ export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedM
     try {
       const jobId = await submitCompletion(coordinator, owner, chat);
       const ids = { id: `chatcmpl-${jobId}`, created: Math.floor(Date.now() / 1000), model: chat.model };
-      const wait = async () => {
-        const outcome = outcomeAsRequested(chat, await awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
-        // Not given to the app, so not paid for: the node's credit and the owner's tokens go back.
-        if (outcome.kind === 'invalid_answer') await verifier.rejectAnswer(jobId).catch((err: unknown) => reply.log.warn({ err }, 'the rejected answer\'s credit could not be taken back'));
-        return outcome;
-      };
+      const wait = async () => outcomeAsRequested(chat, await awaitCompletion(coordinator, owner, jobId, chat, gone.signal));
       if (chat.stream) return await stream(reply, chat, ids, started, jobId, owner, wait);
       const outcome = await wait();
       record(chat, outcome, started);
