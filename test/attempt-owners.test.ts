@@ -243,12 +243,24 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     // 'héllo' is 6 UTF-8 bytes.
     expect((await user.result(short)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 3, completion_tokens: 6 + COMPLETION_ALLOWANCE } });
     expect(await tokensUsed()).toBe(before + 6 + COMPLETION_ALLOWANCE);
+    // Its count reached max_output: the answer says it stopped there ("length", what /v1 inferred
+    // from the count before it was cut), and the lease keeps the count as reported, for verification.
+    expect(await q('t_cut', `SELECT j.result -> 'finish_reason' AS finish, l.usage -> 'completion_tokens' AS reported
+      FROM jobs j JOIN job_leases l ON l.job_id = j.id WHERE j.id = $1::uuid`, [short])).toEqual([{ finish: 'length', reported: 256 }]);
     // A count within the bytes stands as the node said.
     const honest = await user.submit('bytes-model', 'write a little', { max_output: 256 });
     const b = (await w.getJob())!;
     expect((await reportWith(w, b, 'a fair answer of some words', 'success', { completion_tokens: 7 })).statusCode).toBe(200);
     expect((await user.result(honest)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 7 } });
     expect(await tokensUsed()).toBe(before + 6 + COMPLETION_ALLOWANCE + 7);
+    expect(await q('t_not_cut', "SELECT result ? 'finish_reason' AS finish FROM jobs WHERE id = $1::uuid", [honest])).toEqual([{ finish: false }]);
+    // Each tool call has its own allowance (a template's marks around it).
+    const calls = await user.submit('bytes-model', 'call tools', { max_output: 256 });
+    const c = (await w.getJob())!;
+    const call = (id: string) => ({ id, type: 'function', function: { name: 'f', arguments: '{}' } });
+    expect((await w.post('/worker/update_result', { job_id: c.job_id, api_key: c.api_key, model_name: c.model, status: 'success',
+      result: { message: { role: 'assistant', content: '', tool_calls: [call('a'), call('b')] } }, usage: { completion_tokens: 200 } })).statusCode).toBe(200);
+    expect((await user.result(calls)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 2 * 3 + 3 * COMPLETION_ALLOWANCE } });
   });
 
   it('a continued job is copied to a node that held no lease of it, and the continuer is judged', async () => {

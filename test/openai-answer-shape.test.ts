@@ -95,6 +95,10 @@ describe.each(backends)('answers as requested on $name', (db) => {
     // Cut at max_tokens: OpenAI's JSON may be unfinished too; so when the node's count says so (the seed's workers say no finish_reason).
     const counted = await answered(chat({ response_format: { type: 'json_object' }, max_tokens: 4, messages: [{ role: 'user', content: 'json' }] }), { message: '{"ci', usage: { prompt_tokens: 3, completion_tokens: 4 } }) as OpenAI.ChatCompletion;
     expect(counted.choices[0]).toMatchObject({ message: { content: '{"ci' }, finish_reason: 'length' });
+    // A count past the answer's bytes is charged at those bytes (sql/complete.ts), and still says it reached max_tokens (a review: 502 before).
+    const hidden = await answered(chat({ response_format: { type: 'json_object' }, max_tokens: 200, messages: [{ role: 'user', content: 'json' }] }), { message: '{"a": ', usage: { prompt_tokens: 3, completion_tokens: 200 } }) as OpenAI.ChatCompletion;
+    expect(hidden.choices[0]).toMatchObject({ message: { content: '{"a": ' }, finish_reason: 'length' });
+    expect(hidden.usage).toMatchObject({ completion_tokens: 6 + 16 });
     const cut = await answered(chat({ response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'json' }] }), { message: '{"ci', finish_reason: 'length' }) as OpenAI.ChatCompletion;
     expect(cut.choices[0]).toMatchObject({ message: { content: '{"ci' }, finish_reason: 'length' });
     const stream = await answered(chat({ tools: [STRICT], stream: true }), weather('{"city":1}')) as AsyncIterable<OpenAI.ChatCompletionChunk>;

@@ -142,23 +142,23 @@ export function estimateAnswerTokens(answer: Answer): number {
 }
 
 /**
- * Output tokens a node may count beyond one per UTF-8 byte of what it delivered: the stop token
- * and a chat template's end marks, which decode to no text.
+ * Output tokens a node may count beyond one per UTF-8 byte of what it delivered, for the answer and
+ * again for each tool call: the stop token, a chat template's marks around a call, which decode
+ * to no text the answer keeps.
  */
 export const COMPLETION_ALLOWANCE = 16;
 
 /**
- * The usage a report may charge: no more output tokens than its answer has UTF-8 bytes (its text,
- * its tool calls' names and arguments), plus COMPLETION_ALLOWANCE — every token a tokenizer emits
- * for text decodes to at least one byte. Before, a node that wrote 8 tokens and counted max_output
- * charged its user for all of them (an outside probe: 520 characters in 65 answers charged 16,640
- * tokens). Tokens spent on text the app never gets (a model's hidden reasoning) are not charged.
- * A continued answer's earlier part is counted by its own lease, capped the same way (sql/complete.ts).
+ * The most output tokens a success may charge (sql/complete.ts): one per UTF-8 byte of its answer
+ * (its text, its tool calls' names and arguments), plus COMPLETION_ALLOWANCE for it and for each
+ * tool call — every token a
+ * tokenizer emits for text decodes to at least one byte. Before, a node that wrote 8 tokens and
+ * counted max_output charged its user for all of them (an outside probe: 520 characters in 65
+ * answers charged 16,640 tokens). Tokens spent on text the app never gets (a model's hidden
+ * reasoning) are not charged. A continued answer's text includes the prefix other leases wrote,
+ * so its bound is looser by that much; theirs are counted at most a token per byte they streamed.
  */
-export function deliveredUsage(usage: Usage | null, answer: Answer): Usage | null {
-  if (usage?.completion_tokens === undefined) return usage;
+export function mostCompletionTokens(answer: Answer): number {
   const calls = answer.message.tool_calls ?? [];
-  const bytes = Buffer.byteLength(answer.message.content, 'utf8') + calls.reduce((n, c) => n + Buffer.byteLength(c.function.name + c.function.arguments, 'utf8'), 0);
-  const most = bytes + COMPLETION_ALLOWANCE;
-  return usage.completion_tokens <= most ? usage : { ...usage, completion_tokens: most };
+  return Buffer.byteLength(answer.message.content, 'utf8') + calls.reduce((n, c) => n + Buffer.byteLength(c.function.name + c.function.arguments, 'utf8'), 0) + COMPLETION_ALLOWANCE * (1 + calls.length);
 }

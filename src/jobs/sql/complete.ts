@@ -9,7 +9,7 @@ import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import { deliveredUsage, estimateAnswerTokens, type Answer, type RequestError, type Usage } from '../answer.js';
+import { estimateAnswerTokens, mostCompletionTokens, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
@@ -27,7 +27,8 @@ import type { JobState } from '../states.js';
 //
 // Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
-// token per byte it streamed) — with completion_tokens clamped at the job's reservation (its
+// token per byte it streamed; the finishing lease at most $14, a token per byte of its answer and
+// an allowance, jobs/answer.ts mostCompletionTokens) — with completion_tokens clamped at the job's reservation (its
 // max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts; at least 1,
 // QUOTA_RESERVE_TOKENS in config.ts; an embeddings job's is 0: it generates none). Copies and
 // probes reserve nothing and are no one's to charge: theirs stays the node's own count,
@@ -37,7 +38,9 @@ import type { JobState } from '../states.js';
 // completion_tokens (the seed's workers count none) is charged that estimate, clamped as a count
 // would be, rather than its whole reservation, and its prompt, unless counted, is estimated from
 // its messages' text likewise; the usage says `estimated: true`. The lease keeps the report as sent, which
-// verification reads (src/verify/auditor.ts). A counted prompt_tokens is shown to the owner and
+// verification reads (src/verify/auditor.ts). A count cut down to the answer's bytes that reached
+// max_output still says the node stopped there: an answer with no finish_reason of its own gets
+// "length" (`cut`), as /v1 would have inferred from the count (routes/openai/completion.ts). A counted prompt_tokens is shown to the owner and
 // charged nowhere, but a node may not claim more than its request could hold: at most one token
 // per byte of the request as stored, plus PROMPT_ALLOWANCE for what the backend adds (its chat
 // template, a Modelfile's system prompt). Before, a node's 2,000,000,000 reached the client.
@@ -51,8 +54,8 @@ import type { JobState } from '../states.js';
 export const PROMPT_ALLOWANCE = 4096;
 
 export const COMPLETE = sql('jobs_complete', `WITH reports AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[])
-    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[], $14::bigint[])
+    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate, most)
 ),
 ended AS (
   UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE
@@ -65,7 +68,7 @@ ended AS (
     AND n.id = l.node_id AND n.disabled_at IS NULL
   RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix, l.prefix || l.partial AS streamed, j.model_id,
     CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
-    coalesce(q.usage ? 'completion_tokens', false) AS counted, q.estimate,
+    coalesce(q.usage ? 'completion_tokens', false) AS counted, q.estimate, q.most,
     CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error
 ),
 usages AS (
@@ -74,11 +77,14 @@ usages AS (
         FROM jsonb_array_elements(CASE jsonb_typeof(j.request -> 'messages') WHEN 'array' THEN j.request -> 'messages' END) m) END,
       'completion_tokens', least(CASE WHEN e.counted THEN sum(u.completion) ELSE e.estimate END,
         CASE WHEN j.owner_key_id IS NOT NULL THEN greatest(j.reserved_tokens, coalesce((j.request ->> 'max_output')::bigint, 0)) END),
-      'estimated', CASE WHEN NOT e.counted THEN true END)), '{}') AS usage
+      'estimated', CASE WHEN NOT e.counted THEN true END)), '{}') AS usage,
+    bool_or(u.cut) AS cut
   FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
-    SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, (e.usage ->> 'completion_tokens')::bigint AS completion
+    SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, least((e.usage ->> 'completion_tokens')::bigint, e.most) AS completion,
+      (e.usage ->> 'completion_tokens')::bigint > e.most AND (e.usage ->> 'completion_tokens')::bigint >= nullif((j.request ->> 'max_output')::bigint, 0)
+        AND NOT e.answer ? 'finish_reason' AS cut
     UNION ALL
-    SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial))
+    SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial)), false
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
   WHERE e.status = 'success' GROUP BY e.job_id, e.counted, e.estimate, j.reserved_tokens, j.request, j.owner_key_id
 ),
@@ -87,7 +93,7 @@ finished AS (
     state = CASE WHEN e.status = 'success' THEN 'done' WHEN e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
     failures = j.failures + CASE WHEN e.status = 'error' THEN 1 ELSE 0 END,
     exclude_nodes = CASE WHEN e.status = 'error' AND NOT (e.node_id = ANY(j.exclude_nodes)) THEN j.exclude_nodes || e.node_id ELSE j.exclude_nodes END,
-    result = CASE WHEN e.status = 'success' THEN e.answer END,
+    result = CASE WHEN e.status = 'success' THEN CASE WHEN u.cut THEN e.answer || '{"finish_reason": "length"}'::jsonb ELSE e.answer END END,
     usage = u.usage,
     node_id = CASE WHEN e.status = 'success' THEN e.node_id END,
     streamed = CASE WHEN e.status = 'error' AND e.request_error IS NULL AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
@@ -98,7 +104,7 @@ finished AS (
     error = e.request_error
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id
-  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
+  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, coalesce(u.cut, false) AS cut, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
     -- A job done after other nodes failed it: their failures are now shown to be theirs (verify/failures.ts).
     CASE WHEN j.state = 'done' AND j.failures > 0 THEN ARRAY(SELECT DISTINCT l.node_id::int FROM job_leases l
       WHERE l.job_id = j.id AND l.outcome IN ('error', 'expired') AND l.node_id <> e.node_id) END AS failed_by
@@ -118,7 +124,7 @@ input AS (
     coalesce(m.points_per_job, $8::numeric) AS points, now() AS received_at, false AS explicit
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
-${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage,
+${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
   e.request_error IS NOT NULL AS request_error, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
 FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
 
@@ -139,7 +145,7 @@ export interface JobReport {
 export interface Completed { status: 'success' | 'error'; points: number; state: JobState; modelId: number; nodeId: number }
 
 interface Row {
-  key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null;
+  key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; cut: boolean;
   request_error: boolean; copy: boolean; failed_by: number[] | null; announced: string;
 }
 
@@ -149,11 +155,11 @@ export interface CompleteOptions { defaultPoints: number; maxAttempts: number; s
 export async function completeJobs(db: Queryable, reports: readonly JobReport[], o: CompleteOptions): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
   const rows = await db.query<Row>(COMPLETE, [
     reports.map((r) => r.keyHash), reports.map((r) => r.jobId), reports.map((r) => r.modelName), reports.map((r) => r.status),
-    reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)),
-    reports.map((r) => { const u = r.status === 'success' ? deliveredUsage(r.usage, r.answer) : r.usage; return u ? JSON.stringify(u) : null; }),
+    reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
     o.defaultPoints, o.maxAttempts, o.server, o.audit,
     reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
     reports.map((r) => (r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0)),
+    reports.map((r) => mostCompletionTokens(r.answer)),
   ]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));
@@ -162,7 +168,8 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
   for (const row of rows) {
     completed.set(row.key_hash, { status: row.status, points: row.points, state: row.state, modelId: row.model_id, nodeId: row.node_id });
     const r = byKey.get(row.key_hash)!;
-    if (row.state === 'done') done.set(r.jobId, { state: 'done', result: r.answer, usage: row.usage, queuedSeconds: row.queued_seconds });
+    // Its count reached max_output beyond what it wrote (cut): the statement said so in the answer, as here.
+    if (row.state === 'done') done.set(r.jobId, { state: 'done', result: row.cut ? { ...r.answer, finish_reason: 'length' } : r.answer, usage: row.usage, queuedSeconds: row.queued_seconds });
   }
   // Error reports are their nodes' failures (a request's own error, issue 28, is the request's),
   // which count against a node once another node finished the job (verify/failures.ts): told
