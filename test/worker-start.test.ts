@@ -28,17 +28,22 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     await t.close();
   });
 
+  /** A worker of a new node `node` on `backendUrl`, running, with its log lines. */
+  const unstartedWorker = async (node: string, backendUrl: string) => {
+    const logs: string[] = [];
+    const worker = new Worker({
+      server: url, node, key: await t.addNode(node), backend: 'ollama', backendUrl,
+      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
+    }, { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} });
+    return { worker, logs, running: worker.run() };
+  };
+
   it('waits for the backend unregistered, then registers and takes jobs', async () => {
     // A port nothing listens on yet: the backend that will answer there later.
     const first = await startFakeBackend('ollama', ['late-model']);
     const port = Number(new URL(first.url).port);
     await first.close();
-    const logs: string[] = [];
-    const worker = new Worker({
-      server: url, node: 'late-node', key: await t.addNode('late-node'), backend: 'ollama', backendUrl: first.url,
-      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
-    }, { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} });
-    const running = worker.run();
+    const { worker, logs, running } = await unstartedWorker('late-node', first.url);
     closers.push(async () => { worker.stop(); await running; });
 
     await until('the worker to say it waits for its backend', () => logs.some((l) => l.includes('waiting for it before registering')));
@@ -61,12 +66,7 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
   it('stopped while it waits for its backend: ends without registering', async () => {
     const gone = await startFakeBackend('ollama', ['never-model']);
     await gone.close();
-    const logs: string[] = [];
-    const worker = new Worker({
-      server: url, node: 'stopped-early', key: await t.addNode('stopped-early'), backend: 'ollama', backendUrl: gone.url,
-      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
-    }, { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} });
-    const running = worker.run();
+    const { worker, logs, running } = await unstartedWorker('stopped-early', gone.url);
     await until('the worker to say it waits for its backend', () => logs.some((l) => l.includes('waiting for it before registering')));
     worker.stop();
     await running;
