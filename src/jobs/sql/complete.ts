@@ -27,8 +27,9 @@ import type { JobState } from '../states.js';
 //
 // Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
-// token per byte it streamed; the finishing lease at most $14, a token per byte of its answer and
-// an allowance, jobs/answer.ts mostCompletionTokens) — with completion_tokens clamped at the job's reservation (its
+// token per byte it streamed; the finishing lease, of a job with an owner, at most $14: a token
+// per byte of its answer and an allowance, jobs/answer.ts mostCompletionTokens) — with
+// completion_tokens clamped at the job's reservation (its
 // max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts; at least 1,
 // QUOTA_RESERVE_TOKENS in config.ts; an embeddings job's is 0: it generates none). Copies and
 // probes reserve nothing and are no one's to charge: theirs stays the node's own count,
@@ -80,9 +81,10 @@ usages AS (
       'estimated', CASE WHEN NOT e.counted THEN true END)), '{}') AS usage,
     bool_or(u.cut) AS cut
   FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
-    SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt, least((e.usage ->> 'completion_tokens')::bigint, e.most) AS completion,
-      (e.usage ->> 'completion_tokens')::bigint > e.most AND (e.usage ->> 'completion_tokens')::bigint >= nullif((j.request ->> 'max_output')::bigint, 0)
-        AND NOT e.answer ? 'finish_reason' AS cut
+    SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt,
+      CASE WHEN j.owner_key_id IS NOT NULL THEN least((e.usage ->> 'completion_tokens')::bigint, e.most) ELSE (e.usage ->> 'completion_tokens')::bigint END AS completion,
+      j.owner_key_id IS NOT NULL AND (e.usage ->> 'completion_tokens')::bigint > e.most
+        AND (e.usage ->> 'completion_tokens')::bigint >= nullif((j.request ->> 'max_output')::bigint, 0) AND NOT e.answer ? 'finish_reason' AS cut
     UNION ALL
     SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial)), false
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
