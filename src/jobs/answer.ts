@@ -135,10 +135,13 @@ export function estimateTokens(text: string): number {
   return Math.ceil(Buffer.byteLength(text, 'utf8') / 4);
 }
 
+/** The texts an answer's output tokens are of: its text, and each tool call's name and arguments. */
+const outputTexts = (answer: Answer): string[] =>
+  [answer.message.content, ...(answer.message.tool_calls ?? []).map((c) => c.function.name + c.function.arguments)];
+
 /** The output tokens an answer is estimated at: its text and its tool calls' names and arguments. */
 export function estimateAnswerTokens(answer: Answer): number {
-  const calls = answer.message.tool_calls ?? [];
-  return estimateTokens(answer.message.content) + calls.reduce((n, c) => n + estimateTokens(c.function.name + c.function.arguments), 0);
+  return outputTexts(answer).reduce((n, text) => n + estimateTokens(text), 0);
 }
 
 /**
@@ -150,15 +153,14 @@ export const COMPLETION_ALLOWANCE = 16;
 
 /**
  * The most output tokens a success may charge (sql/complete.ts): one per UTF-8 byte of its answer
- * (its text, its tool calls' names and arguments), plus COMPLETION_ALLOWANCE for it and for each
- * tool call — every token a
- * tokenizer emits for text decodes to at least one byte. Before, a node that wrote 8 tokens and
+ * (its text, its tool calls' names and arguments, as estimateAnswerTokens reads them), plus
+ * COMPLETION_ALLOWANCE for the text and for each tool call — every token a tokenizer emits for
+ * text decodes to at least one byte. Before, a node that wrote 8 tokens and
  * counted max_output charged its user for all of them (an outside probe: 520 characters in 65
  * answers charged 16,640 tokens). Tokens spent on text the app never gets (a model's hidden
  * reasoning) are not charged. A continued answer's text includes the prefix other leases wrote,
  * so its bound is looser by that much; theirs are counted at most a token per byte they streamed.
  */
 export function mostCompletionTokens(answer: Answer): number {
-  const calls = answer.message.tool_calls ?? [];
-  return Buffer.byteLength(answer.message.content, 'utf8') + calls.reduce((n, c) => n + Buffer.byteLength(c.function.name + c.function.arguments, 'utf8'), 0) + COMPLETION_ALLOWANCE * (1 + calls.length);
+  return outputTexts(answer).reduce((n, text) => n + Buffer.byteLength(text, 'utf8') + COMPLETION_ALLOWANCE, 0);
 }

@@ -69,7 +69,7 @@ ended AS (
     AND n.id = l.node_id AND n.disabled_at IS NULL
   RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix, l.prefix || l.partial AS streamed, j.model_id,
     CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
-    coalesce(q.usage ? 'completion_tokens', false) AS counted, q.estimate, q.most,
+    coalesce(q.usage ? 'completion_tokens', false) AS counted, (q.usage ->> 'completion_tokens')::bigint AS reported, q.estimate, q.most,
     CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error
 ),
 usages AS (
@@ -82,9 +82,9 @@ usages AS (
     bool_or(u.cut) AS cut
   FROM ended e JOIN jobs j ON j.id = e.job_id CROSS JOIN LATERAL (
     SELECT (e.usage ->> 'prompt_tokens')::bigint AS prompt,
-      CASE WHEN j.owner_key_id IS NOT NULL THEN least((e.usage ->> 'completion_tokens')::bigint, e.most) ELSE (e.usage ->> 'completion_tokens')::bigint END AS completion,
-      j.owner_key_id IS NOT NULL AND (e.usage ->> 'completion_tokens')::bigint > e.most
-        AND (e.usage ->> 'completion_tokens')::bigint >= nullif((j.request ->> 'max_output')::bigint, 0) AND NOT e.answer ? 'finish_reason' AS cut
+      CASE WHEN j.owner_key_id IS NOT NULL THEN least(e.reported, e.most) ELSE e.reported END AS completion,
+      j.owner_key_id IS NOT NULL AND e.reported > e.most AND e.reported >= nullif((j.request ->> 'max_output')::bigint, 0)
+        AND NOT e.answer ? 'finish_reason' AS cut
     UNION ALL
     SELECT (p.usage ->> 'prompt_tokens')::bigint, least((p.usage ->> 'completion_tokens')::bigint, octet_length(p.partial)), false
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
