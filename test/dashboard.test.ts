@@ -283,15 +283,15 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
       // Durations, times and dates are one line whole ("333 / ms", "2026-11- / 26" at 375 px, an outside
       // probe); a model's name breaks, if at all, only after its ':' or '/' ("llama3.2:la / test").
       const wrapped = await page.evaluate(() => {
-        const lines = (el: Element) => new Set(Array.from(el.getClientRects(), (r) => Math.round(r.top))).size;
+        const lines = (rects: DOMRectList) => new Set(Array.from(rects, (r) => Math.round(r.top))).size;
         const bad: string[] = [];
-        for (const el of Array.from(document.querySelectorAll<HTMLElement>('.nowrap'))) if (el.getClientRects().length > 0 && lines(el) > 1) bad.push(`nowrap: ${el.textContent}`);
+        for (const el of Array.from(document.querySelectorAll<HTMLElement>('.nowrap'))) if (lines(el.getClientRects()) > 1) bad.push(`nowrap: ${el.textContent}`);
         for (const td of Array.from(document.querySelectorAll<HTMLElement>('td.mono'))) {
           if (td.offsetParent === null) continue;
           for (const node of Array.from(td.childNodes).filter((n) => n.nodeType === Node.TEXT_NODE)) {
             const range = document.createRange();
             range.selectNodeContents(node);
-            if (new Set(Array.from(range.getClientRects(), (r) => Math.round(r.top))).size > 1) bad.push(`model: ${td.textContent}`);
+            if (lines(range.getClientRects()) > 1) bad.push(`model: ${td.textContent}`);
           }
         }
         return bad;
