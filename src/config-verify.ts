@@ -46,7 +46,7 @@ export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   ['VERIFY_MIN_TOKENS', String(d.minTokensForSpeed), 'shorter answers (tokens) are not judged for speed'],
   ['VERIFY_MIN_WORDS', String(d.minWordsForReplay), 'shorter answers (words) are not judged for replay (near copies: 3 times as long)'],
   ['VERIFY_STRIKES', String(d.strikesToSuspend), 'strikes within the evidence window that suspend a node'],
-  ['VERIFY_FAILURES', String(d.failuresPerStrike), "a node's failed attempts within the evidence window that make a strike: leases run out, and error reports of jobs another node then finished (0 = none)"],
+  ['VERIFY_FAILURES', String(d.failuresPerStrike), "a node's failed attempts within the evidence window that make a failure strike: leases run out, error reports of jobs another node then finished or answered a copy of, leases held until the deadline of jobs another node's copy answered in time (0 = none, and failed jobs are not copied)"],
   ['VERIFY_PROBATION_AGREEMENTS', String(d.probationAgreements), 'agreements in a row that end a probation'],
   ['VERIFY_EVIDENCE_WINDOW', `${d.evidenceWindow / 3600}h`, 'strikes count, answers are remembered and a suspension reverses points within this window'],
   ['VERIFY_PROBE_INTERVAL', `${d.probeInterval / 60}m`, 'each model two or more nodes serve gets a probe this often on average (0 = no probes)'],

@@ -9,6 +9,8 @@ import { sql } from '../src/db/database.js';
 import { probeRequest } from '../src/verify/probes.js';
 import { PROMPT_ALLOWANCE } from '../src/jobs/sql/complete.js';
 import { COMPLETION_ALLOWANCE } from '../src/jobs/answer.js';
+import { strikeFailures } from '../src/verify/failures.js';
+import { DEFAULT_VERIFY } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -113,6 +115,86 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await strikes('unrunnable-1')).toEqual([]);
     expect(await strikes('unrunnable-2')).toEqual([]);
     expect(await strikes('steady')).toEqual([]);
+  });
+
+  it('three colluding nodes that fail every job with error reports: each failed job is copied to the honest node, which answers it, and each colluder gets a failure strike', async () => {
+    const model = 'collusion-model';
+    const colluders = [await worker(model, 'colluder-1'), await worker(model, 'colluder-2'), await worker(model, 'colluder-3')];
+    const honest = await worker(model, 'collusion-honest');
+    const ids = [];
+    for (let i = 0; i < 3; i++) ids.push(await user.submit(model, `collude on ${i}`));
+    // The colluders poll first and fail whatever they get, until none is left for them: each job
+    // takes all three, its MAX_ATTEMPTS, and fails with the honest node online.
+    for (let round = 0; round < 6; round++) {
+      for (const c of colluders) {
+        for (let job = await c.getJob(); job; job = await c.getJob()) expect((await reportWith(c, job, '', 'error')).statusCode).toBe(200);
+      }
+    }
+    for (const id of ids) expect((await user.result(id)).json()).toMatchObject({ status: 'failed' });
+    // Each failed job is copied, off the request path, to the node that held no lease of it.
+    const copies = new Set<string>();
+    while (copies.size < ids.length) {
+      const job = await nextJob(honest);
+      expect(ids).not.toContain(job.job_id);
+      expect((await honest.report(job)).statusCode).toBe(200);
+      copies.add(job.job_id);
+    }
+    expect(await q<{ of: string }>('t_collusion_copies', 'SELECT verify_of::text AS of FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY verify_of', [[...copies]]))
+      .toEqual([...ids].sort().map((of) => ({ of })));
+    // Answered by another node: the three error reports of each colluder count, a strike each.
+    for (const c of colluders) await expect.poll(() => strikes(c.node), { timeout: 10_000 }).toEqual(['failure']);
+    expect(await strikes('collusion-honest')).toEqual([]);
+    // The users' jobs stay as they ended: their answer was given.
+    for (const id of ids) expect((await user.result(id)).json()).toMatchObject({ status: 'failed' });
+  });
+
+  it('a node that holds its jobs until their deadline: each expired job is copied to another node, and done within the time its owner gave it, it counts against the node', async () => {
+    const model = 'deadline-model';
+    const holder = await worker(model, 'deadline-holder');
+    const other = await worker(model, 'deadline-other');
+    for (let i = 0; i < 3; i++) {
+      const id = await user.submit(model, `hold me ${i}`);
+      expect((await holder.getJob())!.job_id).toBe(id);
+      // The holder never reports: the job's deadline passes with it leased (here: a job given 60
+      // seconds, submitted 60 seconds ago), and a sweep expires it.
+      await q('t_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = $1::uuid", [id]);
+      await q('t_deadline_lease', 'UPDATE job_leases SET expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL', [id]);
+      await until('the job to expire', async () => {
+        await t.app.service.coordinator.lifecycle.sweep();
+        return (await q<{ state: string }>('t_expired', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'expired';
+      }, 10_000);
+      expect(await q('t_deadline_outcome', 'SELECT outcome FROM job_leases WHERE job_id = $1::uuid', [id])).toEqual([{ outcome: 'deadline' }]);
+      const copy = await nextJob(other);
+      expect(await q('t_deadline_copy', 'SELECT verify_of::text AS of FROM jobs WHERE id = $1::uuid', [copy.job_id])).toEqual([{ of: id }]);
+      expect((await other.report(copy)).statusCode).toBe(200);
+    }
+    await expect.poll(() => strikes('deadline-holder'), { timeout: 10_000 }).toEqual(['failure']);
+    expect(await strikes('deadline-other')).toEqual([]);
+  });
+
+  it('a job held until its deadline whose copy took longer than the time its owner gave it: no failure counted', async () => {
+    const model = 'slow-deadline-model';
+    const slow = await worker(model, 'slow-holder');
+    const other = await worker(model, 'slow-other');
+    const id = await user.submit(model, 'a long answer');
+    expect((await slow.getJob())!.job_id).toBe(id);
+    await q('t_slow_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = $1::uuid", [id]);
+    await q('t_slow_lease', 'UPDATE job_leases SET expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL', [id]);
+    await until('the job to expire', async () => {
+      await t.app.service.coordinator.lifecycle.sweep();
+      return (await q<{ state: string }>('t_slow_expired', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'expired';
+    }, 10_000);
+    const copy = await nextJob(other);
+    // The copy took 61 seconds of the 60 the job had: the slow node is not judged by it.
+    await q('t_slow_copy', "UPDATE jobs SET submitted_at = now() - interval '61 seconds' WHERE id = $1::uuid", [copy.job_id]);
+    expect((await other.report(copy)).statusCode).toBe(200);
+    const counted = sql('t_slow_counted', `SELECT count(*)::int AS n FROM job_leases l WHERE l.job_id = $1::uuid AND l.outcome = 'deadline'
+      AND EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = l.job_id AND c.state = 'done')`);
+    await expect.poll(async () => (await t.db.query<{ n: number }>(counted, [id]))[0]!.n, { timeout: 10_000 }).toBe(1);
+    // Judged at one failure a strike, had the lease counted: none.
+    const [{ id: nodeId }] = await q<{ id: number }>('t_slow_node', "SELECT id FROM nodes WHERE name = 'slow-holder'") as [{ id: number }];
+    expect((await strikeFailures(t.db, [{ nodeId, jobId: id }], { ...DEFAULT_VERIFY, failuresPerStrike: 1 })).strikes).toEqual([]);
+    expect(await strikes('slow-holder')).toEqual([]);
   });
 
   it('a job no node that may take it remains for fails after NO_NODE_GRACE, and /v1 answers 502 job_failed', async () => {

@@ -12,7 +12,9 @@
 //   disagree, by a third; the node the majority contradicts gets a strike, those that agree
 //   an agreement (verify/rules.ts verdict);
 // - request errors: a copy that audits a node's claim that a job's request was at fault
-//   (verify/request-errors.ts), answered by another node, is a `false_request_error` strike.
+//   (verify/request-errors.ts), answered by another node, is a `false_request_error` strike;
+// - failed jobs: a copy that audits a job its nodes failed (verify/failed-jobs.ts), answered by
+//   another node, makes their failed attempts count (verify/failures.ts).
 // A strike takes back the points of the job it is about; strikes and agreements move the
 // node's standing (verify/standing.ts), and a suspension reverses its points of the evidence
 // window (verify/reversal.ts). Everything of a batch commits together; what it caused is told
@@ -37,6 +39,7 @@ import { countChecks, isScoreCheck, judgeScores, queueScores } from './scores.js
 import { deterministic, kindOf } from './compare.js';
 import type { ChatParams } from '../jobs/request.js';
 import { auditsClaim, falseClaims } from './request-errors.js';
+import { auditsFailure, failuresShown } from './failed-jobs.js';
 
 interface Done {
   id: string; kind: 'user' | 'probe' | 'verify'; verify_of: string | null; suspicion: Record<string, unknown> | null;
@@ -107,6 +110,8 @@ export interface AuditReport {
   outcomes: Outcome[];
   /** Jobs whose audit failed on its own: taken off the queue unaudited, with the reason. */
   setAside: { jobId: string; error: string }[];
+  /** Failed attempts shown to be their nodes' by a done audit of their job (verify/failed-jobs.ts): counted once committed (failures.ts). */
+  nodeFailures: { nodeId: number; jobId: string }[];
   /** Issue 31 (verify/scores.ts): score checks queued, and score checks judged. */
   scoreChecks?: number;
   scoresJudged?: number;
@@ -116,7 +121,7 @@ export interface AuditReport {
   replaysUnchecked?: number;
 }
 
-const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] });
+export const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [], nodeFailures: [] });
 
 function merge(into: AuditReport, r: AuditReport): void {
   into.audited += r.audited;
@@ -128,6 +133,7 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.reversedPoints += r.reversedPoints;
   into.outcomes.push(...r.outcomes);
   into.setAside.push(...r.setAside);
+  into.nodeFailures.push(...r.nodeFailures);
   into.scoreChecks = (into.scoreChecks ?? 0) + (r.scoreChecks ?? 0);
   into.scoresJudged = (into.scoresJudged ?? 0) + (r.scoresJudged ?? 0);
   into.scorersDisagreed = (into.scorersDisagreed ?? 0) + (r.scorersDisagreed ?? 0);
@@ -208,11 +214,13 @@ class Batch {
     }
     const { suspects, copyReplays } = await this.replays(done);
     const copies = done.filter((d) => d.kind === 'verify');
-    const checks = copies.filter((d) => !auditsClaim(d));
+    const checks = copies.filter((d) => !auditsClaim(d) && !auditsFailure(d));
     await this.judge(checks.filter((d) => !isScoreCheck(d.request)), copyReplays);
     await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
     // A copy that audits a node's request-error claim (verify/request-errors.ts), answered: the claim was false.
     for (const s of falseClaims(copies)) this.struck.push({ ...s, kind: 'false_request_error' });
+    // A copy that audits a job its nodes failed (verify/failed-jobs.ts), answered: their endings count against them.
+    this.report.nodeFailures.push(...failuresShown(copies));
     // A report that raced with its node's suspension was credited (its statement saw the node
     // in good standing), after the suspension's reversal took its snapshot: take it back now.
     // (Across servers, the maintenance round catches what this misses.)

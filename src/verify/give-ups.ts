@@ -7,11 +7,11 @@ import type { Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { strike } from './standing.js';
 import { reverse } from './reversal.js';
-import type { AuditReport } from './auditor.js';
+import { emptyReport, type AuditReport } from './auditor.js';
 
 export async function strikeGiveUps(db: Database, giveUps: readonly { nodeId: number; jobId: string }[], v: VerifyConfig): Promise<AuditReport> {
   return db.transaction(async (tx) => {
-    const report: AuditReport = { audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [] };
+    const report = emptyReport();
     for (const g of giveUps) {
       const { before, after } = await strike(tx, g.nodeId, g.jobId, 'give_up', { job_id: g.jobId, gave_up: 'the same job a second time' }, v.evidenceWindow, v.strikesToSuspend);
       report.strikes.push({ kind: 'give_up', nodeId: g.nodeId });

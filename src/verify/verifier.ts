@@ -11,11 +11,12 @@ import type { VerifyConfig } from '../config-verify.js';
 import type { Outcome } from '../jobs/outcome.js';
 import type { LiveConsumer } from '../jobs/lifecycle.js';
 import type { NodeOutcome } from '../nodes/outcome.js';
-import { AUDIT_BATCH, auditBatch, type AuditReport } from './auditor.js';
+import { AUDIT_BATCH, auditBatch, emptyReport, type AuditReport } from './auditor.js';
 import { maintain } from './maintenance.js';
 import { strikeGiveUps } from './give-ups.js';
 import { strikeFailures } from './failures.js';
 import { auditRequestErrors } from './request-errors.js';
+import { auditFailedJobs } from './failed-jobs.js';
 import type { CheckQueue } from './copies.js';
 
 export interface VerifierEvents {
@@ -53,7 +54,11 @@ export class Verifier implements LiveConsumer {
     for (const t of this.timers) t.unref();
   }
 
-  /** Jobs done by this server's statements are audited shortly; repeated give-ups and failures are struck; request-error claims are copied to be audited. */
+  /**
+   * Jobs done by this server's statements are audited shortly; repeated give-ups and failures
+   * are struck; request-error claims, and jobs that failed or expired by their nodes' fault,
+   * are copied to be audited.
+   */
   apply(o: Outcome, local: boolean): void {
     if (!local || this.closed || !this.opts.verify.enabled) return;
     if ([...o.finished.values()].some((f) => f.state === 'done')) this.jobsDone();
@@ -61,17 +66,24 @@ export class Verifier implements LiveConsumer {
     if (giveUps?.length) {
       this.striking = this.striking.then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify))).catch(this.opts.events.error);
     }
-    const failures = o.local?.nodeFailures;
-    if (failures?.length && this.opts.verify.failuresPerStrike > 0) {
-      this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify))).catch(this.opts.events.error);
-    }
+    if (o.local?.nodeFailures?.length) this.strikeFailures(o.local.nodeFailures);
     const claims = o.local?.requestErrors;
-    if (claims?.length) {
-      this.striking = this.striking.then(async () => {
-        const { outcome, copies } = await auditRequestErrors(this.db, claims, { ...this.opts, checks: this.opts.jobs });
-        this.told({ audited: 0, copies, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: outcome ? [outcome] : [], setAside: [] });
-      }).catch(this.opts.events.error);
-    }
+    if (claims?.length) this.copyToAudit(() => auditRequestErrors(this.db, claims, { ...this.opts, checks: this.opts.jobs }));
+    // Failed and expired jobs (a request's own error among them: the query leaves those to the claims' audit).
+    const failed = [...o.finished].filter(([, f]) => f.state === 'failed' || f.state === 'expired').map(([id]) => id);
+    if (failed.length > 0 && this.opts.verify.failuresPerStrike > 0) this.copyToAudit(() => auditFailedJobs(this.db, failed, { ...this.opts, checks: this.opts.jobs }));
+  }
+
+  private strikeFailures(failures: readonly { nodeId: number; jobId: string }[]): void {
+    if (this.opts.verify.failuresPerStrike <= 0) return;
+    this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify))).catch(this.opts.events.error);
+  }
+
+  private copyToAudit(audit: () => Promise<{ outcome: Outcome | undefined; copies: number }>): void {
+    this.striking = this.striking.then(async () => {
+      const { outcome, copies } = await audit();
+      this.told({ ...emptyReport(), copies, outcomes: outcome ? [outcome] : [] });
+    }).catch(this.opts.events.error);
   }
 
   async close(): Promise<void> {
@@ -111,6 +123,7 @@ export class Verifier implements LiveConsumer {
     for (const outcome of report.outcomes) this.opts.jobs.apply(outcome);
     this.opts.events.audited(report);
     for (const { nodeId } of report.suspended) this.opts.nodes.apply({ change: 'suspended', nodeId, sessionId: null });
+    if (report.nodeFailures.length > 0 && !this.closed) this.strikeFailures(report.nodeFailures);
   }
 
   private maintain(tickSeconds: number): void {
