@@ -14,8 +14,10 @@
 // copied to another node (failed-jobs.ts): once that copy is answered, the error reports and
 // the lease held until the deadline count as they would had the job been finished, and the
 // auditor tells the failing nodes. A copy of a done job, answered, shows the same. A lease held
-// until the deadline counts only when the copy was done, from its submission, within the time
-// the job's owner gave the job: a slow node is not judged against a longer allowance.
+// until the deadline counts only when the copy was done, from its submission, within half the
+// time the job's owner gave the job: the deadline is the user's to choose, and a node somewhat
+// slower than another must not be made to fail by deadlines cut to its speed. (A lease that ran
+// out, LEASE_TIMEOUT after it began, counts always.)
 import { sql, type Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { strike } from './standing.js';
@@ -36,7 +38,7 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
         OR EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = l.job_id AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at))
       OR l.outcome = 'deadline' AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
         WHERE o.id = l.job_id AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
-          AND c.finished_at - c.submitted_at <= o.deadline_at - o.submitted_at))`);
+          AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at))`);
 // One judgement of a node's failures at a time across servers: the count and its strike in one
 // transaction, so two servers told of the same failures strike once. The lock's class (any
 // constant the service uses for nothing else) and the node.
