@@ -113,6 +113,26 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await strikes('honest')).toEqual([]);
   });
 
+  it('a suspected replay that one node contradicts goes to a third node: agreeing with the original, the contradicting node is struck, not the original\'s', async () => {
+    const { user, workers } = await start({}, ['repeater', 'colluder', 'third']);
+    const only = (name: string) => new Map([[name, workers.get(name)!]]);
+    const copies = (n: number) => async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === n;
+    // A user makes an honest node give one text to two prompts (the second asks for it again).
+    await user.submit(MODEL, 'tell me about rivers', { temperature: 0.8 });
+    await serve(only('repeater'), (_n, job) => prose(MODEL, prompt(job)));
+    const first = prose(MODEL, 'tell me about rivers');
+    await user.submit(MODEL, `repeat this: ${first}`, { temperature: 0.8 });
+    await serve(only('repeater'), () => first, copies(1));
+    // A node working with that user answers the copy wrong; a third copy is asked for.
+    await serve(only('colluder'), (_n, job) => prose('tiny-model', prompt(job)), copies(2));
+    expect(await strikes('repeater')).toEqual([]);
+    // The third node gives the text the prompt asked for: the colluder is the odd one.
+    await serve(only('third'), () => first);
+    expect(await strikes('colluder')).toEqual([{ kind: 'disagreement' }]);
+    expect(await strikes('repeater')).toEqual([]);
+    expect(await strikes('third')).toEqual([]);
+  });
+
   it('a copy answered with a replay, contradicted by a third node, is a replay strike on the copy\'s node', async () => {
     const { user, workers } = await start({ share: 1 }, ['honest-1', 'honest-2', 'replayer']);
     const only = (name: string) => new Map([[name, workers.get(name)!]]);

@@ -3,8 +3,10 @@
 // - speed: more output tokens per second of lease time than the model's cap → strike;
 // - replay: the node gave the same answer (whitespace and case aside), or a near copy, to a
 //   different prompt among its recent answers (verify/answers.ts) → the job is run again by
-//   another node; if that node's answer contradicts it, a `replay` strike (with no other node
-//   to ask, at once; if the two agree, it was a stock answer after all). A copy's answer that
+//   another node; if that node's answer contradicts it, a third node decides, and the majority
+//   contradicting it is a `replay` strike (with no third node online, the two signals are one at
+//   once; with no other node at all, it stays a suspicion; if the two agree, it was a stock
+//   answer after all). A copy's answer that
 //   replays is compared anyway: the majority contradicting it makes a `replay` strike rather
 //   than a `disagreement` (cheats cannot tell copies from users' jobs);
 // - redundancy: a temperature-0 or embeddings job (every probe, every job of a node on probation, else
@@ -202,6 +204,8 @@ class Batch {
   private readonly sampledOnly = new Set<string>();
   /** Jobs of this batch picked for a check: a score check may take them (a third copy of a text disagreement stays a copy). */
   private readonly picked = new Set<string>();
+  /** Third copies asked for a replay another node contradicted: the strike to give when no node can run one. */
+  private readonly contested = new Map<CopyPlan, (typeof this.struck)[number]>();
 
   constructor(private readonly tx: Queryable, private readonly opts: AuditorOptions) {}
 
@@ -254,7 +258,8 @@ class Batch {
     // same answer to different prompts is what an honest model gives to prompts that ask for the
     // same text (a user's "repeat this sentence", a refusal template), so on its own it let any
     // user suspend the one node of a model (two outside probes).
-    this.report.replaysUnchecked = this.plans.filter((p) => p.suspicion && !made.includes(p)).length;
+    this.report.replaysUnchecked = this.plans.filter((p) => p.suspicion && !made.includes(p) && !this.contested.has(p)).length;
+    for (const [plan, s] of this.contested) if (!made.includes(plan)) this.struck.push(s);
     await agree(this.tx, this.agreed, v.probationAgreements);
     this.report.agreements = this.agreed.length;
     await this.strikes();
@@ -304,9 +309,17 @@ class Batch {
       } else if (v.kind === 'third') {
         this.report.disagreements++;
         const copy = rows[1]!;
-        // An answer that copied an earlier one, and that another node contradicts: two signals, a strike.
+        // An answer that copied an earlier one, and that another node contradicts: two signals. But
+        // the contradicting node may be the one lying — a user can make an honest node repeat
+        // itself (two prompts asking for one text), and a node working with that user answer the
+        // copy wrong — so a third node decides where one is online (the odd answer is struck: a
+        // replay if it is the original). With none, the two signals are a strike.
         if (copy.suspicion) {
-          this.struck.push({ nodeId: rows[0].nodeId, jobId: original, kind: 'replay', evidence: { ...copy.suspicion, contradicted_by_job: copy.id } });
+          const evidence = { ...copy.suspicion, contradicted_by_job: copy.id };
+          const third = { of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(rows[0].nodeId, [copy.nodeId, ...rows[0].holders, ...copy.holders]),
+            suspicion: { ...evidence, [SUSPECT_JOB]: original } };
+          this.plans.push(third);
+          this.contested.set(third, { nodeId: rows[0].nodeId, jobId: original, kind: 'replay', evidence });
         } else {
           // A copy that replayed an earlier answer of its node is the suspect: the third
           // answer's verdict on it is a replay, and with no third node, its own evidence is.
