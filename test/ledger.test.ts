@@ -233,7 +233,7 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     const out: string[] = [];
     expect(await runLedgerVerify(['--server', url, '--node', 'alpha', '--key', keys.alpha!, '--days', '5'], (l) => out.push(l), (l) => out.push(l))).toBe(1);
     expect(out).toContain(`day ${day(3)}, node alpha, entry credit j-3-alpha-5: changed since the day closed`);
-    expect(out.at(-1)).toMatch(/^\d+ differences?$/);
+    expect(out.slice(-2)).toEqual([expect.stringMatching(/^\d+ differences?$/), expect.stringMatching(/^ins: \d+ differences? in the ledger$/)]);
     out.length = 0;
     expect(await runLedgerVerify(['--server', url, '--node', 'gamma 🚀', '--key', keys['gamma 🚀']!, '--days', '1'], (l) => out.push(l), (l) => out.push(l))).toBe(0);
     expect(out.at(-1)).toBe('everything verifies');
@@ -243,6 +243,40 @@ describe.each(backends)('the points ledger on $name', (backend) => {
     t.app.ledger.reader.forget();
     const pub = (await verifyLedger({ server: url, days: 30 })).differences.map(describeDifference);
     expect(pub).toContain(`day ${day(2)}: the node totals no longer give the signed root (a total was changed)`);
+  });
+
+  it('ends with the same summary and exit code on the database and with --server: nothing differs, then a difference', async () => {
+    await start();
+    await t.app.ledger.closer!.closeDue();
+    // The two commands as `ins` runs them: on the database (src/cli/ledger-commands.ts) and over
+    // HTTP (src/ledger-client/cli.ts, which main.ts runs for --server).
+    const local = async (args: string[]) => {
+      const io = bufferIo();
+      return { code: await runCommand(t.db, ['ledger', 'verify', '--days', '30', ...args], io), out: io.stdout, err: io.stderr };
+    };
+    const remote = async (args: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      return { code: await runLedgerVerify(['--server', url, '--days', '30', ...args], (l) => out.push(l), (l) => err.push(l)), out, err };
+    };
+    const modes = [['--key', reader], ['--node', 'alpha', '--key', keys.alpha!]];
+    for (const r of [await local([]), ...await Promise.all(modes.map(remote))]) {
+      expect(r).toMatchObject({ code: 0, err: [] });
+      expect(r.out.at(-1)).toBe('everything verifies');
+    }
+
+    await q('t_credit', "UPDATE job_results SET points = 7 WHERE job_id = 'j-3-alpha-5'");
+    for (const json of [false, true]) {
+      const args = json ? ['--json'] : [];
+      for (const r of [await local(args), ...await Promise.all(modes.map((m) => remote([...m, ...args])))]) {
+        expect(r.code).toBe(1);
+        const differences = json ? (JSON.parse(r.out[0]!) as { differences: unknown[] }).differences.length : Number(/^(\d+) differences?$/.exec(r.out.at(-1)!)?.[1]);
+        expect(differences).toBeGreaterThan(0);
+        const summary = `${differences} difference${differences === 1 ? '' : 's'} in the ledger`;
+        expect(r.err).toEqual([`ins: ${summary}`]);
+        if (json) expect(r.out).toEqual([r.out[0], JSON.stringify({ error: summary })]);
+      }
+    }
   });
 
   it('puts a reversal made after its day closed on the day it is made, and everything still adds up', async () => {

@@ -15,15 +15,16 @@ export const LEDGER_COMMANDS: Record<string, Command> = {
     args: [],
     flags: ['days'],
     async run(db, _args, { json, filter }, io) {
-      const [{ checkDatabase }, { describe }] = await Promise.all([import('../ledger/check.js'), import('../ledger-format/day.js')]);
+      const [{ checkDatabase }, { countDifferences, describe }] = await Promise.all([import('../ledger/check.js'), import('../ledger-format/day.js')]);
       const r = await checkDatabase(db, days(filter.days));
       if (json) io.out(JSON.stringify(r));
       else {
         io.out(r.days.length === 0 ? 'no closed day yet' : `${r.days.length} closed day${r.days.length === 1 ? '' : 's'} (${r.days[0]} to ${r.days.at(-1)}) checked against this database`);
         for (const d of r.differences) io.out(describe(d));
-        if (r.days.length) io.out(r.differences.length === 0 ? 'everything verifies' : `${r.differences.length} difference${r.differences.length === 1 ? '' : 's'}`);
+        if (r.days.length) io.out(r.differences.length === 0 ? 'everything verifies' : countDifferences(r.differences.length));
       }
-      if (r.differences.length) throw new CommandError(`${r.differences.length} difference${r.differences.length === 1 ? '' : 's'} in the ledger`);
+      // Its last line, on stderr, is also --server's (src/ledger-client/cli.ts).
+      if (r.differences.length) throw new CommandError(`${countDifferences(r.differences.length)} in the ledger`);
     },
   },
   'ledger close': {

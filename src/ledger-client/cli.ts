@@ -2,7 +2,7 @@
 // and what it prints. Exit 0 when everything verifies, 1 naming each difference, 2 bad usage.
 import { parseArgs } from 'node:util';
 import { notWholeNumberFlag, wholeNumber } from '../whole-number.js';
-import { describe } from '../ledger-format/day.js';
+import { countDifferences, describe } from '../ledger-format/day.js';
 import { LedgerHttpError, verifyLedger, type VerifyOptions } from './verify.js';
 
 export const LEDGER_VERIFY_HELP = `usage: ins ledger verify --server URL [--node NAME --key KEY] [--days N] [--key-id ID] [--json]
@@ -63,7 +63,14 @@ export async function runLedgerVerify(argv: string[], out: (line: string) => voi
     const span = report.days.length === 1 ? report.days[0] : `${report.days[0]} to ${report.days.at(-1)}`;
     out(`${o.server}, key ${report.keyId}: ${report.days.length} closed day${report.days.length === 1 ? '' : 's'} (${span}) checked: ${report.compared.join(', ')}`);
     for (const d of report.differences) out(describe(d));
-    out(report.differences.length === 0 ? 'everything verifies' : `${report.differences.length} difference${report.differences.length === 1 ? '' : 's'}`);
+    out(report.differences.length === 0 ? 'everything verifies' : countDifferences(report.differences.length));
   }
-  return report.differences.length === 0 ? 0 : 1;
+  if (report.differences.length === 0) return 0;
+  // Ends as the check on the database does (src/cli/ledger-commands.ts, its failure reported by
+  // src/cli/io.ts reportFailure, which this layer may not import): the count on stderr and, with
+  // --json, {"error": …} after the report on stdout.
+  const failure = `${countDifferences(report.differences.length)} in the ledger`;
+  err(`ins: ${failure}`);
+  if (json) out(JSON.stringify({ error: failure }));
+  return 1;
 }

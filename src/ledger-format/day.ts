@@ -102,6 +102,9 @@ export function describe(d: Difference): string {
   return [`day ${d.day}`, d.node !== undefined ? `node ${d.node}` : '', d.entry !== undefined ? `entry ${d.entry}` : ''].filter(Boolean).join(', ') + `: ${d.what}`;
 }
 
+/** "N difference(s)": how both checks, `ins ledger verify` and with --server, count what they found. */
+export const countDifferences = (n: number): string => `${n} difference${n === 1 ? '' : 's'}`;
+
 /** Differences between what was signed for a day and what its entries give now. */
 export function compareTotals(day: string, signed: DayTotals, now: DayTotals): Difference[] {
   const out: Difference[] = [];
