@@ -20,14 +20,22 @@ const FAILED_BY = 'failed_by';
 
 export interface FailedJobOptions { onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
 
+/**
+ * SQL: lease `l` of job `j` was held until the deadline for at least half the time the job's
+ * owner gave it. One taken late (the job waited in the queue: a busy network) is no node's
+ * fault, and copying those would add work when the network has least to spare.
+ */
+export const heldHalf = (l: string, j: string): string =>
+  `${l}.outcome = 'deadline' AND 2 * (${l}.ended_at - ${l}.leased_at) >= ${j}.deadline_at - ${j}.submitted_at`;
+
 // Of the jobs $1 that ended failed or expired — users' jobs and probes, not copies, and not
 // failed by a request error (audited as a claim: request-errors.ts) — those with no copy yet
-// and a lease that ended by its node's fault (an error report, a lease that ran out, one held
-// until the deadline), with every node that held a lease of each (the copy goes to none of
-// them) and the nodes whose endings the copy judges.
+// and an error report or a lease held until the deadline (heldHalf), with every node that held
+// a lease of each (the copy goes to none of them) and the nodes whose endings the copy judges.
+// (A lease that ran out counts without a copy.)
 const FAILED = sql('verify_failed_jobs', `SELECT j.id::text AS id, j.model_id,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders,
-    ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id AND h.outcome IN ('error', 'expired', 'deadline')) AS failed_by
+    ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id AND (h.outcome = 'error' OR ${heldHalf('h', 'j')})) AS failed_by
   FROM jobs j WHERE j.id = ANY($1::uuid[]) AND j.state IN ('failed', 'expired') AND j.verify_of IS NULL AND j.error IS NULL
     AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = j.id)`);
 

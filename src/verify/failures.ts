@@ -14,15 +14,17 @@
 // copied to another node (failed-jobs.ts): once that copy is answered, the error reports and
 // the lease held until the deadline count as they would had the job been finished, and the
 // auditor tells the failing nodes. A copy of a done job, answered, shows the same. A lease held
-// until the deadline counts only when the copy was done, from its submission, within half the
-// time the job's owner gave the job: the deadline is the user's to choose, and a node somewhat
-// slower than another must not be made to fail by deadlines cut to its speed. (A lease that ran
-// out, LEASE_TIMEOUT after it began, counts always.)
+// until the deadline counts only when it was held for at least half the time the job's owner
+// gave the job, and the copy was done, from its submission, within that half: the deadline is
+// the user's to choose, and a node somewhat slower than another must not be made to fail by
+// deadlines cut to its speed, nor one that took a job late. (A lease that ran out,
+// LEASE_TIMEOUT after it began, counts always.)
 import { sql, type Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { strike } from './standing.js';
 import { reverse } from './reversal.js';
 import { emptyReport, type AuditReport } from './auditor.js';
+import { heldHalf } from './failed-jobs.js';
 
 // $1 node, $2 window (s): its node-owned endings since its last failure strike (or its
 // reinstatement) within the window. Copies are found through jobs_verify_of. Leases are found through job_leases_node (node_id, leased_at).
@@ -37,7 +39,7 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
         EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at)
         OR EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = l.job_id AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at))
       OR l.outcome = 'deadline' AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
-        WHERE o.id = l.job_id AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
+        WHERE o.id = l.job_id AND ${heldHalf('l', 'o')} AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
           AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at))`);
 // One judgement of a node's failures at a time across servers: the count and its strike in one
 // transaction, so two servers told of the same failures strike once. The lock's class (any
