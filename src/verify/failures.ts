@@ -2,8 +2,8 @@
 // until the job's deadline (the lifecycle tells: jobs/sql/complete.ts, jobs/sql/sweep.ts) —
 // keep that node off the job, and repeated ones count against it: every VERIFY_FAILURES of them
 // within the evidence window (since its last `failure` strike, or its reinstatement) is a
-// strike of their own kind, `failure`. An honest node fails now and then (its backend restarts, a reply is lost); a node
-// that takes jobs and fails them keeps users waiting. The strike moves its standing like any
+// strike of their own kind, `failure`. An honest node fails now and then (its backend
+// restarts, a reply is lost); a node that takes jobs and fails them keeps users waiting. The strike moves its standing like any
 // other (verify/standing.ts); it takes no points back (a failed attempt earned nothing).
 // An error report counts once another node finished its job (from when that job finished): a
 // job nobody could finish (a prompt past every backend's context, a request its model cannot
@@ -27,7 +27,8 @@ import { emptyReport, type AuditReport } from './auditor.js';
 import { heldHalf } from './failed-jobs.js';
 
 // $1 node, $2 window (s): its node-owned endings since its last failure strike (or its
-// reinstatement) within the window. Copies are found through jobs_verify_of. Leases are found through job_leases_node (node_id, leased_at).
+// reinstatement) within the window. Leases are found through job_leases_node (node_id,
+// leased_at), copies through jobs_verify_of.
 const FAILURES = sql('verify_failures_since', `WITH since AS (
     SELECT greatest(now() - make_interval(secs => $2::float8),
       coalesce((SELECT max(s.at) FROM node_strikes s WHERE s.node_id = $1::bigint AND s.kind = 'failure'), '-infinity'),
