@@ -3,8 +3,9 @@
 // keep that node off the job, and repeated ones count against it: every VERIFY_FAILURES of them
 // within the evidence window (since its last `failure` strike, or its reinstatement) is a
 // strike of their own kind, `failure`. An honest node fails now and then (its backend
-// restarts, a reply is lost); a node that takes jobs and fails them keeps users waiting. The strike moves its standing like any
-// other (verify/standing.ts); it takes no points back (a failed attempt earned nothing).
+// restarts, a reply is lost); a node that takes jobs and fails them keeps users waiting. The
+// strike moves its standing like any other (verify/standing.ts); it takes no points back (a
+// failed attempt earned nothing).
 // An error report counts once another node finished its job (from when that job finished): a
 // job nobody could finish (a prompt past every backend's context, a request its model cannot
 // run) is the job's fault, and counting those let any user get the nodes of a model suspended
