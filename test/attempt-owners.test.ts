@@ -148,6 +148,33 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     for (const id of ids) expect((await user.result(id)).json()).toMatchObject({ status: 'failed' });
   });
 
+  it('error reports already counted for a strike do not count again when checks of their done jobs are answered later', async () => {
+    const model = 'double-model';
+    const x = await worker(model, 'double-x');
+    const y = await worker(model, 'double-y');
+    const z = await worker(model, 'double-z');
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const id = await user.submit(model, `double ${i}`);
+      ids.push(id);
+      const job = (await x.getJob())!;
+      expect(job.job_id).toBe(id);
+      expect((await reportWith(x, job, '', 'error')).statusCode).toBe(200);
+      const again = (await y.getJob())!;
+      expect(again.job_id).toBe(id);
+      expect((await y.report(again)).statusCode).toBe(200);
+    }
+    await expect.poll(() => strikes('double-x'), { timeout: 10_000 }).toEqual(['failure']);
+    // Checks of the done jobs (a share, probation), answered by another node afterwards.
+    const nodeId = async (name: string) => (await q<{ id: number }>(`t_node_${name}`, 'SELECT id::int AS id FROM nodes WHERE name = $1', [name]))[0]!.id;
+    const [xi, yi] = [await nodeId('double-x'), await nodeId('double-y')];
+    const lifecycle = t.app.service.coordinator.lifecycle;
+    lifecycle.apply(await t.db.transaction((tx) => lifecycle.queueChecks(tx, ids.map((of) => ({ kind: 'verify' as const, id: randomUUID(), of, exclude: [yi, xi], suspicion: null })), 240)));
+    for (let i = 0; i < 3; i++) expect((await z.report(await nextJob(z))).statusCode).toBe(200);
+    // No new failure of X: judged again, its three error reports make no second strike.
+    expect((await strikeFailures(t.db, [{ nodeId: xi, jobId: ids[2]! }], { ...DEFAULT_VERIFY, failuresPerStrike: 3 })).strikes).toEqual([]);
+  });
+
   it('a node that holds its jobs until their deadline: each expired job is copied to another node, and done within half the time its owner gave it, it counts against the node', async () => {
     const model = 'deadline-model';
     const holder = await worker(model, 'deadline-holder');

@@ -14,7 +14,9 @@
 // job that no node finished (its MAX_ATTEMPTS used up by errors, or held until its deadline) is
 // copied to another node (failed-jobs.ts): once that copy is answered, the error reports and
 // the lease held until the deadline count as they would had the job been finished, and the
-// auditor tells the failing nodes. A copy of a done job, answered, shows the same. A lease held
+// auditor tells the failing nodes. Only a job that was not done: a done job's error reports
+// count from when it was done, and its checks' copies, done later, must not count them again
+// after the strike they made. A lease held
 // until the deadline counts only when it was held for at least half the time the job's owner
 // gave the job, and the copy was done, from its submission, within that half: the deadline is
 // the user's to choose, and a node somewhat slower than another must not be made to fail by
@@ -39,7 +41,8 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
     AND (l.outcome = 'expired' AND l.ended_at > since.at
       OR l.outcome = 'error' AND (
         EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at)
-        OR EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = l.job_id AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at))
+        OR EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
+          WHERE o.id = l.job_id AND o.state <> 'done' AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at))
       OR l.outcome = 'deadline' AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
         WHERE o.id = l.job_id AND ${heldHalf('l', 'o')} AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
           AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at))`);
