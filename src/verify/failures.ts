@@ -39,13 +39,10 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
   SELECT count(*)::int AS n FROM job_leases l, since
   WHERE l.node_id = $1::bigint AND l.leased_at > now() - make_interval(secs => $2::float8)
     AND (l.outcome = 'expired' AND l.ended_at > since.at
-      OR l.outcome = 'error' AND (
-        EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at)
-        OR EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
-          WHERE o.id = l.job_id AND o.state <> 'done' AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at))
-      OR l.outcome = 'deadline' AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
-        WHERE o.id = l.job_id AND ${heldHalf('l', 'o')} AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
-          AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at))`);
+      OR l.outcome = 'error' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at)
+      OR l.outcome IN ('error', 'deadline') AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
+        WHERE o.id = l.job_id AND o.state <> 'done' AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
+          AND (l.outcome = 'error' OR ${heldHalf('l', 'o')} AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at)))`);
 // One judgement of a node's failures at a time across servers: the count and its strike in one
 // transaction, so two servers told of the same failures strike once. The lock's class (any
 // constant the service uses for nothing else) and the node.
