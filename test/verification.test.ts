@@ -260,7 +260,8 @@ describe.each(backends)('verification on $name', (backend) => {
     const key = await t.addNode('checked');
     const [a, b] = [await new TestWorker(t.app, 'checked', key).start([MODEL]), await new TestWorker(t.app, 'checked', key).start([MODEL])];
     const checker = await new TestWorker(t.app, 'checker', await t.addNode('checker')).start([MODEL]);
-    const waiting = () => t.app.service.coordinator.waitingWorkers;
+    // Each poll waits with its first look done: a submission during a look would pass that poll by.
+    const waiting = () => t.app.service.coordinator.idleWorkers;
     const aPoll = a.getJob(30);
     await expect.poll(waiting).toBe(1);
     const bPoll = b.getJobRaw(30);

@@ -211,6 +211,11 @@ export class Coordinator {
     return this.dispatcher.waiting;
   }
 
+  /** Polls waiting with no look of theirs in flight (jobs/dispatcher.ts idleWaiting). */
+  get idleWorkers(): number {
+    return this.dispatcher.idleWaiting;
+  }
+
   /** The server is stopping: waits end at once (drain), and a completion woken so cancels its job. */
   get draining(): boolean {
     return this.drained;

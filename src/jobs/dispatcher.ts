@@ -130,6 +130,17 @@ export class Dispatcher implements LiveConsumer {
     return this.waiters.size;
   }
 
+  /**
+   * Of those, the polls with no look of theirs queued or running: a job submitted now goes to
+   * the first of them (claim()). A poll's first look is a round of its own, and a submission
+   * meanwhile passes it by (tests that give a job to one poll of several wait for this).
+   */
+  get idleWaiting(): number {
+    let n = 0;
+    for (const w of this.waiters) if (!this.pending.has(w) && !this.looking.has(w)) n++;
+    return n;
+  }
+
   /** Notifications are reliable (true) or may have been missed (false): "empty" is trusted only while live. */
   setLive(live: boolean): void {
     this.live = live;
