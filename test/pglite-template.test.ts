@@ -29,11 +29,15 @@ describe('the embedded database template', () => {
       expect(await migrate(db)).toEqual([]);
       const rows = await db.query<{ version: number }>({ name: 't_versions', text: 'SELECT version FROM schema_migrations ORDER BY version' });
       expect(rows.map((r) => r.version)).toEqual(loadMigrations().map((m) => m.version));
+      // The service's database alone (scripts/build-pgdata.ts drops initdb's templates), and the
+      // WAL one segment of a checkpoint and zeros: what a new data directory unpacks is small.
+      expect(await db.query({ name: 't_databases', text: 'SELECT datname FROM pg_database' })).toEqual([{ datname: 'postgres' }]);
     } finally {
       await db.close();
     }
     // Nothing readable by others, as after initdb (db/pglite.ts tightens the modes).
     expect(statSync(path.join(data, 'PG_VERSION')).mode & 0o027).toBe(0);
+    expect(statSync(templatePath()).size).toBeLessThan(2_000_000);
   }, 120_000);
 
   it('starts again after an interrupted unpacking', async () => {
