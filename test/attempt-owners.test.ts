@@ -199,41 +199,6 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await strikes('deadline-other')).toEqual([]);
   });
 
-  it('a node that holds its jobs for most of their time and gives them back: each expired job is copied to another node, and it counts against the node as a hold until the deadline does', async () => {
-    const model = 'give-back-model';
-    const holder = await worker(model, 'give-back-holder');
-    const other = await worker(model, 'give-back-other');
-    for (let i = 0; i < 3; i++) {
-      const id = await user.submit(model, `give me back ${i}`);
-      expect((await holder.getJob())!.job_id).toBe(id);
-      // Held for 50 of the 60 seconds the job was given, then given back: the first give-up of a
-      // job is free (jobs/sql/release.ts), and the next node would have 10 seconds. Given back by
-      // deregistering (`released`), or as the dispatcher gives up a session's oldest lease when
-      // its worker asks for more jobs than it can hold (`abandoned`).
-      await q('t_give_back', "UPDATE jobs SET submitted_at = now() - interval '50 seconds', deadline_at = now() + interval '10 seconds' WHERE id = $1::uuid", [id]);
-      await q('t_give_back_lease', "UPDATE job_leases SET leased_at = now() - interval '50 seconds' WHERE job_id = $1::uuid AND ended_at IS NULL", [id]);
-      if (i === 1) {
-        const [{ session_id: sessionId }] = await q<{ session_id: number }>('t_give_back_session', 'SELECT session_id::int FROM job_leases WHERE job_id = $1::uuid AND ended_at IS NULL', [id]) as [{ session_id: number }];
-        await t.app.service.coordinator.lifecycle.release({ sessionId, most: 1 }, 'abandoned');
-      } else {
-        expect((await holder.deregister()).statusCode).toBe(200);
-        await holder.start([model]);
-      }
-      expect(await q('t_given_back', 'SELECT outcome, state FROM job_leases l JOIN jobs j ON j.id = l.job_id WHERE l.job_id = $1::uuid', [id])).toEqual([{ outcome: i === 1 ? 'abandoned' : 'released', state: 'queued' }]);
-      // Nobody takes it in its last 10 seconds: it expires.
-      await q('t_give_back_deadline', 'UPDATE jobs SET deadline_at = now() WHERE id = $1::uuid', [id]);
-      await until('the job to expire', async () => {
-        await t.app.service.coordinator.lifecycle.sweep();
-        return (await q<{ state: string }>('t_give_back_expired', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'expired';
-      }, 10_000);
-      const copy = await nextJob(other);
-      expect(await q('t_give_back_copy', 'SELECT verify_of::text AS of, suspicion FROM jobs WHERE id = $1::uuid', [copy.job_id])).toMatchObject([{ of: id, suspicion: { failed_by: [expect.any(Number)] } }]);
-      expect((await other.report(copy)).statusCode).toBe(200);
-    }
-    await expect.poll(() => strikes('give-back-holder'), { timeout: 10_000 }).toEqual(['failure']);
-    expect(await strikes('give-back-other')).toEqual([]);
-  });
-
   it('a job held until its deadline whose copy took over half the time its owner gave it, and one taken late: no failure counted, no copy of the late one', async () => {
     const model = 'slow-deadline-model';
     // The slow node runs two sessions (a session holds one job at a time).

@@ -21,19 +21,16 @@ const FAILED_BY = 'failed_by';
 export interface FailedJobOptions { onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
 
 /**
- * SQL: lease `l` of job `j` was held for at least half the time the job's owner gave it and
- * ended without an answer: at the deadline, or given back (`released`, `abandoned`) — a node
- * that held a job until shortly before its deadline and gave it back (its first give-up of a
- * job is free: jobs/sql/release.ts) left the next node too little time, as a hold until the
- * deadline does. One taken late (the job waited in the queue: a busy network) is no node's
+ * SQL: lease `l` of job `j` was held until the deadline for at least half the time the job's
+ * owner gave it. One taken late (the job waited in the queue: a busy network) is no node's
  * fault, and copying those would add work when the network has least to spare.
  */
 export const heldHalf = (l: string, j: string): string =>
-  `${l}.outcome IN ('deadline', 'released', 'abandoned') AND 2 * (${l}.ended_at - ${l}.leased_at) >= ${j}.deadline_at - ${j}.submitted_at`;
+  `${l}.outcome = 'deadline' AND 2 * (${l}.ended_at - ${l}.leased_at) >= ${j}.deadline_at - ${j}.submitted_at`;
 
 // Of the jobs $1 that ended failed or expired — users' jobs and probes, not copies, and not
 // failed by a request error (audited as a claim: request-errors.ts) — those with no copy yet
-// and an error report or a lease held for half its time without an answer (heldHalf), with every node that held
+// and an error report or a lease held until the deadline (heldHalf), with every node that held
 // a lease of each (the copy goes to none of them) and the nodes whose endings the copy judges.
 // (A lease that ran out counts without a copy.)
 const FAILED = sql('verify_failed_jobs', `SELECT j.id::text AS id, j.model_id,

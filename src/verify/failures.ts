@@ -13,8 +13,7 @@
 // when such a job is done. A lease that ran out counts always: silence is no user's doing. A
 // job that no node finished (its MAX_ATTEMPTS used up by errors, or held until its deadline) is
 // copied to another node (failed-jobs.ts): once that copy is answered, the error reports and
-// the lease held until the deadline (or held half the job's time and given back: heldHalf)
-// count as they would had the job been finished, and the
+// the lease held until the deadline count as they would had the job been finished, and the
 // auditor tells the failing nodes. Only a job that was not done: a done job's error reports
 // count from when it was done, and its checks' copies, done later, must not count them again
 // after the strike they made. A lease held
@@ -41,7 +40,7 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
   WHERE l.node_id = $1::bigint AND l.leased_at > now() - make_interval(secs => $2::float8)
     AND (l.outcome = 'expired' AND l.ended_at > since.at
       OR l.outcome = 'error' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at)
-      OR l.outcome IN ('error', 'deadline', 'released', 'abandoned') AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
+      OR l.outcome IN ('error', 'deadline') AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
         WHERE o.id = l.job_id AND o.state <> 'done' AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
           AND (l.outcome = 'error' OR ${heldHalf('l', 'o')} AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at)))`);
 // One judgement of a node's failures at a time across servers: the count and its strike in one
