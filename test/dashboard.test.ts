@@ -41,7 +41,10 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     expect((await runCli(['import', 'nodes', path.join(dir, 'nodes.csv')], env)).code).toBe(0);
     expect((await runCli(['import', 'results', path.join(dir, 'results.csv')], env)).code).toBe(0);
     reader = (await runCli(['key', 'add-reader', 'dashboard-test'], env)).stdout.trim();
-    server = await startServerProcess(env);
+    // rig-oslo-02's worker calls only during this set-up: an hour's online window keeps it online
+    // for every test below however slow the machine (the default 60 s lapsed once beside busy
+    // cores, and its model left the network's table).
+    server = await startServerProcess({ ...env, NODE_ONLINE_WINDOW: '3600s' });
     for (let i = 0; i < 4; i++) {
       await fetch(`${server.url}/worker/update_result`, { method: 'POST', headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ job_id: `today-${i}`, api_key: KEY, model_name: 'llama3.2:latest', result: { message: 'hi' }, status: 'success' }) });
