@@ -40,6 +40,27 @@ describe('the embedded database template', () => {
     expect(statSync(templatePath()).size).toBeLessThan(2_000_000);
   }, 120_000);
 
+  it('refuses to put in place a cluster missing a file it could not write, and leaves no PG_VERSION', async () => {
+    // A template whose `global/1213` cannot be written: `global` is a file in it. tar, outside
+    // strict mode, only warns of such an entry; the unpacking used to take every warning for the
+    // leading '/' it strips, and put the cluster in place without the file.
+    const src = path.join(dir, 'broken-src');
+    mkdirSync(src);
+    writeFileSync(path.join(src, 'global'), 'a file where a directory should be');
+    writeFileSync(path.join(src, 'PG_VERSION'), '17\n');
+    const file = path.join(dir, 'broken.tar.gz');
+    execFileSync('tar', ['-czf', file, '-C', src, 'global', 'PG_VERSION']);
+    // Append an entry under it: global/1213, from another directory.
+    const more = path.join(dir, 'broken-more');
+    mkdirSync(path.join(more, 'global'), { recursive: true });
+    writeFileSync(path.join(more, 'global', '1213'), 'x');
+    execFileSync('sh', ['-c', `gzip -dc "${file}" | head -c -1024 > "${file}.tar" && tar -rf "${file}.tar" -C "${more}" global/1213 && gzip -c "${file}.tar" > "${file}"`]);
+    const data = path.join(dir, 'broken');
+    mkdirSync(data);
+    expect(() => unpackTemplate(data, file)).toThrow(/could not unpack the database template .*global/);
+    expect(existsSync(path.join(data, 'PG_VERSION'))).toBe(false);
+  });
+
   it('starts again after an interrupted unpacking', async () => {
     const data = path.join(dir, 'interrupted');
     // What a killed unpacking leaves: part of the files, in staging or moved, and no PG_VERSION.

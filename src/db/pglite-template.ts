@@ -50,22 +50,26 @@ const VERSION_FILE = 'PG_VERSION';
 const STAGING = '.template-unpacking';
 
 /**
- * Unpacks the template into a data directory that holds no cluster yet; false when there is a
- * cluster already, or no template for this PGlite and these migrations (PGlite runs initdb).
+ * Unpacks the template (`file`: the build's, or another for a test) into a data directory that
+ * holds no cluster yet; false when there is a cluster already, or no template for this PGlite
+ * and these migrations (PGlite runs initdb). Throws when an entry could not be written.
  */
-export function unpackTemplate(dataDir: string): boolean {
+export function unpackTemplate(dataDir: string, file = templatePath()): boolean {
   if (existsSync(path.join(dataDir, VERSION_FILE))) return false;
-  const file = templatePath();
   if (!existsSync(file)) return false;
   // Into a staging directory first (what an interrupted run left there goes), then each entry
   // moved into place, PG_VERSION last. Synchronous: about twice as fast as tar's streams here,
   // and nothing else runs while a command opens its database. PGlite's dump names its entries
-  // from the cluster's root ("/base/1/…"): tar strips the leading slash, and warns, which we do
-  // not need.
+  // from the cluster's root ("/base/1/…"): tar strips the leading slash and says so
+  // (TAR_ENTRY_INFO), which we do not need. Anything else it reports is an entry it could not
+  // write — outside strict mode tar only warns — and a cluster missing a file must not be put
+  // in place: the command fails, and the next one unpacks again.
   const staging = path.join(dataDir, STAGING);
   rmSync(staging, { recursive: true, force: true });
   mkdirSync(staging);
-  extract({ file, cwd: staging, sync: true, onwarn: () => undefined });
+  let failed: string | undefined;
+  extract({ file, cwd: staging, sync: true, onwarn: (code, message) => { if (code !== 'TAR_ENTRY_INFO') failed ??= `${code}: ${String(message)}`; } });
+  if (failed) throw new Error(`could not unpack the database template ${file} into ${dataDir}: ${failed}`);
   const entries = readdirSync(staging).sort((a, b) => Number(a === VERSION_FILE) - Number(b === VERSION_FILE));
   for (const entry of entries) {
     // What an interrupted run had moved already is replaced whole.
