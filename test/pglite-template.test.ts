@@ -48,13 +48,14 @@ describe('the embedded database template', () => {
     mkdirSync(src);
     writeFileSync(path.join(src, 'global'), 'a file where a directory should be');
     writeFileSync(path.join(src, 'PG_VERSION'), '17\n');
-    const file = path.join(dir, 'broken.tar.gz');
-    execFileSync('tar', ['-czf', file, '-C', src, 'global', 'PG_VERSION']);
-    // Append an entry under it: global/1213, from another directory.
     const more = path.join(dir, 'broken-more');
     mkdirSync(path.join(more, 'global'), { recursive: true });
     writeFileSync(path.join(more, 'global', '1213'), 'x');
-    execFileSync('sh', ['-c', `gzip -dc "${file}" | head -c -1024 > "${file}.tar" && tar -rf "${file}.tar" -C "${more}" global/1213 && gzip -c "${file}.tar" > "${file}"`]);
+    // The file `global`, then global/1213 appended from another directory, gzipped.
+    const file = path.join(dir, 'broken.tar.gz');
+    execFileSync('tar', ['-cf', `${file}.tar`, '-C', src, 'global', 'PG_VERSION']);
+    execFileSync('tar', ['-rf', `${file}.tar`, '-C', more, 'global/1213']);
+    execFileSync('sh', ['-c', `gzip -c "${file}.tar" > "${file}"`]);
     const data = path.join(dir, 'broken');
     mkdirSync(data);
     expect(() => unpackTemplate(data, file)).toThrow(/could not unpack the database template .*global/);

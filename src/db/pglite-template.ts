@@ -3,9 +3,10 @@
 // new DATA_DIR (seconds: a second WebAssembly module compiled and a whole cluster bootstrapped),
 // and running every migration in WebAssembly PostgreSQL is most of the rest. The build makes the
 // template (scripts/build-pgdata.ts) with the installed PGlite: an initdb'd cluster with every
-// migration of migrations/ applied, the database `postgres` alone and its WAL in one segment. Its name carries PGlite's version and a digest of
-// migrations/, so after an upgrade or an edited migration without a rebuild no template is found
-// and initdb and the migrations run as before (a template is never older than migrations/).
+// migration of migrations/ applied, the database `postgres` alone and its WAL in one segment.
+// Its name carries PGlite's version and a digest of migrations/, so after an upgrade or an
+// edited migration without a rebuild no template is found and initdb and the migrations run as
+// before (a template is never older than migrations/).
 //
 // The template is unpacked here with the `tar` package, natively, before PGlite opens the
 // directory as an existing cluster: PGlite's own loadDataDir writes the same files through its

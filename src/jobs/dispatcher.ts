@@ -137,8 +137,13 @@ export class Dispatcher implements LiveConsumer {
    */
   get idleWaiting(): number {
     let n = 0;
-    for (const w of this.waiters) if (!this.pending.has(w) && !this.looking.has(w)) n++;
+    for (const w of this.waiters) if (this.idle(w)) n++;
     return n;
+  }
+
+  /** No look of this waiter's is queued or running. */
+  private idle(w: Waiter): boolean {
+    return !this.pending.has(w) && !this.looking.has(w);
   }
 
   /** Notifications are reliable (true) or may have been missed (false): "empty" is trusted only while live. */
@@ -204,7 +209,7 @@ export class Dispatcher implements LiveConsumer {
       const taken: Waiter[] = [];
       for (const w of this.byModel.get(model) ?? []) {
         if (taken.length >= count) break;
-        if (!w.settled && !this.pending.has(w) && !this.looking.has(w) && !w.gone()) taken.push(w);
+        if (!w.settled && this.idle(w) && !w.gone()) taken.push(w);
       }
       out.set(model, taken.map((w) => {
         this.remove(w);
