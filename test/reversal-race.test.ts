@@ -14,9 +14,11 @@ import { recordResult } from './helpers/production-paths.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 import { until } from './helpers/worker.js';
 
-const postgres = backends.filter((b) => b.name !== 'pglite');
+// The PostgreSQL backend. Without TEST_DATABASE_URL there is none: the suite is then registered
+// and skipped rather than left out, since a file that registers no suite fails vitest's run.
+const backend = backends.find((b) => b.name !== 'pglite');
 
-describe.each(postgres)('a reversal beside a credit of the same node on $name', (backend) => {
+describe.runIf(backend)(`a reversal beside a credit of the same node on ${backend?.name}`, () => {
   let db: Database | undefined;
   afterEach(async () => { await db?.close(); db = undefined; });
 
@@ -24,7 +26,7 @@ describe.each(postgres)('a reversal beside a credit of the same node on $name', 
     { what: 'a strike of its only success of the day', which: () => ({ jobIds: ['j1'] }), left: { points: 1.5, successes: 1 } },
     { what: 'a suspension of its evidence window', which: (nodeId: number) => ({ nodes: [{ nodeId, seconds: 3600 }] }), left: { points: 0, successes: 0 } },
   ])('$what: the aggregates equal their recomputation', async ({ which, left }) => {
-    db = await backend.open();
+    db = await backend!.open();
     const q = <T>(name: string, text: string, values: unknown[] = []) => db!.query<T>(sql(name, text), values);
     const [node] = await q<{ id: number }>('t_rr_node', "INSERT INTO nodes (name, key_hash) VALUES ('racer', repeat('b', 64)) RETURNING id::int");
     const [model] = await q<{ id: number }>('t_rr_model', "INSERT INTO models (name) VALUES ('m') RETURNING id");
