@@ -1,13 +1,14 @@
 // `ins worker` starting up, and what it tells its operator: a worker started before its
 // inference server (at boot, say) waits for it without registering — its node is not shown
 // online with nothing to run — and registers and declares its models once the server answers;
-// a worker whose node is suspended says so (its polls only ever find no job); a --metrics-port
-// in use is one line and exit 1.
+// a worker whose node is suspended says so (its polls only ever find no job); one given an
+// OpenAI-compatible server's URL with OpenAI's /v1 uses the server's root and says so; a
+// --metrics-port in use is one line and exit 1.
 import { createServer, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
-import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
+import { answerOf, startFakeBackend, type FakeBackend } from './helpers/backends.js';
 import { startWorker, until } from './helpers/worker.js';
 import { findNodeByName } from './helpers/production-paths.js';
 import { strikeNode } from '../src/nodes/sql/standing.js';
@@ -87,6 +88,19 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     const back = await startFakeBackend('ollama', ['fading-model'], { port });
     closers.push(() => back.close());
     await until('the worker to say its backend is back', () => w.logs.some((l) => l.includes('the backend answers again')));
+  });
+
+  it('--backend-url with OpenAI\'s /v1, as OpenAI clients are given it: the server\'s root is used, said at start, and jobs run', async () => {
+    const fake = await startFakeBackend('vllm', ['v1-model']);
+    closers.push(() => fake.close());
+    const w = await startWorker({ server: url, node: 'v1-node', key: await t.addNode('v1-node'), backend: 'vllm', backendUrl: `${fake.url}/v1` });
+    closers.push(() => w.stop());
+    expect(w.logs.find((l) => l.startsWith('info: backend: '))).toContain(`; reached at ${fake.url} {`);
+    const user = await t.addUser('v1-app');
+    const submitted = await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'v1-model', messages: [{ role: 'user', content: 'through v1' }] } });
+    expect(submitted.statusCode).toBe(200);
+    const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted.json().job_id}?wait=30`, headers: { api_key: user } });
+    expect(done.json()).toMatchObject({ status: 'success', result: { message: { content: answerOf('v1-model', [{ content: 'through v1' }]) } } });
   });
 
   it('pointed at a server that is no coordinator: says so', async () => {

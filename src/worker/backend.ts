@@ -40,6 +40,8 @@ export interface BackendAnswer {
 export interface Backend {
   /** What the backend is, as far as the worker found out (for the log), e.g. "vLLM 0.10.2". */
   readonly name: string;
+  /** The URL its requests' paths are put after (for the log); none for a model run in the worker. */
+  readonly url?: string;
   /** It continues a prefilled assistant turn (the way its API documents). */
   readonly continues: boolean;
   /** Finds out what the backend is and whether it continues answers; never throws (unknown: it does not). */

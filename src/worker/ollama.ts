@@ -40,7 +40,7 @@ export class Ollama implements Backend {
   /** What /api/tags says each model is (issue 31). */
   private tags = new Map<string, ModelBuild>();
 
-  constructor(private readonly url: string, private readonly mayContinue: boolean) {}
+  constructor(readonly url: string, private readonly mayContinue: boolean) {}
 
   /** Issue 31: resync replay on Ollama's logprobs (score-http.ts); none before 0.12.11, or when the version is unknown. */
   get score(): Backend['score'] {

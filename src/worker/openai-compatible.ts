@@ -36,14 +36,24 @@ const SENTINEL = 'ins-worker prefill probe 7f3a';
 type Usage = { prompt_tokens?: number; completion_tokens?: number } | null | undefined;
 const usageOf = (u: Usage) => (u ? { prompt_tokens: count(u.prompt_tokens), completion_tokens: count(u.completion_tokens) } : null);
 
+/**
+ * The server's root from --backend-url, without OpenAI's `/v1` (or `/v1/`) where it ends so: an
+ * OpenAI client is given the base with `/v1`, and operators give the worker the same. The paths
+ * here name /v1 themselves (kept, it made `/v1/v1/chat/completions`, a 404), and vLLM's /version
+ * and /tokenize and llama.cpp's /apply-template are at the root.
+ */
+export const serverRoot = (url: string): string => url.replace(/\/+$/, '').replace(/\/v1$/, '');
+
 export class OpenAICompatible implements Backend {
   name: string;
   continues: boolean;
+  readonly url: string;
   private dialect: Dialect;
   private readonly caps = new Map<string, Promise<string[]>>();
 
   /** stated: the server named by --backend (vllm, llamacpp), else found by detect(). */
-  constructor(private readonly url: string, private readonly stated: Dialect | undefined, private readonly mayContinue: boolean, private readonly quantization?: string) {
+  constructor(url: string, private readonly stated: Dialect | undefined, private readonly mayContinue: boolean, private readonly quantization?: string) {
+    this.url = serverRoot(url);
     this.dialect = stated ?? 'plain';
     this.name = stated === 'vllm' ? 'vLLM' : stated === 'llamacpp' ? "llama.cpp's server" : 'an OpenAI-compatible server';
     this.continues = mayContinue && stated !== undefined;

@@ -40,7 +40,7 @@ const FLAGS: [flag: string, env: string, help: string][] = [
   ['node', 'INS_NODE', "this node's name (as `ins node add NAME` made it)"],
   ['key', 'INS_NODE_KEY', "the node's key, nk_…"],
   ['backend', 'INS_BACKEND', 'ollama, vllm, llamacpp, openai (any OpenAI-compatible server; vLLM and llama.cpp are recognised), or gguf (a model file run by the worker itself)'],
-  ['backend-url', 'INS_BACKEND_URL', 'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible); not with gguf'],
+  ['backend-url', 'INS_BACKEND_URL', 'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible; with or without /v1); not with gguf'],
   ['model-file', 'INS_MODEL_FILE', 'gguf: the GGUF file to serve (needs node-llama-cpp, docs/worker.md)'],
   ['threads', 'INS_THREADS', 'gguf: CPU threads for the model (default: every core)'],
   ['quantization', 'INS_QUANTIZATION', 'openai, vllm, llamacpp: the quantisation the server runs (e.g. Q4_K_M, awq, fp16), declared for its models; Ollama and gguf say it themselves'],

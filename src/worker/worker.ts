@@ -192,8 +192,9 @@ export class Worker {
   /** Finds out what the backend is, and whether it continues answers (again after it was down: it may have changed). */
   private async detectBackend(): Promise<void> {
     await this.backend.detect();
-    this.events.log('info', `backend: ${this.backend.name}; ${this.backend.continues ? 'continues answers another node began' : 'runs answers another node began from the start'}`,
-      { backend: this.backend.name, continues: this.backend.continues });
+    const at = this.backend.url;
+    this.events.log('info', `backend: ${this.backend.name}; ${this.backend.continues ? 'continues answers another node began' : 'runs answers another node began from the start'}${at ? `; reached at ${at}` : ''}`,
+      { backend: this.backend.name, continues: this.backend.continues, ...(at ? { url: at } : {}) });
   }
 
   /** The backend's models, those of --models alone when given (a name without a tag is its `:latest`, as Ollama reads it). */
