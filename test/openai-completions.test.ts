@@ -75,7 +75,8 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
 
   it('refuses what it cannot honour by name, and a model nobody serves with 404; nothing is queued', async () => {
     const cases: [Record<string, unknown>, number, string, string][] = [
-      [{ model: 'vllm-model', prompt: ['one', 'two'] }, 400, 'prompt', 'unsupported_parameter'],
+      [{ model: 'vllm-model', prompt: ['one', 'two'], stream: true }, 400, 'prompt', 'unsupported_parameter'],
+      [{ model: 'vllm-model', prompt: [] }, 400, 'prompt', 'empty_array'],
       [{ model: 'vllm-model', prompt: [1, 2, 3] }, 400, 'prompt', 'invalid_type'],
       [{ model: 'vllm-model' }, 400, 'prompt', 'missing_required_parameter'],
       [{ model: 'vllm-model', prompt: 'x', n: 2 }, 400, 'n', 'unsupported_parameter'],

@@ -6,7 +6,7 @@ import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
 import type { RequestError } from '../../jobs/answer.js';
-import type { SSEReplyInterface } from '@fastify/sse';
+import type { Event } from '../front/wire.js';
 import { OpenAIError } from './errors.js';
 
 export type Outcome =
@@ -27,7 +27,7 @@ export async function submitCompletion(coordinator: Coordinator, owner: number, 
     // params always (even empty): it tells nodes that read it that an absent temperature is the model's default.
     request: {
       messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature, ...(chat.seed !== undefined ? { seed: chat.seed } : {}), ...(chat.stream ? { stream: true } : {}),
-      params: chat.params, ...(chat.needs ? { needs: chat.needs } : {}),
+      params: chat.params, ...(chat.needs ? { needs: chat.needs } : {}), ...(chat.front ? { front: chat.front } : {}),
     },
     timeoutSeconds: chat.timeoutSeconds,
   });
@@ -114,12 +114,17 @@ export function usageOf(usage: Usage | null): { prompt_tokens: number; completio
 }
 
 /**
- * Ends a stream that has begun but cannot end with the answer: the error as an event, which the
- * SDKs raise as an APIError, then `data: [DONE]`, since every stream ends so (vLLM's error
- * streams too), and a client reading the raw events waits for it.
+ * The end of an OpenAI stream that has begun but cannot end with the answer: the error as an
+ * event, which the SDKs raise as an APIError, then `data: [DONE]`, since every stream ends so
+ * (vLLM's error streams too), and a client reading the raw events waits for it.
  */
-export async function endStreamWithError(sse: SSEReplyInterface, error: { message: string; type: string; code: string | null }): Promise<void> {
-  await sse.send({ data: { error: { message: error.message, type: error.type, param: null, code: error.code } } });
-  await sse.send('[DONE]');
-  sse.close();
+export function openAIStreamError(error: OpenAIError): Event[] {
+  return [{ data: { error: { message: error.message, type: error.type, param: null, code: error.code } } }, '[DONE]'];
+}
+
+/** A text in pieces of at most `size` UTF-16 units (a tool call's arguments, as OpenAI streams them). */
+export function piecesOf(text: string, size: number): string[] {
+  const out: string[] = [];
+  for (let at = 0; at < text.length; at += size) out.push(text.slice(at, at + size));
+  return out;
 }

@@ -25,6 +25,8 @@ export interface ChatRequest {
   stream: boolean;
   includeUsage: boolean;
   timeoutSeconds: number;
+  /** What a front door keeps in the job beside its request (jobs.request.front; never sent to nodes): the Responses API's stored conversation. */
+  front?: Record<string, unknown>;
 }
 
 /** OpenAI's default temperature. */
