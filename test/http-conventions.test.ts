@@ -39,11 +39,17 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
     await db.close();
   });
 
-  it('answers any unknown /v1 path, any method, with OpenAI\'s 404 error object; other paths keep FastAPI\'s', async () => {
-    for (const [method, path] of [['POST', '/v1/responses'], ['POST', '/v1/messages'], ['GET', '/v1/batches'], ['DELETE', '/v1/files/f-1'], ['PUT', '/v1/models'], ['GET', '/v1/chat/completions'], ['GET', '/v1'], ['PATCH', '/v1/a/b/c']] as const) {
-      const res = await app.inject({ method, url: `${path}?x=1` });
+  it('answers any unknown /v1 path, any method, with OpenAI\'s 404 error object once the key is checked (401 without one); other paths keep FastAPI\'s', async () => {
+    for (const [method, path] of [['GET', '/v1/responses'], ['GET', '/v1/messages'], ['GET', '/v1/batches'], ['DELETE', '/v1/files/f-1'], ['PUT', '/v1/models'], ['GET', '/v1/chat/completions'], ['GET', '/v1'], ['PATCH', '/v1/a/b/c']] as const) {
+      const res = await app.inject({ method, url: `${path}?x=1`, headers: { authorization: `Bearer ${userKey}` } });
       expect(res.statusCode, `${method} ${path}`).toBe(404);
       expect(res.json()).toEqual({ error: { message: `Invalid URL (${method} ${path})`, type: 'invalid_request_error', param: null, code: null } });
+      // No key, or a made-up one: the key is refused before the path is looked at.
+      for (const headers of [{}, { authorization: 'Bearer uk_made_up' }, { 'x-api-key': 'uk_made_up' }]) {
+        const refused = await app.inject({ method, url: path, headers });
+        expect(refused.statusCode, `${method} ${path} ${JSON.stringify(headers)}`).toBe(401);
+        expect(refused.json().error.type).toBe('invalid_request_error');
+      }
     }
     for (const path of ['/v1x', '/v2/responses', '/nope']) {
       const res = await app.inject({ method: 'POST', url: path });
@@ -68,9 +74,9 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
 
   it('the official SDK raises NotFoundError with that message', async () => {
     const client = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1`, maxRetries: 0 });
-    const err = await client.post('/responses', { body: { model: MODEL, input: 'hi' } }).then(() => undefined, (e: unknown) => e);
+    const err = await client.post('/batches', { body: { input_file_id: 'f', endpoint: '/v1/chat/completions' } }).then(() => undefined, (e: unknown) => e);
     expect(err).toBeInstanceOf(NotFoundError);
-    expect((err as NotFoundError).message).toBe('404 Invalid URL (POST /v1/responses)');
+    expect((err as NotFoundError).message).toBe('404 Invalid URL (POST /v1/batches)');
   });
 
   it('puts x-request-id on every response: the client\'s own when plain, else a fresh one; the log line has the same id', async () => {

@@ -18,7 +18,7 @@ import type { CorsOrigins } from '../config.js';
 
 /** Headers a page's script may read besides the simple ones: the ids and the rate limits. */
 const EXPOSED = [REQUEST_ID_HEADER, 'retry-after', 'x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'].join(', ');
-const METHODS = 'GET, POST';
+const METHODS = 'GET, POST, DELETE';
 const MAX_AGE = '600';
 
 /** The route label of a preflight this hook answered (metrics, access log): no route matched it, but it is not a stray 404 either. */

@@ -1,5 +1,6 @@
 // Where a request's key travels, read the one way authentication and the per-key limits both
-// use: the `api_key` header first, else `Authorization: Bearer`. A limit keyed on anything else
+// use: the `api_key` header first, else Anthropic's `x-api-key` (its SDKs and Claude Code send the
+// key there), else `Authorization: Bearer`. A limit keyed on anything else
 // (another header, the raw Authorization) could be sidestepped by a client that varies what
 // authentication does not read.
 import type { FastifyRequest } from 'fastify';
@@ -23,7 +24,8 @@ export function headerKey(req: FastifyRequest): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The key in the `api_key` header, else the bearer token. */
+/** The key in the `api_key` header, else in `x-api-key`, else the bearer token. */
 export function requestKey(req: FastifyRequest): string | undefined {
-  return headerKey(req) || bearerToken(req);
+  const anthropic = req.headers['x-api-key'];
+  return headerKey(req) || (typeof anthropic === 'string' ? anthropic : undefined) || bearerToken(req);
 }

@@ -53,7 +53,7 @@ export interface JobRequest {
   /** Ours: the capabilities the job needs (jobs/capabilities.ts bits); absent or 0: a plain job. */
   needs?: number;
   /** Ours: what the front door that took the job keeps with it (the Responses API's stored response); never sent to nodes (routes/worker/get-job.ts picks job_data's fields). */
-  front?: Record<string, unknown>;
+  front?: object;
 }
 
 /** A seed for a job whose user gave none. */

@@ -33,10 +33,10 @@ export interface RunOptions {
 }
 
 /** The key's id once the request is read and its model checked: what every front door does before its job. */
-export async function admit(deps: Deps, served: ServedModels, req: FastifyRequest, parse: () => ChatRequest, paramNeeding: ParamNeeding, chat: boolean): Promise<{ owner: number; job: ChatRequest }> {
+export async function admit(deps: Deps, served: ServedModels, req: FastifyRequest, parse: (owner: number) => ChatRequest | Promise<ChatRequest>, paramNeeding: ParamNeeding, chat: boolean): Promise<{ owner: number; job: ChatRequest }> {
   const { metrics } = deps;
   const owner = await authenticateUser(deps, req);
-  const job = parse();
+  const job = await parse(owner);
   const counted = (outcome: string, model = job.model) => () => metrics.completions.inc({ model, outcome });
   // Not a model the network serves: one series for all such names, however many are made up.
   await served.requireServed(job.model, counted('model_not_found', 'other'));

@@ -26,7 +26,7 @@ export interface ChatRequest {
   includeUsage: boolean;
   timeoutSeconds: number;
   /** What a front door keeps in the job beside its request (jobs.request.front; never sent to nodes): the Responses API's stored conversation. */
-  front?: Record<string, unknown>;
+  front?: object;
 }
 
 /** OpenAI's default temperature. */
