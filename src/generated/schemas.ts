@@ -525,6 +525,21 @@ export const LedgerExportParams = Type.Object({
 });
 export type LedgerExportParams = Static<typeof LedgerExportParams>;
 
+export const ResponsesRetrieveParams = Type.Object({
+  response_id: Type.String({ description: "`resp_` and the job id's 32 hex digits." }),
+});
+export type ResponsesRetrieveParams = Static<typeof ResponsesRetrieveParams>;
+
+export const ResponsesDeleteParams = Type.Object({
+  response_id: Type.String({ description: "`resp_` and the job id's 32 hex digits." }),
+});
+export type ResponsesDeleteParams = Static<typeof ResponsesDeleteParams>;
+
+export const ResponsesCancelParams = Type.Object({
+  response_id: Type.String({ description: "`resp_` and the job id's 32 hex digits." }),
+});
+export type ResponsesCancelParams = Static<typeof ResponsesCancelParams>;
+
 export const UniqueNodesResponses = {
   200: UniqueNodesResponse,
   422: HTTPValidationError,
@@ -916,4 +931,172 @@ export const LedgerExportResponses = {
   422: HTTPValidationError,
   429: ErrorDetail,
   503: ErrorDetail,
+};
+
+export const AnthropicMessagesResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  401: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  403: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  404: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  413: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  429: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  502: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  503: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  504: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+};
+
+export const AnthropicCountTokensResponses = {
+  200: Type.Object({
+    input_tokens: Type.Integer(),
+  }),
+  400: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  401: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  413: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+  429: Type.Object({
+    type: Type.Union([Type.Literal("error")]),
+    error: Type.Object({
+      type: Type.String(),
+      message: Type.String(),
+    }),
+  }),
+};
+
+export const ResponsesCreateResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  403: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  409: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  413: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  429: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  502: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  503: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  504: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const ResponsesRetrieveResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const ResponsesDeleteResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+};
+
+export const ResponsesCancelResponses = {
+  200: Type.Object({}, { additionalProperties: true }),
+  400: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  401: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
+  404: Type.Object({
+    error: Type.Object({}, { additionalProperties: true }),
+  }),
 };
