@@ -1,4 +1,4 @@
-// The README's table of OpenAI chat fields (section "Use it from any OpenAI client") kept true:
+// The table of OpenAI chat fields at a glance (docs/openai.md, "The fields at a glance") kept true:
 // each row's fields are sent, one at a time, with a value that means something, and must be
 // honoured (carried in the job), accepted (no error) or refused (400 unsupported_parameter
 // naming the field), as the row says. A field the parser does not know the value of fails here.
@@ -21,9 +21,9 @@ const VALUES: Record<string, unknown> = {
 const WITH: Record<string, Record<string, unknown>> = { response_format: { messages: [{ role: 'user', content: 'hi, in JSON' }] }, top_logprobs: { logprobs: true }, tool_choice: { tools: [TOOL] }, parallel_tool_calls: { tools: [TOOL] }, stream_options: { stream: true } };
 const LIMITS = { defaultTimeout: 240, maxTimeout: 3600 };
 
-function readmeTable(): { fields: string[]; status: string }[] {
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-  const section = readme.slice(readme.indexOf('# Use it from any OpenAI client'));
+function glanceTable(): { fields: string[]; status: string }[] {
+  const page = readFileSync(new URL('../docs/openai.md', import.meta.url), 'utf8');
+  const section = page.slice(page.indexOf('### The fields at a glance'));
   const lines = section.slice(section.indexOf('| Field | Status |')).split('\n');
   const rows = lines.slice(2, lines.findIndex((l) => !l.startsWith('|')));
   return rows.map((l) => {
@@ -32,8 +32,8 @@ function readmeTable(): { fields: string[]; status: string }[] {
   });
 }
 
-describe("the README's table of OpenAI fields", () => {
-  const table = readmeTable();
+describe("docs/openai.md's table of OpenAI fields at a glance", () => {
+  const table = glanceTable();
 
   it('has rows of each kind', () => {
     expect(new Set(table.map((r) => r.status))).toEqual(new Set(['honoured', 'accepted', 'refused']));
