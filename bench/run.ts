@@ -10,7 +10,8 @@
 // - ledger: closing a day of 5,000,000 credits, and `ins ledger verify` of a node's 30 days (bench/ledger.ts);
 // - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts);
 // - request-cost: the server's CPU per request of the job cycle's commonest requests, against another checkout (bench/request-cost.ts);
-// - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts).
+// - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts);
+// - added-latency: what the network adds to one chat completion, streamed and not, over the backend alone (bench/added-latency.ts).
 // Every size is a flag (--help).
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -27,6 +28,7 @@ import { pollsScenario } from './polls.js';
 import { cliScenario } from './cli.js';
 import { requestCostScenario } from './request-cost.js';
 import { statementStatsScenario } from './statement-stats.js';
+import { addedLatencyScenario } from './added-latency.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -64,6 +66,7 @@ const { values: flags } = parseArgs({
     'closing-results': { type: 'string', default: '1000000' },
     queued: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '5' },
+    rounds: { type: 'string', default: '8' },
     requests: { type: 'string', default: '20000' },
     current: { type: 'string' },
     profile: { type: 'string' },
@@ -73,7 +76,7 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|statement-stats|cli] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|statement-stats|cli|added-latency] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -156,8 +159,10 @@ async function main(): Promise<void> {
       return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration'), pgPerf: flags['pg-perf'], mode: flags['client-mode'], analyze: flags.analyze, current: flags.current });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
+    case 'added-latency':
+      return addedLatencyScenario({ backends: flags.backends, databaseUrl: flags['database-url'], rounds: num('rounds'), out: flags.out });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats or cli)`);
+      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats, cli or added-latency)`);
   }
 }
 

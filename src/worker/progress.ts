@@ -1,12 +1,14 @@
 // The line from a running job to the coordinator: POST /worker/job_progress with the job key,
-// for every job — the new text of a streamed job (gathered for PROGRESS_EVERY_MS), and "" as
-// a heartbeat whenever nothing was sent for HEARTBEAT_MS. The coordinator answers 400 once the
+// for every job — the new text of a streamed job, and "" as a heartbeat whenever nothing was
+// sent for HEARTBEAT_MS. Text goes as it comes: the first piece the moment the backend gives
+// it, and after that gathered only while a call is in flight, so a fast backend's tokens share
+// a call and a slow one's are never held back (before, text waited 100 ms for company: the
+// first token reached the application at least 100 ms after the backend sent it). The coordinator answers 400 once the
 // lease has ended (the user canceled the job, the lease expired, the job finished elsewhere,
 // its deadline passed): that is how a cancel reaches the worker, within about a second. A
 // network error or a 5xx is not a cancel: the job carries on and its report decides.
 import { CoordinatorError, type CoordinatorClient, type Job } from './coordinator-client.js';
 
-export const PROGRESS_EVERY_MS = 100;
 export const HEARTBEAT_MS = 1_000;
 // openapi.json, JobProgressRequest.delta: maxLength.
 const MAX_DELTA = 65_536;
@@ -31,11 +33,11 @@ export class LeaseLink {
     this.schedule(HEARTBEAT_MS);
   }
 
-  /** New text of a streamed job. */
+  /** New text of a streamed job: sent at once, or with the next call when one is in flight. */
   push(delta: string): void {
     if (!delta) return;
     this.pending += delta;
-    this.schedule(PROGRESS_EVERY_MS);
+    this.schedule(0);
   }
 
   /**
@@ -50,6 +52,10 @@ export class LeaseLink {
 
   private schedule(ms: number): void {
     if (this.stopped || this.ended !== undefined || this.sending) return;
+    if (ms === 0) {
+      clearTimeout(this.timer);
+      return this.send();
+    }
     const due = Date.now() + ms;
     if (this.timer && this.due <= due) return;
     clearTimeout(this.timer);
@@ -76,7 +82,7 @@ export class LeaseLink {
       },
     ).finally(() => {
       this.sending = undefined;
-      this.schedule(this.pending ? PROGRESS_EVERY_MS : Math.max(0, this.lastSent + HEARTBEAT_MS - Date.now()));
+      this.schedule(this.pending ? 0 : Math.max(0, this.lastSent + HEARTBEAT_MS - Date.now()));
     });
   }
 }

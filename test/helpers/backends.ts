@@ -29,7 +29,7 @@
 // (`pauseAfter`, `resume`), and see requests (`requests`) and clients that hung up (`hungUp`).
 // `pauseAfter` and `failAfter` at the same count: the answer waits there until resume(), then
 // its connection is cut — so a test can let the first pieces reach the client (a worker sends
-// its progress every 100 ms and drops what is pending when the backend fails) before the node fails.
+// its progress as it comes and drops what is pending when the backend fails) before the node fails.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 
