@@ -287,6 +287,49 @@ describe.each(backends)('fuzz on $name', (backend) => {
     }), params);
   });
 
+  it('the Messages and Responses front doors never fail the server, answer errors in their wire\'s shape, and change nothing when they refuse', async () => {
+    // No node serves these models: every call is answered without waiting for one, after the body is read.
+    const block = fc.oneof(
+      fc.record({ type: fc.constant('text'), text: field(fc.string({ maxLength: 10 })) }, { requiredKeys: ['type'] }),
+      fc.record({ type: fc.constant('tool_use'), id: nasty, name: nasty, input: nasty }, { requiredKeys: ['type'] }),
+      fc.record({ type: fc.constant('tool_result'), tool_use_id: nasty, content: nasty, is_error: nasty }, { requiredKeys: ['type'] }),
+      fc.record({ type: fc.constantFrom('image', 'thinking', 'document', 'input_text', 'output_text', 'input_image'), text: nasty }, { requiredKeys: ['type'] }),
+      nasty,
+    );
+    const turn = fc.record({ role: field(fc.constantFrom('user', 'assistant', 'system', 'developer', 'tool')), content: fc.oneof(field(fc.string({ maxLength: 20 })), fc.array(block, { maxLength: 3 })) }, { requiredKeys: [] });
+    const item = fc.oneof(turn, fc.record({ type: fc.constantFrom('message', 'function_call', 'function_call_output', 'reasoning', 'item_reference', 'custom_tool_call'), role: nasty, content: nasty, call_id: nasty, name: nasty, arguments: nasty, output: nasty }, { requiredKeys: ['type'] }), nasty);
+    const tool = fc.record({ type: field(fc.constantFrom('function', 'custom', 'web_search', 'namespace', 'file_search', 'web_search_20250305')), name: nasty, input_schema: nasty, parameters: nasty, strict: nasty }, { requiredKeys: [] });
+    const bodies: Record<string, fc.Arbitrary<unknown>> = {
+      '/v1/messages': fc.record({
+        model: field(fc.constantFrom('unknown-model', 'other-model')), max_tokens: field(fc.integer({ min: -2, max: 10 })), messages: field(fc.array(turn, { maxLength: 3 })),
+        system: fc.oneof(nasty, fc.array(block, { maxLength: 2 })), tools: field(fc.array(tool, { maxLength: 2 })), tool_choice: fc.oneof(nasty, fc.record({ type: fc.constantFrom('auto', 'any', 'tool', 'none', 'x'), name: nasty })),
+        stop_sequences: nasty, temperature: nasty, top_p: nasty, top_k: nasty, stream: nasty, metadata: nasty, thinking: nasty,
+      }, { requiredKeys: [] }),
+      '/v1/messages/count_tokens': fc.record({ model: field(fc.constantFrom('unknown-model')), messages: field(fc.array(turn, { maxLength: 3 })), system: nasty, tools: nasty }, { requiredKeys: [] }),
+      '/v1/responses': fc.record({
+        model: field(fc.constantFrom('unknown-model', 'other-model')), input: fc.oneof(nasty, fc.array(item, { maxLength: 3 })), instructions: nasty, tools: field(fc.array(tool, { maxLength: 2 })),
+        tool_choice: nasty, text: fc.oneof(nasty, fc.record({ format: fc.oneof(nasty, fc.record({ type: fc.constantFrom('text', 'json_object', 'json_schema', 'x'), name: nasty, schema: nasty, strict: nasty })) })),
+        max_output_tokens: nasty, previous_response_id: fc.oneof(nasty, fc.constant('resp_00000000000000000000000000000000')), store: nasty, background: nasty, include: nasty, reasoning: nasty, metadata: nasty, stream: nasty,
+      }, { requiredKeys: [] }),
+    };
+    const auth = fc.oneof(fc.constant({ 'x-api-key': userKey }), fc.constant({ authorization: `Bearer ${userKey}` }), fc.constant({ 'x-api-key': nodeKey }), fc.record({ authorization: fc.string({ maxLength: 20 }) }));
+    const call = fc.constantFrom(...Object.keys(bodies)).chain((url) => rawBody(bodies[url]!).map((payload) => ({ url, payload })));
+    await fc.assert(fc.asyncProperty(call, auth, async ({ url, payload }, a) => {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      for (const [k, v] of Object.entries(a)) if (/^[\x20-\x7e]*$/.test(v)) headers[k] = v;
+      const before = await snapshot(t.db);
+      const res = await t.app.inject({ method: 'POST', url, payload, headers });
+      expect(res.statusCode, res.body).toBeLessThan(500);
+      if (res.statusCode >= 400) {
+        const body = JSON.parse(res.body) as { type?: unknown; error: { message: unknown; type: unknown } };
+        if (url.startsWith('/v1/messages')) expect(body.type).toBe('error');
+        expect(typeof body.error.message).toBe('string');
+        expect(typeof body.error.type).toBe('string');
+      }
+      expect(await snapshot(t.db)).toEqual(before);
+    }), params);
+  });
+
   it('any method on any path answers with a detail, never a 5xx', async () => {
     const method = fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'HEAD');
     const path = fc.oneof(fc.constantFrom('/worker/update_result', '/daily_points', '/unique_nodes', '/healthz', '/readyz', '/docs', '/openapi.json', '/metrics'), fc.webPath(), fc.string({ maxLength: 30 }).map((s) => `/${encodeURIComponent(s)}`));
