@@ -121,6 +121,11 @@ describe.each(backends)('every front door\'s stream on $name', (backend) => {
       expect(await read.done).toBe(wire.path === '/v1/messages' ? 'message_stop' : 'response.completed');
       expect(read.text).toBe(whole);
       expect(await recorded(read.jobId)).toBe(whole);
+      // The stream's time to first token, its queue time and its output rate, per model, as vLLM names them.
+      const metrics = (await t.app.inject({ method: 'GET', url: '/metrics' })).body;
+      for (const name of ['ins_time_to_first_token_seconds', 'ins_request_queue_time_seconds', 'ins_output_tokens_per_second']) {
+        expect(metrics, name).toMatch(new RegExp(`^${name}_count\\{model="${model}"\\} 1$`, 'm'));
+      }
     });
 
     it(`${wire.name}: a node that answers afresh ends the stream with the wire's error event, never other text`, async () => {

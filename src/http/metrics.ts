@@ -24,6 +24,9 @@ export interface Metrics {
   completions: Counter<'model' | 'outcome'>;
   completionFirstByte: Histogram;
   completionQueueWait: Histogram;
+  timeToFirstToken: Histogram<'model'>;
+  requestQueueTime: Histogram<'model'>;
+  outputTokensPerSecond: Histogram<'model'>;
   verification: Counter<'event'>;
   strikes: Counter<'kind'>;
   pointsReversed: Counter;
@@ -113,6 +116,21 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     name: 'ins_completion_queue_wait_seconds', help: 'Chat completions: from the job\'s submission to its first lease', registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
+  // Per model, named as vLLM names its own (time_to_first_token_seconds, request_queue_time_seconds)
+  // and the OpenTelemetry GenAI conventions' gen_ai.server.time_to_first_token: every front door's
+  // jobs (routes/front/run.ts).
+  const timeToFirstToken = new Histogram({
+    name: 'ins_time_to_first_token_seconds', help: 'Streamed completions (every front door): from the request to the first token of the answer relayed to the client, by model', labelNames: ['model'], registers: [registry],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 120],
+  });
+  const requestQueueTime = new Histogram({
+    name: 'ins_request_queue_time_seconds', help: 'Completions (every front door): from the job\'s submission to its first lease, by model', labelNames: ['model'], registers: [registry],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
+  });
+  const outputTokensPerSecond = new Histogram({
+    name: 'ins_output_tokens_per_second', help: 'Completions (every front door) whose node counted its tokens: output tokens over the time from the first lease to the answer, by model', labelNames: ['model'], registers: [registry],
+    buckets: [1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280],
+  });
   // Verification (verify/): the share of jobs checked twice is copies / audited.
   const verification = new Counter({
     name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
@@ -143,7 +161,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
   const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions), token-level check records (token_checks), canary references (canaries)', labelNames: ['what'], registers: [registry] });
   const nodeTransitions = new Counter({ name: 'ins_node_transitions_total', help: 'Node lifecycle transitions this server made, by change (added, disabled, enabled, rotated, registered, deregistered, declared, struck, suspended, restored): src/nodes/states.ts', labelNames: ['change'], registers: [registry] });
-  return { nodeTransitions, registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
+  return { nodeTransitions, registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, timeToFirstToken, requestQueueTime, outputTokensPerSecond, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
 }
 
 /** What an audit batch found (verify/auditor.ts). */

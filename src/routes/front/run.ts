@@ -65,7 +65,7 @@ export async function runJob(deps: Deps, reply: FastifyReply, owner: number, job
   const gone = hangUp(reply);
   const record = (outcome: Outcome) => {
     metrics.completions.inc({ model: job.model, outcome: outcome.kind });
-    if (outcome.kind === 'done' && outcome.queuedSeconds !== null) metrics.completionQueueWait.observe(outcome.queuedSeconds);
+    if (outcome.kind === 'done') observeDone(metrics, job.model, outcome, (performance.now() - started) / 1000);
     if (!job.stream) metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   };
   try {
@@ -100,14 +100,28 @@ export async function runBatch(deps: Deps, reply: FastifyReply, owner: number, j
   try {
     const ids = await Promise.all(jobs.map((job) => submitCompletion(coordinator, owner, job)));
     const outcomes = await Promise.all(ids.map((id, i) => awaitCompletion(coordinator, owner, id, jobs[i]!, gone.signal)));
-    for (const [i, outcome] of outcomes.entries()) metrics.completions.inc({ model: jobs[i]!.model, outcome: outcome.kind });
-    metrics.completionFirstByte.observe((performance.now() - started) / 1000);
+    const seconds = (performance.now() - started) / 1000;
+    for (const [i, outcome] of outcomes.entries()) {
+      metrics.completions.inc({ model: jobs[i]!.model, outcome: outcome.kind });
+      if (outcome.kind === 'done') observeDone(metrics, jobs[i]!.model, outcome, seconds);
+    }
+    metrics.completionFirstByte.observe(seconds);
     const failed = outcomes.find((x): x is Failed => x.kind !== 'done');
     if (failed) throw failureError(failed);
     return body(outcomes as Done[], ids);
   } finally {
     limiters.concurrent.leave(slot);
   }
+}
+
+/** A done job's queue time and, where its node counted them, its output tokens per second of the time after its first lease. */
+function observeDone(metrics: Deps['metrics'], model: string, done: Done, seconds: number): void {
+  if (done.queuedSeconds === null) return;
+  metrics.completionQueueWait.observe(done.queuedSeconds);
+  metrics.requestQueueTime.observe({ model }, done.queuedSeconds);
+  const tokens = done.usage?.estimated ? undefined : done.usage?.completion_tokens;
+  const generating = seconds - done.queuedSeconds;
+  if (tokens && generating > 0) metrics.outputTokensPerSecond.observe({ model }, tokens / generating);
 }
 
 /** The key's slot among its completions running at once (429 when it has none left); left by the caller. */
@@ -155,6 +169,7 @@ async function stream(deps: Deps, reply: FastifyReply, job: ChatRequest, wire: W
     sentChars += charLength(piece.text);
     sentUnits += piece.text.length;
     sentHash.update(piece.text);
+    if (sentUnits === piece.text.length) metrics.timeToFirstToken.observe({ model: job.model }, (performance.now() - started) / 1000);
     emit(wire.text(piece.text));
   });
   // Until the answer begins, where the job stands (from memory, jobs/open-jobs.ts), each time it changes.
@@ -189,6 +204,8 @@ async function stream(deps: Deps, reply: FastifyReply, job: ChatRequest, wire: W
     metrics.completions.inc({ model: job.model, outcome: 'diverged' });
     return end(wire.fail(new OpenAIError(502, 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; the job\'s answer is another text. Read it whole with a non-streaming request or GET /get_result.', 'server_error', null, 'answer_diverged')));
   }
+  // A node that relayed nothing (the seed's workers send no partial output): its first token reaches the client now.
+  if (sentUnits === 0 && content) metrics.timeToFirstToken.observe({ model: job.model }, (performance.now() - started) / 1000);
   return end(wire.finish(outcome, content.slice(sentUnits)));
 
   async function end(events: Event[]): Promise<void> {
