@@ -8,36 +8,26 @@ import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
-import { startApp } from './helpers/app.js';
-import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
-import { startWorker, type InProcessWorker } from './helpers/worker.js';
+import { startNetwork, type TestNetwork } from './helpers/network.js';
 
 const KINDS = ['ollama', 'vllm'] as const;
 const weather = { name: 'get_weather', description: 'The weather in a city', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] } };
 
 describe.each(backends)('POST /v1/messages on $name', (db) => {
-  let t: Awaited<ReturnType<typeof startApp>>;
+  let net: TestNetwork<(typeof KINDS)[number]>;
+  let t: TestNetwork<(typeof KINDS)[number]>['t'];
   let client: Anthropic;
   let url: string;
   let key: string;
-  const fakes = {} as Record<(typeof KINDS)[number], FakeBackend>;
-  const workers: InProcessWorker[] = [];
+  let fakes: TestNetwork<(typeof KINDS)[number]>['fakes'];
 
   beforeAll(async () => {
-    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    net = await startNetwork(db, KINDS);
+    ({ t, url, fakes } = net);
     key = await t.addUser('anthropic-sdk');
     client = new Anthropic({ apiKey: key, baseURL: url, maxRetries: 0 });
-    for (const kind of KINDS) {
-      fakes[kind] = await startFakeBackend(kind, [`${kind}-model`]);
-      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
-    }
   });
-  afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const f of Object.values(fakes)) await f.close();
-    await t.close();
-  });
+  afterAll(() => net.close());
 
   for (const kind of KINDS) {
     const model = `${kind}-model`;

@@ -7,32 +7,24 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
-import { startApp } from './helpers/app.js';
-import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
-import { startWorker, type InProcessWorker } from './helpers/worker.js';
+import { startFakeBackend } from './helpers/backends.js';
+import { startWorker } from './helpers/worker.js';
+import { startNetwork, type TestNetwork } from './helpers/network.js';
 import { TestWorker } from './helpers/coordinator.js';
 
 describe.each(backends)('POST /v1/completions on $name', (db) => {
-  let t: Awaited<ReturnType<typeof startApp>>;
+  let net: TestNetwork<'ollama' | 'vllm'>;
+  let t: TestNetwork<'ollama' | 'vllm'>['t'];
   let client: OpenAI;
   let url: string;
-  const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
-  const workers: InProcessWorker[] = [];
+  let fakes: TestNetwork<'ollama' | 'vllm'>['fakes'];
 
   beforeAll(async () => {
-    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    net = await startNetwork(db, ['ollama', 'vllm'] as const);
+    ({ t, url, fakes } = net);
     client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
-    for (const kind of ['ollama', 'vllm'] as const) {
-      fakes[kind] = await startFakeBackend(kind, [`${kind}-model`]);
-      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
-    }
   });
-  afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const f of Object.values(fakes)) await f.close();
-    await t.close();
-  });
+  afterAll(() => net.close());
 
   it('lists completions among the capabilities of models whose nodes declared it', async () => {
     const caps = Object.fromEntries((await client.models.list()).data.map((m) => [m.id, (m as unknown as { capabilities: string[] }).capabilities]));

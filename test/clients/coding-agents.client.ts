@@ -16,9 +16,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backends } from '../helpers/db.js';
-import { startApp } from '../helpers/app.js';
-import { startFakeBackend, type FakeBackend } from '../helpers/backends.js';
-import { startWorker, type InProcessWorker } from '../helpers/worker.js';
+import { startNetwork, type TestNetwork } from '../helpers/network.js';
 
 const BIN = resolve(process.env.CLIENTS_DIR ?? '.clients', 'node_modules', '.bin');
 const CLAUDE = join(BIN, 'claude');
@@ -64,27 +62,20 @@ function codex(url: string, key: string, model: string, prompt: string, dir: str
 }
 
 describe.runIf(existsSync(CLAUDE) && existsSync(CODEX)).each(backends)('Claude Code and Codex through the network on $name', (db) => {
-  let t: Awaited<ReturnType<typeof startApp>>;
+  let net: TestNetwork<(typeof KINDS)[number]>;
   let url: string;
   let key: string;
-  const fakes = {} as Record<(typeof KINDS)[number], FakeBackend>;
-  const workers: InProcessWorker[] = [];
+  let fakes: TestNetwork<(typeof KINDS)[number]>['fakes'];
   const homes: string[] = [];
   const dir = () => { const d = home(); homes.push(d); return d; };
 
   beforeAll(async () => {
-    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    key = await t.addUser('coding-agents');
-    for (const kind of KINDS) {
-      fakes[kind] = await startFakeBackend(kind, [`${kind}-coder`]);
-      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
-    }
+    net = await startNetwork(db, KINDS, 'coder');
+    ({ url, fakes } = net);
+    key = await net.t.addUser('coding-agents');
   });
   afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const f of Object.values(fakes)) await f.close();
-    await t.close();
+    await net.close();
     for (const d of homes) rmSync(d, { recursive: true, force: true });
   });
 

@@ -17,7 +17,7 @@ import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatMessage, ChatParams, ToolCall } from '../../jobs/request.js';
 import { invalidRequest } from '../openai/errors.js';
 import { given, isObject, number, requestBody, storableDeep } from '../openai/chat-params.js';
-import type { ChatRequest } from '../openai/request.js';
+import { conversationJob, type ChatRequest } from '../openai/request.js';
 
 /** Anthropic's default temperature. */
 export const ANTHROPIC_DEFAULT_TEMPERATURE = 1;
@@ -63,14 +63,14 @@ const unreadable = (b: Record<string, unknown>, param: string) => {
     : invalidRequest(`${param}.type: Input tag '${kind}' found using 'type' does not match any of the expected tags: 'text', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'`, param);
 };
 
-interface Converted { messages: ChatMessage[]; system: string[]; tools: boolean }
+interface Converted { messages: ChatMessage[]; system: string[] }
 
 /** Anthropic's turns as chat messages (see the file's head); system texts apart, to go first. */
 function conversation(v: unknown): Converted {
   if (!Array.isArray(v)) throw invalidRequest('messages: Field required', 'messages');
   if (v.length === 0) throw invalidRequest('messages: at least one message is required', 'messages');
   if (v.length > MAX_MESSAGES) throw invalidRequest(`messages: at most ${MAX_MESSAGES} messages`, 'messages');
-  const out: Converted = { messages: [], system: [], tools: false };
+  const out: Converted = { messages: [], system: [] };
   // Tool calls not yet answered: a tool_result answers one of the assistant's tool_use blocks before it.
   let unanswered = new Set<string>();
   v.forEach((m, i) => {
@@ -101,7 +101,6 @@ function conversation(v: unknown): Converted {
         const result = given(b.content) ? plainText(b.content, `${param}.content`) : '';
         // is_error: the tool failed; the model reads that from its answer, as Anthropic's own template says it.
         out.messages.push({ role: 'tool', content: b.is_error === true ? `Error: ${result}` : result, tool_call_id: b.tool_use_id });
-        out.tools = true;
       } else throw unreadable(b, param);
     });
     if (m.role === 'assistant') {
@@ -109,7 +108,6 @@ function conversation(v: unknown): Converted {
       if (calls.length) {
         out.messages.push({ role: 'assistant', content: text || null, tool_calls: calls });
         unanswered = new Set(calls.map((c) => c.id));
-        out.tools = true;
       } else out.messages.push({ role: 'assistant', content: text });
       return;
     }
@@ -182,7 +180,7 @@ export function parseMessagesRequest(raw: unknown, limits: { defaultTimeout: num
   if (maxTokens === undefined && !count) throw invalidRequest('max_tokens: Field required', 'max_tokens', 'missing_required_parameter');
   if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest('stream: Input should be a valid boolean', 'stream');
   if (given(body.metadata) && !isObject(body.metadata)) throw invalidRequest('metadata: Input should be a valid dictionary', 'metadata');
-  const { messages, system, tools: toolTurns } = conversation(body.messages);
+  const { messages, system } = conversation(body.messages);
   const systemText = [...(given(body.system) ? [plainText(body.system, 'system')] : []), ...system].filter((s) => s !== '').join('\n\n');
   const whole: ChatMessage[] = [...(systemText ? [{ role: 'system', content: systemText }] : []), ...messages];
   const params: ChatParams = {};
@@ -202,21 +200,5 @@ export function parseMessagesRequest(raw: unknown, limits: { defaultTimeout: num
   } else {
     delete params.tool_choice;
   }
-  if (toolTurns) {
-    params.messages = whole;
-    needs |= CAPABILITIES.tools;
-  }
-  const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
-  return {
-    model: body.model,
-    messages: whole.map((m) => ({ role: m.role, content: m.content ?? '' })),
-    maxTokens: maxTokens ?? 0,
-    temperature: params.temperature ?? ANTHROPIC_DEFAULT_TEMPERATURE,
-    params,
-    needs,
-    seed: undefined,
-    stream: body.stream === true,
-    includeUsage: false,
-    timeoutSeconds: timeout ?? limits.defaultTimeout,
-  };
+  return conversationJob(body, whole, { params, needs, maxTokens, defaultTemperature: ANTHROPIC_DEFAULT_TEMPERATURE, limits });
 }

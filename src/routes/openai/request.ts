@@ -9,6 +9,7 @@ import { isUnstorable, NUL_ERROR } from '../../validation/pydantic.js';
 import { invalidRequest } from './errors.js';
 import { given, isObject, number, parseChatParams, requestBody, storableDeep, streamFields } from './chat-params.js';
 import type { ChatMessage, ChatParams, PlainMessage, ToolCall } from '../../jobs/request.js';
+import { CAPABILITIES } from '../../jobs/capabilities.js';
 
 export interface ChatRequest {
   model: string;
@@ -139,6 +140,33 @@ export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number;
     stream,
     includeUsage,
     timeoutSeconds: timeout ?? limits.defaultTimeout,
+  };
+}
+
+/**
+ * A conversation kept whole (system first, tool calls and results in place) as the job a front
+ * door's request becomes (Messages, Responses): the seed's workers read its roles and texts; where
+ * some message is more than role and text, `params.messages` keeps it whole and the job needs the
+ * `tools` capability. `params` and `needs` are the request's other parameters, as parsed.
+ */
+export function conversationJob(body: Record<string, unknown> & { model: string }, whole: ChatMessage[], o: { params: ChatParams; needs: number; maxTokens: number | undefined; defaultTemperature: number; limits: { defaultTimeout: number; maxTimeout: number } }): ChatRequest {
+  let needs = o.needs;
+  if (whole.some((m) => m.tool_calls || m.role === 'tool')) {
+    o.params.messages = whole;
+    needs |= CAPABILITIES.tools;
+  }
+  const timeout = number(body, 'request_timeout_time', 1, o.limits.maxTimeout, false);
+  return {
+    model: body.model,
+    messages: whole.map((m) => ({ role: m.role, content: m.content ?? '' })),
+    maxTokens: o.maxTokens ?? 0,
+    temperature: o.params.temperature ?? o.defaultTemperature,
+    params: o.params,
+    needs,
+    seed: undefined,
+    stream: body.stream === true,
+    includeUsage: false,
+    timeoutSeconds: timeout ?? o.limits.defaultTimeout,
   };
 }
 

@@ -20,7 +20,7 @@ import type { ChatMessage, ChatParams, ToolCall } from '../../jobs/request.js';
 import { invalidRequest } from './errors.js';
 import { given, isObject, number, requestBody, samplingParams, storableDeep } from './chat-params.js';
 import { compileStrict } from './strict-schema.js';
-import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
+import { conversationJob, OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 
 const MAX_ITEMS = 2000;
 const MAX_TOOLS = 128;
@@ -247,23 +247,9 @@ export function parseResponsesRequest(raw: unknown, limits: { defaultTimeout: nu
     params.response_format = rf;
     needs |= CAPABILITIES.json;
   }
-  if (whole.some((m) => m.tool_calls || m.role === 'tool')) {
-    params.messages = whole;
-    needs |= CAPABILITIES.tools;
-  }
   if (whole.length === 0 || !whole.some((m) => m.role !== 'system')) throw invalidRequest("Invalid 'input': no message to answer.", 'input', 'invalid_value');
-  const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
   return {
-    model: body.model,
-    messages: whole.map((m) => ({ role: m.role, content: m.content ?? '' })),
-    maxTokens: maxTokens ?? 0,
-    temperature: params.temperature ?? OPENAI_DEFAULT_TEMPERATURE,
-    params,
-    needs,
-    seed: undefined,
-    stream: body.stream === true,
-    includeUsage: false,
-    timeoutSeconds: timeout ?? limits.defaultTimeout,
+    ...conversationJob(body, whole, { params, needs, maxTokens, defaultTemperature: OPENAI_DEFAULT_TEMPERATURE, limits }),
     front: {
       wire: 'responses',
       system,
