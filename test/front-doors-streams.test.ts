@@ -10,8 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
-import { answerOf, piecesOf, startFakeBackend, type FakeBackend } from './helpers/backends.js';
-import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
+import { answerOf, piecesOf, type FakeBackend } from './helpers/backends.js';
+import { until } from './helpers/worker.js';
+import { nodeMaker } from './helpers/network.js';
 
 const PROMPT = 'tell me a story about the river and the old stone bridge at night';
 
@@ -53,31 +54,22 @@ describe.each(backends)('every front door\'s stream on $name', (backend) => {
   let url: string;
   let key: string;
   let user: TestUser;
-  const fakes: FakeBackend[] = [];
-  const workers: InProcessWorker[] = [];
-  let n = 0;
+  let nodes: ReturnType<typeof nodeMaker>;
 
   beforeAll(async () => {
     t = await startApp(backend, { coordinator: { sweepInterval: 0.05 } });
     url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     key = await t.addUser('doors');
     user = new TestUser(t.app, key);
+    nodes = nodeMaker(t, () => url);
   });
   afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const b of fakes) await b.close();
+    await nodes.close();
     await t.close();
   });
 
-  const backendFor = async (model: string) => {
-    const b = await startFakeBackend('ollama', [model]);
-    fakes.push(b);
-    return b;
-  };
-  const workerOn = async (b: FakeBackend, continueAnswers = true) => {
-    const node = `node-${++n}`;
-    workers.push(await startWorker({ server: url, node, key: await t.addNode(node), backend: 'ollama', backendUrl: b.url, continueAnswers }));
-  };
+  const backendFor = (model: string) => nodes.backendFor(model);
+  const workerOn = (b: FakeBackend, continueAnswers = true) => nodes.workerOn(b, continueAnswers);
 
   /** Streams a request on the wire; `text` grows as events arrive; `done` resolves with the last event's ending. */
   function stream(wire: Wire, model: string) {

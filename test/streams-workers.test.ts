@@ -12,8 +12,9 @@ import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
-import { answerOf, piecesOf, startFakeBackend, type FakeBackend } from './helpers/backends.js';
-import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
+import { answerOf, piecesOf, type FakeBackend } from './helpers/backends.js';
+import { until } from './helpers/worker.js';
+import { nodeMaker } from './helpers/network.js';
 import { startWorkerProcess } from './helpers/process.js';
 
 const PROMPT = 'tell me a story about the river and the old stone bridge at night';
@@ -24,9 +25,7 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
   let key: string;
   let client: OpenAI;
   let user: TestUser;
-  const fakes: FakeBackend[] = [];
-  const workers: InProcessWorker[] = [];
-  let n = 0;
+  let nodes: ReturnType<typeof nodeMaker>;
 
   beforeAll(async () => {
     t = await startApp(backend, { coordinator: { sweepInterval: 0.05 } });
@@ -34,24 +33,15 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     key = await t.addUser('app');
     client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
     user = new TestUser(t.app, key);
+    nodes = nodeMaker(t, () => url);
   });
   afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const b of fakes) await b.close();
+    await nodes.close();
     await t.close();
   });
 
-  const backendFor = async (model: string) => {
-    const b = await startFakeBackend('ollama', [model]);
-    fakes.push(b);
-    return b;
-  };
-  const workerOn = async (b: FakeBackend, continueAnswers = true) => {
-    const node = `node-${++n}`;
-    const w = await startWorker({ server: url, node, key: await t.addNode(node), backend: 'ollama', backendUrl: b.url, continueAnswers });
-    workers.push(w);
-    return w;
-  };
+  const backendFor = (model: string) => nodes.backendFor(model);
+  const workerOn = (b: FakeBackend, continueAnswers = true) => nodes.workerOn(b, continueAnswers);
   /** Streams a completion; `text` grows as the client reads; `done` is how it ended. */
   const stream = async (model: string) => {
     const s = await client.chat.completions.create({ model, messages: [{ role: 'user', content: PROMPT }], stream: true, temperature: 0 });
@@ -115,7 +105,7 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     const model = 'story-killed';
     const first = await backendFor(model);
     first.pauseAfter = 3;
-    const node = `node-${++n}`;
+    const node = nodes.nextNode();
     const killed = startWorkerProcess(['--server', url, '--node', node, '--key', await t.addNode(node), '--backend', 'ollama', '--backend-url', first.url]);
     await until('the worker process to declare its models', () => killed.logs().includes('models declared'), 60_000);
     const { whole, read } = await firstNodeStreaming(model);

@@ -32,3 +32,33 @@ export async function startNetwork<K extends FakeKind>(db: Backend, kinds: reado
     },
   };
 }
+
+/**
+ * Ollama-faced nodes made one at a time on a listening app, each with its own test backend, for
+ * tests that fail one node and let another take over: `backendFor(model)`, then `workerOn(it)`
+ * (node `node-N`; `continueAnswers: false` makes a node that answers afresh). `close()` stops them.
+ */
+export function nodeMaker(t: { addNode(name: string): Promise<string> }, url: () => string) {
+  const fakes: FakeBackend[] = [];
+  const workers: InProcessWorker[] = [];
+  let n = 0;
+  return {
+    async backendFor(model: string): Promise<FakeBackend> {
+      const b = await startFakeBackend('ollama', [model]);
+      fakes.push(b);
+      return b;
+    },
+    async workerOn(b: FakeBackend, continueAnswers = true): Promise<InProcessWorker> {
+      const node = `node-${++n}`;
+      const w = await startWorker({ server: url(), node, key: await t.addNode(node), backend: 'ollama', backendUrl: b.url, continueAnswers });
+      workers.push(w);
+      return w;
+    },
+    /** The next node's name, for a worker the test starts itself (as a process). */
+    nextNode: () => `node-${++n}`,
+    async close(): Promise<void> {
+      for (const w of workers) await w.stop();
+      for (const b of fakes) await b.close();
+    },
+  };
+}
