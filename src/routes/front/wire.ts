@@ -1,17 +1,15 @@
 // A front door's wire (docs/front-doors.md): how one job's events look on it. The core
 // (front/run.ts) runs the job and calls these; each door (Chat Completions, text completions,
 // Anthropic's Messages, OpenAI's Responses) is its request parser plus one of these.
-import type { SSEMessage } from '@fastify/sse';
 import type { Capability } from '../../jobs/capabilities.js';
 import type { OpenAIError } from '../openai/errors.js';
 import type { ChatRequest } from '../openai/request.js';
 import type { Outcome } from '../openai/completion.js';
+import type { Event } from './event.js';
 
+export type { Event };
 export type Done = Extract<Outcome, { kind: 'done' }>;
 export type Failed = Exclude<Outcome, { kind: 'done' }>;
-
-/** One server-sent event, a raw data line (`[DONE]`), or an SSE comment (ignored by parsers). */
-export type Event = SSEMessage | string | { comment: string };
 
 /** Where a job waiting for its node stands (jobs/open-jobs.ts). */
 export interface Standing { state: string; position: number | null; eta_seconds: number | null }

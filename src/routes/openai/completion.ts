@@ -6,7 +6,7 @@ import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
 import type { RequestError } from '../../jobs/answer.js';
-import type { Event } from '../front/wire.js';
+import type { Event } from '../front/event.js';
 import { OpenAIError } from './errors.js';
 
 export type Outcome =
