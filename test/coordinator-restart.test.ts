@@ -8,6 +8,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 import { CLEAN_EXIT, runCli, startServerProcess, type ServerProcess, stopped } from './helpers/process.js';
+import { until } from './helpers/wait.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => { for (const c of cleanups) await c(); });
@@ -28,7 +29,6 @@ const targets = [
 ];
 
 const MODEL = 'durable-model';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => {
   // Two server processes, four workers and a SIGKILL: on a machine busy with other work this
@@ -42,18 +42,15 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
 
     let server: ServerProcess = await startServerProcess(env);
     let down = false;
-    // Any call, retried over broken connections and while the server is away (as the real clients retry timeouts).
+    // Any call, retried over broken connections (dropped by the kill) and while the server is away
+    // (as the real clients retry timeouts), for as long as the test may run.
     const call = async (p: string, init: RequestInit = {}): Promise<Response> => {
-      for (;;) {
-        if (!down) {
-          try {
-            return await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers } });
-          } catch {
-            // connection dropped by the kill
-          }
-        }
-        await sleep(50);
-      }
+      let res: Response | undefined;
+      await until(`an answer to ${p}`, async () => {
+        if (!down) res = await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers } }).catch(() => undefined);
+        return res !== undefined;
+      }, 180_000);
+      return res!;
     };
     const json = async <T>(p: string, init: RequestInit = {}): Promise<{ status: number; body: T }> => {
       const res = await call(p, init);
@@ -94,7 +91,7 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
     });
 
     // Killed in the middle of the load: once a few jobs went through, however slow the machine.
-    for (const end = Date.now() + 60_000; submitted.length < 20; await sleep(20)) if (Date.now() > end) throw new Error(`only ${submitted.length} jobs submitted`);
+    await until('20 jobs submitted', () => submitted.length >= 20, 60_000, async () => `only ${submitted.length} jobs submitted`);
     down = true;
     server.child.kill('SIGKILL');
     await server.exited;
@@ -105,11 +102,11 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
       await Promise.all(submitters);
       // Jobs a submission committed without its answer reaching us are done too.
       type Counts = { total_job_count: number; by_state: Record<string, number> };
-      let counts = await json<Counts>('/total_job_count');
-      for (let i = 0; i < 100 && (counts.body.by_state.done ?? 0) < counts.body.total_job_count; i++) {
-        await sleep(100);
+      let counts!: { status: number; body: Counts };
+      await until('every job done', async () => {
         counts = await json<Counts>('/total_job_count');
-      }
+        return (counts.body.by_state.done ?? 0) >= counts.body.total_job_count;
+      }, 10_000, async () => `${counts.body.by_state.done ?? 0} of ${counts.body.total_job_count} done`);
       stopWorkers = true;
       await Promise.all(workers);
       expect(before).toBeGreaterThanOrEqual(20);

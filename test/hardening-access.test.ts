@@ -21,6 +21,7 @@ import { addApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
+import { until } from './helpers/wait.js';
 
 describe.each(backends)('finding 6 on $name: a check_node_secret opens register_node once, for the key it proved', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -208,11 +209,6 @@ describe.each(backends)('low findings on $name: limits keyed on who calls, long 
     app = await buildApp({ db, rateLimits: { ...NO_RATE_LIMITS, ...limits }, verify: { enabled: false } });
     return { app, db };
   };
-  /** Polls an in-memory state, never a fixed wait. */
-  const until = async (ok: () => boolean) => {
-    for (let i = 0; i < 2_000 && !ok(); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(ok()).toBe(true);
-  };
   const completion = (a: TestApp, headers: Record<string, string>, model = 'nobody-serves-this') =>
     a.inject({ method: 'POST', url: '/v1/chat/completions', headers, payload: { model, messages: [{ role: 'user', content: 'hi' }] } });
 
@@ -283,7 +279,7 @@ describe.each(backends)('low findings on $name: limits keyed on who calls, long 
     expect((await app.inject({ method: 'POST', url: '/worker/update_models', headers: auth, payload: { models: ['m'] } })).statusCode).toBe(200);
     const poll = (remoteAddress: string) => app.inject({ method: 'GET', url: '/worker/get_job?node_version=1&wait=30', remoteAddress, headers: auth });
     const waiting = poll('10.2.0.3');
-    await until(() => app.metrics.live.waitingWorkers() === 1);
+    await until('the first poll to wait', () => app.metrics.live.waitingWorkers() === 1, 20_000);
     const twice = [waiting, poll('10.2.0.4')];
     const flags = settledFlags(twice);
     expect((await Promise.race(twice)).json()).toEqual({ job_data: null });

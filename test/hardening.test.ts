@@ -11,17 +11,11 @@ import type { VerifyConfig } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { until } from './helpers/wait.js';
 
 const MODEL = 'hardening-model';
 // Audits on, and nothing random or timed in them: no copies, no probes, no speed cap.
 const AUDIT: Partial<VerifyConfig> = { enabled: true, share: 0, probeInterval: 0, maxTokensPerSecond: 0 };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls a state of the database (never a fixed wait): resolves once `ok`, fails after `ms`. */
-async function until(what: string, ok: () => Promise<boolean>, ms = 20_000): Promise<void> {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(25)) if (await ok()) return;
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 const verificationCount = async (app: TestApp, event: string): Promise<number> =>
   (await app.metrics.verification.get()).values.find((v) => v.labels.event === event)?.value ?? 0;
@@ -181,7 +175,7 @@ describe.each(backends)('finding 1 on $name: one report cannot switch verificati
       const next = (await w.getJob())!;
       expect((await send(next, {}, { completion_tokens: 3_000_000_000 + i })).statusCode).toBe(200);
     }
-    await until('every job audited', async () => (await verificationCount(t.app, 'audited')) === 13);
+    await until('every job audited', async () => (await verificationCount(t.app, 'audited')) === 13, 20_000);
     expect(await count('t_unaudited', 'SELECT count(*)::int AS n FROM job_audits')).toBe(0);
     expect(await verificationCount(t.app, 'set_aside')).toBe(0);
   });
@@ -206,8 +200,8 @@ describe.each(backends)('finding 1 on $name: one report cannot switch verificati
     const logger = pino({ level: 'info' }, new Writable({ write(chunk: Buffer, _enc, done) { lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]); done(); } }));
     const auditor = await buildApp({ db: t.db, logger, verify: AUDIT });
     try {
-      await until('the queue of audits to empty', async () => (await count('t_unaudited', 'SELECT count(*)::int AS n FROM job_audits')) === 0);
-      await until('the report of the audit', async () => (await verificationCount(auditor, 'audited')) + (await verificationCount(auditor, 'set_aside')) === 6);
+      await until('the queue of audits to empty', async () => (await count('t_unaudited', 'SELECT count(*)::int AS n FROM job_audits')) === 0, 20_000);
+      await until('the report of the audit', async () => (await verificationCount(auditor, 'audited')) + (await verificationCount(auditor, 'set_aside')) === 6, 20_000);
       expect(await verificationCount(auditor, 'audited')).toBe(5);
       expect(await verificationCount(auditor, 'set_aside')).toBe(1);
       const told = lines.find((l) => l.jobs);

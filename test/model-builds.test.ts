@@ -7,10 +7,10 @@ import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { copiesCounted } from './helpers/audits.js';
+import { until } from './helpers/wait.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
 
 const MODEL = 'builds-model';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.each(backends)('model builds on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -29,10 +29,6 @@ describe.each(backends)('model builds on $name', (backend) => {
     return (res.json() as { builds: unknown }).builds;
   };
   const worker = async (name: string, models = [MODEL]) => new TestWorker(t.app, name, await t.addNode(name)).start(models);
-  const until = async (what: string, ok: () => Promise<boolean>) => {
-    for (const end = Date.now() + 20_000; Date.now() < end; await sleep(20)) if (await ok()) return;
-    throw new Error(`timed out waiting for ${what}`);
-  };
 
   it('round trip: stored per session and model, replaced by the next declaration, shown on /network; bad builds are 422 and change nothing', { timeout: 120_000 }, async () => {
     t = await startApp(backend);
@@ -93,7 +89,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     t = await startApp(backend, { verify: { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 } });
     const user = new TestUser(t.app, await t.addUser());
     const checkOf = async (original: string) => {
-      await until('the score check', async () => (await q('t_s_check', 'SELECT 1 FROM jobs WHERE verify_of = $1::uuid', [original])).length > 0);
+      await until('the score check', async () => (await q('t_s_check', 'SELECT 1 FROM jobs WHERE verify_of = $1::uuid', [original])).length > 0, 20_000);
       return (await q<{ exclude: number[]; score: boolean }>('t_s_excl', "SELECT exclude_nodes::int[] AS exclude, request -> 'params' -> 'score' IS NOT NULL AS score FROM jobs WHERE verify_of = $1::uuid", [original]))[0]!;
     };
     const judged = await worker('judged');
@@ -118,7 +114,7 @@ describe.each(backends)('model builds on $name', (backend) => {
       const j = await judged.getJob();
       if (j?.job_id === second) expect((await judged.report(j, 'another answer of several words')).statusCode).toBe(200);
       return j?.job_id === second;
-    });
+    }, 20_000);
     expect(await checkOf(second)).toEqual({ exclude: [judgedId], score: true });
   });
 
@@ -128,7 +124,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     const ids = async (...names: string[]) => (await q<{ id: number }>('t_b_ids', 'SELECT id::int FROM nodes WHERE name = ANY($1::text[]) ORDER BY id', [names])).map((r) => r.id);
     // A poll that looks once finds the copy once the server has counted it (helpers/audits.ts).
     const copyOf = async (original: string, nth: number) => {
-      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0 && await copiesCounted(t.app) >= nth);
+      await until('the copy', async () => (await q('t_b_copy', "SELECT 1 FROM jobs WHERE verify_of = $1::uuid", [original])).length > 0 && await copiesCounted(t.app) >= nth, 20_000);
       return (await q<{ exclude: number[] }>('t_b_excl', 'SELECT exclude_nodes::int[] AS exclude FROM jobs WHERE verify_of = $1::uuid', [original]))[0]!.exclude;
     };
     const judged = await worker('judged');
@@ -166,11 +162,11 @@ describe.each(backends)('model builds on $name', (backend) => {
     const call = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${user.key}` }, payload: {
       model: MODEL, temperature: 0, messages: [{ role: 'user', content: 'weather?' }], tools: [{ type: 'function', function: { name: 'get_weather' } }] } });
     let tools: Awaited<ReturnType<TestWorker['getJob']>> = null;
-    await until('the tools job', async () => (tools = await judged.getJob()) !== null);
+    await until('the tools job', async () => (tools = await judged.getJob()) !== null, 20_000);
     expect((await other.getJob())?.messages).toBeUndefined();
     expect((await judged.report(tools!, 'It is sunny.')).statusCode).toBe(200);
     expect((await call).statusCode).toBe(200);
-    await until('its audit', async () => (await q('t_b_audits', 'SELECT 1 FROM job_audits')).length === 0 && (await q('t_b_done', "SELECT 1 FROM jobs WHERE id = $1::uuid AND state = 'done'", [tools!.job_id])).length > 0);
+    await until('its audit', async () => (await q('t_b_audits', 'SELECT 1 FROM job_audits')).length === 0 && (await q('t_b_done', "SELECT 1 FROM jobs WHERE id = $1::uuid AND state = 'done'", [tools!.job_id])).length > 0, 20_000);
     expect(await q('t_b_nocopy', 'SELECT 1 FROM jobs WHERE verify_of = $1::uuid', [tools!.job_id])).toEqual([]);
   });
 });

@@ -10,10 +10,10 @@ import type { VerifyConfig } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestWorker, type Job } from './helpers/coordinator.js';
+import { until } from './helpers/wait.js';
 import { rng } from '../scripts/tiny-gguf.js'; // mulberry32: the same numbers every run
 
 const MODEL = 'kinds-model';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
 const CAPS = ['sampling', 'tools', 'json', 'embeddings'];
 type Params = { input?: string[]; tools?: unknown[] };
@@ -53,14 +53,13 @@ describe.each(backends)('verification by answer kind on $name', (backend) => {
       workers.push(w);
     }
     const calls = bodies.map((b) => t.app.inject({ method: 'POST', url, headers: { authorization: `Bearer ${user}` }, payload: { model: MODEL, ...b } }));
-    for (const end = Date.now() + 40_000; ; await sleep(20)) {
-      if (Date.now() > end) throw new Error(`timed out waiting for the jobs and their checks to settle: ${JSON.stringify(await q('t_k_dbg', "SELECT kind, state, needs, exclude_nodes::text, node_id::int, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_k_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`);
+    await until('the jobs and their checks to settle', async () => {
       for (const w of workers) {
         const job = await w.getJob() as (Job & { params?: Params }) | null;
         if (job) expect((await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: answer(w.node, job), status: 'success' })).statusCode).toBe(200);
       }
-      if (await settled(bodies.length)) break;
-    }
+      return settled(bodies.length);
+    }, 40_000, async () => `${JSON.stringify(await q('t_k_dbg', "SELECT kind, state, needs, exclude_nodes::text, node_id::int, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_k_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`);
     for (const r of await Promise.all(calls)) expect(r.statusCode).toBe(200);
     // Every copy carried its original's request whole: the tools, response_format or input with it.
     const [copies] = await q<{ n: number; same: number; params: number }>('t_k_copies', `SELECT count(*)::int AS n, count(*) FILTER (WHERE c.request = o.request)::int AS same,

@@ -17,6 +17,7 @@ import { CLEAN_EXIT, runCli, startServerProcess, startWorkerProcess, type Server
 import { startFakeBackend, type AnswerFn, type FakeBackend } from './helpers/backends.js';
 import { canned, honest, noisy, replayer } from './helpers/behaviours.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
+import { until } from './helpers/wait.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
@@ -36,7 +37,6 @@ const targets = [
 
 const MODELS = ['model-a', 'model-b', 'model-c'];
 const JOBS = 2_000;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.each(targets)('verification with real workers on $name', (target) => {
   it('suspends the lazy, the replaying and the too fast within 20 of their jobs, at 0 points, and no honest node', { timeout: 300_000 }, async () => {
@@ -79,9 +79,7 @@ describe.each(targets)('verification with real workers on $name', (target) => {
       workers.push(startWorkerProcess(['--server', server.url, '--node', n.name, '--backend', 'ollama', '--backend-url', b.url, '--concurrency', String(n.concurrency)],
         { INS_NODE_KEY: keys.get(n.name)! }));
     }
-    for (const w of workers) {
-      for (const end = Date.now() + 30_000; !w.logs().includes('models declared'); await sleep(50)) if (Date.now() > end) throw new Error(`worker did not start:\n${w.logs()}`);
-    }
+    for (const w of workers) await until('a worker to declare its models', () => w.logs().includes('models declared'), 30_000, async () => `\n${w.logs()}`);
 
     // The users' jobs, at temperature 0 (the ones worth checking), each prompt its own.
     const ids: string[] = [];
@@ -113,11 +111,11 @@ describe.each(targets)('verification with real workers on $name', (target) => {
         audited: sum('ins_verification_total{event="audited"} '),
       };
     };
-    for (const end = Date.now() + 60_000; ; await sleep(200)) {
-      const m = await metrics();
-      if (!m.queued && !m.leased && m.audited >= m.done) break;
-      if (Date.now() > end) throw new Error(`jobs did not settle: ${JSON.stringify(m)}`);
-    }
+    let m!: Awaited<ReturnType<typeof metrics>>;
+    await until('the jobs to settle', async () => {
+      m = await metrics();
+      return !m.queued && !m.leased && m.audited >= m.done;
+    }, 60_000, async () => JSON.stringify(m));
 
     const listed = JSON.parse((await runCli(['node', 'list', '--json'], env)).stdout) as { name: string; standing: string }[];
     const standing = Object.fromEntries(listed.map((n) => [n.name, n.standing]));

@@ -16,14 +16,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forwardToServer } from '../src/cli/admin-socket.js';
 import { CLEAN_EXIT, freePort, startServerProcess, startWorkerProcess, type ServerProcess, stopped } from './helpers/process.js';
 import { answerOf, startFakeBackend, type FakeBackend } from './helpers/backends.js';
+import { until } from './helpers/wait.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'ins-worker-'));
 const env = { DATA_DIR: path.join(dir, 'data'), SWEEP_INTERVAL: '200ms' };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const until = async (what: string, ok: () => boolean | Promise<boolean>, ms = 20_000) => {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) if (await ok()) return;
-  throw new Error(`timed out waiting for ${what}`);
-};
 
 describe('ins worker', () => {
   let server: ServerProcess;
@@ -50,7 +46,7 @@ describe('ins worker', () => {
     const w = startWorkerProcess(['--server', server.url, '--node', name, '--backend', b.kind, '--backend-url', b.url, ...extra], { INS_NODE_KEY: key });
     workers.push(w);
     // Registered and its models declared: it polls.
-    await until(`${name} to declare its models`, () => w.logs().includes('models declared'));
+    await until(`${name} to declare its models`, () => w.logs().includes('models declared'), 20_000);
     return w;
   };
   const api = async <T>(p: string, init: RequestInit = {}) => {
@@ -131,7 +127,7 @@ describe('ins worker', () => {
     fragile.stallAfter = 0;
     await worker('fragile-node', fragile);
     const jobId = await submit('fragile-model', 'survive');
-    await until('the fragile backend to get the job', () => fragile.calls === 1);
+    await until('the fragile backend to get the job', () => fragile.calls === 1, 20_000);
     await fragile.kill();
     const sturdy = await backend('ollama', ['fragile-model']);
     await worker('sturdy-node', sturdy);
@@ -141,7 +137,7 @@ describe('ins worker', () => {
     expect(shown.node).toBe('sturdy-node');
     expect(shown.leases.map((l) => [l.node, l.outcome])).toEqual([['fragile-node', 'error'], ['sturdy-node', 'done']]);
     // Its backend gone, the fragile node declares no models: it takes no job it cannot run.
-    await until('the fragile node to declare no models', async () => (await nodes()).find((n) => n.name === 'fragile-node')!.models.length === 0);
+    await until('the fragile node to declare no models', async () => (await nodes()).find((n) => n.name === 'fragile-node')!.models.length === 0, 20_000);
   });
 
   it('on SIGTERM finishes the job in flight, reports it, deregisters and exits 0', async () => {
@@ -152,9 +148,9 @@ describe('ins worker', () => {
     // must not be the paused call this test takes for the job.
     b.pauseAfter = 0;
     const jobId = await submit('slow-model', 'last one');
-    await until('the backend to get the job', () => b.paused === 1);
+    await until('the backend to get the job', () => b.paused === 1, 20_000);
     w.child.kill('SIGTERM');
-    await until('the worker to stop taking jobs', () => w.logs().includes('stopping: 1 job(s) in flight'));
+    await until('the worker to stop taking jobs', () => w.logs().includes('stopping: 1 job(s) in flight'), 20_000);
     b.resume();
     expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
     expect((await result(jobId)).result.message.content).toBe(answerOf('slow-model', [{ content: 'last one' }]));
@@ -169,7 +165,7 @@ describe('ins worker', () => {
     const w = await worker('graceless-node', b, ['--grace', '1']);
     b.pauseAfter = 0;
     const jobId = await submit('grace-model', 'never finished here');
-    await until('the backend to get the job', () => b.paused === 1);
+    await until('the backend to get the job', () => b.paused === 1, 20_000);
     w.child.kill('SIGTERM');
     expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
     expect(w.logs()).toContain('--grace ran out');
@@ -227,11 +223,11 @@ describe('ins worker', () => {
       const key = await addNode('relayed-node');
       const w = startWorkerProcess(['--server', `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, '--node', 'relayed-node', '--backend', 'ollama', '--backend-url', b.url], { INS_NODE_KEY: key });
       workers.push(w);
-      await until('relayed-node to declare its models', () => w.logs().includes('models declared'));
+      await until('relayed-node to declare its models', () => w.logs().includes('models declared'), 20_000);
       const jobId = await submit('relayed-model', 'on its way');
-      await until('the report to reach the proxy', () => held.length === 1);
+      await until('the report to reach the proxy', () => held.length === 1, 20_000);
       w.child.kill('SIGTERM');
-      await until('the worker to stop taking jobs', () => w.logs().includes('stopping: 0 job(s) in flight'));
+      await until('the worker to stop taking jobs', () => w.logs().includes('stopping: 0 job(s) in flight'), 20_000);
       hold = false;
       held.shift()!();
       expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
@@ -256,7 +252,7 @@ describe('ins worker', () => {
       const w = startWorkerProcess(['--server', `http://127.0.0.1:${(away.address() as AddressInfo).port}`, '--node', 'away-node', '--backend', 'ollama', '--backend-url', b.url, '--retry-max', '3600'], { INS_NODE_KEY: 'nk_unused' });
       workers.push(w);
       // Its third try failed: the pause before the fourth is 2 to 4 s.
-      await until('the worker to retry three times', () => /"attempt":3,"msg":"register_node failed/.test(w.logs()));
+      await until('the worker to retry three times', () => /"attempt":3,"msg":"register_node failed/.test(w.logs()), 20_000);
       stopping = true;
       w.child.kill('SIGTERM');
       expect(await stopped(w, false), w.logs()).toEqual(CLEAN_EXIT);
@@ -274,7 +270,7 @@ describe('ins worker', () => {
     expect((await result(await submit('phoenix-model', 'before'))).status).toBe('success');
     server.child.kill('SIGKILL');
     await server.exited;
-    await until('the worker to notice the server is away', () => /(get_job|update_result) failed .*retrying/.test(w.logs()));
+    await until('the worker to notice the server is away', () => /(get_job|update_result) failed .*retrying/.test(w.logs()), 20_000);
     server = await startServerProcess(env, port);
     // The same worker process, its session intact, takes the next job.
     expect((await result(await submit('phoenix-model', 'after'))).result.message.content).toBe(answerOf('phoenix-model', [{ content: 'after' }]));

@@ -10,6 +10,7 @@ import { createNode } from '../../src/nodes/lifecycle.js';
 import { addApiKey } from '../../src/repositories/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';
+import { sleep } from '../helpers/wait.js';
 
 const cluster = (() => {
   try {
@@ -19,7 +20,6 @@ const cluster = (() => {
   }
 })();
 const pgctl = (action: string) => execSync(`pg_ctlcluster --skip-systemctl-redirect ${cluster} main ${action}`, { stdio: 'ignore' });
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted while workers report with job keys', () => {
   let server: ServerProcess | undefined;

@@ -32,6 +32,7 @@
 // its progress as it comes and drops what is pending when the backend fails) before the node fails.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { sleep } from './wait.js';
 
 export type FakeKind = 'ollama' | 'vllm' | 'llamacpp' | 'openai';
 
@@ -90,7 +91,6 @@ export const vectorOf = (text: string): number[] => [text.length, words(text), 0
 export const words = (s: string): number => s.split(/\s+/).filter(Boolean).length;
 /** The pieces a fake streams an answer in: word by word. */
 export const piecesOf = (text: string): string[] => text.split(/(?<= )/).filter(Boolean);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type Message = { role: string; content: string };
 
