@@ -8,6 +8,7 @@ import { rotateNodeKey, setNodeDisabled } from '../src/nodes/lifecycle.js';
 import { revokeApiKey } from '../src/repositories/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';
+import { sleep, until } from './helpers/wait.js';
 
 describe.each(backends)('key cache on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -42,12 +43,8 @@ describe.each(backends)('key cache on $name', (backend) => {
     // As another process would: the change and the announcement, nothing local.
     await t.db.query(sql('t_disable_raw', `UPDATE nodes SET disabled_at = now() WHERE name = 'cached-2'`));
     await t.db.query(sql('t_notify_raw', `SELECT pg_notify('ins_keys', '')`));
-    let status = 0;
-    for (let i = 0; i < 50 && status !== 403; i++) {
-      status = (await post(report(key))).statusCode;
-      if (status !== 403) await new Promise((r) => setTimeout(r, 10));
-    }
-    expect(status).toBe(403);
+    // Within moments: a second.
+    await until('the key to be refused (403)', async () => (await post(report(key))).statusCode === 403, 1_000);
   });
 
   it('does cache: a change nobody announces is not seen until invalidation', async () => {
@@ -89,7 +86,7 @@ describe('PrincipalCache', () => {
     for (const h of ['a', 'b', 'c']) c.set(h, principal, c.begin());
     expect(c.get('a')).toBeUndefined();
     expect(c.get('c')).toEqual(principal);
-    await new Promise((r) => setTimeout(r, 30));
+    await sleep(30); // past the 20 ms TTL
     expect(c.get('c')).toBeUndefined();
   });
 });

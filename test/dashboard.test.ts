@@ -9,6 +9,7 @@ import path from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT, runCli, startServerProcess, type ServerProcess } from './helpers/process.js';
+import { until } from './helpers/wait.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = path.join(ROOT, 'test-artifacts');
@@ -74,10 +75,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     // The server closes the days of the imported history at start (the ledger, docs/ledger.md):
     // days up to two days ago, under the default 24 h window.
     const closedThrough = async () => ((await (await fetch(`${server.url}/ledger/days?last_days=1`)).json()) as { closed_through: string | null }).closed_through;
-    for (const end = Date.now() + 120_000; (await closedThrough()) !== day(2);) {
-      if (Date.now() > end) throw new Error(`the server did not close the imported days (closed through ${await closedThrough()})`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await until('the server to close the imported days', async () => (await closedThrough()) === day(2), 120_000, async () => `closed through ${await closedThrough()}`);
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],

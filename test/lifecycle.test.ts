@@ -14,6 +14,7 @@ import type { Outcome } from '../src/jobs/outcome.js';
 import { sql } from '../src/db/database.js';
 import { randomUUID } from 'node:crypto';
 import { Recorder } from './helpers/recorder.js';
+import { sleep } from './helpers/wait.js';
 
 const MODEL = 'life-model';
 
@@ -68,7 +69,7 @@ describe.each(backends)('job lifecycle on $name', (backend) => {
         const otherWorker = new TestWorker(other, w.node, '');
         otherWorker.token = w.token;
         const waiting = otherWorker.getJob(10);
-        await new Promise((r) => setTimeout(r, 0));
+        await sleep(0);
         const id = await user.submit(MODEL, 'queued');
         await both(m, (o) => o.queued.get(modelId) === 1);
         expect((await waiting)?.job_id).toBe(id);

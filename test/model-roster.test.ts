@@ -9,6 +9,7 @@ import { ResultRecorder } from '../src/results/recorder.js';
 import { recordResult, rosterNames } from './helpers/production-paths.js';
 import fc from 'fast-check';
 import { backends, beforeEachQuery } from './helpers/db.js';
+import { sleep } from './helpers/wait.js';
 
 const BRUTE = `SELECT n.name FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id
   WHERE m.name = $1 AND r.status = 'success' AND r.received_at BETWEEN $2::timestamptz AND $3::timestamptz GROUP BY n.name ORDER BY n.name COLLATE "C"`;
@@ -22,7 +23,6 @@ describe.each(backends)('model rosters on $name', (backend) => {
   const brute = async (model: string, s: string | null, e: string | null) =>
     (await db.query<{ name: string }>(sql('t_brute_roster', BRUTE), [model, s ?? '-infinity', e ?? 'infinity'])).map((r) => r.name);
   const now = async () => (await db.query<{ t: string }>(sql('t_now', `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS t`)))[0]!.t;
-  const tick = () => new Promise((r) => setTimeout(r, 15));
 
   beforeAll(async () => {
     db = await backend.open();
@@ -35,23 +35,23 @@ describe.each(backends)('model rosters on $name', (backend) => {
     const serverA = new RosterCache(db, { maxAgeMs: 3_600_000 });
     const serverB = new RosterCache(db, { maxAgeMs: 3_600_000 });
     await report('n-a');
-    await tick();
+    await sleep(15);
     const t1 = await now();
     expect(await rosterNames(serverA, 'roster-model', null, null)).toEqual(['n-a']);
     expect(await rosterNames(serverB, 'roster-model', null, null)).toEqual(['n-a']);
 
     // A node new to the model: both servers see it at once.
-    await tick();
+    await sleep(15);
     await report('n-b');
     expect(await rosterNames(serverA, 'roster-model', null, null)).toEqual(['n-a', 'n-b']);
     expect(await rosterNames(serverB, 'roster-model', t1, null)).toEqual(['n-b']);
 
     // A known node reports again: no version change, the cached last success is stale.
-    await tick();
+    await sleep(15);
     const t2 = await now();
-    await tick();
+    await sleep(15);
     await report('n-a');
-    await tick();
+    await sleep(15);
     const t3 = await now();
     for (const cache of [serverA, serverB]) {
       expect(await rosterNames(cache, 'roster-model', t2, null)).toEqual(['n-a']);

@@ -12,6 +12,7 @@ import { openPostgres } from '../../src/db/pg.js';
 import { createNode } from '../../src/nodes/lifecycle.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';
+import { sleep, until } from '../helpers/wait.js';
 
 const cluster = (() => {
   try {
@@ -21,17 +22,14 @@ const cluster = (() => {
   }
 })();
 const pgctl = (action: string) => execSync(`pg_ctlcluster --skip-systemctl-redirect ${cluster} main ${action}`, { stdio: 'ignore' });
-const waitReady = async () => {
-  for (let i = 0; i < 100; i++) {
-    try {
-      execSync('pg_isready -h 127.0.0.1 -p 5432 -q');
-      return;
-    } catch {
-      await new Promise((r) => setTimeout(r, 200));
-    }
+const waitReady = () => until('PostgreSQL to come back', () => {
+  try {
+    execSync('pg_isready -h 127.0.0.1 -p 5432 -q');
+    return true;
+  } catch {
+    return false;
   }
-  throw new Error('PostgreSQL did not come back');
-};
+}, 20_000);
 
 describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', () => {
   let server: ServerProcess | undefined;
@@ -71,7 +69,7 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', 
           statuses.set(tag, (statuses.get(tag) ?? 0) + 1);
           if (res.status === 200) acked.push(job_id);
           else if (res.status !== 503) failures.push(`${job_id}: ${res.status} ${await res.text()}`);
-          else await new Promise((r) => setTimeout(r, 50));
+          else await sleep(50);
         } catch (err) {
           failures.push(`${job_id}: ${(err as Error).name} ${(err as Error).message}`);
         }
@@ -90,18 +88,18 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', 
         } catch (err) {
           failures.push(`daily_points: ${(err as Error).name} ${(err as Error).message}`);
         }
-        await new Promise((r) => setTimeout(r, 50));
+        await sleep(50);
       }
     })();
 
-    await new Promise((r) => setTimeout(r, 1000));
+    await sleep(1000);
     phase = 'down';
     pgctl('stop -m fast');
-    await new Promise((r) => setTimeout(r, 2500));
+    await sleep(2500);
     pgctl('start');
     await waitReady();
     phase = 'after';
-    await new Promise((r) => setTimeout(r, 4000));
+    await sleep(4000);
     stop = true;
     await Promise.all([...reporters, reader]);
 

@@ -4,6 +4,7 @@
 import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
+import { until } from './wait.js';
 
 export interface Daemon { logs(): string; stop(): Promise<void> }
 
@@ -16,17 +17,13 @@ export async function startDaemon(name: string, program: string, args: string[],
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const orphan = () => child.kill('SIGKILL');
   process.once('exit', orphan);
-  const deadline = Date.now() + 15_000;
-  for (;;) {
+  await until(`${name} to listen on ${port}`, () => {
     if (child.exitCode !== null) throw new Error(`${name} exited:\n${logs}`);
-    const up = await new Promise<boolean>((resolve) => {
+    return new Promise<boolean>((resolve) => {
       const s = connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
       s.on('error', () => resolve(false));
     });
-    if (up) break;
-    if (Date.now() > deadline) throw new Error(`${name} did not listen on ${port}:\n${logs}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  }, 15_000, async () => `\n${logs}`);
   return {
     logs: () => logs,
     async stop() {

@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
+import { until } from './wait.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** With INS_TEST_CPU_LOG, each process started logs its CPU at exit (bench/suite-cpu/report.ts). */
@@ -151,26 +152,25 @@ async function startServerOn(env: Record<string, string | undefined>, port: numb
   const exited = ended(child);
   const url = `http://127.0.0.1:${port}`;
   // Generous: a loaded machine starts processes slowly; a server that never gets there is killed, not left behind.
-  const deadline = Date.now() + 90_000;
-  for (;;) {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      await exited; // its last lines (why it exited) read
-      if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
-      throw new Error(`server exited early:\n${logs}`);
-    }
-    try {
-      // Ready, and the one that answered is this child: when the port was taken before the child
-      // bound it, the process holding it (another test's server) answers /readyz long before the
-      // child gets to listen and exits saying the port is in use.
-      if ((await fetch(`${url}/readyz`)).status === 200 && listensOn(child.pid!, port)) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`server did not become ready:\n${logs}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
+  try {
+    await until('the server to become ready', async () => {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        await exited; // its last lines (why it exited) read
+        if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
+        throw new Error(`server exited early:\n${logs}`);
+      }
+      try {
+        // Ready, and the one that answered is this child: when the port was taken before the child
+        // bound it, the process holding it (another test's server) answers /readyz long before the
+        // child gets to listen and exits saying the port is in use.
+        return (await fetch(`${url}/readyz`)).status === 200 && listensOn(child.pid!, port);
+      } catch {
+        return false; // not listening yet
+      }
+    }, 90_000, async () => `\n${logs}`);
+  } catch (err) {
+    child.kill('SIGKILL'); // (a no-op when it exited)
+    throw err;
   }
   return { child, url, logs: () => logs, exited };
 }
