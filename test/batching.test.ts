@@ -10,6 +10,7 @@ import { ResultRecorder, type Report } from '../src/results/recorder.js';
 import { dailyPoints, findNodeByName, recordResult } from './helpers/production-paths.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 import { backends, beforeEachQuery } from './helpers/db.js';
+import { sleep, tick } from './helpers/wait.js';
 
 function deferred<T>() {
   let resolve!: (v: T) => void;
@@ -34,9 +35,9 @@ describe('Batcher', () => {
       return xs.map((x) => -x);
     }, { maxBatch: 100, maxInFlight: 1 });
     const first = [1, 2, 3].map((x) => b.load(x));
-    await new Promise((r) => setImmediate(r));
+    await tick();
     const second = [4, 5].map((x) => b.load(x));
-    await new Promise((r) => setImmediate(r));
+    await tick();
     expect(batches).toEqual([[1, 2, 3]]); // the second group waits for a free slot
     gates[0]!.resolve();
     expect(await Promise.all(first)).toEqual([-1, -2, -3]);
@@ -52,7 +53,7 @@ describe('Batcher', () => {
     const b = new Batcher(async (xs: number[]) => {
       sizes.push(xs.length);
       most = Math.max(most, ++running);
-      await new Promise((r) => setTimeout(r, 5));
+      await sleep(5);
       running--;
       return xs;
     }, { maxBatch: 4, maxInFlight: 2 });

@@ -6,10 +6,10 @@ import { describe, expect, it } from 'vitest';
 import { Dispatcher, type DispatchStore } from '../src/jobs/dispatcher.js';
 import type { Ask, Group, LeaseRound } from '../src/jobs/sql/lease.js';
 import type { SessionRow } from '../src/repositories/sessions.js';
+import { tick } from './helpers/wait.js';
 
 const MODEL = 7;
 const session = (id: number): SessionRow => ({ id, node: { id, name: `n-${id}`, disabled: false, suspended: false }, capacity: 1, models: [MODEL] });
-const tick = () => new Promise((r) => setImmediate(r));
 
 /** A store whose rounds wait until the test answers them. */
 class HeldStore implements DispatchStore {
