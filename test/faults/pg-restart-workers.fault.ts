@@ -2,7 +2,6 @@
 // job keys: the server rides the outage out (src/db/outage.ts) instead of answering 503 — a
 // 5xx from update_result stops the real worker for hours — and every report ends as one
 // credit. Restarts the machine's PostgreSQL: `npm run test:faults` only.
-import { execSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/pg.js';
@@ -10,16 +9,8 @@ import { createNode } from '../../src/nodes/lifecycle.js';
 import { addApiKey } from '../../src/repositories/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';
+import { cluster, pgctl } from '../helpers/pg-cluster.js';
 import { sleep } from '../helpers/wait.js';
-
-const cluster = (() => {
-  try {
-    return execSync('ls /etc/postgresql').toString().trim().split('\n')[0];
-  } catch {
-    return undefined;
-  }
-})();
-const pgctl = (action: string) => execSync(`pg_ctlcluster --skip-systemctl-redirect ${cluster} main ${action}`, { stdio: 'ignore' });
 
 describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted while workers report with job keys', () => {
   let server: ServerProcess | undefined;

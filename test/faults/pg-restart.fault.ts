@@ -4,7 +4,6 @@
 // may also get its 200 once the database is back — the service must recover by itself, and
 // every report that got a 200 must be stored exactly once. This restarts the machine's
 // PostgreSQL, so it runs alone: `npm run test:faults` (called by .ci/run after `npm test`).
-import { execSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sql } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrate.js';
@@ -12,30 +11,14 @@ import { openPostgres } from '../../src/db/pg.js';
 import { createNode } from '../../src/nodes/lifecycle.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';
-import { sleep, until } from '../helpers/wait.js';
-
-const cluster = (() => {
-  try {
-    return execSync('ls /etc/postgresql').toString().trim().split('\n')[0];
-  } catch {
-    return undefined;
-  }
-})();
-const pgctl = (action: string) => execSync(`pg_ctlcluster --skip-systemctl-redirect ${cluster} main ${action}`, { stdio: 'ignore' });
-const waitReady = () => until('PostgreSQL to come back', () => {
-  try {
-    execSync('pg_isready -h 127.0.0.1 -p 5432 -q');
-    return true;
-  } catch {
-    return false;
-  }
-}, 20_000);
+import { cluster, pgctl, pgReady } from '../helpers/pg-cluster.js';
+import { sleep } from '../helpers/wait.js';
 
 describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', () => {
   let server: ServerProcess | undefined;
   let drop: (() => Promise<void>) | undefined;
   afterAll(async () => {
-    await waitReady();
+    await pgReady();
     server?.child.kill('SIGTERM');
     await server?.exited;
     await drop?.();
@@ -97,7 +80,7 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', 
     pgctl('stop -m fast');
     await sleep(2500);
     pgctl('start');
-    await waitReady();
+    await pgReady();
     phase = 'after';
     await sleep(4000);
     stop = true;
