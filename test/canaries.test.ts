@@ -31,12 +31,8 @@ describe.each(backends)('canaries on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
 
-  const { q, settled, until } = auditWaits(() => t.db);
-  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
-    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
+  const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
-  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
-    WHERE n.name = $1::text`, [node]))[0]!.p;
   const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
     result: { message: { role: 'assistant', content: '' }, scores: scores(foreign) } });
   const worker = async (name: string, score: boolean) => {

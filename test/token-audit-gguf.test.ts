@@ -22,7 +22,7 @@ import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
-import { ownRound } from './helpers/audits.js';
+import { nodeRecords, ownRound } from './helpers/audits.js';
 import { totalPoints } from './helpers/state.js';
 
 const models = tinyModels();
@@ -68,10 +68,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
       AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
     OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
   const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
-  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
-    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
-  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
-    WHERE n.name = $1::text`, [node]))[0]!.p;
+  const { standing, pointsOf } = nodeRecords(() => t.db);
   const submit = async (user: TestUser, n: number) => {
     for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) });
   };

@@ -49,12 +49,8 @@ describe.each(backends)('score checks on $name', (backend) => {
     }
     return { user, workers };
   };
-  const { q, settled, until } = auditWaits(() => t.db);
-  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
-    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
+  const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
-  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
-    WHERE n.name = $1::text`, [node]))[0]!.p;
   const evidence = async (node: string) => (await q<{ scored: number; copied: number; answers: number; flags: number }>('t_evidence', `SELECT e.scored, e.copied, e.answers, e.flags
     FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = $1::text`, [node]))[0];
   /** The workers poll in turn and answer: a score check with the scores `foreign` says, a job with prose. */

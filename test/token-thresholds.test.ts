@@ -49,7 +49,7 @@ describe.each(backends)('token thresholds on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
 
-  const { q, settled, until } = auditWaits(() => t.db);
+  const { q, settled, until, standing } = auditWaits(() => t.db);
   const command = async (argv: string[]) => {
     const io = bufferIo();
     const code = await runCommand(t.db, argv, io);
@@ -97,8 +97,6 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     };
     const tests = async () => q<{ name: string; cusum: number; flags: number }>('t_tests', `SELECT n.name, e.cusum, e.flags FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id
       WHERE e.answers > 0 ORDER BY n.name`);
-    const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
-      FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
 
     it('honest nodes drift up under the defaults and not under their calibrated thresholds; an impostor of the group is still suspended', { timeout: 240_000 }, async () => {
       t = await startApp(backend, { verify: VERIFY });

@@ -38,15 +38,11 @@ describe.each(backends)('verification on $name', (backend) => {
     return { user, workers, keys };
   };
   // A wait that times out says which jobs and standings it was looking at.
-  const { q, settled, until } = auditWaits(() => t.db, {
+  const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db, {
     timeoutMs: 15_000,
     detail: async () => `${JSON.stringify(await q('t_dbg', "SELECT kind, state, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited, attempts, exclude_nodes::text, node_id::int, (SELECT count(*)::int FROM job_leases l WHERE l.job_id = jobs.id) AS leases FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`,
   });
-  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
-    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
   const strikes = async (node: string) => q<{ kind: string }>('t_strikes', 'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
-  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
-    WHERE n.name = $1::text`, [node]))[0]!.p;
   /** Every worker polls once and answers what it got, until `done` (or every job is settled). */
   const serve = async (workers: Map<string, TestWorker>, answer: (node: string, job: Job) => string, done = settled) => {
     await until('the jobs to settle', async () => {

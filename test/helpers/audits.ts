@@ -10,7 +10,17 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
   /** No job queued or leased, and none waiting for its audit. */
   const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
   const until = (what: string, ok: () => Promise<boolean>, ms = o.timeoutMs ?? 60_000) => waitFor(what, ok, ms, o.detail);
-  return { q, settled, until };
+  return { q, settled, until, ...nodeRecords(db) };
+}
+
+/** What the verifier left of a node, by name: its standing ('trusted' while it has none) and its points. `db` is read at each call. */
+export function nodeRecords(db: () => Database) {
+  const q = async <T>(name: string, text: string, values: unknown[] = []) => db().query<T>(sql(name, text), values);
+  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
+    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
+  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
+    WHERE n.name = $1::text`, [node]))[0]!.p;
+  return { standing, pointsOf };
 }
 
 /**
