@@ -11,35 +11,29 @@ import { setKeyQuota } from '../src/repositories/api-keys.js';
 import { eligibleNodes } from '../src/verify/copies.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
-import { startFakeBackend, vectorOf, type FakeBackend } from './helpers/backends.js';
-import { startWorker, type InProcessWorker } from './helpers/worker.js';
+import { startFakeBackend, vectorOf } from './helpers/backends.js';
+import { startWorker } from './helpers/worker.js';
+import { startNetwork, type TestNetwork } from './helpers/network.js';
 import { TestWorker } from './helpers/coordinator.js';
 
 const base64Of = (v: number[]) => Buffer.from(new Float32Array(v).buffer).toString('base64');
 
 describe.each(backends)('POST /v1/embeddings on $name', (db) => {
-  let t: Awaited<ReturnType<typeof startApp>>;
+  let net: TestNetwork<'ollama' | 'vllm'>;
+  let t: TestNetwork<'ollama' | 'vllm'>['t'];
   let client: OpenAI;
   let url: string;
-  const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
-  const workers: InProcessWorker[] = [];
+  let fakes: TestNetwork<'ollama' | 'vllm'>['fakes'];
 
   beforeAll(async () => {
-    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    net = await startNetwork(db, ['ollama', 'vllm'] as const, 'embed', (f) => {
+      f.showCapabilities = ['embedding'];
+      f.embeds = true;
+    });
+    ({ t, url, fakes } = net);
     client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
-    for (const kind of ['ollama', 'vllm'] as const) {
-      fakes[kind] = await startFakeBackend(kind, [`${kind}-embed`]);
-      fakes[kind].showCapabilities = ['embedding'];
-      fakes[kind].embeds = true;
-      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
-    }
   });
-  afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const f of Object.values(fakes)) await f.close();
-    await t.close();
-  });
+  afterAll(() => net.close());
 
   it('a scoring Ollama declares no score for its embedding model, a generative one beside it does; 40 slots register at the capacity limit', async () => {
     // Ollama 0.12.11 has logprobs: its worker can score (declares `score`), but not with a model that generates nothing.

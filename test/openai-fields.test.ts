@@ -8,39 +8,32 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
-import { startApp } from './helpers/app.js';
-import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
-import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
+import { startFakeBackend } from './helpers/backends.js';
+import { startWorker, until } from './helpers/worker.js';
+import { startNetwork, type TestNetwork } from './helpers/network.js';
 import { TestWorker } from './helpers/coordinator.js';
 
 const SCHEMA = { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'] };
 const TOOL = { type: 'function' as const, function: { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
 
 describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) => {
-  let t: Awaited<ReturnType<typeof startApp>>;
+  let net: TestNetwork<'ollama' | 'vllm'>;
+  let t: TestNetwork<'ollama' | 'vllm'>['t'];
   let client: OpenAI;
   let userKey: string;
   let url: string;
-  const fakes: Record<'ollama' | 'vllm', FakeBackend> = {} as never;
-  const workers: InProcessWorker[] = [];
+  let fakes: TestNetwork<'ollama' | 'vllm'>['fakes'];
+  let workers: TestNetwork<'ollama' | 'vllm'>['workers'];
   let seed: TestWorker;
 
   beforeAll(async () => {
-    t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    net = await startNetwork(db, ['ollama', 'vllm'] as const);
+    ({ t, url, fakes, workers } = net);
     userKey = await t.addUser('sdk');
     client = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1`, maxRetries: 0 });
-    for (const kind of ['ollama', 'vllm'] as const) {
-      fakes[kind] = await startFakeBackend(kind, [`${kind}-model`]);
-      workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
-    }
     seed = await new TestWorker(t.app, 'seed-node', await t.addNode('seed-node')).start(['seed-model']);
   });
-  afterAll(async () => {
-    for (const w of workers) await w.stop();
-    for (const f of Object.values(fakes)) await f.close();
-    await t.close();
-  });
+  afterAll(() => net.close());
 
   it('lists each model with its capabilities', async () => {
     const models = await client.models.list();

@@ -14,13 +14,15 @@ export interface TestNetwork<K extends FakeKind> {
   close(): Promise<void>;
 }
 
-export async function startNetwork<K extends FakeKind>(db: Backend, kinds: readonly K[], suffix = 'model'): Promise<TestNetwork<K>> {
+/** `setUp` adjusts each test backend before its worker starts (and asks the backend what it serves). */
+export async function startNetwork<K extends FakeKind>(db: Backend, kinds: readonly K[], suffix = 'model', setUp?: (fake: FakeBackend) => void): Promise<TestNetwork<K>> {
   const t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
   const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
   const fakes = {} as Record<K, FakeBackend>;
   const workers: InProcessWorker[] = [];
   for (const kind of kinds) {
     fakes[kind] = await startFakeBackend(kind, [`${kind}-${suffix}`]);
+    setUp?.(fakes[kind]);
     workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
   }
   return {
