@@ -3,7 +3,8 @@
 // through the real app and real `ins worker`s (in process) on test backends that speak Ollama's
 // and vLLM's wire (test/helpers/backends.ts): a function-call loop with and without
 // previous_response_id, structured output, streamed events with sequence numbers, stored
-// responses read back, deleted and continued, what Codex sends beside, errors in OpenAI's shape.
+// responses read back, deleted and continued, item_reference to their output items, what Codex
+// sends beside, errors in OpenAI's shape.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
@@ -98,6 +99,36 @@ describe.each(backends)('POST /v1/responses on $name', (db) => {
         expect(unstored).toMatchObject({ status: 400, param: 'previous_response_id', code: 'previous_response_not_stored' });
       } finally {
         fakes[kind].toolCall = undefined;
+      }
+    });
+
+    it(`${kind}: reads an item_reference to an output item of the key's stored response as that item (the Vercel AI SDK's way with store)`, async () => {
+      fakes[kind].toolCall = { name: 'get_weather', arguments: { city: 'Paris' } };
+      let call: OpenAI.Responses.ResponseFunctionToolCall;
+      try {
+        const first = await client.responses.create({ model, tools: [weather], input: 'Weather in Paris?' });
+        call = first.output.find((o) => o.type === 'function_call')!;
+      } finally {
+        fakes[kind].toolCall = undefined;
+      }
+      const hello = await client.responses.create({ model, input: 'Hello' });
+      const said = hello.output.find((o) => o.type === 'message')!;
+      const r = await client.responses.create({
+        model, tools: [weather],
+        input: [{ role: 'user', content: 'Hello' }, { type: 'item_reference', id: said.id }, { role: 'user', content: 'Weather in Paris?' }, { type: 'item_reference', id: call.id! }, { type: 'function_call_output', call_id: call.call_id, output: 'Sunny' }],
+      });
+      expect(r.output_text).toBe(`echo(${model}): Sunny`);
+      const sent = fakes[kind].requests.at(-1)!.messages as { role: string; content: string }[];
+      expect(sent.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant', 'tool']);
+      expect(sent[1]!.content).toBe(`echo(${model}): Hello`);
+      // Not stored, another key's, deleted, or no output item of ours: 400, naming the reference.
+      const unstored = await client.responses.create({ model, input: 'x', store: false });
+      const other = await new OpenAI({ apiKey: await t.addUser(`other-${kind}`), baseURL: `${url}/v1`, maxRetries: 0 }).responses.create({ model, input: 'x' });
+      const deleted = await client.responses.create({ model, input: 'x' });
+      await client.responses.delete(deleted.id);
+      for (const id of [unstored.output[0]!.id!, other.output[0]!.id!, deleted.output[0]!.id!, 'msg_00000000000000000000000000000000', 'rs_1', `fc_${hello.id.slice(5)}_0`]) {
+        const e = await client.responses.create({ model, input: [{ role: 'user', content: 'x' }, { type: 'item_reference', id }] }).catch((x: unknown) => x);
+        expect(e, id).toMatchObject({ status: 400, param: 'input[1].id', code: 'item_not_found' });
       }
     });
 

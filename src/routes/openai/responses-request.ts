@@ -2,7 +2,8 @@
 // becomes (openai/request.ts ChatRequest), so that it runs through the front doors' one core
 // (front/run.ts). docs/responses.md has the table of what is honoured, ignored and refused:
 // - `input` as a string or items: messages (user, assistant, system, developer; text parts),
-//   `function_call` and `function_call_output`; `reasoning` items an earlier answer carried are
+//   `function_call` and `function_call_output`; `item_reference` to an output item of the key's
+//   stored response (the caller reads it); `reasoning` items an earlier answer carried are
 //   dropped (the nodes' models do not reason); other items refused by name;
 // - `instructions` and every system or developer message become the conversation's one system
 //   message, first (chat templates refuse a system turn anywhere else); a previous response's
@@ -79,8 +80,14 @@ function textOf(v: unknown, param: string): string {
 /** A conversation: its system and developer texts apart (they go first, joined), its turns in order. */
 export interface Conversation { system: string[]; messages: ChatMessage[] }
 
+/**
+ * The output items of stored responses that `item_reference` items name, by their ids (`msg_…`, `fc_…`), as the
+ * items themselves (the caller reads them: the key's own stored, completed responses; routes/openai/responses.ts).
+ */
+export type ReferencedItems = ReadonlyMap<string, Record<string, unknown>>;
+
 /** The input items as chat messages after `earlier`'s (a previous response's); system and developer texts apart, to go first. */
-export function conversationOf(input: unknown, earlier: Conversation = { system: [], messages: [] }): Conversation {
+export function conversationOf(input: unknown, earlier: Conversation = { system: [], messages: [] }, referenced: ReferencedItems = new Map()): Conversation {
   const messages = [...earlier.messages];
   const system = [...earlier.system];
   if (!given(input)) throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
@@ -92,8 +99,7 @@ export function conversationOf(input: unknown, earlier: Conversation = { system:
   if (!Array.isArray(input)) throw invalidRequest("Invalid type for 'input': expected a string or an array of input items.", 'input', 'invalid_type');
   if (input.length > MAX_ITEMS) throw invalidRequest(`Invalid 'input': at most ${MAX_ITEMS} items.`, 'input', 'array_above_max_length');
   const calls = new Set(earlier.messages.flatMap((m) => (m.tool_calls ?? []).map((c) => c.id)));
-  input.forEach((item, i) => {
-    const param = `input[${i}]`;
+  const add = (item: unknown, param: string): void => {
     if (!isObject(item)) throw invalidRequest(`Invalid type for '${param}': expected an object.`, param, 'invalid_type');
     const type = item.type ?? (given(item.role) ? 'message' : undefined);
     switch (type) {
@@ -124,10 +130,16 @@ export function conversationOf(input: unknown, earlier: Conversation = { system:
         return;
       }
       case 'reasoning': return;
-      case 'item_reference': throw refuse(`${param}.type`, "input items of type 'item_reference' (send the item itself, or previous_response_id)");
+      // An output item of a stored response, by its id: what the Vercel AI SDK sends for an earlier answer's text while `store` is true (its default).
+      case 'item_reference': {
+        const found = typeof item.id === 'string' ? referenced.get(item.id) : undefined;
+        if (!found) throw invalidRequest(`Item with id '${String(item.id)}' not found: an item_reference names an output item (msg_…, fc_…) of a completed response this key stored (store: true) and did not delete, within the network's retention of jobs (JOB_RETENTION).`, `${param}.id`, 'item_not_found');
+        return add(found, param);
+      }
       default: throw refuse(`${param}.type`, `input items of type '${typeof type === 'string' ? type : JSON.stringify(type)}'`);
     }
-  });
+  };
+  input.forEach((item, i) => add(item, `input[${i}]`));
   return { messages, system };
 }
 
@@ -211,16 +223,17 @@ function accepted(body: Record<string, unknown>): Record<string, string> {
 
 /**
  * A Responses request as a job. `earlier`: the conversation of the response named by
- * previous_response_id, its answer last (the caller reads it: the key's own stored job).
+ * previous_response_id, its answer last (the caller reads it: the key's own stored job);
+ * `referenced`: the items its `item_reference` items name (the caller reads them too).
  */
-export function parseResponsesRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }, earlier?: Conversation): ChatRequest & { front: ResponsesFront } {
+export function parseResponsesRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }, earlier?: Conversation, referenced?: ReferencedItems): ChatRequest & { front: ResponsesFront } {
   const body = requestBody(raw);
   for (const [name, isRefused] of Object.entries(REFUSED)) {
     if (given(body[name]) && isRefused(body[name])) throw refuse(name, `'${name}'`);
   }
   const metadata = accepted(body);
   const maxTokens = number(body, 'max_output_tokens', 1, 10_000_000, true);
-  const { messages, system } = conversationOf(body.input, earlier);
+  const { messages, system } = conversationOf(body.input, earlier, referenced);
   const instructions = typeof body.instructions === 'string' ? body.instructions : null;
   if (instructions !== null) storableDeep(instructions, 'instructions');
   const systemText = [...(instructions ? [instructions] : []), ...system].join('\n\n');

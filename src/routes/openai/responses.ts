@@ -6,8 +6,9 @@
 // `response.content_part.done`; a function call: `response.function_call_arguments.delta` /
 // `.done`), and exactly one of `response.completed`, `response.incomplete`, `response.failed`.
 // A stored response is the job that answered it (jobs/stored-responses.ts): GET reads it back,
-// DELETE forgets it, POST …/cancel cancels its job while it runs, and `previous_response_id`
-// carries its conversation and answer on. docs/responses.md.
+// DELETE forgets it, POST …/cancel cancels its job while it runs, `previous_response_id`
+// carries its conversation and answer on, and an `item_reference` to one of its output items
+// stands for that item. docs/responses.md.
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Deps } from '../types.js';
 import { authenticateUser } from '../authenticate.js';
@@ -17,7 +18,7 @@ import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
 import type { ChatRequest } from './request.js';
 import { samplingField } from './chat-params.js';
-import { parseResponsesRequest, type Conversation, type ResponsesFront } from './responses-request.js';
+import { parseResponsesRequest, type Conversation, type ReferencedItems, type ResponsesFront } from './responses-request.js';
 import { admit, runJob } from '../front/run.js';
 import { queueComment, type Done, type Event, type ParamNeeding, type Wire } from '../front/wire.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
@@ -27,6 +28,10 @@ import { forgetResponse, storedJob, type StoredJob } from '../../jobs/stored-res
 
 /** A function call's arguments are streamed in pieces of this many characters. */
 const ARGUMENT_PIECE = 32;
+/** At most this many stored responses are read for one request's `item_reference` items (each is a read of its job). */
+const MAX_REFERENCED = 256;
+/** An output item's id (messageItem, callItem): its response's job id in hex, and a function call's index. */
+const ITEM_ID = /^(msg|fc)_([0-9a-f]{32})(?:_(\d{1,4}))?$/;
 
 const hex = (jobId: string) => jobId.replace(/-/g, '');
 export const responseId = (jobId: string): string => `resp_${hex(jobId)}`;
@@ -186,7 +191,7 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
 
   const create = async (req: FastifyRequest, reply: FastifyReply) => {
     let job!: ChatRequest & { front: ResponsesFront };
-    const { owner } = await admit(deps, served, req, async (key) => (job = parseResponsesRequest(req.body, limits, await previousOf(req.body, key))), paramNeeding, true);
+    const { owner } = await admit(deps, served, req, async (key) => (job = parseResponsesRequest(req.body, limits, await previousOf(req.body, key), await referencedBy(req.body, key))), paramNeeding, true);
     return runJob(deps, reply, owner, job, (jobId) => responsesWire(job, jobId), { shaped: true });
   };
 
@@ -200,6 +205,34 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
     }
     if (!found.front.store) throw invalidRequest(`Previous response with id '${previous}' was created with store: false, so it cannot be continued; send the whole conversation as input instead.`, 'previous_response_id', 'previous_response_not_stored');
     return carriedOn(found.job, found.front);
+  }
+  /**
+   * The output items the body's `item_reference` items name, of the key's stored (store: true),
+   * completed responses, as the items themselves; ids of no such item are left out (the parser's 400).
+   */
+  async function referencedBy(body: unknown, owner: number): Promise<ReferencedItems> {
+    const input = typeof body === 'object' && body !== null ? (body as Record<string, unknown>).input : undefined;
+    const ids = new Set(Array.isArray(input) ? input.flatMap((i) => (typeof i === 'object' && i !== null && (i as Record<string, unknown>).type === 'item_reference' && typeof (i as Record<string, unknown>).id === 'string' ? [(i as { id: string }).id] : [])) : []);
+    const items = new Map<string, Record<string, unknown>>();
+    const responses = new Map<string, Awaited<ReturnType<typeof stored>>>();
+    for (const id of ids) {
+      const m = ITEM_ID.exec(id);
+      if (!m) continue;
+      const rid = `resp_${m[2]!}`;
+      if (!responses.has(rid)) {
+        if (responses.size >= MAX_REFERENCED) throw invalidRequest(`Invalid 'input': item_reference items name more than ${MAX_REFERENCED} responses; send the items themselves (store: false) or previous_response_id.`, 'input', 'invalid_value');
+        responses.set(rid, await stored(deps, rid, owner));
+      }
+      const found = responses.get(rid);
+      if (!found || !found.front.store || found.job.state !== 'done') continue;
+      const answer = found.job.result!;
+      const calls = answer.message.tool_calls ?? [];
+      // As outputOf shows them: the message item when the answer has text or calls nothing, then each call.
+      if (m[1] === 'msg' && m[3] === undefined && (answer.message.content || calls.length === 0)) items.set(id, { type: 'message', role: 'assistant', content: answer.message.content });
+      const call = m[1] === 'fc' && m[3] !== undefined ? calls[Number(m[3])] : undefined;
+      if (call) items.set(id, { type: 'function_call', call_id: call.id, name: call.function.name, arguments: call.function.arguments });
+    }
+    return items;
   }
   app.post('/v1/responses', { sse: { kind: 'manual' as const }, ...(limiters.completions ? { preHandler: limiters.completions } : {}) }, create);
 
