@@ -3,8 +3,10 @@
 // backends that speak Ollama's and vLLM's wire (test/helpers/backends.ts): plain, streamed
 // (`messages.stream`), a tool loop, streamed tool use, stop sequences, count_tokens, errors in
 // Anthropic's shape; what Claude Code sends beside (a system message after the user's turn,
-// thinking, cache_control, context_management, output_config) changes nothing.
+// thinking, cache_control, context_management, output_config's effort) changes nothing;
+// output_config.format (structured outputs) is honoured.
 import Anthropic from '@anthropic-ai/sdk';
+import { jsonSchemaOutputFormat } from '@anthropic-ai/sdk/helpers/json-schema';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
@@ -109,6 +111,17 @@ describe.each(backends)('POST /v1/messages on $name', (db) => {
       } finally {
         fakes[kind].toolCall = undefined;
       }
+    });
+
+    it(`${kind}: structured outputs: output_config.format's schema reaches the node and the answer keeps it (messages.parse)`, async () => {
+      const schema = { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'], additionalProperties: false } as const;
+      const m = await client.messages.parse({ model, max_tokens: 64, messages: [{ role: 'user', content: 'Reply in JSON' }], output_config: { format: jsonSchemaOutputFormat(schema) } });
+      expect(m.parsed_output).toEqual({ answer: `echo(${model}): Reply in JSON` });
+      const sent = fakes[kind].requests.at(-1)!;
+      if (kind === 'ollama') expect(sent.format).toEqual(schema);
+      else expect(sent.response_format).toMatchObject({ type: 'json_schema', json_schema: { schema, strict: true } });
+      const wrong = await client.messages.create({ model, max_tokens: 64, messages: [{ role: 'user', content: 'x' }], ...({ output_config: { format: { type: 'xml' } } } as object) }).catch((e: unknown) => e);
+      expect(wrong).toMatchObject({ status: 400, error: { error: { type: 'invalid_request_error', message: expect.stringContaining('output_config.format.type') } } });
     });
 
     it(`${kind}: passes stop_sequences and top_p on in the backend's form`, async () => {

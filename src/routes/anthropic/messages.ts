@@ -99,6 +99,7 @@ const paramNeeding: ParamNeeding = (job, cap) => {
   switch (cap) {
     case 'sampling': return { param: job.params.stop ? 'stop_sequences' : 'top_p' };
     case 'tool_choice': return { param: 'tool_choice' };
+    case 'json': return { param: 'output_config.format' };
     default: return { param: job.params.tools ? 'tools' : 'messages' };
   }
 };

@@ -11,13 +11,16 @@
 // - `tools` (custom tools: name, description, input_schema), `tool_choice` (auto, any, tool, none,
 //   disable_parallel_tool_use), `stop_sequences`, `top_p`, `temperature` are honoured with the
 //   capability each needs, as chat's are; server tools (web search, bash…) and `top_k` refused;
-// - `cache_control`, `context_management`, `output_config`, `thinking`, `metadata`,
-//   `service_tier`, `container`, `mcp_servers` are accepted and change no answer here.
+// - `output_config.format` (a JSON schema the answer's text keeps: structured outputs; the beta's
+//   `output_format` too) is honoured as chat's strict `response_format` (the `json` capability);
+// - `cache_control`, `context_management`, the rest of `output_config` (`effort`), `thinking`,
+//   `metadata`, `service_tier`, `container`, `mcp_servers` are accepted and change no answer here.
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import type { ChatMessage, ChatParams, ToolCall } from '../../jobs/request.js';
 import { invalidRequest } from '../openai/errors.js';
 import { given, isObject, number, requestBody, storableDeep } from '../openai/chat-params.js';
 import { conversationJob, type ChatRequest } from '../openai/request.js';
+import { compileStrict } from '../openai/strict-schema.js';
 
 /** Anthropic's default temperature. */
 export const ANTHROPIC_DEFAULT_TEMPERATURE = 1;
@@ -172,6 +175,22 @@ function stopSequences(v: unknown): string[] | undefined {
   return v.length ? (v as string[]) : undefined;
 }
 
+/**
+ * Structured outputs: `output_config.format` (or the beta's `output_format`), `{type: "json_schema",
+ * schema}`, as chat's strict response_format (Anthropic guarantees the schema, so the answer is
+ * checked: answer-shape.ts); undefined when the request sets none.
+ */
+function outputFormat(body: Record<string, unknown>): ChatParams['response_format'] {
+  if (given(body.output_config) && !isObject(body.output_config)) throw invalidRequest('output_config: Input should be a valid dictionary', 'output_config');
+  const [format, param] = given(body.output_format) ? [body.output_format, 'output_format'] : [(body.output_config as Record<string, unknown> | undefined)?.format, 'output_config.format'];
+  if (!given(format)) return undefined;
+  if (!isObject(format) || format.type !== 'json_schema') throw invalidRequest(`${param}.type: Input tag '${isObject(format) ? String(format.type) : 'unknown'}' found using 'type' does not match any of the expected tags: 'json_schema'`, `${param}.type`);
+  if (!isObject(format.schema)) throw invalidRequest(`${param}.schema: Field required`, `${param}.schema`);
+  storableDeep(format.schema, `${param}.schema`);
+  compileStrict(format.schema, `${param}.schema`);
+  return { type: 'json_schema', json_schema: { name: 'output', schema: format.schema, strict: true } };
+}
+
 /** A Messages request as a job; `count: true` reads it for count_tokens (no max_tokens needed). */
 export function parseMessagesRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }, count = false): ChatRequest {
   const body = requestBody(raw);
@@ -199,6 +218,11 @@ export function parseMessagesRequest(raw: unknown, limits: { defaultTimeout: num
     needs |= CAPABILITIES.tools;
   } else {
     delete params.tool_choice;
+  }
+  const format = outputFormat(body);
+  if (format) {
+    params.response_format = format;
+    needs |= CAPABILITIES.json;
   }
   return conversationJob(body, whole, { params, needs, maxTokens, defaultTemperature: ANTHROPIC_DEFAULT_TEMPERATURE, limits });
 }
