@@ -78,7 +78,7 @@ export async function runJob(deps: Deps, reply: FastifyReply, owner: number, job
     if (!job.stream) {
       const outcome = await wait();
       record(outcome);
-      if (outcome.kind !== 'done') throw wire.failure?.(outcome) ?? failureError(outcome);
+      if (outcome.kind !== 'done') throw failureError(outcome);
       return wire.body(outcome);
     }
     return await stream(deps, reply, job, wire, jobId, owner, started, wait, record);
@@ -198,7 +198,7 @@ async function stream(deps: Deps, reply: FastifyReply, job: ChatRequest, wire: W
     if (outcome.kind === 'gone') logClientClosed(reply.request);
     return;
   }
-  if (outcome.kind !== 'done') return end(wire.fail(wire.failure?.(outcome) ?? failureError(outcome)));
+  if (outcome.kind !== 'done') return end(wire.fail(failureError(outcome)));
   const content = outcome.answer.message.content;
   if (sentUnits > 0 && createHash('sha256').update(content.slice(0, sentUnits)).digest('hex') !== sentHash.digest('hex')) {
     metrics.completions.inc({ model: job.model, outcome: 'diverged' });

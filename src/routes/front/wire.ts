@@ -21,8 +21,6 @@ export interface Standing { state: string; position: number | null; eta_seconds:
 export type ParamNeeding = (job: ChatRequest, cap: Capability) => { param: string; what?: string };
 
 export interface Wire {
-  /** A job that ended without an answer as this wire's error, where it differs from failureError's. */
-  failure?(outcome: Failed): OpenAIError;
   /** Not streamed: the answer's body. */
   body(done: Done): unknown;
   /** Streamed: the events sent at once, before the job has a node. */
