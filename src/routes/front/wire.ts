@@ -37,3 +37,6 @@ export interface Wire {
 
 /** The standing as the SSE comment every OpenAI stream here carries: `: queue {"state":"queued","position":3,"eta_seconds":12}`. */
 export const queueComment = (s: Standing): Event => ({ comment: `queue ${JSON.stringify(s)}` });
+
+/** The wire of a door that never streams (embeddings): its body alone. */
+export const unstreamed = (body: Wire['body']): Wire => ({ body, begin: () => [], waiting: () => [], text: () => [], finish: () => [], fail: () => [] });

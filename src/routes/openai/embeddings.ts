@@ -4,14 +4,15 @@
 // in job_data.params.input; the node reports the vectors as `result.embeddings`, base64 of
 // float32s (jobs/answer.ts), which are given as they are for `encoding_format: "base64"` and as
 // numbers for "float". `dimensions` is refused: not every backend honours it, and a vector of
-// another size than asked would be dropped silently.
+// another size than asked would be dropped silently. The job runs through the front doors' core
+// (front/run.ts), as every completion's does.
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { authenticateUser } from '../authenticate.js';
 import type { Deps } from '../types.js';
 import { CAPABILITIES } from '../../jobs/capabilities.js';
 import { invalidRequest, OpenAIError } from './errors.js';
 import { given, number, requestBody, storableDeep, userField } from './chat-params.js';
-import { awaitCompletion, failureError, submitCompletion } from './completion.js';
+import { admit, runJob } from '../front/run.js';
+import { unstreamed, type Done } from '../front/wire.js';
 import { OPENAI_DEFAULT_TEMPERATURE, type ChatRequest } from './request.js';
 import type { ServedModels } from './models.js';
 import type { OpenAIApp } from './context.js';
@@ -62,50 +63,40 @@ function floats(bytes: Buffer): number[] {
   return out;
 }
 
-export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const { limiters, metrics } = deps;
-  const { coordinator, options: { coordinator: c } } = deps.service;
+/** The node's vectors as OpenAI's `list` of `embedding` objects: 502 when they are not one vector per input, all of one size, every number finite. */
+function embeddingsBody(job: ChatRequest, base64: boolean, done: Done): unknown {
+  const vectors = done.answer.embeddings;
+  if (vectors?.length !== job.messages.length) {
+    // The node's report has no vector per input (jobs/answer.ts keeps only well-formed ones).
+    throw new OpenAIError(502, `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`, 'server_error', null, 'job_failed');
+  }
+  // One model's vectors: all of one size, every number finite (JSON has no NaN: it became null).
+  const bytes = vectors.map((v) => Buffer.from(v, 'base64'));
+  const numbers = bytes.map(floats);
+  if (new Set(bytes.map((b) => b.length)).size !== 1 || bytes[0]!.length % 4 !== 0 || numbers.some((n) => n.some((x) => !Number.isFinite(x)))) {
+    throw new OpenAIError(502, 'The node that ran the job answered vectors of different sizes, or with numbers that are not finite.', 'server_error', null, 'job_failed');
+  }
+  const prompt = done.usage?.prompt_tokens ?? 0;
+  return {
+    object: 'list',
+    data: vectors.map((v, index) => ({ object: 'embedding', index, embedding: base64 ? v : numbers[index]! })),
+    model: job.model,
+    usage: { prompt_tokens: prompt, total_tokens: prompt },
+  };
+}
 
+export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
+  const { limiters, service: { options: { coordinator: c } } } = deps;
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
-    const owner = await authenticateUser(deps, req);
-    const { job, base64 } = parseEmbeddingsRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
-    await served.requireServed(job.model, () => metrics.completions.inc({ model: 'other', outcome: 'model_not_found' }));
-    if (await served.missing(job.model, job.needs)) {
-      metrics.completions.inc({ model: job.model, outcome: 'capability_missing' });
-      throw new OpenAIError(400, `Unsupported parameter: embeddings need the capability 'embeddings', which no node serving '${job.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'input', 'unsupported_parameter');
-    }
-    const slot = `user:${owner}`;
-    if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });
-    const gone = new AbortController();
-    reply.raw.on('close', () => { if (!reply.raw.writableFinished) gone.abort(); });
-    try {
-      const jobId = await submitCompletion(coordinator, owner, job);
-      const outcome = await awaitCompletion(coordinator, owner, jobId, job, gone.signal);
-      metrics.completions.inc({ model: job.model, outcome: outcome.kind });
-      if (outcome.kind !== 'done') {
-        throw failureError(outcome);
-      }
-      const vectors = outcome.answer.embeddings;
-      if (vectors?.length !== job.messages.length) {
-        // The node's report has no vector per input (jobs/answer.ts keeps only well-formed ones).
-        throw new OpenAIError(502, `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`, 'server_error', null, 'job_failed');
-      }
-      // One model's vectors: all of one size, every number finite (JSON has no NaN: it became null).
-      const bytes = vectors.map((v) => Buffer.from(v, 'base64'));
-      const numbers = bytes.map(floats);
-      if (new Set(bytes.map((b) => b.length)).size !== 1 || bytes[0]!.length % 4 !== 0 || numbers.some((n) => n.some((x) => !Number.isFinite(x)))) {
-        throw new OpenAIError(502, 'The node that ran the job answered vectors of different sizes, or with numbers that are not finite.', 'server_error', null, 'job_failed');
-      }
-      const prompt = outcome.usage?.prompt_tokens ?? 0;
-      return {
-        object: 'list',
-        data: vectors.map((v, index) => ({ object: 'embedding', index, embedding: base64 ? v : numbers[index]! })),
-        model: job.model,
-        usage: { prompt_tokens: prompt, total_tokens: prompt },
-      };
-    } finally {
-      limiters.concurrent.leave(slot);
-    }
+    let base64 = false;
+    const parse = () => {
+      const parsed = parseEmbeddingsRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout });
+      base64 = parsed.base64;
+      return parsed.job;
+    };
+    // One job through the front doors' core (front/run.ts), never streamed.
+    const { owner, job } = await admit(deps, served, req, parse, () => ({ param: 'input', what: 'embeddings need' }), false);
+    return runJob(deps, reply, owner, job, () => unstreamed((done) => embeddingsBody(job, base64, done)), { shaped: false });
   };
 
   app.post('/v1/embeddings', limiters.completions ? { preHandler: limiters.completions } : {}, handler);
