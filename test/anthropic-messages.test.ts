@@ -124,6 +124,21 @@ describe.each(backends)('POST /v1/messages on $name', (db) => {
       expect(wrong).toMatchObject({ status: 400, error: { error: { type: 'invalid_request_error', message: expect.stringContaining('output_config.format.type') } } });
     });
 
+    it(`${kind}: a strict tool's calls keep its input_schema: a call that does not is no answer (502 api_error)`, async () => {
+      const strict = { ...weather, strict: true, input_schema: { ...weather.input_schema, additionalProperties: false } };
+      fakes[kind].toolCall = { name: 'get_weather', arguments: { city: 'Paris' } };
+      try {
+        const kept = await client.messages.create({ model, max_tokens: 64, tools: [strict as never], messages: [{ role: 'user', content: 'Weather?' }] });
+        expect(kept.content).toEqual([expect.objectContaining({ type: 'tool_use', input: { city: 'Paris' } })]);
+        fakes[kind].toolCall = { name: 'get_weather', arguments: { town: 'Paris' } };
+        const broken = await client.messages.create({ model, max_tokens: 64, tools: [strict as never], messages: [{ role: 'user', content: 'Weather?' }] }).catch((e: unknown) => e);
+        expect(broken).toBeInstanceOf(Anthropic.InternalServerError);
+        expect(broken).toMatchObject({ status: 502, error: { type: 'error', error: { type: 'api_error', message: expect.stringContaining("strict schema") } } });
+      } finally {
+        fakes[kind].toolCall = undefined;
+      }
+    });
+
     it(`${kind}: passes stop_sequences and top_p on in the backend's form`, async () => {
       await client.messages.create({ model, max_tokens: 20, stop_sequences: ['END', 'STOP'], top_p: 0.5, messages: [{ role: 'user', content: 'count' }] });
       const sent = fakes[kind].requests.at(-1)!;

@@ -8,7 +8,7 @@
 //   blocks are the tool's answers (OpenAI's `role: "tool"` messages, before the user's text);
 //   `thinking` blocks an earlier answer carried are dropped (the nodes' models do not think);
 // - images and documents are refused by name: no node declares vision;
-// - `tools` (custom tools: name, description, input_schema), `tool_choice` (auto, any, tool, none,
+// - `tools` (custom tools: name, description, input_schema, strict), `tool_choice` (auto, any, tool, none,
 //   disable_parallel_tool_use), `stop_sequences`, `top_p`, `temperature` are honoured with the
 //   capability each needs, as chat's are; server tools (web search, bash…) and `top_k` refused;
 // - `output_config.format` (a JSON schema the answer's text keeps: structured outputs; the beta's
@@ -134,8 +134,11 @@ function tools(v: unknown): ChatParams['tools'] {
     if (typeof t.name !== 'string' || !TOOL_NAME.test(t.name)) throw invalidRequest(`${param}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`, `${param}.name`);
     if (!isObject(t.input_schema)) throw invalidRequest(`${param}.input_schema: Field required`, `${param}.input_schema`);
     if (given(t.description) && typeof t.description !== 'string') throw invalidRequest(`${param}.description: Input should be a valid string`, `${param}.description`);
+    if (given(t.strict) && typeof t.strict !== 'boolean') throw invalidRequest(`${param}.strict: Input should be a valid boolean`, `${param}.strict`);
     storableDeep([t.name, t.description, t.input_schema], param);
-    return { type: 'function' as const, function: { name: t.name, ...(typeof t.description === 'string' ? { description: t.description } : {}), parameters: t.input_schema } };
+    // strict: the tool's calls keep its input_schema, as Anthropic guarantees them: checked as chat's strict functions are (answer-shape.ts).
+    if (t.strict === true) compileStrict(t.input_schema, `${param}.input_schema`);
+    return { type: 'function' as const, function: { name: t.name, ...(typeof t.description === 'string' ? { description: t.description } : {}), parameters: t.input_schema, ...(t.strict === true ? { strict: true } : {}) } };
   });
 }
 
