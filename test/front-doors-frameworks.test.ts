@@ -79,28 +79,34 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
     execute: async ({ city }) => weatherOf(city),
   });
 
+  /** generateText and streamText, the same on either provider's door. */
+  function plainCalls(kind: (typeof KINDS)[number], lm: () => LanguageModel): void {
+    const model = `${kind}-model`;
+    it('generateText', async () => {
+      const r = await generateText({ model: lm(), system: 'Be terse.', prompt: 'Say hello', maxRetries: 0 });
+      expect(r.text).toBe(`echo(${model}): Say hello`);
+      expect(r.finishReason).toBe('stop');
+      expect(r.usage.outputTokens).toBe(3);
+      expect(fakes[kind].requests.at(-1)!.messages).toEqual([{ role: 'system', content: 'Be terse.' }, { role: 'user', content: 'Say hello' }]);
+    });
+
+    it('streamText, its textStream read to the end', async () => {
+      const r = streamText({ model: lm(), prompt: 'The quick brown fox', maxRetries: 0, onError: () => {} });
+      let text = '';
+      for await (const piece of r.textStream) text += piece;
+      expect(text).toBe(`echo(${model}): The quick brown fox`);
+      expect(await r.finishReason).toBe('stop');
+      expect(await r.text).toBe(text);
+    });
+  }
+
   for (const kind of KINDS) {
     const model = `${kind}-model`;
 
     describe(`${kind}: the Vercel AI SDK with @ai-sdk/openai's default model (the Responses API)`, () => {
       const lm = (): LanguageModel => createOpenAI({ baseURL: `${url}/v1`, apiKey: key })(model);
 
-      it('generateText', async () => {
-        const r = await generateText({ model: lm(), system: 'Be terse.', prompt: 'Say hello', maxRetries: 0 });
-        expect(r.text).toBe(`echo(${model}): Say hello`);
-        expect(r.finishReason).toBe('stop');
-        expect(r.usage.outputTokens).toBe(3);
-        expect(fakes[kind].requests.at(-1)!.messages).toEqual([{ role: 'system', content: 'Be terse.' }, { role: 'user', content: 'Say hello' }]);
-      });
-
-      it('streamText, its textStream read to the end', async () => {
-        const r = streamText({ model: lm(), prompt: 'The quick brown fox', maxRetries: 0, onError: () => {} });
-        let text = '';
-        for await (const piece of r.textStream) text += piece;
-        expect(text).toBe(`echo(${model}): The quick brown fox`);
-        expect(await r.finishReason).toBe('stop');
-        expect(await r.text).toBe(text);
-      });
+      plainCalls(kind, lm);
 
       it('a tool loop: the call, the tool run here, its result answered (stopWhen)', async () => {
         const r = await withToolCall(kind, 'Paris', () => generateText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Paris?', maxRetries: 0 }));
@@ -147,21 +153,7 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
     describe(`${kind}: the Vercel AI SDK with @ai-sdk/anthropic (the Messages API)`, () => {
       const lm = (): LanguageModel => createAnthropic({ baseURL: `${url}/v1`, apiKey: key })(model);
 
-      it('generateText', async () => {
-        const r = await generateText({ model: lm(), system: 'Be terse.', prompt: 'Say hello', maxRetries: 0 });
-        expect(r.text).toBe(`echo(${model}): Say hello`);
-        expect(r.finishReason).toBe('stop');
-        expect(r.usage.outputTokens).toBe(3);
-        expect(fakes[kind].requests.at(-1)!.messages).toEqual([{ role: 'system', content: 'Be terse.' }, { role: 'user', content: 'Say hello' }]);
-      });
-
-      it('streamText, its textStream read to the end', async () => {
-        const r = streamText({ model: lm(), prompt: 'The quick brown fox', maxRetries: 0, onError: () => {} });
-        let text = '';
-        for await (const piece of r.textStream) text += piece;
-        expect(text).toBe(`echo(${model}): The quick brown fox`);
-        expect(await r.finishReason).toBe('stop');
-      });
+      plainCalls(kind, lm);
 
       it('a conversation carried on with the messages of the answer before', async () => {
         const first = await generateText({ model: lm(), messages: [{ role: 'user', content: 'Hello' }], maxRetries: 0 });
