@@ -33,11 +33,16 @@ export async function authenticateSession(deps: Deps, req: FastifyRequest): Prom
   return principal.session;
 }
 
-/** The user key's id (401 without a valid key, 403 for another kind of key). */
-export async function authenticateUser(deps: Deps, req: FastifyRequest): Promise<number> {
+/** Whoever the request's key (requestKey: `api_key`, `x-api-key` or Bearer) belongs to; 401 without a valid one. */
+export async function authenticateKey(deps: Deps, req: FastifyRequest): Promise<Principal> {
   const key = requestKey(req);
   if (!key) throw new HttpError(401, 'Not authenticated');
-  const principal = await authenticateRequest(deps, req, key);
+  return authenticateRequest(deps, req, key);
+}
+
+/** The user key's id (401 without a valid key, 403 for another kind of key). */
+export async function authenticateUser(deps: Deps, req: FastifyRequest): Promise<number> {
+  const principal = await authenticateKey(deps, req);
   if (principal.kind !== 'user') throw new HttpError(403, 'This endpoint takes a user key (uk_…; ins key add-user LABEL)');
   return principal.userKeyId;
 }
@@ -60,7 +65,5 @@ export function checkNodeRead(req: FastifyRequest, principal: Principal, nodeNam
 
 /** A read of one node's data with the key of the `api_key` header or Bearer (checkNodeRead). */
 export async function authorizeNodeRead(deps: Deps, req: FastifyRequest, nodeName: string): Promise<void> {
-  const key = requestKey(req);
-  if (!key) throw new HttpError(401, 'Not authenticated');
-  checkNodeRead(req, await authenticateRequest(deps, req, key), nodeName);
+  checkNodeRead(req, await authenticateKey(deps, req), nodeName);
 }

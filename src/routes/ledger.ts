@@ -13,7 +13,7 @@ import type { ClosedDay } from '../ledger/read.js';
 import { HttpError } from '../http/http-error.js';
 import { RequestValidationError } from '../http/validator.js';
 import { valueError } from '../validation/pydantic.js';
-import { authenticateRequest, authorizeNodeRead, requestKey } from './authenticate.js';
+import { authenticateKey, authorizeNodeRead } from './authenticate.js';
 import type { App, Deps } from './types.js';
 
 function checkedDay(day: string): string {
@@ -67,8 +67,6 @@ export function ledgerRoutes(app: App, deps: Deps): void {
 }
 
 async function authorizeReader(deps: Deps, req: FastifyRequest): Promise<void> {
-  const key = requestKey(req);
-  if (!key) throw new HttpError(401, 'Not authenticated');
-  const principal = await authenticateRequest(deps, req, key);
+  const principal = await authenticateKey(deps, req);
   if (principal.kind !== 'reader') throw new HttpError(403, 'The export takes a reader key (rk_…; ins key add-reader LABEL)');
 }

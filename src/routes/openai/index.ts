@@ -13,8 +13,7 @@ import { modelRoutes, ServedModels } from './models.js';
 import { responsesRoutes } from './responses.js';
 import { anthropicErrorHandler } from '../anthropic/errors.js';
 import { messagesRoutes } from '../anthropic/messages.js';
-import { authenticateRequest, requestKey } from '../authenticate.js';
-import { HttpError } from '../../http/http-error.js';
+import { authenticateKey } from '../authenticate.js';
 
 // The package is CommonJS: its module object is the fastify-plugin-wrapped plugin (which
 // decorates the registering context), while its types describe the module as an ES namespace.
@@ -48,11 +47,7 @@ export async function openAIRoutes(app: App, deps: Deps): Promise<void> {
   await app.register((v1, _opts, done) => {
     v1.setErrorHandler(openAIErrorHandler);
     v1.setNotFoundHandler(async (req, reply) => {
-      if (req.method !== 'OPTIONS') {
-        const key = requestKey(req);
-        if (!key) throw new HttpError(401, 'Not authenticated');
-        await authenticateRequest(deps, req, key);
-      }
+      if (req.method !== 'OPTIONS') await authenticateKey(deps, req);
       return openAINotFound(req, reply);
     });
     done();
