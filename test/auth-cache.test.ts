@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PrincipalCache } from '../src/auth/authenticate.js';
 import { sql } from '../src/db/database.js';
 import { rotateNodeKey, setNodeDisabled } from '../src/nodes/lifecycle.js';
-import { revokeApiKey } from '../src/repositories/api-keys.js';
+import { revokeApiKey } from '../src/nodes/lifecycle.js';
 import { backends } from './helpers/db.js';
 import { report, startApp } from './helpers/app.js';
 import { sleep, until } from './helpers/wait.js';

@@ -2,7 +2,7 @@
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setNodeDisabled } from '../src/nodes/lifecycle.js';
-import { revokeApiKey } from '../src/repositories/api-keys.js';
+import { revokeApiKey } from '../src/nodes/lifecycle.js';
 import { findNodeByName, recordResult } from './helpers/production-paths.js';
 import { backends } from './helpers/db.js';
 import { report, startApp, todayUtc } from './helpers/app.js';

@@ -204,8 +204,9 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(prompt(forGood)).toBe('a job for the good');
     await workers.get('good')!.report(forGood, prose(MODEL, prompt(forGood)));
     // The caches learn of it with the key events the auditor announces.
-    const { announceKeyChange } = await import('../src/repositories/key-events.js');
-    await announceKeyChange(t.db);
+    // ("keys changed", as nodes_announce would say it with no node: every cache forgets)
+    const { LOCAL_KEY_EVENT } = await import('../src/repositories/key-events.js');
+    t.db.events.emit(LOCAL_KEY_EVENT, '', 'keys::');
     // Its answer to the job it held is not taken: the job goes back to the queue, for another node.
     const late = await bad.report(held);
     expect(late.json()).toMatchObject({ status: 'error', points: 0 });

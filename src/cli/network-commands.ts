@@ -1,7 +1,7 @@
 // ins node …, ins key …, ins model …: the network's nodes, keys and models.
 import { listNodes } from '../repositories/nodes.js';
 import { NodeExistsError } from '../nodes/lifecycle.js';
-import { addApiKey, keyUsage, listApiKeys, resolveKey, revokeApiKey, setKeyPriority, setKeyQuota, type ApiKeyKind } from '../repositories/api-keys.js';
+import { addApiKey, keyUsage, listApiKeys, resolveKey, setKeyPriority, setKeyQuota, type ApiKeyKind } from '../repositories/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePrice, PRICE_RULE } from '../points-value.js';
 import { checkName, keyCommand, listCommand, operatorNodes, type Command } from './command.js';
@@ -97,8 +97,10 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     usage: 'key revoke ID|LABEL',
     summary: 'revoke a reader or user key by id or by its (unique) label',
     args: ['ID|LABEL'],
-    async run(db, [which], { json }, io) {
-      const r = await revokeApiKey(db, which!);
+    async run(db, [which], opts, io) {
+      const { json } = opts;
+      // A transition of the node lifecycle (nodes/sql/keys.ts): announced in its transaction.
+      const r = await operatorNodes(db, opts).revokeKey(which!);
       if ('error' in r) throw new CommandError(r.error);
       io.out(json ? JSON.stringify({ id: r.id, revoked: true }) : `key ${r.id} revoked`);
     },

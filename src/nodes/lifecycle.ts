@@ -25,6 +25,8 @@ import { SET_ACCESS } from './sql/access.js';
 import { ROTATE } from './sql/rotate.js';
 import { DEREGISTER, REGISTER } from './sql/sessions.js';
 import { RESTORE } from './sql/standing.js';
+import { REVOKE_KEY } from './sql/keys.js';
+import { resolveKey } from '../repositories/api-keys.js';
 
 /** The job lifecycle, as ending a node's access uses it. */
 export interface LeaseRelease { release(which: ReleaseWhich, outcome: GiveUp): Promise<void> }
@@ -168,6 +170,19 @@ export class NodeLifecycle {
     return row !== undefined;
   }
 
+  /**
+   * key revoke: a reader or user key, by id or by its label when one active key has it; from
+   * this commit its requests get 401. The revoked id, or why no key was chosen.
+   */
+  async revokeKey(idOrLabel: string): Promise<{ id: number } | { error: string }> {
+    const r = await resolveKey(this.db, idOrLabel, 'revoke');
+    if ('error' in r) return r;
+    const [row] = r.id === undefined ? [] : await this.db.query<{ id: number; announced: string | null }>(REVOKE_KEY, [r.id, this.server]);
+    if (!row) return { error: `no key "${idOrLabel}"` };
+    if (row.announced) this.apply(parseItem(row.announced));
+    return { id: Number(row.id) };
+  }
+
   private async setAccess(name: string, disabled: boolean): Promise<number | undefined> {
     const [row] = await this.db.query<{ id: number; announced: string }>(SET_ACCESS, [name, disabled, this.server]);
     if (!row) return undefined;
@@ -195,3 +210,5 @@ export const setNodeDisabled = (db: Database, name: string, disabled: boolean): 
   (disabled ? new NodeLifecycle(db).disable(name) : new NodeLifecycle(db).enable(name));
 /** rotate key; undefined: no such node. */
 export const rotateNodeKey = (db: Database, name: string): Promise<{ id: number; key: string } | undefined> => new NodeLifecycle(db).rotate(name);
+/** key revoke, by id or label; the id, or why no key was chosen. */
+export const revokeApiKey = (db: Database, idOrLabel: string): Promise<{ id: number } | { error: string }> => new NodeLifecycle(db).revokeKey(idOrLabel);

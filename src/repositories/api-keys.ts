@@ -1,8 +1,7 @@
 // API keys that belong to no node: reader keys (rk_, dashboards: read any node's daily points,
 // cannot report) and user keys (uk_, applications: submit jobs, read their own results).
-import { sql, type Database, type Queryable } from '../db/database.js';
+import { sql, type Queryable } from '../db/database.js';
 import { newKey } from '../keys.js';
-import { announceKeyChange } from './key-events.js';
 
 export type ApiKeyKind = 'reader' | 'user';
 export interface ApiKeyListing { id: number; kind: ApiKeyKind; label: string; revoked: boolean; created_at: string }
@@ -12,7 +11,6 @@ const ACTIVE_BY_KEY = sql('api_keys_by_key', 'SELECT id, kind FROM api_keys WHER
 const LIST = sql('api_keys_list', `SELECT id, kind, label, revoked_at IS NOT NULL AS revoked,
     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at
   FROM api_keys ORDER BY id`);
-const REVOKE_BY_ID = sql('api_keys_revoke_id', 'UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1::bigint RETURNING id');
 const BY_LABEL = sql('api_keys_by_label', 'SELECT id FROM api_keys WHERE label = $1::text AND revoked_at IS NULL');
 
 export async function addApiKey(db: Queryable, kind: ApiKeyKind, label: string): Promise<{ id: number; key: string }> {
@@ -37,19 +35,6 @@ export async function resolveKey(db: Queryable, idOrLabel: string, verb: string)
   const rows = await db.query<{ id: number }>(BY_LABEL, [idOrLabel]);
   if (rows.length > 1) return { error: `${rows.length} active keys are labelled "${idOrLabel}"; ${verb} by id (see: ins key list)` };
   return { id: rows[0] ? Number(rows[0].id) : undefined };
-}
-
-/**
- * Revokes by id, or by label when exactly one active key has it. Returns the revoked id, or a
- * reason it could not choose one.
- */
-export async function revokeApiKey(db: Database, idOrLabel: string): Promise<{ id: number } | { error: string }> {
-  const r = await resolveKey(db, idOrLabel, 'revoke');
-  if ('error' in r) return r;
-  const { id } = r;
-  if (id === undefined || (await db.query(REVOKE_BY_ID, [id])).length === 0) return { error: `no key "${idOrLabel}"` };
-  await announceKeyChange(db);
-  return { id };
 }
 
 const SET_QUOTA = sql('api_keys_set_quota', `UPDATE api_keys SET quota_jobs = CASE WHEN $2::boolean THEN $3::bigint ELSE quota_jobs END,
