@@ -1,7 +1,8 @@
 // `ins import nodes FILE.csv`: nodes with their existing keys, as name,api_key (hashed here,
 // never stored) or name,api_key_sha256 (the hex SHA-256 of the key). Keys keep working as
 // they are, whatever their format.
-import { sql, type Queryable } from '../db/database.js';
+import type { Queryable } from '../db/database.js';
+import { IMPORT } from '../nodes/sql/add.js';
 import { hashKey } from '../keys.js';
 import { isUnstorable, NUL_ERROR } from '../validation/pydantic.js';
 import type { ImportSpec } from './run.js';
@@ -20,10 +21,10 @@ function checkRow(f: Record<string, string>): string[] | string {
   return [name, sha.toLowerCase()];
 }
 
+// The nodes are added by the node lifecycle's statement (nodes/sql/add.ts), announced in the import's transaction.
 async function apply(tx: Queryable): Promise<number> {
-  await tx.exec('INSERT INTO nodes (name, key_hash) SELECT name, key_hash FROM import_nodes ORDER BY line');
-  const rows = await tx.query<{ n: number }>(sql('import_nodes_count', 'SELECT count(*)::int AS n FROM import_nodes'));
-  return rows[0]!.n;
+  const [row] = await tx.query<{ n: number }>(IMPORT);
+  return row!.n;
 }
 
 export const nodesImport: ImportSpec = {
