@@ -9,7 +9,6 @@ import PgBoss from 'pg-boss';
 import { adminQuery, databaseUrlOf, percentile } from './common.js';
 import { openPostgres } from '../src/db/pg.js';
 import { migrate } from '../src/db/migrate.js';
-import { sql } from '../src/db/database.js';
 import { DEFAULT_COORDINATOR } from '../src/config.js';
 import { Coordinator } from '../src/jobs/coordinator.js';
 import { createNode, NodeLifecycle } from '../src/nodes/lifecycle.js';
@@ -64,9 +63,10 @@ export async function ourQueueCycle(serverUrl: string, pairs: number, seconds: n
     const sessions: SessionRow[] = [];
     for (let i = 0; i < pairs; i++) {
       const node = await createNode(db, `cycle-${i}`);
-      const [row] = await db.query<{ key_hash: string }>(sql('cycle_key', 'SELECT key_hash FROM nodes WHERE id = $1'), [node.id]);
-      const s = await new NodeLifecycle(db).register(db, { nodeId: node.id, nodeKeyHash: row!.key_hash, nodeVersion: 'bench', stats: {}, capacity: 1 });
-      await declareModels(db, s.id, [modelId]);
+      const s = await new NodeLifecycle(db).register({ name: `cycle-${i}`, offered: [node.key], address: 'bench', nodeVersion: 'bench', stats: {}, capacity: 1 });
+      if ('refused' in s) throw new Error(`register: ${s.refused}`);
+      const session = (await findSessionByTokenHash(db, hashKey(s.token), 3600))!;
+      await declareModels(db, session.id, [modelId]);
       sessions.push((await findSessionByTokenHash(db, hashKey(s.token), 3600))!);
     }
     const c = await Coordinator.start(db, { ...DEFAULT_COORDINATOR, defaultPointsPerJob: 1, audit: false, onError: (e) => console.error(e) });

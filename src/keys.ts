@@ -3,7 +3,7 @@
 // jk_ job key (one per lease). Only the SHA-256 is stored; random keys of this size need no
 // slow hash. Looking a key up by its hash, never comparing the key itself, keeps the check
 // free of key-dependent timing.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 export type KeyKind = 'node' | 'reader' | 'user' | 'session' | 'job';
 const PREFIX: Record<KeyKind, string> = { node: 'nk_', reader: 'rk_', user: 'uk_', session: 'ns_', job: 'jk_' };
@@ -11,6 +11,11 @@ const KINDS = Object.entries(PREFIX) as [KeyKind, string][];
 
 export function hashKey(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
+}
+
+/** Whether `key` is the key whose SHA-256 is `hash`, without key-dependent timing. */
+export function isKeyOf(key: string, hash: string): boolean {
+  return key.length > 0 && timingSafeEqual(Buffer.from(hashKey(key)), Buffer.from(hash));
 }
 
 /** Random bytes drawn 128 keys at a time: one call to the CSPRNG costs 20 times what taking 32 bytes from a batch does (a job key is made per lease). */

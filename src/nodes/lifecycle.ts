@@ -17,7 +17,9 @@ import type { Database, Queryable } from '../db/database.js';
 import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
 import { newKey } from '../keys.js';
 import { LOCAL_KEY_EVENT } from '../repositories/key-events.js';
-import { declareModels } from '../repositories/sessions.js';
+import { declareModels, findNodeForRegistration, recordSecretCheck, REGISTER_AFTER_CHECK_SECONDS, type RegistrationNode } from '../repositories/sessions.js';
+import { isKeyOf } from '../keys.js';
+import { NodeDisabledError, Registrations, type Refused, type Registered, type Registration } from './registration.js';
 import type { GiveUp, ReleaseWhich } from '../jobs/sql/release.js';
 import { NODES_CHANNEL, itemOf, parseItem, parsePayload, type NodeConsumer, type NodeOutcome } from './outcome.js';
 import { ADD } from './sql/add.js';
@@ -35,7 +37,6 @@ export class NodeExistsError extends Error {
   constructor(name: string) { super(`a node named "${name}" already exists`); }
 }
 
-export interface NewSession { nodeId: number; nodeKeyHash: string; nodeVersion: string; stats: Record<string, unknown>; capacity: number }
 
 /** Payloads heard through the in-process events, whose NOTIFY is still to come (at most this many remembered). */
 const HEARD_LIMIT = 1_000;
@@ -45,9 +46,12 @@ export class NodeLifecycle {
   readonly server = randomBytes(6).toString('hex');
   private readonly consumers: NodeConsumer[] = [];
   private readonly heard = new Map<string, number>();
+  private readonly registrations: Registrations;
 
   /** `jobs`: where leases go back (absent: nobody holds them, e.g. a test's setup). */
-  constructor(readonly db: Database, private readonly jobs?: LeaseRelease, private readonly onError: (err: unknown) => void = () => {}) {}
+  constructor(readonly db: Database, private readonly jobs?: LeaseRelease, private readonly onError: (err: unknown) => void = () => {}) {
+    this.registrations = new Registrations(db, { open: (q, node, keyHash, r) => this.open(q, node, keyHash, r), apply: (o) => this.apply(o), deregister: (id) => this.deregister(id) });
+  }
 
   use(consumer: NodeConsumer): void {
     this.consumers.push(consumer);
@@ -135,12 +139,31 @@ export class NodeLifecycle {
   }
 
   /**
-   * register: opens a session (inside the caller's transaction, `q`); the caller applies the
-   * outcome (apply()) once that commits. The token exists nowhere else afterwards.
+   * register: opens a worker session for whoever proves the node's key (nodes/registration.ts),
+   * its transaction and, for a keyless registration, the give-back of its check when the answer
+   * is not delivered. The token exists nowhere else afterwards. Throws NodeDisabledError.
    */
-  async register(q: Queryable, s: NewSession): Promise<{ id: number; token: string; outcome: NodeOutcome }> {
+  register(r: Registration): Promise<Registered | Refused> {
+    return this.registrations.register(r);
+  }
+
+  /**
+   * check_node_secret: whether `secret` is the node's key; if so, its address may register the
+   * node once without the key (nodes/registration.ts). Undefined: unknown node or wrong secret.
+   */
+  async checkSecret(name: string, secret: string, address: string): Promise<{ node: string } | NodeDisabledError | undefined> {
+    const node = await findNodeForRegistration(this.db, name);
+    if (!node || !isKeyOf(secret, node.key_hash)) return undefined;
+    if (node.disabled) return new NodeDisabledError(node.name);
+    await recordSecretCheck(this.db, node.id, address, node.key_hash, REGISTER_AFTER_CHECK_SECONDS);
+    return { node: node.name };
+  }
+
+  /** Opens the session (inside `q`, the registration's transaction); the outcome is applied once that commits. */
+  async open(q: Queryable, node: RegistrationNode, keyHash: string, r: Pick<Registration, 'nodeVersion' | 'stats' | 'capacity'>): Promise<{ id: number; token: string; outcome: NodeOutcome }> {
+    if (node.disabled) throw new NodeDisabledError(node.name);
     const { key, hash } = newKey('session');
-    const [row] = await q.query<{ id: number; announced: string }>(REGISTER, [s.nodeId, hash, s.nodeKeyHash, s.nodeVersion, JSON.stringify(s.stats), s.capacity, this.server]);
+    const [row] = await q.query<{ id: number; announced: string }>(REGISTER, [node.id, hash, keyHash, r.nodeVersion, JSON.stringify(r.stats), r.capacity, this.server]);
     return { id: Number(row!.id), token: key, outcome: parseItem(row!.announced) };
   }
 
