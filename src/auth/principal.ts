@@ -8,6 +8,9 @@ import { findActiveApiKey } from '../repositories/api-keys.js';
 import { findNodeByKeyHash, type NodeRow } from '../repositories/nodes.js';
 import { findSessionByTokenHash, type SessionRow } from '../repositories/sessions.js';
 
+// What a route is told of the node or session it serves (routes import no repositories/).
+export type { NodeRow, SessionRow };
+
 export type Principal =
   | { kind: 'node'; node: NodeRow }
   | { kind: 'reader'; readerKeyId: number }

@@ -86,9 +86,14 @@ export class PointsLoader {
   private items = 0;
   private readonly maxItems: number;
 
-  constructor(db: Queryable, opts: PointsLoaderOptions = {}) {
+  constructor(private readonly db: Queryable, opts: PointsLoaderOptions = {}) {
     this.batcher = new Batcher((asks) => fetchPoints(db, asks, opts.today?.()), opts.batch ?? { maxBatch: 64, maxInFlight: 4 });
     this.maxItems = opts.maxItems ?? 500_000;
+  }
+
+  /** A node's points over all time (GET /get_points); undefined when no node has that name. */
+  total(nodeName: string): Promise<number | undefined> {
+    return nodeTotalPoints(this.db, nodeName);
   }
 
   /** The last `lastDays` days, oldest first, as JSON; undefined when no node has that name. */

@@ -5,7 +5,7 @@
 // tokens, OpenAI clients' user keys).
 import type { FastifyRequest } from 'fastify';
 import { authenticate, type Principal } from '../auth/authenticate.js';
-import type { SessionRow } from '../repositories/sessions.js';
+import type { SessionRow } from '../auth/principal.js';
 import { HttpError } from '../http/http-error.js';
 import { bearerToken, requestKey } from '../http/credentials.js';
 import type { Deps } from './types.js';

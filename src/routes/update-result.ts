@@ -11,7 +11,7 @@ import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
 import { answerOf, hasAnswerMessage, requestErrorOf, usageOf } from '../jobs/answer.js';
 import { jobIdSpelled } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
-import type { NodeRow } from '../repositories/nodes.js';
+import type { NodeRow } from '../auth/principal.js';
 import { rideOutage } from '../db/outage.js';
 import { storableCopy, storableText } from '../validation/pydantic.js';
 import { authenticateRequest, SUSPENDED_DETAIL } from './authenticate.js';

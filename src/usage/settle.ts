@@ -5,6 +5,7 @@
 // finished job is settled its reservation stays counted, so a quota is never exceeded meanwhile;
 // its tokens come back within about a second. A failure is reported through `error` and the
 // next look tries again; it never escapes.
+import { keyUsage, type KeyUsage } from '../repositories/api-keys.js';
 import type { Database } from '../db/database.js';
 import { SETTLE, VACUUM_OWED } from './sql.js';
 
@@ -32,6 +33,11 @@ export class Settler {
 
   constructor(private readonly db: Database, private readonly events: SettlerEvents, private readonly batch = SETTLE_BATCH,
     private readonly vacuumEveryMs = VACUUM_OWED_MS) {}
+
+  /** A user key's usage today (UTC) against its daily quotas (`defaults`: the server's, for a key with none of its own); undefined: no such key. */
+  today(keyId: number, defaults: { jobs: number | null; tokens: number | null }): Promise<KeyUsage | undefined> {
+    return keyUsage(this.db, keyId, defaults);
+  }
 
   /** Looks now, then every `everySeconds`; a look still waiting to run is not doubled. */
   start(everySeconds: number): void {

@@ -3,16 +3,15 @@
 // src/jobs/sql/submit.ts), so what it shows is what is enforced.
 import { UsageResponses } from '../../generated/schemas.js';
 import { HttpError } from '../../http/http-error.js';
-import { keyUsage } from '../../repositories/api-keys.js';
 import { secondsToUtcMidnight } from '../../jobs/submit.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 
 export function usageRoute(app: App, deps: Deps): void {
-  const { db, options: { coordinator: c } } = deps.service;
+  const { usage: settler, options: { coordinator: c } } = deps.service;
   app.get('/usage', { schema: { response: UsageResponses } }, async (req) => {
     const owner = await authenticateUser(deps, req);
-    const usage = await keyUsage(db, owner, { jobs: c.quotaJobs ?? null, tokens: c.quotaTokens ?? null });
+    const usage = await settler.today(owner, { jobs: c.quotaJobs ?? null, tokens: c.quotaTokens ?? null });
     if (!usage) throw new HttpError(401, 'Invalid API key');
     return { ...usage, reset_seconds: secondsToUtcMidnight() };
   });
