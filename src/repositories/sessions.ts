@@ -5,6 +5,7 @@
 // node's key the one it began with (rotating the key voids every session of the node).
 import { sql, type Queryable } from '../db/database.js';
 import { NODE_SUSPENDED, type NodeRow } from './nodes.js';
+import { modelsDeclared, sessionHolds } from '../nodes/sql/live.js';
 import { DROP_SPENT, GIVE_BACK, RECORD_CHECK, USE_CHECK } from '../nodes/sql/secret-checks.js';
 
 export interface SessionRow {
@@ -29,10 +30,10 @@ export const REGISTER_AFTER_CHECK_SECONDS = 60;
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
 const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
-    CASE WHEN s.models_declared_at > now() - make_interval(secs => $2::int) AND NOT ${NODE_SUSPENDED} THEN s.models ELSE '{}' END AS models,
+    CASE WHEN ${modelsDeclared('s', '$2')} AND NOT ${NODE_SUSPENDED} THEN s.models ELSE '{}' END AS models,
     s.model_caps
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
-  WHERE s.token_hash = $1::text AND s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash`);
+  WHERE s.token_hash = $1::text AND ${sessionHolds('s', 'n')}`);
 // $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none); $4
 // the server's id. A new set is the node lifecycle's transition `declared` (src/nodes/states.ts),
 // announced by this statement (nodes_announce(), migrations/0016_node_lifecycle.sql).
@@ -51,7 +52,7 @@ const LIST = sql('sessions_list', `SELECT n.name AS node, s.id::int AS session, 
     to_char(s.last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS last_seen_at,
     (SELECT count(*)::int FROM job_leases l WHERE l.session_id = s.id AND l.ended_at IS NULL) AS open_leases
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
-  WHERE s.ended_at IS NULL AND n.disabled_at IS NULL AND n.key_hash = s.node_key_hash
+  WHERE ${sessionHolds('s', 'n')}
   ORDER BY n.name COLLATE "C", s.id`);
 
 export type RegistrationNode = NodeRow & { key_hash: string };
