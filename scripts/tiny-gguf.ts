@@ -9,11 +9,17 @@
 // the token-level checks need that, and what a real vocabulary changes). The output rows of the
 // byte tokens, <unk> and <s> are zero, so the model writes printable text.
 //
+// `vocab: 'wordpiece'` (issue 53): the same characters and byte tokens, plus every piece of
+// WORDPIECE_WORDS and every prefix of them after "▁" (a space), as tokens of their own — as in real
+// SentencePiece and BPE vocabularies, one text has many tokenizations ("▁river" is one token,
+// or "▁ri" + "ver"… ), and a model's generated tokens are often not the tokenizer's own split of
+// their text (measured in test/tiny-gguf.test.ts; docs/verification.md states the share).
+//
 // Two models with different seeds share the vocabulary and nothing else (an honest model and an
 // impostor); `noise` adds N(0, noise²·σ²) to every weight of the seed's model (a heavier
 // quantisation of the same model).
 //
-//   npx tsx scripts/tiny-gguf.ts OUT.gguf [--seed N] [--noise X]
+//   npx tsx scripts/tiny-gguf.ts OUT.gguf [--seed N] [--noise X] [--vocab chars|wordpiece]
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
@@ -23,7 +29,11 @@ export interface TinyModelOptions {
   noise?: number;
   /** Written into general.name. */
   name?: string;
+  /** chars (the default): one token per character; wordpiece: also every prefix of WORDPIECE_WORDS. */
+  vocab?: TinyVocab;
 }
+
+export type TinyVocab = 'chars' | 'wordpiece';
 
 export const TINY = { embd: 64, layers: 2, heads: 4, ff: 128, context: 1024 } as const;
 
@@ -32,6 +42,28 @@ const BYTES = Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpper
 const CHARS = ['▁', ...Array.from({ length: 0x7e - 0x21 + 1 }, (_, i) => String.fromCharCode(0x21 + i))];
 export const TINY_VOCAB: readonly string[] = [...CONTROL, ...BYTES, ...CHARS];
 const FIRST_CHAR = CONTROL.length + BYTES.length;
+
+/** The words whose every piece of two characters or more, and every prefix after "▁", the word-piece vocabulary holds. */
+export const WORDPIECE_WORDS: readonly string[] = [
+  'the', 'river', 'stone', 'bridge', 'tell', 'about', 'old', 'city', 'light', 'write', 'poem', 'explain', 'numbers', 'Paris',
+  'cold', 'sea', 'there', 'then', 'other', 'into', 'over', 'after', 'water', 'winter', 'story', 'start', 'strong', 'string',
+  'person', 'answer', 'another', 'under', 'understand', 'ring', 'ing', 'tion', 'ation', 'er', 'es', 'ed', 'in', 'on', 'an', 'at',
+];
+const pieces = (): string[] => {
+  const seen = new Set(CHARS);
+  const out: string[] = [];
+  const add = (p: string) => { if (!seen.has(p)) { seen.add(p); out.push(p); } };
+  for (const w of WORDPIECE_WORDS) {
+    const c = [...w];
+    // Every piece of the word (so "ri" + "ver" is "river" too), and every prefix after a space.
+    for (let a = 0; a < c.length; a++) for (let b = a + 2; b <= c.length; b++) add(c.slice(a, b).join(''));
+    for (let n = 1; n <= c.length; n++) add(`▁${c.slice(0, n).join('')}`);
+  }
+  return out;
+};
+/** The word-piece vocabulary: TINY_VOCAB's tokens first (same ids), then the pieces. */
+export const WORDPIECE_VOCAB: readonly string[] = [...TINY_VOCAB, ...pieces()];
+export const vocabOf = (v: TinyVocab | undefined): readonly string[] => (v === 'wordpiece' ? WORDPIECE_VOCAB : TINY_VOCAB);
 const EOS = 2;
 
 /** mulberry32: a small seeded generator; the same seed gives the same weights everywhere (tests use it for their seeded data too). */
@@ -61,7 +93,7 @@ function tensors(opts: TinyModelOptions): Tensor[] {
   const n = gaussian(rng(opts.seed ^ 0x5eed5eed));
   const noise = opts.noise ?? 0;
   const { embd, layers, ff } = TINY;
-  const vocab = TINY_VOCAB.length;
+  const vocab = vocabOf(opts.vocab).length;
   const random = (name: string, dims: number[], std: number, rowZero?: (row: number) => boolean): Tensor => {
     const size = dims.reduce((a, b) => a * b, 1);
     const data = new Float32Array(size);
@@ -119,9 +151,10 @@ type Meta = [key: string, type: 'u32' | 'f32' | 'bool' | 'string', value: number
 
 export function tinyGguf(opts: TinyModelOptions): Buffer {
   const { embd, layers, heads, ff, context } = TINY;
+  const VOCAB = vocabOf(opts.vocab);
   const meta: Meta[] = [
     ['general.architecture', 'string', 'llama'],
-    ['general.name', 'string', opts.name ?? `tiny-${opts.seed}${opts.noise ? `-noise${opts.noise}` : ''}`],
+    ['general.name', 'string', opts.name ?? `tiny-${opts.vocab === 'wordpiece' ? 'wp-' : ''}${opts.seed}${opts.noise ? `-noise${opts.noise}` : ''}`],
     ['general.alignment', 'u32', ALIGN],
     ['llama.context_length', 'u32', context],
     ['llama.embedding_length', 'u32', embd],
@@ -131,11 +164,12 @@ export function tinyGguf(opts: TinyModelOptions): Buffer {
     ['llama.attention.head_count_kv', 'u32', heads],
     ['llama.rope.dimension_count', 'u32', embd / heads],
     ['llama.attention.layer_norm_rms_epsilon', 'f32', 1e-5],
-    ['llama.vocab_size', 'u32', TINY_VOCAB.length],
+    ['llama.vocab_size', 'u32', VOCAB.length],
     ['tokenizer.ggml.model', 'string', 'llama'],
-    ['tokenizer.ggml.tokens', 'array', { of: 'string', items: [...TINY_VOCAB] }],
-    ['tokenizer.ggml.scores', 'array', { of: 'f32', items: TINY_VOCAB.map((_, i) => (i < FIRST_CHAR ? 0 : -i)) }],
-    ['tokenizer.ggml.token_type', 'array', { of: 'i32', items: TINY_VOCAB.map((_, i) => (i === 0 ? 2 : i < 3 ? 3 : i < FIRST_CHAR ? 6 : 1)) }],
+    ['tokenizer.ggml.tokens', 'array', { of: 'string', items: [...VOCAB] }],
+    // SentencePiece merges the adjacent pair whose piece scores highest first: a longer piece scores higher.
+    ['tokenizer.ggml.scores', 'array', { of: 'f32', items: VOCAB.map((p, i) => (i < FIRST_CHAR ? 0 : i < TINY_VOCAB.length ? -i : [...p].length * 1000 - i)) }],
+    ['tokenizer.ggml.token_type', 'array', { of: 'i32', items: VOCAB.map((_, i) => (i === 0 ? 2 : i < 3 ? 3 : i < FIRST_CHAR ? 6 : 1)) }],
     ['tokenizer.ggml.unknown_token_id', 'u32', 0],
     ['tokenizer.ggml.bos_token_id', 'u32', 1],
     ['tokenizer.ggml.eos_token_id', 'u32', EOS],
@@ -188,18 +222,19 @@ export function writeTinyGguf(path: string, opts: TinyModelOptions): string {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { seed: { type: 'string' }, noise: { type: 'string' } } });
+  const { values, positionals } = parseArgs({ allowPositionals: true, options: { seed: { type: 'string' }, noise: { type: 'string' }, vocab: { type: 'string' } } });
   const out = positionals[0];
   if (!out) {
-    process.stderr.write('usage: tsx scripts/tiny-gguf.ts OUT.gguf [--seed N] [--noise X]\n');
+    process.stderr.write('usage: tsx scripts/tiny-gguf.ts OUT.gguf [--seed N] [--noise X] [--vocab chars|wordpiece]\n');
     process.exit(2);
   }
   const seed = Number(values.seed ?? 1);
   const noise = Number(values.noise ?? 0);
-  if (!Number.isInteger(seed) || !(noise >= 0)) {
-    process.stderr.write('--seed must be a whole number, --noise a number ≥ 0\n');
+  const vocab = values.vocab ?? 'chars';
+  if (!Number.isInteger(seed) || !(noise >= 0) || (vocab !== 'chars' && vocab !== 'wordpiece')) {
+    process.stderr.write('--seed must be a whole number, --noise a number ≥ 0, --vocab chars or wordpiece\n');
     process.exit(2);
   }
-  writeTinyGguf(out, { seed, noise });
+  writeTinyGguf(out, { seed, noise, vocab });
   process.stdout.write(`${out}\n`);
 }

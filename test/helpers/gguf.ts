@@ -1,6 +1,7 @@
 // Real tiny models for tests (scripts/tiny-gguf.ts): written once per test file into a
-// temporary directory, by seed. Two seeds are two different models of one vocabulary; `noise`
-// is the seed's model with its weights disturbed (a heavier quantisation of it).
+// temporary directory, by vocabulary and seed. Two seeds are two different models of one
+// vocabulary; `noise` is the seed's model with its weights disturbed (a heavier quantisation of
+// it); `vocab: 'wordpiece'` a vocabulary with many tokenizations per text.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,7 +19,7 @@ export function tinyModels(): TinyModels {
   const files = new Map<string, string>();
   return {
     file(opts) {
-      const key = `${opts.seed}-${opts.noise ?? 0}`;
+      const key = `${opts.vocab ?? 'chars'}-${opts.seed}-${opts.noise ?? 0}`;
       let f = files.get(key);
       if (!f) files.set(key, (f = writeTinyGguf(join(dir, `tiny-${key}.gguf`), opts)));
       return f;
