@@ -2,6 +2,7 @@
 // as stored in jobs.request, and (ours) the OpenAI chat parameters beyond them (issue 28,
 // docs/openai.md) with the capabilities they need of the node.
 import { randomInt } from 'node:crypto';
+import type { WireToken } from '../validation/answer-tokens.js';
 
 /** A message as the seed system's workers read it: role and text. */
 export interface PlainMessage { role: string; content: string }
@@ -36,7 +37,7 @@ export interface ChatParams {
   /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
   input?: string[];
   /** A score check (issue 31, src/verify/scores.ts): the audited answer, to score instead of generating (needs `score`). */
-  score?: { answer: string };
+  score?: { answer: string; tokens?: WireToken[] };
 }
 
 export interface JobRequest {

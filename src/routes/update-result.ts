@@ -5,10 +5,15 @@
 // - A node key reporting a dispatched job that is leased to its node does the same.
 // - A node key reporting any other job id records it under CREDIT_POLICY=reports (the
 //   original contract, results/recorder.ts) and is refused under CREDIT_POLICY=dispatched.
+// - Issue 53: a success's `result.tokens` (the answer's tokens as the node generated them,
+//   validation/answer-tokens.ts) are taken out of the result: checked against the answer's text
+//   (400, nothing recorded, when they do not spell it, or come with tool calls), then kept in
+//   jobs.tokens for score checks only, never in what the owner reads or job_results keeps.
 import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
 import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
-import { answerOf, hasAnswerMessage, requestErrorOf, usageOf } from '../jobs/answer.js';
+import { answerOf, hasAnswerMessage, requestErrorOf, usageOf, type Answer } from '../jobs/answer.js';
+import { answerTokensOf, type WireToken } from '../validation/answer-tokens.js';
 import { jobIdSpelled } from '../jobs/read.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../auth/principal.js';
@@ -21,20 +26,37 @@ import type { App, Deps } from './types.js';
 type Body = UpdateResultRequest;
 interface Reply { job_id: string; status: 'success' | 'error'; points: number; replayed: boolean }
 
+const KEPT = 'nothing was recorded, and the lease runs on: report again without them, or with the tokens of this very text';
+
+/**
+ * The report's result without `tokens` (they are not the answer's: kept for verification only),
+ * and the tokens when it is a success whose plain text answer they spell (an error report's are
+ * ignored). Tokens that do not spell it: a 400 that changes nothing.
+ */
+function takeTokens(body: Body, answer: Answer): { result: Record<string, unknown>; tokens?: WireToken[] } {
+  const { tokens: raw, ...result } = body.result as Record<string, unknown>;
+  if (raw === undefined || body.status !== 'success') return { result };
+  if (answer.message.tool_calls?.length) throw new HttpError(400, `result.tokens are taken with a plain text answer only, not one with tool calls; ${KEPT}`);
+  const taken = answerTokensOf(raw, answer.message.content);
+  if ('error' in taken) throw new HttpError(400, `${taken.error}; ${KEPT}`);
+  return { result, tokens: taken.tokens };
+}
+
 export function updateResultRoute(app: App, deps: Deps): void {
   const { metrics, limiters } = deps;
   const { results, coordinator, options: { defaultPointsPerJob, coordinator: coordinatorConfig } } = deps.service;
 
   async function completeLease(body: Body, keyHash: string): Promise<Reply> {
-    const result = body.result as Record<string, unknown>;
     // 400, the refusal that keeps the seed's worker polling; its lease runs on (jobs/answer.ts).
-    if (body.status === 'success' && !hasAnswerMessage(result)) {
+    if (body.status === 'success' && !hasAnswerMessage(body.result)) {
       throw new HttpError(400, 'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded, and the lease runs on: report again with the answer, or the error');
     }
+    const answer = answerOf(body.result);
+    const { result, tokens } = takeTokens(body, answer);
     // The job under its id's own spelling, whichever the report used (capitals, braces, no hyphens).
     const c: Completion = await coordinator.complete({
-      keyHash, jobId: jobIdSpelled(body.job_id) ?? body.job_id, modelName: body.model_name, status: body.status, result, answer: answerOf(result), usage: usageOf(body.usage, result.usage),
-      requestError: requestErrorOf(body.status, result),
+      keyHash, jobId: jobIdSpelled(body.job_id) ?? body.job_id, modelName: body.model_name, status: body.status, result, answer, usage: usageOf(body.usage, result.usage),
+      requestError: requestErrorOf(body.status, result), ...(tokens ? { tokens } : {}),
     });
     metrics.results.inc({ status: body.status, outcome: c.kind === 'completed' ? 'recorded' : c.kind === 'replayed' ? 'replayed' : 'refused' });
     if (c.kind === 'refused') throw new HttpError(400, c.detail);
@@ -56,6 +78,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
     }
     // A UUID spelt otherwise than a recorded one (capitals, no hyphens, braces) is that job, also
     // once retention has deleted its jobs row: one job, one credit. Other ids are recorded as sent.
+    // (Its result is kept as sent, `tokens` too if any: the original contract's; no score check reads an undispatched job.)
     const recordAs = jobId !== undefined && jobId !== body.job_id && await results.has(jobId) ? jobId : body.job_id;
     const outcome = await results.record({
       nodeId: node.id, jobId: recordAs, modelName: body.model_name, status: body.status, result: body.result, defaultPoints: defaultPointsPerJob,

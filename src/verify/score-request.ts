@@ -1,9 +1,13 @@
 // A score check's request (issue 31, verify/scores.ts): the checked job's whole request
 // (messages, sampling fields, seed) plus the answer to score, needing the `score` capability.
 // One construction for score checks of fresh answers and for canaries (verify/canaries.ts), so
-// that the two cannot differ on the worker wire.
+// that the two cannot differ on the worker wire. Issue 53: with the answer's tokens as its node
+// reported them (jobs.tokens), `params.score.tokens` beside the answer: the scorer forces exactly
+// those tokens rather than re-tokenizing the text (docs/verification.md); without them it
+// re-tokenizes, as before.
 import { CAPABILITIES } from '../jobs/capabilities.js';
 import type { JobRequest } from '../jobs/request.js';
+import type { WireToken } from '../validation/answer-tokens.js';
 
-export const scoreRequest = (request: JobRequest, answer: string): JobRequest =>
-  ({ ...request, needs: CAPABILITIES.score, params: { ...request.params, score: { answer } } });
+export const scoreRequest = (request: JobRequest, answer: string, tokens?: WireToken[]): JobRequest =>
+  ({ ...request, needs: CAPABILITIES.score, params: { ...request.params, score: { answer, ...(tokens ? { tokens } : {}) } } });

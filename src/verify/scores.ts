@@ -31,6 +31,7 @@ import { answerStats, freshTest, H, MIN_POSITIONS, observe, scorersAgree, type S
 import { thresholdsOf } from './thresholds.js';
 import { remember, type Reference } from './canaries.js';
 import { scoreRequest } from './score-request.js';
+import type { WireToken } from '../validation/answer-tokens.js';
 
 // Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
 // window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
@@ -40,10 +41,11 @@ export const SCORERS = sql('verify_scorers', `SELECT d.model_id, array_agg(DISTI
   WHERE d.model_id = ANY($1::int[]) AND coalesce(d.caps, 0) & $4::int <> 0 AND ${servingSession('s', 'n', '$2', '$3')}
   GROUP BY d.model_id`);
 
-// The audited jobs $1 as a score check needs them: the whole request, the whole answer, and
-// whether the node that finished it continued another's beginning (then a copy judges it).
+// The audited jobs $1 as a score check needs them: the whole request, the whole answer, its
+// tokens as the node reported them (issue 53; NULL: none), and whether the node that finished it
+// continued another's beginning (then a copy judges it).
 const AUDITED = sql('verify_scorable', `SELECT j.id::text, j.node_id::int, j.model_id, j.request,
-    coalesce(j.result -> 'message' ->> 'content', '') AS content,
+    coalesce(j.result -> 'message' ->> 'content', '') AS content, j.tokens,
     EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' AND l.prefix <> '') AS continued
   FROM jobs j WHERE j.id = ANY($1::uuid[])`);
 
@@ -107,7 +109,7 @@ const isPlain = (r: JobRequest): boolean => !r.needs && r.params?.prompt === und
 export async function queueScores(db: Queryable, plans: CopyPlan[], picked: ReadonlySet<string>, sampledOnly: ReadonlySet<string>, o: ScoreOptions): Promise<ScorePlans> {
   const candidates = plans.filter((p) => p.suspicion === null && picked.has(p.of));
   if (candidates.length === 0) return { scored: [], rest: plans.filter((p) => !sampledOnly.has(p.of)), outcome: undefined };
-  const rows = await db.query<{ id: string; node_id: number; model_id: number; request: JobRequest; content: string; continued: boolean }>(AUDITED, [candidates.map((p) => p.of)]);
+  const rows = await db.query<{ id: string; node_id: number; model_id: number; request: JobRequest; content: string; tokens: WireToken[] | null; continued: boolean }>(AUDITED, [candidates.map((p) => p.of)]);
   const audited = new Map(rows.map((r) => [r.id, r]));
   const scorable = candidates.filter((p) => {
     const a = audited.get(p.of);
@@ -123,7 +125,7 @@ export async function queueScores(db: Queryable, plans: CopyPlan[], picked: Read
     if (!place) continue;
     const a = audited.get(p.of)!;
     scored.push(p);
-    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: place.exclude, suspicion: null, request: scoreRequest(a.request, a.content) });
+    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: place.exclude, suspicion: null, request: scoreRequest(a.request, a.content, a.tokens ?? undefined) });
   }
   const rest = plans.filter((p) => !scored.includes(p) && !sampledOnly.has(p.of));
   const outcome = checks.length ? await o.checks.queueChecks(db, checks, o.deadline) : undefined;

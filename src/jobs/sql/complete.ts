@@ -11,6 +11,7 @@ import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
 import { estimateAnswerTokens, mostCompletionTokens, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
+import type { WireToken } from '../../validation/answer-tokens.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
 // job_results), answers (what the owner reads), usages; $8 the default points of a success; $9
@@ -51,12 +52,14 @@ import type { JobState } from '../states.js';
 // lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
 // hostile node could claim it to fail jobs; docs/openai.md). Verification audits the claim
 // (verify/request-errors.ts): the statement tells which jobs, not copies, ended so.
+// $15 (issue 53) per report, the answer's tokens as the node reported them (checked by the route:
+// src/validation/answer-tokens.ts; NULL: none), kept in jobs.tokens for score checks only.
 /** Prompt tokens a node may count beyond one per byte of the request (its backend's chat template and system prompt). */
 export const PROMPT_ALLOWANCE = 4096;
 
 export const COMPLETE = sql('jobs_complete', `WITH reports AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[], $14::bigint[])
-    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate, most)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[], $14::bigint[], $15::jsonb[])
+    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate, most, tokens)
 ),
 ended AS (
   UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE
@@ -70,7 +73,7 @@ ended AS (
   RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix, l.prefix || l.partial AS streamed, j.model_id,
     CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
     coalesce(q.usage ? 'completion_tokens', false) AS counted, (q.usage ->> 'completion_tokens')::bigint AS reported, q.estimate, q.most,
-    CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error
+    CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error, q.tokens
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
@@ -103,7 +106,8 @@ finished AS (
     finished_at = CASE WHEN e.status = 'success' OR e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN now() END,
     detail = CASE WHEN e.request_error IS NOT NULL THEN e.request_error ->> 'message'
       WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END,
-    error = e.request_error
+    error = e.request_error,
+    tokens = CASE WHEN e.status = 'success' THEN e.tokens END
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id
   RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, coalesce(u.cut, false) AS cut, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
@@ -141,6 +145,8 @@ export interface JobReport {
   usage: Usage | null;
   /** The request's own error the worker claims (an error report): the job fails at once with it. */
   requestError?: RequestError;
+  /** Issue 53: the answer's tokens as the node generated them (checked against its text), for score checks. */
+  tokens?: WireToken[];
 }
 
 /** A report the statement took: its lease ended, and how. */
@@ -162,6 +168,7 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
     reports.map((r) => (r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0)),
     reports.map((r) => mostCompletionTokens(r.answer)),
+    reports.map((r) => (r.tokens ? JSON.stringify(r.tokens) : null)),
   ]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));
