@@ -5,6 +5,7 @@
 import { http, type HttpResponse } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
 import type { AnswerScore, CompactScore } from './scoring.js';
+import type { WireToken } from '../validation/answer-tokens.js';
 
 export interface BackendJob {
   model: string;
@@ -35,6 +36,11 @@ export interface BackendAnswer {
   embeddings?: string[];
   /** A score check's scores (score-job.ts): reported as result.scores. */
   scores?: CompactScore;
+  /**
+   * Issue 53: the tokens the model generated for `content` (a plain text answer), as the backend
+   * says them: reported as result.tokens, which a score check forces. Absent where it cannot say.
+   */
+  tokens?: WireToken[];
 }
 
 export interface Backend {
@@ -53,8 +59,12 @@ export interface Backend {
   builds?(models: string[]): Promise<Record<string, ModelBuild>>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
-  /** Issue 31: how this backend's model ranks each token of `answer` to `job` (scoring.ts); absent where the backend cannot say. */
-  score?(job: BackendJob, answer: string): Promise<AnswerScore>;
+  /**
+   * Issue 31: how this backend's model ranks each token of `answer` to `job` (scoring.ts); absent
+   * where the backend cannot say. Issue 53: `tokens`, the answer's tokens as its node generated
+   * them: score exactly those (mapped to this model's own by their bytes) where the backend can.
+   */
+  score?(job: BackendJob, answer: string, tokens?: WireToken[]): Promise<AnswerScore>;
   /** Runs a text completion: `prompt` as it is, no chat template (POST /v1/completions jobs, job_data.params.prompt). */
   complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
   /** Embeds the texts (POST /v1/embeddings jobs, job_data.params.input): one vector each, in `embeddings`. */

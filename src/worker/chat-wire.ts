@@ -1,6 +1,8 @@
 // The OpenAI chat parameters as job_data.params carries them (openapi.json JobData.params,
 // docs/openai.md): the worker's copy of the coordinator's types (src/jobs/request.ts), since the
 // worker knows the coordinator by its HTTP wire only.
+import type { WireToken } from '../validation/answer-tokens.js';
+
 /** An OpenAI tool call, as in an assistant message or an answer. */
 export interface ToolCall { id: string; type: 'function'; function: { name: string; arguments: string } }
 
@@ -31,6 +33,6 @@ export interface ChatParams {
   /** POST /v1/embeddings: the texts to embed, one vector each (the job's `messages` hold them as user turns). */
   input?: string[];
   /** A score check (issue 31): score this answer of another node instead of generating (src/worker/score-job.ts). */
-  score?: { answer: string };
+  score?: { answer: string; tokens?: WireToken[] };
 }
 

@@ -6,6 +6,7 @@ import pRetry from 'p-retry';
 import { http } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
 import type { CompactScore } from './scoring.js';
+import type { WireToken } from '../validation/answer-tokens.js';
 import type { ModelBuild } from './backend.js';
 
 export interface Job {
@@ -30,6 +31,8 @@ export interface Report {
   embeddings?: string[];
   /** A score check's scores (score-job.ts), reported as result.scores beside an empty message. */
   scores?: CompactScore;
+  /** Issue 53: the answer's tokens as the model generated them (result.tokens, src/validation/answer-tokens.ts). */
+  tokens?: WireToken[];
   /** The backend refused the request itself (a 4xx about it): reported as the request's error, not the node's. */
   requestError?: { code: string | null; message: string };
 }
@@ -118,6 +121,7 @@ export class CoordinatorClient {
         message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
         ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}), ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
         ...(r.embeddings ? { embeddings: r.embeddings } : {}), ...(r.scores ? { scores: r.scores } : {}),
+        ...(r.tokens ? { tokens: r.tokens } : {}),
       }
       : r.requestError
         // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).

@@ -8,11 +8,17 @@
 // Continuing an answer: the prefix's tokens follow the open assistant turn, then generation
 // goes on. Scoring an answer (score()): one pass over prompt + answer with the full next-token
 // distribution at every answer position (LlamaContextSequence.controlledEvaluate).
+// Issue 53: an answer's tokens are reported as the model generated them (result.tokens, each
+// token's bytes from the GGUF's own vocabulary: vocabularyBytes), and a score check that
+// carries the audited node's tokens scores exactly those, each mapped to this model's own token
+// by its bytes, instead of re-tokenizing the text (docs/verification.md, "Scoring the tokens a
+// node generated").
 import type { ChatHistoryItem, Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { rankOf, type AnswerScore, type PositionScore } from './scoring.js';
+import { tokenBytes, wireToken, type WireToken } from '../validation/answer-tokens.js';
 
 export const NODE_LLAMA_CPP = 'node-llama-cpp@3.21.1';
 /** Positions an answer is scored at, at most: a check's cost stays bounded (docs/verification.md). */
@@ -33,7 +39,49 @@ export function llamaRuntime(): Promise<Llama> {
   return runtime;
 }
 
-type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper; fileTypes: Record<number, string> };
+type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper; fileTypes: Record<number, string>; vocab: Vocabulary | undefined };
+
+/** Each token id's bytes (undefined: a control token, or none known), and the id of each byte string. */
+export interface Vocabulary { bytes: (Buffer | undefined)[]; ids: Map<string, Token> }
+
+// GPT-2's byte-level BPE writes each byte as a printable character (bytes_to_unicode in its encoder.py).
+const gpt2Bytes = (): Map<string, number> => {
+  const printable = [...Array.from({ length: 94 }, (_, i) => 33 + i), ...Array.from({ length: 12 }, (_, i) => 161 + i), ...Array.from({ length: 82 }, (_, i) => 174 + i)];
+  const map = new Map<string, number>();
+  let n = 0;
+  for (let b = 0; b < 256; b++) map.set(String.fromCodePoint(printable.includes(b) ? b : 256 + n++), b);
+  return map;
+};
+
+/**
+ * The vocabulary's bytes, from the GGUF's tokenizer.ggml.tokens and token_type: SentencePiece
+ * ("llama": "▁" a space, `<0xNN>` byte tokens) and GPT-2's byte-level BPE ("gpt2"); another
+ * tokenizer, or a file without its vocabulary: undefined (the backend reports no tokens, and
+ * scores by re-tokenizing). Control, unknown and unused tokens have no bytes. Where two ids
+ * spell the same bytes (a character and its byte token), the map keeps the normal token.
+ */
+export function vocabularyBytes(kind: unknown, tokens: unknown, types: unknown): Vocabulary | undefined {
+  if (!Array.isArray(tokens) || (kind !== 'llama' && kind !== 'gpt2')) return undefined;
+  const type = (i: number): number => (Array.isArray(types) && typeof types[i] === 'number' ? types[i] : 1);
+  const g2 = kind === 'gpt2' ? gpt2Bytes() : undefined;
+  const bytes = tokens.map((t: unknown, i): Buffer | undefined => {
+    if (typeof t !== 'string' || [2, 3, 5].includes(type(i))) return undefined;
+    if (g2) {
+      if (type(i) === 4) return Buffer.from(t, 'utf8'); // a user-defined token is its text
+      const out = [...t].map((c) => g2.get(c));
+      return out.every((b) => b !== undefined) ? Buffer.from(out) : Buffer.from(t, 'utf8');
+    }
+    const byte = type(i) === 6 ? /^<0x([0-9A-Fa-f]{2})>$/.exec(t) : null;
+    return byte ? Buffer.from([parseInt(byte[1]!, 16)]) : Buffer.from(t.replaceAll('▁', ' '), 'utf8');
+  });
+  const ids = new Map<string, Token>();
+  bytes.forEach((b, i) => {
+    if (!b || b.length === 0) return;
+    const key = b.toString('latin1');
+    if (!ids.has(key) || type(ids.get(key)!) === 6) ids.set(key, i as Token);
+  });
+  return { bytes, ids };
+}
 
 export class Gguf implements Backend {
   name: string;
@@ -64,7 +112,9 @@ export class Gguf implements Backend {
         throw new BackendError(`cannot load ${this.file}: ${(err as Error).message}`);
       }
       const context = await model.createContext({ sequences: this.sequences, contextSize: { max: 4096 }, ...(this.threads ? { threads: this.threads } : {}) });
-      return { model, context, chatWrapper: lib.resolveChatWrapper(model), fileTypes: lib.GgufFileType as unknown as Record<number, string> };
+      const tokenizer = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: unknown; tokens?: unknown; token_type?: unknown } } }).tokenizer?.ggml;
+      const vocab = vocabularyBytes(tokenizer?.model, tokenizer?.tokens, tokenizer?.token_type);
+      return { model, context, chatWrapper: lib.resolveChatWrapper(model), fileTypes: lib.GgufFileType as unknown as Record<number, string>, vocab };
     })();
     // A failed load is tried again at the next call (the file may appear).
     this.loaded.catch(() => { this.loaded = undefined; });
@@ -161,7 +211,8 @@ export class Gguf implements Backend {
     }
     const content = l.model.detokenize(out);
     if (onDelta && content.length > sent.length) onDelta(content.slice(sent.length));
-    return { content, usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length }, finish_reason: finish };
+    const tokens = generatedTokens(l.vocab, out, content);
+    return { content, usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length }, finish_reason: finish, ...(tokens ? { tokens } : {}) };
   }
 
   /**
@@ -169,10 +220,11 @@ export class Gguf implements Backend {
    * answer's tokens, each with the distribution the model gives at its place (raw logits, no
    * sampling settings: the distribution, not a draw from it).
    */
-  async score(job: BackendJob, answer: string): Promise<AnswerScore> {
+  async score(job: BackendJob, answer: string, reported?: WireToken[]): Promise<AnswerScore> {
     const l = await this.load();
     const prompt = this.prompt(l, job.messages);
-    const all = l.model.tokenize(answer, false);
+    const forced = reported && l.vocab ? forcedIds(l, reported) : undefined;
+    const all = forced ?? l.model.tokenize(answer, false);
     const tokens = all.slice(0, Math.max(0, Math.min(SCORE_MAX_POSITIONS, l.context.contextSize - prompt.length - 1)));
     const seq = l.context.getSequence();
     try {
@@ -191,6 +243,38 @@ export class Gguf implements Backend {
       await seq.dispose();
     }
   }
+}
+
+/**
+ * The generated ids as wire tokens, when their bytes spell `content` exactly (a token llama.cpp
+ * decoded otherwise, a stripped space: none are reported rather than tokens the coordinator refuses).
+ */
+function generatedTokens(vocab: Vocabulary | undefined, ids: readonly Token[], content: string): WireToken[] | undefined {
+  if (!vocab || ids.length === 0) return undefined;
+  const pieces = ids.map((id) => vocab.bytes[id]);
+  if (pieces.some((b) => !b || b.length === 0)) return undefined;
+  return Buffer.concat(pieces as Buffer[]).equals(Buffer.from(content, 'utf8')) ? pieces.map((b) => wireToken(b!)) : undefined;
+}
+
+/**
+ * The reported tokens as this model's ids, each by its bytes. A token this vocabulary lacks (the
+ * audited node ran another tokenizer) is evidence, not an error: its bytes are scored as this
+ * model's own tokenization of them (each byte its byte token where they are not UTF-8 alone), so
+ * the positions stay the text the node wrote; the foreign token's split is then ranked as this
+ * model ranks it, which a node of another vocabulary will mostly fail.
+ */
+function forcedIds(l: Loaded, reported: readonly WireToken[]): Token[] {
+  const vocab = l.vocab!;
+  return reported.flatMap((t) => {
+    const bytes = tokenBytes(t);
+    const id = vocab.ids.get(bytes.toString('latin1'));
+    if (id !== undefined) return [id];
+    if (typeof t === 'string') return l.model.tokenize(t, false);
+    return [...bytes].flatMap((b) => {
+      const byte = vocab.ids.get(String.fromCharCode(b));
+      return byte === undefined ? [] : [byte];
+    });
+  });
 }
 
 /** The file's sha256, as `sha256:<hex>`. */

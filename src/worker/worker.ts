@@ -32,6 +32,7 @@ import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-cli
 import type { WorkerOptions } from './options.js';
 import { afterPrefix, LeaseLink } from './progress.js';
 import { scoreJob } from './score-job.js';
+import { tokensOf } from '../validation/answer-tokens.js';
 
 /** register_node's largest `capacity` (openapi.json, RegisterNodeRequest): above 32 slots a slot has no spare lease. */
 const MAX_CAPACITY = 64;
@@ -297,6 +298,8 @@ export class Worker {
         status: 'success', content: prefix + answer.content, usage: answer.usage,
         ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}), ...(answer.logprobs ? { logprobs: answer.logprobs } : {}), ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
         ...(answer.embeddings ? { embeddings: answer.embeddings } : {}), ...(answer.scores ? { scores: answer.scores } : {}),
+        // Issue 53: the answer's tokens, for a plain text answer this node wrote whole (a continued one's beginning is another's).
+        ...(answer.tokens && prefix === '' && !answer.tool_calls?.length ? { tokens: answer.tokens } : {}),
       };
     } catch (err) {
       const refused = requestErrorOf(err);
@@ -369,7 +372,7 @@ export class Worker {
    */
   private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
     const relay = (delta: string) => link.push(delta);
-    if (job.params?.score !== undefined) return { prefix: '', answer: await scoreJob(this.backend, job, job.params.score.answer) };
+    if (job.params?.score !== undefined) return { prefix: '', answer: await scoreJob(this.backend, job, job.params.score.answer, tokensOf(job.params.score.tokens)) };
     if (job.params?.input !== undefined) return { prefix: '', answer: await this.backend.embed(job, job.params.input, signal) };
     // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
     if (job.params?.prompt !== undefined) {
