@@ -5,7 +5,7 @@
 import { http, type HttpResponse } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
 import type { AnswerScore, CompactScore } from './scoring.js';
-import type { WireToken } from '../validation/answer-tokens.js';
+import { wireToken, type WireToken } from '../validation/answer-tokens.js';
 
 export interface BackendJob {
   model: string;
@@ -169,4 +169,22 @@ export function vectorsOf(v: unknown, inputs: number, what: string): string[] {
     (vector as number[]).forEach((x, i) => bytes.writeFloatLE(x, i * 4));
     return bytes.toString('base64');
   });
+}
+
+/** Issue 53: a logprobs entry's token (OpenAI's and Ollama's entries): its `bytes` where they are byte values, else its `token`'s UTF-8. */
+export function pieceOf(e: unknown): Buffer[] {
+  if (typeof e !== 'object' || e === null) return [];
+  const { token, bytes } = e as { token?: unknown; bytes?: unknown };
+  if (Array.isArray(bytes) && bytes.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0 && b <= 255)) return [Buffer.from(bytes as number[])];
+  return typeof token === 'string' ? [Buffer.from(token, 'utf8')] : [];
+}
+
+/**
+ * The answer's tokens when the pieces spell `content` exactly (else none: the coordinator would
+ * refuse them). An empty piece (a stop token a server lists) spells nothing and is left out.
+ */
+export function answerTokens(pieces: readonly Buffer[], content: string): WireToken[] | undefined {
+  const kept = pieces.filter((p) => p.length > 0);
+  if (kept.length === 0) return undefined;
+  return Buffer.concat(kept).equals(Buffer.from(content, 'utf8')) ? kept.map((p) => wireToken(p)) : undefined;
 }

@@ -13,7 +13,7 @@
 // it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
 // is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
 // `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
-import { call, count, finishOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import { answerTokens, call, count, pieceOf, finishOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 import type { HttpResponse } from './http.js';
@@ -44,8 +44,13 @@ export class Ollama implements Backend {
 
   /** Issue 31: resync replay on Ollama's logprobs (score-http.ts); none before 0.12.11, or when the version is unknown. */
   get score(): Backend['score'] {
+    return this.logprobs ? (job, answer) => scoreOllama(this.url, job, answer) : undefined;
+  }
+
+  /** Its /api/chat gives logprobs, each entry with the token's `bytes` (0.12.11 and later). */
+  private get logprobs(): boolean {
     const v = this.version;
-    return v !== undefined && (v === '0.0.0' || versionAtLeast(v, OLLAMA_LOGPROBS_SINCE)) ? (job, answer) => scoreOllama(this.url, job, answer) : undefined;
+    return v !== undefined && (v === '0.0.0' || versionAtLeast(v, OLLAMA_LOGPROBS_SINCE));
   }
 
   async detect(): Promise<void> {
@@ -91,25 +96,37 @@ export class Ollama implements Backend {
     const messages = job.params?.messages ? prefixed(ollamaMessages(job.params.messages), job.prefix) : withPrefix(job);
     const res = await call(`${this.url}/api/chat`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      body: JSON.stringify({ model: job.model, messages, stream: onDelta !== undefined, ...ollamaFields(job) }),
+      // Issue 53: logprobs asked for the answer's tokens too (the job's own fields win where it
+      // asked); not for a continued answer, whose beginning is another node's.
+      body: JSON.stringify({ model: job.model, messages, stream: onDelta !== undefined, ...(this.logprobs && !job.prefix ? { logprobs: true } : {}), ...ollamaFields(job) }),
     }, 'ollama /api/chat');
     type Line = { message?: { content?: string; tool_calls?: unknown }; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string; logprobs?: unknown };
     const usage = (l: Line) => ({ prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) });
     const calls: BackendAnswer['tool_calls'] = [];
     const logprobs: unknown[] = [];
+    const pieces: Buffer[] = [];
     const gather = (l: Line) => {
       calls.push(...toolCallsFromOllama(l.message?.tool_calls));
-      if (Array.isArray(l.logprobs)) for (const e of l.logprobs) logprobs.push(...logprobEntry(e));
+      if (Array.isArray(l.logprobs)) {
+        for (const e of l.logprobs) {
+          if (job.params?.logprobs) logprobs.push(...logprobEntry(e));
+          pieces.push(...pieceOf(e));
+        }
+      }
     };
-    const extras = (l: Line): Partial<BackendAnswer> => ({
-      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(l.done_reason)),
-      ...(job.params?.logprobs ? { logprobs } : {}),
-    });
+    const extras = (l: Line, content: string): Partial<BackendAnswer> => {
+      const tokens = calls.length || job.prefix ? undefined : answerTokens(pieces, content);
+      return {
+        ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(l.done_reason)),
+        ...(job.params?.logprobs ? { logprobs } : {}), ...(tokens ? { tokens } : {}),
+      };
+    };
     if (!onDelta) {
       const body = (await res.json()) as Line;
       if (body.error) throw new BackendError(`ollama: ${body.error}`);
       gather(body);
-      return { content: body.message?.content ?? '', usage: usage(body), ...extras(body) };
+      const content = body.message?.content ?? '';
+      return { content, usage: usage(body), ...extras(body, content) };
     }
     let content = '';
     const last = await streamLines<Line>(res, (l) => {
@@ -120,7 +137,7 @@ export class Ollama implements Backend {
         onDelta(delta);
       }
     });
-    return { content, usage: usage(last), ...extras(last) };
+    return { content, usage: usage(last), ...extras(last, content) };
   }
 
   async complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {

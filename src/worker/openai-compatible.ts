@@ -19,8 +19,14 @@
 // it runs with --enable-auto-tool-choice, llama.cpp's server unless with --jinja).
 // Text completions (job_data.params.prompt): POST /v1/completions as OpenAI defines it, which
 // vLLM and llama.cpp's server serve for every generative model: `completions` is declared for all.
+// Issue 53, the answer's tokens (result.tokens): vLLM and llama.cpp's server are asked for
+// logprobs (`logprobs: true`, `top_logprobs` 0 for vLLM, 1 for llama.cpp's server, which lists
+// none at 0) even where the job did not ask, streamed or not; each entry's `bytes` (else its
+// `token`) is a token, and the tokens are reported when their bytes spell the answer exactly.
+// The logprobs reach the answer only where the job asked for them. Another server (`plain`) is
+// asked for nothing it may refuse: its answers carry no tokens.
 import { createParser } from 'eventsource-parser';
-import { call, count, finishOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import { answerTokens, call, count, finishOf, pieceOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 import { scoreVllm } from './score-http.js';
@@ -61,7 +67,7 @@ export class OpenAICompatible implements Backend {
 
   /** Issue 31: vLLM scores an answer in one prefill (prompt_logprobs, score-http.ts); other servers: not yet. */
   get score(): Backend['score'] {
-    return this.dialect === 'vllm' ? (job, answer) => scoreVllm(this.url, job, answer) : undefined;
+    return this.dialect === 'vllm' ? (job, answer, tokens) => scoreVllm(this.url, job, answer, tokens) : undefined;
   }
 
   async detect(): Promise<void> {
@@ -134,10 +140,14 @@ export class OpenAICompatible implements Backend {
     const continuing = job.prefix !== undefined && job.prefix !== '';
     const { messages: whole, temperature: _t, ...params } = job.params ?? {};
     const temperature = temperatureOf(job);
+    // The tokens' logprobs, asked of a server known to give them, beside what the job asked (not
+    // for a continued answer: its beginning is another node's, so its tokens are not reported).
+    const asked = job.params?.logprobs === true;
+    const tokenLogprobs = this.dialect === 'plain' || asked || continuing ? {} : { logprobs: true, top_logprobs: this.dialect === 'llamacpp' ? 1 : 0 };
     const res = await call(`${this.url}/v1/chat/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, signal,
       body: JSON.stringify({
-        ...params,
+        ...params, ...tokenLogprobs,
         model: job.model, messages: whole ? prefixed(whole, job.prefix) : withPrefix(job), ...(temperature !== undefined ? { temperature } : {}),
         ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
         ...(job.seed !== undefined ? { seed: job.seed } : {}),
@@ -147,19 +157,28 @@ export class OpenAICompatible implements Backend {
     }, 'openai /v1/chat/completions');
     type Choice = { message?: { content?: string | null; tool_calls?: unknown }; delta?: { content?: string | null; tool_calls?: unknown }; finish_reason?: string | null; logprobs?: { content?: unknown } | null };
     const logprobs: unknown[] = [];
+    const pieces: Buffer[] = [];
     const gatherLogprobs = (c: Choice | undefined) => {
-      if (Array.isArray(c?.logprobs?.content)) for (const e of c.logprobs.content) logprobs.push(...logprobEntry(e));
+      if (!Array.isArray(c?.logprobs?.content)) return;
+      for (const e of c.logprobs.content) {
+        if (asked) logprobs.push(...logprobEntry(e));
+        pieces.push(...pieceOf(e));
+      }
     };
-    const extras = (calls: ToolCall[], finish: string | null | undefined): Partial<BackendAnswer> => ({
-      ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(finish)),
-      ...(job.params?.logprobs ? { logprobs } : {}),
-    });
+    const extras = (content: string, calls: ToolCall[], finish: string | null | undefined): Partial<BackendAnswer> => {
+      const tokens = calls.length || continuing ? undefined : answerTokens(pieces, content);
+      return {
+        ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(finish)),
+        ...(asked ? { logprobs } : {}), ...(tokens ? { tokens } : {}),
+      };
+    };
     if (!stream) {
       const body = (await res.json()) as { choices?: Choice[]; usage?: Usage };
       const choice = body.choices?.[0];
       gatherLogprobs(choice);
       const calls = toolCalls(choice?.message?.tool_calls);
-      return { content: choice?.message?.content ?? '', usage: usageOf(body.usage), ...extras(calls, choice?.finish_reason) };
+      const content = choice?.message?.content ?? '';
+      return { content, usage: usageOf(body.usage), ...extras(content, calls, choice?.finish_reason) };
     }
     // Streamed tool calls: per index, the id and name come first, the arguments in pieces.
     const streamed: { id?: string; name?: string; arguments: string }[] = [];
@@ -200,7 +219,7 @@ export class OpenAICompatible implements Backend {
     if (failure) throw new BackendError(`openai: ${failure}`);
     if (!ended) throw new BackendError('openai: the answer ended before its finish_reason');
     const calls = streamed.flatMap((c): ToolCall[] => (c.name ? [{ id: c.id ?? newCallId(), type: 'function', function: { name: c.name, arguments: c.arguments } }] : []));
-    return { content, usage: usageOf(last), ...extras(calls, finish) };
+    return { content, usage: usageOf(last), ...extras(content, calls, finish) };
   }
 }
 

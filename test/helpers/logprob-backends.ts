@@ -7,7 +7,15 @@
 //   add_generation_prompt, continue_final_message} → {count, tokens, max_model_len}), POST
 //   /v1/chat/completions with `prompt_logprobs: k` (→ top-level `prompt_logprobs`: per prompt
 //   token null for the first, else {token_id: {logprob, rank, decoded_token}} holding the actual
-//   token with its rank in the vocabulary and the top k), `max_tokens` generated greedily.
+//   token with its rank in the vocabulary and the top k), `max_tokens` generated greedily;
+//   issue 53: with `logprobs: true` (and `top_logprobs: k`), `choices[0].logprobs.content`:
+//   per generated token {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}
+//   (OpenAI's ChatCompletionTokenLogprob, as vLLM returns it), also streamed (`stream: true`:
+//   server-sent chunks, each token's delta with its logprobs, a finish chunk, a usage chunk when
+//   `stream_options.include_usage`, then `data: [DONE]`); POST /tokenize with `prompt` (a text,
+//   `add_special_tokens`) → its ids; POST /v1/completions with `prompt` a list of token ids (or a
+//   text) and `prompt_logprobs: k` → `choices[0].prompt_logprobs` (vLLM's
+//   CompletionResponseChoice), the ids taken as they are.
 // - ollama: GET /api/version, GET /api/tags, POST /api/chat (stream false) with `logprobs: true,
 //   top_logprobs: k` (→ `logprobs: [{token, logprob, bytes, top_logprobs: [{token, logprob}]}]`,
 //   Ollama 0.12.11 and later; older versions ignore the fields), a last assistant message
@@ -18,6 +26,7 @@ import { createServer, type Server } from 'node:http';
 import { resolveChatWrapper, type ChatHistoryItem, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp';
 
 import { sharedLlama } from './gguf.js';
+import { vocabularyBytes, type Vocabulary } from '../../src/worker/gguf.js';
 
 type Message = { role: string; content: string };
 
@@ -30,7 +39,14 @@ export interface LogprobBackend {
 
 class TinyRunner {
   private queue: Promise<unknown> = Promise.resolve();
-  constructor(readonly model: LlamaModel, private readonly context: LlamaContext, private readonly chat: import('node-llama-cpp').ChatWrapper) {}
+  private readonly vocab: Vocabulary;
+  constructor(readonly model: LlamaModel, private readonly context: LlamaContext, private readonly chat: import('node-llama-cpp').ChatWrapper) {
+    const g = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: unknown; tokens?: unknown; token_type?: unknown } } }).tokenizer?.ggml;
+    this.vocab = vocabularyBytes(g?.model, g?.tokens, g?.token_type)!;
+  }
+
+  /** A token's exact bytes (its vocabulary's: a byte token is its byte, not U+FFFD). */
+  bytes = (t: Token): number[] => [...(this.vocab.bytes[t] ?? Buffer.alloc(0))];
 
   static async load(file: string): Promise<TinyRunner> {
     const llama = await sharedLlama();
@@ -110,6 +126,18 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
   const requests: LogprobBackend['requests'] = [];
   const json = (res: import('node:http').ServerResponse, status: number, body: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   const topList = (probs: Map<Token, number>, k: number) => [...probs].slice(0, k).map(([t, p]) => ({ token: m.text(t), logprob: log(p) }));
+  /** vLLM's prompt_logprobs: null for the first token, then per token {id: {logprob, rank, decoded_token}}, the actual token with its rank and the top k. */
+  const promptLogprobs = async (tokens: Token[], k: number) => {
+    const dists = await m.distributions(tokens, 1);
+    return [null, ...tokens.slice(1).map((t, i) => {
+      const probs = dists[i]!;
+      const ranked = [...probs.keys()];
+      const entry: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
+      ranked.slice(0, k).forEach((c, r) => { entry[String(c)] = { logprob: log(probs.get(c)!), rank: r + 1, decoded_token: m.text(c) }; });
+      entry[String(t)] = { logprob: log(probs.get(t) ?? 0), rank: ranked.indexOf(t) + 1, decoded_token: m.text(t) };
+      return entry;
+    })];
+  };
 
   const server: Server = createServer((req, res) => {
     void (async () => {
@@ -125,30 +153,57 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
         const cont = body.continue_final_message === true;
         if (cont && body.add_generation_prompt !== false) return json(res, 400, { object: 'error', message: 'continue_final_message and add_generation_prompt cannot both be true' });
         if (path === '/tokenize') {
-          const { tokens } = m.tokens(messages, cont);
+          const tokens = typeof body.prompt === 'string' ? m.model.tokenize(body.prompt, body.add_special_tokens !== false) : m.tokens(messages, cont).tokens;
           return json(res, 200, { count: tokens.length, tokens, max_model_len: 1024 });
+        }
+        if (path === '/v1/completions') {
+          const tokens = Array.isArray(body.prompt) ? (body.prompt as Token[]) : m.model.tokenize(String(body.prompt), true);
+          const k = typeof body.prompt_logprobs === 'number' ? body.prompt_logprobs : undefined;
+          const gen = await m.greedy(tokens, typeof body.max_tokens === 'number' ? body.max_tokens : 16);
+          return json(res, 200, {
+            id: 'cmpl-2', object: 'text_completion', model,
+            choices: [{ index: 0, text: m.model.detokenize(gen.map((g) => g.token)), finish_reason: 'length', ...(k !== undefined ? { prompt_logprobs: await promptLogprobs(tokens, k) } : {}) }],
+            usage: { prompt_tokens: tokens.length, completion_tokens: gen.length },
+          });
         }
         if (path === '/v1/chat/completions') {
           const { tokens } = m.tokens(messages, cont);
           const k = typeof body.prompt_logprobs === 'number' ? body.prompt_logprobs : undefined;
-          let promptLogprobs: (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] | undefined;
-          if (k !== undefined) {
-            const dists = await m.distributions(tokens, 1);
-            promptLogprobs = [null, ...tokens.slice(1).map((t, i) => {
-              const probs = dists[i]!;
-              const ranked = [...probs.keys()];
-              const entry: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
-              ranked.slice(0, k).forEach((c, r) => { entry[String(c)] = { logprob: log(probs.get(c)!), rank: r + 1, decoded_token: m.text(c) }; });
-              entry[String(t)] = { logprob: log(probs.get(t) ?? 0), rank: ranked.indexOf(t) + 1, decoded_token: m.text(t) };
-              return entry;
-            })];
+          const promptLp = k !== undefined ? await promptLogprobs(tokens, k) : undefined;
+          const max = typeof body.max_tokens === 'number' ? body.max_tokens : 16;
+          const gen = await m.greedy(tokens, max);
+          const finish = gen.length >= max ? 'length' : 'stop';
+          const top = typeof body.top_logprobs === 'number' ? body.top_logprobs : 0;
+          const entry = (g: { token: Token; probs: Map<Token, number> }) => ({
+            token: m.text(g.token), logprob: log(g.probs.get(g.token)!), bytes: m.bytes(g.token),
+            top_logprobs: [...g.probs].slice(0, top).map(([t, p]) => ({ token: m.text(t), logprob: log(p), bytes: m.bytes(t) })),
+          });
+          const withLogprobs = body.logprobs === true;
+          const usage = { prompt_tokens: tokens.length, completion_tokens: gen.length, total_tokens: tokens.length + gen.length };
+          if (body.stream === true) {
+            res.writeHead(200, { 'content-type': 'text/event-stream' });
+            const send = (chunk: unknown) => res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+            const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk', model };
+            send({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] });
+            // One chunk a token, its text as the detokenizer continues it (a split character waits for its end).
+            let sent = '';
+            gen.forEach((g, i) => {
+              const text = m.model.detokenize(gen.slice(0, i + 1).map((x) => x.token));
+              const whole = !text.endsWith('\uFFFD');
+              const delta = whole ? text.slice(sent.length) : '';
+              if (whole) sent = text;
+              send({ ...base, choices: [{ index: 0, delta: { content: delta }, logprobs: withLogprobs ? { content: [entry(g)] } : null, finish_reason: null }] });
+            });
+            send({ ...base, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: finish }] });
+            if ((body.stream_options as { include_usage?: boolean } | undefined)?.include_usage) send({ ...base, choices: [], usage });
+            res.end('data: [DONE]\n\n');
+            return;
           }
-          const gen = await m.greedy(tokens, typeof body.max_tokens === 'number' ? body.max_tokens : 16);
           return json(res, 200, {
             id: 'cmpl-1', object: 'chat.completion', model,
-            choices: [{ index: 0, message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) }, finish_reason: 'length' }],
-            usage: { prompt_tokens: tokens.length, completion_tokens: gen.length },
-            ...(promptLogprobs ? { prompt_logprobs: promptLogprobs } : {}),
+            choices: [{ index: 0, message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) }, logprobs: withLogprobs ? { content: gen.map(entry) } : null, finish_reason: finish }],
+            usage,
+            ...(promptLp ? { prompt_logprobs: promptLp } : {}),
           });
         }
       } else {
@@ -164,7 +219,7 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
             model, done: true, message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) },
             prompt_eval_count: tokens.length, eval_count: gen.length,
             ...(ollamaLogprobs && body.logprobs === true ? {
-              logprobs: gen.map((g) => ({ token: m.text(g.token), logprob: log(g.probs.get(g.token)!), bytes: [...Buffer.from(m.text(g.token))], top_logprobs: topList(g.probs, k) })),
+              logprobs: gen.map((g) => ({ token: m.text(g.token), logprob: log(g.probs.get(g.token)!), bytes: m.bytes(g.token), top_logprobs: topList(g.probs, k) })),
             } : {}),
           });
         }
