@@ -82,6 +82,23 @@ describe('scoring an honest answer on a word-piece vocabulary: the tokens genera
   });
 });
 
+describe('a token the scorer\'s vocabulary lacks', () => {
+  it('is scored as the scorer\'s own pieces of its bytes: evidence, not a crash', { timeout: 120_000 }, async () => {
+    const job = { model: MODEL, max_output: 32, temperature: 0, messages: [{ role: 'user', content: 'tell me about the old city' }] };
+    const a = await new Gguf(wordpiece(1), MODEL, true, 1, 1).chat(job);
+    expect(a.tokens!.some((t) => typeof t === 'string' && [...t].length > 1)).toBe(true);
+    // A scorer of the character vocabulary has none of the pieces: each is scored as its characters.
+    const chars = new Gguf(models.file({ seed: 1 }), MODEL, true, 1, 1);
+    const s = await chars.score(job, a.content, a.tokens);
+    expect(s.positions.map((p) => p.token).join('')).toBe(a.content);
+    expect(s.positions).toHaveLength([...a.content].length);
+    // Tokens no vocabulary writes alone (a character's bytes split, a byte of no character) are scored as byte tokens.
+    const odd = await chars.score(job, 'a€', ['a', [0xe2, 0x82], [0xac]]);
+    expect(odd.positions).toHaveLength(4);
+    expect(odd.positions.every((p) => Number.isFinite(p.logprob) && p.rank >= 1)).toBe(true);
+  });
+});
+
 describe('token-level checks on a word-piece vocabulary (gguf workers, embedded database)', () => {
   let t: Awaited<ReturnType<typeof startApp>>;
   let workers: InProcessWorker[] = [];
