@@ -9,7 +9,9 @@
 //   its text (or come with tool calls) is refused with 400 and changes nothing (its lease runs on);
 //   one whose tokens spell it is taken, the tokens kept in jobs.tokens and not shown to the
 //   owner; the seed's report without tokens is taken as before; and a score check of that answer
-//   carries the very tokens to its scorer (params.score.tokens), one of an answer without none.
+//   carries the very tokens to its scorer (params.score.tokens), one of an answer without none;
+// - `ins worker` whose report the tokens make larger than the body limit reports the answer
+//   without them, rather than failing the job as too large.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { VerifyConfig } from '../src/config-verify.js';
 import { answerTokensOf, tokenBytes, tokensOf, wireToken } from '../src/validation/answer-tokens.js';
@@ -20,6 +22,8 @@ import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { totalPoints } from './helpers/state.js';
 import { workerScores } from './helpers/scores.js';
+import { startFakeBackend } from './helpers/backends.js';
+import { startWorker, type InProcessWorker } from './helpers/worker.js';
 
 const bytes = (s: string) => [...Buffer.from(s, 'utf8')];
 
@@ -149,6 +153,27 @@ describe.each(backends)('answer tokens at the coordinator on $name', (backend) =
     const err = await send(w, job2, { message: 'backend failed', tokens: 'not even a list' }, 'error');
     expect(err.statusCode).toBe(200);
     expect(await stored(b)).toMatchObject({ tokens: null });
+  });
+
+  it('an answer whose tokens make its report too large (413) is reported without them', { timeout: 60_000 }, async () => {
+    t = await startApp(backend, { bodyLimit: 8 * 1024, verify: { enabled: false } });
+    const user = new TestUser(t.app, await t.addUser());
+    const fake = await startFakeBackend('vllm', [MODEL]);
+    let w: InProcessWorker | undefined;
+    try {
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      w = await startWorker({ server: url, node: 'big', key: await t.addNode('big'), backend: 'vllm', backendUrl: fake.url });
+      // About 5 KB of text: its report fits in 8 KB, not with its tokens (one a word) beside it.
+      const long = Array.from({ length: 900 }, (_, i) => `w${i}`).join(' ');
+      const small = await user.submit(MODEL, 'short question');
+      const big = await user.submit(MODEL, long);
+      await until('both answered', async () => (await stored(small)).state === 'done' && (await stored(big)).state === 'done');
+      expect(((await stored(small)).tokens as string[]).join('')).toBe(`echo(${MODEL}): short question`);
+      expect(await stored(big)).toMatchObject({ state: 'done', tokens: null, result: { message: { content: `echo(${MODEL}): ${long}` } } });
+    } finally {
+      await w?.stop();
+      await fake.close();
+    }
   });
 
   it("gives a score check of an answer the node's tokens (params.score.tokens), and none for an answer without", { timeout: 60_000 }, async () => {

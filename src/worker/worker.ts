@@ -337,7 +337,11 @@ export class Worker {
       const overhead = (performance.now() - t0 - backendMs) / 1000;
       let points = 0;
       try {
-        points = await this.client.report(job, done);
+        points = await this.client.report(job, done).catch((err: unknown) => {
+          // The tokens made the report too large (BODY_LIMIT): the answer goes without them (issue 53).
+          if (err instanceof CoordinatorError && err.status === 413 && done.tokens) return this.client.report(job, { ...done, tokens: undefined });
+          throw err;
+        });
       } catch (err) {
         if (err instanceof CoordinatorError && err.status === 413 && done.status === 'success') {
           // The answer is larger than the service takes in one report (its BODY_LIMIT): it would
