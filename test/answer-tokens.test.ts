@@ -16,6 +16,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { VerifyConfig } from '../src/config-verify.js';
 import { answerTokensOf, tokenBytes, tokensOf, wireToken } from '../src/validation/answer-tokens.js';
 import { vocabularyBytes } from '../src/worker/gguf.js';
+import { answerTokens } from '../src/worker/backend.js';
 import { backends } from './helpers/db.js';
 import { auditWaits } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
@@ -62,6 +63,16 @@ describe('the token wire form', () => {
     expect(tokensOf(['a', [0xac]])).toEqual(['a', [0xac]]);
     expect(tokensOf(['a', 3])).toBeUndefined();
     expect(tokensOf('a')).toBeUndefined();
+  });
+
+  it("takes a backend's logprobs entries as the answer's tokens only when they spell it", () => {
+    const b = (...s: (string | number[])[]) => s.map((x) => (typeof x === 'string' ? Buffer.from(x) : Buffer.from(x)));
+    expect(answerTokens(b('The', ' ri', 'ver', [0xe2, 0x82], [0xac]), 'The river€')).toEqual(['The', ' ri', 'ver', [0xe2, 0x82], [0xac]]);
+    // An empty entry, and a stop token listed after the text, are left out.
+    expect(answerTokens(b('a', '', 'b', '<|eot_id|>'), 'ab')).toEqual(['a', 'b']);
+    expect(answerTokens(b('a', 'c'), 'ab')).toBeUndefined();
+    expect(answerTokens(b('a', 'b', 'c', 'd'), 'ab')).toBeUndefined();
+    expect(answerTokens([], '')).toBeUndefined();
   });
 
   it("reads a GGUF vocabulary's bytes: SentencePiece's ▁ and byte tokens, GPT-2's byte-level characters", () => {

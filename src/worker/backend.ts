@@ -181,10 +181,14 @@ export function pieceOf(e: unknown): Buffer[] {
 
 /**
  * The answer's tokens when the pieces spell `content` exactly (else none: the coordinator would
- * refuse them). An empty piece (a stop token a server lists) spells nothing and is left out.
+ * refuse them). An empty piece spells nothing and is left out; so is a last piece beyond the
+ * text (a stop token a server lists with its name, which the text does not hold).
  */
 export function answerTokens(pieces: readonly Buffer[], content: string): WireToken[] | undefined {
   const kept = pieces.filter((p) => p.length > 0);
-  if (kept.length === 0) return undefined;
-  return Buffer.concat(kept).equals(Buffer.from(content, 'utf8')) ? kept.map((p) => wireToken(p)) : undefined;
+  const text = Buffer.from(content, 'utf8');
+  for (const n of [kept.length, kept.length - 1]) {
+    if (n > 0 && Buffer.concat(kept.slice(0, n)).equals(text)) return kept.slice(0, n).map((p) => wireToken(p));
+  }
+  return undefined;
 }
