@@ -223,8 +223,10 @@ export class Gguf implements Backend {
   async score(job: BackendJob, answer: string, reported?: WireToken[]): Promise<AnswerScore> {
     const l = await this.load();
     const prompt = this.prompt(l, job.messages);
-    const forced = reported && l.vocab ? forcedIds(l, reported) : undefined;
-    const all = forced ?? l.model.tokenize(answer, false);
+    // Reported tokens beyond the cap are not even mapped (each maps to one id or more).
+    const head = reported && l.vocab ? reported.slice(0, SCORE_MAX_POSITIONS) : undefined;
+    const all = head ? forcedIds(l, head) : l.model.tokenize(answer, false);
+    const beyond = head ? reported!.length - head.length : 0;
     const tokens = all.slice(0, Math.max(0, Math.min(SCORE_MAX_POSITIONS, l.context.contextSize - prompt.length - 1)));
     const seq = l.context.getSequence();
     try {
@@ -238,7 +240,7 @@ export class Gguf implements Backend {
         if (!probs) throw new BackendError('gguf: no distribution at an answer position');
         return rankOf(probs, token, (t) => l.model.detokenize([t]));
       });
-      return { method: 'prefill', positions, unscored: all.length - tokens.length };
+      return { method: 'prefill', positions, unscored: all.length - tokens.length + beyond };
     } finally {
       await seq.dispose();
     }

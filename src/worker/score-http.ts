@@ -71,7 +71,8 @@ async function forcedIds(url: string, model: string, reported: readonly WireToke
 
 /** One prefill over the open conversation's ids and the reported tokens' ids (POST /v1/completions with a prompt of ids). */
 async function scoreVllmTokens(url: string, job: BackendJob, open: number[], reported: readonly WireToken[]): Promise<AnswerScore> {
-  const all = await forcedIds(url, job.model, reported);
+  // Tokens beyond the cap are not even asked about: at most MAX_POSITIONS /tokenize calls.
+  const all = await forcedIds(url, job.model, reported.slice(0, MAX_POSITIONS));
   const ids = all.slice(0, MAX_POSITIONS);
   const body = (await post(`${url}/v1/completions`, {
     model: job.model, prompt: [...open, ...ids], max_tokens: 1, temperature: 0, prompt_logprobs: TOP_K,
@@ -79,7 +80,7 @@ async function scoreVllmTokens(url: string, job: BackendJob, open: number[], rep
   // vLLM puts a completion's prompt_logprobs in its choice (a chat completion's at the top).
   const lists = body.choices?.[0]?.prompt_logprobs ?? body.prompt_logprobs ?? [];
   const positions = positionsOf(lists, [...open, ...ids], open.length, open.length + ids.length);
-  return { method: 'prefill', positions, unscored: all.length - ids.length };
+  return { method: 'prefill', positions, unscored: all.length - ids.length + Math.max(0, reported.length - MAX_POSITIONS) };
 }
 
 /** Each scored position's rank, log-probability and the top's, from vLLM's prompt_logprobs lists for tokens[from, to). */
