@@ -27,13 +27,15 @@ export interface VerifyConfig {
   evidenceWindow: number;
   /** Seconds between probes of each model two or more nodes serve, on average (0: no probes). */
   probeInterval: number;
+  /** Share of answers a scorer found in line that a second scorer scores again (verify/scores.ts), and the only ones that become canary references. */
+  spotShare: number;
   /** Seconds done jobs gather before an audit: batches, not a statement per job (0: the next turn of the event loop). */
   auditDelay: number;
 }
 
 export const DEFAULT_VERIFY: VerifyConfig = {
   enabled: true, share: 0.05, similarity: 0.5, maxTokensPerSecond: 1000, modelMaxTokensPerSecond: {}, minTokensForSpeed: 32, minWordsForReplay: 8,
-  strikesToSuspend: 3, failuresPerStrike: 10, probationAgreements: 10, evidenceWindow: 86_400, probeInterval: 600, auditDelay: 0.25,
+  strikesToSuspend: 3, failuresPerStrike: 10, probationAgreements: 10, evidenceWindow: 86_400, probeInterval: 600, auditDelay: 0.25, spotShare: 0.1,
 };
 
 const d = DEFAULT_VERIFY;
@@ -50,6 +52,7 @@ export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   ['VERIFY_PROBATION_AGREEMENTS', String(d.probationAgreements), 'agreements in a row that end a probation'],
   ['VERIFY_EVIDENCE_WINDOW', `${d.evidenceWindow / 3600}h`, 'strikes count, answers are remembered and a suspension reverses points within this window'],
   ['VERIFY_PROBE_INTERVAL', `${d.probeInterval / 60}m`, 'each model two or more nodes serve gets a probe this often on average (0 = no probes)'],
+  ['VERIFY_SPOT_SHARE', String(d.spotShare), 'share of answers a scorer found in line that a second scorer scores again (0 to 1): a scorer that clears answers falsely is caught, and only those twice found in line become canary references'],
   ['VERIFY_AUDIT_DELAY', `${d.auditDelay * 1000}ms`, 'done jobs gather this long before they are audited, in one batch (0 = at once)'],
 ];
 
@@ -84,6 +87,7 @@ export function readVerifyConfig(r: EnvReader): VerifyConfig {
     probationAgreements: r.int('VERIFY_PROBATION_AGREEMENTS', d.probationAgreements, 1, 100_000),
     evidenceWindow: r.duration('VERIFY_EVIDENCE_WINDOW', d.evidenceWindow, 60, 365 * 86_400),
     probeInterval: r.duration('VERIFY_PROBE_INTERVAL', d.probeInterval, 1, 86_400, true),
+    spotShare: r.fraction('VERIFY_SPOT_SHARE', d.spotShare),
     auditDelay: r.duration('VERIFY_AUDIT_DELAY', d.auditDelay, 0.001, 60, true),
   };
 }

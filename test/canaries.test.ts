@@ -1,13 +1,15 @@
 // Canaries (issue 31; src/verify/canaries.ts, docs/verification.md "Canaries") through the real
 // app on both backends: workers speak the wire with inject and scorers report scores the test
 // chooses, as in test/token-audit.test.ts.
-// - answers two nodes agreed on (one answered, the other's scores found it in line) are kept as
-//   references;
+// - answers three nodes agreed on (one answered at temperature 0, a scorer found it in line, and
+//   a second scorer's spot check too) are kept as references (issue 53: never on one scorer's word);
 // - once they are gone, a node alone serving the model is sent canaries: score checks of those
 //   references, shaped on the wire as the score checks the scorer had, never a request it saw;
 // - an impostor alone (its scores of the honest references look foreign) is suspended at its
 //   third canary, its points reversed; an honest node alone is not struck, and its canaries are
-//   agreements; a lone node that cannot score gets none.
+//   agreements; a lone node that cannot score gets none;
+// - colluders that answer garbage and find each other's answers in line plant no reference: an
+//   honest node later alone on the model gets no canary of theirs and is not struck (issue 53).
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
@@ -20,7 +22,8 @@ import { prose } from './helpers/behaviours.js';
 
 const MODEL = 'canary-model';
 // The app makes no probes itself (VERIFY_PROBE_INTERVAL 0): the test runs the maintenance round.
-const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
+// Every answer found in line is scored again by a second scorer (VERIFY_SPOT_SHARE 1).
+const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, spotShare: 1 };
 const POSITIONS = 20;
 const REFERENCES = 4;
 type ScoreJob = Job & { seed?: number; params?: { score?: { answer: string } } };
@@ -49,31 +52,41 @@ describe.each(backends)('canaries on $name', (backend) => {
   };
 
   /**
-   * Node `a` answers REFERENCES jobs, node `b` scores each in line (their references), then both
-   * leave: the model has no node online. Answers the score checks `b` was given.
+   * Node `a` answers REFERENCES jobs at temperature 0, node `b` scores each in line, node `c`
+   * spot-checks each in line (their references), then all leave: the model has no node online.
+   * Answers the score checks `b` was given.
    */
   const references = async () => {
     t = await startApp(backend, { verify: VERIFY });
     const user = new TestUser(t.app, await t.addUser());
-    const [a, b] = [await worker('a', true), await worker('b', true)];
-    for (let i = 0; i < REFERENCES; i++) await user.submit(MODEL, `question ${i}: why do rivers bend?`, { temperature: i % 2 ? 0 : 0.8, seed: 100 + i, max_output: 64 });
+    const [a, b, c] = [await worker('a', true), await worker('b', true), await worker('c', true)];
+    for (let i = 0; i < REFERENCES; i++) await user.submit(MODEL, `question ${i}: why do rivers bend?`, { temperature: 0, seed: 100 + i, max_output: 64 });
     for (let i = 0; i < REFERENCES; i++) {
       const job = (await a.getJob())!;
       expect((await a.report(job, prose(MODEL, job.messages.at(-1)!.content))).statusCode).toBe(200);
     }
     const checks: ScoreJob[] = [];
-    await until('the references', async () => {
+    await until('the first checks', async () => {
       const job = (await b.getJob()) as ScoreJob | null;
       if (job) {
         checks.push(job);
         expect((await scoreReport(b, job, false)).statusCode).toBe(200);
       }
-      return checks.length === REFERENCES && settled();
+      return checks.length === REFERENCES;
+    });
+    let spot = 0;
+    await until('the references', async () => {
+      const job = (await c.getJob()) as ScoreJob | null;
+      if (job) {
+        spot++;
+        expect(job).toEqual({ ...checks.find((x) => x.messages[0]!.content === job.messages[0]!.content), job_id: job.job_id, api_key: job.api_key });
+        expect((await scoreReport(c, job, false)).statusCode).toBe(200);
+      }
+      return spot === REFERENCES && settled();
     });
     const [kept] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
     expect(kept!.n).toBe(REFERENCES);
-    expect((await a.deregister()).statusCode).toBe(200);
-    expect((await b.deregister()).statusCode).toBe(200);
+    for (const w of [a, b, c]) expect((await w.deregister()).statusCode).toBe(200);
     return checks;
   };
 
@@ -111,6 +124,7 @@ describe.each(backends)('canaries on $name', (backend) => {
     expect(await pointsOf('impostor')).toBe(0);
     expect(await strikes('a')).toEqual([]);
     expect(await strikes('b')).toEqual([]);
+    expect(await strikes('c')).toEqual([]);
     const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
     expect(stored).toEqual(recomputed);
     // A suspended node is no longer online for the model: no more canaries.
@@ -140,5 +154,46 @@ describe.each(backends)('canaries on $name', (backend) => {
     expect(evidence).toEqual({ answers: REFERENCES, cusum: 0, flags: 0 });
     const [agreements] = await q<{ n: number }>('t_agree', `SELECT s.agreements AS n FROM node_standing s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'honest'`);
     expect(agreements?.n).toBe(REFERENCES);
+  });
+
+  it('plants no reference for colluders that answer garbage and find each other in line: an honest node alone later is not struck', { timeout: 120_000 }, async () => {
+    // Before issue 53 one scorer's "in line" made a reference: the colluders' garbage became
+    // canaries, and the honest node that found them foreign was suspended at its third.
+    t = await startApp(backend, { verify: VERIFY });
+    const user = new TestUser(t.app, await t.addUser());
+    const [x, y] = [await worker('colluder-x', true), await worker('colluder-y', true)];
+    // With an honest scorer online too, for half of the jobs: it spot-checks their garbage.
+    let honest: TestWorker | undefined;
+    // (short: a stock answer to every prompt would be a suspected replay, another check's business)
+    const garbage = (w: TestWorker, job: Job) => w.report(job, `zzz ${job.messages.at(-1)!.content.slice(6, 16)} qqq`);
+    for (let round = 0; round < 2; round++) {
+      if (round === 1) honest = await worker('honest-scorer', true);
+      for (let i = 0; i < REFERENCES; i++) await user.submit(MODEL, `round ${round} question ${i}: why do rivers bend?`, { temperature: 0, seed: 200 + i, max_output: 64 });
+      await until('the jobs and checks settled', async () => {
+        for (const w of [x, y, honest]) {
+          if (!w) continue;
+          const job = (await w.getJob()) as ScoreJob | null;
+          if (!job) continue;
+          // Each colluder finds every answer in line; the honest scorer finds the garbage foreign.
+          const res = job.params?.score ? await scoreReport(w, job, w === honest)
+            : w === honest ? await w.report(job, prose(MODEL, job.messages.at(-1)!.content)) : await garbage(w, job);
+          expect(res.statusCode).toBe(200);
+        }
+        return settled();
+      });
+    }
+    // None of the colluders' answers is a reference (the honest scorer's may be: the colluders find every answer in line).
+    expect(await q('t_refs', `SELECT c.job_id FROM canaries c JOIN jobs j ON j.id = c.job_id JOIN nodes n ON n.id = j.node_id WHERE n.name LIKE 'colluder%'`)).toEqual([]);
+    for (const w of [x, y, honest!]) expect((await w.deregister()).statusCode).toBe(200);
+    // The honest node alone: whatever canaries it is sent, it finds them in line, and nothing strikes it.
+    const lone = await worker('honest', true);
+    while ((await round()).length > 0) {
+      const job = (await lone.getJob()) as ScoreJob;
+      expect((await scoreReport(lone, job, false)).statusCode).toBe(200);
+      await until('the canary judged', settled);
+    }
+    expect(await strikes('honest')).toEqual([]);
+    expect(await strikes('honest-scorer')).toEqual([]);
+    expect(await standing('honest')).toBe('trusted');
   });
 });

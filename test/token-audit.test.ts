@@ -7,8 +7,10 @@
 // - an answer two scorers find foreign moves its node's test; three such answers suspend it
 //   (impostor) with its points reversed, every aggregate equal to its recomputation;
 // - answers in line: agreements, no strike;
-// - a scorer whose scores a second scorer contradicts is the one whose test moves (a lying
-//   scorer is caught by a third node);
+// - scorers that disagree are decided by a third: the scorer it contradicts gets a
+//   `false_score` strike; with no third scorer online nobody is struck (issue 53);
+// - checks carry the answer's tokens as a node reports them (helpers/scores.ts TOKENS_AS_REPORTED):
+//   what a scorer that re-tokenized the text may conclude is test/one-word.test.ts's;
 // - with no scorer online, temperature-0 jobs are copied as before and counted as checked the
 //   weaker way; sampled jobs are then left unchecked.
 import { afterEach, describe, expect, it } from 'vitest';
@@ -17,7 +19,7 @@ import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
 import { backends } from './helpers/db.js';
 import { auditWaits } from './helpers/audits.js';
-import { workerScores } from './helpers/scores.js';
+import { TOKENS_AS_REPORTED, workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -25,7 +27,8 @@ import { totalPoints } from './helpers/state.js';
 import { prose } from './helpers/behaviours.js';
 
 const MODEL = 'score-model';
-const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
+// No second look at answers found in line (VERIFY_SPOT_SHARE 0) but where a test asks for it.
+const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, spotShare: 0 };
 const POSITIONS = 20;
 type ScoreJob = Job & { params?: { score?: { answer: string } } };
 
@@ -35,8 +38,8 @@ describe.each(backends)('score checks on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
 
-  const start = async (scorers: string[], plain: string[]) => {
-    t = await startApp(backend, { verify: VERIFY });
+  const start = async (scorers: string[], plain: string[], verify: Partial<VerifyConfig> = {}) => {
+    t = await startApp(backend, { verify: { ...VERIFY, ...verify } });
     const user = new TestUser(t.app, await t.addUser());
     const workers = new Map<string, TestWorker>();
     for (const n of [...scorers, ...plain]) {
@@ -53,10 +56,14 @@ describe.each(backends)('score checks on $name', (backend) => {
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
   const evidence = async (node: string) => (await q<{ scored: number; copied: number; answers: number; flags: number }>('t_evidence', `SELECT e.scored, e.copied, e.answers, e.flags
     FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = $1::text`, [node]))[0];
-  /** The workers poll in turn and answer: a score check with the scores `foreign` says, a job with prose. */
-  const serve = async (workers: Map<string, TestWorker>, foreign: (node: string, job: ScoreJob) => boolean, done = settled) => {
+  /**
+   * The workers poll in turn and answer: a score check with the scores `foreign` says, a job with
+   * prose. `tokens`: the checks carry the answer's tokens as reported (helpers/scores.ts).
+   */
+  const serve = async (workers: Map<string, TestWorker>, foreign: (node: string, job: ScoreJob) => boolean, done = settled, tokens = true) => {
     await until('the jobs to settle', async () => {
       for (const [name, w] of workers) {
+        if (tokens) await q('t_tokens', TOKENS_AS_REPORTED);
         const job = (await w.getJob()) as ScoreJob | null;
         if (!job) continue;
         const res = job.params?.score
@@ -130,26 +137,47 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(text.stdout.join('\n')).toContain(`token-level checks of ${MODEL}: 6 jobs scored, 0 checked the weaker way`);
     // The dashboard's summary counts every kind of strike, these too.
     const network = (await t.app.inject({ url: '/network' })).json() as { verification: { strikes_24h: Record<string, number>; nodes_suspended: number } };
-    expect(network.verification.strikes_24h).toEqual({ disagreement: 0, replay: 0, too_fast: 0, give_up: 0, failure: 0, impostor: 2, false_request_error: 0 });
+    expect(network.verification.strikes_24h).toEqual({ disagreement: 0, replay: 0, too_fast: 0, give_up: 0, failure: 0, impostor: 2, false_request_error: 0, false_score: 0 });
     expect(network.verification.nodes_suspended).toBe(1);
   });
 
-  it('moves the test of a scorer a second scorer contradicts, not the audited node\'s', { timeout: 120_000 }, async () => {
-    const { user, workers } = await start(['liar', 'scorer'], ['node']);
+  it('strikes a scorer two others contradict (false_score), never the audited node', { timeout: 120_000 }, async () => {
+    // Before issue 53 the second scorer's "in line" alone moved the first scorer's test (and with
+    // no second scorer the first's "foreign" moved the node's): one party's word each time.
+    const { user, workers } = await start(['liar', 'scorer', 'scorer-2'], ['node']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
     await serve(only(workers, 'node'), () => false, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4);
-    // The liar takes every first check and calls the answer foreign; the honest scorer confirms none.
+    // The liar takes every first check and calls the answer foreign; the honest scorers confirm none.
     await serve(only(workers, 'liar'), () => true, async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4);
-    await serve(only(workers, 'scorer', 'liar'), (n) => n === 'liar');
+    await serve(only(workers, 'scorer', 'scorer-2', 'liar'), (n) => n === 'liar');
     expect(await strikes('node')).toEqual([]);
     expect(await standing('node')).toBe('trusted');
-    expect((await strikes('liar')).map((x) => x.kind)).toEqual(['impostor']);
+    // Each lying check is struck: the third strike suspends.
+    expect((await strikes('liar')).map((x) => x.kind)).toEqual(['false_score', 'false_score', 'false_score', 'false_score']);
     expect(await standing('liar')).toBe('suspended');
+    expect(await strikes('scorer')).toEqual([]);
+    expect(await strikes('scorer-2')).toEqual([]);
     // The node keeps every point; the liar loses its own, its lying checks among them.
     expect(await pointsOf('node')).toBe(4);
     expect(await pointsOf('liar')).toBe(0);
+    const network = (await t.app.inject({ url: '/network' })).json() as { verification: { strikes_24h: Record<string, number> } };
+    expect(network.verification.strikes_24h.false_score).toBe(4);
     const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
     expect(stored).toEqual(recomputed);
+  });
+
+  it('with no third scorer online, a scorer contradicted by a second is not struck, nor is the node', { timeout: 120_000 }, async () => {
+    const { user, workers } = await start(['liar', 'scorer'], ['node']);
+    for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
+    await serve(only(workers, 'node'), () => false, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4);
+    await serve(only(workers, 'liar'), () => true, async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4);
+    await serve(only(workers, 'scorer', 'liar'), (n) => n === 'liar');
+    expect(await strikes('node')).toEqual([]);
+    expect(await strikes('liar')).toEqual([]);
+    expect(await strikes('scorer')).toEqual([]);
+    expect(await pointsOf('node')).toBe(4);
+    const unconfirmed = /^ins_verification_total\{event="unconfirmed"\} (\d+)$/m.exec((await t.app.inject({ url: '/metrics' })).body)?.[1];
+    expect(Number(unconfirmed)).toBe(4);
   });
 
   it('without a scorer online copies temperature-0 jobs as before, counted as checked the weaker way, and leaves sampled ones', { timeout: 120_000 }, async () => {

@@ -277,7 +277,8 @@ export const VerificationSummary = Type.Object({
     failure: Type.Integer(),
     impostor: Type.Integer(),
     false_request_error: Type.Integer(),
-  }, { description: "Strikes against nodes in the last 24 hours, by kind (docs/verification.md): disagreement, replay, too_fast, give_up, failure (repeated failed attempts), impostor (token-level checks), false_request_error (a request error another node answered)." }),
+    false_score: Type.Integer(),
+  }, { description: "Strikes against nodes in the last 24 hours, by kind (docs/verification.md): disagreement, replay, too_fast, give_up, failure (repeated failed attempts), impostor (token-level checks), false_request_error (a request error another node answered), false_score (scores of an answer that two other scorers contradicted)." }),
   nodes_on_probation: Type.Integer(),
   nodes_suspended: Type.Integer(),
 }, { title: "VerificationSummary", description: "*Ours*: how the coordinator checks nodes' answers (README, \"How the network checks answers\")." });

@@ -134,9 +134,9 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   // Verification (verify/): the share of jobs checked twice is copies / audited.
   const verification = new Counter({
     name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
-    help: 'Verification: jobs audited, copies (a job run again by another node), probes, canaries (the lone node of a model asked to score a stored reference answer), agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited), score_check and score_judged (token-level checks), scorers_disagreed (two scorers that found an answer foreign each in its own way: no verdict), replay_unchecked (a suspected replay no other node could check: no verdict)',
+    help: 'Verification: jobs audited, copies (a job run again by another node), probes, canaries (the lone node of a model asked to score a stored reference answer), agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited), score_check and score_judged (token-level checks), scorers_disagreed (two scorers that found an answer foreign each in its own way: no verdict), unconfirmed (a score verdict on the word of one party that no second scorer or third node was online to confirm: no verdict), replay_unchecked (a suspected replay no other node could check: no verdict)',
   });
-  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up, failure)', labelNames: ['kind'], registers: [registry] });
+  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up, failure, impostor, false_request_error, false_score)', labelNames: ['kind'], registers: [registry] });
   const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
   const backgroundFailures = new Counter({
     name: 'ins_background_failures_total', labelNames: ['task'], registers: [registry],
@@ -171,6 +171,7 @@ export function recordAudit(m: Metrics, r: AuditReport): void {
   if (r.scoreChecks) m.verification.inc({ event: 'score_check' }, r.scoreChecks);
   if (r.scoresJudged) m.verification.inc({ event: 'score_judged' }, r.scoresJudged);
   if (r.scorersDisagreed) m.verification.inc({ event: 'scorers_disagreed' }, r.scorersDisagreed);
+  if (r.scoresUnconfirmed) m.verification.inc({ event: 'unconfirmed' }, r.scoresUnconfirmed);
   if (r.replaysUnchecked) m.verification.inc({ event: 'replay_unchecked' }, r.replaysUnchecked);
   if (r.agreements) m.verification.inc({ event: 'agreement' }, r.agreements);
   if (r.disagreements) m.verification.inc({ event: 'disagreement' }, r.disagreements);

@@ -33,7 +33,8 @@ export type Standing = (typeof STANDINGS)[number];
 /** What a strike is for (node_strikes.kind; docs/verification.md). */
 // impostor (issue 31): token-level checks found the node's answers unlike its declared model's (verify/scores.ts).
 // false_request_error (issue 29): the node said a job's request was at fault, and another node answered it (verify/request-errors.ts).
-export const STRIKE_KINDS = Object.freeze(['disagreement', 'replay', 'too_fast', 'give_up', 'failure', 'impostor', 'false_request_error'] as const);
+// false_score (issue 53): two other scorers of an answer contradicted the node's scores of it (verify/scores.ts).
+export const STRIKE_KINDS = Object.freeze(['disagreement', 'replay', 'too_fast', 'give_up', 'failure', 'impostor', 'false_request_error', 'false_score'] as const);
 export type StrikeKind = (typeof STRIKE_KINDS)[number];
 
 export const NODE_STATES = Object.freeze(['trusted', 'probation', 'suspended', 'disabled'] as const);

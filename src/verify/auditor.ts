@@ -119,6 +119,8 @@ export interface AuditReport {
   scoresJudged?: number;
   /** Confirmations whose two scorers found the answer foreign each in its own way: no verdict. */
   scorersDisagreed?: number;
+  /** Score verdicts one party's word would have made, with no other scorer or node online to confirm them: no verdict (verify/scores.ts). */
+  scoresUnconfirmed?: number;
   /** Suspected replays no other node could check: no verdict. */
   replaysUnchecked?: number;
 }
@@ -139,6 +141,7 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.scoreChecks = (into.scoreChecks ?? 0) + (r.scoreChecks ?? 0);
   into.scoresJudged = (into.scoresJudged ?? 0) + (r.scoresJudged ?? 0);
   into.scorersDisagreed = (into.scorersDisagreed ?? 0) + (r.scorersDisagreed ?? 0);
+  into.scoresUnconfirmed = (into.scoresUnconfirmed ?? 0) + (r.scoresUnconfirmed ?? 0);
   into.replaysUnchecked = (into.replaysUnchecked ?? 0) + (r.replaysUnchecked ?? 0);
 }
 
@@ -246,7 +249,7 @@ class Batch {
       }
     }
     // Token by token where a node can score the answer; the rest copied and compared as text (the weaker way).
-    const scores = await queueScores(this.tx, this.plans, this.picked, this.sampledOnly, { ...this.opts, deadline: this.opts.jobTimeout });
+    const scores = await queueScores(this.tx, this.plans, this.picked, this.sampledOnly, this.scoreOptions());
     if (scores.outcome) this.report.outcomes.push(scores.outcome);
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + scores.scored.length;
     this.plans.splice(0, this.plans.length, ...scores.rest);
@@ -340,13 +343,20 @@ class Batch {
   /** Score checks are done: their statistics move the audited nodes' tests (verify/scores.ts). */
   private async judgeScores(checks: Done[]): Promise<void> {
     if (checks.length === 0) return;
-    const verdicts = await judgeScores(this.tx, checks.map((c) => c.id), { ...this.opts, deadline: this.opts.jobTimeout });
+    const verdicts = await judgeScores(this.tx, checks.map((c) => c.id), this.scoreOptions());
     if (verdicts.outcome) this.report.outcomes.push(verdicts.outcome);
     this.report.scoresJudged = verdicts.judged;
     this.report.scorersDisagreed = verdicts.disagreed;
+    this.report.scoresUnconfirmed = verdicts.unconfirmed;
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
     this.agreed.push(...verdicts.agreed);
     for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
+    // A scorer two others contradicted (verify/scores.ts): its check's point goes with the strike.
+    for (const f of verdicts.falseScores) this.struck.push({ ...f, kind: 'false_score' });
+  }
+
+  private scoreOptions() {
+    return { ...this.opts, deadline: this.opts.jobTimeout, spotShare: this.opts.verify.spotShare };
   }
 
   /** Strikes in order; each takes its job's points back, and a suspension the node's window. */

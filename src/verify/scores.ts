@@ -27,6 +27,7 @@ import { CAPABILITIES } from '../jobs/capabilities.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
 import { placeCopies, type CheckQueue, type CopyPlan } from './copies.js';
+import type { Check } from '../jobs/sql/queue-checks.js';
 import { answerStats, freshTest, H, MIN_POSITIONS, observe, scorersAgree, type ScoredPosition } from './token-stats.js';
 import { thresholdsOf } from './thresholds.js';
 import { remember, type Reference } from './canaries.js';
@@ -90,7 +91,11 @@ const RECORD = sql('verify_token_checks_record', `INSERT INTO token_checks (chec
 const COVERED = sql('verify_token_covered', `SELECT DISTINCT t.job_id::text FROM token_checks t JOIN jobs j ON j.id = t.job_id AND j.node_id = t.node_id
   WHERE t.node_id = $1::bigint AND t.model_id = $2::int AND t.evidence > 0 AND t.at > coalesce($3::timestamptz, '-infinity')`);
 
-export interface ScoreOptions { onlineWindow: number; modelsTtl: number; deadline: number; checks: CheckQueue }
+export interface ScoreOptions {
+  onlineWindow: number; modelsTtl: number; deadline: number; checks: CheckQueue;
+  /** VERIFY_SPOT_SHARE: the share of answers a scorer found in line that a second scorer scores again. */
+  spotShare: number;
+}
 
 export interface ScorePlans {
   /** The plans queued as score checks. */
@@ -161,43 +166,80 @@ export interface ScoreVerdicts {
   agreed: number[];
   /** Nodes whose test reached H: an `impostor` strike each, on the job that brought it there, covering the jobs listed. */
   flagged: { nodeId: number; jobId: string; evidence: Record<string, unknown>; covers: string[] }[];
-  /** Second score checks queued (their outcome to apply once the transaction commits). */
+  /** Scorers two others contradicted (their check's job): a `false_score` strike each. */
+  falseScores: { nodeId: number; jobId: string; evidence: Record<string, unknown> }[];
+  /** Second and third score checks queued, and text copies asked to corroborate a score (their outcome to apply once the transaction commits). */
   confirmations: number;
-  /** Confirmations that found the answer foreign in another way than the first scorer: no verdict. */
+  /** Two scorers that found the answer foreign (or in line) each in its own way: no verdict. */
   disagreed: number;
+  /** A verdict one party's word would have made, with nobody online to confirm it: no verdict. */
+  unconfirmed: number;
   outcome: Outcome | undefined;
+}
+
+/**
+ * What a score check was queued for (jobs.suspicion; none for the first check of an answer):
+ * - `canary`: a stored reference sent to the lone node of its model (canaries.ts);
+ * - `confirms`: a second scorer's check of an answer the first (`checker`, its check `confirms`,
+ *   its evidence) found foreign;
+ * - `spot`: a second scorer's check of an answer the first (`checker`, its check `spot`) found in
+ *   line (a share VERIFY_SPOT_SHARE of them);
+ * - `decides`: a third scorer's, when the first two disagreed: which side it takes wins.
+ */
+interface Suspicion {
+  canary?: string; confirms?: string; spot?: string; evidence?: number; checker?: number;
+  decides?: { foreign: string; foreign_checker: number; foreign_evidence: number; in_line: string; in_line_checker: number };
 }
 
 interface DoneCheck {
   /** node_id: the audited job's node (null when that job is gone: only a canary's may be). */
   check_id: string; job_id: string; node_id: number | null; model_id: number; checker_id: number; temperature: number | null; scores: Scores | null;
-  request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: { confirms?: string; evidence?: number; checker?: number; canary?: string } | null;
+  request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: Suspicion | null;
   /** What the audited job's node, the checker, and (a confirming check) the first scorer declared for the model. */
   quantization: string | null; checker_quantization: string | null; scorer_quantization: string | null;
   /** A confirming check: the first scorer's scores of the same answer (null if its job is gone). */
   first_scores: Scores | null;
 }
 
+// The scores other checks of the same answers reported ($1 their jobs): what a second or third
+// scorer's are compared with (scorersAgree).
+const OTHER_SCORES = sql('verify_other_scores', `SELECT id::text, result -> 'scores' AS scores FROM jobs WHERE id = ANY($1::uuid[])`);
+
 /** Evidence to add to one node's test, from one check, about one job of that node's (its answer, a scorer's check job, or a canary it scored). */
 interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats>; quantization: string | null; canary?: boolean }
 
 /**
- * Judges the score checks done (their ids). A scorer's word alone cannot say which of two
- * nodes runs another model (the audited node, or the scorer itself): an answer a scorer finds
- * foreign (evidence > 0) is scored again by a second scorer where one is online, and then
- * - the second finds it foreign too: the audited node's test moves by the smaller evidence —
- *   if the two scorers agree with each other (token-stats.ts scorersAgree: their scores of the
- *   answer rise and fall together, as two nodes of one model's do). Two scorers that find it
- *   foreign each in its own way run two different models, and at least one of them is not the
- *   model declared: no test moves (otherwise two impostors running different cheaper models
- *   would out-vote an honest node they both score; they count in `disagreed`);
- * - the second finds it in line: the first scorer's test moves instead (its scores disagree
- *   with another model's of the same name: a scorer that lies, or runs another model, is
- *   caught by a third node).
- * With no second scorer online, the first's word counts.
+ * Did the scorer force the tokens the node generated (`params.score.tokens`, reported with the
+ * answer), or re-tokenize the answer's text? A re-tokenized text is often not the split the
+ * model generated (every real vocabulary has many splits of one text), and an honest answer
+ * then looks foreign to every honest scorer alike: such evidence never convicts by itself.
+ */
+export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray((request.params?.score as { tokens?: unknown } | undefined)?.tokens);
+
+/**
+ * Judges the score checks done (their ids). No node is convicted on one party's word
+ * (docs/verification.md "Token-level checks"):
+ * - an answer the first scorer finds foreign is scored again by a second scorer; both finding it
+ *   foreign, and agreeing with each other (token-stats.ts scorersAgree: their scores rise and fall
+ *   together, as two nodes of one model's do), move the audited node's test by the smaller
+ *   evidence. Two that find it foreign each in its own way run two different models, at least one
+ *   not the one declared: no test moves (`disagreed`);
+ * - an answer the first finds in line is scored again by a second scorer for a share
+ *   (VERIFY_SPOT_SHARE) of them: a scorer that clears answers with made-up scores is checked too;
+ * - two scorers that disagree (one foreign, one in line) are decided by a third (none of the
+ *   nodes so far): the side it takes wins, and the scorer it contradicts gets a `false_score`
+ *   strike; a foreign majority moves the audited node's test;
+ * - a scorer that re-tokenized the text (no `params.score.tokens`) moves no test: a foreign
+ *   verdict at temperature 0 asks a text copy by a third node instead (copies.ts; the copy path
+ *   convicts by a majority of texts);
+ * - with no second (or third) scorer online, and no third node for a copy, nobody is convicted
+ *   (`unconfirmed`): with two nodes on a model, a scorer's word against the other's answer
+ *   convicts nobody, as two disagreeing copies do.
+ * A canary (canaries.ts) is the exception: its reference was found in line by two scorers
+ * besides its answering node, so the lone node that scores it is judged on its scores.
  */
 export async function judgeScores(db: Queryable, checkIds: readonly string[], o: ScoreOptions): Promise<ScoreVerdicts> {
-  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], confirmations: 0, disagreed: 0, outcome: undefined };
+  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], falseScores: [], confirmations: 0, disagreed: 0, unconfirmed: 0, outcome: undefined };
   if (checkIds.length === 0) return out;
   const all = await db.query<DoneCheck>(CHECKS, [checkIds]);
   // Each check is judged with the thresholds of its group: its model, its scores' method, and
@@ -206,8 +248,8 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
   const statsOf = (c: DoneCheck, quantization: string | null) =>
     answerStats(positionsOf(c.scores), c.temperature ?? 1, thresholds(c.model_id, c.scores?.method ?? 'none', quantization));
   const moves: Move[] = [];
-  // A canary: the node that scored a stored reference is the one judged, on its own word (the
-  // reference's answering node and scorer agreed on it already).
+  // A canary: the node that scored a stored reference is the one judged (the reference's
+  // answering node and two scorers agreed on it already, its text as they tokenized it).
   for (const c of all.filter((x) => x.suspicion?.canary !== undefined)) {
     out.judged++;
     const stats = statsOf(c, c.checker_quantization);
@@ -215,43 +257,93 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     moves.push({ nodeId: c.checker_id, jobId: c.check_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.checker_quantization, canary: true });
   }
   const checks = all.filter((c) => c.suspicion?.canary === undefined && c.node_id !== null);
-  const firsts = checks.filter((c) => !c.suspicion?.confirms).map((c) => ({ c, stats: statsOf(c, c.quantization) }));
+  const others = new Map((await db.query<{ id: string; scores: Scores | null }>(OTHER_SCORES, [checks.flatMap((c) => {
+    const s = c.suspicion;
+    return [s?.confirms, s?.spot, s?.decides?.foreign, s?.decides?.in_line].filter((x): x is string => typeof x === 'string');
+  })])).map((r) => [r.id, r.scores]));
+  /** Two scorers' scores of one answer from different models (compared only when scored the same way: a replay scorer's positions are not a prefill's). */
+  const apart = (a: Scores | null | undefined, b: Scores | null | undefined) =>
+    !!a && !!b && a.method === b.method && !scorersAgree(positionsOf(a), positionsOf(b));
+  const scorers = await scorersOf(db, [...new Set(checks.map((c) => c.model_id))], o);
+  const online = (c: DoneCheck, exclude: readonly number[]) => (scorers.get(c.model_id) ?? []).some((n) => !exclude.includes(n));
+  const queued: Check[] = [];
+  const copies: CopyPlan[] = [];
   const references: Reference[] = [];
-  const foreign = firsts.filter((f) => f.stats.evidence > 0);
-  const scorers = foreign.length ? await scorersOf(db, [...new Set(foreign.map((f) => f.c.model_id))], o) : new Map<number, number[]>();
-  const confirm = [];
-  for (const { c, stats } of firsts) {
+  /** Another scorer's check of c's answer, outside `exclude`; false when none is online. */
+  const ask = (c: DoneCheck, exclude: number[], suspicion: Suspicion): boolean => {
+    if (!online(c, exclude)) return false;
+    queued.push({ kind: 'verify', id: randomUUID(), of: c.job_id, exclude, request: c.request, suspicion: suspicion as Record<string, unknown> });
+    return true;
+  };
+  /**
+   * A text copy of c's answer (temperature 0 only: else no verdict), run by any node but its
+   * own, its holders and the scorers that sided with it (`allowed`: the scorers that found it
+   * foreign, which may run it: the copy path convicts only by a majority of texts, rules.ts).
+   */
+  const copy = (c: DoneCheck, allowed: readonly number[], siding: readonly number[] = []) => {
+    if (c.temperature !== 0) out.unconfirmed++;
+    else copies.push({ of: c.job_id, modelId: c.model_id, exclude: [...new Set([...c.exclude.filter((n) => !allowed.includes(n)), ...siding])], suspicion: null });
+  };
+  /** A majority of scorers found c's answer foreign: its node's test moves when they forced its tokens; else a text copy decides. */
+  const foreign = (c: DoneCheck, evidence: number, stats: ReturnType<typeof answerStats>, allowed: readonly number[], siding: readonly number[] = []) => {
+    if (scoredOnTokens(c.request)) moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence, stats, quantization: c.quantization });
+    else copy(c, allowed, siding);
+  };
+  for (const c of checks) {
     out.judged++;
-    const exclude = [...new Set([...c.exclude, c.checker_id])];
-    if (stats.evidence > 0 && (scorers.get(c.model_id) ?? []).some((n) => !exclude.includes(n))) {
-      confirm.push({ kind: 'verify' as const, id: randomUUID(), of: c.job_id, exclude, request: c.request, suspicion: { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id } });
-      continue;
-    }
-    if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.node_id!);
-    // An answer in line, long enough to say something: a reference for canaries.
-    if (stats.positions >= MIN_POSITIONS && stats.evidence <= 0 && c.original && typeof c.request.params?.score?.answer === 'string') {
-      references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer: c.request.params.score.answer, vouched: [c.node_id!, c.checker_id], seen: [...c.exclude, c.checker_id] });
-    }
-    moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.quantization });
-  }
-  for (const c of checks.filter((x) => x.suspicion?.confirms)) {
-    out.judged++;
+    const s = c.suspicion;
     const stats = statsOf(c, c.quantization);
-    const first = c.suspicion!.evidence ?? 0;
-    if (stats.evidence > 0) {
-      // Scores of two methods are not position by position (a replay scorer adds a one-character
-      // position where the answer leaves its top 10): those two are not compared, as before.
-      if (c.first_scores && c.first_scores.method === c.scores?.method && !scorersAgree(positionsOf(c.first_scores), positionsOf(c.scores))) out.disagreed++;
-      else moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: Math.min(first, stats.evidence), stats, quantization: c.quantization });
-    } else if (stats.positions > 0 && c.suspicion!.checker !== undefined && c.suspicion!.confirms !== undefined) {
-      out.agreed.push(c.node_id!);
-      // The first scorer's job is its check: that is what its strike is about, and what it loses.
-      moves.push({ nodeId: c.suspicion!.checker, jobId: c.suspicion!.confirms, modelId: c.model_id, check: c, evidence: first, stats, quantization: c.scorer_quantization });
+    const exclude = [...new Set([...c.exclude, c.checker_id])];
+    const inLine = stats.positions > 0 && stats.evidence <= 0;
+    if (!s?.confirms && !s?.spot && !s?.decides) {
+      // The first check of an answer.
+      if (stats.evidence > 0) {
+        // No second scorer: a text copy may still decide at temperature 0 (a third node's answer against the node's).
+        if (!ask(c, exclude, { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id })) copy(c, [c.checker_id]);
+      } else {
+        if (inLine) out.agreed.push(c.node_id!);
+        if (inLine && Math.random() < o.spotShare) ask(c, exclude, { spot: c.check_id, checker: c.checker_id, evidence: stats.evidence });
+        moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.quantization });
+      }
+    } else if (s.confirms !== undefined && s.checker !== undefined) {
+      // A second scorer of an answer the first found foreign.
+      const first = s.evidence ?? 0;
+      if (stats.evidence > 0) {
+        if (apart(c.first_scores ?? others.get(s.confirms), c.scores)) out.disagreed++;
+        else foreign(c, Math.min(first, stats.evidence), stats, [s.checker, c.checker_id]);
+      } else if (inLine && !ask(c, exclude, { decides: { foreign: s.confirms, foreign_checker: s.checker, foreign_evidence: first, in_line: c.check_id, in_line_checker: c.checker_id } })) {
+        out.unconfirmed++;
+      }
+    } else if (s.spot !== undefined && s.checker !== undefined) {
+      // A second scorer of an answer the first found in line.
+      if (stats.evidence > 0) {
+        if (!ask(c, exclude, { decides: { foreign: c.check_id, foreign_checker: c.checker_id, foreign_evidence: stats.evidence, in_line: s.spot, in_line_checker: s.checker } })) out.unconfirmed++;
+      } else if (inLine && stats.positions >= MIN_POSITIONS && c.temperature === 0 && c.original && typeof c.request.params?.score?.answer === 'string'
+        && !apart(others.get(s.spot), c.scores)) {
+        // Its node and two scorers agree on it: a reference for canaries (only answers at
+        // temperature 0: the one answer a model gives its request).
+        references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer: c.request.params.score.answer, vouched: [c.node_id!, s.checker, c.checker_id], seen: exclude });
+      }
+    } else if (s.decides) {
+      // A third scorer: the side it takes wins, the scorer it contradicts is struck.
+      const d = s.decides;
+      if (stats.evidence > 0) {
+        if (apart(others.get(d.foreign), c.scores)) out.disagreed++;
+        else {
+          out.falseScores.push({ nodeId: d.in_line_checker, jobId: d.in_line, evidence: { job: c.job_id, found: 'in_line', contradicted_by_jobs: [d.foreign, c.check_id], model_id: c.model_id } });
+          foreign(c, Math.min(d.foreign_evidence, stats.evidence), stats, [d.foreign_checker, c.checker_id], [d.in_line_checker]);
+        }
+      } else if (inLine) {
+        if (apart(others.get(d.in_line), c.scores)) out.disagreed++;
+        else out.falseScores.push({ nodeId: d.foreign_checker, jobId: d.foreign, evidence: { job: c.job_id, found: 'foreign', contradicted_by_jobs: [d.in_line, c.check_id], model_id: c.model_id } });
+      }
     }
   }
-  if (confirm.length) {
-    out.outcome = await o.checks.queueChecks(db, confirm, o.deadline);
-    out.confirmations = confirm.length;
+  const made = copies.length ? (await placeCopies(db, copies, o.onlineWindow, o.modelsTtl)).map((p) => ({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: null })) : [];
+  out.unconfirmed += copies.length - made.length;
+  if (queued.length + made.length) {
+    out.outcome = await o.checks.queueChecks(db, [...queued, ...made], o.deadline);
+    out.confirmations = queued.length + made.length;
   }
   await remember(db, references);
   await move(db, moves, out);

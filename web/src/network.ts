@@ -2,7 +2,7 @@
 // /network/nodes/{name}, with the key its operator entered). No prompts, no answers.
 interface NetworkModel { name: string; nodes: number; queued: number; jobs_per_minute: number }
 interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
-interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number; give_up: number; failure: number; impostor: number; false_request_error: number }; nodes_on_probation: number; nodes_suspended: number }
+interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number; give_up: number; failure: number; impostor: number; false_request_error: number; false_score: number }; nodes_on_probation: number; nodes_suspended: number }
 interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[]; verification: Verification }
 interface NodeJob { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null; reversed: string | null }
 export interface NodeView {
@@ -57,7 +57,7 @@ function renderNetwork(n: Network): void {
   $('net-checked').textContent = `${(v.checked_share * 100).toFixed(1)} %`;
   $('net-suspended').textContent = String(v.nodes_suspended);
   const s = v.strikes_24h;
-  $('net-strikes').textContent = `Strikes in the last 24 h: ${s.disagreement} disagreeing, ${s.replay} replayed, ${s.too_fast} too fast, ${s.give_up} given up, ${s.failure} for failed attempts, ${s.impostor} impostor, ${s.false_request_error} false request errors · nodes on probation: ${v.nodes_on_probation}`;
+  $('net-strikes').textContent = `Strikes in the last 24 h: ${s.disagreement} disagreeing, ${s.replay} replayed, ${s.too_fast} too fast, ${s.give_up} given up, ${s.failure} for failed attempts, ${s.impostor} impostor, ${s.false_request_error} false request errors, ${s.false_score} false scores · nodes on probation: ${v.nodes_on_probation}`;
   $('net-updated').textContent = `Updated ${new Date().toISOString().slice(11, 19)} UTC`;
 }
 
