@@ -2,17 +2,23 @@
 // database: the judging and its storage run on both backends in test/token-audit.test.ts), and
 // `ins worker --backend gguf` in this process for each node (src/worker/worker.ts, gguf.ts),
 // every job checked (VERIFY_SHARE=1), jobs alternating greedy and sampled at 0.8. Every gguf
-// node declares `score`, so nodes check each other token by token:
-// - an impostor (another model of the same vocabulary) among two honest nodes is suspended
-//   within 3 of its judged answers, its points reversed, and no honest node is struck (the
-//   impostor scores the honest nodes' answers too: a second scorer contradicts it each time);
-// - a heavier quantisation (the honest model with 20 % weight noise) is flagged;
+// node declares `score`, so nodes check each other token by token. No verdict rests on one
+// party's word (issue 53): a foreign verdict needs two scorers that agree, and where the scorer
+// re-tokenized the answer's text (the node did not report its tokens) a text copy at
+// temperature 0 decides instead, so a convicted node's strikes are `impostor` (tokens forced) or
+// `disagreement` (text copies), whichever path judged it:
+// - an impostor (another model of the same vocabulary) among two honest nodes is suspended, its
+//   points reversed, and no honest node is struck (the impostor scores the honest nodes' answers
+//   too: a second scorer contradicts it each time);
+// - a heavier quantisation (the honest model with 20 % weight noise) is suspended;
 // - honest nodes (one with 1 % noise on its weights: machines never agree bit for bit) collect
 //   0 strikes over HONEST_JOBS jobs (TOKEN_AUDIT_JOBS; 2,000 answers through the same scoring and
-//   statistics without the network: test/token-stats.test.ts with TOKEN_STATS_ANSWERS=2000);
-// - canaries (src/verify/canaries.ts): once the honest nodes that agreed on answers are gone, an
-//   impostor alone serving the model is suspended within 3 of its canaries (its real scores of
-//   the honest answers), and an honest node alone after it scores every reference, unstruck.
+//   statistics without the network: test/token-stats.test.ts with TOKEN_STATS_ANSWERS=2000),
+//   every answer found in line scored again by a second scorer (VERIFY_SPOT_SHARE=1);
+// - canaries (src/verify/canaries.ts): references are temperature-0 answers two scorers found in
+//   line; once the three honest nodes that made them are gone, an impostor alone serving the
+//   model is suspended within 3 of its canaries (its real scores of the honest answers), and an
+//   honest node alone after it scores every reference, unstruck.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { DEFAULT_VERIFY } from '../src/config-verify.js';
@@ -47,7 +53,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
 
   // Replay detection off: a random tiny model gives one greedy answer to many prompts (a real
   // model does not), which verify/answers.ts rightly finds suspicious; it is not what is tested here.
-  const VERIFY = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 };
+  const VERIFY = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000, spotShare: 0 };
   let url = '';
   const node = async (n: { name: string; seed: number; noise?: number }) => {
     const w = await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'gguf', backendUrl: '',
@@ -55,8 +61,8 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     workers.push(w);
     return w;
   };
-  const start = async (nodes: { name: string; seed: number; noise?: number }[]) => {
-    t = await startApp(pglite, { verify: VERIFY });
+  const start = async (nodes: { name: string; seed: number; noise?: number }[], spotShare = 0) => {
+    t = await startApp(pglite, { verify: { ...VERIFY, spotShare } });
     url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     for (const n of nodes) await node(n);
     return new TestUser(t.app, await t.addUser());
@@ -79,16 +85,21 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     expect(stored).toEqual(recomputed);
   };
 
-  it('suspends an impostor within 3 of its judged answers, reverses its points, and strikes no honest node', { timeout: 300_000 }, async () => {
+  /** A convicted node's strikes: by its test (tokens forced: within 3 judged answers) or by text copies. */
+  const convicted = (s: { kind: string; evidence: Record<string, unknown> }[]) => {
+    expect(s.length).toBeGreaterThan(0);
+    for (const x of s) expect(['impostor', 'disagreement']).toContain(x.kind);
+    if (s[0]!.kind === 'impostor') expect(s[0]!.evidence.answers as number).toBeLessThanOrEqual(3);
+  };
+
+  it('suspends an impostor, reverses its points, and strikes no honest node', { timeout: 300_000 }, async () => {
     const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'impostor', seed: 2 }]);
     await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 280_000);
     expect(await standing('impostor')).toBe('suspended');
     const all = await strikes();
     expect(all.filter((s) => s.name !== 'impostor')).toEqual([]);
-    const first = all.find((s) => s.name === 'impostor')!;
-    expect(first.kind).toBe('impostor');
-    expect(first.evidence.answers as number).toBeLessThanOrEqual(3);
+    convicted(all.filter((s) => s.name === 'impostor'));
     expect(await pointsOf('impostor')).toBe(0);
     expect(await pointsOf('honest-1')).toBeGreaterThan(0);
     await pointsExact();
@@ -116,16 +127,19 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await until('the jobs and their checks to settle', settled, 280_000);
     expect(await standing('noised')).toBe('suspended');
     expect((await strikes()).filter((s) => s.name !== 'noised')).toEqual([]);
+    convicted((await strikes()).filter((s) => s.name === 'noised'));
     expect(await pointsOf('noised')).toBe(0);
     await pointsExact();
   });
 
   it('canaries: an impostor alone is suspended within 3 of them; an honest node alone after it is not struck', { timeout: 300_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }]);
+    // Three honest nodes: a reference is an answer, a scorer's "in line" and a second scorer's.
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
     await submit(user, 12);
     await until('the jobs and their checks to settle', settled, 280_000);
     const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
-    expect(refs!.n).toBeGreaterThanOrEqual(6);
+    // (the 6 temperature-0 answers, but an empty one)
+    expect(refs!.n).toBeGreaterThanOrEqual(5);
     for (const w of workers.splice(0)) await w.stop();
     // The maintenance round (the app's own makes no probes: VERIFY_PROBE_INTERVAL 0), with chance 1.
     const lifecycle = t.app.service.coordinator.lifecycle;
@@ -146,19 +160,19 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     expect(first!.evidence.answers as number).toBeLessThanOrEqual(3);
     expect(first!.evidence.canary_of_job).toEqual(expect.any(String));
     expect(await pointsOf('impostor')).toBe(0);
-    await node({ name: 'honest-3', seed: 1, noise: 0.01 });
+    await node({ name: 'honest-4', seed: 1, noise: 0.01 });
     // Each reference once (those whose vouching nodes are in good standing: all of them here).
     await canaries('the honest node to score every reference', async () =>
-      (await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-3'"))[0]!.n === refs!.n && settled());
+      (await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-4'"))[0]!.n === refs!.n && settled());
     expect((await strikes()).filter((s) => s.name !== 'impostor')).toEqual([]);
-    expect(await standing('honest-3')).toBe('trusted');
-    const [judged] = await q<{ answers: number }>('t_judged', "SELECT e.answers FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest-3'");
+    expect(await standing('honest-4')).toBe('trusted');
+    const [judged] = await q<{ answers: number }>('t_judged', "SELECT e.answers FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest-4'");
     expect(judged!.answers).toBe(refs!.n);
     await pointsExact();
   });
 
   it(`honest nodes checking each other: 0 strikes over ${HONEST_JOBS} jobs`, { timeout: 600_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }]);
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
     // In batches that settle in turn: all at once, the last jobs of a long run would wait past
     // their deadline (JOB_TIMEOUT) behind the others, and an expired job is not scored.
     for (let done = 0; done < HONEST_JOBS; done += 100) {

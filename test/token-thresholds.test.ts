@@ -18,7 +18,7 @@ import { answerStats, type ScoredPosition } from '../src/verify/token-stats.js';
 import { thresholdsOf } from '../src/verify/thresholds.js';
 import { backends } from './helpers/db.js';
 import { auditWaits } from './helpers/audits.js';
-import { workerScores } from './helpers/scores.js';
+import { TOKENS_AS_REPORTED, workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { prose } from './helpers/behaviours.js';
@@ -26,7 +26,8 @@ import { prose } from './helpers/behaviours.js';
 const MODEL = 'noisy-model';
 const QUANT = 'Q2_K';
 const POSITIONS = 20;
-const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 };
+// No second look at answers found in line (VERIFY_SPOT_SHARE 0): each answer's checks are the test's.
+const VERIFY: Partial<VerifyConfig> = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, spotShare: 0 };
 type ScoreJob = Job & { params?: { score?: { answer: string } } };
 
 /** The positions of a score report with `mismatched` of `n` outside the checker's top 10. */
@@ -86,6 +87,8 @@ describe.each(backends)('token thresholds on $name', (backend) => {
       }
       await until('the checks judged', async () => {
         for (const w of scorers) {
+          // The checks carry the answer's tokens as a node reports them (issue 53: else no score convicts alone).
+          await q('t_tokens', TOKENS_AS_REPORTED);
           const c = (await w.getJob()) as ScoreJob | null;
           if (!c) continue;
           expect(c.params?.score).toBeDefined();
