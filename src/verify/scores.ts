@@ -257,14 +257,19 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     moves.push({ nodeId: c.checker_id, jobId: c.check_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.checker_quantization, canary: true });
   }
   const checks = all.filter((c) => c.suspicion?.canary === undefined && c.node_id !== null);
-  const others = new Map((await db.query<{ id: string; scores: Scores | null }>(OTHER_SCORES, [checks.flatMap((c) => {
+  const otherIds = checks.flatMap((c) => {
     const s = c.suspicion;
     return [s?.confirms, s?.spot, s?.decides?.foreign, s?.decides?.in_line].filter((x): x is string => typeof x === 'string');
-  })])).map((r) => [r.id, r.scores]));
+  });
+  const others = new Map(otherIds.length ? (await db.query<{ id: string; scores: Scores | null }>(OTHER_SCORES, [otherIds])).map((r) => [r.id, r.scores]) : []);
   /** Two scorers' scores of one answer from different models (compared only when scored the same way: a replay scorer's positions are not a prefill's). */
   const apart = (a: Scores | null | undefined, b: Scores | null | undefined) =>
     !!a && !!b && a.method === b.method && !scorersAgree(positionsOf(a), positionsOf(b));
-  const scorers = await scorersOf(db, [...new Set(checks.map((c) => c.model_id))], o);
+  // Which scorers are online matters only to a check that may ask another: not to a first check
+  // found in line (but the spot-checked share), the common case.
+  const spot = new Set(checks.filter((c) => c.suspicion === null && Math.random() < o.spotShare).map((c) => c.check_id));
+  const mayAsk = checks.some((c) => c.suspicion !== null || spot.has(c.check_id) || statsOf(c, c.quantization).evidence > 0);
+  const scorers = mayAsk ? await scorersOf(db, [...new Set(checks.map((c) => c.model_id))], o) : new Map<number, number[]>();
   const online = (c: DoneCheck, exclude: readonly number[]) => (scorers.get(c.model_id) ?? []).some((n) => !exclude.includes(n));
   const queued: Check[] = [];
   const copies: CopyPlan[] = [];
@@ -302,7 +307,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
         if (!ask(c, exclude, { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id })) copy(c, [c.checker_id]);
       } else {
         if (inLine) out.agreed.push(c.node_id!);
-        if (inLine && Math.random() < o.spotShare) ask(c, exclude, { spot: c.check_id, checker: c.checker_id, evidence: stats.evidence });
+        if (inLine && spot.has(c.check_id)) ask(c, exclude, { spot: c.check_id, checker: c.checker_id, evidence: stats.evidence });
         moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.quantization });
       }
     } else if (s.confirms !== undefined && s.checker !== undefined) {
