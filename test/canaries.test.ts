@@ -3,11 +3,12 @@
 // chooses, as in test/token-audit.test.ts.
 // - answers three nodes agreed on (one answered at temperature 0, a scorer found it in line, and
 //   a second scorer's spot check too) are kept as references (issue 53: never on one scorer's word);
-// - once they are gone, a node alone serving the model is sent canaries: score checks of those
-//   references, shaped on the wire as the score checks the scorer had, never a request it saw;
-// - an impostor alone (its scores of the honest references look foreign) is suspended at its
-//   third canary, its points reversed; an honest node alone is not struck, and its canaries are
-//   agreements; a lone node that cannot score gets none;
+// - once they are gone, a node alone serving the model is sent canaries: the references'
+//   requests as ordinary jobs (issue 53), on the wire exactly as the user's job was when the
+//   reference's node leased it, never a request it saw;
+// - an impostor alone (its answers part from the references where their scorers were sure) is
+//   suspended at its third canary, its points reversed; an honest node alone (it need not
+//   declare `score`) answers as the references did: agreements, no strike;
 // - colluders that answer garbage and find each other's answers in line plant no reference: an
 //   honest node later alone on the model gets no canary of theirs and is not struck (issue 53).
 import { afterEach, describe, expect, it } from 'vitest';
@@ -28,7 +29,8 @@ const POSITIONS = 20;
 const REFERENCES = 4;
 type ScoreJob = Job & { seed?: number; params?: { score?: { answer: string } } };
 
-const scores = (foreign: boolean) => workerScores(foreign, POSITIONS);
+// One scored position per character of the answer (the tiny character vocabulary's tokens).
+const scores = (foreign: boolean, job: ScoreJob) => workerScores(foreign, job.params?.score?.answer.length ?? POSITIONS);
 
 describe.each(backends)('canaries on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -37,7 +39,7 @@ describe.each(backends)('canaries on $name', (backend) => {
   const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
   const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-    result: { message: { role: 'assistant', content: '' }, scores: scores(foreign) } });
+    result: { message: { role: 'assistant', content: '' }, scores: scores(foreign, job) } });
   const worker = async (name: string, score: boolean) => {
     const w = await new TestWorker(t.app, name, await t.addNode(name)).start([MODEL]);
     if (score) expect((await w.post('/worker/update_models', { node_url: name, models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode).toBe(200);
@@ -61,8 +63,10 @@ describe.each(backends)('canaries on $name', (backend) => {
     const user = new TestUser(t.app, await t.addUser());
     const [a, b, c] = [await worker('a', true), await worker('b', true), await worker('c', true)];
     for (let i = 0; i < REFERENCES; i++) await user.submit(MODEL, `question ${i}: why do rivers bend?`, { temperature: 0, seed: 100 + i, max_output: 64 });
+    const jobs: Job[] = [];
     for (let i = 0; i < REFERENCES; i++) {
       const job = (await a.getJob())!;
+      jobs.push(job);
       expect((await a.report(job, prose(MODEL, job.messages.at(-1)!.content))).statusCode).toBe(200);
     }
     const checks: ScoreJob[] = [];
@@ -87,29 +91,31 @@ describe.each(backends)('canaries on $name', (backend) => {
     const [kept] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
     expect(kept!.n).toBe(REFERENCES);
     for (const w of [a, b, c]) expect((await w.deregister()).statusCode).toBe(200);
-    return checks;
+    return jobs;
   };
 
-  /** A round, then the lone worker's one job: the canary it was sent. */
+  /** A round, then the lone worker's one job: the canary it was sent (an ordinary job: nothing to score). */
   const canary = async (w: TestWorker): Promise<ScoreJob> => {
     expect(await round()).toHaveLength(1);
     const job = (await w.getJob()) as ScoreJob | null;
-    expect(job?.params?.score).toBeDefined();
+    expect(job).not.toBeNull();
+    expect(job!.params?.score).toBeUndefined();
     return job!;
   };
+  const answer = (w: TestWorker, job: Job, honest: boolean) => w.report(job, honest ? prose(MODEL, job.messages.at(-1)!.content) : `zzz ${job.messages.at(-1)!.content} qqq`);
 
   it('suspends an impostor that alone serves the model at its third canary, and reverses its points', { timeout: 120_000 }, async () => {
-    const checks = await references();
-    const impostor = await worker('impostor', true);
+    const jobs = await references();
+    const impostor = await worker('impostor', false);
     const seen = new Set<string>();
     for (let i = 0; i < 3; i++) {
       const job = await canary(impostor);
-      // On the wire a score check like those `b` had: the same fields, one of their requests and answers.
-      expect(Object.keys(job).sort()).toEqual(Object.keys(checks[0]!).sort());
-      const like = checks.find((c) => c.messages[0]!.content === job.messages[0]!.content)!;
+      // On the wire the user's job the reference's node leased: the same fields and values, but its id and key.
+      const like = jobs.find((c) => c.messages[0]!.content === job.messages[0]!.content)!;
+      expect(Object.keys(job).sort()).toEqual(Object.keys(like).sort());
       expect({ ...job, job_id: like.job_id, api_key: like.api_key }).toEqual(like);
       seen.add(job.messages[0]!.content);
-      expect((await scoreReport(impostor, job, true)).statusCode).toBe(200);
+      expect((await answer(impostor, job, false)).statusCode).toBe(200);
       await until('the canary judged', settled);
       if (i < 2) expect(await standing('impostor')).toBe('trusted');
     }
@@ -133,15 +139,10 @@ describe.each(backends)('canaries on $name', (backend) => {
 
   it('does not strike an honest node that alone serves the model: its canaries are agreements, one per reference', { timeout: 120_000 }, async () => {
     await references();
-    // A lone node that cannot score gets none.
-    const plain = await worker('plain', false);
-    expect(await round()).toEqual([]);
-    expect(await plain.getJob()).toBeNull();
-    expect((await plain.deregister()).statusCode).toBe(200);
-    const honest = await worker('honest', true);
+    const honest = await worker('honest', false);
     for (let i = 0; i < REFERENCES; i++) {
       const job = await canary(honest);
-      expect((await scoreReport(honest, job, false)).statusCode).toBe(200);
+      expect((await answer(honest, job, true)).statusCode).toBe(200);
       await until('the canary judged', settled);
     }
     // Each reference checks a node once: it has seen them all.
@@ -189,7 +190,7 @@ describe.each(backends)('canaries on $name', (backend) => {
     const lone = await worker('honest', true);
     while ((await round()).length > 0) {
       const job = (await lone.getJob()) as ScoreJob;
-      expect((await scoreReport(lone, job, false)).statusCode).toBe(200);
+      expect((await answer(lone, job, true)).statusCode).toBe(200);
       await until('the canary judged', settled);
     }
     expect(await strikes('honest')).toEqual([]);

@@ -17,8 +17,10 @@
 //   every answer found in line scored again by a second scorer (VERIFY_SPOT_SHARE=1);
 // - canaries (src/verify/canaries.ts): references are temperature-0 answers two scorers found in
 //   line; once the three honest nodes that made them are gone, an impostor alone serving the
-//   model is suspended within 3 of its canaries (its real scores of the honest answers), and an
-//   honest node alone after it scores every reference, unstruck.
+//   model is suspended within 3 of its canaries (sent as ordinary jobs: its own answers part from
+//   the references where their scorers were sure), and an honest node alone after it answers
+//   every reference, unstruck; a 1 %-noised honest node alone answers CANARY_JOBS' references
+//   with no evidence against it (it parts from a reference only at near ties).
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { DEFAULT_VERIFY } from '../src/config-verify.js';
@@ -35,6 +37,8 @@ const models = tinyModels();
 afterAll(() => models.remove());
 const MODEL = 'tiny:honest';
 const HONEST_JOBS = Number(process.env.TOKEN_AUDIT_JOBS ?? 120);
+/** Temperature-0 jobs whose answers become the references a noised honest node then answers alone. */
+const CANARY_JOBS = 40;
 const pglite = backends.find((b) => b.name === 'pglite')!;
 
 let x = 20261126;
@@ -132,14 +136,16 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await pointsExact();
   });
 
-  it('canaries: an impostor alone is suspended within 3 of them; an honest node alone after it is not struck', { timeout: 300_000 }, async () => {
+  it('canaries: an impostor alone is suspended at its 3rd canary that parts from a reference where it was sure; an honest node alone after it is not struck', { timeout: 300_000 }, async () => {
     // Three honest nodes: a reference is an answer, a scorer's "in line" and a second scorer's.
     const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
-    await submit(user, 12);
+    await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 280_000);
     const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
-    // (the 6 temperature-0 answers, but an empty one)
-    expect(refs!.n).toBeGreaterThanOrEqual(5);
+    // (the 15 temperature-0 answers, but an empty one)
+    expect(refs!.n).toBeGreaterThanOrEqual(12);
+    // Each reference knows how sure its scorers were at each character (one token per character here).
+    expect(await q('t_gaps', 'SELECT job_id FROM canaries WHERE gaps IS NULL OR jsonb_array_length(gaps) <> char_length(answer)')).toEqual([]);
     for (const w of workers.splice(0)) await w.stop();
     // The maintenance round (the app's own makes no probes: VERIFY_PROBE_INTERVAL 0), with chance 1.
     const lifecycle = t.app.service.coordinator.lifecycle;
@@ -157,17 +163,48 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await canaries('the impostor suspended', async () => (await standing('impostor')) === 'suspended');
     const [first] = await strikes();
     expect(first).toMatchObject({ name: 'impostor', kind: 'impostor' });
-    expect(first!.evidence.answers as number).toBeLessThanOrEqual(3);
+    // At its 3rd canary that parted from a reference where the reference's scorers were sure (the
+    // tiny model is unsure of about 4 in 10 answers' first character, where the impostor parts):
+    // each such canary is an answer's worth of evidence, the others none.
+    expect(first!.evidence.jobs).toBe(3);
     expect(first!.evidence.canary_of_job).toEqual(expect.any(String));
     expect(await pointsOf('impostor')).toBe(0);
     await node({ name: 'honest-4', seed: 1, noise: 0.01 });
     // Each reference once (those whose vouching nodes are in good standing: all of them here).
-    await canaries('the honest node to score every reference', async () =>
+    await canaries('the honest node to answer every reference', async () =>
       (await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-4'"))[0]!.n === refs!.n && settled());
     expect((await strikes()).filter((s) => s.name !== 'impostor')).toEqual([]);
     expect(await standing('honest-4')).toBe('trusted');
     const [judged] = await q<{ answers: number }>('t_judged', "SELECT e.answers FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest-4'");
     expect(judged!.answers).toBe(refs!.n);
+    await pointsExact();
+  });
+
+  it('canaries: a 1 %-noised honest node alone parts from the references only where their scorers were unsure: never struck', { timeout: 400_000 }, async () => {
+    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
+    // Temperature 0 only: each answer may become a reference (at most CANARIES_PER_MODEL kept).
+    for (let i = 0; i < CANARY_JOBS; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
+    await until('the jobs and their checks to settle', settled, 380_000);
+    const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
+    expect(refs!.n).toBeGreaterThanOrEqual(20);
+    for (const w of workers.splice(0)) await w.stop();
+    const lifecycle = t.app.service.coordinator.lifecycle;
+    await node({ name: 'noised', seed: 1, noise: 0.01 });
+    await until('the noised node to answer every reference', async () => {
+      if ((await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'noised'"))[0]!.n === refs!.n && await settled()) return true;
+      if (await settled()) {
+        const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
+        if (r?.outcome) lifecycle.apply(r.outcome);
+      }
+      return false;
+    }, 380_000);
+    expect(await strikes()).toEqual([]);
+    const judged = await q<{ same: boolean; evidence: number }>('t_canaries', `SELECT j.result -> 'message' ->> 'content' = j.suspicion ->> 'answer' AS same, t.evidence
+      FROM jobs j JOIN token_checks t ON t.check_id = j.id WHERE j.suspicion ? 'canary'`);
+    expect(judged).toHaveLength(refs!.n);
+    // Most match outright; those that part do so at near ties: no evidence from any.
+    expect(judged.filter((c) => c.same).length).toBeGreaterThan(refs!.n / 2);
+    expect(judged.filter((c) => c.evidence > 0)).toEqual([]);
     await pointsExact();
   });
 

@@ -37,7 +37,7 @@ import { agree, strike, type Standing, type StrikeKind } from './standing.js';
 import { rememberAndMatch } from './answers.js';
 import { queueCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { reverse } from './reversal.js';
-import { countChecks, isScoreCheck, judgeScores, queueScores } from './scores.js';
+import { countChecks, isCanaryAnswer, isScoreCheck, judgeCanaryAnswers, judgeScores, queueScores } from './scores.js';
 import { deterministic, kindOf } from './compare.js';
 import type { ChatParams } from '../jobs/request.js';
 import { auditsClaim, falseClaims } from './request-errors.js';
@@ -90,14 +90,15 @@ const LOAD = sql('verify_load', `SELECT ${DONE_COLUMNS} FROM ${DONE_FROM} WHERE 
 // at a time (an original was audited before any copy of it existed, so no batch holds it).
 const LOCK_ORIGINALS = sql('verify_lock_originals', 'SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE');
 // Each original ($1) and its copies, done, in order, with every node that held a lease of each
-// (not its score checks: they carry no answer of their own, verify/scores.ts judges them); their
+// (not its score checks: they carry no answer of their own, verify/scores.ts judges them; nor
+// canaries sent as its copies, judged against their reference, verify/canaries.ts); their
 // tool calls and vectors, and the request's parameters, to compare them by kind (compare.ts).
 const ANSWERS = sql('verify_answers', `SELECT j.id::text, coalesce(j.verify_of, j.id)::text AS original, j.node_id::int AS "nodeId",
     coalesce(j.result -> 'message' ->> 'content', '') AS content, j.result -> 'message' -> 'tool_calls' AS tool_calls,
     j.result -> 'embeddings' AS embeddings, j.request -> 'params' AS params, j.suspicion,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders
   FROM jobs j WHERE (j.id = ANY($1::uuid[]) OR j.verify_of = ANY($1::uuid[])) AND j.state = 'done'
-    AND j.request -> 'params' -> 'score' IS NULL ORDER BY j.submitted_at, j.id`);
+    AND j.request -> 'params' -> 'score' IS NULL AND NOT coalesce(j.suspicion ? 'canary', false) ORDER BY j.submitted_at, j.id`);
 
 export interface AuditReport {
   audited: number;
@@ -222,8 +223,9 @@ class Batch {
     const { suspects, copyReplays } = await this.replays(done);
     const copies = done.filter((d) => d.kind === 'verify');
     const checks = copies.filter((d) => !auditsClaim(d) && !auditsFailure(d));
-    await this.judge(checks.filter((d) => !isScoreCheck(d.request)), copyReplays);
+    await this.judge(checks.filter((d) => !isScoreCheck(d.request) && !isCanaryAnswer(d.suspicion, d.request)), copyReplays);
     await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
+    await this.judgeCanaries(checks.filter((d) => isCanaryAnswer(d.suspicion, d.request)));
     // A copy that audits a node's request-error claim (verify/request-errors.ts), answered: the claim was false.
     for (const s of falseClaims(copies)) this.struck.push({ ...s, kind: 'false_request_error' });
     // A copy that audits a job its nodes failed (verify/failed-jobs.ts), answered: their endings count against them.
@@ -353,6 +355,15 @@ class Batch {
     for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
     // A scorer two others contradicted (verify/scores.ts): its check's point goes with the strike.
     for (const f of verdicts.falseScores) this.struck.push({ ...f, kind: 'false_score' });
+  }
+
+  /** Canaries answered as ordinary jobs (verify/canaries.ts): each against its reference's answer. */
+  private async judgeCanaries(answers: Done[]): Promise<void> {
+    if (answers.length === 0) return;
+    const verdicts = await judgeCanaryAnswers(this.tx, answers.map((d) => d.id));
+    this.report.scoresJudged = (this.report.scoresJudged ?? 0) + verdicts.judged;
+    this.agreed.push(...verdicts.agreed);
+    for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
   }
 
   private scoreOptions() {

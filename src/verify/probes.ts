@@ -6,8 +6,8 @@
 // STREAMED_SHARE of them: a node must not be able to tell that streamed jobs are never checked);
 // nobody reads its answer,
 // and every probe is run again by another node and the answers compared (verify/auditor.ts).
-// A model only one node serves cannot be checked that way: when that node can score, it gets
-// a canary instead, at the same rate (verify/canaries.ts).
+// A model only one node serves cannot be checked that way: it gets a canary instead, at the same
+// rate (verify/canaries.ts): an earlier request whose answer three nodes agreed on.
 import { randomInt, randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
@@ -15,7 +15,6 @@ import { randomSeed, type JobRequest } from '../jobs/request.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 import { eligibleNodes, type CheckQueue } from './copies.js';
 import { canaries } from './canaries.js';
-import { scorersOf } from './scores.js';
 
 const TOPICS = ['the ocean', 'a lighthouse', 'bread', 'winter', 'a bicycle', 'the moon', 'a library', 'rivers', 'volcanoes', 'a garden', 'trains',
   'honey bees', 'a violin', 'mountains', 'coffee', 'a desert', 'clocks', 'rain', 'a market', 'glaciers', 'paper', 'owls', 'a bridge', 'salt',
@@ -52,16 +51,14 @@ export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadlin
 
 /**
  * Each model two or more good nodes serve gets a probe with probability `chance`, and each one
- * good node alone serves, a canary if it declared `score` and a reference it never saw is
- * stored; answers the models probed, those sent a canary, and the outcome to apply once the
+ * good node alone serves, a canary if a reference it never saw is stored; answers the models probed, those sent a canary, and the outcome to apply once the
  * transaction commits.
  */
 export async function probe(db: Queryable, o: ProbeOptions): Promise<{ models: number[]; canaries: number[]; outcome: Outcome | undefined }> {
   const drawn = [...await eligibleNodes(db, null, o.onlineWindow, o.modelsTtl)].filter(() => Math.random() < o.chance);
   const models = drawn.filter(([, nodes]) => nodes.length >= 2).map(([model]) => model);
   const lone = drawn.filter(([, nodes]) => nodes.length === 1).map(([modelId, [nodeId]]) => ({ modelId, nodeId: nodeId! }));
-  const scorers = lone.length ? await scorersOf(db, lone.map((l) => l.modelId), o) : new Map<number, number[]>();
-  const sent = await canaries(db, lone.filter((l) => scorers.get(l.modelId)?.includes(l.nodeId)));
+  const sent = await canaries(db, lone);
   const checks: Check[] = [...models.map((modelId) => ({ kind: 'probe' as const, id: randomUUID(), modelId, request: probeRequest() })), ...sent.checks];
   if (checks.length === 0) return { models, canaries: [], outcome: undefined };
   return { models, canaries: sent.models, outcome: await o.checks.queueChecks(db, checks, o.deadline) };

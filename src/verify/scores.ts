@@ -13,9 +13,10 @@
 // - Judging: each answer's evidence moves the node's test; reaching H gives the node an
 //   `impostor` strike, which suspends it at once (the test's false-alarm rate is stated in
 //   token-stats.ts), and the jobs whose answers added evidence since its test last started are
-//   reversed with it. An answer with little evidence against it is an agreement, and is kept
-//   as a reference for canaries (canaries.ts); a canary's scores move the test of the node
-//   that scored it.
+//   reversed with it. An answer with little evidence against it is an agreement; one at
+//   temperature 0 that a second scorer's spot check also finds in line is kept as a reference
+//   for canaries (canaries.ts), whose answers move the test of the lone node that gave them
+//   (judgeCanaryAnswers). No verdict rests on one party's word (judgeScores).
 // - Thresholds: each check is judged with its group's (the model, the scores' method, the judged
 //   node's declared quantisation; thresholds.ts), the defaults where none were calibrated.
 import { randomUUID } from 'node:crypto';
@@ -30,7 +31,7 @@ import { placeCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 import { answerStats, freshTest, H, MIN_POSITIONS, observe, scorersAgree, type ScoredPosition } from './token-stats.js';
 import { thresholdsOf } from './thresholds.js';
-import { remember, type Reference } from './canaries.js';
+import { canaryVerdict, referenceGaps, remember, type Reference } from './canaries.js';
 import { scoreRequest } from './score-request.js';
 import type { WireToken } from '../validation/answer-tokens.js';
 
@@ -327,7 +328,10 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
         && !apart(others.get(s.spot), c.scores)) {
         // Its node and two scorers agree on it: a reference for canaries (only answers at
         // temperature 0: the one answer a model gives its request).
-        references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer: c.request.params.score.answer, vouched: [c.node_id!, s.checker, c.checker_id], seen: exclude });
+        const answer = c.request.params.score.answer;
+        const first = others.get(s.spot);
+        references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer, vouched: [c.node_id!, s.checker, c.checker_id], seen: exclude,
+          gaps: first && c.scores ? referenceGaps(answer, (c.request.params.score as { tokens?: unknown }).tokens, first, c.scores) : null });
       }
     } else if (s.decides) {
       // A third scorer: the side it takes wins, the scorer it contradicts is struck.
@@ -351,6 +355,43 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     out.confirmations = queued.length + made.length;
   }
   await remember(db, references);
+  await move(db, moves, out);
+  return out;
+}
+
+// The canary answers done ($1): the lone node's answer, what it answered, the reference it is
+// judged against (in the check's suspicion), and the quantisation it declared for the model.
+const CANARY_ANSWERS = sql('verify_canary_answers', `SELECT j.id::text AS check_id, j.verify_of::text AS job_id, j.node_id::int AS node_id, j.model_id,
+    coalesce(j.result -> 'message' ->> 'content', '') AS content, j.suspicion ->> 'answer' AS reference, j.suspicion -> 'gaps' AS gaps,
+    ${doneQuantization('j.id', 'j.model_id')} AS quantization
+  FROM jobs j WHERE j.id = ANY($1::uuid[]) ORDER BY j.id`);
+
+/** Is this done job a canary sent as an ordinary job (canaries.ts): its answer is judged against the reference's, not by copies. */
+export const isCanaryAnswer = (suspicion: Record<string, unknown> | null, request: unknown): boolean =>
+  typeof suspicion?.canary === 'string' && !isScoreCheck(request);
+
+/**
+ * Judges the canary answers done (their ids; canaries.ts canaryVerdict): each moves the lone
+ * node's test by its evidence (an answer that parts from the reference where the reference's
+ * scorers were sure: an answer's worth), a full match is an agreement. The canary is the node's
+ * own job: a flag covers it like any answer of its.
+ */
+export async function judgeCanaryAnswers(db: Queryable, ids: readonly string[]): Promise<ScoreVerdicts> {
+  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], falseScores: [], confirmations: 0, disagreed: 0, unconfirmed: 0, outcome: undefined };
+  if (ids.length === 0) return out;
+  const rows = await db.query<{ check_id: string; job_id: string; node_id: number; model_id: number; content: string; reference: string | null; gaps: number[] | null; quantization: string | null }>(CANARY_ANSWERS, [ids]);
+  const moves: Move[] = [];
+  for (const r of rows) {
+    if (r.reference === null) continue;
+    out.judged++;
+    const v = canaryVerdict(r.content, r.reference, Array.isArray(r.gaps) ? r.gaps : null);
+    if (v.agree) out.agreed.push(r.node_id);
+    const check: DoneCheck = { check_id: r.check_id, job_id: r.job_id, node_id: r.node_id, model_id: r.model_id, checker_id: r.node_id, temperature: 0, scores: null,
+      request: { messages: [] } as unknown as JobRequest, original: null, exclude: [], suspicion: { canary: r.job_id }, quantization: r.quantization, checker_quantization: r.quantization,
+      scorer_quantization: null, first_scores: null };
+    const stats = { positions: 0, top1: 0, outsideTopK: 0, confidentMismatches: v.evidence > 0 ? 1 : 0, evidence: v.evidence };
+    moves.push({ nodeId: r.node_id, jobId: r.check_id, modelId: r.model_id, check, evidence: v.evidence, stats, quantization: r.quantization, canary: true });
+  }
   await move(db, moves, out);
   return out;
 }
