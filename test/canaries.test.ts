@@ -29,8 +29,12 @@ const POSITIONS = 20;
 const REFERENCES = 4;
 type ScoreJob = Job & { seed?: number; params?: { score?: { answer: string } } };
 
-// One scored position per character of the answer (the tiny character vocabulary's tokens).
-const scores = (foreign: boolean, job: ScoreJob) => workerScores(foreign, job.params?.score?.answer.length ?? POSITIONS);
+// One scored position per character of the answer (the tiny character vocabulary's tokens);
+// `unsure`: the scorer's top-1 − top-2 gap at the first position is a near tie.
+const scores = (foreign: boolean, job: ScoreJob, unsure = false) => {
+  const s = workerScores(foreign, job.params?.score?.answer.length ?? POSITIONS);
+  return unsure ? { ...s, gap: s.gap.map((g, i) => (i === 0 ? 0.5 : g)) } : s;
+};
 
 describe.each(backends)('canaries on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -38,8 +42,8 @@ describe.each(backends)('canaries on $name', (backend) => {
 
   const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
   const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
-  const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-    result: { message: { role: 'assistant', content: '' }, scores: scores(foreign, job) } });
+  const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean, unsure = false) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
+    result: { message: { role: 'assistant', content: '' }, scores: scores(foreign, job, unsure) } });
   const worker = async (name: string, score: boolean) => {
     const w = await new TestWorker(t.app, name, await t.addNode(name)).start([MODEL]);
     if (score) expect((await w.post('/worker/update_models', { node_url: name, models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode).toBe(200);
@@ -58,7 +62,7 @@ describe.each(backends)('canaries on $name', (backend) => {
    * spot-checks each in line (their references), then all leave: the model has no node online.
    * Answers the score checks `b` was given.
    */
-  const references = async () => {
+  const references = async (unsure = false) => {
     t = await startApp(backend, { verify: VERIFY });
     const user = new TestUser(t.app, await t.addUser());
     const [a, b, c] = [await worker('a', true), await worker('b', true), await worker('c', true)];
@@ -74,7 +78,7 @@ describe.each(backends)('canaries on $name', (backend) => {
       const job = (await b.getJob()) as ScoreJob | null;
       if (job) {
         checks.push(job);
-        expect((await scoreReport(b, job, false)).statusCode).toBe(200);
+        expect((await scoreReport(b, job, false, unsure)).statusCode).toBe(200);
       }
       return checks.length === REFERENCES;
     });
@@ -84,7 +88,7 @@ describe.each(backends)('canaries on $name', (backend) => {
       if (job) {
         spot++;
         expect(job).toEqual({ ...checks.find((x) => x.messages[0]!.content === job.messages[0]!.content), job_id: job.job_id, api_key: job.api_key });
-        expect((await scoreReport(c, job, false)).statusCode).toBe(200);
+        expect((await scoreReport(c, job, false, unsure)).statusCode).toBe(200);
       }
       return spot === REFERENCES && settled();
     });
@@ -155,6 +159,21 @@ describe.each(backends)('canaries on $name', (backend) => {
     expect(evidence).toEqual({ answers: REFERENCES, cusum: 0, flags: 0 });
     const [agreements] = await q<{ n: number }>('t_agree', `SELECT s.agreements AS n FROM node_standing s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'honest'`);
     expect(agreements?.n).toBe(REFERENCES);
+  });
+
+  it('finds nothing against a lone node whose answers part from the references where their scorers were unsure (near ties)', { timeout: 120_000 }, async () => {
+    await references(true);
+    const lone = await worker('lone', false);
+    for (let i = 0; i < REFERENCES; i++) {
+      // It parts at the first character, where both scorers' top two were 0.5 nats apart.
+      expect((await answer(lone, await canary(lone), false)).statusCode).toBe(200);
+      await until('the canary judged', settled);
+    }
+    expect(await round()).toEqual([]);
+    expect(await strikes('lone')).toEqual([]);
+    expect(await standing('lone')).toBe('trusted');
+    const [evidence] = await q<{ answers: number; cusum: number }>('t_evidence', `SELECT e.answers, e.cusum FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'lone'`);
+    expect(evidence).toEqual({ answers: REFERENCES, cusum: 0 });
   });
 
   it('plants no reference for colluders that answer garbage and find each other in line: an honest node alone later is not struck', { timeout: 120_000 }, async () => {
