@@ -90,10 +90,12 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   };
 
   /** A convicted node's strikes: by its test (tokens forced: within 3 judged answers) or by text copies. */
-  const convicted = (s: { kind: string; evidence: Record<string, unknown> }[]) => {
+  // `within`: the judged answers that may take (another model: 3; a heavier quantisation, whose
+  // sampled answers mismatch less: 8, docs/verification.md "Calibration").
+  const convicted = (s: { kind: string; evidence: Record<string, unknown> }[], within = 3) => {
     expect(s.length).toBeGreaterThan(0);
     for (const x of s) expect(['impostor', 'disagreement']).toContain(x.kind);
-    if (s[0]!.kind === 'impostor') expect(s[0]!.evidence.answers as number).toBeLessThanOrEqual(3);
+    if (s[0]!.kind === 'impostor') expect(s[0]!.evidence.answers as number).toBeLessThanOrEqual(within);
   };
 
   it('suspends an impostor, reverses its points, and strikes no honest node', { timeout: 300_000 }, async () => {
@@ -131,7 +133,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await until('the jobs and their checks to settle', settled, 280_000);
     expect(await standing('noised')).toBe('suspended');
     expect((await strikes()).filter((s) => s.name !== 'noised')).toEqual([]);
-    convicted((await strikes()).filter((s) => s.name === 'noised'));
+    convicted((await strikes()).filter((s) => s.name === 'noised'), 8);
     expect(await pointsOf('noised')).toBe(0);
     await pointsExact();
   });
