@@ -107,6 +107,8 @@ export class Service {
       nodes,
     });
     coordinator.use(verifier);
+    // A request-error claim's audit copy commits with the claim (issue 53; verify/request-errors.ts).
+    if (options.verify.enabled) lifecycle.auditClaimsWith((tx, claims) => verifier.auditClaims(tx, claims));
     for (const consumer of observers.outcomes) coordinator.use(consumer);
     // The points ledger: days close by themselves on every server that can sign (one at a time).
     const window = options.ledger?.window ?? options.verify.evidenceWindow;

@@ -39,11 +39,21 @@ export interface LifecycleOptions {
   onError: (err: unknown) => void;
 }
 
+/**
+ * Verification's audit of request-error claims (verify/request-errors.ts), run inside the
+ * completion's own transaction for the claims it took: a claim and its audit's copy commit
+ * together (issue 53; before, the copy was queued after the commit, and a server that stopped
+ * in between lost it). Answers the outcome of what it queued.
+ */
+export type ClaimAudit = (tx: Queryable, claims: readonly { nodeId: number; jobId: string }[]) => Promise<Outcome | undefined>;
+
 export class Lifecycle {
   /** This server's id in announcements: it skips its own, having applied them already. */
   readonly server = randomBytes(6).toString('hex');
   private readonly consumers: LiveConsumer[] = [];
   private readonly completeOptions: CompleteOptions;
+
+  private claimAudit: ClaimAudit | undefined;
 
   constructor(readonly db: Database, private readonly opts: LifecycleOptions) {
     this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit };
@@ -94,9 +104,28 @@ export class Lifecycle {
   }
 
   async complete(reports: readonly JobReport[]): Promise<Map<string, Completed>> {
-    const { completed, outcome } = await completeJobs(this.db, reports, this.completeOptions);
+    const audit = this.claimAudit;
+    // Only a batch with a request-error claim takes a transaction: the others stay one statement.
+    if (!audit || !reports.some((r) => r.requestError)) {
+      const { completed, outcome } = await completeJobs(this.db, reports, this.completeOptions);
+      this.apply(outcome);
+      return completed;
+    }
+    const { completed, outcome, audited } = await this.db.transaction(async (tx) => {
+      const done = await completeJobs(tx, reports, this.completeOptions);
+      const claims = done.outcome.local?.requestErrors;
+      return { ...done, audited: claims?.length ? await audit(tx, claims) : undefined };
+    });
+    // Audited already: the consumers are not to copy these claims again.
+    if (outcome.local?.requestErrors) delete outcome.local.requestErrors;
     this.apply(outcome);
+    if (audited) this.apply(audited);
     return completed;
+  }
+
+  /** Audits request-error claims inside the completions that take them (verification on: service.ts). */
+  auditClaimsWith(audit: ClaimAudit): void {
+    this.claimAudit = audit;
   }
 
   /** One sweep of expired leases, deadlines and jobs no node may take; false when another server was sweeping. */

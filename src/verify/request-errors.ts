@@ -8,7 +8,7 @@
 // gets a `false_request_error` strike (the auditor judges the copy once it is done,
 // auditor.ts). If the copy too ends as a request error, or no node answers it, nothing
 // follows. The user's job stays failed either way: its 400 was answered already.
-import { sql, type Database } from '../db/database.js';
+import { sql, type Database, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { queueCopies, type CheckQueue } from './copies.js';
 
@@ -26,16 +26,22 @@ const CLAIMED = sql('verify_request_error_claims', `SELECT j.id::text AS id, j.m
 /** Copies the claimed jobs to another node each, where one is online; answers the outcome to apply once committed, and how many copies were made. */
 export async function auditRequestErrors(db: Database, claims: readonly { nodeId: number; jobId: string }[], o: RequestErrorOptions): Promise<{ outcome: Outcome | undefined; copies: number }> {
   if (claims.length === 0) return { outcome: undefined, copies: 0 };
+  return db.transaction((tx) => queueClaimAudits(tx, claims, o));
+}
+
+/**
+ * The same inside the caller's transaction: the completion that took the claims (issue 53,
+ * jobs/lifecycle.ts ClaimAudit), so that a claim and its copy commit together.
+ */
+export async function queueClaimAudits(tx: Queryable, claims: readonly { nodeId: number; jobId: string }[], o: RequestErrorOptions): Promise<{ outcome: Outcome | undefined; copies: number }> {
   const claimer = new Map(claims.map((c) => [c.jobId, c.nodeId]));
-  return db.transaction(async (tx) => {
-    const jobs = await tx.query<{ id: string; model_id: number; holders: number[] }>(CLAIMED, [[...claimer.keys()]]);
-    const plans = jobs.map((j) => {
-      const nodeId = claimer.get(j.id)!;
-      return { of: j.id, modelId: j.model_id, exclude: [nodeId, ...new Set(j.holders.filter((n) => n !== nodeId))], suspicion: { [CLAIMER]: nodeId } };
-    });
-    const { outcome, made } = await queueCopies(tx, plans, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, checks: o.checks });
-    return { outcome, copies: made.length };
+  const jobs = await tx.query<{ id: string; model_id: number; holders: number[] }>(CLAIMED, [[...claimer.keys()]]);
+  const plans = jobs.map((j) => {
+    const nodeId = claimer.get(j.id)!;
+    return { of: j.id, modelId: j.model_id, exclude: [nodeId, ...new Set(j.holders.filter((n) => n !== nodeId))], suspicion: { [CLAIMER]: nodeId } };
   });
+  const { outcome, made } = await queueCopies(tx, plans, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, checks: o.checks });
+  return { outcome, copies: made.length };
 }
 
 /** A done copy, as the auditor reads it. */

@@ -6,7 +6,7 @@
 // commits. What it finds is told to the metrics (events); a suspension, a transition of the
 // node lifecycle (announced by its strike statement), is applied to that lifecycle's consumers
 // here once committed, since sessions and keys are cached with their node's standing.
-import type { Database } from '../db/database.js';
+import type { Database, Queryable } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import type { Outcome } from '../jobs/outcome.js';
 import type { LiveConsumer } from '../jobs/lifecycle.js';
@@ -15,7 +15,7 @@ import { AUDIT_BATCH, auditBatch, emptyReport, type AuditReport } from './audito
 import { maintain } from './maintenance.js';
 import { strikeGiveUps } from './give-ups.js';
 import { strikeFailures } from './failures.js';
-import { auditRequestErrors } from './request-errors.js';
+import { auditRequestErrors, queueClaimAudits } from './request-errors.js';
 import { auditFailedJobs } from './failed-jobs.js';
 import type { CheckQueue } from './copies.js';
 
@@ -77,6 +77,18 @@ export class Verifier implements LiveConsumer {
   private strikeFailures(failures: readonly { nodeId: number; jobId: string }[]): void {
     if (this.opts.verify.failuresPerStrike <= 0) return;
     this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify))).catch(this.opts.events.error);
+  }
+
+  /**
+   * Request-error claims audited inside the completion that took them (jobs/lifecycle.ts
+   * ClaimAudit, wired by service.ts): their copies commit with the claims. The caller applies
+   * the outcome once committed. (Counted in the report now: a rollback, rare, overcounts.)
+   */
+  async auditClaims(tx: Queryable, claims: readonly { nodeId: number; jobId: string }[]): Promise<Outcome | undefined> {
+    if (this.closed || !this.opts.verify.enabled || claims.length === 0) return undefined;
+    const { outcome, copies } = await queueClaimAudits(tx, claims, { ...this.opts, checks: this.opts.jobs });
+    if (copies > 0) this.told({ ...emptyReport(), copies, outcomes: [] });
+    return outcome;
   }
 
   private copyToAudit(audit: () => Promise<{ outcome: Outcome | undefined; copies: number }>): void {
