@@ -80,7 +80,8 @@ export class Coordinator {
     this.openJobs = new OpenJobs((ids) => standingsOf(db, ids), this.throughput, opts.onError);
     for (const consumer of [this.dispatcher, this.watch, this.progress, this.throughput, this.openJobs]) lifecycle.use(consumer);
     this.submitter = new Submitter(db, lifecycle, opts.handOff === false ? undefined : this.dispatcher,
-      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }), opts.quotaReserveTokens);
+      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }), opts.quotaReserveTokens,
+      { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl });
     this.completer = new Completer(db, lifecycle);
     this.reader = new JobReader(db);
     this.sweeper = new Sweeper(lifecycle, opts.sweepInterval * 1000, opts.onError);

@@ -38,7 +38,12 @@ export interface DeliveredJob {
 }
 
 /** A waiting poll taken out of waiting to get a job straight from a submission (claim()). */
-export interface Claim { sessionId: number; nodeId: number; keyHash: string; rank: number; readonly waiter: unknown }
+export interface Claim {
+  sessionId: number; nodeId: number; keyHash: string; rank: number;
+  /** The context length its session declared for the claimed model (0: none): a job estimated longer is not handed to it (jobs/submit.ts). */
+  context: number;
+  readonly waiter: unknown;
+}
 
 /** What the dispatcher needs of the lifecycle (jobs/coordinator.ts binds it). */
 export interface DispatchStore {
@@ -56,6 +61,8 @@ interface Waiter {
   models: number[];
   /** What the session can do with each of `models` (aligned; jobs/capabilities.ts): part of the group key. */
   caps: number[];
+  /** The context length the session declared for each of `models` (aligned; 0: none; jobs/context.ts): part of the group key. */
+  contexts: number[];
   groupKey: string;
   /** wait=0: answer after the first look. */
   once: boolean;
@@ -166,9 +173,11 @@ export class Dispatcher implements LiveConsumer {
     if (session.models.length === 0) return this.sleep(waitMs, gone);
     return new Promise((resolve) => {
       const capsOf = new Map(session.models.map((m, i) => [m, session.caps?.[i] ?? 0]));
+      const contextOf = new Map(session.models.map((m, i) => [m, session.contexts?.[i] ?? 0]));
       const models = [...session.models].sort((a, b) => a - b);
       const caps = models.map((m) => capsOf.get(m)!);
-      const w: Waiter = { session, models, caps, groupKey: `${models.join(',')}|${caps.join(',')}`, once: waitMs <= 0, gone, settled: false, settle: () => {} };
+      const contexts = models.map((m) => contextOf.get(m)!);
+      const w: Waiter = { session, models, caps, contexts, groupKey: `${models.join(',')}|${caps.join(',')}|${contexts.join(',')}`, once: waitMs <= 0, gone, settled: false, settle: () => {} };
       w.settle = (job) => {
         if (w.settled) return;
         w.settled = true;
@@ -216,7 +225,7 @@ export class Dispatcher implements LiveConsumer {
         const rank = (ranks.get(w.session.id) ?? 0) + 1;
         ranks.set(w.session.id, rank);
         const key = newKey('job');
-        return { sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank, waiter: { w, key } };
+        return { sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank, context: w.contexts[w.models.indexOf(model)] ?? 0, waiter: { w, key } };
       }));
     }
     return out;
@@ -355,7 +364,7 @@ export class Dispatcher implements LiveConsumer {
         copyGenerations.set(m, this.copiesGeneration.get(m) ?? 0);
       }
       let g = groups.get(w.groupKey);
-      if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, caps: w.caps, count: 0 }, waiters: [] }));
+      if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, caps: w.caps, contexts: w.contexts, count: 0 }, waiters: [] }));
       g.group.count++;
       g.waiters.push(w);
       const rank = (ranks.get(w.session.id) ?? 0) + 1;

@@ -7,10 +7,11 @@ import { Batcher } from '../db/batcher.js';
 import { ensureModelIdFor } from '../repositories/models.js';
 import type { Claim } from './dispatcher.js';
 import type { Lifecycle } from './lifecycle.js';
-import type { Refusal, SubmitRow } from './sql/submit.js';
+import { CONTEXT_ROOM, type Refusal, type SubmitRow } from './sql/submit.js';
 import type { LeasedJob } from './sql/lease.js';
 import { CAPABILITIES } from './capabilities.js';
 import { randomSeed, type JobRequest } from './request.js';
+import { ContextTooLong, estimatedTokens } from './context.js';
 
 export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }
 
@@ -66,8 +67,13 @@ export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, han
 export class Submitter {
   private readonly batcher: Batcher<Pending, Refusal | undefined>;
 
-  /** reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota (QUOTA_RESERVE_TOKENS, at least 1). */
-  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens: number) {
+  /**
+   * reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota
+   * (QUOTA_RESERVE_TOKENS, at least 1); online: the windows that say which nodes serve a model now
+   * (NODE_ONLINE_WINDOW, MODELS_TTL, seconds), for the check of a long job against their contexts.
+   */
+  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens: number,
+    private readonly online: { onlineWindow: number; modelsTtl: number } = { onlineWindow: 60, modelsTtl: 300 }) {
     this.batcher = new Batcher(async (rows) => {
       const claims = new Map<Pending, Claim>();
       if (handOff) {
@@ -76,12 +82,17 @@ export class Submitter {
         const plain = rows.filter((r) => !r.request.needs);
         const counts = new Map<number, number>();
         for (const r of plain) counts.set(r.modelId, (counts.get(r.modelId) ?? 0) + 1);
-        // At most as many claims per model as jobs of it: each job takes one or none.
+        // At most as many claims per model as jobs of it: each job takes one or none — the first
+        // whose session declared no context or one its estimate fits (jobs/context.ts, as the
+        // lease round's fitsSql); a claim no job fits waits on.
         const byModel = handOff.claim(counts);
         for (const r of plain) {
-          const c = byModel.get(r.modelId)?.shift();
-          if (c) claims.set(r, c);
+          const list = byModel.get(r.modelId);
+          const estimate = estimatedTokens(Buffer.byteLength(JSON.stringify(r.request)));
+          const i = list?.findIndex((c) => c.context <= 0 || estimate <= c.context) ?? -1;
+          if (i >= 0) claims.set(r, list!.splice(i, 1)[0]!);
         }
+        for (const list of byModel.values()) for (const c of list) handOff.settleClaim(c, null);
       }
       let handed: Set<string>;
       let refused: Map<string, Refusal>;
@@ -117,6 +128,7 @@ export class Submitter {
     const modelId = await ensureModelIdFor(this.db, s.model, { key: s.ownerKeyId }, NEW_MODELS_PER_KEY_PER_DAY);
     if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
+    await this.checkContext(modelId, request);
     // An embeddings job generates no output tokens: it reserves none (and is charged none,
     // sql/complete.ts), so a key with less than the reserve left can still embed.
     const reserve = (s.request.needs ?? 0) & CAPABILITIES.embeddings ? 0 : s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
@@ -127,4 +139,21 @@ export class Submitter {
     if (refused) throw new QuotaExceeded(refused === 'retry' ? 'tokens' : refused, secondsToUtcMidnight(), reserve);
     return id;
   }
+
+  /**
+   * A job longer, by its estimate, than every node serving its model now declared it can hold
+   * is refused (ContextTooLong), nothing queued (jobs/context.ts). Only a job of more than
+   * CHECKED_FROM estimated tokens is looked at (one statement more per such submission): a
+   * shorter one fits any context a node declares in practice, and if it does not, it waits for a
+   * node that can hold it, as a job of a model nobody serves does.
+   */
+  private async checkContext(modelId: number, request: JobRequest): Promise<void> {
+    if (estimatedTokens(Buffer.byteLength(JSON.stringify(request))) <= CHECKED_FROM) return;
+    const [room] = await this.db.query<{ nodes: number; fit: number; longest: number; estimate: number }>(CONTEXT_ROOM,
+      [modelId, JSON.stringify(request), request.needs ?? 0, this.online.onlineWindow, this.online.modelsTtl]);
+    if (room && room.nodes > 0 && room.fit === 0) throw new ContextTooLong(room.estimate, room.longest);
+  }
 }
+
+/** Estimated tokens from which a submission is checked against the online nodes' contexts (jobs/context.ts). */
+export const CHECKED_FROM = 256;

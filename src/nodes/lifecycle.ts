@@ -180,8 +180,8 @@ export class NodeLifecycle {
    * announces a changed set: sessions are cached with their models). Whether the set changed;
    * undefined: no live session.
    */
-  async declare(sessionId: number, modelIds: number[], caps?: Map<number, number>): Promise<boolean | undefined> {
-    const announced = await declareModels(this.db, sessionId, modelIds, caps, this.server);
+  async declare(sessionId: number, modelIds: number[], caps?: Map<number, number>, contexts?: Map<number, number>): Promise<boolean | undefined> {
+    const announced = await declareModels(this.db, sessionId, modelIds, caps, this.server, contexts);
     if (announced) this.apply(parseItem(announced));
     return announced === undefined ? undefined : announced !== null;
   }

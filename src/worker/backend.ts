@@ -57,6 +57,8 @@ export interface Backend {
   capabilities(model: string): Promise<string[]>;
   /** Issue 31: what it runs for each model, where it says (digest, quantisation: update_models `builds`); never throws. */
   builds?(models: string[]): Promise<Record<string, ModelBuild>>;
+  /** Issue 53: the context length (tokens) each model holds, where the backend says (update_models `limits`); never throws. */
+  contextLengths?(models: string[]): Promise<Record<string, number>>;
   /** Runs the job; onDelta hears the text as it is generated (then the backend is asked to stream). */
   chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer>;
   /**

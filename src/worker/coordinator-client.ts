@@ -102,9 +102,10 @@ export class CoordinatorClient {
     this.token = r.access_token;
   }
 
-  /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names); builds: what it runs (issue 31), sent when known. */
-  async declare(models: string[], capabilities: Record<string, string[]> = {}, builds: Record<string, ModelBuild> = {}): Promise<number> {
-    const body = { node_url: this.node, models, capabilities, ...(Object.keys(builds).length ? { builds } : {}) };
+  /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names); builds: what it runs (issue 31), sent when known; contexts: the context length of each (issue 53, update_models `limits`), sent when known. */
+  async declare(models: string[], capabilities: Record<string, string[]> = {}, builds: Record<string, ModelBuild> = {}, contexts: Record<string, number> = {}): Promise<number> {
+    const limits = Object.fromEntries(Object.entries(contexts).map(([m, n]) => [m, { context_length: n }]));
+    const body = { node_url: this.node, models, capabilities, ...(Object.keys(builds).length ? { builds } : {}), ...(Object.keys(limits).length ? { limits } : {}) };
     const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body, stoppable: true });
     return r.expires_in;
   }

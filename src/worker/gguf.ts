@@ -150,6 +150,16 @@ export class Gguf implements Backend {
     return Object.fromEntries(models.filter((m) => m === this.modelName && (build.digest || build.quantization)).map((m) => [m, build]));
   }
 
+  /** Issue 53: the context the worker loaded the model with (its trained length, at most 4,096 tokens): a longer prompt it refuses (chat()). */
+  async contextLengths(models: string[]): Promise<Record<string, number>> {
+    try {
+      const l = await this.load();
+      return Object.fromEntries(models.filter((m) => m === this.modelName).map((m) => [m, l.context.contextSize]));
+    } catch {
+      return {};
+    }
+  }
+
   /** Plain chat only for now: the OpenAI fields beyond it (issue 28) are not passed to llama.cpp here, so none is declared. */
   capabilities(): Promise<string[]> {
     return Promise.resolve([]);

@@ -81,6 +81,23 @@ export class Ollama implements Backend {
     })));
   }
 
+  /**
+   * Issue 53: a model's num_ctx where its Modelfile sets one (/api/show `parameters`): the
+   * context Ollama runs it with. Otherwise nothing is declared: Ollama then runs it with the
+   * server's default (OLLAMA_CONTEXT_LENGTH), which /api/show does not say, and the model's
+   * trained length (`model_info`'s *.context_length) is not what it holds.
+   */
+  async contextLengths(models: string[]): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    for (const model of models) {
+      const shown = (await probe(`${this.url}/api/show`, { model })) as { parameters?: unknown } | undefined;
+      const set = typeof shown?.parameters === 'string' ? /^num_ctx\s+(\d+)\s*$/m.exec(shown.parameters) : null;
+      const n = set ? Number(set[1]) : NaN;
+      if (Number.isInteger(n) && n > 0) out[model] = n;
+    }
+    return out;
+  }
+
   async capabilities(model: string): Promise<string[]> {
     const recent = this.version === '0.0.0' || (this.version !== undefined && versionAtLeast(this.version, OLLAMA_LOGPROBS_SINCE));
     const shown = (await probe(`${this.url}/api/show`, { model })) as { capabilities?: unknown } | undefined;

@@ -51,6 +51,8 @@ const usageOf = (u: Usage) => (u ? { prompt_tokens: count(u.prompt_tokens), comp
 export const serverRoot = (url: string): string => url.replace(/\/+$/, '').replace(/\/v1$/, '');
 
 export class OpenAICompatible implements Backend {
+  /** Each model's context length as /v1/models said it (vLLM's max_model_len). */
+  private lengths = new Map<string, number>();
   name: string;
   continues: boolean;
   readonly url: string;
@@ -98,8 +100,16 @@ export class OpenAICompatible implements Backend {
   }
 
   async models(): Promise<string[]> {
-    const body = (await (await call(`${this.url}/v1/models`, {}, 'openai /v1/models')).json()) as { data?: { id?: unknown }[] };
-    return (body.data ?? []).map((m) => m.id).filter((n): n is string => typeof n === 'string');
+    const body = (await (await call(`${this.url}/v1/models`, {}, 'openai /v1/models')).json()) as { data?: { id?: unknown; max_model_len?: unknown }[] };
+    const data = body.data ?? [];
+    // vLLM lists each model's context length as max_model_len (its OpenAI server's ModelCard); others say nothing.
+    this.lengths = new Map(data.flatMap((m) => (typeof m.id === 'string' && typeof m.max_model_len === 'number' && Number.isInteger(m.max_model_len) && m.max_model_len > 0 ? [[m.id, m.max_model_len] as [string, number]] : [])));
+    return data.map((m) => m.id).filter((n): n is string => typeof n === 'string');
+  }
+
+  /** Issue 53: vLLM's max_model_len of each model, as its /v1/models listed it at the last models() (other servers: none). */
+  contextLengths(models: string[]): Promise<Record<string, number>> {
+    return Promise.resolve(Object.fromEntries(models.filter((m) => this.lengths.has(m)).map((m) => [m, this.lengths.get(m)!])));
   }
 
   /** Issue 31: OpenAI's wire says nothing of what a server runs: the operator's --quantization, for every model, or nothing. */

@@ -19,6 +19,8 @@ export interface WorkerOptions {
   threads?: number;
   /** OpenAI-compatible servers: the quantisation they run, declared for every model (issue 31; Ollama and gguf say it themselves). */
   quantization?: string;
+  /** Issue 53: the context length (tokens) to declare for every model, over what the backend says (--context-length). */
+  contextLength?: number;
   /** Continue answers another node began, on a backend that can (--continue auto); false: run them from the start. */
   continueAnswers: boolean;
   /** Only these of the backend's models (empty: all of them). */
@@ -44,6 +46,7 @@ const FLAGS: [flag: string, env: string, help: string][] = [
   ['model-file', 'INS_MODEL_FILE', 'gguf: the GGUF file to serve (needs node-llama-cpp, docs/worker.md)'],
   ['threads', 'INS_THREADS', 'gguf: CPU threads for the model (default: every core)'],
   ['quantization', 'INS_QUANTIZATION', 'openai, vllm, llamacpp: the quantisation the server runs (e.g. Q4_K_M, awq, fp16), declared for its models; Ollama and gguf say it themselves'],
+  ['context-length', 'INS_CONTEXT_LENGTH', 'the context length (tokens) to declare for every model, over what the backend says (gguf: the loaded context; vLLM: max_model_len; Ollama: a Modelfile\'s num_ctx); a job longer is not given to the node'],
   ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all; a name without a tag is its :latest, as in Ollama); gguf: the one name the file is served as'],
   ['concurrency', 'INS_CONCURRENCY', 'jobs at once (default 1)'],
   ['metrics-port', 'INS_METRICS_PORT', 'serve Prometheus metrics on this port (default: off)'],
@@ -56,6 +59,7 @@ export const WORKER_HELP = `usage: ins worker --server URL --node NAME --key nk_
        ins worker --server URL --node NAME --key nk_… --backend gguf --model-file PATH --models NAME
                   [--models m1,m2] [--concurrency N] [--metrics-port PORT] [--grace SECONDS]
                   [--retry-max SECONDS] [--continue auto|off] [--quantization Q] [--threads N]
+                  [--context-length TOKENS]
 
 Runs this machine as a node of the network: registers with the coordinator, declares the
 models its backend has, takes jobs, runs them on the backend and reports the answers.
@@ -128,6 +132,7 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const quantization = get('quantization');
   if (quantization !== undefined && (backend === 'ollama' || gguf)) problems.push(`--quantization is for OpenAI-compatible servers: ${backend} says what it runs itself`);
   if (quantization !== undefined && !/^[\x21-\x7e]{1,32}$/.test(quantization)) problems.push(`--quantization must be 1 to 32 printable characters without spaces, got "${quantization}"`);
+  const contextLength = get('context-length') === undefined ? undefined : int('context-length', 0, 1, 100_000_000);
   const models = (get('models') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
   if (gguf && models.length !== 1) problems.push('--backend gguf serves its file under one name: give it as --models NAME');
   const concurrency = int('concurrency', 1, 1, 64);
@@ -137,5 +142,5 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const continueMode = get('continue') ?? 'auto';
   if (continueMode !== 'auto' && continueMode !== 'off') problems.push(`--continue must be auto or off, got "${continueMode}"`);
   if (problems.length > 0) throw new WorkerUsageError(problems);
-  return { server, node, key, backend: backend as BackendKind, backendUrl, ...(modelFile ? { modelFile } : {}), ...(threads ? { threads } : {}), ...(quantization ? { quantization } : {}), continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
+  return { server, node, key, backend: backend as BackendKind, backendUrl, ...(modelFile ? { modelFile } : {}), ...(threads ? { threads } : {}), ...(quantization ? { quantization } : {}), ...(contextLength ? { contextLength } : {}), continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
 }

@@ -227,16 +227,19 @@ export class Worker {
     const withScores = (declared: string[]) => (declared.length === 1 && declared[0] === 'embeddings' ? declared : [...declared, ...scores]);
     const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, withScores(await this.backend.capabilities(m))] as [string, string[]])));
     const builds = (await this.backend.builds?.(models)) ?? {};
+    // Issue 53: the context each model holds (--context-length over what the backend says): a longer job is not given to this node.
+    const given = this.opts.contextLength;
+    const contexts = given ? Object.fromEntries(models.map((m) => [m, given])) : ((await this.backend.contextLengths?.(models)) ?? {});
     try {
-      this.expiresIn = await this.client.declare(models, caps, builds);
+      this.expiresIn = await this.client.declare(models, caps, builds, contexts);
     } catch (err) {
       if (!(err instanceof CoordinatorError && err.status === 401)) throw err;
       await this.reregister();
-      this.expiresIn = await this.client.declare(models, caps, builds);
+      this.expiresIn = await this.client.declare(models, caps, builds, contexts);
     }
     this.models = models;
     this.declaredAt = Date.now();
-    this.events.log('info', 'models declared', { models });
+    this.events.log('info', 'models declared', { models, ...(Object.keys(contexts).length ? { contexts } : {}) });
   }
 
   /** The session ended (deregistered elsewhere, key rotated, server's database reset): a new one. */

@@ -73,6 +73,8 @@ export interface FakeBackend {
   embeds: boolean;
   /** A prompt of more words than this is refused with 400 (context length). */
   contextLimit: number | undefined;
+  /** vLLM's max_model_len, listed with each model on GET /v1/models (issue 53: the worker declares it); absent: not listed. */
+  maxModelLen: number | undefined;
   /** Kills the server and every connection at once, as a crashed backend. */
   kill(): Promise<void>;
   close(): Promise<void>;
@@ -111,7 +113,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
   const sockets = new Set<Socket>();
   const b: FakeBackend = {
     url: '', kind, models, calls: 0, requests: [], delayMs: 0, answer: answerOf, failAfter: undefined, stallAfter: undefined, hungUp: 0,
-    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined, embeds: false,
+    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined, maxModelLen: undefined, embeds: false,
     prefillAssistant: true, rejectPrefill: false, pauseAfter: undefined, paused: 0, resume: () => {}, kill: async () => {}, close: async () => {},
   };
   let resume = () => {};
@@ -137,7 +139,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       return b.models.includes(String(shown.model)) ? json(200, { details: { family: 'llama' }, model_info: {}, capabilities: b.showCapabilities }) : json(404, { error: `model '${String(shown.model)}' not found` });
     }
     if (openAi && req.method === 'GET' && req.url === '/v1/models') {
-      return json(200, { object: 'list', data: b.models.map((id) => ({ id, object: 'model', created: 1700000000, owned_by: kind === 'llamacpp' ? 'llamacpp' : 'test' })) });
+      return json(200, { object: 'list', data: b.models.map((id) => ({ id, object: 'model', created: 1700000000, owned_by: kind === 'llamacpp' ? 'llamacpp' : 'test', ...(b.maxModelLen !== undefined ? { max_model_len: b.maxModelLen } : {}) })) });
     }
     if (kind === 'vllm' && req.method === 'GET' && req.url === '/version') return json(200, { version });
     if (kind === 'llamacpp' && req.method === 'GET' && req.url === '/props') {

@@ -12,6 +12,7 @@ import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
 import { estimateAnswerTokens, mostCompletionTokens, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 import type { WireToken } from '../../validation/answer-tokens.js';
+import { coversSql } from '../context.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
 // job_results), answers (what the owner reads), usages; $8 the default points of a success; $9
@@ -51,7 +52,10 @@ import type { WireToken } from '../../validation/answer-tokens.js';
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
 // lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
 // hostile node could claim it to fail jobs; docs/openai.md). Verification audits the claim
-// (verify/request-errors.ts): the statement tells which jobs, not copies, ended so.
+// (verify/request-errors.ts): the statement tells which jobs, not copies, ended so, and whether
+// the refusing session's declared context held the request (issue 53, jobs/context.ts
+// coversSql: only such a claim is audited; a node that declared nothing, or less than the
+// request's upper bound, may have refused it honestly).
 // $15 (issue 53) per report, the answer's tokens as the node reported them (checked by the route:
 // src/validation/answer-tokens.ts; NULL: none), kept in jobs.tokens for score checks only.
 /** Prompt tokens a node may count beyond one per byte of the request (its backend's chat template and system prompt). */
@@ -73,7 +77,9 @@ ended AS (
   RETURNING l.key_hash, l.job_id, l.node_id, l.attempt, l.prefix, l.prefix || l.partial AS streamed, j.model_id,
     CASE l.outcome WHEN 'done' THEN 'success' ELSE 'error' END AS status, q.result, q.answer, q.usage,
     coalesce(q.usage ? 'completion_tokens', false) AS counted, (q.usage ->> 'completion_tokens')::bigint AS reported, q.estimate, q.most,
-    CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error, q.tokens
+    CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error,
+    CASE l.outcome WHEN 'request_error' THEN coalesce((SELECT ${coversSql('s.model_contexts[array_position(s.models, j.model_id)]', 'j')}
+      FROM node_sessions s WHERE s.id = l.session_id), false) END AS covered, q.tokens
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
@@ -131,7 +137,7 @@ input AS (
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
-  e.request_error IS NOT NULL AS request_error, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
+  e.request_error IS NOT NULL AS request_error, coalesce(e.covered, false) AS covered, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
 FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
 
 export interface JobReport {
@@ -154,7 +160,7 @@ export interface Completed { status: 'success' | 'error'; points: number; state:
 
 interface Row {
   key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; cut: boolean;
-  request_error: boolean; copy: boolean; failed_by: number[] | null; announced: string;
+  request_error: boolean; covered: boolean; copy: boolean; failed_by: number[] | null; announced: string;
 }
 
 export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
@@ -187,8 +193,9 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     ...rows.filter((row) => row.status === 'error' && !row.request_error).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId })),
     ...rows.flatMap((row) => (row.failed_by ?? []).map((nodeId) => ({ nodeId: Number(nodeId), jobId: byKey.get(row.key_hash)!.jobId }))),
   ];
-  // The claim is audited (verify/request-errors.ts); a copy's own request error is that audit's answer, not audited again.
-  const requestErrors = rows.filter((row) => row.request_error && !row.copy).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
+  // The claim is audited (verify/request-errors.ts) when the node's declared context held the
+  // request; a copy's own request error is that audit's answer, not audited again.
+  const requestErrors = rows.filter((row) => row.request_error && row.covered && !row.copy).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
   if (done.size > 0 || failures.length > 0 || requestErrors.length > 0) {
     outcome.local = { ...(done.size > 0 ? { done } : {}), ...(failures.length > 0 ? { nodeFailures: failures } : {}), ...(requestErrors.length > 0 ? { requestErrors } : {}) };
   }

@@ -8,6 +8,7 @@ import { sql, type Queryable } from '../../db/database.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { sessionHolds } from '../../nodes/sql/live.js';
 import type { JobRequest } from '../request.js';
+import { fitsSql } from '../context.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
 export interface Ask { group: number; slot: number; sessionId: number; nodeId: number; keyHash: string; rank: number }
@@ -16,7 +17,11 @@ export interface Ask { group: number; slot: number; sessionId: number; nodeId: n
  * `models`: jobs/capabilities.ts bits, absent: none) form a group; it leases at most `count`
  * jobs, first in fair order.
  */
-export interface Group { group: number; models: number[]; count: number; caps?: number[] }
+export interface Group {
+  group: number; models: number[]; count: number; caps?: number[];
+  /** The context length the group's sessions declared for each of `models` (aligned; 0 or absent: none; jobs/context.ts). */
+  contexts?: number[];
+}
 
 export interface LeasedJob {
   group: number; slot: number; jobId: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number;
@@ -68,6 +73,8 @@ ${name}_second AS (
 // Capabilities (issue 28): a job (or copy) whose needs (jobs.needs) the group's capabilities for
 // its model do not cover is skipped like an excluded one — never taken, never blocking the jobs
 // behind it; $11 the groups' capabilities (array literals aligned with their models).
+// Context (issue 53): a job whose estimated length exceeds the context the group declared for its
+// model ($12, aligned likewise; 0: none declared) is skipped the same way (jobs/context.ts fitsSql).
 export const LEASE = sql('jobs_lease', `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
@@ -76,8 +83,8 @@ export const LEASE = sql('jobs_lease', `WITH asks AS (
   WHERE ${sessionHolds('s', 'n')} AND NOT ${nodeSuspended('a.node_id')}
 ),
 groups AS (
-  SELECT g.g, g.models::int[] AS models, g.n, g.caps::int[] AS caps, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes
-  FROM unnest($7::int[], $8::text[], $9::int[], $11::text[]) AS g(g, models, n, caps)
+  SELECT g.g, g.models::int[] AS models, g.n, g.caps::int[] AS caps, g.ctxs::int[] AS ctxs, coalesce((SELECT array_agg(a.node_id) FROM asks a WHERE a.g = g.g), '{}') AS nodes
+  FROM unnest($7::int[], $8::text[], $9::int[], $11::text[], $12::text[]) AS g(g, models, n, caps, ctxs)
 ),
 copies AS (
   SELECT g.g, c.id, c.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY c.submitted_at, c.id)::int AS k
@@ -86,7 +93,7 @@ copies AS (
     SELECT j.id, j.submitted_at, j.exclude_nodes FROM jobs j
     WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = ANY(g.models) AND j.deadline_at > now()
       AND NOT (j.exclude_nodes @> g.nodes)
-      AND j.needs & ~coalesce(g.caps[array_position(g.models, j.model_id)], 0) = 0
+      AND j.needs & ~coalesce(g.caps[array_position(g.models, j.model_id)], 0) = 0 AND ${fitsSql('g.ctxs[array_position(g.models, j.model_id)]', 'j')}
     ORDER BY j.submitted_at, j.id LIMIT g.n
     FOR UPDATE SKIP LOCKED) c
 ),
@@ -104,11 +111,11 @@ picked AS (
   SELECT g.g, p.id, p.exclude_nodes, row_number() OVER (PARTITION BY g.g ORDER BY p.fair_key, p.id)::int AS k
   FROM groups g
   CROSS JOIN LATERAL (
-    SELECT c.id, c.fair_key, c.exclude_nodes FROM unnest(g.models, g.caps) AS gm(model_id, caps)
+    SELECT c.id, c.fair_key, c.exclude_nodes FROM unnest(g.models, g.caps, g.ctxs) AS gm(model_id, caps, ctx)
     CROSS JOIN LATERAL (
       SELECT j.id, j.fair_key, j.exclude_nodes FROM jobs j
       WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = gm.model_id AND j.deadline_at > now()
-        AND NOT (j.exclude_nodes @> g.nodes) AND j.needs & ~coalesce(gm.caps, 0) = 0
+        AND NOT (j.exclude_nodes @> g.nodes) AND j.needs & ~coalesce(gm.caps, 0) = 0 AND ${fitsSql('gm.ctx', 'j')}
       ORDER BY j.fair_key, j.id LIMIT g.n
       FOR UPDATE SKIP LOCKED) c
     ORDER BY c.fair_key, c.id LIMIT g.n) p
@@ -169,6 +176,7 @@ export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: rea
     groups.map((g) => g.group), groups.map((g) => `{${g.models.join(',')}}`), groups.map((g) => g.count),
     leaseSeconds,
     groups.map((g) => `{${(g.caps ?? []).join(',')}}`),
+    groups.map((g) => `{${(g.contexts ?? []).join(',')}}`),
   ]);
   return {
     rows: rows.filter((r) => r.row === 'leased' || r.row === 'over_capacity').map((r): LeaseRow => (r.row === 'over_capacity'

@@ -9,7 +9,8 @@
 // dispatcher's claim()), as jobs_lease would; the others are queued.
 import { sql, type Queryable } from '../../db/database.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
-import { sessionHolds } from '../../nodes/sql/live.js';
+import { servingSession, sessionHolds } from '../../nodes/sql/live.js';
+import { BYTES_PER_TOKEN } from '../context.js';
 import { parseItems, type Outcome } from '../outcome.js';
 import type { JobRequest } from '../request.js';
 
@@ -117,6 +118,18 @@ UNION ALL
 SELECT i.id::text, false, CASE WHEN l.qt IS NOT NULL AND i.reserve > l.qt THEN 'reserve' WHEN l.qj IS NOT NULL AND c.prev_jobs + c.fit >= l.qj THEN 'jobs'
     WHEN i.reserve <= l.qt - c.tokens THEN 'retry' ELSE 'tokens' END, a.items
 FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id CROSS JOIN announced a WHERE i.r > c.fit`);
+
+// Before a long job is submitted (jobs/submit.ts): $1 its model, $2 its request, $3 the
+// capabilities it needs, $4 the online window, $5 MODELS_TTL (seconds). The nodes serving the
+// model now with those capabilities (a session per row), how many of them could hold the
+// request by its estimate (jobs/context.ts: bytes as stored, BYTES_PER_TOKEN a token; a session
+// that declared no context could), and the longest context declared. No node at all is no
+// refusal: the job waits for one, as any job does.
+export const CONTEXT_ROOM = sql('jobs_context_room', `SELECT count(*)::int AS nodes,
+    count(*) FILTER (WHERE coalesce(d.ctx, 0) <= 0 OR octet_length(($2::jsonb - 'front')::text) / ${BYTES_PER_TOKEN} <= d.ctx)::int AS fit,
+    coalesce(max(d.ctx), 0)::int AS longest, (octet_length(($2::jsonb - 'front')::text) / ${BYTES_PER_TOKEN})::int AS estimate
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps, s.model_contexts) AS d(model_id, caps, ctx)
+  WHERE d.model_id = $1::int AND $3::int & ~coalesce(d.caps, 0) = 0 AND ${servingSession('s', 'n', '$4', '$5')}`);
 
 export interface SubmitRow {
   id: string; ownerKeyId: number; modelId: number; request: JobRequest; timeout: number;

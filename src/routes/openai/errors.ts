@@ -7,6 +7,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from '../../http/http-error.js';
 import { isUnavailable } from '../../db/errors.js';
 import { QuotaExceeded, ReserveOverQuota } from '../../jobs/submit.js';
+import { ContextTooLong } from '../../jobs/context.js';
 
 export class OpenAIError extends Error {
   constructor(
@@ -41,6 +42,8 @@ export function toOpenAIError(err: unknown, body?: unknown): OpenAIError {
   // The parameter to lower: max_completion_tokens where the request set it (it wins), else max_tokens,
   // which is also what a request that set neither should set (an outside probe read param null).
   if (err instanceof ReserveOverQuota) return invalidRequest(err.message, maxTokensParam(body), 'max_tokens_over_quota');
+  // Longer than every online node's context (jobs/context.ts): OpenAI's own answer to a prompt over the model's context.
+  if (err instanceof ContextTooLong) return invalidRequest(err.message, 'messages', 'context_length_exceeded');
   if (err instanceof HttpError) {
     switch (err.statusCode) {
       case 401:

@@ -5,6 +5,7 @@ import { SubmitJobRequest, SubmitJobResponses } from '../../generated/schemas.js
 import { RequestValidationError } from '../../http/validator.js';
 import { HttpError } from '../../http/http-error.js';
 import { QuotaExceeded, ReserveOverQuota, TooManyModels } from '../../jobs/submit.js';
+import { ContextTooLong } from '../../jobs/context.js';
 import { MalformedJson, valueError } from '../../validation/pydantic.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
@@ -45,6 +46,8 @@ export function submitJobRoute(app: App, deps: Deps): void {
       if (err instanceof QuotaExceeded) throw new HttpError(429, `Quota exceeded: ${err.message}`, { 'retry-after': String(err.retryAfterSeconds) });
       // A job its key's whole token quota cannot hold: 400, as no later day would take it either.
       if (err instanceof ReserveOverQuota) throw new HttpError(400, `Over the quota: ${err.message}`);
+      // Longer than every online node of the model can hold (jobs/context.ts): 400, nothing queued.
+      if (err instanceof ContextTooLong) throw new HttpError(400, err.message);
       // Too many new model names today: 429 until the next UTC midnight, as a quota.
       if (err instanceof TooManyModels) throw new HttpError(429, `Too many new models: ${err.message}`, { 'retry-after': String(err.retryAfterSeconds) });
       throw err;

@@ -3,9 +3,12 @@
 // `ins worker`): per model, what the node can do beyond plain chat (jobs/capabilities.ts); a
 // worker that sends none (the seed's) is offered plain jobs only. `builds` (ours, issue 31): per
 // model, the digest and quantisation the node runs (repositories/model-builds.ts); optional too.
+// `limits` (ours, issue 53): per model, the context length the node holds (jobs/context.ts);
+// optional: a worker that sends none is given any job, and its request errors are not struck.
 import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
 import { ensureModelIdFor, newModelsForNode } from '../../repositories/models.js';
 import { bitsOf } from '../../jobs/capabilities.js';
+import { MAX_DECLARED_CONTEXT } from '../../jobs/context.js';
 import { declareBuilds, type ModelBuild } from '../../repositories/model-builds.js';
 import { HttpError } from '../../http/http-error.js';
 import { RequestValidationError } from '../../http/validator.js';
@@ -32,6 +35,7 @@ export function updateModelsRoute(app: App, deps: Deps): void {
       }
     }
     const builds = buildsOf(req.body.builds);
+    const limits = limitsOf(req.body.limits);
     if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
     if (session.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
     if (models.length > MODELS_PER_NODE) throw new HttpError(400, `${models.length} models named: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`);
@@ -42,6 +46,7 @@ export function updateModelsRoute(app: App, deps: Deps): void {
     const ids: number[] = [];
     const built = new Map<number, ModelBuild>();
     const caps = declared ? new Map<number, number>() : undefined;
+    const contexts = new Map<number, number>();
     // 400, not 429: the seed's worker stops for hours on any other 4xx here. Refused before any
     // is made, so a refused declaration changes nothing (concurrent ones race past by at most their number).
     const { unknown, today, served } = await newModelsForNode(db, names, session.node.id, session.id, coordinatorConfig);
@@ -57,9 +62,10 @@ export function updateModelsRoute(app: App, deps: Deps): void {
       ids.push(id);
       if (caps && Object.hasOwn(declared!, name)) caps.set(id, bitsOf(declared![name] as string[]));
       if (builds.has(name)) built.set(id, builds.get(name)!);
+      if (limits.has(name)) contexts.set(id, limits.get(name)!);
     }
     // Sessions are cached with their models (auth/authenticate.ts): a new set is announced.
-    const changed = await nodes.declare(session.id, ids, caps);
+    const changed = await nodes.declare(session.id, ids, caps, contexts);
     if (changed === undefined) throw new HttpError(401, 'Invalid session token: register the node first');
     await declareBuilds(db, session.id, built);
     return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl), ...(ignored.length ? { ignored: ignored.slice(0, 10).map((m) => m.slice(0, 300)) } : {}) };
@@ -70,6 +76,24 @@ export function updateModelsRoute(app: App, deps: Deps): void {
 const isModelName = (m: string): boolean => m.length >= 1 && (m.length <= 256 || [...m].length <= 256);
 
 const tooManyNames = (unknown: number, today: number) => new HttpError(400, `this declaration names ${unknown} models the network does not know, and this node named ${today} new ones today (UTC): a node may name at most ${NEW_MODELS_PER_NODE_PER_DAY} a day. Nothing was declared; declare the models the network knows, or the others after 00:00 UTC`);
+
+/** The declared context lengths by model name (models not declared in `models` are ignored later); 422 when malformed. */
+function limitsOf(v: unknown): Map<string, number> {
+  const out = new Map<string, number>();
+  if (v === undefined) return out;
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(['limits'], 'limits: expected an object of model → {context_length}', v);
+  if (Object.keys(v).length > 1000) throw invalid(['limits'], 'limits: at most 1000 models', null);
+  for (const [model, l] of Object.entries(v)) {
+    if (typeof l !== 'object' || l === null || Array.isArray(l)) throw invalid(['limits', model], 'limits: expected an object with an optional context_length', l);
+    const c = (l as Record<string, unknown>).context_length;
+    if (c === undefined || c === null) continue;
+    if (typeof c !== 'number' || !Number.isInteger(c) || c < 1 || c > MAX_DECLARED_CONTEXT) {
+      throw invalid(['limits', model, 'context_length'], `limits: context_length must be an integer from 1 to ${MAX_DECLARED_CONTEXT} (tokens)`, c);
+    }
+    out.set(model, c);
+  }
+  return out;
+}
 
 const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 
