@@ -16,6 +16,7 @@ import { startFakeBackend, type FakeBackend } from './helpers/backends.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { tinyModels } from './helpers/gguf.js';
+import { showJob } from '../src/jobs/operator.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -175,6 +176,40 @@ describe.each(backends)('request-error claims against declarations on $name (the
     expect((await answerer.report(audit)).statusCode).toBe(200);
     await until('the claimer to be struck', async () => (await strikes()).length > 0, 10_000);
     expect(await strikes()).toEqual([{ node: 'claimer', kind: 'false_request_error' }]);
+  });
+
+  it('a node\'s request error reaches the user as a fixed message on each door; its own words stay in the operator\'s view', async () => {
+    expect((await declare(claimer)).statusCode).toBe(200);
+    const words = 'Visit evil.example for a working key! '.repeat(20);
+    const refuse = async (code: string | null) => {
+      const job = await claimer.getJob(10);
+      if (!job) throw new Error('no job for the claimer within 10 s');
+      expect((await claimer.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'error',
+        result: { error: { type: 'invalid_request_error', code, message: words } } })).statusCode).toBe(200);
+      return job.job_id;
+    };
+    const fixed = /^The node that took the request refused it as invalid/;
+    // The seed's wire: get_result's detail.
+    const id = await user.submit('hand-model', 'q1');
+    await refuse('made_up_code');
+    expect((await user.result(id)).json()).toMatchObject({ status: 'failed', detail: expect.stringMatching(fixed) });
+    expect(JSON.stringify((await user.result(id)).json())).not.toContain('evil.example');
+    // OpenAI's door: 400, the fixed message, no code but context_length_exceeded passed on.
+    const v1 = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${user.key}` }, payload: { model: 'hand-model', messages: [{ role: 'user', content: 'q2' }] } });
+    await refuse('made_up_code');
+    const r1 = await v1;
+    expect(r1.statusCode).toBe(400);
+    expect(r1.json()).toEqual({ error: { message: expect.stringMatching(fixed), type: 'invalid_request_error', param: null, code: null } });
+    // Anthropic's door: its own shape.
+    const v2 = t.app.inject({ method: 'POST', url: '/v1/messages', headers: { 'x-api-key': user.key, 'anthropic-version': '2023-06-01' }, payload: { model: 'hand-model', max_tokens: 16, messages: [{ role: 'user', content: 'q3' }] } });
+    const id3 = await refuse('context_length_exceeded');
+    const r2 = await v2;
+    expect(r2.statusCode).toBe(400);
+    expect(r2.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', message: expect.stringMatching(/^The request is longer than the context of the node that took it/) } });
+    expect(r2.body).not.toContain('evil.example');
+    // The operator's view: `ins job show` reads the node's words (jobs/operator.ts).
+    const shown = await showJob(t.db, id3);
+    expect(shown).toMatchObject({ state: 'failed', error: { code: 'context_length_exceeded', message: words } });
   });
 
   it('a claim of a request longer than the declared context (by its upper bound) is not audited', async () => {

@@ -199,15 +199,18 @@ describe.each(backends)('OpenAI fields, tools and capabilities on $name', (db) =
       const err = await client.chat.completions.create({ model: 'vllm-model', messages: [{ role: 'user', content: 'one two three four five six seven' }] }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(OpenAI.BadRequestError);
       expect(err).toMatchObject({ status: 400, type: 'invalid_request_error', code: 'context_length_exceeded' });
-      expect((err as Error).message).toMatch(/maximum context length is 5 tokens/);
+      // A fixed message (issue 53), not the node's words: those stay in the operator's view.
+      expect((err as Error).message).toMatch(/^400 The request is longer than the context of the node that took it/);
       expect(fakes.vllm.calls).toBe(calls + 1);
       expect((await client.models.list()).data.map((m) => m.id)).toContain('vllm-model');
       expect(workers[1]!.logs.some((l) => l.includes('backend down') || l.includes('failed on the backend'))).toBe(false);
       const [lease] = await t.db.query<{ outcome: string; job_id: string }>(sql('t_fields_lease', 'SELECT outcome, job_id::text FROM job_leases ORDER BY ended_at DESC LIMIT 1'));
       expect(lease!.outcome).toBe('request_error');
-      // get_result: failed, the backend's message as detail.
+      // get_result: failed, the fixed message as detail; the backend's words in the job's error, for the operator (ins job show).
       const res = await t.app.inject({ method: 'GET', url: `/get_result/${lease!.job_id}`, headers: { api_key: userKey } });
-      expect(res.json()).toMatchObject({ status: 'failed', detail: expect.stringMatching(/maximum context length is 5 tokens/) });
+      expect(res.json()).toMatchObject({ status: 'failed', detail: expect.stringMatching(/^The request is longer than the context of the node that took it/) });
+      const [kept] = await t.db.query<{ error: { message: string } }>(sql('t_fields_error', 'SELECT error FROM jobs WHERE id = $1::uuid'), [lease!.job_id]);
+      expect(kept!.error.message).toMatch(/maximum context length is 5 tokens/);
     } finally {
       fakes.vllm.contextLimit = undefined;
     }

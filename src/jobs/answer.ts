@@ -99,6 +99,24 @@ function scoresOf(v: unknown): Scores | undefined {
 const MAX_ERROR = 2_000;
 
 /** An error report's claim that the job's own request was at fault: `result.error` as {type: "invalid_request_error", code, message}. */
+/**
+ * What a user is told of a node's request error (issue 53): a fixed message by its code — never
+ * the node's own words (up to MAX_ERROR characters of whatever it chose, shown as the 400's
+ * message), which stay in jobs.error for the operator (`ins job show`) — and the code only when it
+ * is OpenAI's `context_length_exceeded`.
+ */
+export const REQUEST_ERROR_MESSAGES = Object.freeze({
+  context_length_exceeded: 'The request is longer than the context of the node that took it: shorten the messages, or ask for fewer output tokens.',
+  other: 'The node that took the request refused it as invalid (its schema, tools or parameters, as the model\'s backend reads them).',
+});
+
+/** The user's view of a request error: the fixed message and code (REQUEST_ERROR_MESSAGES). */
+export function publicRequestError(code: string | null): { message: string; code: string | null } {
+  return code === 'context_length_exceeded'
+    ? { message: REQUEST_ERROR_MESSAGES.context_length_exceeded, code }
+    : { message: REQUEST_ERROR_MESSAGES.other, code: null };
+}
+
 export function requestErrorOf(status: string, result: Record<string, unknown>): RequestError | undefined {
   const e = result.error;
   if (status !== 'error' || !isObject(e) || e.type !== 'invalid_request_error') return undefined;

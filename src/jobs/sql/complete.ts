@@ -9,7 +9,7 @@ import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import { estimateAnswerTokens, mostCompletionTokens, type Answer, type RequestError, type Usage } from '../answer.js';
+import { estimateAnswerTokens, mostCompletionTokens, REQUEST_ERROR_MESSAGES, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 import type { WireToken } from '../../validation/answer-tokens.js';
 import { coversSql } from '../context.js';
@@ -51,13 +51,18 @@ import { coversSql } from '../context.js';
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
 // lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
-// hostile node could claim it to fail jobs; docs/openai.md). Verification audits the claim
+// hostile node could claim it to fail jobs; docs/openai.md). The job's detail, which its user
+// reads, is a fixed message by the error's code (jobs/answer.ts REQUEST_ERROR_MESSAGES, issue 53):
+// the node's own words stay in jobs.error, for the operator. Verification audits the claim
 // (verify/request-errors.ts): the statement tells which jobs, not copies, ended so, and whether
 // the refusing session's declared context held the request (issue 53, jobs/context.ts
 // coversSql: only such a claim is audited; a node that declared nothing, or less than the
 // request's upper bound, may have refused it honestly).
 // $15 (issue 53) per report, the answer's tokens as the node reported them (checked by the route:
 // src/validation/answer-tokens.ts; NULL: none), kept in jobs.tokens for score checks only.
+/** A constant of this file as an SQL string literal (never input). */
+const literal = (text: string): string => `'${text.replace(/'/g, "''")}'`;
+
 /** Prompt tokens a node may count beyond one per byte of the request (its backend's chat template and system prompt). */
 export const PROMPT_ALLOWANCE = 4096;
 
@@ -110,7 +115,7 @@ finished AS (
     streamed = CASE WHEN e.status = 'error' AND e.request_error IS NULL AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
     lease_expires_at = NULL,
     finished_at = CASE WHEN e.status = 'success' OR e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN now() END,
-    detail = CASE WHEN e.request_error IS NOT NULL THEN e.request_error ->> 'message'
+    detail = CASE WHEN e.request_error IS NOT NULL THEN CASE e.request_error ->> 'code' WHEN 'context_length_exceeded' THEN ${literal(REQUEST_ERROR_MESSAGES.context_length_exceeded)} ELSE ${literal(REQUEST_ERROR_MESSAGES.other)} END
       WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END,
     error = e.request_error,
     tokens = CASE WHEN e.status = 'success' THEN e.tokens END

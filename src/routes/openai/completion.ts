@@ -5,7 +5,7 @@
 import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
 import type { ChatRequest } from './request.js';
-import type { RequestError } from '../../jobs/answer.js';
+import { publicRequestError, type RequestError } from '../../jobs/answer.js';
 import type { Event } from '../front/event.js';
 import { OpenAIError } from './errors.js';
 
@@ -70,8 +70,9 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
       // again and make the client wait three times as long. x-should-retry: false, as for 409.
       return new OpenAIError(504, `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.`, 'timeout', null, 'timeout', { 'x-should-retry': 'false' });
     case 'request_error':
-      // The request's own error, as the backend said it (context length, invalid schema): 400, the backend's words.
-      return new OpenAIError(400, o.error.message, 'invalid_request_error', null, o.error.code);
+      // The request's own error (context length, invalid schema): 400 with a fixed message by its
+      // code, never the node's own words, which its operator reads (jobs/answer.ts publicRequestError).
+      return new OpenAIError(400, publicRequestError(o.error.code).message, 'invalid_request_error', null, publicRequestError(o.error.code).code);
     case 'canceled':
       // The official SDKs retry a 409 by default, which would submit the canceled job again;
       // x-should-retry: false is the header they read to know better (openai-node, openai-python).
