@@ -214,7 +214,8 @@ describe.each(backends)('coordinator on $name', (backend) => {
     expect(total.total_job_count).toBe(Object.values(total.by_state).reduce((a, b) => a + b, 0));
     expect(total.total_job_count).toBeGreaterThan(0);
     // The dashboard's view of the network, and a node's own view.
-    const network = (await t.app.inject({ method: 'GET', url: '/network' })).json() as { jobs_per_minute: number; models: { name: string; nodes: number }[]; recent: { model: string; node: string }[] };
+    // With a user key: the per-model node counts and the recent jobs' nodes (a stranger sees neither: test/declared-context.test.ts).
+    const network = (await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: user.key } })).json() as { jobs_per_minute: number; models: { name: string; nodes: number }[]; recent: { model: string; node: string }[] };
     expect(network.models).toContainEqual(expect.objectContaining({ name: 'listed-model', nodes: 2 }));
     expect(network.jobs_per_minute).toBeGreaterThanOrEqual(2);
     expect(network.recent).toContainEqual(expect.objectContaining({ model: 'listed-model', node: other.node }));

@@ -95,6 +95,31 @@ describe.each(backends)('declared contexts on $name', (backend) => {
     expect(onSmall).toBe(true);
   });
 
+  it('/network shows a stranger (or a node) no per-model node counts, nor who did the recent jobs; a user or reader key sees them', async () => {
+    type View = { models: { name: string; nodes?: number; quantizations: { quantization: string; nodes?: number }[] }[]; recent: { node: string | null }[] };
+    const view = async (headers: Record<string, string>) => {
+      const res = await t.app.inject({ method: 'GET', url: '/network', headers });
+      expect(res.statusCode).toBe(200);
+      return res.json() as View;
+    };
+    for (const headers of [{}, { api_key: await t.addNode('lone') }] as Record<string, string>[]) {
+      const v = await view(headers);
+      const m = v.models.find((x) => x.name === MODEL)!;
+      expect(m).toBeDefined();
+      expect(m).not.toHaveProperty('nodes');
+      for (const q of m.quantizations) expect(q).not.toHaveProperty('nodes');
+      expect(v.recent.length).toBeGreaterThan(0);
+      expect(v.recent.every((r) => r.node === null)).toBe(true);
+    }
+    for (const key of [user.key, await t.addReader()]) {
+      const v = await view({ api_key: key });
+      expect(v.models.find((x) => x.name === MODEL)).toMatchObject({ nodes: 2 });
+      expect(v.recent.some((r) => r.node === 'large')).toBe(true);
+    }
+    // A key that is no key: 401, as on every endpoint that reads one.
+    expect((await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: 'uk_not_a_key' } })).statusCode).toBe(401);
+  });
+
   it('a prompt longer than every online node\'s context gets an immediate 400 on each door, nothing queued, nobody struck', async () => {
     const content = 'x'.repeat(4 * LARGE + 400);
     const before = await jobCount();

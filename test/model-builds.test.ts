@@ -20,7 +20,7 @@ describe.each(backends)('model builds on $name', (backend) => {
   const builds = async () => q<{ node: string; model: string; digest: string | null; quantization: string | null }>('t_b_rows', `SELECT n.name AS node, m.name AS model, b.digest, b.quantization
     FROM session_model_builds b JOIN node_sessions s ON s.id = b.session_id JOIN nodes n ON n.id = s.node_id JOIN models m ON m.id = b.model_id ORDER BY n.name, m.name`);
   const declare = (w: TestWorker, models: string[], extra: Record<string, unknown>) => w.post('/worker/update_models', { node_url: w.node, models, ...extra }, true);
-  const quantizations = async (model: string) => ((await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; quantizations: unknown }[] })
+  const quantizations = async (model: string) => ((await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as { models: { name: string; quantizations: unknown }[] })
     .models.find((m) => m.name === model)?.quantizations;
   /** GET /network/nodes/{name} as the node itself reads it: its `builds`. */
   const nodeBuilds = async (w: TestWorker) => {
@@ -45,7 +45,7 @@ describe.each(backends)('model builds on $name', (backend) => {
     // Three nodes serve it (the seed's worker too); two declared a quantisation.
     expect(await quantizations(MODEL)).toEqual([{ quantization: 'Q4_K_M', nodes: 1 }, { quantization: 'Q8_0', nodes: 1 }]);
     expect(await quantizations('other')).toEqual([]);
-    const network = (await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; nodes: number }[] };
+    const network = (await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as { models: { name: string; nodes: number }[] };
     expect(network.models.find((m) => m.name === MODEL)!.nodes).toBe(3);
     // Each node's operator sees what their node declared it runs (a model not declared by it: absent).
     expect(await nodeBuilds(a)).toEqual([{ model: 'builds-model', digest: 'sha256:aa11', quantization: 'Q4_K_M' }, { model: 'other', digest: 'sha256:bb22' }]);

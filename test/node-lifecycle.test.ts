@@ -190,7 +190,7 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
         const job = await user.submit(MODEL, 'not for a suspended node');
         const servers = async () => {
           const listed = ((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { details: { name: string; nodes: number }[] }).details.find((d) => d.name === MODEL)?.nodes ?? 0;
-          const network = ((await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; nodes: number }[] }).models.find((d) => d.name === MODEL)?.nodes ?? 0;
+          const network = ((await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as { models: { name: string; nodes: number }[] }).models.find((d) => d.name === MODEL)?.nodes ?? 0;
           expect(network).toBe(listed);
           return listed;
         };

@@ -44,7 +44,7 @@ describe.each(backends)('ins worker declares its builds ($name)', (backend) => {
         { node: 'ollama-node', model: 'llama3.2:latest', digest: 'sha256:0', quantization: 'Q4_K_M' },
         { node: 'vllm-q', model: 'llama3.2:latest', digest: null, quantization: 'awq' },
       ]);
-      const network = (await t.app.inject({ method: 'GET', url: '/network' })).json() as { models: { name: string; nodes: number; quantizations: unknown }[] };
+      const network = (await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as { models: { name: string; nodes: number; quantizations: unknown }[] };
       expect(network.models.find((m) => m.name === 'llama3.2:latest')).toMatchObject({ nodes: 2, quantizations: [{ quantization: 'Q4_K_M', nodes: 1 }, { quantization: 'awq', nodes: 1 }] });
       expect(network.models.find((m) => m.name === 'plain-model')).toMatchObject({ nodes: 1, quantizations: [] });
     } finally {

@@ -246,13 +246,13 @@ export type LedgerNodeDay = Static<typeof LedgerNodeDay>;
 
 export const NetworkQuantization = Type.Object({
   quantization: Type.String({ description: "As the node's backend names it (Ollama's `details.quantization_level`, a GGUF file type such as `Q4_K_M`, `--quantization`)." }),
-  nodes: Type.Integer({ description: "Online nodes serving the model at this quantisation." }),
+  nodes: Type.Optional(Type.Integer({ description: "Online nodes serving the model at this quantisation: only with a user key or a reader key, as the model's `nodes`." })),
 }, { title: "NetworkQuantization" });
 export type NetworkQuantization = Static<typeof NetworkQuantization>;
 
 export const NetworkModel = Type.Object({
   name: Type.String(),
-  nodes: Type.Integer({ description: "Online nodes serving it." }),
+  nodes: Type.Optional(Type.Integer({ description: "Online nodes serving it. *Ours* (issue 53): only for a caller with a user key or a reader key (`api_key` header or Bearer); absent without one, so that a node cannot learn that it serves a model alone (every check it then gets is a canary)." })),
   queued: Type.Integer({ description: "Jobs waiting for a node." }),
   jobs_per_minute: Type.Integer({ description: "*Ours*: jobs of the model done in the last minute: its throughput (a queued job's wait is about its position divided by this)." }),
   quantizations: Type.Array(NetworkQuantization, { description: "*Ours* (issue 31): the quantisations online nodes declared for the model (update_models `builds`), each with how many nodes serve it so, most served first; nodes that declared none (the seed system's worker) are counted in `nodes` only." }),
@@ -884,6 +884,7 @@ export const RetrieveModelUnversionedResponses = {
 
 export const NetworkResponses = {
   200: NetworkResponse,
+  401: ErrorDetail,
   429: ErrorDetail,
   503: ErrorDetail,
 };

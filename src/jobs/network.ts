@@ -9,8 +9,21 @@ export interface NetworkView {
   jobs_per_minute: number;
   queued: number;
   /** Per model, also the quantisations its online nodes declared (issue 31), with how many nodes each. */
-  models: { name: string; nodes: number; queued: number; jobs_per_minute: number; quantizations: { quantization: string; nodes: number }[] }[];
+  models: { name: string; nodes?: number; queued: number; jobs_per_minute: number; quantizations: { quantization: string; nodes?: number }[] }[];
   recent: { model: string; node: string | null; finished_at: string; seconds: number }[];
+}
+
+/**
+ * The view as a caller without a user or reader key sees it (issue 53): no per-model node
+ * counts, nor which node did each recent job — from them a node would learn that it serves a
+ * model alone, when every check it gets is a canary (docs/verification.md).
+ */
+export function strangersView(v: NetworkView): NetworkView {
+  return {
+    ...v,
+    models: v.models.map(({ nodes: _nodes, ...m }) => ({ ...m, quantizations: m.quantizations.map((q) => ({ quantization: q.quantization })) })),
+    recent: v.recent.map((r) => ({ ...r, node: null })),
+  };
 }
 
 export interface NodeView {

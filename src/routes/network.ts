@@ -1,11 +1,12 @@
 // Public counts of the network: GET /available_models, /active_node_count, /total_job_count and
-// the dashboard's GET /network; and a node's own view for its operator, GET /network/nodes/{name}.
+// the dashboard's GET /network (its per-model node counts for user and reader keys only); and a
+// node's own view for its operator, GET /network/nodes/{name}.
 import { ActiveNodeCountResponses, AvailableModelsResponses, NetworkResponses, NodeViewParams, NodeViewResponses, TotalJobCountResponses } from '../generated/schemas.js';
 import { activeNodeCount, availableModels, jobCounts } from '../jobs/read.js';
-import { networkView, nodeView } from '../jobs/network.js';
+import { networkView, nodeView, strangersView } from '../jobs/network.js';
 import { nodeStanding, verificationSummary } from '../verify/audit-view.js';
 import { HttpError } from '../http/http-error.js';
-import { authorizeNodeRead } from './authenticate.js';
+import { authenticateRequest, authorizeNodeRead, requestKey } from './authenticate.js';
 import type { App, Deps } from './types.js';
 
 export function networkRoutes(app: App, deps: Deps): void {
@@ -19,10 +20,17 @@ export function networkRoutes(app: App, deps: Deps): void {
     const byState = await jobCounts(db);
     return { total_job_count: Object.values(byState).reduce((a, b) => a + b, 0), by_state: byState };
   });
-  app.get('/network', { schema: { response: NetworkResponses } }, async () => ({
-    ...await networkView(db, c.onlineWindow, c.modelsTtl),
-    verification: await verificationSummary(db),
-  }));
+  // Issue 53: the per-model node counts (and who did the recent jobs) only for a user or reader
+  // key: a stranger — a node among them — must not learn it serves a model alone.
+  app.get('/network', { schema: { response: NetworkResponses } }, async (req) => {
+    const key = requestKey(req);
+    const principal = key ? await authenticateRequest(deps, req, key) : undefined;
+    const view = await networkView(db, c.onlineWindow, c.modelsTtl);
+    return {
+      ...(principal?.kind === 'user' || principal?.kind === 'reader' ? view : strangersView(view)),
+      verification: await verificationSummary(db),
+    };
+  });
   app.get('/network/nodes/:node_name', { schema: { params: NodeViewParams, response: NodeViewResponses } }, async (req) => {
     const { node_name } = req.params;
     await authorizeNodeRead(deps, req, node_name);

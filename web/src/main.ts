@@ -190,5 +190,5 @@ window.addEventListener('resize', () => {
   resizeTimer = window.setTimeout(() => chart?.setSize({ width: Math.max(280, $('chart').clientWidth), height: 240 }), 100);
 });
 restore();
-startNetworkView();
+startNetworkView(() => sessionStorage.getItem(KEY_STORE));
 startUsageForm();

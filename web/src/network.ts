@@ -1,6 +1,7 @@
 // The network view (GET /network, refreshed every 5 s) and a node's status (GET
 // /network/nodes/{name}, with the key its operator entered). No prompts, no answers.
-interface NetworkModel { name: string; nodes: number; queued: number; jobs_per_minute: number }
+/** nodes: absent for a caller without a user or reader key (issue 53): shown as "–". */
+interface NetworkModel { name: string; nodes?: number; queued: number; jobs_per_minute: number }
 interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
 interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number; give_up: number; failure: number; impostor: number; false_request_error: number; false_score: number }; nodes_on_probation: number; nodes_suspended: number }
 interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[]; verification: Verification }
@@ -44,7 +45,7 @@ function renderNetwork(n: Network): void {
   $('net-rate').textContent = String(n.jobs_per_minute);
   $('net-queued').textContent = String(n.queued);
   $('net-models').querySelector('tbody')!.replaceChildren(...(n.models.length
-    ? n.models.map((m) => row(modelCell(m.name), cell(String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))))
+    ? n.models.map((m) => row(modelCell(m.name), cell(m.nodes === undefined ? '–' : String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))))
     : [row(Object.assign(cell('No node is online yet.'), { colSpan: 4 }))]));
   $('net-recent').replaceChildren(...(n.recent.length
     ? n.recent.map((r) => {
@@ -61,10 +62,12 @@ function renderNetwork(n: Network): void {
   $('net-updated').textContent = `Updated ${new Date().toISOString().slice(11, 19)} UTC`;
 }
 
-export function startNetworkView(): void {
+/** `key`: the key entered on the page, if any; a reader key (rk_…) also reads the per-model node counts (issue 53). */
+export function startNetworkView(key: () => string | null = () => null): void {
   const refresh = async () => {
     try {
-      const res = await fetch('network');
+      const k = key();
+      const res = await fetch('network', k?.startsWith('rk_') ? { headers: { api_key: k } } : {});
       if (!res.ok) throw new Error(String(res.status));
       renderNetwork((await res.json()) as Network);
       $('net-error').hidden = true;
