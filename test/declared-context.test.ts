@@ -249,3 +249,29 @@ describe.each(backends)('request-error claims against declarations on $name (the
     expect(await strikes()).toEqual([{ node: 'claimer', kind: 'false_request_error' }]);
   });
 });
+
+describe.each(backends)('probes go only to nodes whose capabilities fit on $name', (backend) => {
+  let t: Awaited<ReturnType<typeof startApp>>;
+  beforeAll(async () => {
+    // Probes every tick (VERIFY_PROBE_INTERVAL 0.2 s), nothing else checked.
+    t = await startApp(backend, { coordinator: { sweepInterval: 0.2 }, verify: { enabled: true, probeInterval: 0.2, share: 0 } });
+  });
+  afterAll(async () => { await t?.close(); });
+
+  it('a probe of a model is kept off the node that serves it as an embedding model only (it could only fail it)', async () => {
+    const declare = async (node: string, caps: string[]) => {
+      const w = await new TestWorker(t.app, node, await t.addNode(node)).start(['probe-model']);
+      expect((await w.post('/worker/update_models', { node_url: node, models: ['probe-model'], capabilities: { 'probe-model': caps } }, true)).statusCode).toBe(200);
+      return w;
+    };
+    await declare('chat-a', ['sampling']);
+    await declare('chat-b', ['sampling']);
+    await declare('embedder', ['embeddings']);
+    const q = <R>(name: string, text: string) => t.db.query<R>(sql(name, text));
+    await until('a probe of probe-model', async () => (await q('t_probes', "SELECT 1 FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.kind = 'probe' AND m.name = 'probe-model'")).length > 0, 15_000);
+    const probes = await q<{ exclude: string[] }>('t_probe_excludes', `SELECT ARRAY(SELECT n.name FROM nodes n WHERE n.id = ANY(j.exclude_nodes) ORDER BY n.name) AS exclude
+      FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.kind = 'probe' AND m.name = 'probe-model'`);
+    expect(probes.length).toBeGreaterThan(0);
+    for (const p of probes) expect(p.exclude).toEqual(['embedder']);
+  });
+});

@@ -9,7 +9,9 @@
 // A model only one node serves cannot be checked that way: it gets a canary instead, at the same
 // rate (verify/canaries.ts): an earlier request whose answer three nodes agreed on.
 import { randomInt, randomUUID } from 'node:crypto';
-import type { Queryable } from '../db/database.js';
+import { sql, type Queryable } from '../db/database.js';
+import { chatsSql } from '../jobs/capabilities.js';
+import { servingSession } from '../nodes/sql/live.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { randomSeed, type JobRequest } from '../jobs/request.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
@@ -47,6 +49,16 @@ export function probeRequest(): JobRequest {
   };
 }
 
+// Issue 53: the nodes serving each of the models $1 now ($2 the online window, $3 MODELS_TTL)
+// whose capabilities do not fit a probe, a chat job: those serving the model as an embedding
+// model only (jobs/capabilities.ts chatsSql). A probe is a plain job, which the lease round
+// offers any node of its model: without this, such a node could take it and fail it with its
+// backend's error, a failure counted against an honest node.
+const UNFIT = sql('verify_probe_unfit_nodes', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
+  WHERE d.model_id = ANY($1::int[]) AND NOT ${chatsSql('d.caps')} AND ${servingSession('s', 'n', '$2', '$3')}
+  GROUP BY d.model_id`);
+
 export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadline: number; chance: number; checks: CheckQueue }
 
 /**
@@ -59,7 +71,8 @@ export async function probe(db: Queryable, o: ProbeOptions): Promise<{ models: n
   const models = drawn.filter(([, nodes]) => nodes.length >= 2).map(([model]) => model);
   const lone = drawn.filter(([, nodes]) => nodes.length === 1).map(([modelId, [nodeId]]) => ({ modelId, nodeId: nodeId! }));
   const sent = await canaries(db, lone);
-  const checks: Check[] = [...models.map((modelId) => ({ kind: 'probe' as const, id: randomUUID(), modelId, request: probeRequest() })), ...sent.checks];
+  const unfit = models.length ? new Map((await db.query<{ model_id: number; nodes: number[] }>(UNFIT, [models, o.onlineWindow, o.modelsTtl])).map((r) => [r.model_id, r.nodes])) : new Map<number, number[]>();
+  const checks: Check[] = [...models.map((modelId) => ({ kind: 'probe' as const, id: randomUUID(), modelId, request: probeRequest(), exclude: unfit.get(modelId) ?? [] })), ...sent.checks];
   if (checks.length === 0) return { models, canaries: [], outcome: undefined };
   return { models, canaries: sent.models, outcome: await o.checks.queueChecks(db, checks, o.deadline) };
 }

@@ -1,7 +1,7 @@
 // Transition: queue checks (none → queued) — the jobs verification makes (src/verify/,
 // docs/verification.md): copies of a done job for other nodes (kind `verify`: the original's
 // request, seed included, never to a node in exclude_nodes), and probes (kind `probe`: a made-up
-// prompt). Owned by nobody; nobody reads their streams, but a copy keeps its original's `stream`
+// prompt, never to a node whose capabilities do not fit it). Owned by nobody; nobody reads their streams, but a copy keeps its original's `stream`
 // (and a share of probes stream, verify/probes.ts), so that a node cannot tell a check from a
 // user's job on the worker wire. verify/ asks for them here, inside its own transaction, and
 // applies the outcome once that commits.
@@ -30,7 +30,9 @@ SELECT items AS announced FROM announced`);
 
 export type Check =
   | { kind: 'verify'; id: string; of: string; exclude: number[]; suspicion: Record<string, unknown> | null; request?: JobRequest }
-  | { kind: 'probe'; id: string; modelId: number; request: JobRequest };
+  | { kind: 'probe'; id: string; modelId: number; request: JobRequest;
+    /** Nodes the probe must not go to: their capabilities for the model do not fit it (issue 53, verify/probes.ts). */
+    exclude?: number[] };
 
 /** Queues the checks; answers the outcome (apply it once the caller's transaction commits). */
 export async function queueChecks(db: Queryable, checks: readonly Check[], deadlineSeconds: number, server: string): Promise<Outcome> {
@@ -38,7 +40,7 @@ export async function queueChecks(db: Queryable, checks: readonly Check[], deadl
   const [row] = await db.query<{ announced: string }>(QUEUE_CHECKS, [
     checks.map((c) => c.id), checks.map((c) => c.kind), checks.map((c) => (c.kind === 'verify' ? c.of : null)),
     checks.map((c) => (c.kind === 'probe' ? c.modelId : null)), checks.map((c) => (c.request ? JSON.stringify(c.request) : null)),
-    checks.map((c) => (c.kind === 'verify' ? `{${c.exclude.join(',')}}` : '{}')), checks.map((c) => (c.kind === 'verify' && c.suspicion ? JSON.stringify(c.suspicion) : null)),
+    checks.map((c) => `{${(c.exclude ?? []).join(',')}}`), checks.map((c) => (c.kind === 'verify' && c.suspicion ? JSON.stringify(c.suspicion) : null)),
     deadlineSeconds, server,
   ]);
   return parseItems(row!.announced);
