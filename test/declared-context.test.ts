@@ -264,9 +264,10 @@ describe.each(backends)('probes go only to nodes whose capabilities fit on $name
       expect((await w.post('/worker/update_models', { node_url: node, models: ['probe-model'], capabilities: { 'probe-model': caps } }, true)).statusCode).toBe(200);
       return w;
     };
+    // The embedder first: no probe is made before it declared (a model needs two chat nodes for one).
+    await declare('embedder', ['embeddings']);
     await declare('chat-a', ['sampling']);
     await declare('chat-b', ['sampling']);
-    await declare('embedder', ['embeddings']);
     const q = <R>(name: string, text: string) => t.db.query<R>(sql(name, text));
     await until('a probe of probe-model', async () => (await q('t_probes', "SELECT 1 FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.kind = 'probe' AND m.name = 'probe-model'")).length > 0, 15_000);
     const probes = await q<{ exclude: string[] }>('t_probe_excludes', `SELECT ARRAY(SELECT n.name FROM nodes n WHERE n.id = ANY(j.exclude_nodes) ORDER BY n.name) AS exclude

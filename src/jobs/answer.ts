@@ -107,14 +107,17 @@ const MAX_ERROR = 2_000;
  */
 export const REQUEST_ERROR_MESSAGES = Object.freeze({
   context_length_exceeded: 'The request is longer than the context of the node that took it: shorten the messages, or ask for fewer output tokens.',
-  other: 'The node that took the request refused it as invalid (its schema, tools or parameters, as the model\'s backend reads them).',
+  // `ins worker`'s own (src/worker/worker.ts): an answer larger than the coordinator takes.
+  answer_too_large: 'The answer is larger than the coordinator takes from a node (BODY_LIMIT): ask for less at once (fewer or shorter inputs).',
 });
+/** The message of any other code, or none. */
+export const OTHER_REQUEST_ERROR = 'The node that took the request refused it as invalid (its schema, tools or parameters, as the model\'s backend reads them).';
 
-/** The user's view of a request error: the fixed message and code (REQUEST_ERROR_MESSAGES). */
+/** The user's view of a request error: the fixed message and code (REQUEST_ERROR_MESSAGES; another code is not passed on). */
 export function publicRequestError(code: string | null): { message: string; code: string | null } {
-  return code === 'context_length_exceeded'
-    ? { message: REQUEST_ERROR_MESSAGES.context_length_exceeded, code }
-    : { message: REQUEST_ERROR_MESSAGES.other, code: null };
+  return code !== null && Object.hasOwn(REQUEST_ERROR_MESSAGES, code)
+    ? { message: REQUEST_ERROR_MESSAGES[code as keyof typeof REQUEST_ERROR_MESSAGES], code }
+    : { message: OTHER_REQUEST_ERROR, code: null };
 }
 
 export function requestErrorOf(status: string, result: Record<string, unknown>): RequestError | undefined {

@@ -9,7 +9,7 @@ import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
 import { nodeSuspended } from '../../nodes/sql/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import { estimateAnswerTokens, mostCompletionTokens, REQUEST_ERROR_MESSAGES, type Answer, type RequestError, type Usage } from '../answer.js';
+import { estimateAnswerTokens, mostCompletionTokens, OTHER_REQUEST_ERROR, REQUEST_ERROR_MESSAGES, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';
 import type { WireToken } from '../../validation/answer-tokens.js';
 import { coversSql } from '../context.js';
@@ -62,6 +62,8 @@ import { coversSql } from '../context.js';
 // src/validation/answer-tokens.ts; NULL: none), kept in jobs.tokens for score checks only.
 /** A constant of this file as an SQL string literal (never input). */
 const literal = (text: string): string => `'${text.replace(/'/g, "''")}'`;
+/** The CASE arms giving a request error's fixed message by its code (jobs/answer.ts publicRequestError). */
+const REQUEST_ERROR_DETAIL = `${Object.entries(REQUEST_ERROR_MESSAGES).map(([code, m]) => `WHEN ${literal(code)} THEN ${literal(m)}`).join(' ')} ELSE ${literal(OTHER_REQUEST_ERROR)}`;
 
 /** Prompt tokens a node may count beyond one per byte of the request (its backend's chat template and system prompt). */
 export const PROMPT_ALLOWANCE = 4096;
@@ -115,7 +117,7 @@ finished AS (
     streamed = CASE WHEN e.status = 'error' AND e.request_error IS NULL AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
     lease_expires_at = NULL,
     finished_at = CASE WHEN e.status = 'success' OR e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN now() END,
-    detail = CASE WHEN e.request_error IS NOT NULL THEN CASE e.request_error ->> 'code' WHEN 'context_length_exceeded' THEN ${literal(REQUEST_ERROR_MESSAGES.context_length_exceeded)} ELSE ${literal(REQUEST_ERROR_MESSAGES.other)} END
+    detail = CASE WHEN e.request_error IS NOT NULL THEN CASE e.request_error ->> 'code' ${REQUEST_ERROR_DETAIL} END
       WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END,
     error = e.request_error,
     tokens = CASE WHEN e.status = 'success' THEN e.tokens END
