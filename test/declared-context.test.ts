@@ -201,6 +201,9 @@ describe.each(backends)('request-error claims against declarations on $name (the
     expect((await answerer.report(audit)).statusCode).toBe(200);
     await until('the claimer to be struck', async () => (await strikes()).length > 0, 10_000);
     expect(await strikes()).toEqual([{ node: 'claimer', kind: 'false_request_error' }]);
+    // The strike was announced as this server's and applied here: its metrics count it as its own transition.
+    const metrics = (await t.app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(metrics).toMatch(/^ins_node_transitions_total\{change="struck"\} 1$/m);
   });
 
   it('a node\'s request error reaches the user as a fixed message on each door; its own words stay in the operator\'s view', async () => {

@@ -146,7 +146,11 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.replaysUnchecked = (into.replaysUnchecked ?? 0) + (r.replaysUnchecked ?? 0);
 }
 
-export interface AuditorOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
+export interface AuditorOptions {
+  verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue;
+  /** The node lifecycle's server id, announcing the strikes (issue 53; nodes/sql/standing.ts). */
+  server?: string;
+}
 
 /** The key of a third copy's suspicion naming the copy whose answer replayed an earlier one. */
 const SUSPECT_JOB = 'replayed_in_job';
@@ -376,7 +380,7 @@ class Batch {
     const suspended: number[] = [];
     for (const s of this.struck) {
       // An impostor flag is a sequential test at its threshold: it suspends at once (verify/scores.ts).
-      const { before, after } = await strike(this.tx, s.nodeId, s.jobId, s.kind, s.evidence, v.evidenceWindow, s.kind === 'impostor' ? 1 : v.strikesToSuspend);
+      const { before, after } = await strike(this.tx, s.nodeId, s.jobId, s.kind, s.evidence, v.evidenceWindow, s.kind === 'impostor' ? 1 : v.strikesToSuspend, this.opts.server);
       this.report.strikes.push({ kind: s.kind, nodeId: s.nodeId });
       if (after === 'suspended' && before !== 'suspended') suspended.push(s.nodeId);
     }

@@ -49,7 +49,7 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
 const FAILURES_LOCK = 0x696e7374;
 const LOCK_NODE = sql('verify_failures_lock', `SELECT pg_advisory_xact_lock(${FAILURES_LOCK}, $1::int)`);
 
-export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig): Promise<AuditReport> {
+export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig, server = ''): Promise<AuditReport> {
   return db.transaction(async (tx) => {
     const report = emptyReport();
     if (v.failuresPerStrike <= 0) return report;
@@ -59,7 +59,7 @@ export async function strikeFailures(db: Database, failures: readonly { nodeId: 
       await tx.query(LOCK_NODE, [nodeId]);
       const [{ n }] = (await tx.query<{ n: number }>(FAILURES, [nodeId, v.evidenceWindow])) as [{ n: number }];
       if (n < v.failuresPerStrike) continue;
-      const { before, after } = await strike(tx, nodeId, jobId, 'failure', { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow }, v.evidenceWindow, v.strikesToSuspend);
+      const { before, after } = await strike(tx, nodeId, jobId, 'failure', { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow }, v.evidenceWindow, v.strikesToSuspend, server);
       report.strikes.push({ kind: 'failure', nodeId });
       if (after === 'suspended' && before !== 'suspended') {
         const r = await reverse(tx, { nodes: [{ nodeId, seconds: v.evidenceWindow }] }, 'suspended');

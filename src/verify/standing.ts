@@ -34,11 +34,12 @@ const COUNTS = sql('verify_standings', `SELECT s.state, count(*)::int AS n FROM 
   GROUP BY s.state`);
 
 /**
- * A strike (the node lifecycle's transition, src/nodes/sql/standing.ts): the standing before
- * and after. A suspension is applied by the verifier once the caller's transaction commits.
+ * A strike (the node lifecycle's transition, src/nodes/sql/standing.ts), announced as server
+ * `server`'s: the standing before and after. The verifier applies it (struck, or suspended) to
+ * that server's node lifecycle once the caller's transaction commits (verifier.ts told()).
  */
-export async function strike(db: Queryable, nodeId: number, jobId: string, kind: StrikeKind, evidence: Record<string, unknown>, windowSeconds: number, strikesToSuspend: number): Promise<{ before: Standing; after: Standing }> {
-  const { before, after } = await strikeNode(db, nodeId, jobId, kind, evidence, windowSeconds, strikesToSuspend);
+export async function strike(db: Queryable, nodeId: number, jobId: string, kind: StrikeKind, evidence: Record<string, unknown>, windowSeconds: number, strikesToSuspend: number, server = ''): Promise<{ before: Standing; after: Standing }> {
+  const { before, after } = await strikeNode(db, nodeId, jobId, kind, evidence, windowSeconds, strikesToSuspend, server);
   return { before, after };
 }
 

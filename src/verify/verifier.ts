@@ -34,7 +34,7 @@ export interface JobChecks extends CheckQueue { apply(outcome: Outcome): void }
 export interface VerifierOptions {
   verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; jobs: JobChecks; events: VerifierEvents;
   /** The node lifecycle's apply() (nodes/lifecycle.ts): suspensions reach its consumers once committed. */
-  nodes: { apply(outcome: NodeOutcome): void };
+  nodes: { apply(outcome: NodeOutcome): void; readonly server: string };
 }
 
 const FALLBACK_MS = 1_000;
@@ -64,7 +64,7 @@ export class Verifier implements LiveConsumer {
     if ([...o.finished.values()].some((f) => f.state === 'done')) this.jobsDone();
     const giveUps = o.local?.repeatGiveUps;
     if (giveUps?.length) {
-      this.striking = this.striking.then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify))).catch(this.opts.events.error);
+      this.striking = this.striking.then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify, this.opts.nodes.server))).catch(this.opts.events.error);
     }
     if (o.local?.nodeFailures?.length) this.strikeFailures(o.local.nodeFailures);
     const claims = o.local?.requestErrors;
@@ -76,7 +76,7 @@ export class Verifier implements LiveConsumer {
 
   private strikeFailures(failures: readonly { nodeId: number; jobId: string }[]): void {
     if (this.opts.verify.failuresPerStrike <= 0) return;
-    this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify))).catch(this.opts.events.error);
+    this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify, this.opts.nodes.server))).catch(this.opts.events.error);
   }
 
   /**
@@ -123,7 +123,7 @@ export class Verifier implements LiveConsumer {
   private async drain(): Promise<void> {
     // A full batch means more are waiting; a partial one, that the next wake will do.
     for (;;) {
-      const report = await auditBatch(this.db, { ...this.opts, checks: this.opts.jobs });
+      const report = await auditBatch(this.db, { ...this.opts, checks: this.opts.jobs, server: this.opts.nodes.server });
       if (!report) return;
       this.told(report);
       if (this.closed || report.audited + report.setAside.length < AUDIT_BATCH) return;
@@ -134,6 +134,14 @@ export class Verifier implements LiveConsumer {
   private told(report: AuditReport): void {
     for (const outcome of report.outcomes) this.opts.jobs.apply(outcome);
     this.opts.events.audited(report);
+    // The strikes were announced as the node lifecycle's own (nodes/sql/standing.ts), which it
+    // therefore does not hear: each is applied here — `suspended` for the one that suspended its
+    // node, `struck` for the others — and counted once, by this server (issue 53).
+    const suspending = new Set(report.suspended.map((s) => s.nodeId));
+    for (const { nodeId } of report.strikes) {
+      if (suspending.delete(nodeId)) continue;
+      this.opts.nodes.apply({ change: 'struck', nodeId, sessionId: null });
+    }
     for (const { nodeId } of report.suspended) this.opts.nodes.apply({ change: 'suspended', nodeId, sessionId: null });
     if (report.nodeFailures.length > 0 && !this.closed) this.strikeFailures(report.nodeFailures);
   }

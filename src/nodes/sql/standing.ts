@@ -33,10 +33,12 @@ SELECT node_id, nodes_announce($2::text, 'restored', node_id, NULL) AS announced
 /**
  * strike (and suspend, at VERIFY_STRIKES strikes), inside verification's transaction `q`
  * (src/verify/): the standing before and after, and the outcome its caller applies (nodes/lifecycle.ts apply())
- * once that commits. Announced without a server id (verification's statements run without
- * one): every lifecycle applies it, its own included — the consumers' acts are idempotent.
+ * once that commits. Announced as server `server`'s (issue 53; the node lifecycle's id, which
+ * verification is given): that server's lifecycle skips the announcement and applies the
+ * outcome itself, as for every other transition, so that its metrics count the strike as its
+ * own. Empty: unknown — every lifecycle applies it as another's.
  */
-export async function strikeNode(q: Queryable, nodeId: number, jobId: string, kind: StrikeKind, evidence: Record<string, unknown>, windowSeconds: number, strikesToSuspend: number): Promise<{ before: Standing; after: Standing; outcome: NodeOutcome }> {
-  const [row] = await q.query<{ before: Standing; after: Standing; announced: string }>(STRIKE, [nodeId, jobId, kind, JSON.stringify(evidence), windowSeconds, strikesToSuspend, '']);
+export async function strikeNode(q: Queryable, nodeId: number, jobId: string, kind: StrikeKind, evidence: Record<string, unknown>, windowSeconds: number, strikesToSuspend: number, server = ''): Promise<{ before: Standing; after: Standing; outcome: NodeOutcome }> {
+  const [row] = await q.query<{ before: Standing; after: Standing; announced: string }>(STRIKE, [nodeId, jobId, kind, JSON.stringify(evidence), windowSeconds, strikesToSuspend, server]);
   return { before: row!.before, after: row!.after, outcome: parseItem(row!.announced) };
 }
