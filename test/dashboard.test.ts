@@ -197,7 +197,7 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     // Verification at a glance: nothing checked twice here, nobody suspended.
     expect(await page.locator('#net-checked').textContent()).toBe('0.0 %');
     expect(await page.locator('#net-suspended').textContent()).toBe('0');
-    expect(await page.locator('#net-strikes').textContent()).toBe('Strikes in the last 24 h: 0 disagreeing, 0 replayed, 0 too fast, 0 given up, 0 for failed attempts, 0 impostor, 0 false request errors · nodes on probation: 0');
+    expect(await page.locator('#net-strikes').textContent()).toBe('Strikes in the last 24 h: 0 disagreeing, 0 replayed, 0 too fast, 0 given up, 0 for failed attempts, 0 impostor, 0 false request errors, 0 false scores · nodes on probation: 0');
     await page.fill('#node-name', 'rig-oslo-02');
     await page.fill('#node-key', OTHER_KEY);
     await page.click('button:has-text("Show points")');
