@@ -2,16 +2,16 @@
 // jobs/sql/complete.ts, import/results.ts), and their credit part — the job_results insert and
 // every aggregate and cache version it moves — is written once (CREDIT_PART) and included by
 // all of them, or the aggregates the reads are served from would drift apart between write
-// paths. Likewise the "node is suspended" rule (nodes/sql/suspended.ts) and the "live session"
-// rule (nodes/sql/live.ts) in every statement that asks them.
+// paths. Likewise the "node is suspended" rule (db/rules/suspended.ts) and the "live session"
+// rule (db/rules/live.ts) in every statement that asks them.
 import { describe, expect, it } from 'vitest';
 import { CREDIT_PART, CREDIT_REPORTS } from '../src/results/credit.js';
 import { COMPLETE } from '../src/jobs/sql/complete.js';
 import { CREDIT_IMPORT, resultsImport } from '../src/import/results.js';
-import { nodeSuspended } from '../src/nodes/sql/suspended.js';
+import { nodeSuspended } from '../src/db/rules/suspended.js';
 import { LEASE } from '../src/jobs/sql/lease.js';
 import { SUBMIT } from '../src/jobs/sql/submit.js';
-import { liveSession, servingSession } from '../src/nodes/sql/live.js';
+import { liveSession, servingSession } from '../src/db/rules/live.js';
 import { ELIGIBLE, CHECKERS } from '../src/verify/copies.js';
 import { SCORERS } from '../src/verify/scores.js';
 import { SWEEP } from '../src/jobs/sql/sweep.js';
@@ -51,8 +51,8 @@ describe('credit statements', () => {
     for (const f of files) {
       const text = readFileSync(new URL(`../${f}`, import.meta.url), 'utf8');
       if (f !== 'src/results/credit.ts') expect(text.includes('INSERT INTO job_results AS r'), f).toBe(false);
-      if (f !== 'src/nodes/sql/suspended.ts') expect(/node_standing \w+ WHERE \w+\.node_id = [\w.]+ AND \w+\.state = 'suspended'/.test(text), f).toBe(false);
-      if (f !== 'src/nodes/sql/live.ts') expect(/\.disabled_at IS NULL AND \w+\.key_hash = \w+\.node_key_hash\s+AND \w+\.last_seen_at >/.test(text), f).toBe(false);
+      if (f !== 'src/db/rules/suspended.ts') expect(/node_standing \w+ WHERE \w+\.node_id = [\w.]+ AND \w+\.state = 'suspended'/.test(text), f).toBe(false);
+      if (f !== 'src/db/rules/live.ts') expect(/\.disabled_at IS NULL AND \w+\.key_hash = \w+\.node_key_hash\s+AND \w+\.last_seen_at >/.test(text), f).toBe(false);
     }
     expect(LEASE.text).toContain(nodeSuspended('a.node_id'));
     expect(SUBMIT.text).toContain(nodeSuspended('a.node_id'));

@@ -2,7 +2,7 @@
 // minute per model (its queue and throughput, and the quantisations serving it), jobs per minute, recent completions — and a node's own status and last jobs for its operator. Never a
 // prompt or an answer.
 import { sql, type Queryable } from '../db/database.js';
-import { liveSession, modelsDeclared, servingSession } from '../nodes/sql/live.js';
+import { liveSession, modelsDeclared, servingSession } from '../db/rules/live.js';
 
 export interface NetworkView {
   active_nodes: number;
@@ -39,7 +39,7 @@ export interface NodeView {
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
-// A live session of an enabled node, seen within $1 seconds (nodes/sql/live.ts); its declaration younger than $2.
+// A live session of an enabled node, seen within $1 seconds (db/rules/live.ts); its declaration younger than $2.
 const LIVE = liveSession('s', 'n', '$1');
 // Serving: live, declared within $2, its node not suspended (a suspended node serves nothing).
 const SERVING = servingSession('s', 'n', '$1', '$2');

@@ -1,7 +1,7 @@
 // Reading jobs: a user's own job, the network's counts and models, and the operator's views.
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
-import { liveSession, servingSession } from '../nodes/sql/live.js';
+import { liveSession, servingSession } from '../db/rules/live.js';
 import type { JobState } from './states.js';
 import type { Answer, RequestError, Usage } from './answer.js';
 import { chatsSql } from './capabilities.js';
@@ -35,7 +35,7 @@ const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS mo
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
   JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`);
 
-// Live sessions of enabled nodes seen within $1 seconds (nodes/sql/live.ts), with a declaration younger than $2 seconds.
+// Live sessions of enabled nodes seen within $1 seconds (db/rules/live.ts), with a declaration younger than $2 seconds.
 const LIVE = liveSession('s', 'n', '$1');
 // caps: what some node can do with the model (jobs/capabilities.ts bits, OR-ed over its sessions).
 // `chat`: some node serving it answers chat (not an embedding model alone: jobs/capabilities.ts).

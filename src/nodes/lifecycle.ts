@@ -17,10 +17,10 @@ import type { Database, Queryable } from '../db/database.js';
 import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
 import { newKey } from '../keys.js';
 import { LOCAL_KEY_EVENT } from '../repositories/key-events.js';
-import { declareModels, findNodeForRegistration, recordSecretCheck, REGISTER_AFTER_CHECK_SECONDS, type RegistrationNode } from '../repositories/sessions.js';
+import { declareModels, findNodeForRegistration, type RegistrationNode } from '../repositories/sessions.js';
+import { recordSecretCheck, REGISTER_AFTER_CHECK_SECONDS } from './secret-checks.js';
 import { isKeyOf } from '../keys.js';
 import { NodeDisabledError, Registrations, type Refused, type Registered, type Registration } from './registration.js';
-import type { GiveUp, ReleaseWhich } from '../jobs/sql/release.js';
 import { NODES_CHANNEL, itemOf, parseItem, parsePayload, type NodeConsumer, type NodeOutcome } from './outcome.js';
 import { ADD } from './sql/add.js';
 import { SET_ACCESS } from './sql/access.js';
@@ -30,8 +30,14 @@ import { RESTORE } from './sql/standing.js';
 import { REVOKE_KEY } from './sql/keys.js';
 import { resolveKey } from '../repositories/api-keys.js';
 
-/** The job lifecycle, as ending a node's access uses it. */
-export interface LeaseRelease { release(which: ReleaseWhich, outcome: GiveUp): Promise<void> }
+/**
+ * The leases a change that ended access hands back: a session's, or a node's (its whole key).
+ * The job lifecycle (jobs/lifecycle.ts release, one layer up) is one: this layer names only what
+ * it asks of it.
+ */
+export type ReleaseWhich = { sessionId: number } | { nodeId: number };
+/** The job lifecycle, as ending a node's access uses it (leases end as given back: `released`). */
+export interface LeaseRelease { release(which: ReleaseWhich, outcome: 'released'): Promise<void> }
 
 export class NodeExistsError extends Error {
   constructor(name: string) { super(`a node named "${name}" already exists`); }

@@ -14,7 +14,8 @@
 // one use.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Database, Queryable } from '../db/database.js';
-import { findNodeForRegistration, giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck, type RegistrationNode } from '../repositories/sessions.js';
+import { findNodeForRegistration, type RegistrationNode } from '../repositories/sessions.js';
+import { giveBackSecretCheck, REGISTER_AFTER_CHECK_SECONDS, useSecretCheck } from './secret-checks.js';
 import { isKeyOf } from '../keys.js';
 import type { NodeOutcome } from './outcome.js';
 

@@ -1,6 +1,6 @@
 // Models as workers name them, with an optional points_per_job (NULL: the configured default).
 import { sql, type Queryable } from '../db/database.js';
-import { servingSession } from '../nodes/sql/live.js';
+import { servingSession } from '../db/rules/live.js';
 
 export interface ModelListing { name: string; points_per_job: number | null; nodes: number }
 

@@ -1,7 +1,7 @@
 // Nodes and their keys: what authentication and the CLI read. Their changes are the node
 // lifecycle's (src/nodes/lifecycle.ts).
 import { sql, type Queryable } from '../db/database.js';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { nodeSuspended } from '../db/rules/suspended.js';
 
 /** suspended: its answers failed verification (src/verify/standing.ts). */
 export interface NodeRow { id: number; name: string; disabled: boolean; suspended: boolean }

@@ -5,8 +5,7 @@
 // node's key the one it began with (rotating the key voids every session of the node).
 import { sql, type Queryable } from '../db/database.js';
 import { NODE_SUSPENDED, type NodeRow } from './nodes.js';
-import { modelsDeclared, sessionHolds } from '../nodes/sql/live.js';
-import { DROP_SPENT, GIVE_BACK, RECORD_CHECK, USE_CHECK } from '../nodes/sql/secret-checks.js';
+import { modelsDeclared, sessionHolds } from '../db/rules/live.js';
 
 export interface SessionRow {
   id: number;
@@ -26,8 +25,6 @@ export interface SessionListing { node: string; session: number; node_version: s
 
 const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended, n.key_hash
   FROM nodes n WHERE n.name = $1::text`);
-/** How long a check_node_secret lets its address register the node without the key (routes/worker/register-node.ts). */
-export const REGISTER_AFTER_CHECK_SECONDS = 60;
 
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
@@ -64,29 +61,6 @@ export type RegistrationNode = NodeRow & { key_hash: string };
 export async function findNodeForRegistration(db: Queryable, name: string): Promise<RegistrationNode | undefined> {
   const [row] = await db.query<RegistrationNode>(NODE_FOR_REGISTRATION, [name]);
   return row ? { ...row, id: Number(row.id) } : undefined;
-}
-
-/** A check_node_secret success: `keyHash` is the hash of the key it proved. */
-export async function recordSecretCheck(db: Queryable, nodeId: number, clientAddr: string, keyHash: string, withinSeconds: number): Promise<void> {
-  await db.query(RECORD_CHECK, [nodeId, clientAddr, keyHash, withinSeconds]);
-}
-
-/** A check's registration taken by useSecretCheck: the key it proved, and when. */
-export interface SpentCheck { key_hash: string; checked_at: Date }
-
-/**
- * Uses one registration of the check of this node from this address, if one was made within
- * `withinSeconds` with the node's current key, else undefined. Each check serves one.
- */
-export async function useSecretCheck(db: Queryable, nodeId: number, clientAddr: string, withinSeconds: number): Promise<SpentCheck | undefined> {
-  const [row] = await db.query<SpentCheck & { uses: number }>(USE_CHECK, [nodeId, clientAddr, withinSeconds]);
-  if (row?.uses === 0) await db.query(DROP_SPENT, [nodeId, clientAddr]);
-  return row ? { key_hash: row.key_hash, checked_at: new Date(row.checked_at) } : undefined;
-}
-
-/** Gives a registration taken by useSecretCheck back to the check it came from (its answer was not delivered). */
-export async function giveBackSecretCheck(db: Queryable, nodeId: number, clientAddr: string, check: SpentCheck): Promise<void> {
-  await db.query(GIVE_BACK, [nodeId, clientAddr, check.checked_at.toISOString(), check.key_hash]);
 }
 
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {

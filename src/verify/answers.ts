@@ -5,7 +5,7 @@
 // bit_count settles the distance. An answer several nodes gave (a refusal template) is a
 // stock answer, not a replay.
 import { sql, type Queryable } from '../db/database.js';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { nodeSuspended } from '../db/rules/suspended.js';
 import { distance } from './text.js';
 
 export interface Fingerprint {

@@ -21,8 +21,8 @@
 //   either scorer is suspended since is not sent.
 import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
-import { doneQuantization } from '../nodes/sql/declared-build.js';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { doneQuantization } from '../db/rules/declared-build.js';
+import { nodeSuspended } from '../db/rules/suspended.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';

@@ -7,7 +7,7 @@
 // (jobs/sql/queue-checks.ts); this module decides which, and where.
 import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
-import { servingSession } from '../nodes/sql/live.js';
+import { servingSession } from '../db/rules/live.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { chatsSql } from '../jobs/capabilities.js';
 import type { Check } from '../jobs/sql/queue-checks.js';

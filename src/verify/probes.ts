@@ -11,7 +11,7 @@
 import { randomInt, randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
 import { chatsSql } from '../jobs/capabilities.js';
-import { servingSession } from '../nodes/sql/live.js';
+import { servingSession } from '../db/rules/live.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { randomSeed, type JobRequest } from '../jobs/request.js';
 import type { Check } from '../jobs/sql/queue-checks.js';

@@ -20,8 +20,8 @@
 // - Thresholds: each check is judged with its group's (the model, the scores' method, the judged
 //   node's declared quantisation; thresholds.ts), the defaults where none were calibrated.
 import { randomUUID } from 'node:crypto';
-import { doneQuantization } from '../nodes/sql/declared-build.js';
-import { servingSession } from '../nodes/sql/live.js';
+import { doneQuantization } from '../db/rules/declared-build.js';
+import { servingSession } from '../db/rules/live.js';
 import { sql, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { CAPABILITIES } from '../jobs/capabilities.js';

@@ -21,7 +21,7 @@
 // honest under p1 = 0.8. With 3 × p0 the break-even rate (where evidence turns positive) is
 // about 1.9 × p0 — e.g. 30 % for p0 = 0.16 — and every group up to p0 = 0.166 can be judged.
 import { sql, type Database, type Queryable } from '../db/database.js';
-import { nodeSuspended } from '../nodes/sql/suspended.js';
+import { nodeSuspended } from '../db/rules/suspended.js';
 import { DEFAULT_THRESHOLDS, MIN_POSITIONS, P0, P1, type Thresholds } from './token-stats.js';
 
 /** One-sided 99.9 % normal quantile. */

@@ -7,7 +7,7 @@
 // whoever ends a lease first (a report, the sweep, a release, a cancel) wins.
 import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
-import { nodeSuspended } from '../../nodes/sql/suspended.js';
+import { nodeSuspended } from '../../db/rules/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
 import { estimateAnswerTokens, mostCompletionTokens, OTHER_REQUEST_ERROR, REQUEST_ERROR_MESSAGES, type Answer, type RequestError, type Usage } from '../answer.js';
 import type { JobState } from '../states.js';

@@ -5,8 +5,8 @@
 // its job row (jobs) wherever both change — completion, release, cancel and the sweep. This
 // statement only locks queued jobs, which no open lease points to.
 import { sql, type Queryable } from '../../db/database.js';
-import { nodeSuspended } from '../../nodes/sql/suspended.js';
-import { sessionHolds } from '../../nodes/sql/live.js';
+import { nodeSuspended } from '../../db/rules/suspended.js';
+import { sessionHolds } from '../../db/rules/live.js';
 import type { JobRequest } from '../request.js';
 import { fitsSql } from '../context.js';
 
@@ -53,7 +53,7 @@ ${name}_second AS (
 // asks of the same session (1-based); $7..$9 the groups: group, model ids (array literal),
 // count; $10 the lease timeout in seconds. An ask whose session would exceed its capacity is
 // answered `over_capacity` and gets nothing; a suspended node's ask gets nothing either, nor one
-// whose session no longer holds (ended, its node disabled or given a new key: nodes/sql/live.ts). Two
+// whose session no longer holds (ended, its node disabled or given a new key: db/rules/live.ts). Two
 // groups with overlapping models may pick the same job (a statement does not skip its own
 // locks): it goes to the first group, and the other ask stays waiting for the next round.
 // Copies of jobs being verified (verify_of, src/verify/) go first: each group takes its oldest

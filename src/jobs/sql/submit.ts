@@ -8,8 +8,8 @@
 // this server, and no older queued job, is leased to that worker here and now (a hand-off: the
 // dispatcher's claim()), as jobs_lease would; the others are queued.
 import { sql, type Queryable } from '../../db/database.js';
-import { nodeSuspended } from '../../nodes/sql/suspended.js';
-import { servingSession, sessionHolds } from '../../nodes/sql/live.js';
+import { nodeSuspended } from '../../db/rules/suspended.js';
+import { servingSession, sessionHolds } from '../../db/rules/live.js';
 import { BYTES_PER_TOKEN } from '../context.js';
 import { parseItems, type Outcome } from '../outcome.js';
 import type { JobRequest } from '../request.js';
@@ -19,7 +19,7 @@ import type { JobRequest } from '../request.js';
 // hand-offs of the same session; $10 the lease timeout in seconds; $11 this server's id; $12
 // the output tokens each job reserves; $13, $14 the default daily quotas of jobs and tokens
 // (NULL: none) for keys without their own. A hand-off holds only if the session still holds (not
-// ended, its node enabled and with the same key: nodes/sql/live.ts), is below its capacity and its
+// ended, its node enabled and with the same key: db/rules/live.ts), is below its capacity and its
 // node not suspended, as in jobs_lease; otherwise the job is queued.
 //
 // Quota: an owner's jobs in this batch, in order, fit while its count and its tokens (reserved

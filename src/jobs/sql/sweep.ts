@@ -5,7 +5,7 @@
 // the open jobs past their deadline, and fails the queued jobs no node may take any more.
 // jobs/sweeper.ts runs it.
 import { sql, type Database } from '../../db/database.js';
-import { servingSession } from '../../nodes/sql/live.js';
+import { servingSession } from '../../db/rules/live.js';
 import { parseItems, type Outcome } from '../outcome.js';
 
 // Any constant shared by all servers: "ins_sw" in ASCII.

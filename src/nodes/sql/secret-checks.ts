@@ -2,7 +2,7 @@
 // proves the node's key from an address, and lets that address register the node once per
 // check without sending the key (routes/worker/register-node.ts). The node's own state, so its
 // statements live with the node lifecycle's; nothing caches them, so they announce nothing.
-// Run by repositories/sessions.ts inside the registration's transaction.
+// Run by nodes/secret-checks.ts (in the registration's transaction for a use).
 import { sql } from '../../db/database.js';
 
 // A check proves the key whose hash it records ($3), at one address, for one more registration

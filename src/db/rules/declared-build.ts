@@ -1,6 +1,6 @@
 // The quantisation a node declared for a model (session_model_builds, issue 31) in the session
 // that did a job: its done lease's. Included as text by the statements that record or judge by
-// it (src/verify/scores.ts, src/verify/canaries.ts), for the reason src/nodes/sql/suspended.ts
+// it (src/verify/scores.ts, src/verify/canaries.ts), for the reason src/db/rules/suspended.ts
 // gives: a function with a subquery would be an opaque call per row. The aliases are ones no
 // such statement uses.
 

@@ -1,4 +1,4 @@
-// The one "live session" rule, included as text (like nodes/sql/suspended.ts, and for the same
+// The one "live session" rule, included as text (like db/rules/suspended.ts, and for the same
 // reason: a SQL function with a subquery is never inlined) by every statement that asks which
 // nodes are online now: the network's and /v1/models' counts (src/jobs/network.ts, read.ts),
 // who may run a copy or a score check (src/verify/copies.ts, scores.ts), and whether a queued
