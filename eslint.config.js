@@ -45,6 +45,8 @@ zones.push(
   { target: './src/ledger-client', from: [...SERVER, './src/worker'], message: 'ins ledger verify --server checks the service over HTTP only (docs/architecture.md)' },
   { target: './src/auth', from: ['./src/import'], message: 'auth and import are independent (docs/architecture.md)' },
   { target: './src/import', from: ['./src/auth'], message: 'auth and import are independent (docs/architecture.md)' },
+  // Routes are a schema and one call down into the domain (the service's parts), never into SQL.
+  { target: './src/routes', from: ['./src/repositories', './src/db/rules'], message: 'a route makes one call down into the domain, not into repositories/ (docs/architecture.md)' },
 );
 
 export default tseslint.config(

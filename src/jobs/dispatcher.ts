@@ -173,10 +173,11 @@ export class Dispatcher implements LiveConsumer {
     if (session.models.length === 0) return this.sleep(waitMs, gone);
     return new Promise((resolve) => {
       const capsOf = new Map(session.models.map((m, i) => [m, session.caps?.[i] ?? 0]));
-      const contextOf = new Map(session.models.map((m, i) => [m, session.contexts?.[i] ?? 0]));
       const models = [...session.models].sort((a, b) => a - b);
       const caps = models.map((m) => capsOf.get(m)!);
-      const contexts = models.map((m) => contextOf.get(m)!);
+      // Most sessions declare no context (the seed's worker never does): no map to build then.
+      const declared = session.contexts?.some((c) => c > 0) ? new Map(session.models.map((m, i) => [m, session.contexts![i] ?? 0])) : undefined;
+      const contexts = models.map((m) => declared?.get(m) ?? 0);
       const w: Waiter = { session, models, caps, contexts, groupKey: `${models.join(',')}|${caps.join(',')}|${contexts.join(',')}`, once: waitMs <= 0, gone, settled: false, settle: () => {} };
       w.settle = (job) => {
         if (w.settled) return;

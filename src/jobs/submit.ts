@@ -59,7 +59,8 @@ export interface HandOff {
   settleClaim(claim: Claim, job: LeasedJob | null): void;
 }
 
-interface Pending extends SubmitRow { model: string }
+/** `estimate`: the request's estimated tokens (jobs/context.ts), worked out once per submission. */
+interface Pending extends SubmitRow { model: string; estimate: number }
 
 /** Told of each committed submission: its id, owner and model, and whether it went straight to a worker. */
 export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, handed: boolean) => void;
@@ -88,8 +89,7 @@ export class Submitter {
         const byModel = handOff.claim(counts);
         for (const r of plain) {
           const list = byModel.get(r.modelId);
-          const estimate = estimatedTokens(Buffer.byteLength(JSON.stringify(r.request)));
-          const i = list?.findIndex((c) => c.context <= 0 || estimate <= c.context) ?? -1;
+          const i = list?.findIndex((c) => c.context <= 0 || r.estimate <= c.context) ?? -1;
           if (i >= 0) claims.set(r, list!.splice(i, 1)[0]!);
         }
         for (const list of byModel.values()) for (const c of list) handOff.settleClaim(c, null);
@@ -128,11 +128,13 @@ export class Submitter {
     const modelId = await ensureModelIdFor(this.db, s.model, { key: s.ownerKeyId }, NEW_MODELS_PER_KEY_PER_DAY);
     if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
     const request = { ...s.request, seed: s.request.seed ?? randomSeed() };
-    await this.checkContext(modelId, request);
+    // Serialised once: the check against the nodes' contexts and the hand-off's both use it.
+    const estimate = estimatedTokens(Buffer.byteLength(JSON.stringify(request)));
+    await this.checkContext(modelId, request, estimate);
     // An embeddings job generates no output tokens: it reserves none (and is charged none,
     // sql/complete.ts), so a key with less than the reserve left can still embed.
     const reserve = (s.request.needs ?? 0) & CAPABILITIES.embeddings ? 0 : s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
-    const job = { id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve };
+    const job = { id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve, estimate };
     let refused = await this.batcher.load(job);
     for (let n = 0; refused === 'retry' && n < RETRIES; n++) refused = await this.batcher.load(job);
     if (refused === 'reserve') throw new ReserveOverQuota(reserve, s.request.max_output > 0);
@@ -147,8 +149,8 @@ export class Submitter {
    * shorter one fits any context a node declares in practice, and if it does not, it waits for a
    * node that can hold it, as a job of a model nobody serves does.
    */
-  private async checkContext(modelId: number, request: JobRequest): Promise<void> {
-    if (estimatedTokens(Buffer.byteLength(JSON.stringify(request))) <= CHECKED_FROM) return;
+  private async checkContext(modelId: number, request: JobRequest, estimate: number): Promise<void> {
+    if (estimate <= CHECKED_FROM) return;
     const [room] = await this.db.query<{ nodes: number; fit: number; longest: number; estimate: number }>(CONTEXT_ROOM,
       [modelId, JSON.stringify(request), request.needs ?? 0, this.online.onlineWindow, this.online.modelsTtl]);
     if (room && room.nodes > 0 && room.fit === 0) throw new ContextTooLong(room.estimate, room.longest);

@@ -20,6 +20,7 @@ import { LOCAL_KEY_EVENT } from '../repositories/key-events.js';
 import { declareModels, findNodeForRegistration, type RegistrationNode } from '../repositories/sessions.js';
 import { recordSecretCheck, REGISTER_AFTER_CHECK_SECONDS } from './secret-checks.js';
 import { isKeyOf } from '../keys.js';
+import { declareSession, type Declaration } from './declaration.js';
 import { NodeDisabledError, Registrations, type Refused, type Registered, type Registration } from './registration.js';
 import { NODES_CHANNEL, itemOf, parseItem, parsePayload, type NodeConsumer, type NodeOutcome } from './outcome.js';
 import { ADD } from './sql/add.js';
@@ -190,6 +191,14 @@ export class NodeLifecycle {
     const announced = await declareModels(this.db, sessionId, modelIds, caps, this.server, contexts);
     if (announced) this.apply(parseItem(announced));
     return announced === undefined ? undefined : announced !== null;
+  }
+
+  /**
+   * update_models: the session's models, capabilities, builds and contexts (nodes/declaration.ts);
+   * undefined: no live session. Throws DeclarationRefused.
+   */
+  declareModels(session: { id: number; nodeId: number }, d: Declaration, windows: { onlineWindow: number; modelsTtl: number }): Promise<{ names: string[]; ignored: string[] } | undefined> {
+    return declareSession(this.db, (id, models, caps, contexts) => this.declare(id, models, caps, contexts), session, d, windows);
   }
 
   /** restore (ins node reinstate): back to trusted, strikes so far forgotten; false when the node is trusted already or unknown. */
