@@ -22,16 +22,13 @@
 //   every reference, unstruck; a 1 %-noised honest node alone answers CANARY_JOBS' references
 //   with no evidence against it (it parts from a reference only at near ties).
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import { DEFAULT_VERIFY } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
-import { aggregatesAndRecomputation } from './helpers/aggregates.js';
-import { nodeRecords, ownRound } from './helpers/audits.js';
-import { totalPoints } from './helpers/state.js';
+import { tokenAudits, ownRound } from './helpers/audits.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -71,22 +68,9 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     for (const n of nodes) await node(n);
     return new TestUser(t.app, await t.addUser());
   };
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
-  // Settled: no job open that a node in good standing could still run, nothing left to audit (a
-  // check that only a node since suspended could run waits for its deadline: it changes nothing).
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
-      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
-    OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
-  const { standing, pointsOf } = nodeRecords(() => t.db);
+  const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
   const submit = async (user: TestUser, n: number) => {
     for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) });
-  };
-  const pointsExact = async () => {
-    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
-    expect(await totalPoints(t.db)).toBe(done!.n);
-    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
-    expect(stored).toEqual(recomputed);
   };
 
   /** A convicted node's strikes: by its test (tokens forced: within 3 judged answers) or by text copies. */

@@ -14,7 +14,6 @@
 //   OPENAI_WORDPIECE_JOBS jobs, their answers' tokens kept and scored; an impostor of the same
 //   vocabulary is suspended by its 5th judged answer (one long enough to judge: MIN_POSITIONS).
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import { Gguf } from '../src/worker/gguf.js';
 import { createBackend } from '../src/worker/backends.js';
 import type { Backend } from '../src/worker/backend.js';
@@ -26,9 +25,7 @@ import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { startLogprobBackend, type LogprobBackend } from './helpers/logprob-backends.js';
-import { nodeRecords } from './helpers/audits.js';
-import { aggregatesAndRecomputation } from './helpers/aggregates.js';
-import { totalPoints } from './helpers/state.js';
+import { tokenAudits } from './helpers/audits.js';
 
 const models = tinyModels();
 const MODEL = 'tiny:wordpiece';
@@ -134,20 +131,9 @@ describe('token-level checks with `ins worker --backend openai` on a word-piece 
     }
     return new TestUser(t.app, await t.addUser());
   };
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
-      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
-    OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
-  const { standing, pointsOf } = nodeRecords(() => t.db);
+  const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
   const submit = async (user: TestUser, n: number) => {
     for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
-  };
-  const pointsExact = async () => {
-    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
-    expect(await totalPoints(t.db)).toBe(done!.n);
-    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
-    expect(stored).toEqual(recomputed);
   };
 
   it(`three honest vLLM nodes (two with 1 % weight noise), every answer checked: 0 strikes over ${JOBS} jobs`, { timeout: 1_800_000 }, async () => {

@@ -15,7 +15,6 @@
 //   answers' tokens reported and scored; an impostor (another seed, the same vocabulary) is
 //   suspended by its 5th judged answer.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { sql } from '../src/db/database.js';
 import { Gguf } from '../src/worker/gguf.js';
 import { answerStats, freshTest, observe, P0, P1, type AnswerStats, type NodeTest } from '../src/verify/token-stats.js';
 import { backends } from './helpers/db.js';
@@ -23,9 +22,7 @@ import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
-import { nodeRecords } from './helpers/audits.js';
-import { aggregatesAndRecomputation } from './helpers/aggregates.js';
-import { totalPoints } from './helpers/state.js';
+import { tokenAudits } from './helpers/audits.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -119,20 +116,9 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
     }
     return new TestUser(t.app, await t.addUser());
   };
-  const q = async <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
-      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
-    OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
-  const { standing, pointsOf } = nodeRecords(() => t.db);
+  const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
   const submit = async (user: TestUser, n: number) => {
     for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
-  };
-  const pointsExact = async () => {
-    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
-    expect(await totalPoints(t.db)).toBe(done!.n);
-    const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
-    expect(stored).toEqual(recomputed);
   };
 
   it(`three honest nodes (two with 1 % weight noise), every answer checked on the tokens it was generated as: 0 strikes over ${JOBS} jobs`, { timeout: 3_600_000 }, async () => {

@@ -3,6 +3,9 @@
 import { sql, type Database } from '../../src/db/database.js';
 import { maintain, type MaintenanceOptions } from '../../src/verify/maintenance.js';
 import { until as waitFor } from './wait.js';
+import { expect } from 'vitest';
+import { totalPoints } from './state.js';
+import { aggregatesAndRecomputation } from './aggregates.js';
 
 /** `db` is read at each call: tests start a new app (and database) per test. */
 export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?: () => Promise<string> } = {}) {
@@ -11,6 +14,28 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
   const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
   const until = (what: string, ok: () => Promise<boolean>, ms = o.timeoutMs ?? 60_000) => waitFor(what, ok, ms, o.detail);
   return { q, settled, until, ...nodeRecords(db) };
+}
+
+/**
+ * For the token-level audits with real nodes (test/token-audit-*.test.ts), `db` read at each call:
+ * a query, "settled" (no job open that a node in good standing could still run, nothing left to
+ * audit: a check only a node since suspended could run waits for its deadline and changes
+ * nothing), every strike with its node's name, and the points exactly the successes, with every
+ * aggregate equal to its recomputation.
+ */
+export function tokenAudits(db: () => Database) {
+  const q = async <T>(name: string, text: string, values: unknown[] = []) => db().query<T>(sql(name, text), values);
+  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
+      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
+    OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
+  const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
+  const pointsExact = async () => {
+    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
+    expect(await totalPoints(db())).toBe(done!.n);
+    const { stored, recomputed } = await aggregatesAndRecomputation(db());
+    expect(stored).toEqual(recomputed);
+  };
+  return { q, settled, strikes, pointsExact, ...nodeRecords(db) };
 }
 
 /** What the verifier left of a node, by name: its standing ('trusted' while it has none) and its points. `db` is read at each call. */
