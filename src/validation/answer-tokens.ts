@@ -28,8 +28,12 @@ export const tokenBytes = (t: WireToken): Buffer => (typeof t === 'string' ? Buf
 /** Most tokens a report may carry (the body limit bounds them anyway: a token is at least one byte). */
 export const MAX_ANSWER_TOKENS = 1_000_000;
 
-const isByteArray = (v: unknown): v is number[] =>
-  Array.isArray(v) && v.length > 0 && v.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0 && b <= 255);
+/** A list of byte values (whole numbers 0 to 255), empty or not: a logprobs entry's `bytes` too (worker/backend.ts pieceOf). */
+export const isByteValues = (v: unknown): v is number[] =>
+  Array.isArray(v) && v.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0 && b <= 255);
+
+/** A well-formed wire token: a non-empty string, or a non-empty list of byte values. */
+const isWireToken = (t: unknown): t is WireToken => (typeof t === 'string' && t.length > 0) || (isByteValues(t) && t.length > 0);
 
 /**
  * `v` as the tokens of `text`, or why not: a list of non-empty tokens (strings, or arrays of byte
@@ -41,7 +45,7 @@ export function answerTokensOf(v: unknown, text: string): { tokens: WireToken[] 
   const want = Buffer.from(text, 'utf8');
   let at = 0;
   for (const [i, t] of v.entries()) {
-    if (!(typeof t === 'string' && t.length > 0) && !isByteArray(t)) {
+    if (!isWireToken(t)) {
       return { error: `result.tokens[${i}] is neither a non-empty string nor a non-empty list of byte values (whole numbers 0 to 255)` };
     }
     const bytes = tokenBytes(t);
@@ -57,5 +61,5 @@ export function answerTokensOf(v: unknown, text: string): { tokens: WireToken[] 
 /** `v` when it is a list of well-formed tokens (what a score check's params.score.tokens carry), else undefined. */
 export function tokensOf(v: unknown): WireToken[] | undefined {
   if (!Array.isArray(v) || v.length > MAX_ANSWER_TOKENS) return undefined;
-  return v.every((t) => (typeof t === 'string' && t.length > 0) || isByteArray(t)) ? (v as WireToken[]) : undefined;
+  return v.every(isWireToken) ? v : undefined;
 }

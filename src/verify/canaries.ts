@@ -26,6 +26,7 @@ import { nodeSuspended } from '../db/rules/suspended.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
+import type { WireToken } from '../validation/answer-tokens.js';
 import { ANSWER_CAP, MARGIN, TEMPERATURE_FLOOR } from './token-stats.js';
 
 /** References kept per model (the newest). */
@@ -120,11 +121,11 @@ export function canaryVerdict(answer: string, reference: string, gaps: readonly 
  * a scorer's top-1). The tokens are the node's as it reported them (`params.score.tokens`), or
  * one per character where the scores have one position per character; otherwise unknown (null).
  */
-export function referenceGaps(answer: string, tokens: unknown, a: Scores, b: Scores): number[] | null {
+export function referenceGaps(answer: string, tokens: readonly WireToken[] | undefined, a: Scores, b: Scores): number[] | null {
   const n = Math.min(a.rank.length, b.rank.length);
   const confidence = (i: number) => Math.min(a.rank[i] === 1 ? a.gap[i]! : 0, b.rank[i] === 1 ? b.gap[i]! : 0);
   let lengths: number[];
-  if (Array.isArray(tokens) && tokens.every((t) => typeof t === 'string')) lengths = tokens.map((t: string) => t.length);
+  if (tokens?.every((t) => typeof t === 'string')) lengths = tokens.map((t) => t.length);
   else if (a.rank.length === answer.length && b.rank.length === answer.length) lengths = Array<number>(answer.length).fill(1);
   else return null;
   if (lengths.length > n) return null;

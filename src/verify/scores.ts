@@ -215,7 +215,7 @@ interface Move { nodeId: number; jobId: string; modelId: number; check: DoneChec
  * model generated (every real vocabulary has many splits of one text), and an honest answer
  * then looks foreign to every honest scorer alike: such evidence never convicts by itself.
  */
-export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray((request.params?.score as { tokens?: unknown } | undefined)?.tokens);
+export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray(request.params?.score?.tokens);
 
 /**
  * Judges the score checks done (their ids). No node is convicted on one party's word
@@ -331,7 +331,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
         const answer = c.request.params.score.answer;
         const first = others.get(s.spot);
         references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer, vouched: [c.node_id!, s.checker, c.checker_id], seen: exclude,
-          gaps: first && c.scores ? referenceGaps(answer, (c.request.params.score as { tokens?: unknown }).tokens, first, c.scores) : null });
+          gaps: first && c.scores ? referenceGaps(answer, c.request.params.score.tokens, first, c.scores) : null });
       }
     } else if (s.decides) {
       // A third scorer: the side it takes wins, the scorer it contradicts is struck.

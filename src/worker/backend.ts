@@ -5,7 +5,7 @@
 import { http, type HttpResponse } from './http.js';
 import type { ChatParams, ToolCall } from './chat-wire.js';
 import type { AnswerScore, CompactScore } from './scoring.js';
-import { wireToken, type WireToken } from '../validation/answer-tokens.js';
+import { isByteValues, wireToken, type WireToken } from '../validation/answer-tokens.js';
 
 export interface BackendJob {
   model: string;
@@ -177,7 +177,7 @@ export function vectorsOf(v: unknown, inputs: number, what: string): string[] {
 export function pieceOf(e: unknown): Buffer[] {
   if (typeof e !== 'object' || e === null) return [];
   const { token, bytes } = e as { token?: unknown; bytes?: unknown };
-  if (Array.isArray(bytes) && bytes.every((b) => typeof b === 'number' && Number.isInteger(b) && b >= 0 && b <= 255)) return [Buffer.from(bytes as number[])];
+  if (isByteValues(bytes)) return [Buffer.from(bytes)];
   return typeof token === 'string' ? [Buffer.from(token, 'utf8')] : [];
 }
 
