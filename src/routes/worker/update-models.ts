@@ -50,48 +50,50 @@ export function updateModelsRoute(app: App, deps: Deps): void {
   }));
 }
 
-/** The declared context lengths by model name (models not declared in `models` are ignored later); 422 when malformed. */
-function limitsOf(v: unknown): Map<string, number> {
-  const out = new Map<string, number>();
+/**
+ * An object of model name → object (`limits`, `builds`: models not declared in `models` are
+ * ignored later), each entry read by `each` (undefined: nothing declared for it); 422 when
+ * malformed, with `shape` saying what was expected.
+ */
+function perModel<T>(field: string, v: unknown, shape: { whole: string; entry: string }, each: (model: string, entry: Record<string, unknown>) => T | undefined): Map<string, T> {
+  const out = new Map<string, T>();
   if (v === undefined) return out;
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(['limits'], 'limits: expected an object of model → {context_length}', v);
-  if (Object.keys(v).length > 1000) throw invalid(['limits'], 'limits: at most 1000 models', null);
-  for (const [model, l] of Object.entries(v)) {
-    if (typeof l !== 'object' || l === null || Array.isArray(l)) throw invalid(['limits', model], 'limits: expected an object with an optional context_length', l);
-    const c = (l as Record<string, unknown>).context_length;
-    if (c === undefined || c === null) continue;
-    if (typeof c !== 'number' || !Number.isInteger(c) || c < 1 || c > MAX_DECLARED_CONTEXT) {
-      throw invalid(['limits', model, 'context_length'], `limits: context_length must be an integer from 1 to ${MAX_DECLARED_CONTEXT} (tokens)`, c);
-    }
-    out.set(model, c);
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid([field], `${field}: expected an object of ${shape.whole}`, v);
+  if (Object.keys(v).length > 1000) throw invalid([field], `${field}: at most 1000 models`, null);
+  for (const [model, e] of Object.entries(v)) {
+    if (typeof e !== 'object' || e === null || Array.isArray(e)) throw invalid([field, model], `${field}: expected an object with ${shape.entry}`, e);
+    const got = each(model, e as Record<string, unknown>);
+    if (got !== undefined) out.set(model, got);
   }
   return out;
 }
+
+/** The declared context lengths by model name; 422 when malformed. */
+const limitsOf = (v: unknown): Map<string, number> => perModel('limits', v, { whole: 'model → {context_length}', entry: 'an optional context_length' }, (model, l) => {
+  const c = l.context_length;
+  if (c === undefined || c === null) return undefined;
+  if (typeof c !== 'number' || !Number.isInteger(c) || c < 1 || c > MAX_DECLARED_CONTEXT) {
+    throw invalid(['limits', model, 'context_length'], `limits: context_length must be an integer from 1 to ${MAX_DECLARED_CONTEXT} (tokens)`, c);
+  }
+  return c;
+});
 
 const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 
 /** FastAPI's 422 (a pydantic value error at `loc`), as the schema's own checks answer. */
 const invalid = (loc: (string | number)[], error: string, input: unknown) => new RequestValidationError([valueError(['body', ...loc], error, input)]);
 
-/** The declared builds by model name (models not declared in `models` are ignored later); 422 when malformed. */
-function buildsOf(v: unknown): Map<string, ModelBuild> {
-  const out = new Map<string, ModelBuild>();
-  if (v === undefined) return out;
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(['builds'], 'builds: expected an object of model → {digest, quantization}', v);
-  if (Object.keys(v).length > 1000) throw invalid(['builds'], 'builds: at most 1000 models', null);
-  for (const [model, b] of Object.entries(v)) {
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) throw invalid(['builds', model], 'builds: expected an object with optional digest and quantization', b);
-    const build: ModelBuild = {};
-    for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
-      const x = (b as Record<string, unknown>)[field];
-      if (x === undefined || x === null) continue;
-      // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
-      if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
-        throw invalid(['builds', model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
-      }
-      build[field] = x;
+/** The declared builds by model name; 422 when malformed. */
+const buildsOf = (v: unknown): Map<string, ModelBuild> => perModel('builds', v, { whole: 'model → {digest, quantization}', entry: 'optional digest and quantization' }, (model, b) => {
+  const build: ModelBuild = {};
+  for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
+    const x = b[field];
+    if (x === undefined || x === null) continue;
+    // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
+    if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
+      throw invalid(['builds', model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
     }
-    if (build.digest !== undefined || build.quantization !== undefined) out.set(model, build);
+    build[field] = x;
   }
-  return out;
-}
+  return build.digest !== undefined || build.quantization !== undefined ? build : undefined;
+});
