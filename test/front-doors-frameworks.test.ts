@@ -79,7 +79,7 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
     execute: async ({ city }) => weatherOf(city),
   });
 
-  /** generateText and streamText, the same on either provider's door. */
+  /** generateText, streamText and a streamed tool loop, the same on either provider's door. */
   function plainCalls(kind: (typeof KINDS)[number], lm: () => LanguageModel): void {
     const model = `${kind}-model`;
     it('generateText', async () => {
@@ -97,6 +97,17 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
       expect(text).toBe(`echo(${model}): The quick brown fox`);
       expect(await r.finishReason).toBe('stop');
       expect(await r.text).toBe(text);
+    });
+
+    it('a tool loop, streamed', async () => {
+      const r = await withToolCall(kind, 'Lyon', async () => {
+        const s = streamText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Lyon?', maxRetries: 0, onError: () => {} });
+        let text = '';
+        for await (const piece of s.textStream) text += piece;
+        return { text, steps: await s.steps };
+      });
+      expect(r.steps).toHaveLength(2);
+      expect(r.text).toBe(`echo(${model}): ${weatherOf('Lyon')}`);
     });
   }
 
@@ -117,16 +128,6 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
         expect((fakes[kind].requests.at(-1)!.messages as { role: string }[]).map((m) => m.role)).toEqual(['user', 'assistant', 'tool']);
       });
 
-      it('a tool loop, streamed', async () => {
-        const r = await withToolCall(kind, 'Lyon', async () => {
-          const s = streamText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Lyon?', maxRetries: 0, onError: () => {} });
-          let text = '';
-          for await (const piece of s.textStream) text += piece;
-          return { text, steps: await s.steps };
-        });
-        expect(r.steps).toHaveLength(2);
-        expect(r.text).toBe(`echo(${model}): ${weatherOf('Lyon')}`);
-      });
 
       it('a conversation carried on with the messages of the answers before (as a chat app does: item_reference while store is on)', async () => {
         const first = await generateText({ model: lm(), messages: [{ role: 'user', content: 'Hello' }], maxRetries: 0 });
@@ -194,16 +195,6 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
         expect(r.text).toBe(`echo(${model}): ${weatherOf('Paris')}`);
       });
 
-      it('a tool loop, streamed', async () => {
-        const r = await withToolCall(kind, 'Lyon', async () => {
-          const s = streamText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Lyon?', maxRetries: 0, onError: () => {} });
-          let text = '';
-          for await (const piece of s.textStream) text += piece;
-          return { text, steps: await s.steps };
-        });
-        expect(r.steps).toHaveLength(2);
-        expect(r.text).toBe(`echo(${model}): ${weatherOf('Lyon')}`);
-      });
     });
 
     describe(`${kind}: the OpenAI Agents SDK with its default model (the Responses API)`, () => {
