@@ -62,15 +62,14 @@ const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence
 // request has the same sampling fields, and the node it judges is the one that scored it.
 // The quantisation each node involved declared for the model (session_model_builds) in the
 // session that did its part (the done lease): the audited job's node, the checker, and for a
-// confirming check the first scorer (its check is `suspicion.confirms`), whose scores it also
-// reads (first_scores: do the two scorers run one model?).
+// confirming check the first scorer (its check is `suspicion.confirms`; its scores are read with
+// the batch's other checks' scores, OTHER_SCORES: do the two scorers run one model?).
 const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
     (coalesce(o.request, c.request) ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, o.request AS original,
     c.exclude_nodes::int[] AS exclude, c.suspicion,
     ${doneQuantization('c.verify_of', 'c.model_id')} AS quantization, ${doneQuantization('c.id', 'c.model_id')} AS checker_quantization,
-    ${doneQuantization("(c.suspicion ->> 'confirms')::uuid", 'c.model_id')} AS scorer_quantization,
-    f.result -> 'scores' AS first_scores
-  FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of LEFT JOIN jobs f ON f.id = (c.suspicion ->> 'confirms')::uuid
+    ${doneQuantization("(c.suspicion ->> 'confirms')::uuid", 'c.model_id')} AS scorer_quantization
+  FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of
   WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
 
 // The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.
@@ -198,8 +197,6 @@ interface DoneCheck {
   request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: Suspicion | null;
   /** What the audited job's node, the checker, and (a confirming check) the first scorer declared for the model. */
   quantization: string | null; checker_quantization: string | null; scorer_quantization: string | null;
-  /** A confirming check: the first scorer's scores of the same answer (null if its job is gone). */
-  first_scores: Scores | null;
 }
 
 // The scores other checks of the same answers reported ($1 their jobs): what a second or third
@@ -315,7 +312,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
       // A second scorer of an answer the first found foreign.
       const first = s.evidence ?? 0;
       if (stats.evidence > 0) {
-        if (apart(c.first_scores ?? others.get(s.confirms), c.scores)) out.disagreed++;
+        if (apart(others.get(s.confirms), c.scores)) out.disagreed++;
         else foreign(c, Math.min(first, stats.evidence), stats, [s.checker, c.checker_id]);
       } else if (inLine && !ask(c, exclude, { decides: { foreign: s.confirms, foreign_checker: s.checker, foreign_evidence: first, in_line: c.check_id, in_line_checker: c.checker_id } })) {
         out.unconfirmed++;
@@ -388,7 +385,7 @@ export async function judgeCanaryAnswers(db: Queryable, ids: readonly string[]):
     if (v.agree) out.agreed.push(r.node_id);
     const check: DoneCheck = { check_id: r.check_id, job_id: r.job_id, node_id: r.node_id, model_id: r.model_id, checker_id: r.node_id, temperature: 0, scores: null,
       request: { messages: [] } as unknown as JobRequest, original: null, exclude: [], suspicion: { canary: r.job_id }, quantization: r.quantization, checker_quantization: r.quantization,
-      scorer_quantization: null, first_scores: null };
+      scorer_quantization: null };
     const stats = { positions: 0, top1: 0, outsideTopK: 0, confidentMismatches: v.evidence > 0 ? 1 : 0, evidence: v.evidence };
     moves.push({ nodeId: r.node_id, jobId: r.check_id, modelId: r.model_id, check, evidence: v.evidence, stats, quantization: r.quantization, canary: true });
   }
