@@ -15,19 +15,33 @@ import { Pool } from 'undici';
 import { ENTRY, freshDatabase, ins, parseBackends, percentile, printRows, ROOT, startServer } from './common.js';
 import { startFakeBackend } from '../test/helpers/backends.js';
 
-export interface AddedLatencyOptions { backends: string; databaseUrl: string; rounds: number; out: string | undefined }
+export interface AddedLatencyOptions {
+  backends: string;
+  databaseUrl: string;
+  rounds: number;
+  out: string | undefined;
+}
 
 const MODEL = 'bench-latency';
 const WORDS = 'one two three four';
 const GAP_MS = 20;
 const ROUND = 25;
 
-const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
+const median = (xs: number[]) =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    50,
+  );
 
 /** One chat completion through `pool` at `path`; its total time, and when streamed its first token's and the gaps after it. */
 async function once(pool: Pool, pathName: string, auth: string, stream: boolean): Promise<{ total: number; first: number; gaps: number[] }> {
   const t0 = performance.now();
-  const res = await pool.request({ method: 'POST', path: pathName, headers: { authorization: `Bearer ${auth}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream, temperature: 0 }) });
+  const res = await pool.request({
+    method: 'POST',
+    path: pathName,
+    headers: { authorization: `Bearer ${auth}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream, temperature: 0 }),
+  });
   if (res.statusCode !== 200) throw new Error(`${pathName}: ${res.statusCode} ${await res.body.text()}`);
   if (!stream) {
     await res.body.json();
@@ -70,11 +84,17 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
       await ins(['import', 'nodes', file], db.env);
       const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
       const server = await startServer(db.env, 19_400 + (process.pid % 90), path.join(ROOT, 'bench-results', `server-latency-${backend}.log`));
-      const worker = spawn(process.execPath, [ENTRY, 'worker', '--server', server.url, '--node', 'bench-latency', '--key', key, '--backend', 'openai', '--backend-url', fake.url], { stdio: 'ignore', env: { ...process.env, LOG_LEVEL: 'warn' } });
+      const worker = spawn(
+        process.execPath,
+        [ENTRY, 'worker', '--server', server.url, '--node', 'bench-latency', '--key', key, '--backend', 'openai', '--backend-url', fake.url],
+        { stdio: 'ignore', env: { ...process.env, LOG_LEVEL: 'warn' } },
+      );
       const network = new Pool(server.url, { connections: 2 });
       try {
         for (let i = 0; ; i++) {
-          const models = (await (await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${userKey}` } })).json()) as { data?: { id: string }[] };
+          const models = (await (await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${userKey}` } })).json()) as {
+            data?: { id: string }[];
+          };
           if (models.data?.some((m) => m.id === MODEL)) break;
           if (i > 600) throw new Error('the worker did not declare its model');
           await new Promise((r) => setTimeout(r, 100));
@@ -89,7 +109,10 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
             for (const side of ['direct', 'network'] as const) {
               const times: number[] = [];
               for (let i = 0; i < ROUND; i++) {
-                const r = side === 'direct' ? await once(direct, '/v1/chat/completions', 'none', stream) : await once(network, '/v1/chat/completions', userKey, stream);
+                const r =
+                  side === 'direct'
+                    ? await once(direct, '/v1/chat/completions', 'none', stream)
+                    : await once(network, '/v1/chat/completions', userKey, stream);
                 times.push(stream ? r.first : r.total);
                 if (side === 'network' && round > 0) gaps.push(...r.gaps);
               }
@@ -98,13 +121,32 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
               all[side].push(...times);
             }
           }
-          const p99 = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 99);
+          const p99 = (xs: number[]) =>
+            percentile(
+              [...xs].sort((a, b) => a - b),
+              99,
+            );
           const [d, n] = [median(medians.direct), median(medians.network)];
           const what = stream ? 'time to first token, p50' : 'non-streamed answer, p50';
           rows.push([backend, what, `${d.toFixed(2)} ms`, `${n.toFixed(2)} ms`, `+${(n - d).toFixed(2)} ms`]);
           if (stream) {
-            rows.push([backend, 'time to first token, p99', `${p99(all.direct).toFixed(2)} ms`, `${p99(all.network).toFixed(2)} ms`, `+${(p99(all.network) - p99(all.direct)).toFixed(2)} ms`]);
-            rows.push([backend, `gap between tokens (backend: ${GAP_MS} ms), p50 / p90`, `${GAP_MS} ms`, `${median(gaps).toFixed(2)} / ${percentile([...gaps].sort((a, b) => a - b), 90).toFixed(2)} ms`, '']);
+            rows.push([
+              backend,
+              'time to first token, p99',
+              `${p99(all.direct).toFixed(2)} ms`,
+              `${p99(all.network).toFixed(2)} ms`,
+              `+${(p99(all.network) - p99(all.direct)).toFixed(2)} ms`,
+            ]);
+            rows.push([
+              backend,
+              `gap between tokens (backend: ${GAP_MS} ms), p50 / p90`,
+              `${GAP_MS} ms`,
+              `${median(gaps).toFixed(2)} / ${percentile(
+                [...gaps].sort((a, b) => a - b),
+                90,
+              ).toFixed(2)} ms`,
+              '',
+            ]);
           }
         }
       } finally {

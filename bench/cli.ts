@@ -12,25 +12,41 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ENTRY, entryOf, percentile, printRows, ROOT, startServer } from './common.js';
 
-export interface CliOptions { runs: number; baseline: string | undefined; out: string | undefined }
+export interface CliOptions {
+  runs: number;
+  baseline: string | undefined;
+  out: string | undefined;
+}
 
 type Case = 'help' | 'new DATA_DIR' | 'existing DATA_DIR' | 'forwarded to a server';
 const TARGET: Record<Case, number | undefined> = { help: undefined, 'new DATA_DIR': 1.5, 'existing DATA_DIR': 1.5, 'forwarded to a server': 0.5 };
 
-interface Took { wall: number; cpu: number }
+interface Took {
+  wall: number;
+  cpu: number;
+}
 
 /** Runs `node entry ARGS` under sh, whose `times` prints the CPU its children used. */
 function run(entry: string, args: string[], env: NodeJS.ProcessEnv): Promise<Took> {
   const t = performance.now();
   return new Promise((resolve, reject) => {
-    const child = spawn('sh', ['-c', '"$0" "$@" >/dev/null; code=$?; times; exit $code', process.execPath, entry, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn('sh', ['-c', '"$0" "$@" >/dev/null; code=$?; times; exit $code', process.execPath, entry, ...args], {
+      env,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code !== 0) return reject(new Error(`ins ${args.join(' ')} exited ${code}`));
       // The second line of `times`: the children's user and system time, e.g. "0m1.230000s 0m0.120000s".
-      const [user, sys] = [...out.trim().split('\n').at(-1)!.matchAll(/(\d+)m([\d.]+)s/g)].map((m) => Number(m[1]) * 60 + Number(m[2]));
+      const [user, sys] = [
+        ...out
+          .trim()
+          .split('\n')
+          .at(-1)!
+          .matchAll(/(\d+)m([\d.]+)s/g),
+      ].map((m) => Number(m[1]) * 60 + Number(m[2]));
       resolve({ wall: (performance.now() - t) / 1000, cpu: user! + sys! });
     });
   });
@@ -65,11 +81,17 @@ export async function cliScenario(o: CliOptions): Promise<void> {
   for (let i = 0; i < o.runs; i++) {
     for (const c of i % 2 === 0 ? checkouts : [...checkouts].reverse()) {
       const r = await round(c.entry, c.label, i, port++);
-      console.log(`   run ${i + 1} ${c.label}: ${Object.entries(r).map(([k, v]) => `${k} ${v.wall.toFixed(2)} s (CPU ${v.cpu.toFixed(2)} s)`).join(', ')}`);
+      console.log(
+        `   run ${i + 1} ${c.label}: ${Object.entries(r)
+          .map(([k, v]) => `${k} ${v.wall.toFixed(2)} s (CPU ${v.cpu.toFixed(2)} s)`)
+          .join(', ')}`,
+      );
       for (const [k, v] of Object.entries(r) as [Case, Took][]) times.get(c.label)!.set(k, [...(times.get(c.label)!.get(k) ?? []), v]);
     }
   }
-  const rows = [['case', ...checkouts.flatMap((c) => [`${c.label}: median s`, `${c.label}: max s`, `${c.label}: median CPU s`]), 'target (wall, max)']];
+  const rows = [
+    ['case', ...checkouts.flatMap((c) => [`${c.label}: median s`, `${c.label}: max s`, `${c.label}: median CPU s`]), 'target (wall, max)'],
+  ];
   const results: Record<string, Record<string, { median: number; max: number; cpuMedian: number; runs: Took[] }>> = {};
   for (const k of Object.keys(TARGET) as Case[]) {
     const row: string[] = [k];
@@ -78,7 +100,10 @@ export async function cliScenario(o: CliOptions): Promise<void> {
       const xs = runs.map((r) => r.wall).sort((a, b) => a - b);
       const median = percentile(xs, 50);
       const max = xs.at(-1)!;
-      const cpuMedian = percentile(runs.map((r) => r.cpu).sort((a, b) => a - b), 50);
+      const cpuMedian = percentile(
+        runs.map((r) => r.cpu).sort((a, b) => a - b),
+        50,
+      );
       (results[c.label] ??= {})[k] = { median, max, cpuMedian, runs };
       row.push(median.toFixed(2), max.toFixed(2), cpuMedian.toFixed(2));
     }

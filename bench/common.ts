@@ -15,10 +15,14 @@ export const ENTRY = path.join(ROOT, 'dist', 'cli', 'entry.js');
 export type Backend = 'postgres' | 'pglite';
 
 export function parseBackends(list: string): Backend[] {
-  return list.split(',').map((b) => b.trim()).filter(Boolean).map((b) => {
-    if (b !== 'postgres' && b !== 'pglite') throw new Error(`unknown backend ${b}`);
-    return b;
-  });
+  return list
+    .split(',')
+    .map((b) => b.trim())
+    .filter(Boolean)
+    .map((b) => {
+      if (b !== 'postgres' && b !== 'pglite') throw new Error(`unknown backend ${b}`);
+      return b;
+    });
 }
 
 /** The built CLI of another checkout (e.g. `--baseline DIR`, to compare with the code before a change in one run). */
@@ -29,7 +33,12 @@ export const entryOf = (root: string): string => path.join(path.resolve(root), '
  * `entry`, this checkout's by default) into the database of `env`: what every load scenario's
  * workers log in with.
  */
-export async function importBenchNodes(env: NodeJS.ProcessEnv, prefix: string, count: number, entry = ENTRY): Promise<{ name: string; key: string }[]> {
+export async function importBenchNodes(
+  env: NodeJS.ProcessEnv,
+  prefix: string,
+  count: number,
+  entry = ENTRY,
+): Promise<{ name: string; key: string }[]> {
   const nodes = Array.from({ length: count }, (_, i) => ({ name: `${prefix}-${i}`, key: `nk_${randomBytes(32).toString('base64url')}` }));
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
   const file = path.join(ROOT, 'bench-results', `${prefix}-nodes-${process.pid}.csv`);
@@ -70,7 +79,10 @@ export async function timed(f: () => Promise<unknown>): Promise<number> {
   return (Date.now() - t) / 1000;
 }
 
-export interface RunDatabase { env: NodeJS.ProcessEnv; cleanup: () => Promise<void> }
+export interface RunDatabase {
+  env: NodeJS.ProcessEnv;
+  cleanup: () => Promise<void>;
+}
 
 /** A fresh database for one run: a new PostgreSQL database on `databaseUrl`'s server, or a temporary data directory. */
 export async function freshDatabase(backend: Backend, databaseUrl: string, name: string): Promise<RunDatabase> {
@@ -90,7 +102,12 @@ export async function freshDatabase(backend: Backend, databaseUrl: string, name:
   env.DATABASE_URL = databaseUrlOf(databaseUrl, name);
   // Made anew: no entry has migrated it yet.
   for (const t of [...migrated]) if (t.startsWith(`${env.DATABASE_URL} `)) migrated.delete(t);
-  return { env, cleanup: async () => { await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`); } };
+  return {
+    env,
+    cleanup: async () => {
+      await adminQuery(databaseUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    },
+  };
 }
 
 export function databaseUrlOf(serverUrl: string, name: string): string {
@@ -110,20 +127,39 @@ export async function adminQuery(url: string, text: string, values: unknown[] = 
   }
 }
 
-export interface Server { child: ChildProcess; url: string; stop: () => Promise<void> }
+export interface Server {
+  child: ChildProcess;
+  url: string;
+  stop: () => Promise<void>;
+}
 
 /** The built server (`ins serve` of this checkout, or `entry`: a CLI entry, or the node arguments that start a server). */
-export async function startServer(env: NodeJS.ProcessEnv, port: number, logFile: string, extraEnv: Record<string, string> = {}, entry: string | string[] = ENTRY): Promise<Server> {
+export async function startServer(
+  env: NodeJS.ProcessEnv,
+  port: number,
+  logFile: string,
+  extraEnv: Record<string, string> = {},
+  entry: string | string[] = ENTRY,
+): Promise<Server> {
   const log = openSync(logFile, 'w');
   // e.g. BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=bench-results/profiles" to profile the server.
   const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const child = spawn(process.execPath, [...nodeArgs, ...(Array.isArray(entry) ? entry : [entry, 'serve'])], {
     env: {
-      ...env, NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info',
-      RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '0',
-      RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0',
+      ...env,
+      NODE_ENV: 'production',
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      RATE_LIMIT_PER_IP: '0',
+      RATE_LIMIT_REPORTS_PER_KEY: '0',
+      RATE_LIMIT_READS_PER_KEY: '0',
+      RATE_LIMIT_AUTH_FAILURES_PER_IP: '0',
+      RATE_LIMIT_COMPLETIONS_PER_USER: '0',
+      RATE_LIMIT_CONCURRENT_PER_USER: '0',
       // Thousands of workers poll from this one address (the idle scenario): no long-poll cap either.
-      RATE_LIMIT_LONG_POLLS_PER_KEY: '0', RATE_LIMIT_LONG_POLLS_PER_IP: '0',
+      RATE_LIMIT_LONG_POLLS_PER_KEY: '0',
+      RATE_LIMIT_LONG_POLLS_PER_IP: '0',
       ...extraEnv,
     },
     stdio: ['ignore', log, log],
@@ -162,11 +198,17 @@ export function percentile(sorted: readonly number[], p: number): number {
 
 /** Rows as aligned columns. */
 /** The mean of runs' figures, to three decimals (NaN for none). */
-export const mean = (xs: number[]): number => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length * 1000) / 1000 : NaN);
+export const mean = (xs: number[]): number => (xs.length ? Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000 : NaN);
 
 export function printRows(rows: string[][]): void {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+  for (const r of rows)
+    console.log(
+      r
+        .map((c, i) => c.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    );
 }
 
 /**
@@ -189,7 +231,9 @@ export async function postgresCpuSeconds(url: string): Promise<(() => number) | 
   await c.connect();
   let postmaster: number;
   try {
-    const { rows: [row] } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const {
+      rows: [row],
+    } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     postmaster = Number(stat(row!.pid)?.[1]);
   } finally {
     await c.end();

@@ -10,22 +10,38 @@ import { percentile } from './common.js';
 export const MODEL = 'bench-dispatch:latest';
 const now = (): number => performance.now();
 
-export interface Http { pool: Pool; json: <T>(method: 'GET' | 'POST', path: string, headers?: Record<string, string>, body?: unknown) => Promise<{ status: number; body: T }> }
+export interface Http {
+  pool: Pool;
+  json: <T>(method: 'GET' | 'POST', path: string, headers?: Record<string, string>, body?: unknown) => Promise<{ status: number; body: T }>;
+}
 
 export function http(url: string, connections: number): Http {
   const pool = new Pool(url, { connections, pipelining: 1, keepAliveTimeout: 60_000 });
   return {
     pool,
     async json<T>(method: 'GET' | 'POST', p: string, headers: Record<string, string> = {}, body?: unknown) {
-      const res = await pool.request({ method, path: p, headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+      const res = await pool.request({
+        method,
+        path: p,
+        headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
       return { status: res.statusCode, body: (await res.body.json()) as T };
     },
   };
 }
 
-interface JobData { job_id: string; api_key: string; model: string; messages: { content: string }[] }
+interface JobData {
+  job_id: string;
+  api_key: string;
+  model: string;
+  messages: { content: string }[];
+}
 
-const WORDS = 'the a of to in is that it for on light water river stone city night garden market bridge paper clock salt honey ocean bread quiet bright ancient small gentle distant golden narrow runs falls turns holds keeps'.split(' ');
+const WORDS =
+  'the a of to in is that it for on light water river stone city night garden market bridge paper clock salt honey ocean bread quiet bright ancient small gentle distant golden narrow runs falls turns holds keeps'.split(
+    ' ',
+  );
 /** About 50 words that depend only on the prompt: what an honest node at temperature 0 answers. */
 function answerTo(prompt: string): string {
   let h = 2166136261;
@@ -39,7 +55,16 @@ function answerTo(prompt: string): string {
 let prompts = 0;
 const nextPrompt = () => `bench prompt ${++prompts}: tell me something about ${prompts * 7}`;
 
-export interface CycleRun { jobsPerSecond: number; submitToLease: { p50: number; p99: number }; submitToResult: { p50: number; p99: number }; submitted: number; completed: number; lost: number; duplicated: number; dbCheck: string }
+export interface CycleRun {
+  jobsPerSecond: number;
+  submitToLease: { p50: number; p99: number };
+  submitToResult: { p50: number; p99: number };
+  submitted: number;
+  completed: number;
+  lost: number;
+  duplicated: number;
+  dbCheck: string;
+}
 
 /**
  * How a client gets a job done: submit_job + get_result with `wait` (jobs), submit_job + get_result
@@ -50,7 +75,15 @@ export type ClientMode = 'jobs' | 'poll' | 'openai';
 export const POLL_EVERY_MS = 20;
 
 /** W workers and S clients for warmup + duration seconds; then the clients stop and the workers drain the queue. */
-export async function cycle(h: Http, workers: { key: string; name: string }[], userKey: string, submitters: number, warmup: number, duration: number, mode: ClientMode = 'jobs'): Promise<CycleRun> {
+export async function cycle(
+  h: Http,
+  workers: { key: string; name: string }[],
+  userKey: string,
+  submitters: number,
+  warmup: number,
+  duration: number,
+  mode: ClientMode = 'jobs',
+): Promise<CycleRun> {
   const submittedAt = new Map<string, number>();
   const leasedAt = new Map<string, number>();
   const reported = new Map<string, number>();
@@ -63,14 +96,21 @@ export async function cycle(h: Http, workers: { key: string; name: string }[], u
   const windowStart = start + warmup * 1000;
   const windowEnd = windowStart + duration * 1000;
 
-  const tokens = await Promise.all(workers.map(async (w) => {
-    const reg = await h.json<{ access_token: string }>('POST', '/worker/register_node', { authorization: `Bearer ${w.key}` }, { node_url: w.name, node_version: 'bench', stats: {} });
-    if (reg.status !== 200) throw new Error(`register_node ${reg.status}`);
-    const auth = { authorization: `Bearer ${reg.body.access_token}` };
-    const upd = await h.json('POST', '/worker/update_models', auth, { node_url: w.name, models: [MODEL] });
-    if (upd.status !== 200) throw new Error(`update_models ${upd.status}`);
-    return auth;
-  }));
+  const tokens = await Promise.all(
+    workers.map(async (w) => {
+      const reg = await h.json<{ access_token: string }>(
+        'POST',
+        '/worker/register_node',
+        { authorization: `Bearer ${w.key}` },
+        { node_url: w.name, node_version: 'bench', stats: {} },
+      );
+      if (reg.status !== 200) throw new Error(`register_node ${reg.status}`);
+      const auth = { authorization: `Bearer ${reg.body.access_token}` };
+      const upd = await h.json('POST', '/worker/update_models', auth, { node_url: w.name, models: [MODEL] });
+      if (upd.status !== 200) throw new Error(`update_models ${upd.status}`);
+      return auth;
+    }),
+  );
 
   const worker = async (auth: Record<string, string>) => {
     while (!stopWorkers) {
@@ -79,14 +119,30 @@ export async function cycle(h: Http, workers: { key: string; name: string }[], u
       if (!job) continue;
       const t = now();
       if (!leasedAt.has(job.job_id)) leasedAt.set(job.job_id, t);
-      const r = await h.json<{ replayed: boolean }>('POST', '/worker/update_result', {}, { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content: answerTo(job.messages.at(-1)?.content ?? '') } }, status: 'success' });
+      const r = await h.json<{ replayed: boolean }>(
+        'POST',
+        '/worker/update_result',
+        {},
+        {
+          job_id: job.job_id,
+          api_key: job.api_key,
+          model_name: job.model,
+          result: { message: { role: 'assistant', content: answerTo(job.messages.at(-1)?.content ?? '') } },
+          status: 'success',
+        },
+      );
       if (r.status === 200 && !r.body.replayed) reported.set(job.job_id, (reported.get(job.job_id) ?? 0) + 1);
     }
   };
 
   // The job of a completion is known by its id, chatcmpl-<job id>, once it is done.
   const viaJobs = async (t0: number): Promise<string> => {
-    const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_output: 64, temperature: 0 });
+    const sub = await h.json<{ job_id: string }>(
+      'POST',
+      '/submit_job',
+      { api_key: userKey },
+      { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_output: 64, temperature: 0 },
+    );
     if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
     const id = sub.body.job_id;
     submittedAt.set(id, t0);
@@ -97,7 +153,12 @@ export async function cycle(h: Http, workers: { key: string; name: string }[], u
     }
   };
   const viaPolling = async (t0: number): Promise<string> => {
-    const sub = await h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_output: 64, temperature: 0 });
+    const sub = await h.json<{ job_id: string }>(
+      'POST',
+      '/submit_job',
+      { api_key: userKey },
+      { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_output: 64, temperature: 0 },
+    );
     if (sub.status !== 200) throw new Error(`submit_job ${sub.status}`);
     const id = sub.body.job_id;
     submittedAt.set(id, t0);
@@ -109,7 +170,12 @@ export async function cycle(h: Http, workers: { key: string; name: string }[], u
     }
   };
   const viaOpenAI = async (t0: number): Promise<string> => {
-    const r = await h.json<{ id: string }>('POST', '/v1/chat/completions', { authorization: `Bearer ${userKey}` }, { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_tokens: 64, temperature: 0 });
+    const r = await h.json<{ id: string }>(
+      'POST',
+      '/v1/chat/completions',
+      { authorization: `Bearer ${userKey}` },
+      { model: MODEL, messages: [{ role: 'user', content: nextPrompt() }], max_tokens: 64, temperature: 0 },
+    );
     if (r.status !== 200) throw new Error(`chat/completions ${r.status}`);
     const id = r.body.id.slice('chatcmpl-'.length);
     submittedAt.set(id, t0);
@@ -146,7 +212,10 @@ export async function cycle(h: Http, workers: { key: string; name: string }[], u
     jobsPerSecond: Math.round(completedInWindow / duration),
     submitToLease: { p50: round(percentile(toLease, 50)), p99: round(percentile(toLease, 99)) },
     submitToResult: { p50: round(percentile(toResult, 50)), p99: round(percentile(toResult, 99)) },
-    submitted: submittedAt.size, completed: reported.size, lost, duplicated, dbCheck: '',
+    submitted: submittedAt.size,
+    completed: reported.size,
+    lost,
+    duplicated,
+    dbCheck: '',
   };
 }
-

@@ -47,9 +47,12 @@ export interface DispatchOptions {
  */
 async function databaseCheck(backend: Backend, env: NodeJS.ProcessEnv, expected: number): Promise<string> {
   if (backend !== 'postgres') return 'n/a (embedded: the server holds it)';
-  const r = await adminQuery(env.DATABASE_URL!, `SELECT count(*) FILTER (WHERE kind = 'user')::int AS jobs, count(*) FILTER (WHERE state <> 'done' AND kind = 'user')::int AS open,
+  const r = await adminQuery(
+    env.DATABASE_URL!,
+    `SELECT count(*) FILTER (WHERE kind = 'user')::int AS jobs, count(*) FILTER (WHERE state <> 'done' AND kind = 'user')::int AS open,
     count(*) FILTER (WHERE state = 'done')::int AS done, (SELECT count(*)::int FROM job_results WHERE status = 'success') AS results,
-    (SELECT coalesce(sum(points), 0)::float8 FROM node_daily_points) AS points FROM jobs`);
+    (SELECT coalesce(sum(points), 0)::float8 FROM node_daily_points) AS points FROM jobs`,
+  );
   const row = r.rows[0] as { jobs: number; open: number; done: number; results: number; points: number };
   const ok = row.open === 0 && row.jobs === expected && row.results === row.done && row.points === row.done;
   return `${ok ? 'ok' : 'MISMATCH'}: ${row.jobs} users' jobs, ${row.done - row.jobs} copies and probes done, ${row.open} users' jobs not done, ${row.results} results, ${row.points} points`;
@@ -58,7 +61,13 @@ async function databaseCheck(backend: Backend, env: NodeJS.ProcessEnv, expected:
 /** Jobs verification added (copies, probes) per user job, from the server's metrics. */
 async function verificationShare(url: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  const value = (name: string) => Number(text.split('\n').find((l) => l.startsWith(`${name} `))?.slice(name.length + 1) ?? 0);
+  const value = (name: string) =>
+    Number(
+      text
+        .split('\n')
+        .find((l) => l.startsWith(`${name} `))
+        ?.slice(name.length + 1) ?? 0,
+    );
   const extra = value('ins_verification_total{event="copy"}') + value('ins_verification_total{event="probe"}');
   return Math.round((extra / Math.max(1, value('ins_jobs_submitted_total'))) * 1000) / 1000;
 }
@@ -72,16 +81,32 @@ async function statementsPerJob(url: string, jobs: number): Promise<string> {
     s[m[1] as 'count' | 'sum'] = Number(m[3]);
     stats.set(m[2]!, s);
   }
-  const each = [...stats].filter(([, s]) => s.count >= jobs / 100).sort((a, b) => b[1].count - a[1].count)
-    .map(([name, s]) => `${name} ${(s.count / jobs).toFixed(2)} × ${((s.sum / s.count) * 1000).toFixed(2)} ms`).join(', ');
+  const each = [...stats]
+    .filter(([, s]) => s.count >= jobs / 100)
+    .sort((a, b) => b[1].count - a[1].count)
+    .map(([name, s]) => `${name} ${(s.count / jobs).toFixed(2)} × ${((s.sum / s.count) * 1000).toFixed(2)} ms`)
+    .join(', ');
   // The auditor's statements run in batches, rarely each: their time per job, summed.
   const verify = [...stats].filter(([name]) => name.startsWith('verify_'));
-  const verifyMs = verify.reduce((t, [, s]) => t + s.sum, 0) * 1000 / jobs;
-  return verify.length === 0 ? each : `${each}; verification statements ${verifyMs.toFixed(3)} ms per job (${verify.sort((a, b) => b[1].sum - a[1].sum).slice(0, 4)
-    .map(([name, s]) => `${name} ${((s.sum * 1000) / jobs).toFixed(3)}`).join(', ')})`;
+  const verifyMs = (verify.reduce((t, [, s]) => t + s.sum, 0) * 1000) / jobs;
+  return verify.length === 0
+    ? each
+    : `${each}; verification statements ${verifyMs.toFixed(3)} ms per job (${verify
+        .sort((a, b) => b[1].sum - a[1].sum)
+        .slice(0, 4)
+        .map(([name, s]) => `${name} ${((s.sum * 1000) / jobs).toFixed(3)}`)
+        .join(', ')})`;
 }
 
-interface BackendRun { backend: Backend; full: CycleRun; verifiedMean: number; unverifiedMean: number; extraShare: number; waiting: CycleRun; gateway: CycleRun }
+interface BackendRun {
+  backend: Backend;
+  full: CycleRun;
+  verifiedMean: number;
+  unverifiedMean: number;
+  extraShare: number;
+  waiting: CycleRun;
+  gateway: CycleRun;
+}
 
 async function benchBackend(o: DispatchOptions, backend: Backend, port: number): Promise<BackendRun> {
   const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_dispatch_${process.pid}`);
@@ -95,7 +120,9 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
     // The cycle without verification, on a server of its own (same database): before the
     // verified runs and after them, so that neither side has the warmer machine.
     const unverifiedRun = async (n: number) => {
-      const bare = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}-unverified-${n}.log`), { VERIFY: 'off' });
+      const bare = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}-unverified-${n}.log`), {
+        VERIFY: 'off',
+      });
       try {
         const hb = http(bare.url, o.workers + o.submitters + 8);
         const run = await cycle(hb, nodes, userKey, o.submitters, o.warmup, o.duration);
@@ -108,7 +135,9 @@ async function benchBackend(o: DispatchOptions, backend: Backend, port: number):
       }
     };
     const unverified = [await unverifiedRun(1)];
-    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}.log`), { VERIFY_MAX_TOKENS_PER_SECOND: '0' });
+    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-dispatch-${backend}.log`), {
+      VERIFY_MAX_TOKENS_PER_SECOND: '0',
+    });
     try {
       const h = http(server.url, o.workers + o.submitters + 8);
       const full = await cycle(h, nodes, userKey, o.submitters, o.warmup, o.duration);
@@ -146,12 +175,37 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
   const variants = new Map<Backend, VariantRun[]>();
   for (const backend of parseBackends(o.backends)) {
     runs.push(await benchBackend(o, backend, port++));
-    console.log(`   the seed's way of waiting: ${o.pollSubmitters} submitters poll get_result every 20 ms, ${o.pollWorkers} workers${o.baseline ? `; against ${o.baseline} too` : ''}`);
-    polls.set(backend, await pollComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.pollWorkers, submitters: o.pollSubmitters, warmup: o.warmup, duration: o.duration, baseline: o.baseline,
-      dispatch: { workers: o.workers, submitters: o.submitters } }));
+    console.log(
+      `   the seed's way of waiting: ${o.pollSubmitters} submitters poll get_result every 20 ms, ${o.pollWorkers} workers${o.baseline ? `; against ${o.baseline} too` : ''}`,
+    );
+    polls.set(
+      backend,
+      await pollComparison({
+        backend,
+        databaseUrl: o.databaseUrl,
+        port: port++,
+        workers: o.pollWorkers,
+        submitters: o.pollSubmitters,
+        warmup: o.warmup,
+        duration: o.duration,
+        baseline: o.baseline,
+        dispatch: { workers: o.workers, submitters: o.submitters },
+      }),
+    );
     if (o.variants) {
-      console.log('   the dispatcher\'s shortcuts on and off (VERIFY=off):');
-      variants.set(backend, await variantComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.workers, submitters: o.submitters, warmup: o.warmup, duration: o.duration }));
+      console.log("   the dispatcher's shortcuts on and off (VERIFY=off):");
+      variants.set(
+        backend,
+        await variantComparison({
+          backend,
+          databaseUrl: o.databaseUrl,
+          port: port++,
+          workers: o.workers,
+          submitters: o.submitters,
+          warmup: o.warmup,
+          duration: o.duration,
+        }),
+      );
     }
   }
   const cycles: CycleResult[] = [];
@@ -162,39 +216,107 @@ export async function dispatchScenario(o: DispatchOptions): Promise<void> {
 
   console.log(`\ndispatch: ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s; ${cpus().length} cores, Node ${process.version}`);
   const target = (b: Backend) => (b === 'postgres' ? 1500 : 500);
-  const rows = [['backend', 'jobs/s e2e [target]', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'lost', 'duplicated', 'waiting worker: submit→lease p50/p99 ms [≤3/≤25]', 'database']];
+  const rows = [
+    [
+      'backend',
+      'jobs/s e2e [target]',
+      'submit→lease p50/p99 ms',
+      'submit→result p50/p99 ms',
+      'lost',
+      'duplicated',
+      'waiting worker: submit→lease p50/p99 ms [≤3/≤25]',
+      'database',
+    ],
+  ];
   for (const r of runs) {
-    rows.push([r.backend, `${r.full.jobsPerSecond} [≥${target(r.backend)}: ${r.full.jobsPerSecond >= target(r.backend) ? 'met' : 'MISSED'}]`,
-      `${r.full.submitToLease.p50} / ${r.full.submitToLease.p99}`, `${r.full.submitToResult.p50} / ${r.full.submitToResult.p99}`,
-      String(r.full.lost), String(r.full.duplicated), `${r.waiting.submitToLease.p50} / ${r.waiting.submitToLease.p99}`, r.full.dbCheck]);
+    rows.push([
+      r.backend,
+      `${r.full.jobsPerSecond} [≥${target(r.backend)}: ${r.full.jobsPerSecond >= target(r.backend) ? 'met' : 'MISSED'}]`,
+      `${r.full.submitToLease.p50} / ${r.full.submitToLease.p99}`,
+      `${r.full.submitToResult.p50} / ${r.full.submitToResult.p99}`,
+      String(r.full.lost),
+      String(r.full.duplicated),
+      `${r.waiting.submitToLease.p50} / ${r.waiting.submitToLease.p99}`,
+      r.full.dbCheck,
+    ]);
   }
   printRows(rows);
   console.log('\nverification (on, its defaults) against the same cycle with VERIFY=off (each the mean of two runs, off-on-on-off):');
-  printRows([['backend', 'jobs/s verified', 'jobs/s VERIFY=off', 'throughput kept [≥90 %]', 'extra jobs [≤10 %]'],
+  printRows([
+    ['backend', 'jobs/s verified', 'jobs/s VERIFY=off', 'throughput kept [≥90 %]', 'extra jobs [≤10 %]'],
     ...runs.map((r) => {
       const kept = Math.round((r.verifiedMean / Math.max(1, r.unverifiedMean)) * 1000) / 10;
-      return [r.backend, String(r.verifiedMean), String(r.unverifiedMean), `${kept} % [${kept >= 90 ? 'met' : 'MISSED'}]`,
-        `${(r.extraShare * 100).toFixed(1)} % [${r.extraShare <= 0.1 ? 'met' : 'MISSED'}]`];
-    })]);
-  console.log(`\nthe OpenAI-compatible API: ${o.submitters} clients, each one completion at a time, against the same cycle by submit_job + get_result:`);
-  printRows([['backend', 'completions/s', 'request→answer p50/p99 ms', 'jobs: submit→result p50 ms', 'added by the gateway, p50 ms [≤2]'],
+      return [
+        r.backend,
+        String(r.verifiedMean),
+        String(r.unverifiedMean),
+        `${kept} % [${kept >= 90 ? 'met' : 'MISSED'}]`,
+        `${(r.extraShare * 100).toFixed(1)} % [${r.extraShare <= 0.1 ? 'met' : 'MISSED'}]`,
+      ];
+    }),
+  ]);
+  console.log(
+    `\nthe OpenAI-compatible API: ${o.submitters} clients, each one completion at a time, against the same cycle by submit_job + get_result:`,
+  );
+  printRows([
+    ['backend', 'completions/s', 'request→answer p50/p99 ms', 'jobs: submit→result p50 ms', 'added by the gateway, p50 ms [≤2]'],
     ...runs.map((r) => {
       const added = Math.round((r.gateway.submitToResult.p50 - r.full.submitToResult.p50) * 10) / 10;
-      return [r.backend, String(r.gateway.jobsPerSecond), `${r.gateway.submitToResult.p50} / ${r.gateway.submitToResult.p99}`, String(r.full.submitToResult.p50), `${added} [${added <= 2 ? 'met' : 'MISSED'}]`];
-    })]);
-  printPollTables(polls, { pollWorkers: o.pollWorkers, pollSubmitters: o.pollSubmitters, workers: o.workers, submitters: o.submitters, baseline: o.baseline });
+      return [
+        r.backend,
+        String(r.gateway.jobsPerSecond),
+        `${r.gateway.submitToResult.p50} / ${r.gateway.submitToResult.p99}`,
+        String(r.full.submitToResult.p50),
+        `${added} [${added <= 2 ? 'met' : 'MISSED'}]`,
+      ];
+    }),
+  ]);
+  printPollTables(polls, {
+    pollWorkers: o.pollWorkers,
+    pollSubmitters: o.pollSubmitters,
+    workers: o.workers,
+    submitters: o.submitters,
+    baseline: o.baseline,
+  });
   if (variants.size > 0) {
-    console.log('\nthe dispatcher\'s shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):');
-    printRows([['backend', 'variant', 'jobs/s', 'statements per job', 'waiting worker: submit→lease p50/p99 ms'],
-      ...[...variants].flatMap(([backend, rs]) => [...new Set(rs.map((r) => r.variant))].map((variant) => {
-        const of = rs.filter((r) => r.variant === variant);
-        return [backend, variant, String(mean(of.map((r) => r.full.jobsPerSecond))), String(mean(of.map((r) => r.statementsPerJob))),
-          `${mean(of.map((r) => r.waiting.submitToLease.p50))} / ${mean(of.map((r) => r.waiting.submitToLease.p99))}`];
-      }))]);
+    console.log("\nthe dispatcher's shortcuts (VERIFY=off; mean of two runs each, in order then in reverse):");
+    printRows([
+      ['backend', 'variant', 'jobs/s', 'statements per job', 'waiting worker: submit→lease p50/p99 ms'],
+      ...[...variants].flatMap(([backend, rs]) =>
+        [...new Set(rs.map((r) => r.variant))].map((variant) => {
+          const of = rs.filter((r) => r.variant === variant);
+          return [
+            backend,
+            variant,
+            String(mean(of.map((r) => r.full.jobsPerSecond))),
+            String(mean(of.map((r) => r.statementsPerJob))),
+            `${mean(of.map((r) => r.waiting.submitToLease.p50))} / ${mean(of.map((r) => r.waiting.submitToLease.p99))}`,
+          ];
+        }),
+      ),
+    ]);
   }
   console.log('\nthe queue alone, one process, no HTTP (submit/send, lease/fetch, complete), PostgreSQL:');
-  printRows([['queue', 'pairs', 'jobs/s', 'p50 ms', 'p99 ms'], ...cycles.map((c) => [c.queue, String(c.pairs), String(c.jobsPerSecond), String(c.p50), String(c.p99)])]);
+  printRows([
+    ['queue', 'pairs', 'jobs/s', 'p50 ms', 'p99 ms'],
+    ...cycles.map((c) => [c.queue, String(c.pairs), String(c.jobsPerSecond), String(c.p50), String(c.p99)]),
+  ]);
   const out = o.out ?? path.join(ROOT, 'bench-results', `dispatch-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-  writeFileSync(out, JSON.stringify({ options: o, cores: cpus().length, node: process.version, runs, polls: Object.fromEntries(polls), variants: Object.fromEntries(variants), cycles }, null, 2));
+  writeFileSync(
+    out,
+    JSON.stringify(
+      {
+        options: o,
+        cores: cpus().length,
+        node: process.version,
+        runs,
+        polls: Object.fromEntries(polls),
+        variants: Object.fromEntries(variants),
+        cycles,
+      },
+      null,
+      2,
+    ),
+  );
   console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);
 }

@@ -23,8 +23,20 @@ export interface EndpointsOptions {
   keep: boolean;
 }
 
-interface EndpointResult { endpoint: string; rps: number; p50: number; p99: number; errors: number; ratio?: number }
-interface BackendResult { backend: string; import_nodes_s: number; import_results_s: number; endpoints: EndpointResult[] }
+interface EndpointResult {
+  endpoint: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  ratio?: number;
+}
+interface BackendResult {
+  backend: string;
+  import_nodes_s: number;
+  import_results_s: number;
+  endpoints: EndpointResult[];
+}
 
 type Setup = (req: { method?: string; path?: string; headers?: Record<string, string>; body?: string }) => typeof req;
 
@@ -40,27 +52,51 @@ async function load(url: string, setupRequest: Setup, method: 'GET' | 'POST', se
 function scenarios(opts: HistoryOptions, runId: string): [string, 'GET' | 'POST', Setup][] {
   const rnd = new Random(opts.seed + 99);
   let n = 0;
-  const window = (days: number): Setup => (req) => {
-    const now = Date.now();
-    const start = new Date(now - days * 86_400_000).toISOString();
-    return { ...req, path: `/unique_nodes?model_name=${encodeURIComponent(modelName(rnd.int(opts.models)))}&start_date=${start}&end_date=${new Date(now).toISOString()}` };
-  };
-  return [
-    ['ceiling (GET /healthz)', 'GET', (req) => ({ ...req, path: '/healthz' })],
-    ['update_result', 'POST', (req) => {
-      const i = rnd.int(opts.nodes);
-      const ok = rnd.next() < opts.success;
+  const window =
+    (days: number): Setup =>
+    (req) => {
+      const now = Date.now();
+      const start = new Date(now - days * 86_400_000).toISOString();
       return {
         ...req,
-        path: '/worker/update_result',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ job_id: `${runId}-${n++}`, api_key: nodeKey(opts.seed, i), model_name: modelName(rnd.int(opts.models)), result: { message: 'benchmark output' }, status: ok ? 'success' : 'error' }),
+        path: `/unique_nodes?model_name=${encodeURIComponent(modelName(rnd.int(opts.models)))}&start_date=${start}&end_date=${new Date(now).toISOString()}`,
       };
-    }],
-    ['daily_points (30 days)', 'POST', (req) => {
-      const i = rnd.int(opts.nodes);
-      return { ...req, path: '/daily_points', headers: { 'content-type': 'application/json', api_key: nodeKey(opts.seed, i) }, body: JSON.stringify({ node_name: nodeName(i), last_days: 30 }) };
-    }],
+    };
+  return [
+    ['ceiling (GET /healthz)', 'GET', (req) => ({ ...req, path: '/healthz' })],
+    [
+      'update_result',
+      'POST',
+      (req) => {
+        const i = rnd.int(opts.nodes);
+        const ok = rnd.next() < opts.success;
+        return {
+          ...req,
+          path: '/worker/update_result',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            job_id: `${runId}-${n++}`,
+            api_key: nodeKey(opts.seed, i),
+            model_name: modelName(rnd.int(opts.models)),
+            result: { message: 'benchmark output' },
+            status: ok ? 'success' : 'error',
+          }),
+        };
+      },
+    ],
+    [
+      'daily_points (30 days)',
+      'POST',
+      (req) => {
+        const i = rnd.int(opts.nodes);
+        return {
+          ...req,
+          path: '/daily_points',
+          headers: { 'content-type': 'application/json', api_key: nodeKey(opts.seed, i) },
+          body: JSON.stringify({ node_name: nodeName(i), last_days: 30 }),
+        };
+      },
+    ],
     ['unique_nodes (1 day)', 'GET', window(1)],
     ['unique_nodes (7 days)', 'GET', window(7)],
     ['unique_nodes (30 days)', 'GET', window(30)],
@@ -75,7 +111,12 @@ async function markImported(env: NodeJS.ProcessEnv): Promise<void> {
   await c.end();
 }
 
-async function benchBackend(o: EndpointsOptions, backend: string, files: { nodesFile: string; resultsFile: string }, port: number): Promise<BackendResult> {
+async function benchBackend(
+  o: EndpointsOptions,
+  backend: string,
+  files: { nodesFile: string; resultsFile: string },
+  port: number,
+): Promise<BackendResult> {
   const { history: opts, warmup, duration, connections } = o;
   const flags = { keep: o.keep, 'database-url': o.databaseUrl };
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -139,9 +180,17 @@ async function benchBackend(o: EndpointsOptions, backend: string, files: { nodes
       for (const [endpoint, method, setup] of scenarios(opts, `bench-${backend}-${Date.now()}`)) {
         if (warmup > 0) await load(server.url, setup, method, warmup, connections);
         const r = await load(server.url, setup, method, duration, connections);
-        const result = { endpoint, rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, errors: r.errors + r.timeouts + r.non2xx };
+        const result = {
+          endpoint,
+          rps: Math.round(r.requests.average),
+          p50: r.latency.p50,
+          p99: r.latency.p99,
+          errors: r.errors + r.timeouts + r.non2xx,
+        };
         endpoints.push(result);
-        console.log(`   ${endpoint.padEnd(24)} ${String(result.rps).padStart(7)} req/s  p50 ${result.p50} ms  p99 ${result.p99} ms  errors ${result.errors}`);
+        console.log(
+          `   ${endpoint.padEnd(24)} ${String(result.rps).padStart(7)} req/s  p50 ${result.p50} ms  p99 ${result.p99} ms  errors ${result.errors}`,
+        );
       }
     } finally {
       await server.stop();
@@ -163,15 +212,28 @@ const TARGETS: Record<string, { rps: number; p99: number }> = {
 
 function printTable(o: EndpointsOptions, results: BackendResult[]): void {
   const { history: opts, duration, connections } = o;
-  console.log(`\nresults: ${opts.results.toLocaleString('en')} over ${opts.days} days, ${opts.nodes} nodes, ${opts.models} models; ${connections} connections, ${duration} s per endpoint; ${cpus().length} cores, Node ${process.version}`);
+  console.log(
+    `\nresults: ${opts.results.toLocaleString('en')} over ${opts.days} days, ${opts.nodes} nodes, ${opts.models} models; ${connections} connections, ${duration} s per endpoint; ${cpus().length} cores, Node ${process.version}`,
+  );
   const rows = [['backend', 'endpoint', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'vs ceiling', 'target (postgres)']];
   for (const b of results) {
     for (const e of b.endpoints) {
       const t = TARGETS[e.endpoint];
-      const verdict = t && b.backend === 'postgres' ? `${e.rps >= t.rps && e.p99 <= t.p99 && e.errors === 0 ? 'met' : 'MISSED'} (≥${t.rps}, p99 ≤${t.p99})` : '';
+      const verdict =
+        t && b.backend === 'postgres' ? `${e.rps >= t.rps && e.p99 <= t.p99 && e.errors === 0 ? 'met' : 'MISSED'} (≥${t.rps}, p99 ≤${t.p99})` : '';
       rows.push([b.backend, e.endpoint, String(e.rps), String(e.p50), String(e.p99), String(e.errors), e.ratio!.toFixed(2), verdict]);
     }
-    if (b.import_results_s > 0) rows.push([b.backend, `import: nodes ${b.import_nodes_s.toFixed(1)} s, results ${b.import_results_s.toFixed(1)} s (${Math.round(opts.results / b.import_results_s).toLocaleString('en')} rows/s)`, '', '', '', '', '', '']);
+    if (b.import_results_s > 0)
+      rows.push([
+        b.backend,
+        `import: nodes ${b.import_nodes_s.toFixed(1)} s, results ${b.import_results_s.toFixed(1)} s (${Math.round(opts.results / b.import_results_s).toLocaleString('en')} rows/s)`,
+        '',
+        '',
+        '',
+        '',
+        '',
+        '',
+      ]);
   }
   printRows(rows);
 }

@@ -9,7 +9,10 @@ import { createLogger } from '../src/server.js';
 
 const app = Fastify({ loggerInstance: createLogger('info'), logController: new LogController({ disableRequestLogging: true }) });
 app.addHook('onResponse', async (req, reply) => {
-  req.log.info({ method: req.method, route: req.routeOptions.url ?? 'unmatched', status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 }, 'request');
+  req.log.info(
+    { method: req.method, route: req.routeOptions.url ?? 'unmatched', status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
+    'request',
+  );
 });
 const open = new Map<string, 'queued' | 'leased'>();
 app.get<{ Params: { job_id: string } }>('/get_result/:job_id', async (req, reply) => {

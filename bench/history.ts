@@ -6,17 +6,28 @@ import { createWriteStream, existsSync, mkdirSync, renameSync } from 'node:fs';
 import { once } from 'node:events';
 import path from 'node:path';
 
-export interface HistoryOptions { nodes: number; models: number; results: number; days: number; success: number; seed: number }
+export interface HistoryOptions {
+  nodes: number;
+  models: number;
+  results: number;
+  days: number;
+  success: number;
+  seed: number;
+}
 
 /** Park–Miller generator: tiny, fast and reproducible. */
 export class Random {
   private state: number;
-  constructor(seed: number) { this.state = (seed % 2147483646) + 1; }
+  constructor(seed: number) {
+    this.state = (seed % 2147483646) + 1;
+  }
   next(): number {
     this.state = (this.state * 48271) % 2147483647;
     return (this.state - 1) / 2147483646;
   }
-  int(n: number): number { return Math.floor(this.next() * n); }
+  int(n: number): number {
+    return Math.floor(this.next() * n);
+  }
 }
 
 export const nodeName = (i: number): string => `bench-node-${String(i).padStart(5, '0')}`;
@@ -63,10 +74,13 @@ export async function ensureHistory(dir: string, o: HistoryOptions, now: number)
   const nodesFile = path.join(dir, `nodes-${tag}.csv`);
   const resultsFile = path.join(dir, `results-${tag}.csv`);
   if (!existsSync(nodesFile)) {
-    await writeLines(nodesFile, (function* () {
-      yield 'name,api_key';
-      for (let i = 0; i < o.nodes; i++) yield `${nodeName(i)},${nodeKey(o.seed, i)}`;
-    })());
+    await writeLines(
+      nodesFile,
+      (function* () {
+        yield 'name,api_key';
+        for (let i = 0; i < o.nodes; i++) yield `${nodeName(i)},${nodeKey(o.seed, i)}`;
+      })(),
+    );
   }
   if (!existsSync(resultsFile)) {
     const rnd = new Random(o.seed);
@@ -74,14 +88,17 @@ export async function ensureHistory(dir: string, o: HistoryOptions, now: number)
     const span = o.days * 86_400_000;
     // History ends an hour before `now`, so reports made during the run are the newest.
     const end = now - 3_600_000;
-    await writeLines(resultsFile, (function* () {
-      yield 'job_id,node_name,model_name,status,points,received_at';
-      for (let i = 0; i < o.results; i++) {
-        const ok = rnd.next() < o.success;
-        const at = new Date(end - Math.floor(rnd.next() * span)).toISOString();
-        yield `h-${i},${nodeName(rnd.int(o.nodes))},${modelName(pickModel())},${ok ? 'success' : 'error'},${ok ? 1 : 0},${at}`;
-      }
-    })());
+    await writeLines(
+      resultsFile,
+      (function* () {
+        yield 'job_id,node_name,model_name,status,points,received_at';
+        for (let i = 0; i < o.results; i++) {
+          const ok = rnd.next() < o.success;
+          const at = new Date(end - Math.floor(rnd.next() * span)).toISOString();
+          yield `h-${i},${nodeName(rnd.int(o.nodes))},${modelName(pickModel())},${ok ? 'success' : 'error'},${ok ? 1 : 0},${at}`;
+        }
+      })(),
+    );
   }
   return { nodesFile, resultsFile };
 }

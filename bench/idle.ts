@@ -7,7 +7,14 @@ import path from 'node:path';
 import { Pool } from 'undici';
 import { freshDatabase, parseBackends, printRows, ROOT, startServer, importBenchNodes } from './common.js';
 
-export interface IdleOptions { idle: number; duration: number; warmup: number; backends: string; databaseUrl: string; out: string | undefined }
+export interface IdleOptions {
+  idle: number;
+  duration: number;
+  warmup: number;
+  backends: string;
+  databaseUrl: string;
+  out: string | undefined;
+}
 
 const TICKS = 100; // USER_HZ on Linux
 
@@ -30,22 +37,42 @@ export async function idleScenario(o: IdleOptions): Promise<void> {
     try {
       const nodes = await importBenchNodes(db.env, 'idle', Math.ceil(o.idle / 100));
       const server = await startServer(db.env, port++, path.join(ROOT, 'bench-results', `server-idle-${backend}.log`), { LOG_LEVEL: 'warn' });
-      const pool = new Pool(server.url, { connections: o.idle + 16, pipelining: 1, keepAliveTimeout: 120_000, headersTimeout: 60_000, bodyTimeout: 60_000 });
+      const pool = new Pool(server.url, {
+        connections: o.idle + 16,
+        pipelining: 1,
+        keepAliveTimeout: 120_000,
+        headersTimeout: 60_000,
+        bodyTimeout: 60_000,
+      });
       const json = async (method: 'GET' | 'POST', p: string, headers: Record<string, string>, body?: unknown) => {
-        const res = await pool.request({ method, path: p, headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+        const res = await pool.request({
+          method,
+          path: p,
+          headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        });
         return { status: res.statusCode, body: (await res.body.json()) as Record<string, unknown> };
       };
       try {
         console.log(`\n== ${backend}: registering ${o.idle} workers`);
         const tokens: string[] = [];
         for (let i = 0; i < o.idle; i += 200) {
-          tokens.push(...(await Promise.all(Array.from({ length: Math.min(200, o.idle - i) }, async (_, k) => {
-            const n = nodes[(i + k) % nodes.length]!;
-            const reg = await json('POST', '/worker/register_node', { authorization: `Bearer ${n.key}` }, { node_url: n.name, node_version: 'bench', stats: {} });
-            const token = String(reg.body.access_token);
-            await json('POST', '/worker/update_models', { authorization: `Bearer ${token}` }, { node_url: n.name, models: ['idle-model'] });
-            return token;
-          }))));
+          tokens.push(
+            ...(await Promise.all(
+              Array.from({ length: Math.min(200, o.idle - i) }, async (_, k) => {
+                const n = nodes[(i + k) % nodes.length]!;
+                const reg = await json(
+                  'POST',
+                  '/worker/register_node',
+                  { authorization: `Bearer ${n.key}` },
+                  { node_url: n.name, node_version: 'bench', stats: {} },
+                );
+                const token = String(reg.body.access_token);
+                await json('POST', '/worker/update_models', { authorization: `Bearer ${token}` }, { node_url: n.name, models: ['idle-model'] });
+                return token;
+              }),
+            )),
+          );
         }
         let stop = false;
         let answered = 0;
@@ -70,10 +97,24 @@ export async function idleScenario(o: IdleOptions): Promise<void> {
         await new Promise((r) => setTimeout(r, o.duration * 1000));
         const share = (cpuSeconds(server.child.pid!) - cpu0) / ((performance.now() - t0) / 1000);
         const rss = rssMb(server.child.pid!);
-        const result = { backend, workers: o.idle, cpuShare: Math.round(share * 1000) / 1000, rssMb: Math.round(rss), answered: answered - answeredBefore, errors };
+        const result = {
+          backend,
+          workers: o.idle,
+          cpuShare: Math.round(share * 1000) / 1000,
+          rssMb: Math.round(rss),
+          answered: answered - answeredBefore,
+          errors,
+        };
         results.push(result);
         console.log(`   ${JSON.stringify(result)}`);
-        rows.push([backend, String(o.idle), `${result.cpuShare} [${share < 0.1 ? 'met' : 'MISSED'}]`, `${result.rssMb} [${rss < 300 ? 'met' : 'MISSED'}]`, String(result.answered), String(errors)]);
+        rows.push([
+          backend,
+          String(o.idle),
+          `${result.cpuShare} [${share < 0.1 ? 'met' : 'MISSED'}]`,
+          `${result.rssMb} [${rss < 300 ? 'met' : 'MISSED'}]`,
+          String(result.answered),
+          String(errors),
+        ]);
         stop = true;
         await server.stop();
         await Promise.allSettled(loops);

@@ -9,9 +9,17 @@ import pg from 'pg';
 import { LEASE } from '../src/jobs/sql/lease.js';
 import { freshDatabase, ins, printRows } from './common.js';
 
-export interface LeasePlanOptions { databaseUrl: string; backlog: number; models: number; rounds: number }
+export interface LeasePlanOptions {
+  databaseUrl: string;
+  backlog: number;
+  models: number;
+  rounds: number;
+}
 
-const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return Math.round(s[Math.floor(s.length / 2)]! * 1000) / 1000; };
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return Math.round(s[Math.floor(s.length / 2)]! * 1000) / 1000;
+};
 
 export async function leasePlanScenario(o: LeasePlanOptions): Promise<void> {
   const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_lease_plan_${process.pid}`);
@@ -22,23 +30,55 @@ export async function leasePlanScenario(o: LeasePlanOptions): Promise<void> {
     await c.query('SET jit = off');
     await c.query(`INSERT INTO models (name) SELECT 'm' || g FROM generate_series(1, $1::int) g`, [o.models]);
     await c.query(`INSERT INTO nodes (name, key_hash) SELECT 'n' || g, encode(sha256(('n' || g)::bytea), 'hex') FROM generate_series(1, 64) g`);
-    await c.query(`INSERT INTO node_sessions (node_id, token_hash, node_key_hash, capacity, models)
-      SELECT g, encode(sha256(('s' || g)::bytea), 'hex'), encode(sha256(('n' || g)::bytea), 'hex'), 4, ARRAY(SELECT generate_series(1, $1::int)) FROM generate_series(1, 64) g`, [o.models]);
+    await c.query(
+      `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, capacity, models)
+      SELECT g, encode(sha256(('s' || g)::bytea), 'hex'), encode(sha256(('n' || g)::bytea), 'hex'), 4, ARRAY(SELECT generate_series(1, $1::int)) FROM generate_series(1, 64) g`,
+      [o.models],
+    );
     // The backlog: 10 owners, each model's queue in fair order; and as many finished jobs beside it.
-    await c.query(`INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, fair_key, submitted_at)
+    await c.query(
+      `INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, fair_key, submitted_at)
       SELECT gen_random_uuid(), 1 + g % 10, 1 + g % $2::int, CASE WHEN g <= $1::int THEN 'queued' ELSE 'done' END, '{"messages":[]}', now() + interval '1 day',
         1e9 + g, now() - interval '1 hour'
-      FROM generate_series(1, 2 * $1::int) g`, [o.backlog, o.models]);
+      FROM generate_series(1, 2 * $1::int) g`,
+      [o.backlog, o.models],
+    );
     await c.query('VACUUM ANALYZE');
     // A dispatch round: 32 waiting polls of 32 sessions, in 4 groups of 5 models each.
     const groups = [0, 1, 2, 3];
-    const asks = Array.from({ length: 32 }, (_, i) => ({ g: i % 4, k: Math.floor(i / 4) + 1, session: i + 1, node: i + 1, key: (i + 1).toString(16).padStart(64, '0'), rank: 1 }));
-    const values = [asks.map((a) => a.g), asks.map((a) => a.k), asks.map((a) => a.session), asks.map((a) => a.node), asks.map((a) => a.key), asks.map((a) => a.rank),
-      groups, groups.map((g) => `{${[1, 2, 3, 4, 5].map((m) => 1 + ((g * 5 + m - 1) % o.models)).join(',')}}`), groups.map(() => 8), 60];
+    const asks = Array.from({ length: 32 }, (_, i) => ({
+      g: i % 4,
+      k: Math.floor(i / 4) + 1,
+      session: i + 1,
+      node: i + 1,
+      key: (i + 1).toString(16).padStart(64, '0'),
+      rank: 1,
+    }));
+    const values = [
+      asks.map((a) => a.g),
+      asks.map((a) => a.k),
+      asks.map((a) => a.session),
+      asks.map((a) => a.node),
+      asks.map((a) => a.key),
+      asks.map((a) => a.rank),
+      groups,
+      groups.map((g) => `{${[1, 2, 3, 4, 5].map((m) => 1 + ((g * 5 + m - 1) % o.models)).join(',')}}`),
+      groups.map(() => 8),
+      60,
+    ];
     // The same values as SQL literals, for EXPLAIN … EXECUTE (array literals; strings quoted inside).
     const literal = (v: unknown) => (Array.isArray(v) ? `'{${v.map((x) => (typeof x === 'string' ? `"${x}"` : String(x))).join(',')}}'` : String(v));
     await c.query(`PREPARE lease AS ${LEASE.text}`);
-    const rows: string[][] = [['plan_cache_mode', 'planning ms (median)', 'execution ms (median)', 'named statement round trip ms (median)', 'jobs leased a round', 'plans (generic / custom)']];
+    const rows: string[][] = [
+      [
+        'plan_cache_mode',
+        'planning ms (median)',
+        'execution ms (median)',
+        'named statement round trip ms (median)',
+        'jobs leased a round',
+        'plans (generic / custom)',
+      ],
+    ];
     for (const mode of ['auto', 'force_custom_plan', 'force_generic_plan']) {
       await c.query(`SET plan_cache_mode = ${mode}`);
       await c.query('DEALLOCATE ALL');
@@ -50,7 +90,11 @@ export async function leasePlanScenario(o: LeasePlanOptions): Promise<void> {
       let shape = '';
       for (let r = 0; r < o.rounds; r++) {
         await c.query('BEGIN');
-        const [plan] = (await c.query<{ 'QUERY PLAN': [{ 'Planning Time': number; 'Execution Time': number; Plan: unknown }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lease(${values.map(literal).join(', ')})`)).rows[0]!['QUERY PLAN'];
+        const [plan] = (
+          await c.query<{ 'QUERY PLAN': [{ 'Planning Time': number; 'Execution Time': number; Plan: unknown }] }>(
+            `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lease(${values.map(literal).join(', ')})`,
+          )
+        ).rows[0]!['QUERY PLAN'];
         planning.push(plan['Planning Time']);
         execution.push(plan['Execution Time']);
         if (r === o.rounds - 1) shape = JSON.stringify(plan.Plan).includes('jobs_queued') ? 'jobs_queued index' : 'NO jobs_queued index';
@@ -62,10 +106,24 @@ export async function leasePlanScenario(o: LeasePlanOptions): Promise<void> {
         leased = res.rows.filter((x: { row: string }) => x.row === 'leased').length;
         await c.query('ROLLBACK');
       }
-      const [ps] = (await c.query<{ generic_plans: number; custom_plans: number }>(`SELECT generic_plans::int, custom_plans::int FROM pg_prepared_statements WHERE name = $1`, [`lease_${mode}`])).rows;
-      rows.push([mode, String(median(planning)), String(median(execution)), String(median(trip)), String(leased), `${ps?.generic_plans} / ${ps?.custom_plans} (${shape})`]);
+      const [ps] = (
+        await c.query<{ generic_plans: number; custom_plans: number }>(
+          `SELECT generic_plans::int, custom_plans::int FROM pg_prepared_statements WHERE name = $1`,
+          [`lease_${mode}`],
+        )
+      ).rows;
+      rows.push([
+        mode,
+        String(median(planning)),
+        String(median(execution)),
+        String(median(trip)),
+        String(leased),
+        `${ps?.generic_plans} / ${ps?.custom_plans} (${shape})`,
+      ]);
     }
-    console.log(`\nlease-plan: ${o.backlog.toLocaleString('en')} queued jobs over ${o.models} models (and as many done), 32 asks in 4 groups of 5 models; ${o.rounds} rounds each`);
+    console.log(
+      `\nlease-plan: ${o.backlog.toLocaleString('en')} queued jobs over ${o.models} models (and as many done), 32 asks in 4 groups of 5 models; ${o.rounds} rounds each`,
+    );
     printRows(rows);
   } finally {
     await c.end().catch(() => {});

@@ -14,7 +14,17 @@ import pg from 'pg';
 import { hashKey } from '../src/keys.js';
 import { adminQuery, databaseUrlOf, ENTRY, entryOf, ins, printRows, ROOT, startServer } from './common.js';
 
-export interface ClosingBenchOptions { databaseUrl: string; results: number; days: number; nodes: number; models: number; connections: number; window: number; baseline: string | undefined; out: string | undefined }
+export interface ClosingBenchOptions {
+  databaseUrl: string;
+  results: number;
+  days: number;
+  nodes: number;
+  models: number;
+  connections: number;
+  window: number;
+  baseline: string | undefined;
+  out: string | undefined;
+}
 
 const nodeKey = (i: number) => `nk_bench-closing-${String(i).padStart(6, '0')}-0123456789abcdefghijklmnop`;
 
@@ -25,18 +35,27 @@ async function writeHistory(o: ClosingBenchOptions, url: string, entry: string):
   await c.connect();
   try {
     await c.query('SET statement_timeout = 0');
-    await c.query(`INSERT INTO nodes (name, key_hash) SELECT 'bench-node-' || lpad(g::text, 6, '0'), h FROM unnest($1::text[]) WITH ORDINALITY AS k(h, g)`,
-      [Array.from({ length: o.nodes }, (_, i) => hashKey(nodeKey(i + 1)))]);
-    await c.query(`INSERT INTO models (name) SELECT 'bench-model-' || lpad(g::text, 2, '0') || ':latest' FROM generate_series(1, $1::int) g`, [o.models]);
+    await c.query(
+      `INSERT INTO nodes (name, key_hash) SELECT 'bench-node-' || lpad(g::text, 6, '0'), h FROM unnest($1::text[]) WITH ORDINALITY AS k(h, g)`,
+      [Array.from({ length: o.nodes }, (_, i) => hashKey(nodeKey(i + 1)))],
+    );
+    await c.query(`INSERT INTO models (name) SELECT 'bench-model-' || lpad(g::text, 2, '0') || ':latest' FROM generate_series(1, $1::int) g`, [
+      o.models,
+    ]);
     // Results evenly over the --days days that ended before yesterday (all due at start); 5 % errors.
-    await c.query(`INSERT INTO job_results (job_id, node_id, model_id, status, result, points, received_at)
+    await c.query(
+      `INSERT INTO job_results (job_id, node_id, model_id, status, result, points, received_at)
       SELECT 'hist-' || g, 1 + (g * 7919) % $2::int, 1 + (g * 31) % $3::int, CASE WHEN g % 20 = 0 THEN 'error' ELSE 'success' END, '{}',
         CASE WHEN g % 20 = 0 THEN 0 ELSE 1 END,
         date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => $4::int + 2) + make_interval(secs => g * 86400.0 * $4::int / $1::int)
-      FROM generate_series(0, $1::int - 1) g`, [o.results, o.nodes, o.models, o.days]);
+      FROM generate_series(0, $1::int - 1) g`,
+      [o.results, o.nodes, o.models, o.days],
+    );
     await c.query(`INSERT INTO node_daily_points (node_id, day, points, successes)
       SELECT node_id, (received_at AT TIME ZONE 'UTC')::date, sum(points), count(*) FROM job_results WHERE status = 'success' GROUP BY 1, 2`);
-    await c.query(`INSERT INTO model_nodes SELECT model_id, node_id, min(received_at), max(received_at) FROM job_results WHERE status = 'success' GROUP BY 1, 2`);
+    await c.query(
+      `INSERT INTO model_nodes SELECT model_id, node_id, min(received_at), max(received_at) FROM job_results WHERE status = 'success' GROUP BY 1, 2`,
+    );
     await c.query(`INSERT INTO model_node_days SELECT model_id, node_id, (received_at AT TIME ZONE 'UTC')::date, min(received_at), max(received_at)
       FROM job_results WHERE status = 'success' GROUP BY 1, 2, 3`);
     await c.query('VACUUM ANALYZE');
@@ -45,8 +64,19 @@ async function writeHistory(o: ClosingBenchOptions, url: string, entry: string):
   }
 }
 
-interface Phase { seconds: number; requests: number; perSecond: number; errors: number }
-interface ClosingRun { code: string; closingSeconds: number; closing: Phase; steady: Phase; kept: number }
+interface Phase {
+  seconds: number;
+  requests: number;
+  perSecond: number;
+  errors: number;
+}
+interface ClosingRun {
+  code: string;
+  closingSeconds: number;
+  closing: Phase;
+  steady: Phase;
+  kept: number;
+}
 
 async function runCode(o: ClosingBenchOptions, code: string, entry: string, template: string, port: number): Promise<ClosingRun> {
   const name = `ins_bench_closing_${code}_${process.pid}`;
@@ -57,23 +87,56 @@ async function runCode(o: ClosingBenchOptions, code: string, entry: string, temp
   let n = 0;
   const load = async (seconds: number) => {
     const r = await autocannon({
-      url: `http://127.0.0.1:${port}`, connections: o.connections, duration: seconds,
-      requests: [{ method: 'POST', path: '/worker/update_result', headers: { 'content-type': 'application/json' },
-        setupRequest: ((req: Record<string, unknown>) => ({ ...req, body: JSON.stringify({ job_id: `live-${code}-${n++}`, api_key: nodeKey(1 + (n % o.nodes)), model_name: 'bench-model-01:latest', result: { message: 'benchmark output' }, status: 'success' }) })) as never }],
+      url: `http://127.0.0.1:${port}`,
+      connections: o.connections,
+      duration: seconds,
+      requests: [
+        {
+          method: 'POST',
+          path: '/worker/update_result',
+          headers: { 'content-type': 'application/json' },
+          setupRequest: ((req: Record<string, unknown>) => ({
+            ...req,
+            body: JSON.stringify({
+              job_id: `live-${code}-${n++}`,
+              api_key: nodeKey(1 + (n % o.nodes)),
+              model_name: 'bench-model-01:latest',
+              result: { message: 'benchmark output' },
+              status: 'success',
+            }),
+          })) as never,
+        },
+      ],
     });
     return { requests: r.requests.total, errors: r.errors + r.timeouts + r.non2xx, seconds: r.duration };
   };
   const phase = (parts: { requests: number; errors: number; seconds: number }[]): Phase => {
     const seconds = parts.reduce((s, p) => s + p.seconds, 0);
     const requests = parts.reduce((s, p) => s + p.requests, 0);
-    return { seconds: Math.round(seconds * 10) / 10, requests, perSecond: Math.round(requests / Math.max(seconds, 0.001)), errors: parts.reduce((s, p) => s + p.errors, 0) };
+    return {
+      seconds: Math.round(seconds * 10) / 10,
+      requests,
+      perSecond: Math.round(requests / Math.max(seconds, 0.001)),
+      errors: parts.reduce((s, p) => s + p.errors, 0),
+    };
   };
-  const server = await startServer({ ...process.env, DATABASE_URL: url }, port, path.join(ROOT, 'bench-results', `server-closing-${code}.log`), {}, entry);
+  const server = await startServer(
+    { ...process.env, DATABASE_URL: url },
+    port,
+    path.join(ROOT, 'bench-results', `server-closing-${code}.log`),
+    {},
+    entry,
+  );
   try {
     await state.connect();
     const started = performance.now();
     // The last due day: the day before yesterday (the default evidence window is a day).
-    const closed = async () => (await state.query<{ done: boolean }>(`SELECT coalesce(closed_through >= (now() AT TIME ZONE 'UTC')::date - 2, false) AS done FROM ledger_state`)).rows[0]?.done ?? false;
+    const closed = async () =>
+      (
+        await state.query<{ done: boolean }>(
+          `SELECT coalesce(closed_through >= (now() AT TIME ZONE 'UTC')::date - 2, false) AS done FROM ledger_state`,
+        )
+      ).rows[0]?.done ?? false;
     const during: Awaited<ReturnType<typeof load>>[] = [];
     while (!(await closed())) during.push(await load(o.window));
     const closingSeconds = (performance.now() - started) / 1000;
@@ -82,7 +145,13 @@ async function runCode(o: ClosingBenchOptions, code: string, entry: string, temp
     for (let s = 0; s < Math.max(during.length, 3); s++) steady.push(await load(o.window));
     const c = phase(during);
     const st = phase(steady);
-    return { code, closingSeconds: Math.round(closingSeconds * 10) / 10, closing: c, steady: st, kept: Math.round((c.perSecond / Math.max(1, st.perSecond)) * 1000) / 10 };
+    return {
+      code,
+      closingSeconds: Math.round(closingSeconds * 10) / 10,
+      closing: c,
+      steady: st,
+      kept: Math.round((c.perSecond / Math.max(1, st.perSecond)) * 1000) / 10,
+    };
   } finally {
     await state.end().catch(() => {});
     await server.stop();
@@ -92,8 +161,13 @@ async function runCode(o: ClosingBenchOptions, code: string, entry: string, temp
 
 export async function ledgerClosingScenario(o: ClosingBenchOptions): Promise<void> {
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
-  const load = () => loadavg().map((l) => l.toFixed(1)).join(' ');
-  console.log(`\n== ledger-closing: ${o.results.toLocaleString('en')} results over ${o.days} days, ${o.nodes} nodes; update_result with ${o.connections} connections in ${o.window} s windows; load average ${load()}`);
+  const load = () =>
+    loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ');
+  console.log(
+    `\n== ledger-closing: ${o.results.toLocaleString('en')} results over ${o.days} days, ${o.nodes} nodes; update_result with ${o.connections} connections in ${o.window} s windows; load average ${load()}`,
+  );
   const template = `ins_bench_closing_history_${process.pid}`;
   const codes: [string, string][] = [['current', ENTRY], ...(o.baseline ? [['baseline', entryOf(o.baseline)] as [string, string]] : [])];
   await adminQuery(o.databaseUrl, `DROP DATABASE IF EXISTS ${template} WITH (FORCE)`);
@@ -113,8 +187,17 @@ export async function ledgerClosingScenario(o: ClosingBenchOptions): Promise<voi
     await adminQuery(o.databaseUrl, `DROP DATABASE IF EXISTS ${template} WITH (FORCE)`);
   }
   console.log(`\nledger-closing: ${cpus().length} cores, Node ${process.version}, load average at end ${load()}`);
-  printRows([['code', 'closing took', 'update_result/s while closing', 'steady', 'kept [≥ 80 %]', 'errors'],
-    ...runs.map((r) => [r.code, `${r.closingSeconds} s`, String(r.closing.perSecond), String(r.steady.perSecond), `${r.kept} % [${r.kept >= 80 ? 'met' : 'MISSED'}]`, String(r.closing.errors + r.steady.errors)])]);
+  printRows([
+    ['code', 'closing took', 'update_result/s while closing', 'steady', 'kept [≥ 80 %]', 'errors'],
+    ...runs.map((r) => [
+      r.code,
+      `${r.closingSeconds} s`,
+      String(r.closing.perSecond),
+      String(r.steady.perSecond),
+      `${r.kept} % [${r.kept >= 80 ? 'met' : 'MISSED'}]`,
+      String(r.closing.errors + r.steady.errors),
+    ]),
+  ]);
   const out = o.out ?? path.join(ROOT, 'bench-results', `ledger-closing-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(out, JSON.stringify({ options: o, cores: cpus().length, node: process.version, runs }, null, 2));
   console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);

@@ -11,13 +11,31 @@ import { promisify } from 'node:util';
 
 /** Where PostgreSQL's CPU goes in a job's statements: executor phases, the writes' parts, the commit, parameter input. */
 export const FUNCTIONS = [
-  'standard_ExecutorStart', 'ExecInitModifyTable', 'standard_ExecutorRun', 'standard_ExecutorFinish', 'ExecSetParamPlan',
-  'ExecInsertIndexTuples', 'heap_insert', 'heap_update', 'ExecConstraints', 'textregexeq', 'ExecInitStoredGenerated',
-  'plpgsql_exec_function', 'plpgsql_exec_trigger', 'array_in', 'jsonb_in', 'GetCachedPlan',
-  'CommitTransactionCommand', 'XLogFlush', 'secure_read', 'secure_write',
+  'standard_ExecutorStart',
+  'ExecInitModifyTable',
+  'standard_ExecutorRun',
+  'standard_ExecutorFinish',
+  'ExecSetParamPlan',
+  'ExecInsertIndexTuples',
+  'heap_insert',
+  'heap_update',
+  'ExecConstraints',
+  'textregexeq',
+  'ExecInitStoredGenerated',
+  'plpgsql_exec_function',
+  'plpgsql_exec_trigger',
+  'array_in',
+  'jsonb_in',
+  'GetCachedPlan',
+  'CommitTransactionCommand',
+  'XLogFlush',
+  'secure_read',
+  'secure_write',
 ] as const;
 
-export interface PerfRecording { stop: () => Promise<Map<string, number> & { samples: number }> }
+export interface PerfRecording {
+  stop: () => Promise<Map<string, number> & { samples: number }>;
+}
 
 /** Starts sampling the whole machine into `file`; stop() ends it and answers each function's share of PostgreSQL's samples. */
 export function recordPerf(file: string): PerfRecording {
@@ -28,7 +46,9 @@ export function recordPerf(file: string): PerfRecording {
   return {
     stop: async () => {
       perf.kill('SIGINT');
-      await exited.catch((err: Error) => { throw new Error(`--pg-perf needs Linux perf (Debian: apt-get install linux-perf): ${err.message}`); });
+      await exited.catch((err: Error) => {
+        throw new Error(`--pg-perf needs Linux perf (Debian: apt-get install linux-perf): ${err.message}`);
+      });
       const { stdout } = await promisify(execFile)('perf', ['script', '-i', file, '--comm', 'postgres', '-F', 'comm,ip,sym'], { maxBuffer: 1 << 30 });
       return sharesOf(stdout);
     },
@@ -40,7 +60,11 @@ export function sharesOf(script: string): Map<string, number> & { samples: numbe
   const counts = new Map<string, number>(FUNCTIONS.map((f) => [f, 0]));
   let samples = 0;
   for (const sample of script.split(/\n\s*\n/)) {
-    const frames = sample.split('\n').slice(1).map((line) => /^\s*\S+\s+([^\s+]+)/.exec(line)?.[1]).filter((f): f is string => f !== undefined);
+    const frames = sample
+      .split('\n')
+      .slice(1)
+      .map((line) => /^\s*\S+\s+([^\s+]+)/.exec(line)?.[1])
+      .filter((f): f is string => f !== undefined);
     if (frames.length === 0) continue;
     samples++;
     for (const f of new Set(frames)) if (counts.has(f)) counts.set(f, counts.get(f)! + 1);

@@ -10,21 +10,43 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import path from 'node:path';
-import { ENTRY, entryOf, freshDatabase, ins, mean, parseBackends, printRows, ROOT, startServer, type Backend, importBenchNodes, metricTotal, postgresCpuSeconds } from './common.js';
+import {
+  ENTRY,
+  entryOf,
+  freshDatabase,
+  ins,
+  mean,
+  parseBackends,
+  printRows,
+  ROOT,
+  startServer,
+  type Backend,
+  importBenchNodes,
+  metricTotal,
+  postgresCpuSeconds,
+} from './common.js';
 import { cycle, http, POLL_EVERY_MS, type CycleRun } from './cycle.js';
 
 export interface PollRun {
-  code: 'current' | 'baseline'; mode: 'poll' | 'jobs'; run: CycleRun; pendingPolls: number; fromMemory: number; statementsPerPoll: Record<string, number>;
+  code: 'current' | 'baseline';
+  mode: 'poll' | 'jobs';
+  run: CycleRun;
+  pendingPolls: number;
+  fromMemory: number;
+  statementsPerPoll: Record<string, number>;
   /** The server's CPU (process_cpu_seconds_total) and its statements' summed time, per job done, in ms. */
-  serverCpuMsPerJob: number; databaseMsPerJob: number;
+  serverCpuMsPerJob: number;
+  databaseMsPerJob: number;
   /**
    * CPU per job of the rest of the machine's work, in ms: the bench's own clients (this process)
    * and PostgreSQL's processes (null when they are not on this machine). With the server's, what
    * the whole cycle costs the machine's cores.
    */
-  benchCpuMsPerJob: number; postgresCpuMsPerJob: number | null;
+  benchCpuMsPerJob: number;
+  postgresCpuMsPerJob: number | null;
   /** get_result polls that found the job final, and the share answered from memory (no statement). */
-  finishedPolls: number; finishedFromMemory: number;
+  finishedPolls: number;
+  finishedFromMemory: number;
 }
 
 /** A counter of the server's metrics (0 when absent). */
@@ -33,7 +55,18 @@ function counter(text: string, name: string, labels: string): number {
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
-async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: string, backend: Backend, databaseUrl: string, port: number, workers: number, submitters: number, warmup: number, duration: number): Promise<PollRun> {
+async function onePollRun(
+  code: PollRun['code'],
+  mode: PollRun['mode'],
+  entry: string,
+  backend: Backend,
+  databaseUrl: string,
+  port: number,
+  workers: number,
+  submitters: number,
+  warmup: number,
+  duration: number,
+): Promise<PollRun> {
   const db = await freshDatabase(backend, databaseUrl, `ins_bench_polls_${process.pid}`);
   try {
     const nodes = await importBenchNodes(db.env, 'poll-worker', workers, entry);
@@ -50,7 +83,8 @@ async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: s
       const text = await (await fetch(`${server.url}/metrics`)).text();
       // Kept for a look at every statement's count and time (ins_db_statement_duration_seconds).
       writeFileSync(path.join(ROOT, 'bench-results', `metrics-polls-${backend}-${code}-${mode}.txt`), text);
-      const perJob = (name: string) => Math.round(((metricTotal(text, name) - metricTotal(before, name)) * 1000 / Math.max(1, run.submitted)) * 1000) / 1000;
+      const perJob = (name: string) =>
+        Math.round((((metricTotal(text, name) - metricTotal(before, name)) * 1000) / Math.max(1, run.submitted)) * 1000) / 1000;
       const pending = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="404"');
       const done = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="200"');
       const polls = pending + done;
@@ -63,12 +97,20 @@ async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: s
       }
       const fromMemory = counter(text, 'ins_pending_polls_total', 'source="memory"');
       const finishedFromMemory = counter(text, 'ins_finished_polls_total', 'source="memory"');
-      const msPerJob = (seconds: number) => Math.round((seconds * 1000 / Math.max(1, run.submitted)) * 1000) / 1000;
+      const msPerJob = (seconds: number) => Math.round(((seconds * 1000) / Math.max(1, run.submitted)) * 1000) / 1000;
       return {
-        code, mode, run, serverCpuMsPerJob: perJob('process_cpu_seconds_total'), databaseMsPerJob: perJob('ins_db_statement_duration_seconds_sum'),
-        benchCpuMsPerJob: msPerJob((benchUsed.user + benchUsed.system) / 1e6), postgresCpuMsPerJob: pgBefore === undefined || pgAfter === undefined ? null : msPerJob(pgAfter - pgBefore),
-        pendingPolls: pending, fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000, statementsPerPoll: per,
-        finishedPolls: done, finishedFromMemory: Math.round((finishedFromMemory / Math.max(1, done)) * 1000) / 1000,
+        code,
+        mode,
+        run,
+        serverCpuMsPerJob: perJob('process_cpu_seconds_total'),
+        databaseMsPerJob: perJob('ins_db_statement_duration_seconds_sum'),
+        benchCpuMsPerJob: msPerJob((benchUsed.user + benchUsed.system) / 1e6),
+        postgresCpuMsPerJob: pgBefore === undefined || pgAfter === undefined ? null : msPerJob(pgAfter - pgBefore),
+        pendingPolls: pending,
+        fromMemory: Math.round((fromMemory / Math.max(1, pending)) * 1000) / 1000,
+        statementsPerPoll: per,
+        finishedPolls: done,
+        finishedFromMemory: Math.round((finishedFromMemory / Math.max(1, done)) * 1000) / 1000,
       };
     } finally {
       await server.stop();
@@ -82,11 +124,26 @@ async function onePollRun(code: PollRun['code'], mode: PollRun['mode'], entry: s
  * Poll-mode runs for this checkout and, given one, the baseline: alternating, so that neither has
  * the warmer machine; with a baseline, the dispatch cycle (`wait`) too, with its own workers and submitters.
  */
-export async function pollComparison(o: { backend: Backend; databaseUrl: string; port: number; workers: number; submitters: number; warmup: number; duration: number; baseline: string | undefined;
-  dispatch: { workers: number; submitters: number } }): Promise<PollRun[]> {
-  const alternate = (mode: PollRun['mode']): [PollRun['code'], PollRun['mode'], string][] => (o.baseline
-    ? [['baseline', mode, entryOf(o.baseline)], ['current', mode, ENTRY], ['current', mode, ENTRY], ['baseline', mode, entryOf(o.baseline)]]
-    : [['current', mode, ENTRY]]);
+export async function pollComparison(o: {
+  backend: Backend;
+  databaseUrl: string;
+  port: number;
+  workers: number;
+  submitters: number;
+  warmup: number;
+  duration: number;
+  baseline: string | undefined;
+  dispatch: { workers: number; submitters: number };
+}): Promise<PollRun[]> {
+  const alternate = (mode: PollRun['mode']): [PollRun['code'], PollRun['mode'], string][] =>
+    o.baseline
+      ? [
+          ['baseline', mode, entryOf(o.baseline)],
+          ['current', mode, ENTRY],
+          ['current', mode, ENTRY],
+          ['baseline', mode, entryOf(o.baseline)],
+        ]
+      : [['current', mode, ENTRY]];
   const order = o.baseline ? [...alternate('poll'), ...alternate('jobs')] : alternate('poll');
   const runs: PollRun[] = [];
   for (const [code, mode, entry] of order) {
@@ -103,39 +160,84 @@ export async function pollComparison(o: { backend: Backend; databaseUrl: string;
  * the machine's cores (the server, PostgreSQL, the bench's own clients), with the throughput
  * those cores allow at that cost — and, with a baseline, the dispatch cycle's.
  */
-export function printPollTables(polls: Map<Backend, PollRun[]>, o: { pollWorkers: number; pollSubmitters: number; workers: number; submitters: number; baseline: string | undefined }): void {
-  const table = (backend: Backend, mode: PollRun['mode']) => (['baseline', 'current'] as const)
-    .map((code) => [code, (polls.get(backend) ?? []).filter((r) => r.code === code && r.mode === mode)] as const).filter(([, of]) => of.length > 0);
+export function printPollTables(
+  polls: Map<Backend, PollRun[]>,
+  o: { pollWorkers: number; pollSubmitters: number; workers: number; submitters: number; baseline: string | undefined },
+): void {
+  const table = (backend: Backend, mode: PollRun['mode']) =>
+    (['baseline', 'current'] as const)
+      .map((code) => [code, (polls.get(backend) ?? []).filter((r) => r.code === code && r.mode === mode)] as const)
+      .filter(([, of]) => of.length > 0);
   const runs = o.baseline ? ' (baseline and current alternating: mean of two runs each)' : '';
-  console.log(`\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every ${POLL_EVERY_MS} ms, ${o.pollWorkers} workers, VERIFY=off${runs}; ${cpus().length} cores:`);
-  printRows([['backend', 'code', 'jobs/s', 'submit→lease p50 ms', 'submit→result p50/p99 ms', 'pending polls from memory', 'final polls from memory', 'jobs_own / jobs_standings per poll', 'statements\' time per job ms',
-    'CPU per job ms: server / PostgreSQL / bench clients = total', 'jobs/s the cores allow at that CPU'],
-  ...[...polls.keys()].flatMap((backend) => table(backend, 'poll').map(([code, of]) => {
-    const server = mean(of.map((r) => r.serverCpuMsPerJob));
-    const database = of.every((r) => r.postgresCpuMsPerJob !== null) ? mean(of.map((r) => r.postgresCpuMsPerJob!)) : null;
-    const bench = mean(of.map((r) => r.benchCpuMsPerJob));
-    const total = Math.round((server + (database ?? 0) + bench) * 1000) / 1000;
-    return [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))), String(mean(of.map((r) => r.run.submitToLease.p50))),
-      `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
-      `${Math.round(mean(of.map((r) => r.fromMemory)) * 1000) / 10} % of ${mean(of.map((r) => r.pendingPolls))}`,
-      `${Math.round(mean(of.map((r) => r.finishedFromMemory)) * 1000) / 10} %`,
-      `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`,
-      String(mean(of.map((r) => r.databaseMsPerJob))),
-      `${server} / ${database ?? 'n/a'} / ${bench} = ${total}${database === null ? ' (no database)' : ''}`,
-      database === null ? 'n/a' : String(Math.round((cpus().length * 1000) / total))];
-  }))]);
+  console.log(
+    `\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every ${POLL_EVERY_MS} ms, ${o.pollWorkers} workers, VERIFY=off${runs}; ${cpus().length} cores:`,
+  );
+  printRows([
+    [
+      'backend',
+      'code',
+      'jobs/s',
+      'submit→lease p50 ms',
+      'submit→result p50/p99 ms',
+      'pending polls from memory',
+      'final polls from memory',
+      'jobs_own / jobs_standings per poll',
+      "statements' time per job ms",
+      'CPU per job ms: server / PostgreSQL / bench clients = total',
+      'jobs/s the cores allow at that CPU',
+    ],
+    ...[...polls.keys()].flatMap((backend) =>
+      table(backend, 'poll').map(([code, of]) => {
+        const server = mean(of.map((r) => r.serverCpuMsPerJob));
+        const database = of.every((r) => r.postgresCpuMsPerJob !== null) ? mean(of.map((r) => r.postgresCpuMsPerJob!)) : null;
+        const bench = mean(of.map((r) => r.benchCpuMsPerJob));
+        const total = Math.round((server + (database ?? 0) + bench) * 1000) / 1000;
+        return [
+          backend,
+          code,
+          String(mean(of.map((r) => r.run.jobsPerSecond))),
+          String(mean(of.map((r) => r.run.submitToLease.p50))),
+          `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
+          `${Math.round(mean(of.map((r) => r.fromMemory)) * 1000) / 10} % of ${mean(of.map((r) => r.pendingPolls))}`,
+          `${Math.round(mean(of.map((r) => r.finishedFromMemory)) * 1000) / 10} %`,
+          `${mean(of.map((r) => r.statementsPerPoll.jobs_own ?? 0))} / ${mean(of.map((r) => r.statementsPerPoll.jobs_standings ?? 0))}`,
+          String(mean(of.map((r) => r.databaseMsPerJob))),
+          `${server} / ${database ?? 'n/a'} / ${bench} = ${total}${database === null ? ' (no database)' : ''}`,
+          database === null ? 'n/a' : String(Math.round((cpus().length * 1000) / total)),
+        ];
+      }),
+    ),
+  ]);
   if (!o.baseline) return;
-  console.log(`\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, get_result with wait, VERIFY=off; mean of two runs each, alternating):`);
-  printRows([['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'server CPU / database ms per job'],
-    ...[...polls.keys()].flatMap((backend) => table(backend, 'jobs').map(([code, of]) => [backend, code, String(mean(of.map((r) => r.run.jobsPerSecond))),
-      `${mean(of.map((r) => r.run.submitToLease.p50))} / ${mean(of.map((r) => r.run.submitToLease.p99))}`,
-      `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
-      `${mean(of.map((r) => r.serverCpuMsPerJob))} / ${mean(of.map((r) => r.databaseMsPerJob))}`]))]);
+  console.log(
+    `\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, get_result with wait, VERIFY=off; mean of two runs each, alternating):`,
+  );
+  printRows([
+    ['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'server CPU / database ms per job'],
+    ...[...polls.keys()].flatMap((backend) =>
+      table(backend, 'jobs').map(([code, of]) => [
+        backend,
+        code,
+        String(mean(of.map((r) => r.run.jobsPerSecond))),
+        `${mean(of.map((r) => r.run.submitToLease.p50))} / ${mean(of.map((r) => r.run.submitToLease.p99))}`,
+        `${mean(of.map((r) => r.run.submitToResult.p50))} / ${mean(of.map((r) => r.run.submitToResult.p99))}`,
+        `${mean(of.map((r) => r.serverCpuMsPerJob))} / ${mean(of.map((r) => r.databaseMsPerJob))}`,
+      ]),
+    ),
+  ]);
 }
 
 export interface PollsOptions {
-  backends: string; databaseUrl: string; warmup: number; duration: number; out: string | undefined; baseline: string | undefined;
-  pollWorkers: number; pollSubmitters: number; workers: number; submitters: number;
+  backends: string;
+  databaseUrl: string;
+  warmup: number;
+  duration: number;
+  out: string | undefined;
+  baseline: string | undefined;
+  pollWorkers: number;
+  pollSubmitters: number;
+  workers: number;
+  submitters: number;
 }
 
 /** `--scenario polls`: the seed's way of waiting alone (and, with --baseline, against the code before; the dispatch cycle too). */
@@ -144,8 +246,20 @@ export async function pollsScenario(o: PollsOptions): Promise<void> {
   let port = 19_000 + (process.pid % 500);
   const polls = new Map<Backend, PollRun[]>();
   for (const backend of parseBackends(o.backends)) {
-    polls.set(backend, await pollComparison({ backend, databaseUrl: o.databaseUrl, port: port++, workers: o.pollWorkers, submitters: o.pollSubmitters, warmup: o.warmup, duration: o.duration,
-      baseline: o.baseline, dispatch: { workers: o.workers, submitters: o.submitters } }));
+    polls.set(
+      backend,
+      await pollComparison({
+        backend,
+        databaseUrl: o.databaseUrl,
+        port: port++,
+        workers: o.pollWorkers,
+        submitters: o.pollSubmitters,
+        warmup: o.warmup,
+        duration: o.duration,
+        baseline: o.baseline,
+        dispatch: { workers: o.workers, submitters: o.submitters },
+      }),
+    );
   }
   printPollTables(polls, o);
   const out = o.out ?? path.join(ROOT, 'bench-results', `polls-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);

@@ -14,9 +14,21 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
-interface CallFrame { functionName: string; url: string; lineNumber: number }
-interface ProfileNode { id: number; callFrame: CallFrame; children?: number[] }
-interface Profile { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] }
+interface CallFrame {
+  functionName: string;
+  url: string;
+  lineNumber: number;
+}
+interface ProfileNode {
+  id: number;
+  callFrame: CallFrame;
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
 
 /** The area a frame belongs to: an npm package, a file of ours under dist/ or src/, a Node module, or V8's own entries. */
 export function areaOf(f: CallFrame): string {
@@ -47,20 +59,39 @@ const CATEGORIES: [string, (area: string) => boolean][] = [
   ['body parsing', (a) => a === 'src/http/content'],
   ['authentication (key hashes, caches)', (a) => a === 'src/keys' || a === 'src/routes/authenticate' || a.startsWith('src/auth')],
   ['pg driver (pg, pg-protocol, pg-pool) and src/db', (a) => a === 'pg' || a === 'pg-protocol' || a === 'pg-pool' || a.startsWith('src/db')],
-  ['the job\'s own logic (src/jobs, src/usage, routes…)', (a) => a.startsWith('src/')],
-  ['Fastify (routing, hooks, reply)', (a) => a === 'fastify' || a === 'find-my-way' || a.startsWith('@fastify/') || a === 'avvio' || a.startsWith('fast-') || a === 'toad-cache'],
+  ["the job's own logic (src/jobs, src/usage, routes…)", (a) => a.startsWith('src/')],
+  [
+    'Fastify (routing, hooks, reply)',
+    (a) => a === 'fastify' || a === 'find-my-way' || a.startsWith('@fastify/') || a === 'avvio' || a.startsWith('fast-') || a === 'toad-cache',
+  ],
   ['garbage collector', (a) => a === '(garbage collector)'],
 ];
 const SOCKET_WRITES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString']);
 const NODE = 'Node: HTTP parsing, streams, sockets, timers';
 
-export interface ProfileSums { totalMs: number; idleMs: number; selfByArea: Map<string, number>; selfByFunction: Map<string, number>; inclusiveByArea: Map<string, number>; under: Map<string, number>; byCategory: Map<string, number> }
+export interface ProfileSums {
+  totalMs: number;
+  idleMs: number;
+  selfByArea: Map<string, number>;
+  selfByFunction: Map<string, number>;
+  inclusiveByArea: Map<string, number>;
+  under: Map<string, number>;
+  byCategory: Map<string, number>;
+}
 
 const frameName = (f: CallFrame): string => `${f.functionName || '(anonymous)'} ${areaOf(f)}:${f.lineNumber + 1}`;
 
 /** Sums one or more profiles: self time by area and by function, inclusive time by area and under frames matching `under` (ms). */
 export function sumProfiles(profiles: Profile[], under: RegExp[] = []): ProfileSums {
-  const s: ProfileSums = { totalMs: 0, idleMs: 0, selfByArea: new Map(), selfByFunction: new Map(), inclusiveByArea: new Map(), under: new Map(), byCategory: new Map() };
+  const s: ProfileSums = {
+    totalMs: 0,
+    idleMs: 0,
+    selfByArea: new Map(),
+    selfByFunction: new Map(),
+    inclusiveByArea: new Map(),
+    under: new Map(),
+    byCategory: new Map(),
+  };
   const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
   for (const p of profiles) {
     const byId = new Map(p.nodes.map((n) => [n.id, n]));
@@ -102,7 +133,10 @@ export function sumProfiles(profiles: Profile[], under: RegExp[] = []): ProfileS
       const ms = (p.timeDeltas[i + 1] ?? 0) / 1000;
       const node = byId.get(p.samples[i]!)!;
       const f = node.callFrame;
-      if (f.functionName === '(idle)') { s.idleMs += ms; continue; }
+      if (f.functionName === '(idle)') {
+        s.idleMs += ms;
+        continue;
+      }
       s.totalMs += ms;
       add(s.selfByArea, areaOf(f), ms);
       add(s.selfByFunction, frameName(f), ms);
@@ -118,16 +152,24 @@ function print(title: string, m: Map<string, number>, total: number, jobs: numbe
   console.log(`| ${title.split(' ')[0]} | ms | share |${jobs ? ' ms per job |' : ''}`);
   console.log(`|---|---|---|${jobs ? '---|' : ''}`);
   for (const [k, v] of [...m].sort((a, b) => b[1] - a[1]).slice(0, top)) {
-    console.log(`| ${k} | ${v.toFixed(0)} | ${(100 * v / total).toFixed(1)} % |${jobs ? ` ${(v / jobs).toFixed(4)} |` : ''}`);
+    console.log(`| ${k} | ${v.toFixed(0)} | ${((100 * v) / total).toFixed(1)} % |${jobs ? ` ${(v / jobs).toFixed(4)} |` : ''}`);
   }
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { jobs: { type: 'string' }, top: { type: 'string', default: '30' }, under: { type: 'string', multiple: true, default: [] } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { jobs: { type: 'string' }, top: { type: 'string', default: '30' }, under: { type: 'string', multiple: true, default: [] } },
+  });
   const jobs = values.jobs ? Number(values.jobs) : undefined;
   const top = Number(values.top);
-  const s = sumProfiles(positionals.map((f) => JSON.parse(readFileSync(f, 'utf8')) as Profile), values.under.map((u) => new RegExp(u)));
-  console.log(`busy ${s.totalMs.toFixed(0)} ms, idle ${s.idleMs.toFixed(0)} ms${jobs ? `; ${jobs} jobs: ${(s.totalMs / jobs).toFixed(3)} ms busy per job` : ''}`);
+  const s = sumProfiles(
+    positionals.map((f) => JSON.parse(readFileSync(f, 'utf8')) as Profile),
+    values.under.map((u) => new RegExp(u)),
+  );
+  console.log(
+    `busy ${s.totalMs.toFixed(0)} ms, idle ${s.idleMs.toFixed(0)} ms${jobs ? `; ${jobs} jobs: ${(s.totalMs / jobs).toFixed(3)} ms busy per job` : ''}`,
+  );
   print('category (what the stack was doing)', s.byCategory, s.totalMs, jobs, top);
   print('area (self time)', s.selfByArea, s.totalMs, jobs, top);
   print('area (inclusive: on the stack)', s.inclusiveByArea, s.totalMs, jobs, top);

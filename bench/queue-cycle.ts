@@ -17,26 +17,38 @@ import { declareModels, findSessionByTokenHash, type SessionRow } from '../src/r
 import { ensureModelId } from '../src/repositories/models.js';
 import { hashKey } from '../src/keys.js';
 
-export interface CycleResult { queue: string; pairs: number; jobsPerSecond: number; p50: number; p99: number }
+export interface CycleResult {
+  queue: string;
+  pairs: number;
+  jobsPerSecond: number;
+  p50: number;
+  p99: number;
+}
 
 const now = () => performance.now();
 
-async function pairsFor(seconds: number, pairs: number, one: (pair: number) => Promise<void>): Promise<{ jobsPerSecond: number; p50: number; p99: number }> {
+async function pairsFor(
+  seconds: number,
+  pairs: number,
+  one: (pair: number) => Promise<void>,
+): Promise<{ jobsPerSecond: number; p50: number; p99: number }> {
   const latencies: number[] = [];
   const warmupEnd = now() + 1_000;
   const end = warmupEnd + seconds * 1000;
   let counted = 0;
-  await Promise.all(Array.from({ length: pairs }, async (_, pair) => {
-    while (now() < end) {
-      const t0 = now();
-      await one(pair);
-      const t1 = now();
-      if (t0 >= warmupEnd && t1 <= end) {
-        counted++;
-        latencies.push(t1 - t0);
+  await Promise.all(
+    Array.from({ length: pairs }, async (_, pair) => {
+      while (now() < end) {
+        const t0 = now();
+        await one(pair);
+        const t1 = now();
+        if (t0 >= warmupEnd && t1 <= end) {
+          counted++;
+          latencies.push(t1 - t0);
+        }
       }
-    }
-  }));
+    }),
+  );
   latencies.sort((a, b) => a - b);
   const round = (x: number) => Math.round(x * 10) / 10;
   return { jobsPerSecond: Math.round(counted / seconds), p50: round(percentile(latencies, 50)), p99: round(percentile(latencies, 99)) };
@@ -63,7 +75,14 @@ export async function ourQueueCycle(serverUrl: string, pairs: number, seconds: n
     const sessions: SessionRow[] = [];
     for (let i = 0; i < pairs; i++) {
       const node = await createNode(db, `cycle-${i}`);
-      const s = await new NodeLifecycle(db).register({ name: `cycle-${i}`, offered: [node.key], address: 'bench', nodeVersion: 'bench', stats: {}, capacity: 1 });
+      const s = await new NodeLifecycle(db).register({
+        name: `cycle-${i}`,
+        offered: [node.key],
+        address: 'bench',
+        nodeVersion: 'bench',
+        stats: {},
+        capacity: 1,
+      });
       if ('refused' in s) throw new Error(`register: ${s.refused}`);
       const session = (await findSessionByTokenHash(db, hashKey(s.token), 3600))!;
       await declareModels(db, session.id, [modelId]);
@@ -73,10 +92,23 @@ export async function ourQueueCycle(serverUrl: string, pairs: number, seconds: n
     try {
       const r = await pairsFor(seconds, pairs, async (pair) => {
         const session = sessions[pair]!;
-        await c.submit({ ownerKeyId: owner, model, request: { messages: [{ role: 'user', content: 'x' }], max_output: 0, temperature: 0 }, timeoutSeconds: 240 });
+        await c.submit({
+          ownerKeyId: owner,
+          model,
+          request: { messages: [{ role: 'user', content: 'x' }], max_output: 0, temperature: 0 },
+          timeoutSeconds: 240,
+        });
         const job = (await c.next(session, 10_000, () => false))!;
         const result = { message: 'y' };
-        await c.complete({ keyHash: job.keyHash, jobId: job.jobId, modelName: model, status: 'success', result, answer: { message: { role: 'assistant', content: 'y' } }, usage: null });
+        await c.complete({
+          keyHash: job.keyHash,
+          jobId: job.jobId,
+          modelName: model,
+          status: 'success',
+          result,
+          answer: { message: { role: 'assistant', content: 'y' } },
+          usage: null,
+        });
       });
       return { queue: 'ours (src/jobs)', pairs, ...r };
     } finally {

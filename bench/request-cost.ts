@@ -19,7 +19,14 @@ import path from 'node:path';
 import { ENTRY, entryOf, freshDatabase, importBenchNodes, ins, printRows, ROOT, startServer } from './common.js';
 import { http, MODEL } from './cycle.js';
 
-export interface RequestCostOptions { databaseUrl: string; baseline: string | undefined; requests: number; runs: number; out: string | undefined; current: string | undefined }
+export interface RequestCostOptions {
+  databaseUrl: string;
+  baseline: string | undefined;
+  requests: number;
+  runs: number;
+  out: string | undefined;
+  current: string | undefined;
+}
 
 const TICKS = 100; // USER_HZ on Linux
 const CONNECTIONS = 16;
@@ -41,10 +48,21 @@ async function oneRun(code: 'baseline' | 'current', entry: string, o: RequestCos
     const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-request-cost-${code}.log`), { VERIFY: 'off' }, entry);
     const h = http(server.url, CONNECTIONS);
     try {
-      const reg = await h.json<{ access_token: string }>('POST', '/worker/register_node', { authorization: `Bearer ${node!.key}` }, { node_url: node!.name, node_version: 'bench', stats: {} });
+      const reg = await h.json<{ access_token: string }>(
+        'POST',
+        '/worker/register_node',
+        { authorization: `Bearer ${node!.key}` },
+        { node_url: node!.name, node_version: 'bench', stats: {} },
+      );
       const auth = { authorization: `Bearer ${reg.body.access_token}` };
       await h.json('POST', '/worker/update_models', auth, { node_url: node!.name, models: [MODEL] });
-      const submit = () => h.json<{ job_id: string }>('POST', '/submit_job', { api_key: userKey }, { model: MODEL, messages: [{ role: 'user', content: 'a question that waits' }], max_output: 64, temperature: 0 });
+      const submit = () =>
+        h.json<{ job_id: string }>(
+          'POST',
+          '/submit_job',
+          { api_key: userKey },
+          { model: MODEL, messages: [{ role: 'user', content: 'a question that waits' }], max_output: 64, temperature: 0 },
+        );
       const jobId = (await submit()).body.job_id;
       const request: Record<Kind, () => Promise<{ status: number }>> = {
         'pending poll': () => h.json('GET', `/get_result/${jobId}`, { api_key: userKey }),
@@ -66,25 +84,37 @@ async function oneRun(code: 'baseline' | 'current', entry: string, o: RequestCos
 }
 
 /** The server's CPU per request, µs: a warm-up of a tenth, then `requests` over the connections. */
-async function perRequest(pid: number, requests: number, request: () => Promise<{ status: number }>, expected: number, kind: string): Promise<number> {
+async function perRequest(
+  pid: number,
+  requests: number,
+  request: () => Promise<{ status: number }>,
+  expected: number,
+  kind: string,
+): Promise<number> {
   let cost = NaN;
   for (const n of [Math.ceil(requests / 10), requests]) {
     let next = 0;
     const before = cpuSeconds(pid);
-    await Promise.all(Array.from({ length: CONNECTIONS }, async () => {
-      while (next++ < n) {
-        const r = await request();
-        if (r.status !== expected) throw new Error(`${kind}: ${r.status}`);
-      }
-    }));
-    cost = Math.round(((cpuSeconds(pid) - before) * 1e6) / n * 10) / 10;
+    await Promise.all(
+      Array.from({ length: CONNECTIONS }, async () => {
+        while (next++ < n) {
+          const r = await request();
+          if (r.status !== expected) throw new Error(`${kind}: ${r.status}`);
+        }
+      }),
+    );
+    cost = Math.round((((cpuSeconds(pid) - before) * 1e6) / n) * 10) / 10;
   }
   return cost;
 }
 
 /** The pending poll against bench/floor-server.ts. */
 async function floor(o: RequestCostOptions, port: number): Promise<number> {
-  const server = await startServer({}, port, path.join(ROOT, 'bench-results', 'server-request-cost-floor.log'), {}, ['--import', 'tsx', path.join(ROOT, 'bench', 'floor-server.ts')]);
+  const server = await startServer({}, port, path.join(ROOT, 'bench-results', 'server-request-cost-floor.log'), {}, [
+    '--import',
+    'tsx',
+    path.join(ROOT, 'bench', 'floor-server.ts'),
+  ]);
   const h = http(server.url, CONNECTIONS);
   try {
     return await perRequest(server.child.pid!, o.requests, () => h.json('GET', '/get_result/a-job', { api_key: 'unused' }), 404, 'floor');
@@ -105,7 +135,12 @@ export async function requestCostScenario(o: RequestCostOptions): Promise<void> 
   const order: ['baseline' | 'current', string][] = [];
   for (let i = 0; i < o.runs; i++) {
     const current = o.current ? entryOf(o.current) : ENTRY;
-    const pair: ['baseline' | 'current', string][] = o.baseline ? [['baseline', entryOf(o.baseline)], ['current', current]] : [['current', current]];
+    const pair: ['baseline' | 'current', string][] = o.baseline
+      ? [
+          ['baseline', entryOf(o.baseline)],
+          ['current', current],
+        ]
+      : [['current', current]];
     order.push(...(i % 2 ? pair.reverse() : pair));
   }
   const runs: { code: string; cost: Record<Kind, number> }[] = [];
@@ -117,13 +152,21 @@ export async function requestCostScenario(o: RequestCostOptions): Promise<void> 
   }
   const floorCost = median(floors);
   const codes = o.baseline ? ['baseline', 'current'] : ['current'];
-  console.log(`\nserver CPU per request, µs (median of ${o.runs} runs each${o.baseline ? ', alternating' : ''}; ${o.requests} requests a kind, ${CONNECTIONS} connections):`);
-  printRows([['request', ...codes, ...(o.baseline ? ['current / baseline'] : [])],
+  console.log(
+    `\nserver CPU per request, µs (median of ${o.runs} runs each${o.baseline ? ', alternating' : ''}; ${o.requests} requests a kind, ${CONNECTIONS} connections):`,
+  );
+  printRows([
+    ['request', ...codes, ...(o.baseline ? ['current / baseline'] : [])],
     ...KINDS.map((kind) => {
       const m = codes.map((c) => median(runs.filter((r) => r.code === c).map((r) => r.cost[kind])));
       return [kind, ...m.map(String), ...(o.baseline ? [(m[1]! / m[0]!).toFixed(2)] : [])];
     }),
-    ['pending poll, floor (Fastify, our logger, nothing else: bench/floor-server.ts, median of every run)', ...codes.map(() => String(floorCost)), ...(o.baseline ? [''] : [])]]);
+    [
+      'pending poll, floor (Fastify, our logger, nothing else: bench/floor-server.ts, median of every run)',
+      ...codes.map(() => String(floorCost)),
+      ...(o.baseline ? [''] : []),
+    ],
+  ]);
   const out = o.out ?? path.join(ROOT, 'bench-results', `request-cost-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(out, JSON.stringify({ options: o, runs, floors }, null, 2));
   console.log(`\nwritten to ${path.relative(process.cwd(), out)}`);

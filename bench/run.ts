@@ -114,7 +114,8 @@ in bench-results/) and reuses them on the next run with the same sizes, skipping
 const num = (k: keyof typeof flags): number => Number(flags[k]);
 if (flags['statement-log']) process.env.BENCH_LOG_STATEMENTS = '1';
 // Servers are started by bench/common.ts startServer, which passes these to node.
-if (flags.profile) process.env.BENCH_SERVER_NODE_ARGS = `${process.env.BENCH_SERVER_NODE_ARGS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(flags.profile)}`.trim();
+if (flags.profile)
+  process.env.BENCH_SERVER_NODE_ARGS = `${process.env.BENCH_SERVER_NODE_ARGS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(flags.profile)}`.trim();
 const common = { duration: num('duration'), warmup: num('warmup'), backends: flags.backends, databaseUrl: flags['database-url'], out: flags.out };
 
 async function main(): Promise<void> {
@@ -122,47 +123,122 @@ async function main(): Promise<void> {
     case 'endpoints':
       return endpointsScenario({
         ...common,
-        history: { nodes: num('nodes'), models: num('models'), results: num('results'), days: num('days'), success: num('success'), seed: num('seed') },
-        connections: num('connections'), dataDir: flags['data-dir'], keep: flags.keep,
+        history: {
+          nodes: num('nodes'),
+          models: num('models'),
+          results: num('results'),
+          days: num('days'),
+          success: num('success'),
+          seed: num('seed'),
+        },
+        connections: num('connections'),
+        dataDir: flags['data-dir'],
+        keep: flags.keep,
       });
     case 'dispatch':
       return dispatchScenario({
-        ...common, workers: num('workers'), submitters: num('submitters'), pairs: flags.pairs.split(',').map(Number).filter((n) => n > 0),
-        pollWorkers: num('poll-workers'), pollSubmitters: num('poll-submitters'), baseline: flags.baseline, variants: flags.variants,
+        ...common,
+        workers: num('workers'),
+        submitters: num('submitters'),
+        pairs: flags.pairs
+          .split(',')
+          .map(Number)
+          .filter((n) => n > 0),
+        pollWorkers: num('poll-workers'),
+        pollSubmitters: num('poll-submitters'),
+        baseline: flags.baseline,
+        variants: flags.variants,
       });
     case 'polls':
       return pollsScenario({
-        ...common, workers: num('workers'), submitters: num('submitters'), pollWorkers: num('poll-workers'), pollSubmitters: num('poll-submitters'), baseline: flags.baseline,
+        ...common,
+        workers: num('workers'),
+        submitters: num('submitters'),
+        pollWorkers: num('poll-workers'),
+        pollSubmitters: num('poll-submitters'),
+        baseline: flags.baseline,
       });
     case 'idle':
       return idleScenario({ ...common, idle: num('idle') });
     case 'worker':
       return workerScenario({ ...common, submitters: num('submitters') });
     case 'fair':
-      return fairScenario({ databaseUrl: flags['database-url'], warmup: num('warmup'), duration: num('duration'), out: flags.out, baseline: flags.baseline,
-        workers: num('fair-workers'), backlog: num('backlog'), serviceMs: num('service-ms'), lightPerSecond: num('light-rate') });
+      return fairScenario({
+        databaseUrl: flags['database-url'],
+        warmup: num('warmup'),
+        duration: num('duration'),
+        out: flags.out,
+        baseline: flags.baseline,
+        workers: num('fair-workers'),
+        backlog: num('backlog'),
+        serviceMs: num('service-ms'),
+        lightPerSecond: num('light-rate'),
+      });
     case 'ledger':
-      return ledgerScenario({ databaseUrl: flags['database-url'], results: num('results'), nodes: num('nodes'), models: num('models'), out: flags.out, keep: flags.keep });
+      return ledgerScenario({
+        databaseUrl: flags['database-url'],
+        results: num('results'),
+        nodes: num('nodes'),
+        models: num('models'),
+        out: flags.out,
+        keep: flags.keep,
+      });
     case 'ledger-closing':
-      return ledgerClosingScenario({ databaseUrl: flags['database-url'], results: num('closing-results'), days: num('days'), nodes: num('nodes'), models: num('models'),
-        connections: num('connections'), window: 1, baseline: flags.baseline, out: flags.out });
+      return ledgerClosingScenario({
+        databaseUrl: flags['database-url'],
+        results: num('closing-results'),
+        days: num('days'),
+        nodes: num('nodes'),
+        models: num('models'),
+        connections: num('connections'),
+        window: 1,
+        baseline: flags.baseline,
+        out: flags.out,
+      });
     case 'lease-plan':
       return leasePlanScenario({ databaseUrl: flags['database-url'], backlog: num('queued'), models: num('models'), rounds: 50 });
     case 'retention':
       return retentionScenario({
-        databaseUrl: flags['database-url'], backends: flags.backends, jobs: num('jobs'), window: num('window'), duration: num('duration'), workers: num('workers'), submitters: num('submitters'), out: flags.out,
+        databaseUrl: flags['database-url'],
+        backends: flags.backends,
+        jobs: num('jobs'),
+        window: num('window'),
+        duration: num('duration'),
+        workers: num('workers'),
+        submitters: num('submitters'),
+        out: flags.out,
       });
     case 'request-cost':
-      return requestCostScenario({ databaseUrl: flags['database-url'], baseline: flags.baseline, requests: num('requests'), runs: num('runs'), out: flags.out, current: flags.current });
+      return requestCostScenario({
+        databaseUrl: flags['database-url'],
+        baseline: flags.baseline,
+        requests: num('requests'),
+        runs: num('runs'),
+        out: flags.out,
+        current: flags.current,
+      });
     case 'statement-stats':
-      if (flags['client-mode'] !== 'jobs' && flags['client-mode'] !== 'poll') throw new Error(`--client-mode is jobs or poll, got ${flags['client-mode']}`);
-      return statementStatsScenario({ databaseUrl: flags['database-url'], workers: num('workers'), submitters: num('submitters'), warmup: num('warmup'), duration: num('duration'), pgPerf: flags['pg-perf'], mode: flags['client-mode'], analyze: flags.analyze, current: flags.current });
+      if (flags['client-mode'] !== 'jobs' && flags['client-mode'] !== 'poll')
+        throw new Error(`--client-mode is jobs or poll, got ${flags['client-mode']}`);
+      return statementStatsScenario({
+        databaseUrl: flags['database-url'],
+        workers: num('workers'),
+        submitters: num('submitters'),
+        warmup: num('warmup'),
+        duration: num('duration'),
+        pgPerf: flags['pg-perf'],
+        mode: flags['client-mode'],
+        analyze: flags.analyze,
+        current: flags.current,
+      });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
     case 'added-latency':
       return addedLatencyScenario({ backends: flags.backends, databaseUrl: flags['database-url'], rounds: num('rounds'), out: flags.out });
     default:
-      throw new Error(`unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats, cli or added-latency)`);
+      throw new Error(
+        `unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats, cli or added-latency)`,
+      );
   }
 }
 

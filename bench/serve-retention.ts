@@ -5,11 +5,18 @@ import { loadConfig } from '../src/config.js';
 import { createLogger, startServer } from '../src/server.js';
 
 const config = {
-  ...loadConfig(), migrateOnStart: true,
-  jobRetention: Number(process.env.BENCH_RETENTION_SECONDS ?? 20), retentionEvery: Number(process.env.BENCH_RETENTION_EVERY ?? 2),
+  ...loadConfig(),
+  migrateOnStart: true,
+  jobRetention: Number(process.env.BENCH_RETENTION_SECONDS ?? 20),
+  retentionEvery: Number(process.env.BENCH_RETENTION_EVERY ?? 2),
 };
 const logger = createLogger(config.logLevel);
 const server = await startServer(config, logger);
-const stop = () => { server.close().then(() => process.exit(0), () => process.exit(1)); };
+const stop = () => {
+  server.close().then(
+    () => process.exit(0),
+    () => process.exit(1),
+  );
+};
 process.once('SIGTERM', stop);
 process.once('SIGINT', stop);

@@ -9,6 +9,11 @@ const off = (name: string): boolean => process.argv.includes(`${name}=off`);
 const config = { ...loadConfig(), migrateOnStart: true, dispatch: { handOff: !off('handoff'), trackEmpty: !off('empty') } };
 const logger = createLogger(config.logLevel);
 const server = await startServer(config, logger);
-const stop = () => { server.close().then(() => process.exit(0), () => process.exit(1)); };
+const stop = () => {
+  server.close().then(
+    () => process.exit(0),
+    () => process.exit(1),
+  );
+};
 process.once('SIGTERM', stop);
 process.once('SIGINT', stop);

@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
 // log_line_prefix '%m [%p] %q%u@%d ' (Debian's default): time, pid, user@database.
-const LINE = /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\S* \S+ \[\d+\] [^@\s]*@(\S+) LOG: {2}duration: ([\d.]+) ms {2}(?:(parse|bind|execute) ([^:]+):|statement:) ?(.*)$/;
+const LINE =
+  /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\S* \S+ \[\d+\] [^@\s]*@(\S+) LOG: {2}duration: ([\d.]+) ms {2}(?:(parse|bind|execute) ([^:]+):|statement:) ?(.*)$/;
 
 /** Sums the duration lines logged at or after `since`, of databases whose name starts with `database`. */
 export function sumStatementLog(text: string, since = '', database = 'ins_bench_'): Map<string, { calls: number; ms: number }> {
@@ -18,7 +19,9 @@ export function sumStatementLog(text: string, since = '', database = 'ins_bench_
     const m = LINE.exec(line);
     if (!m || m[1]! < since || !m[2]!.startsWith(database)) continue;
     const [, , , ms, phase, name, rest] = m;
-    const key = phase ? `${phase} ${name === '<unnamed>' ? rest!.split(/\s+/).slice(0, 2).join(' ') : name}` : `simple ${rest!.split(/\s+/).slice(0, 2).join(' ')}`;
+    const key = phase
+      ? `${phase} ${name === '<unnamed>' ? rest!.split(/\s+/).slice(0, 2).join(' ') : name}`
+      : `simple ${rest!.split(/\s+/).slice(0, 2).join(' ')}`;
     const s = by.get(key) ?? { calls: 0, ms: 0 };
     s.calls++;
     s.ms += Number(ms);
@@ -28,14 +31,19 @@ export function sumStatementLog(text: string, since = '', database = 'ins_bench_
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { jobs: { type: 'string' }, since: { type: 'string', default: '' }, database: { type: 'string', default: 'ins_bench_' } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { jobs: { type: 'string' }, since: { type: 'string', default: '' }, database: { type: 'string', default: 'ins_bench_' } },
+  });
   const jobs = values.jobs ? Number(values.jobs) : undefined;
   const by = sumStatementLog(positionals.map((f) => readFileSync(f, 'utf8')).join('\n'), values.since, values.database);
   const total = [...by.values()].reduce((a, s) => a + s.ms, 0);
   console.log(`| phase and statement | calls | mean ms | total ms |${jobs ? ' calls per job | ms per job |' : ''}`);
   console.log(`|---|---|---|---|${jobs ? '---|---|' : ''}`);
   for (const [k, s] of [...by].sort((a, b) => b[1].ms - a[1].ms)) {
-    console.log(`| ${k} | ${s.calls} | ${(s.ms / s.calls).toFixed(3)} | ${s.ms.toFixed(0)} |${jobs ? ` ${(s.calls / jobs).toFixed(3)} | ${(s.ms / jobs).toFixed(4)} |` : ''}`);
+    console.log(
+      `| ${k} | ${s.calls} | ${(s.ms / s.calls).toFixed(3)} | ${s.ms.toFixed(0)} |${jobs ? ` ${(s.calls / jobs).toFixed(3)} | ${(s.ms / jobs).toFixed(4)} |` : ''}`,
+    );
   }
   console.log(`| all | | | ${total.toFixed(0)} |${jobs ? ` | ${(total / jobs).toFixed(4)} |` : ''}`);
 }

@@ -14,12 +14,29 @@
 // another built checkout's server and CLI in this one's place (e.g. the commit an issue was filed
 // on), so two commits' statements are measured alike, one run after the other.
 import path from 'node:path';
-import { ENTRY, entryOf, adminQuery, freshDatabase, importBenchNodes, ins, metricTotal, postgresCpuSeconds, printRows, ROOT, startServer } from './common.js';
+import {
+  ENTRY,
+  entryOf,
+  adminQuery,
+  freshDatabase,
+  importBenchNodes,
+  ins,
+  metricTotal,
+  postgresCpuSeconds,
+  printRows,
+  ROOT,
+  startServer,
+} from './common.js';
 import { cycle, http, type ClientMode } from './cycle.js';
 import { recordPerf } from './pg-perf.js';
 
 export interface StatementStatsOptions {
-  databaseUrl: string; workers: number; submitters: number; warmup: number; duration: number; pgPerf?: boolean;
+  databaseUrl: string;
+  workers: number;
+  submitters: number;
+  warmup: number;
+  duration: number;
+  pgPerf?: boolean;
   /** jobs (default): get_result with wait; poll: the seed's way, get_result every 20 ms (bench/polls.ts). */
   mode?: ClientMode;
   /** ANALYZE the database after the warm-up, as autovacuum would have by then (this machine's PostgreSQL runs without it). */
@@ -28,19 +45,37 @@ export interface StatementStatsOptions {
   current?: string;
 }
 
-interface StatementRow { calls: string; plan: number; exec: number; rows: string; query: string }
+interface StatementRow {
+  calls: string;
+  plan: number;
+  exec: number;
+  rows: string;
+  query: string;
+}
 
 export async function statementStatsScenario(o: StatementStatsOptions): Promise<void> {
   const loaded = (await adminQuery(o.databaseUrl, 'SHOW shared_preload_libraries')).rows[0] as { shared_preload_libraries: string };
-  const statements = loaded.shared_preload_libraries.split(',').map((s) => s.trim()).includes('pg_stat_statements');
-  if (!statements) console.log('pg_stat_statements is not loaded by this PostgreSQL (see bench/statement-stats.ts for the two settings and the restart): tables and WAL only');
+  const statements = loaded.shared_preload_libraries
+    .split(',')
+    .map((s) => s.trim())
+    .includes('pg_stat_statements');
+  if (!statements)
+    console.log(
+      'pg_stat_statements is not loaded by this PostgreSQL (see bench/statement-stats.ts for the two settings and the restart): tables and WAL only',
+    );
   const entry = o.current ? entryOf(o.current) : ENTRY;
   const db = await freshDatabase('postgres', o.databaseUrl, `ins_bench_statements_${process.pid}`);
   try {
     if (statements) await adminQuery(db.env.DATABASE_URL!, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     const nodes = await importBenchNodes(db.env, 'stats-worker', o.workers, entry);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env, entry)).trim();
-    const server = await startServer(db.env, 19_000 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-statement-stats.log'), { VERIFY: 'off' }, entry);
+    const server = await startServer(
+      db.env,
+      19_000 + (process.pid % 400),
+      path.join(ROOT, 'bench-results', 'server-statement-stats.log'),
+      { VERIFY: 'off' },
+      entry,
+    );
     try {
       const h = http(server.url, o.workers + o.submitters + 8);
       await cycle(h, nodes, userKey, o.submitters, 0, o.warmup, o.mode);
@@ -63,24 +98,38 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
       const jobs = Math.max(1, run.submitted);
       const ms = (seconds: number) => ((seconds * 1000) / jobs).toFixed(3);
       const serverSeconds = metricTotal(after, 'process_cpu_seconds_total') - metricTotal(before, 'process_cpu_seconds_total');
-      console.log(`${o.mode === 'poll' ? 'the seed\'s polls (get_result every 20 ms)' : 'dispatch cycle'}, VERIFY=off, ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s: ${run.jobsPerSecond} jobs/s, ${run.submitted} jobs, lost ${run.lost}, duplicated ${run.duplicated}`);
-      console.log(`CPU per job, ms: server ${ms(serverSeconds)}, PostgreSQL ${pg0 === undefined || pg1 === undefined ? 'n/a' : ms(pg1 - pg0)}, the bench's clients ${ms((bench.user + bench.system) / 1e6)}`);
+      console.log(
+        `${o.mode === 'poll' ? "the seed's polls (get_result every 20 ms)" : 'dispatch cycle'}, VERIFY=off, ${o.workers} workers, ${o.submitters} submitters, ${o.duration} s: ${run.jobsPerSecond} jobs/s, ${run.submitted} jobs, lost ${run.lost}, duplicated ${run.duplicated}`,
+      );
+      console.log(
+        `CPU per job, ms: server ${ms(serverSeconds)}, PostgreSQL ${pg0 === undefined || pg1 === undefined ? 'n/a' : ms(pg1 - pg0)}, the bench's clients ${ms((bench.user + bench.system) / 1e6)}`,
+      );
       console.log(`WAL per job: ${((wal1 - wal0) / jobs).toFixed(0)} bytes`);
-      printRows([['table', 'inserted per job', 'updated per job', 'of them HOT', 'deleted per job'],
-        ...[...tables1].map(([name, t]) => {
-          const t0 = tables0.get(name) ?? { ins: 0, upd: 0, hot: 0, del: 0 };
-          return [name, (t.ins - t0.ins) / jobs, (t.upd - t0.upd) / jobs, (t.hot - t0.hot) / jobs, (t.del - t0.del) / jobs];
-        }).filter((row) => (row.slice(1) as number[]).some((v) => v > 0.0005)).map(([name, ...v]) => [name as string, ...(v as number[]).map((x) => x.toFixed(3))])]);
+      printRows([
+        ['table', 'inserted per job', 'updated per job', 'of them HOT', 'deleted per job'],
+        ...[...tables1]
+          .map(([name, t]) => {
+            const t0 = tables0.get(name) ?? { ins: 0, upd: 0, hot: 0, del: 0 };
+            return [name, (t.ins - t0.ins) / jobs, (t.upd - t0.upd) / jobs, (t.hot - t0.hot) / jobs, (t.del - t0.del) / jobs];
+          })
+          .filter((row) => (row.slice(1) as number[]).some((v) => v > 0.0005))
+          .map(([name, ...v]) => [name as string, ...(v as number[]).map((x) => x.toFixed(3))]),
+      ]);
       if (shares) {
         console.log(`PostgreSQL's samples (perf, 499 Hz, inclusive): ${shares.samples}, ${(shares.samples / jobs).toFixed(3)} per job`);
-        printRows([['function', 'share of PostgreSQL\'s samples'], ...[...shares].map(([f, v]) => [f, `${(v * 100).toFixed(1)} %`])]);
+        printRows([['function', "share of PostgreSQL's samples"], ...[...shares].map(([f, v]) => [f, `${(v * 100).toFixed(1)} %`])]);
       }
       if (!statements) return;
-      const r = await adminQuery(db.env.DATABASE_URL!, `SELECT calls::text, total_plan_time AS plan, total_exec_time AS exec, rows::text,
-        left(regexp_replace(query, '\\s+', ' ', 'g'), 70) AS query FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`);
+      const r = await adminQuery(
+        db.env.DATABASE_URL!,
+        `SELECT calls::text, total_plan_time AS plan, total_exec_time AS exec, rows::text,
+        left(regexp_replace(query, '\\s+', ' ', 'g'), 70) AS query FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`,
+      );
       const per = (x: number) => ((x * 1000) / jobs).toFixed(1);
-      printRows([['calls per job', 'planning µs per job', 'execution µs per job', 'rows', 'statement'],
-        ...(r.rows as StatementRow[]).map((s) => [(Number(s.calls) / jobs).toFixed(3), per(s.plan), per(s.exec), s.rows, s.query])]);
+      printRows([
+        ['calls per job', 'planning µs per job', 'execution µs per job', 'rows', 'statement'],
+        ...(r.rows as StatementRow[]).map((s) => [(Number(s.calls) / jobs).toFixed(3), per(s.plan), per(s.exec), s.rows, s.query]),
+      ]);
     } finally {
       await server.stop();
     }
@@ -92,11 +141,19 @@ export async function statementStatsScenario(o: StatementStatsOptions): Promise<
 /** Idle backends report their table counters within PostgreSQL's idle stats interval (10 s in 15). */
 const statsFlushed = () => new Promise((resolve) => setTimeout(resolve, 11_000));
 
-interface TableWrites { ins: number; upd: number; hot: number; del: number }
+interface TableWrites {
+  ins: number;
+  upd: number;
+  hot: number;
+  del: number;
+}
 
 /** Each table's rows inserted, updated (HOT among them) and deleted so far (pg_stat_user_tables; its counters lag by up to a stats flush). */
 async function tableWrites(url: string): Promise<Map<string, TableWrites>> {
-  const r = await adminQuery(url, 'SELECT relname, n_tup_ins::float8 AS ins, n_tup_upd::float8 AS upd, n_tup_hot_upd::float8 AS hot, n_tup_del::float8 AS del FROM pg_stat_user_tables');
+  const r = await adminQuery(
+    url,
+    'SELECT relname, n_tup_ins::float8 AS ins, n_tup_upd::float8 AS upd, n_tup_hot_upd::float8 AS hot, n_tup_del::float8 AS del FROM pg_stat_user_tables',
+  );
   return new Map((r.rows as Array<TableWrites & { relname: string }>).map((t) => [t.relname, t]));
 }
 

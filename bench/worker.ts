@@ -12,7 +12,14 @@ import { Pool } from 'undici';
 import { ENTRY, freshDatabase, ins, parseBackends, percentile, printRows, ROOT, startServer } from './common.js';
 import { startFakeBackend } from '../test/helpers/backends.js';
 
-export interface WorkerBenchOptions { duration: number; warmup: number; backends: string; databaseUrl: string; submitters: number; out: string | undefined }
+export interface WorkerBenchOptions {
+  duration: number;
+  warmup: number;
+  backends: string;
+  databaseUrl: string;
+  submitters: number;
+  out: string | undefined;
+}
 
 const MODEL = 'bench-worker:latest';
 const BACKEND_MS = 20;
@@ -20,7 +27,13 @@ const BACKEND_MS = 20;
 /** Resolves once the worker's metrics answer (it started; on a busy machine that takes a while). */
 async function metricsUp(url: string): Promise<void> {
   for (const end = Date.now() + 60_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100))) {
-    if (await fetch(`${url}/metrics`).then((r) => r.ok, () => false)) return;
+    if (
+      await fetch(`${url}/metrics`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return;
   }
   throw new Error(`the worker's metrics did not answer on ${url}`);
 }
@@ -46,12 +59,38 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
     const server = await startServer(db.env, 19_500 + (process.pid % 400), path.join(ROOT, 'bench-results', 'server-worker.log'));
     const metricsPort = 19_950 + (process.pid % 40);
-    const startWorker = (concurrency: number) => spawn(process.execPath, [ENTRY, 'worker', '--server', server.url, '--node', 'bench-worker', '--key', key,
-      '--backend', 'ollama', '--backend-url', fake.url, '--concurrency', String(concurrency), '--metrics-port', String(metricsPort)], { stdio: 'ignore', env: { ...process.env, LOG_LEVEL: 'warn' } });
+    const startWorker = (concurrency: number) =>
+      spawn(
+        process.execPath,
+        [
+          ENTRY,
+          'worker',
+          '--server',
+          server.url,
+          '--node',
+          'bench-worker',
+          '--key',
+          key,
+          '--backend',
+          'ollama',
+          '--backend-url',
+          fake.url,
+          '--concurrency',
+          String(concurrency),
+          '--metrics-port',
+          String(metricsPort),
+        ],
+        { stdio: 'ignore', env: { ...process.env, LOG_LEVEL: 'warn' } },
+      );
     const pool = new Pool(server.url, { connections: o.submitters + 4 });
     const cycle = async (): Promise<number> => {
       const t0 = performance.now();
-      const sub = await pool.request({ method: 'POST', path: '/submit_job', headers: { api_key: userKey, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'bench' }], max_output: 8, temperature: 0 }) });
+      const sub = await pool.request({
+        method: 'POST',
+        path: '/submit_job',
+        headers: { api_key: userKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'bench' }], max_output: 8, temperature: 0 }),
+      });
       const { job_id } = (await sub.body.json()) as { job_id: string };
       for (;;) {
         const r = await pool.request({ method: 'GET', path: `/get_result/${job_id}?wait=30`, headers: { api_key: userKey } });
@@ -63,12 +102,14 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
       let done = 0;
       const latencies: number[] = [];
       const end = performance.now() + seconds * 1000;
-      await Promise.all(Array.from({ length: clients }, async () => {
-        while (performance.now() < end) {
-          latencies.push(await cycle());
-          done++;
-        }
-      }));
+      await Promise.all(
+        Array.from({ length: clients }, async () => {
+          while (performance.now() < end) {
+            latencies.push(await cycle());
+            done++;
+          }
+        }),
+      );
       return { rate: Math.round(done / seconds), latencies: latencies.sort((a, b) => a - b) };
     };
     const stopWorker = async (w: ReturnType<typeof startWorker>) => {
@@ -84,7 +125,11 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
       const throughput = await run(o.submitters, o.duration);
       await stopWorker(w);
       console.log(`   one worker, --concurrency 8, instant backend, ${o.submitters} submitters: ${throughput.rate} jobs/s`);
-      rows.push(['jobs/s, one worker --concurrency 8, instant backend', String(throughput.rate), `≥500: ${throughput.rate >= 500 ? 'met' : 'MISSED'}`]);
+      rows.push([
+        'jobs/s, one worker --concurrency 8, instant backend',
+        String(throughput.rate),
+        `≥500: ${throughput.rate >= 500 ? 'met' : 'MISSED'}`,
+      ]);
       // Overhead: one job at a time, the backend taking BACKEND_MS.
       fake.delayMs = BACKEND_MS;
       w = startWorker(1);
@@ -95,8 +140,14 @@ export async function workerScenario(o: WorkerBenchOptions): Promise<void> {
       await stopWorker(w);
       const perJob = ((jobs1.sum - jobs0.sum) / (jobs1.count - jobs0.count)) * 1000;
       const own = Math.round(((own1.sum - own0.sum) / (own1.count - own0.count)) * 100_000) / 100;
-      console.log(`   one job at a time, backend ${BACKEND_MS} ms: taken → report answered ${perJob.toFixed(2)} ms; submit→result p50 ${percentile(serial.latencies, 50).toFixed(1)} ms`);
-      rows.push([`the worker's own time per job (taken → report sent, less the backend's ${BACKEND_MS} ms)`, `${own} ms`, `≤2: ${own <= 2 ? 'met' : 'MISSED'}`]);
+      console.log(
+        `   one job at a time, backend ${BACKEND_MS} ms: taken → report answered ${perJob.toFixed(2)} ms; submit→result p50 ${percentile(serial.latencies, 50).toFixed(1)} ms`,
+      );
+      rows.push([
+        `the worker's own time per job (taken → report sent, less the backend's ${BACKEND_MS} ms)`,
+        `${own} ms`,
+        `≤2: ${own <= 2 ? 'met' : 'MISSED'}`,
+      ]);
       rows.push([`taken → report answered, one job at a time (the coordinator's answer included)`, `${perJob.toFixed(2)} ms`, '']);
     } finally {
       await pool.close();

@@ -8,16 +8,39 @@ import path from 'node:path';
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 type JsonSchema = { [k: string]: Json };
 
-interface Parameter { name: string; in: string; required?: boolean; description?: string; schema: JsonSchema }
-interface Response { content?: Record<string, { schema?: JsonSchema }> }
-interface Operation { operationId: string; parameters?: Parameter[]; responses: Record<string, Response> }
+interface Parameter {
+  name: string;
+  in: string;
+  required?: boolean;
+  description?: string;
+  schema: JsonSchema;
+}
+interface Response {
+  content?: Record<string, { schema?: JsonSchema }>;
+}
+interface Operation {
+  operationId: string;
+  parameters?: Parameter[];
+  responses: Record<string, Response>;
+}
 interface OpenApi {
   paths: Record<string, Record<string, Operation>>;
   components: { schemas: Record<string, JsonSchema> };
 }
 
 // Keywords copied as TypeBox options; everything else must be handled explicitly.
-const OPTION_KEYS = ['title', 'description', 'format', 'minLength', 'maxLength', 'minimum', 'maximum', 'minItems', 'maxItems', 'additionalProperties'];
+const OPTION_KEYS = [
+  'title',
+  'description',
+  'format',
+  'minLength',
+  'maxLength',
+  'minimum',
+  'maximum',
+  'minItems',
+  'maxItems',
+  'additionalProperties',
+];
 const STRUCTURAL_KEYS = ['type', 'properties', 'required', 'items', 'anyOf', 'enum', '$ref'];
 
 function options(schema: JsonSchema): string {
@@ -51,11 +74,16 @@ function render(schema: JsonSchema, indent: string): string {
     return withOptions('Type.Union', [`[${members.join(', ')}]`], rest);
   }
   switch (schema.type) {
-    case 'string': return withOptions('Type.String', [], schema);
-    case 'integer': return withOptions('Type.Integer', [], schema);
-    case 'number': return withOptions('Type.Number', [], schema);
-    case 'boolean': return withOptions('Type.Boolean', [], schema);
-    case 'null': return withOptions('Type.Null', [], schema);
+    case 'string':
+      return withOptions('Type.String', [], schema);
+    case 'integer':
+      return withOptions('Type.Integer', [], schema);
+    case 'number':
+      return withOptions('Type.Number', [], schema);
+    case 'boolean':
+      return withOptions('Type.Boolean', [], schema);
+    case 'null':
+      return withOptions('Type.Null', [], schema);
     case 'array': {
       const { items, ...rest } = schema;
       return withOptions('Type.Array', [render(items as JsonSchema, indent)], rest);
@@ -102,14 +130,21 @@ function ordered(schemas: Record<string, JsonSchema>): string[] {
 }
 
 function pascal(id: string): string {
-  return id.split(/[_\W]+/).filter(Boolean).map((w) => w[0]!.toUpperCase() + w.slice(1)).join('');
+  return id
+    .split(/[_\W]+/)
+    .filter(Boolean)
+    .map((w) => w[0]!.toUpperCase() + w.slice(1))
+    .join('');
 }
 
 // Query and path parameters of each operation become one object schema each, named
 // <OperationId>Query and <OperationId>Params.
 function parameterSchemas(doc: OpenApi): string[] {
   const out: string[] = [];
-  const kinds = [['query', 'Query'], ['path', 'Params']] as const;
+  const kinds = [
+    ['query', 'Query'],
+    ['path', 'Params'],
+  ] as const;
   for (const op of Object.values(doc.paths).flatMap((methods) => Object.values(methods))) {
     for (const [where, suffix] of kinds) {
       const params = (op.parameters ?? []).filter((p) => p.in === where);

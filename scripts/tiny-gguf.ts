@@ -45,14 +45,60 @@ const FIRST_CHAR = CONTROL.length + BYTES.length;
 
 /** The words whose every piece of two characters or more, and every prefix after "▁", the word-piece vocabulary holds. */
 export const WORDPIECE_WORDS: readonly string[] = [
-  'the', 'river', 'stone', 'bridge', 'tell', 'about', 'old', 'city', 'light', 'write', 'poem', 'explain', 'numbers', 'Paris',
-  'cold', 'sea', 'there', 'then', 'other', 'into', 'over', 'after', 'water', 'winter', 'story', 'start', 'strong', 'string',
-  'person', 'answer', 'another', 'under', 'understand', 'ring', 'ing', 'tion', 'ation', 'er', 'es', 'ed', 'in', 'on', 'an', 'at',
+  'the',
+  'river',
+  'stone',
+  'bridge',
+  'tell',
+  'about',
+  'old',
+  'city',
+  'light',
+  'write',
+  'poem',
+  'explain',
+  'numbers',
+  'Paris',
+  'cold',
+  'sea',
+  'there',
+  'then',
+  'other',
+  'into',
+  'over',
+  'after',
+  'water',
+  'winter',
+  'story',
+  'start',
+  'strong',
+  'string',
+  'person',
+  'answer',
+  'another',
+  'under',
+  'understand',
+  'ring',
+  'ing',
+  'tion',
+  'ation',
+  'er',
+  'es',
+  'ed',
+  'in',
+  'on',
+  'an',
+  'at',
 ];
 const pieces = (): string[] => {
   const seen = new Set(CHARS);
   const out: string[] = [];
-  const add = (p: string) => { if (!seen.has(p)) { seen.add(p); out.push(p); } };
+  const add = (p: string) => {
+    if (!seen.has(p)) {
+      seen.add(p);
+      out.push(p);
+    }
+  };
   for (const w of WORDPIECE_WORDS) {
     const c = [...w];
     // Every piece of the word (so "ri" + "ver" is "river" too), and every prefix after a space.
@@ -85,7 +131,11 @@ function gaussian(next: () => number): () => number {
   };
 }
 
-interface Tensor { name: string; dims: number[]; data: Float32Array }
+interface Tensor {
+  name: string;
+  dims: number[];
+  data: Float32Array;
+}
 
 function tensors(opts: TinyModelOptions): Tensor[] {
   const g = gaussian(rng(opts.seed));
@@ -136,17 +186,46 @@ const ALIGN = 32;
 class Out {
   private parts: Buffer[] = [];
   size = 0;
-  push(b: Buffer): void { this.parts.push(b); this.size += b.length; }
-  u32(v: number): void { const b = Buffer.alloc(4); b.writeUInt32LE(v); this.push(b); }
-  i32(v: number): void { const b = Buffer.alloc(4); b.writeInt32LE(v); this.push(b); }
-  u64(v: number): void { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); this.push(b); }
-  f32(v: number): void { const b = Buffer.alloc(4); b.writeFloatLE(v); this.push(b); }
-  str(s: string): void { const b = Buffer.from(s, 'utf8'); this.u64(b.length); this.push(b); }
-  pad(): void { const p = (ALIGN - (this.size % ALIGN)) % ALIGN; if (p) this.push(Buffer.alloc(p)); }
-  bytes(): Buffer { return Buffer.concat(this.parts); }
+  push(b: Buffer): void {
+    this.parts.push(b);
+    this.size += b.length;
+  }
+  u32(v: number): void {
+    const b = Buffer.alloc(4);
+    b.writeUInt32LE(v);
+    this.push(b);
+  }
+  i32(v: number): void {
+    const b = Buffer.alloc(4);
+    b.writeInt32LE(v);
+    this.push(b);
+  }
+  u64(v: number): void {
+    const b = Buffer.alloc(8);
+    b.writeBigUInt64LE(BigInt(v));
+    this.push(b);
+  }
+  f32(v: number): void {
+    const b = Buffer.alloc(4);
+    b.writeFloatLE(v);
+    this.push(b);
+  }
+  str(s: string): void {
+    const b = Buffer.from(s, 'utf8');
+    this.u64(b.length);
+    this.push(b);
+  }
+  pad(): void {
+    const p = (ALIGN - (this.size % ALIGN)) % ALIGN;
+    if (p) this.push(Buffer.alloc(p));
+  }
+  bytes(): Buffer {
+    return Buffer.concat(this.parts);
+  }
 }
 
-type Meta = [key: string, type: 'u32' | 'f32' | 'bool' | 'string', value: number | string | boolean]
+type Meta =
+  | [key: string, type: 'u32' | 'f32' | 'bool' | 'string', value: number | string | boolean]
   | [key: string, type: 'array', value: { of: 'string' | 'f32' | 'i32'; items: (string | number)[] }];
 
 export function tinyGguf(opts: TinyModelOptions): Buffer {
@@ -168,7 +247,11 @@ export function tinyGguf(opts: TinyModelOptions): Buffer {
     ['tokenizer.ggml.model', 'string', 'llama'],
     ['tokenizer.ggml.tokens', 'array', { of: 'string', items: [...VOCAB] }],
     // SentencePiece merges the adjacent pair whose piece scores highest first: a longer piece scores higher.
-    ['tokenizer.ggml.scores', 'array', { of: 'f32', items: VOCAB.map((p, i) => (i < FIRST_CHAR ? 0 : i < TINY_VOCAB.length ? -i : [...p].length * 1000 - i)) }],
+    [
+      'tokenizer.ggml.scores',
+      'array',
+      { of: 'f32', items: VOCAB.map((p, i) => (i < FIRST_CHAR ? 0 : i < TINY_VOCAB.length ? -i : [...p].length * 1000 - i)) },
+    ],
     ['tokenizer.ggml.token_type', 'array', { of: 'i32', items: VOCAB.map((_, i) => (i === 0 ? 2 : i < 3 ? 3 : i < FIRST_CHAR ? 6 : 1)) }],
     ['tokenizer.ggml.unknown_token_id', 'u32', 0],
     ['tokenizer.ggml.bos_token_id', 'u32', 1],
@@ -222,7 +305,10 @@ export function writeTinyGguf(path: string, opts: TinyModelOptions): string {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { seed: { type: 'string' }, noise: { type: 'string' }, vocab: { type: 'string' } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { seed: { type: 'string' }, noise: { type: 'string' }, vocab: { type: 'string' } },
+  });
   const out = positionals[0];
   if (!out) {
     process.stderr.write('usage: tsx scripts/tiny-gguf.ts OUT.gguf [--seed N] [--noise X] [--vocab chars|wordpiece]\n');

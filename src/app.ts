@@ -14,7 +14,15 @@ import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestIds, requestId } from './http/request-id.js';
 import { registerLingeringClose } from './http/linger.js';
 import { isAnsweredPreflight, PREFLIGHT_ROUTE, registerCors } from './http/cors.js';
-import { DEFAULT_CORS_ORIGINS, DEFAULT_COORDINATOR, NO_RATE_LIMITS, type CoordinatorConfig, type CorsOrigins, type RateLimits, type TrustProxy } from './config.js';
+import {
+  DEFAULT_CORS_ORIGINS,
+  DEFAULT_COORDINATOR,
+  NO_RATE_LIMITS,
+  type CoordinatorConfig,
+  type CorsOrigins,
+  type RateLimits,
+  type TrustProxy,
+} from './config.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from './config-verify.js';
 import { Service, type LedgerOptions, type ServiceOptions } from './service.js';
 import type { RetentionOptions } from './retention/retention.js';
@@ -110,7 +118,10 @@ function closeUnusedConnectionsOnClose(app: FastifyInstance, lingerMs: number): 
       const n = busy.get(socket)! - 1;
       busy.set(socket, n);
       // end(), not destroy(): the answer already written still reaches the client.
-      if (closing && n === 0) setTimeout(() => { if (busy.get(socket) === 0) socket.end(); }, lingerMs).unref();
+      if (closing && n === 0)
+        setTimeout(() => {
+          if (busy.get(socket) === 0) socket.end();
+        }, lingerMs).unref();
     });
   });
   app.addHook('preClose', (done) => {
@@ -150,7 +161,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
 
   const metrics = createMetrics(opts.db, opts.processMetrics ?? false);
   const unobserve = opts.db.observeStatements((name, seconds) => metrics.statements.observe({ statement: name }, seconds));
-  app.addHook('onClose', () => { unobserve(); return Promise.resolve(); });
+  app.addHook('onClose', () => {
+    unobserve();
+    return Promise.resolve();
+  });
   app.setValidatorCompiler(pydanticValidatorCompiler);
   app.setSerializerCompiler(cachedSerializerCompiler);
   registerContentParsers(app);
@@ -165,70 +179,91 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
     metrics.requests.inc({ method: req.method, route, status });
     metrics.duration.observe({ method: req.method, route, status }, seconds);
     // No headers, bodies or query values: keys and results never reach the log.
-    req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, node: req.nodeName }, 'request');
+    req.log.info(
+      { method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, node: req.nodeName },
+      'request',
+    );
   });
 
   const limiters = await registerRateLimits(app, opts.rateLimits ?? NO_RATE_LIMITS);
   registerCors(app, opts.corsOrigins ?? DEFAULT_CORS_ORIGINS);
   // The domain, composed apart from HTTP (src/service.ts); the metrics observe it.
-  const service = await Service.start(opts.db, {
-    coordinator: { ...DEFAULT_COORDINATOR, ...opts.coordinator },
-    verify: { ...DEFAULT_VERIFY, ...opts.verify },
-    defaultPointsPerJob: opts.defaultPointsPerJob ?? 1,
-    ...(opts.dispatch ? { dispatch: opts.dispatch } : {}),
-    ...(opts.ledger ? { ledger: opts.ledger } : {}),
-    ...(opts.retention ? { retention: opts.retention } : {}),
-    ...(opts.settleEvery ? { settleEvery: opts.settleEvery } : {}),
-  }, {
-    outcomes: [outcomeMetrics(metrics)],
-    nodeOutcomes: [nodeMetrics(metrics)],
-    verification: {
-      audited: (report) => {
-        recordAudit(metrics, report);
-        if (report.setAside.length) app.log.error({ jobs: report.setAside }, 'verification: jobs set aside unaudited, their audit failed');
-      },
-      probed: (models, canaries) => {
-        if (models.length) metrics.verification.inc({ event: 'probe' }, models.length);
-        if (canaries.length) metrics.verification.inc({ event: 'canary' }, canaries.length);
-      },
-      reversed: (points) => metrics.pointsReversed.inc(points),
+  const service = await Service.start(
+    opts.db,
+    {
+      coordinator: { ...DEFAULT_COORDINATOR, ...opts.coordinator },
+      verify: { ...DEFAULT_VERIFY, ...opts.verify },
+      defaultPointsPerJob: opts.defaultPointsPerJob ?? 1,
+      ...(opts.dispatch ? { dispatch: opts.dispatch } : {}),
+      ...(opts.ledger ? { ledger: opts.ledger } : {}),
+      ...(opts.retention ? { retention: opts.retention } : {}),
+      ...(opts.settleEvery ? { settleEvery: opts.settleEvery } : {}),
     },
-    ledger: {
-      closed: (report) => {
-        metrics.ledgerDaysClosed.inc(report.closed.length);
-        if (report.closed.length) app.log.info({ days: report.closed, recomputed: report.recomputed }, 'ledger: days closed');
-        if (report.disagreements.length) app.log.error({ disagreements: report.disagreements.slice(0, 20) }, 'ledger: daily_points disagrees with the entries of a day closed now (changed by hand?)');
+    {
+      outcomes: [outcomeMetrics(metrics)],
+      nodeOutcomes: [nodeMetrics(metrics)],
+      verification: {
+        audited: (report) => {
+          recordAudit(metrics, report);
+          if (report.setAside.length) app.log.error({ jobs: report.setAside }, 'verification: jobs set aside unaudited, their audit failed');
+        },
+        probed: (models, canaries) => {
+          if (models.length) metrics.verification.inc({ event: 'probe' }, models.length);
+          if (canaries.length) metrics.verification.inc({ event: 'canary' }, canaries.length);
+        },
+        reversed: (points) => metrics.pointsReversed.inc(points),
       },
-      error: (err) => {
-        metrics.ledgerCloseFailures.inc();
-        app.log.error({ err }, 'ledger: closing days failed; retrying at the next look');
+      ledger: {
+        closed: (report) => {
+          metrics.ledgerDaysClosed.inc(report.closed.length);
+          if (report.closed.length) app.log.info({ days: report.closed, recomputed: report.recomputed }, 'ledger: days closed');
+          if (report.disagreements.length)
+            app.log.error(
+              { disagreements: report.disagreements.slice(0, 20) },
+              'ledger: daily_points disagrees with the entries of a day closed now (changed by hand?)',
+            );
+        },
+        error: (err) => {
+          metrics.ledgerCloseFailures.inc();
+          app.log.error({ err }, 'ledger: closing days failed; retrying at the next look');
+        },
+        cannotSign: (keyId) =>
+          app.log.warn(
+            { keyId },
+            "ledger: this server has no private key (it lives in another server's LEDGER_KEY_FILE): it serves the ledger but closes no day",
+          ),
       },
-      cannotSign: (keyId) => app.log.warn({ keyId }, 'ledger: this server has no private key (it lives in another server\'s LEDGER_KEY_FILE): it serves the ledger but closes no day'),
+      retention: {
+        pruned: (report) => {
+          metrics.retentionPruned.inc({ what: 'jobs' }, report.jobs);
+          metrics.retentionPruned.inc({ what: 'leases' }, report.leases);
+          metrics.retentionPruned.inc({ what: 'results' }, report.results);
+          for (const what of ['usage', 'lanes', 'sessions'] as const) metrics.retentionPruned.inc({ what }, report[what]);
+          metrics.retentionPruned.inc({ what: 'token_checks' }, report.tokenChecks);
+          metrics.retentionPruned.inc({ what: 'canaries' }, report.canaries);
+          app.log.info(
+            report,
+            'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash, stale counters and sessions deleted',
+          );
+        },
+        error: (err) => {
+          metrics.backgroundFailures.inc({ task: 'retention' });
+          app.log.error({ err }, 'retention: pruning failed; retrying at the next look');
+        },
+      },
+      warn: (err, what) => app.log.warn({ err }, what),
+      error: (err, where) => {
+        metrics.backgroundFailures.inc({ task: where });
+        app.log.error({ err }, where);
+      },
     },
-    retention: {
-      pruned: (report) => {
-        metrics.retentionPruned.inc({ what: 'jobs' }, report.jobs);
-        metrics.retentionPruned.inc({ what: 'leases' }, report.leases);
-        metrics.retentionPruned.inc({ what: 'results' }, report.results);
-        for (const what of ['usage', 'lanes', 'sessions'] as const) metrics.retentionPruned.inc({ what }, report[what]);
-        metrics.retentionPruned.inc({ what: 'token_checks' }, report.tokenChecks);
-        metrics.retentionPruned.inc({ what: 'canaries' }, report.canaries);
-        app.log.info(report, 'retention: finished jobs past JOB_RETENTION deleted, report bodies replaced by their hash, stale counters and sessions deleted');
-      },
-      error: (err) => {
-        metrics.backgroundFailures.inc({ task: 'retention' });
-        app.log.error({ err }, 'retention: pruning failed; retrying at the next look');
-      },
-    },
-    warn: (err, what) => app.log.warn({ err }, what),
-    error: (err, where) => {
-      metrics.backgroundFailures.inc({ task: where });
-      app.log.error({ err }, where);
-    },
-  });
+  );
   metrics.live.waitingWorkers = () => service.coordinator.waitingWorkers;
   // Waiting polls answer at once when the server stops, rather than holding the shutdown.
-  app.addHook('preClose', (done) => { service.drain(); done(); });
+  app.addHook('preClose', (done) => {
+    service.drain();
+    done();
+  });
   closeUnusedConnectionsOnClose(app, opts.closingLingerMs ?? 1_000);
   app.addHook('onClose', () => service.close());
   const deps: Deps = { service, metrics, limiters };

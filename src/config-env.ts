@@ -5,7 +5,13 @@ const SIZE = /^(\d+)\s*(b|kb|kib|mb|mib|gb|gib)?$/i;
 const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i;
 const DURATION_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 // The examples a duration's error offers: those within the variable's range.
-const DURATION_EXAMPLES: [string, number][] = [['250ms', 0.25], ['30s', 30], ['5m', 300], ['6h', 21_600], ['7d', 604_800]];
+const DURATION_EXAMPLES: [string, number][] = [
+  ['250ms', 0.25],
+  ['30s', 30],
+  ['5m', 300],
+  ['6h', 21_600],
+  ['7d', 604_800],
+];
 /** A duration in words for an error: whole seconds as they are, a fraction of one in ms. */
 const spoken = (seconds: number): string => (seconds < 1 ? `${Math.round(seconds * 1000)} ms` : `${seconds} s`);
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1000, kib: 1024, mb: 1_000_000, mib: 1024 * 1024, gb: 1_000_000_000, gib: 1024 ** 3 };
@@ -45,7 +51,8 @@ export class EnvReader {
 
   bool(name: string, fallback: boolean): boolean {
     const raw = (this.get(name) ?? String(fallback)).toLowerCase();
-    if (!['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'].includes(raw)) this.problems.push(`${name}=${JSON.stringify(raw)}: expected true or false (or on/off, yes/no, 1/0)`);
+    if (!['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'].includes(raw))
+      this.problems.push(`${name}=${JSON.stringify(raw)}: expected true or false (or on/off, yes/no, 1/0)`);
     return ['true', '1', 'yes', 'on'].includes(raw);
   }
 
@@ -59,7 +66,9 @@ export class EnvReader {
     if (!(seconds >= min && seconds <= max)) {
       const examples = DURATION_EXAMPLES.filter(([, v]) => v >= min && v <= max).map(([e]) => e);
       const eg = examples.length > 1 ? `${examples.slice(0, -1).join(', ')} or ${examples.at(-1)}` : (examples[0] ?? `${max}s`);
-      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a duration from ${spoken(min)} to ${spoken(max)}${zero ? ' or 0' : ''}, e.g. ${eg}`);
+      this.problems.push(
+        `${name}=${JSON.stringify(raw)}: expected a duration from ${spoken(min)} to ${spoken(max)}${zero ? ' or 0' : ''}, e.g. ${eg}`,
+      );
       return fallback;
     }
     return seconds;
@@ -72,7 +81,9 @@ export class EnvReader {
     const m = SIZE.exec(raw);
     const bytes = m ? Number(m[1]) * SIZE_UNITS[(m[2] ?? 'b').toLowerCase()]! : NaN;
     if (!(bytes >= min && bytes <= max)) {
-      this.problems.push(`${name}=${JSON.stringify(raw)}: expected a size from ${example} (units b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000)`);
+      this.problems.push(
+        `${name}=${JSON.stringify(raw)}: expected a size from ${example} (units b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000)`,
+      );
       return fallback;
     }
     return bytes;

@@ -34,8 +34,20 @@ export interface VerifyConfig {
 }
 
 export const DEFAULT_VERIFY: VerifyConfig = {
-  enabled: true, share: 0.05, similarity: 0.5, maxTokensPerSecond: 1000, modelMaxTokensPerSecond: {}, minTokensForSpeed: 32, minWordsForReplay: 8,
-  strikesToSuspend: 3, failuresPerStrike: 10, probationAgreements: 10, evidenceWindow: 86_400, probeInterval: 600, auditDelay: 0.25, spotShare: 0.1,
+  enabled: true,
+  share: 0.05,
+  similarity: 0.5,
+  maxTokensPerSecond: 1000,
+  modelMaxTokensPerSecond: {},
+  minTokensForSpeed: 32,
+  minWordsForReplay: 8,
+  strikesToSuspend: 3,
+  failuresPerStrike: 10,
+  probationAgreements: 10,
+  evidenceWindow: 86_400,
+  probeInterval: 600,
+  auditDelay: 0.25,
+  spotShare: 0.1,
 };
 
 const d = DEFAULT_VERIFY;
@@ -43,16 +55,32 @@ export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
   ['VERIFY_SHARE', String(d.share), 'share of temperature-0 jobs also run by a second node (0 to 1)'],
   ['VERIFY_SIMILARITY', String(d.similarity), 'two answers agree at this word-set similarity or above (0 to 1)'],
-  ['VERIFY_MAX_TOKENS_PER_SECOND', String(d.maxTokensPerSecond), 'output tokens per second of lease time above which an answer is implausible (0 = off)'],
+  [
+    'VERIFY_MAX_TOKENS_PER_SECOND',
+    String(d.maxTokensPerSecond),
+    'output tokens per second of lease time above which an answer is implausible (0 = off)',
+  ],
   ['VERIFY_MODEL_MAX_TOKENS_PER_SECOND', '(none)', 'per-model caps instead, e.g. qwen2.5:0.5b=3000,llama3.2:1b=2000'],
   ['VERIFY_MIN_TOKENS', String(d.minTokensForSpeed), 'shorter answers (tokens) are not judged for speed'],
   ['VERIFY_MIN_WORDS', String(d.minWordsForReplay), 'shorter answers (words) are not judged for replay (near copies: 3 times as long)'],
   ['VERIFY_STRIKES', String(d.strikesToSuspend), 'strikes within the evidence window that suspend a node'],
-  ['VERIFY_FAILURES', String(d.failuresPerStrike), "a node's failed attempts within the evidence window that make a failure strike: leases run out, error reports of jobs another node then finished or answered a copy of, leases held until the deadline of jobs another node's copy answered in time (0 = none, and failed jobs are not copied)"],
+  [
+    'VERIFY_FAILURES',
+    String(d.failuresPerStrike),
+    "a node's failed attempts within the evidence window that make a failure strike: leases run out, error reports of jobs another node then finished or answered a copy of, leases held until the deadline of jobs another node's copy answered in time (0 = none, and failed jobs are not copied)",
+  ],
   ['VERIFY_PROBATION_AGREEMENTS', String(d.probationAgreements), 'agreements in a row that end a probation'],
-  ['VERIFY_EVIDENCE_WINDOW', `${d.evidenceWindow / 3600}h`, 'strikes count, answers are remembered and a suspension reverses points within this window'],
+  [
+    'VERIFY_EVIDENCE_WINDOW',
+    `${d.evidenceWindow / 3600}h`,
+    'strikes count, answers are remembered and a suspension reverses points within this window',
+  ],
   ['VERIFY_PROBE_INTERVAL', `${d.probeInterval / 60}m`, 'each model two or more nodes serve gets a probe this often on average (0 = no probes)'],
-  ['VERIFY_SPOT_SHARE', String(d.spotShare), 'share of answers a scorer found in line that a second scorer scores again (0 to 1): a scorer that clears answers falsely is caught, and only those twice found in line become canary references'],
+  [
+    'VERIFY_SPOT_SHARE',
+    String(d.spotShare),
+    'share of answers a scorer found in line that a second scorer scores again (0 to 1): a scorer that clears answers falsely is caught, and only those twice found in line become canary references',
+  ],
   ['VERIFY_AUDIT_DELAY', `${d.auditDelay * 1000}ms`, 'done jobs gather this long before they are audited, in one batch (0 = at once)'],
 ];
 

@@ -24,8 +24,28 @@ export interface RateLimits {
 }
 
 /** Generous enough that a worker reporting every few seconds is never throttled. */
-export const DEFAULT_RATE_LIMITS: RateLimits = { perIp: 6000, reportsPerKey: 600, readsPerKey: 300, authFailuresPerIp: 30, completionsPerUser: 600, concurrentPerUser: 32, progressPerKey: 1200, longPollsPerKey: 64, longPollsPerIp: 1000 };
-export const NO_RATE_LIMITS: RateLimits = { perIp: 0, reportsPerKey: 0, readsPerKey: 0, authFailuresPerIp: 0, completionsPerUser: 0, concurrentPerUser: 0, progressPerKey: 0, longPollsPerKey: 0, longPollsPerIp: 0 };
+export const DEFAULT_RATE_LIMITS: RateLimits = {
+  perIp: 6000,
+  reportsPerKey: 600,
+  readsPerKey: 300,
+  authFailuresPerIp: 30,
+  completionsPerUser: 600,
+  concurrentPerUser: 32,
+  progressPerKey: 1200,
+  longPollsPerKey: 64,
+  longPollsPerIp: 1000,
+};
+export const NO_RATE_LIMITS: RateLimits = {
+  perIp: 0,
+  reportsPerKey: 0,
+  readsPerKey: 0,
+  authFailuresPerIp: 0,
+  completionsPerUser: 0,
+  concurrentPerUser: 0,
+  progressPerKey: 0,
+  longPollsPerKey: 0,
+  longPollsPerIp: 0,
+};
 
 /** How DATABASE_URL reaches PostgreSQL (db/pg.ts): auto finds a transaction pooler by itself. */
 export type DatabasePooler = 'auto' | 'transaction' | 'none';
@@ -109,8 +129,19 @@ export interface CoordinatorConfig {
 }
 
 export const DEFAULT_COORDINATOR: CoordinatorConfig = {
-  creditPolicy: 'reports', maxAttempts: 3, jobTimeout: 240, maxJobTimeout: 3600, leaseTimeout: 180, heartbeatTimeout: 15, modelsTtl: 6 * 3600, sweepInterval: 1, onlineWindow: 60, noNodeGrace: 10,
-  quotaJobs: null, quotaTokens: null, quotaReserveTokens: 1024,
+  creditPolicy: 'reports',
+  maxAttempts: 3,
+  jobTimeout: 240,
+  maxJobTimeout: 3600,
+  leaseTimeout: 180,
+  heartbeatTimeout: 15,
+  modelsTtl: 6 * 3600,
+  sweepInterval: 1,
+  onlineWindow: 60,
+  noNodeGrace: 10,
+  quotaJobs: null,
+  quotaTokens: null,
+  quotaReserveTokens: 1024,
 };
 
 export class ConfigError extends Error {
@@ -140,8 +171,16 @@ export const CONFIG_DOC: [string, string, string][] = [
   ['DEFAULT_QUOTA_JOBS', '(unset)', 'jobs a user key may submit per UTC day, unless `ins key set-quota` gave it its own (unset: no limit)'],
   ['DEFAULT_QUOTA_TOKENS', '(unset)', 'output tokens a user key may use per UTC day, likewise (unset: no limit)'],
   ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
-  ['LEDGER_KEY_FILE', '(unset)', "the points ledger's Ed25519 signing key, PEM (created if missing); unset = generated into the database (docs/ledger.md)"],
-  ['JOB_RETENTION', '7d', "finished jobs' prompts, answers and lease history are deleted after this (s, m, h, d); points, rosters and the ledger stay; 0 = keep all"],
+  [
+    'LEDGER_KEY_FILE',
+    '(unset)',
+    "the points ledger's Ed25519 signing key, PEM (created if missing); unset = generated into the database (docs/ledger.md)",
+  ],
+  [
+    'JOB_RETENTION',
+    '7d',
+    "finished jobs' prompts, answers and lease history are deleted after this (s, m, h, d); points, rosters and the ledger stay; 0 = keep all",
+  ],
   ['MIGRATE_ON_START', 'true', '`ins serve` applies pending migrations first'],
 ];
 
@@ -154,20 +193,48 @@ export const ADVANCED_CONFIG_DOC: [string, string, string][] = [
   ['SHUTDOWN_TIMEOUT_MS', '10000', 'longest wait for in-flight requests on SIGTERM/SIGINT'],
   ['RATE_LIMIT_REPORTS_PER_KEY', String(DEFAULT_RATE_LIMITS.reportsPerKey), 'update_result calls per minute per key, per server (0 = off)'],
   ['RATE_LIMIT_READS_PER_KEY', String(DEFAULT_RATE_LIMITS.readsPerKey), 'daily_points calls per minute per key, per server (0 = off)'],
-  ['RATE_LIMIT_AUTH_FAILURES_PER_IP', String(DEFAULT_RATE_LIMITS.authFailuresPerIp), 'failed authentications per minute per address, then 429 for its further failures (0 = off)'],
-  ['RATE_LIMIT_COMPLETIONS_PER_USER', String(DEFAULT_RATE_LIMITS.completionsPerUser), 'chat completions per minute per user key, per server (0 = off)'],
-  ['RATE_LIMIT_CONCURRENT_PER_USER', String(DEFAULT_RATE_LIMITS.concurrentPerUser), 'chat completions running at once per user key, per server (0 = off)'],
-  ['RATE_LIMIT_LONG_POLLS_PER_KEY', String(DEFAULT_RATE_LIMITS.longPollsPerKey), 'get_result/get_job polls waiting at once per key, per server; past it a poll answers at once, as with wait=0 (0 = off)'],
+  [
+    'RATE_LIMIT_AUTH_FAILURES_PER_IP',
+    String(DEFAULT_RATE_LIMITS.authFailuresPerIp),
+    'failed authentications per minute per address, then 429 for its further failures (0 = off)',
+  ],
+  [
+    'RATE_LIMIT_COMPLETIONS_PER_USER',
+    String(DEFAULT_RATE_LIMITS.completionsPerUser),
+    'chat completions per minute per user key, per server (0 = off)',
+  ],
+  [
+    'RATE_LIMIT_CONCURRENT_PER_USER',
+    String(DEFAULT_RATE_LIMITS.concurrentPerUser),
+    'chat completions running at once per user key, per server (0 = off)',
+  ],
+  [
+    'RATE_LIMIT_LONG_POLLS_PER_KEY',
+    String(DEFAULT_RATE_LIMITS.longPollsPerKey),
+    'get_result/get_job polls waiting at once per key, per server; past it a poll answers at once, as with wait=0 (0 = off)',
+  ],
   ['RATE_LIMIT_LONG_POLLS_PER_IP', String(DEFAULT_RATE_LIMITS.longPollsPerIp), 'the same per client address (0 = off)'],
   ['MAX_JOB_TIMEOUT', `${DEFAULT_COORDINATOR.maxJobTimeout / 3600}h`, 'the longest deadline a request may ask for'],
-  ['QUOTA_RESERVE_TOKENS', String(DEFAULT_COORDINATOR.quotaReserveTokens), 'output tokens a job without max_output reserves of the token quota until its node reports its count, and the most it is charged (at least 1)'],
+  [
+    'QUOTA_RESERVE_TOKENS',
+    String(DEFAULT_COORDINATOR.quotaReserveTokens),
+    'output tokens a job without max_output reserves of the token quota until its node reports its count, and the most it is charged (at least 1)',
+  ],
   ['MAX_ATTEMPTS', String(DEFAULT_COORDINATOR.maxAttempts), 'leases a job may have before it fails'],
   ['LEASE_TIMEOUT', `${DEFAULT_COORDINATOR.leaseTimeout}s`, 'how long a node holds a job before it goes back to the queue'],
-  ['HEARTBEAT_TIMEOUT', `${DEFAULT_COORDINATOR.heartbeatTimeout}s`, 'a worker that sends job_progress heartbeats (ins worker) holds its job at most this long after the last (a heartbeat renews the lease when a third of this has passed since the last renewal; within LEASE_TIMEOUT): a dead worker\'s job goes back to the queue in seconds (0 = off; at least 6 s)'],
+  [
+    'HEARTBEAT_TIMEOUT',
+    `${DEFAULT_COORDINATOR.heartbeatTimeout}s`,
+    "a worker that sends job_progress heartbeats (ins worker) holds its job at most this long after the last (a heartbeat renews the lease when a third of this has passed since the last renewal; within LEASE_TIMEOUT): a dead worker's job goes back to the queue in seconds (0 = off; at least 6 s)",
+  ],
   ['MODELS_TTL', `${DEFAULT_COORDINATOR.modelsTtl / 3600}h`, "how long a node's model declaration lasts (workers re-send it every few hours)"],
   ['SWEEP_INTERVAL', `${DEFAULT_COORDINATOR.sweepInterval}s`, 'how often expired leases and deadlines are swept'],
   ['NODE_ONLINE_WINDOW', `${DEFAULT_COORDINATOR.onlineWindow}s`, 'a node seen this recently counts as online'],
-  ['NO_NODE_GRACE', `${DEFAULT_COORDINATOR.noNodeGrace}s`, 'a job some node failed fails when no other node that may take it is online this long after its last attempt'],
+  [
+    'NO_NODE_GRACE',
+    `${DEFAULT_COORDINATOR.noNodeGrace}s`,
+    'a job some node failed fails when no other node that may take it is online this long after its last attempt',
+  ],
   ...VERIFY_CONFIG_DOC.filter(([name]) => name !== 'VERIFY'),
 ];
 
@@ -180,7 +247,10 @@ export const DEFAULT_CORS_ORIGINS: CorsOrigins = '*';
 function parseCorsOrigins(raw: string | undefined, problems: string[]): CorsOrigins {
   if (raw === undefined || raw === '*') return raw === undefined ? DEFAULT_CORS_ORIGINS : '*';
   if (['off', 'false', 'none', 'no'].includes(raw.toLowerCase())) return false;
-  const items = raw.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const items = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
   const bad = items.filter((item) => {
     try {
       const u = new URL(item);
@@ -190,7 +260,9 @@ function parseCorsOrigins(raw: string | undefined, problems: string[]): CorsOrig
     }
   });
   if (bad.length > 0 || items.length === 0) {
-    problems.push(`CORS_ORIGINS: ${bad.map((b) => JSON.stringify(b)).join(', ') || 'empty'} is not an origin; expected *, off, or origins such as https://app.example.com,http://localhost:3000 (scheme://host[:port], no path)`);
+    problems.push(
+      `CORS_ORIGINS: ${bad.map((b) => JSON.stringify(b)).join(', ') || 'empty'} is not an origin; expected *, off, or origins such as https://app.example.com,http://localhost:3000 (scheme://host[:port], no path)`,
+    );
     return DEFAULT_CORS_ORIGINS;
   }
   return items;
@@ -216,7 +288,8 @@ function readTrustProxy(r: EnvReader): TrustProxy {
   const raw = r.get('TRUST_PROXY');
   const value = raw?.toLowerCase();
   if (value === undefined || ['false', 'no', 'off', '0'].includes(value)) return false;
-  const instead = 'set TRUST_PROXY to the addresses or networks of your proxies, e.g. TRUST_PROXY=127.0.0.1 or TRUST_PROXY=10.0.0.0/8,fd00::/8 (docs/operations.md, "Behind a proxy")';
+  const instead =
+    'set TRUST_PROXY to the addresses or networks of your proxies, e.g. TRUST_PROXY=127.0.0.1 or TRUST_PROXY=10.0.0.0/8,fd00::/8 (docs/operations.md, "Behind a proxy")';
   if (['true', 'yes', 'on'].includes(value)) {
     r.problems.push(`TRUST_PROXY=${raw}: no longer accepted, because it believed whatever address a client wrote into X-Forwarded-For; ${instead}`);
     return false;
@@ -228,7 +301,9 @@ function readTrustProxy(r: EnvReader): TrustProxy {
   const items = value.split(',').map((s) => s.trim());
   const bad = items.filter((item) => !isTrustable(item));
   if (bad.length > 0) {
-    r.problems.push(`TRUST_PROXY: ${bad.map((b) => JSON.stringify(b)).join(', ')} is not an address, a network (address/bits) or one of ${TRUST_NAMES.join(', ')}; ${instead}`);
+    r.problems.push(
+      `TRUST_PROXY: ${bad.map((b) => JSON.stringify(b)).join(', ')} is not an address, a network (address/bits) or one of ${TRUST_NAMES.join(', ')}; ${instead}`,
+    );
     return false;
   }
   return items;
@@ -266,10 +341,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problems.push('DATABASE_URL: expected a postgres:// or postgresql:// URL (unset it to use the embedded database)');
   }
   const databaseDirectUrl = r.get('DATABASE_DIRECT_URL');
-  if (databaseDirectUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseDirectUrl)) problems.push('DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL');
-  if (databaseDirectUrl !== undefined && databaseUrl === undefined) problems.push('DATABASE_DIRECT_URL is set without DATABASE_URL: it is the direct way to the same PostgreSQL database');
+  if (databaseDirectUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseDirectUrl))
+    problems.push('DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL');
+  if (databaseDirectUrl !== undefined && databaseUrl === undefined)
+    problems.push('DATABASE_DIRECT_URL is set without DATABASE_URL: it is the direct way to the same PostgreSQL database');
   const pooler = (r.get('DATABASE_POOLER') ?? 'auto').toLowerCase();
-  if (pooler !== 'auto' && pooler !== 'transaction' && pooler !== 'none') problems.push(`DATABASE_POOLER=${JSON.stringify(pooler)}: expected auto, transaction or none`);
+  if (pooler !== 'auto' && pooler !== 'transaction' && pooler !== 'none')
+    problems.push(`DATABASE_POOLER=${JSON.stringify(pooler)}: expected auto, transaction or none`);
 
   const policy = r.get('CREDIT_POLICY') ?? 'reports';
   if (policy !== 'reports' && policy !== 'dispatched') problems.push(`CREDIT_POLICY=${JSON.stringify(policy)}: expected reports or dispatched`);
@@ -291,7 +369,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // the charge without a cap (whatever count the node reported).
     quotaReserveTokens: r.int('QUOTA_RESERVE_TOKENS', d.quotaReserveTokens, 1, 1e9),
   };
-  if (coordinator.jobTimeout > coordinator.maxJobTimeout) problems.push(`JOB_TIMEOUT (${coordinator.jobTimeout} s) is longer than MAX_JOB_TIMEOUT (${coordinator.maxJobTimeout} s)`);
+  if (coordinator.jobTimeout > coordinator.maxJobTimeout)
+    problems.push(`JOB_TIMEOUT (${coordinator.jobTimeout} s) is longer than MAX_JOB_TIMEOUT (${coordinator.maxJobTimeout} s)`);
 
   const config: Config = {
     port: r.int('PORT', 8000, 0, 65535),

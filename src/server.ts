@@ -16,12 +16,18 @@ export function createLogger(level: string): Logger {
   // Asynchronous writes: a synchronous write per request line is a syscall on the hot path.
   // pino flushes what is buffered when the process exits (and see flushLog).
   const destination = pino.destination({ sync: false });
-  const logger = pino({
-    level,
-    base: { service: 'ins' },
-    // Belt and braces: nothing logs these, and if something ever did they would be hidden.
-    redact: { paths: ['api_key', '*.api_key', 'headers.api_key', 'req.headers.api_key', 'req.headers.authorization', 'key', 'password'], censor: '[redacted]' },
-  }, destination);
+  const logger = pino(
+    {
+      level,
+      base: { service: 'ins' },
+      // Belt and braces: nothing logs these, and if something ever did they would be hidden.
+      redact: {
+        paths: ['api_key', '*.api_key', 'headers.api_key', 'req.headers.api_key', 'req.headers.authorization', 'key', 'password'],
+        censor: '[redacted]',
+      },
+    },
+    destination,
+  );
   destinations.set(logger, destination);
   return logger;
 }
@@ -74,7 +80,11 @@ export interface StartOptions {
 export async function startServer(config: Config, logger: Logger, opts: StartOptions = {}): Promise<RunningServer> {
   // An `ins` command run a moment before (the README's second terminal, a `docker exec` during a
   // restart) holds the embedded database for seconds: the start waits for it.
-  const db = await openDatabase(config, 'server', { onWarning: (message) => logger.warn(message), waitForCommandMs: 30_000, ...(opts.signal ? { signal: opts.signal } : {}) });
+  const db = await openDatabase(config, 'server', {
+    onWarning: (message) => logger.warn(message),
+    waitForCommandMs: 30_000,
+    ...(opts.signal ? { signal: opts.signal } : {}),
+  });
   let closeBeforeListen: (() => Promise<void>) | undefined;
   try {
     if (config.migrateOnStart) {
@@ -125,23 +135,26 @@ export async function startServer(config: Config, logger: Logger, opts: StartOpt
 
     logger.info({ url, database: db.description }, `listening on ${url} (database: ${db.description})`);
     if ((await countNodes(db)) === 0) {
-      logger.info('no nodes yet: create one and its key with `ins node add NAME` (works while the server runs; `npx ins` in a checkout, `docker exec CONTAINER ins` in the image)');
+      logger.info(
+        'no nodes yet: create one and its key with `ins node add NAME` (works while the server runs; `npx ins` in a checkout, `docker exec CONTAINER ins` in the image)',
+      );
     }
 
     let closing: Promise<void> | undefined;
-    const close = (): Promise<void> => (closing ??= (async () => {
-      const timer = setTimeout(() => {
-        logger.warn({ timeoutMs: config.shutdownTimeoutMs }, 'in-flight requests still running at the shutdown deadline; closing connections');
-        app.server.closeAllConnections();
-      }, config.shutdownTimeoutMs);
-      try {
-        await closeBeforeListen?.();
-        await app.close();
-      } finally {
-        clearTimeout(timer);
-        await db.close();
-      }
-    })());
+    const close = (): Promise<void> =>
+      (closing ??= (async () => {
+        const timer = setTimeout(() => {
+          logger.warn({ timeoutMs: config.shutdownTimeoutMs }, 'in-flight requests still running at the shutdown deadline; closing connections');
+          app.server.closeAllConnections();
+        }, config.shutdownTimeoutMs);
+        try {
+          await closeBeforeListen?.();
+          await app.close();
+        } finally {
+          clearTimeout(timer);
+          await db.close();
+        }
+      })());
     return { url, db, jobs, close };
   } catch (err) {
     await db.close();

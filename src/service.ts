@@ -101,7 +101,10 @@ export class Service {
     for (const consumer of [principals, coordinator.nodes, ...(observers.nodeOutcomes ?? [])]) nodes.use(consumer);
     const stopNodes = await nodes.listen();
     const verifier = new Verifier(db, {
-      verify: options.verify, onlineWindow: c.onlineWindow, modelsTtl: c.modelsTtl, jobTimeout: c.jobTimeout,
+      verify: options.verify,
+      onlineWindow: c.onlineWindow,
+      modelsTtl: c.modelsTtl,
+      jobTimeout: c.jobTimeout,
       jobs: { queueChecks: (tx, checks, deadline) => lifecycle.queueChecks(tx, checks, deadline), apply: (o) => lifecycle.apply(o) },
       events: { ...observers.verification, error: (err) => observers.error(err, 'verification') },
       nodes,
@@ -127,7 +130,21 @@ export class Service {
     // Token usage: one server at a time folds finished jobs' usage into their owners' counters.
     const usage = new Settler(db, { error: (err) => observers.error(err, 'usage') });
     if (options.settleEvery) usage.start(options.settleEvery);
-    return new Service(db, options, coordinator, nodes, verifier, principals, new RosterCache(db), new PointsLoader(db), new ResultRecorder(db), ledger, retention, usage, stopNodes);
+    return new Service(
+      db,
+      options,
+      coordinator,
+      nodes,
+      verifier,
+      principals,
+      new RosterCache(db),
+      new PointsLoader(db),
+      new ResultRecorder(db),
+      ledger,
+      retention,
+      usage,
+      stopNodes,
+    );
   }
 
   /** Waiting polls answer at once (the server is stopping). */

@@ -20,5 +20,7 @@ export function onStopSignals(stop: (signal: StopSignal) => void): () => void {
     process.on(signal, listener);
     return [signal, listener] as const;
   });
-  return () => { for (const [signal, listener] of listeners) process.off(signal, listener); };
+  return () => {
+    for (const [signal, listener] of listeners) process.off(signal, listener);
+  };
 }

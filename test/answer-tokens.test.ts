@@ -105,8 +105,10 @@ describe.each(backends)('answer tokens at the coordinator on $name', (backend) =
   };
   const send = (w: TestWorker, job: Job, result: Record<string, unknown>, status: 'success' | 'error' = 'success') =>
     w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status, result });
-  const stored = async (id: string) => (await q<{ state: string; tokens: unknown; result: unknown }>('t_job', 'SELECT state, tokens, result FROM jobs WHERE id = $1::uuid', [id]))[0]!;
-  const recorded = async (id: string) => (await q<{ n: number }>('t_recorded', 'SELECT count(*)::int AS n FROM job_results WHERE job_id = $1::text', [id]))[0]!.n;
+  const stored = async (id: string) =>
+    (await q<{ state: string; tokens: unknown; result: unknown }>('t_job', 'SELECT state, tokens, result FROM jobs WHERE id = $1::uuid', [id]))[0]!;
+  const recorded = async (id: string) =>
+    (await q<{ n: number }>('t_recorded', 'SELECT count(*)::int AS n FROM job_results WHERE job_id = $1::text', [id]))[0]!.n;
 
   it('refuses tokens that do not spell the text (400, nothing changes); takes those that do, kept apart from the answer', async () => {
     const user = await start();
@@ -130,7 +132,10 @@ describe.each(backends)('answer tokens at the coordinator on $name', (backend) =
       expect((res.json() as { detail: string }).detail).toMatch(why);
       expect((res.json() as { detail: string }).detail).toMatch(/nothing was recorded, and the lease runs on/);
     }
-    const calls = await send(w, job, { message: { ...message, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] }, tokens: [text] });
+    const calls = await send(w, job, {
+      message: { ...message, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      tokens: [text],
+    });
     expect(calls.statusCode).toBe(400);
     expect((calls.json() as { detail: string }).detail).toMatch(/plain text answer only/);
     // Nothing changed: the lease is open, nothing recorded or credited.
@@ -191,7 +196,9 @@ describe.each(backends)('answer tokens at the coordinator on $name', (backend) =
     const user = await start({ enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0 });
     const node = await new TestWorker(t.app, 'node', await t.addNode('node')).start([MODEL]);
     const scorer = await new TestWorker(t.app, 'scorer', await t.addNode('scorer')).start([MODEL]);
-    expect((await scorer.post('/worker/update_models', { node_url: 'scorer', models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode).toBe(200);
+    expect(
+      (await scorer.post('/worker/update_models', { node_url: 'scorer', models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode,
+    ).toBe(200);
     const tokens = ['The', ' ri', 'ver', ' é', [0xe2, 0x82], [0xac]];
     const text = 'The river é€';
     await user.submit(MODEL, 'tell me about rivers', { temperature: 0.8, seed: 3 });

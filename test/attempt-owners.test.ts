@@ -29,7 +29,10 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     // Verification on (failure strikes and copies are its), with no probes and no random copies;
     // three node-owned failures make a strike. A job no node may take any more fails GRACE
     // seconds after its last attempt.
-    t = await startApp(backend, { coordinator: { maxAttempts: 3, noNodeGrace: GRACE }, verify: { enabled: true, probeInterval: 0, share: 0, failuresPerStrike: 3 } });
+    t = await startApp(backend, {
+      coordinator: { maxAttempts: 3, noNodeGrace: GRACE },
+      verify: { enabled: true, probeInterval: 0, share: 0, failuresPerStrike: 3 },
+    });
     userKey = await t.addUser();
     user = new TestUser(t.app, userKey);
   });
@@ -40,15 +43,29 @@ describe.each(backends)('attempt owners on $name', (backend) => {
   const q = <R>(name: string, text: string, values: unknown[] = []) => t.db.query<R>(sql(name, text), values);
   const worker = async (model: string, name = `owner-node-${++nodes}`) => new TestWorker(t.app, name, await t.addNode(name)).start([model]);
   const reportWith = (w: TestWorker, job: Job, content: string, status: 'success' | 'error', usage?: Record<string, number>) =>
-    w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content } }, status, ...(usage ? { usage } : {}) });
+    w.post('/worker/update_result', {
+      job_id: job.job_id,
+      api_key: job.api_key,
+      model_name: job.model,
+      result: { message: { role: 'assistant', content } },
+      status,
+      ...(usage ? { usage } : {}),
+    });
   // What the owner has used once finished jobs are settled (the settler, src/usage/settle.ts, runs
   // on a timer in a server; a test settles by hand).
   const tokensUsed = async () => {
     await t.app.service.usage.settle();
     return (await t.app.inject({ method: 'GET', url: '/usage', headers: { api_key: userKey } })).json<{ used: { tokens: number } }>().used.tokens;
   };
-  const strikes = async (node: string) => (await q<{ kind: string }>(`t_strikes_${node}`, 'SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1 ORDER BY s.id', [node])).map((s) => s.kind);
-  const stream = (jobId: string) => q('t_stream', "UPDATE jobs SET request = request || '{\"stream\": true}' WHERE id = $1::uuid", [jobId]);
+  const strikes = async (node: string) =>
+    (
+      await q<{ kind: string }>(
+        `t_strikes_${node}`,
+        'SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1 ORDER BY s.id',
+        [node],
+      )
+    ).map((s) => s.kind);
+  const stream = (jobId: string) => q('t_stream', 'UPDATE jobs SET request = request || \'{"stream": true}\' WHERE id = $1::uuid', [jobId]);
   /** The first job a worker gets, polling until one comes (a copy is queued off the request path). */
   const nextJob = async (w: TestWorker): Promise<WireJob> => {
     let job: WireJob | null = null;
@@ -80,8 +97,11 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect([...answeredBy.keys()].sort()).toEqual([...ids].sort());
     for (const id of ids) expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
     // A node never gets back a job it failed: each job's failures are distinct nodes'.
-    const failed = await q<{ n: number }>('t_hostile_leases', `SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id
-      WHERE n.name = 'hostile' GROUP BY l.job_id HAVING count(*) > 1`);
+    const failed = await q<{ n: number }>(
+      't_hostile_leases',
+      `SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id
+      WHERE n.name = 'hostile' GROUP BY l.job_id HAVING count(*) > 1`,
+    );
     expect(failed).toEqual([]);
     // Counted against the node (the verifier records it, off the request path).
     await expect.poll(() => strikes('hostile'), { timeout: 10_000 }).toContain('failure');
@@ -98,7 +118,12 @@ describe.each(backends)('attempt owners on $name', (backend) => {
         if (job) expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
       }
     }
-    expect(await q('t_unrunnable', "SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE n.name LIKE 'unrunnable-%' AND l.outcome = 'error'")).toEqual([{ n: 8 }]);
+    expect(
+      await q(
+        't_unrunnable',
+        "SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE n.name LIKE 'unrunnable-%' AND l.outcome = 'error'",
+      ),
+    ).toEqual([{ n: 8 }]);
     // A node whose failed jobs another node finishes: its third such failure is a strike. The
     // failures are judged one after another, so once it is struck the ones above were judged.
     const flaky = await worker('flaky-model', 'flaky');
@@ -139,8 +164,11 @@ describe.each(backends)('attempt owners on $name', (backend) => {
       expect((await honest.report(job)).statusCode).toBe(200);
       copies.add(job.job_id);
     }
-    expect(await q<{ of: string }>('t_collusion_copies', 'SELECT verify_of::text AS of FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY verify_of', [[...copies]]))
-      .toEqual([...ids].sort().map((of) => ({ of })));
+    expect(
+      await q<{ of: string }>('t_collusion_copies', 'SELECT verify_of::text AS of FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY verify_of', [
+        [...copies],
+      ]),
+    ).toEqual([...ids].sort().map((of) => ({ of })));
     // Answered by another node: the three error reports of each colluder count, a strike each.
     for (const c of colluders) await expect.poll(() => strikes(c.node), { timeout: 10_000 }).toEqual(['failure']);
     expect(await strikes('collusion-honest')).toEqual([]);
@@ -166,10 +194,19 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     }
     await expect.poll(() => strikes('double-x'), { timeout: 10_000 }).toEqual(['failure']);
     // Checks of the done jobs (a share, probation), answered by another node afterwards.
-    const nodeId = async (name: string) => (await q<{ id: number }>(`t_node_${name}`, 'SELECT id::int AS id FROM nodes WHERE name = $1', [name]))[0]!.id;
+    const nodeId = async (name: string) =>
+      (await q<{ id: number }>(`t_node_${name}`, 'SELECT id::int AS id FROM nodes WHERE name = $1', [name]))[0]!.id;
     const [xi, yi] = [await nodeId('double-x'), await nodeId('double-y')];
     const lifecycle = t.app.service.coordinator.lifecycle;
-    lifecycle.apply(await t.db.transaction((tx) => lifecycle.queueChecks(tx, ids.map((of) => ({ kind: 'verify' as const, id: randomUUID(), of, exclude: [yi, xi], suspicion: null })), 240)));
+    lifecycle.apply(
+      await t.db.transaction((tx) =>
+        lifecycle.queueChecks(
+          tx,
+          ids.map((of) => ({ kind: 'verify' as const, id: randomUUID(), of, exclude: [yi, xi], suspicion: null })),
+          240,
+        ),
+      ),
+    );
     for (let i = 0; i < 3; i++) expect((await z.report(await nextJob(z))).statusCode).toBe(200);
     // No new failure of X: judged again, its three error reports make no second strike.
     expect((await strikeFailures(t.db, [{ nodeId: xi, jobId: ids[2]! }], { ...DEFAULT_VERIFY, failuresPerStrike: 3 })).strikes).toEqual([]);
@@ -185,11 +222,19 @@ describe.each(backends)('attempt owners on $name', (backend) => {
       // The holder never reports: the job's deadline passes with it leased (here: a job given 60
       // seconds, submitted and leased 60 seconds ago), and a sweep expires it.
       await q('t_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = $1::uuid", [id]);
-      await q('t_deadline_lease', "UPDATE job_leases SET leased_at = now() - interval '60 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL", [id]);
-      await until('the job to expire', async () => {
-        await t.app.service.coordinator.lifecycle.sweep();
-        return (await q<{ state: string }>('t_expired', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'expired';
-      }, 10_000);
+      await q(
+        't_deadline_lease',
+        "UPDATE job_leases SET leased_at = now() - interval '60 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL",
+        [id],
+      );
+      await until(
+        'the job to expire',
+        async () => {
+          await t.app.service.coordinator.lifecycle.sweep();
+          return (await q<{ state: string }>('t_expired', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'expired';
+        },
+        10_000,
+      );
       expect(await q('t_deadline_outcome', 'SELECT outcome FROM job_leases WHERE job_id = $1::uuid', [id])).toEqual([{ outcome: 'deadline' }]);
       const copy = await nextJob(other);
       expect(await q('t_deadline_copy', 'SELECT verify_of::text AS of FROM jobs WHERE id = $1::uuid', [copy.job_id])).toEqual([{ of: id }]);
@@ -203,20 +248,43 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     const model = 'slow-deadline-model';
     // The slow node runs two sessions (a session holds one job at a time).
     const slowKey = await t.addNode('slow-holder');
-    const slow = [await new TestWorker(t.app, 'slow-holder', slowKey).start([model]), await new TestWorker(t.app, 'slow-holder', slowKey).start([model])];
+    const slow = [
+      await new TestWorker(t.app, 'slow-holder', slowKey).start([model]),
+      await new TestWorker(t.app, 'slow-holder', slowKey).start([model]),
+    ];
     const other = await worker(model, 'slow-other');
     const id = await user.submit(model, 'a long answer');
     const late = await user.submit(model, 'taken late');
     expect(new Set([(await slow[0]!.getJob())!.job_id, (await slow[1]!.getJob())!.job_id])).toEqual(new Set([id, late]));
     // Both were given 60 seconds and reach their deadline leased: the first was held for all of
     // them, the second taken 10 seconds before its deadline (it waited in the queue).
-    await q('t_slow_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = ANY($1::uuid[])", [[id, late]]);
-    await q('t_slow_lease', "UPDATE job_leases SET leased_at = now() - interval '60 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL", [id]);
-    await q('t_late_lease', "UPDATE job_leases SET leased_at = now() - interval '10 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL", [late]);
-    await until('the jobs to expire', async () => {
-      await t.app.service.coordinator.lifecycle.sweep();
-      return (await q<{ n: number }>('t_slow_expired', "SELECT count(*)::int AS n FROM jobs WHERE id = ANY($1::uuid[]) AND state = 'expired'", [[id, late]]))[0]!.n === 2;
-    }, 10_000);
+    await q('t_slow_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = ANY($1::uuid[])", [
+      [id, late],
+    ]);
+    await q(
+      't_slow_lease',
+      "UPDATE job_leases SET leased_at = now() - interval '60 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL",
+      [id],
+    );
+    await q(
+      't_late_lease',
+      "UPDATE job_leases SET leased_at = now() - interval '10 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL",
+      [late],
+    );
+    await until(
+      'the jobs to expire',
+      async () => {
+        await t.app.service.coordinator.lifecycle.sweep();
+        return (
+          (
+            await q<{ n: number }>('t_slow_expired', "SELECT count(*)::int AS n FROM jobs WHERE id = ANY($1::uuid[]) AND state = 'expired'", [
+              [id, late],
+            ])
+          )[0]!.n === 2
+        );
+      },
+      10_000,
+    );
     const copy = await nextJob(other);
     expect(await q('t_slow_copy_of', 'SELECT verify_of::text AS of FROM jobs WHERE id = $1::uuid', [copy.job_id])).toEqual([{ of: id }]);
     // The job taken late is not copied (decided with the other, in one sweep's audit): a lease
@@ -225,11 +293,14 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     // The copy took 31 seconds of the 60 the job had: the slow node is not judged by it.
     await q('t_slow_copy', "UPDATE jobs SET submitted_at = now() - interval '31 seconds' WHERE id = $1::uuid", [copy.job_id]);
     expect((await other.report(copy)).statusCode).toBe(200);
-    const counted = sql('t_slow_counted', `SELECT count(*)::int AS n FROM job_leases l WHERE l.job_id = $1::uuid AND l.outcome = 'deadline'
-      AND EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = l.job_id AND c.state = 'done')`);
+    const counted = sql(
+      't_slow_counted',
+      `SELECT count(*)::int AS n FROM job_leases l WHERE l.job_id = $1::uuid AND l.outcome = 'deadline'
+      AND EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = l.job_id AND c.state = 'done')`,
+    );
     await expect.poll(async () => (await t.db.query<{ n: number }>(counted, [id]))[0]!.n, { timeout: 10_000 }).toBe(1);
     // Judged at one failure a strike, had the lease counted: none.
-    const [{ id: nodeId }] = await q<{ id: number }>('t_slow_node', "SELECT id FROM nodes WHERE name = 'slow-holder'") as [{ id: number }];
+    const [{ id: nodeId }] = (await q<{ id: number }>('t_slow_node', "SELECT id FROM nodes WHERE name = 'slow-holder'")) as [{ id: number }];
     expect((await strikeFailures(t.db, [{ nodeId, jobId: id }], { ...DEFAULT_VERIFY, failuresPerStrike: 1 })).strikes).toEqual([]);
     expect(await strikes('slow-holder')).toEqual([]);
   });
@@ -237,7 +308,9 @@ describe.each(backends)('attempt owners on $name', (backend) => {
   it('a job no node that may take it remains for fails after NO_NODE_GRACE, and /v1 answers 502 job_failed', async () => {
     const model = 'lonely-model';
     const tools = async (w: TestWorker, caps: string[]) =>
-      expect((await w.post('/worker/update_models', { node_url: w.node, models: [model], capabilities: { [model]: caps } }, true)).statusCode).toBe(200);
+      expect((await w.post('/worker/update_models', { node_url: w.node, models: [model], capabilities: { [model]: caps } }, true)).statusCode).toBe(
+        200,
+      );
     // The job needs tools. Online for its model besides the node that fails it: a node that may
     // not take it (suspended), and one that cannot (it declared no tools).
     const w = await worker(model);
@@ -246,15 +319,24 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     await q('t_suspend', "INSERT INTO node_standing (node_id, state) SELECT id, 'suspended' FROM nodes WHERE name = 'lonely-suspended'");
     await worker(model, 'lonely-plain');
     const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } };
-    const completion = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}` }, payload: { model, messages: [{ role: 'user', content: 'only one node can serve me' }], tools: [tool] } });
+    const completion = t.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { authorization: `Bearer ${userKey}` },
+      payload: { model, messages: [{ role: 'user', content: 'only one node can serve me' }], tools: [tool] },
+    });
     const job = await nextJob(w);
     expect((await reportWith(w, job, '', 'error')).statusCode).toBe(200);
     // The node that failed it never gets it back.
     expect(await w.getJob()).toBeNull();
     const res = await completion;
     expect(res.statusCode).toBe(502);
-    expect(res.json()).toMatchObject({ error: { type: 'server_error', code: 'job_failed', message: 'No node could finish the job: no node that may take it remains.' } });
-    expect(await q('t_lonely', 'SELECT state, failures, detail FROM jobs WHERE id = $1::uuid', [job.job_id])).toEqual([{ state: 'failed', failures: 1, detail: 'no node that may take it remains' }]);
+    expect(res.json()).toMatchObject({
+      error: { type: 'server_error', code: 'job_failed', message: 'No node could finish the job: no node that may take it remains.' },
+    });
+    expect(await q('t_lonely', 'SELECT state, failures, detail FROM jobs WHERE id = $1::uuid', [job.job_id])).toEqual([
+      { state: 'failed', failures: 1, detail: 'no node that may take it remains' },
+    ]);
   });
 
   it("a user's job whose lease ran out goes back to its node when no other may take it: a worker killed mid-job and started again finishes it", async () => {
@@ -265,14 +347,23 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect((await first.getJob())!.job_id).toBe(id);
     // The worker is killed: it never reports, and its lease runs out (here: ended by hand, then swept).
     await q('t_run_out', 'UPDATE job_leases SET expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL', [id]);
-    await until('the lease to be swept', async () => (await t.app.service.coordinator.lifecycle.sweep()) !== undefined
-      && (await q<{ state: string }>('t_requeued', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'queued', 10_000);
+    await until(
+      'the lease to be swept',
+      async () =>
+        (await t.app.service.coordinator.lifecycle.sweep()) !== undefined &&
+        (await q<{ state: string }>('t_requeued', 'SELECT state FROM jobs WHERE id = $1::uuid', [id]))[0]!.state === 'queued',
+      10_000,
+    );
     const again = await new TestWorker(t.app, 'restarted', key).start([model]);
     // Past the grace, a sweep gives it back to the node rather than failing it.
-    await until('the job to be given back', async () => {
-      await t.app.service.coordinator.lifecycle.sweep();
-      return (await q<{ n: number }>('t_readmitted', 'SELECT cardinality(exclude_nodes) AS n FROM jobs WHERE id = $1::uuid', [id]))[0]!.n === 0;
-    }, 10_000);
+    await until(
+      'the job to be given back',
+      async () => {
+        await t.app.service.coordinator.lifecycle.sweep();
+        return (await q<{ n: number }>('t_readmitted', 'SELECT cardinality(exclude_nodes) AS n FROM jobs WHERE id = $1::uuid', [id]))[0]!.n === 0;
+      },
+      10_000,
+    );
     const job = await nextJob(again);
     expect(job.job_id).toBe(id);
     expect((await again.report(job)).statusCode).toBe(200);
@@ -285,8 +376,19 @@ describe.each(backends)('attempt owners on $name', (backend) => {
       // Whichever job comes (the one lapsed before may be back already): its lease runs out too.
       const leased = (await nextJob(again)).job_id;
       await q('t_run_out', 'UPDATE job_leases SET expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL', [leased]);
-      await until('the lease to be swept', async () => (await t.app.service.coordinator.lifecycle.sweep()) !== undefined
-        && (await q<{ n: number }>('t_lapsed', "SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE n.name = 'restarted' AND l.outcome = 'expired'"))[0]!.n === i + 2, 10_000);
+      await until(
+        'the lease to be swept',
+        async () =>
+          (await t.app.service.coordinator.lifecycle.sweep()) !== undefined &&
+          (
+            await q<{ n: number }>(
+              't_lapsed',
+              "SELECT count(*)::int AS n FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE n.name = 'restarted' AND l.outcome = 'expired'",
+            )
+          )[0]!.n ===
+            i + 2,
+        10_000,
+      );
     }
     await expect.poll(() => strikes('restarted'), { timeout: 10_000 }).toEqual(['failure']);
   });
@@ -299,7 +401,18 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     const job = (await first.getJob())!;
     expect((await reportWith(first, job, '', 'error')).statusCode).toBe(200);
     // Past the grace since the failed attempt, a whole sweep of this server's: the job is still queued.
-    await until('the grace to pass', async () => (await q<{ past: boolean }>('t_grace', `SELECT max(ended_at) < now() - make_interval(secs => ${GRACE}) AS past FROM job_leases WHERE job_id = $1::uuid`, [id]))[0]!.past, 10_000);
+    await until(
+      'the grace to pass',
+      async () =>
+        (
+          await q<{ past: boolean }>(
+            't_grace',
+            `SELECT max(ended_at) < now() - make_interval(secs => ${GRACE}) AS past FROM job_leases WHERE job_id = $1::uuid`,
+            [id],
+          )
+        )[0]!.past,
+      10_000,
+    );
     await until('a sweep of this server', () => t.app.service.coordinator.lifecycle.sweep(), 10_000);
     expect(await q('t_shared', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [id])).toEqual([{ state: 'queued', failures: 1 }]);
     const again = (await other.getJob())!;
@@ -308,7 +421,7 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect((await user.result(id)).json()).toMatchObject({ status: 'success' });
   });
 
-  it('an error report\'s usage is not charged: the owner pays the finishing attempt\'s tokens', async () => {
+  it("an error report's usage is not charged: the owner pays the finishing attempt's tokens", async () => {
     const liar = await worker('usage-model');
     const honest = await worker('usage-model');
     const before = await tokensUsed();
@@ -322,17 +435,22 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await tokensUsed()).toBe(before + 5);
   });
 
-  it('a success report\'s prompt_tokens is capped at what its request could hold', async () => {
+  it("a success report's prompt_tokens is capped at what its request could hold", async () => {
     const w = await worker('prompt-model');
     const id = await user.submit('prompt-model', 'Say hi', { max_output: 16 });
     const job = (await w.getJob())!;
     expect((await reportWith(w, job, 'Hi', 'success', { prompt_tokens: 2_000_000_000, completion_tokens: 2 })).statusCode).toBe(200);
-    const [{ bytes }] = await q<{ bytes: number }>('t_request_bytes', 'SELECT octet_length(request::text) AS bytes FROM jobs WHERE id = $1::uuid', [id]) as [{ bytes: number }];
-    expect((await user.result(id)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: bytes + PROMPT_ALLOWANCE, completion_tokens: 2 } });
+    const [{ bytes }] = (await q<{ bytes: number }>('t_request_bytes', 'SELECT octet_length(request::text) AS bytes FROM jobs WHERE id = $1::uuid', [
+      id,
+    ])) as [{ bytes: number }];
+    expect((await user.result(id)).json()).toMatchObject({
+      status: 'success',
+      usage: { prompt_tokens: bytes + PROMPT_ALLOWANCE, completion_tokens: 2 },
+    });
     expect(bytes + PROMPT_ALLOWANCE).toBeLessThan(5_000);
   });
 
-  it('a success report\'s usage is capped at the job\'s max_output, and at the reserve for a job that set none', async () => {
+  it("a success report's usage is capped at the job's max_output, and at the reserve for a job that set none", async () => {
     const w = await worker('cap-model');
     const before = await tokensUsed();
     const capped = await user.submit('cap-model', 'say hi', { max_output: 16 });
@@ -352,7 +470,7 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await q('t_usage', 'SELECT usage FROM jobs WHERE id = $1::uuid', [open])).toEqual([{ usage: { completion_tokens: 1024 } }]);
   });
 
-  it('a success report\'s completion_tokens is capped at its answer\'s bytes and COMPLETION_ALLOWANCE', async () => {
+  it("a success report's completion_tokens is capped at its answer's bytes and COMPLETION_ALLOWANCE", async () => {
     const w = await worker('bytes-model');
     const before = await tokensUsed();
     // An outside probe's node wrote 8 tokens and counted max_output: its user paid for 256.
@@ -360,12 +478,21 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     const a = (await w.getJob())!;
     expect((await reportWith(w, a, 'héllo', 'success', { prompt_tokens: 3, completion_tokens: 256 })).statusCode).toBe(200);
     // 'héllo' is 6 UTF-8 bytes.
-    expect((await user.result(short)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 3, completion_tokens: 6 + COMPLETION_ALLOWANCE } });
+    expect((await user.result(short)).json()).toMatchObject({
+      status: 'success',
+      usage: { prompt_tokens: 3, completion_tokens: 6 + COMPLETION_ALLOWANCE },
+    });
     expect(await tokensUsed()).toBe(before + 6 + COMPLETION_ALLOWANCE);
     // Its count reached max_output: the answer says it stopped there ("length", what /v1 inferred
     // from the count before it was cut), and the lease keeps the count as reported, for verification.
-    expect(await q('t_cut', `SELECT j.result -> 'finish_reason' AS finish, l.usage -> 'completion_tokens' AS reported
-      FROM jobs j JOIN job_leases l ON l.job_id = j.id WHERE j.id = $1::uuid`, [short])).toEqual([{ finish: 'length', reported: 256 }]);
+    expect(
+      await q(
+        't_cut',
+        `SELECT j.result -> 'finish_reason' AS finish, l.usage -> 'completion_tokens' AS reported
+      FROM jobs j JOIN job_leases l ON l.job_id = j.id WHERE j.id = $1::uuid`,
+        [short],
+      ),
+    ).toEqual([{ finish: 'length', reported: 256 }]);
     // A count within the bytes stands as the node said.
     const honest = await user.submit('bytes-model', 'write a little', { max_output: 256 });
     const b = (await w.getJob())!;
@@ -377,8 +504,18 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     const calls = await user.submit('bytes-model', 'call tools', { max_output: 256 });
     const c = (await w.getJob())!;
     const call = (id: string) => ({ id, type: 'function', function: { name: 'f', arguments: '{}' } });
-    expect((await w.post('/worker/update_result', { job_id: c.job_id, api_key: c.api_key, model_name: c.model, status: 'success',
-      result: { message: { role: 'assistant', content: '', tool_calls: [call('a'), call('b')] } }, usage: { completion_tokens: 200 } })).statusCode).toBe(200);
+    expect(
+      (
+        await w.post('/worker/update_result', {
+          job_id: c.job_id,
+          api_key: c.api_key,
+          model_name: c.model,
+          status: 'success',
+          result: { message: { role: 'assistant', content: '', tool_calls: [call('a'), call('b')] } },
+          usage: { completion_tokens: 200 },
+        })
+      ).statusCode,
+    ).toBe(200);
     expect((await user.result(calls)).json()).toMatchObject({ status: 'success', usage: { completion_tokens: 2 * 3 + 3 * COMPLETION_ALLOWANCE } });
   });
 
@@ -401,8 +538,15 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect((await reportWith(continuer, b, 'x garbage garbage garbage', 'success')).statusCode).toBe(200);
     // Copied: to a node that held no lease of it (neither the starter nor the continuer).
     const copy = await nextJob(checkers[0]!);
-    const [made] = await q<{ verify_of: string; exclude: number[] }>('t_copy', 'SELECT verify_of::text, exclude_nodes::int[] AS exclude FROM jobs WHERE id = $1::uuid', [copy.job_id]);
-    const [ids] = await q<{ starter: number; continuer: number }>('t_ids', "SELECT (SELECT id::int FROM nodes WHERE name = 'starter') AS starter, (SELECT id::int FROM nodes WHERE name = 'continuer') AS continuer");
+    const [made] = await q<{ verify_of: string; exclude: number[] }>(
+      't_copy',
+      'SELECT verify_of::text, exclude_nodes::int[] AS exclude FROM jobs WHERE id = $1::uuid',
+      [copy.job_id],
+    );
+    const [ids] = await q<{ starter: number; continuer: number }>(
+      't_ids',
+      "SELECT (SELECT id::int FROM nodes WHERE name = 'starter') AS starter, (SELECT id::int FROM nodes WHERE name = 'continuer') AS continuer",
+    );
     expect(made!.verify_of).toBe(id);
     expect([...made!.exclude].sort()).toEqual([ids!.starter, ids!.continuer].sort());
     expect((await reportWith(checkers[0]!, copy, 'The capital of France is Paris.', 'success')).statusCode).toBe(200);
@@ -413,7 +557,7 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(await strikes('checker-1')).toEqual([]);
   });
 
-  it('copies and probes look like users\' jobs on the worker wire: the same fields, streamed as users\' are', async () => {
+  it("copies and probes look like users' jobs on the worker wire: the same fields, streamed as users' are", async () => {
     const model = 'wire-model';
     const runner = await worker(model, 'wire-runner');
     const checker = await worker(model, 'wire-checker');
@@ -432,7 +576,7 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     const streamed = requests.filter((r) => r.stream).length;
     expect(streamed).toBeGreaterThan(100);
     expect(streamed).toBeLessThan(300);
-    const [{ id: modelId }] = await q<{ id: number }>('t_model', 'SELECT id FROM models WHERE name = $1', [model]) as [{ id: number }];
+    const [{ id: modelId }] = (await q<{ id: number }>('t_model', 'SELECT id FROM models WHERE name = $1', [model])) as [{ id: number }];
     const lifecycle = t.app.service.coordinator.lifecycle;
     lifecycle.apply(await lifecycle.queueChecks(t.db, [{ kind: 'probe', id: randomUUID(), modelId, request: requests.find((r) => r.stream)! }], 60));
     const probe = await nextJob(runner);

@@ -13,7 +13,8 @@ import { sleep, until } from './helpers/wait.js';
 describe.each(backends)('key cache on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   const post = (payload: object) => t.app.inject({ method: 'POST', url: '/worker/update_result', payload });
-  const points = (key: string, node: string) => t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: key }, payload: { node_name: node, last_days: 1 } });
+  const points = (key: string, node: string) =>
+    t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: key }, payload: { node_name: node, last_days: 1 } });
 
   beforeAll(async () => {
     t = await startApp(backend);

@@ -29,11 +29,14 @@ describe('Batcher', () => {
   it('puts calls made together in one batch, and calls made while it runs in the next', async () => {
     const batches: number[][] = [];
     const gates = [deferred<void>(), deferred<void>()];
-    const b = new Batcher(async (xs: number[]) => {
-      batches.push(xs);
-      await gates[batches.length - 1]!.promise;
-      return xs.map((x) => -x);
-    }, { maxBatch: 100, maxInFlight: 1 });
+    const b = new Batcher(
+      async (xs: number[]) => {
+        batches.push(xs);
+        await gates[batches.length - 1]!.promise;
+        return xs.map((x) => -x);
+      },
+      { maxBatch: 100, maxInFlight: 1 },
+    );
     const first = [1, 2, 3].map((x) => b.load(x));
     await tick();
     const second = [4, 5].map((x) => b.load(x));
@@ -43,20 +46,26 @@ describe('Batcher', () => {
     expect(await Promise.all(first)).toEqual([-1, -2, -3]);
     gates[1]!.resolve();
     expect(await Promise.all(second)).toEqual([-4, -5]);
-    expect(batches).toEqual([[1, 2, 3], [4, 5]]);
+    expect(batches).toEqual([
+      [1, 2, 3],
+      [4, 5],
+    ]);
   });
 
   it('splits at maxBatch and runs up to maxInFlight batches at once', async () => {
     let running = 0;
     let most = 0;
     const sizes: number[] = [];
-    const b = new Batcher(async (xs: number[]) => {
-      sizes.push(xs.length);
-      most = Math.max(most, ++running);
-      await sleep(5);
-      running--;
-      return xs;
-    }, { maxBatch: 4, maxInFlight: 2 });
+    const b = new Batcher(
+      async (xs: number[]) => {
+        sizes.push(xs.length);
+        most = Math.max(most, ++running);
+        await sleep(5);
+        running--;
+        return xs;
+      },
+      { maxBatch: 4, maxInFlight: 2 },
+    );
     const out = await Promise.all(Array.from({ length: 20 }, (_, i) => b.load(i)));
     expect(out).toEqual(Array.from({ length: 20 }, (_, i) => i));
     expect(Math.max(...sizes)).toBe(4);
@@ -66,10 +75,13 @@ describe('Batcher', () => {
 
   it('fails only the calls of a failing batch', async () => {
     let n = 0;
-    const b = new Batcher(async (xs: number[]) => {
-      if (n++ === 0) throw new Error('boom');
-      return xs;
-    }, { maxBatch: 10, maxInFlight: 1 });
+    const b = new Batcher(
+      async (xs: number[]) => {
+        if (n++ === 0) throw new Error('boom');
+        return xs;
+      },
+      { maxBatch: 10, maxInFlight: 1 },
+    );
     const failing = [b.load(1), b.load(2)];
     await expect(Promise.all(failing)).rejects.toThrow('boom');
     await expect(failing[1]).rejects.toThrow('boom');
@@ -78,11 +90,14 @@ describe('Batcher', () => {
 
   it('with alone, runs the items of a failed batch one by one: each caller gets its own answer', async () => {
     const runs: number[][] = [];
-    const b = new Batcher(async (xs: number[]) => {
-      runs.push(xs);
-      if (xs.includes(13)) throw new Error(`refused ${xs.join(',')}`);
-      return xs.map((x) => x * 10);
-    }, { maxBatch: 10, maxInFlight: 1, alone: true });
+    const b = new Batcher(
+      async (xs: number[]) => {
+        runs.push(xs);
+        if (xs.includes(13)) throw new Error(`refused ${xs.join(',')}`);
+        return xs.map((x) => x * 10);
+      },
+      { maxBatch: 10, maxInFlight: 1, alone: true },
+    );
     const settled = await Promise.allSettled([1, 13, 2, 3].map((x) => b.load(x)));
     expect(settled.map((s) => (s.status === 'fulfilled' ? s.value : (s.reason as Error).message))).toEqual([10, 'refused 13', 20, 30]);
     expect(runs).toEqual([[1, 13, 2, 3], [1], [13], [2], [3]]);
@@ -91,11 +106,14 @@ describe('Batcher', () => {
   it('with alone, fails a batch at once on a database outage (alone, every item would fail alike)', async () => {
     let calls = 0;
     const outage = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' });
-    const b = new Batcher(async (xs: number[]) => {
-      calls++;
-      if (calls === 1) throw outage;
-      return xs;
-    }, { maxBatch: 10, maxInFlight: 1, alone: true });
+    const b = new Batcher(
+      async (xs: number[]) => {
+        calls++;
+        if (calls === 1) throw outage;
+        return xs;
+      },
+      { maxBatch: 10, maxInFlight: 1, alone: true },
+    );
     const settled = await Promise.allSettled([1, 2, 3].map((x) => b.load(x)));
     expect(settled.every((s) => s.status === 'rejected' && s.reason === outage)).toBe(true);
     expect(calls).toBe(1);
@@ -121,8 +139,14 @@ describe.each(backends)('batched statements on $name', (backend) => {
   });
   afterAll(async () => db.close());
 
-  const report = (node: string, jobId: string, status: 'success' | 'error', result: Record<string, unknown> = {}): Report =>
-    ({ nodeId: ids[node]!, jobId, modelName: `m-${jobId.length % 3}`, status, result, defaultPoints: 2 });
+  const report = (node: string, jobId: string, status: 'success' | 'error', result: Record<string, unknown> = {}): Report => ({
+    nodeId: ids[node]!,
+    jobId,
+    modelName: `m-${jobId.length % 3}`,
+    status,
+    result,
+    defaultPoints: 2,
+  });
 
   it('records concurrent reports with the outcomes each would have alone, in fewer statements', async () => {
     const { db: counted, count } = counting(db);
@@ -138,8 +162,13 @@ describe.each(backends)('batched statements on $name', (backend) => {
 
     const outcomes = await Promise.all(burst.map((r) => recorder.record(r)));
 
-    const kinds = (jobId: string) => outcomes.filter((_, i) => burst[i]!.jobId === jobId).map((o) => o.kind).sort();
-    for (let i = 0; i < 60; i++) expect(outcomes[i]).toEqual({ kind: 'recorded', status: i % 7 === 0 ? 'error' : 'success', points: i % 7 === 0 ? 0 : 2 });
+    const kinds = (jobId: string) =>
+      outcomes
+        .filter((_, i) => burst[i]!.jobId === jobId)
+        .map((o) => o.kind)
+        .sort();
+    for (let i = 0; i < 60; i++)
+      expect(outcomes[i]).toEqual({ kind: 'recorded', status: i % 7 === 0 ? 'error' : 'success', points: i % 7 === 0 ? 0 : 2 });
     for (let i = 0; i < 5; i++) expect(kinds(`up-${i}`)).toEqual(['recorded']);
     expect(kinds('dup')).toEqual(['recorded', 'replayed', 'replayed']);
     expect(kinds('contested')).toEqual(['conflict', 'recorded']);
@@ -160,7 +189,10 @@ describe.each(backends)('batched statements on $name', (backend) => {
     const good = [1, 2, 3].map((i) => report('b', `ok-with-bad-${i}`, 'success'));
     const settled = await Promise.allSettled([good[0]!, bad, good[1]!, good[2]!].map((r) => recorder.record(r)));
     expect(settled.map((s) => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
-    const [row] = await db.query<{ n: number }>({ name: 'batch_ok_count', text: "SELECT count(*)::int AS n FROM job_results WHERE job_id LIKE 'ok-with-bad-%'" });
+    const [row] = await db.query<{ n: number }>({
+      name: 'batch_ok_count',
+      text: "SELECT count(*)::int AS n FROM job_results WHERE job_id LIKE 'ok-with-bad-%'",
+    });
     expect(row!.n).toBe(3);
   });
 
@@ -181,7 +213,9 @@ describe.each(backends)('batched statements on $name', (backend) => {
     const { db: counted, count } = counting(db);
     const loader = new PointsLoader(counted, { batch: { maxBatch: 8, maxInFlight: 1 } });
     const asks = Array.from({ length: 24 }, (_, i) => ({ nodeName: ['a', 'b', 'c', 'd', 'nobody'][i % 5]!, lastDays: [1, 7, 30][i % 3]! }));
-    const together = (await Promise.all(asks.map((a) => loader.loadJson(a.nodeName, a.lastDays)))).map((j) => (j === undefined ? j : JSON.parse(j) as { date: string; points: number }[]));
+    const together = (await Promise.all(asks.map((a) => loader.loadJson(a.nodeName, a.lastDays)))).map((j) =>
+      j === undefined ? j : (JSON.parse(j) as { date: string; points: number }[]),
+    );
     for (const [i, a] of asks.entries()) {
       const alone = await dailyPoints(db, a.nodeName, a.lastDays);
       expect(together[i]).toEqual(alone);

@@ -41,18 +41,39 @@ describe.each(backends)('canaries on $name', (backend) => {
   afterEach(async () => t?.close());
 
   const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
-  const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
-  const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean, unsure = false) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-    result: { message: { role: 'assistant', content: '' }, scores: scores(foreign, job, unsure) } });
+  const strikes = async (node: string) =>
+    q<{ kind: string; evidence: Record<string, unknown> }>(
+      't_strikes',
+      'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id',
+      [node],
+    );
+  const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean, unsure = false) =>
+    w.post('/worker/update_result', {
+      job_id: job.job_id,
+      api_key: job.api_key,
+      model_name: job.model,
+      status: 'success',
+      result: { message: { role: 'assistant', content: '' }, scores: scores(foreign, job, unsure) },
+    });
   const worker = async (name: string, score: boolean) => {
     const w = await new TestWorker(t.app, name, await t.addNode(name)).start([MODEL]);
-    if (score) expect((await w.post('/worker/update_models', { node_url: name, models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode).toBe(200);
+    if (score)
+      expect(
+        (await w.post('/worker/update_models', { node_url: name, models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode,
+      ).toBe(200);
     return w;
   };
   /** One maintenance round that may send a canary (chance 1): answers the models sent one. */
   const round = async () => {
     const lifecycle = t.app.service.coordinator.lifecycle;
-    const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
+    const r = await ownRound(t.db, {
+      verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
+      onlineWindow: 60,
+      modelsTtl: 3600,
+      jobTimeout: 60,
+      tickSeconds: 1,
+      checks: lifecycle,
+    });
     if (r?.outcome) lifecycle.apply(r.outcome);
     return r?.canaries ?? [];
   };
@@ -66,7 +87,8 @@ describe.each(backends)('canaries on $name', (backend) => {
     t = await startApp(backend, { verify: VERIFY });
     const user = new TestUser(t.app, await t.addUser());
     const [a, b, c] = [await worker('a', true), await worker('b', true), await worker('c', true)];
-    for (let i = 0; i < REFERENCES; i++) await user.submit(MODEL, `question ${i}: why do rivers bend?`, { temperature: 0, seed: 100 + i, max_output: 64 });
+    for (let i = 0; i < REFERENCES; i++)
+      await user.submit(MODEL, `question ${i}: why do rivers bend?`, { temperature: 0, seed: 100 + i, max_output: 64 });
     const jobs: Job[] = [];
     for (let i = 0; i < REFERENCES; i++) {
       const job = (await a.getJob())!;
@@ -106,7 +128,8 @@ describe.each(backends)('canaries on $name', (backend) => {
     expect(job!.params?.score).toBeUndefined();
     return job!;
   };
-  const answer = (w: TestWorker, job: Job, honest: boolean) => w.report(job, honest ? prose(MODEL, job.messages.at(-1)!.content) : `zzz ${job.messages.at(-1)!.content} qqq`);
+  const answer = (w: TestWorker, job: Job, honest: boolean) =>
+    w.report(job, honest ? prose(MODEL, job.messages.at(-1)!.content) : `zzz ${job.messages.at(-1)!.content} qqq`);
 
   it('suspends an impostor that alone serves the model at its third canary, and reverses its points', { timeout: 120_000 }, async () => {
     const jobs = await references();
@@ -154,14 +177,22 @@ describe.each(backends)('canaries on $name', (backend) => {
     expect(await strikes('honest')).toEqual([]);
     expect(await standing('honest')).toBe('trusted');
     expect(await pointsOf('honest')).toBe(REFERENCES);
-    const [evidence] = await q<{ answers: number; cusum: number; flags: number }>('t_evidence', `SELECT e.answers, e.cusum, e.flags
-      FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest'`);
+    const [evidence] = await q<{ answers: number; cusum: number; flags: number }>(
+      't_evidence',
+      `SELECT e.answers, e.cusum, e.flags
+      FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest'`,
+    );
     expect(evidence).toEqual({ answers: REFERENCES, cusum: 0, flags: 0 });
-    const [agreements] = await q<{ n: number }>('t_agree', `SELECT s.agreements AS n FROM node_standing s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'honest'`);
+    const [agreements] = await q<{ n: number }>(
+      't_agree',
+      `SELECT s.agreements AS n FROM node_standing s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'honest'`,
+    );
     expect(agreements?.n).toBe(REFERENCES);
   });
 
-  it('finds nothing against a lone node whose answers part from the references where their scorers were unsure (near ties)', { timeout: 120_000 }, async () => {
+  it('finds nothing against a lone node whose answers part from the references where their scorers were unsure (near ties)', {
+    timeout: 120_000,
+  }, async () => {
     await references(true);
     const lone = await worker('lone', false);
     for (let i = 0; i < REFERENCES; i++) {
@@ -172,11 +203,16 @@ describe.each(backends)('canaries on $name', (backend) => {
     expect(await round()).toEqual([]);
     expect(await strikes('lone')).toEqual([]);
     expect(await standing('lone')).toBe('trusted');
-    const [evidence] = await q<{ answers: number; cusum: number }>('t_evidence', `SELECT e.answers, e.cusum FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'lone'`);
+    const [evidence] = await q<{ answers: number; cusum: number }>(
+      't_evidence',
+      `SELECT e.answers, e.cusum FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'lone'`,
+    );
     expect(evidence).toEqual({ answers: REFERENCES, cusum: 0 });
   });
 
-  it('plants no reference for colluders that answer garbage and find each other in line: an honest node alone later is not struck', { timeout: 120_000 }, async () => {
+  it('plants no reference for colluders that answer garbage and find each other in line: an honest node alone later is not struck', {
+    timeout: 120_000,
+  }, async () => {
     // Before issue 53 one scorer's "in line" made a reference: the colluders' garbage became
     // canaries, and the honest node that found them foreign was suspended at its third.
     t = await startApp(backend, { verify: VERIFY });
@@ -188,22 +224,31 @@ describe.each(backends)('canaries on $name', (backend) => {
     const garbage = (w: TestWorker, job: Job) => w.report(job, `zzz ${job.messages.at(-1)!.content.slice(6, 16)} qqq`);
     for (let round = 0; round < 2; round++) {
       if (round === 1) honest = await worker('honest-scorer', true);
-      for (let i = 0; i < REFERENCES; i++) await user.submit(MODEL, `round ${round} question ${i}: why do rivers bend?`, { temperature: 0, seed: 200 + i, max_output: 64 });
+      for (let i = 0; i < REFERENCES; i++)
+        await user.submit(MODEL, `round ${round} question ${i}: why do rivers bend?`, { temperature: 0, seed: 200 + i, max_output: 64 });
       await until('the jobs and checks settled', async () => {
         for (const w of [x, y, honest]) {
           if (!w) continue;
           const job = (await w.getJob()) as ScoreJob | null;
           if (!job) continue;
           // Each colluder finds every answer in line; the honest scorer finds the garbage foreign.
-          const res = job.params?.score ? await scoreReport(w, job, w === honest)
-            : w === honest ? await w.report(job, prose(MODEL, job.messages.at(-1)!.content)) : await garbage(w, job);
+          const res = job.params?.score
+            ? await scoreReport(w, job, w === honest)
+            : w === honest
+              ? await w.report(job, prose(MODEL, job.messages.at(-1)!.content))
+              : await garbage(w, job);
           expect(res.statusCode).toBe(200);
         }
         return settled();
       });
     }
     // None of the colluders' answers is a reference (the honest scorer's may be: the colluders find every answer in line).
-    expect(await q('t_refs', `SELECT c.job_id FROM canaries c JOIN jobs j ON j.id = c.job_id JOIN nodes n ON n.id = j.node_id WHERE n.name LIKE 'colluder%'`)).toEqual([]);
+    expect(
+      await q(
+        't_refs',
+        `SELECT c.job_id FROM canaries c JOIN jobs j ON j.id = c.job_id JOIN nodes n ON n.id = j.node_id WHERE n.name LIKE 'colluder%'`,
+      ),
+    ).toEqual([]);
     for (const w of [x, y, honest!]) expect((await w.deregister()).statusCode).toBe(200);
     // The honest node alone: whatever canaries it is sent, it finds them in line, and nothing strikes it.
     const lone = await worker('honest', true);

@@ -24,7 +24,16 @@ describe('ins', { timeout: 240_000 }, () => {
   it('prints usage with --help (exit 0) and without a command (exit 2)', async () => {
     const help = await ins('--help');
     expect(help.code).toBe(0);
-    for (const c of ['serve', 'migrate', 'node add NAME', 'node rotate-key NAME', 'key add-reader LABEL', 'key revoke', 'model set-points MODEL POINTS', 'DATABASE_URL']) {
+    for (const c of [
+      'serve',
+      'migrate',
+      'node add NAME',
+      'node rotate-key NAME',
+      'key add-reader LABEL',
+      'key revoke',
+      'model set-points MODEL POINTS',
+      'DATABASE_URL',
+    ]) {
       expect(help.stdout).toContain(c);
     }
     expect((await ins()).code).toBe(2);
@@ -37,8 +46,10 @@ describe('ins', { timeout: 240_000 }, () => {
     for (const c of ['ins node add NAME', 'ins node list', 'ins node disable NAME', 'ins node rotate-key NAME']) expect(group.stdout).toContain(c);
   });
 
-  it('answers a group without its command, or with an unknown one, with the group\'s commands (exit 2)', () => {
-    expect(() => parseCommand(['import'])).toThrow(/^"import" takes one of:\n {2}ins import nodes FILE\.csv[\s\S]*ins import results FILE\.csv[\s\S]*\(ins import --help\)$/);
+  it("answers a group without its command, or with an unknown one, with the group's commands (exit 2)", () => {
+    expect(() => parseCommand(['import'])).toThrow(
+      /^"import" takes one of:\n {2}ins import nodes FILE\.csv[\s\S]*ins import results FILE\.csv[\s\S]*\(ins import --help\)$/,
+    );
     expect(() => parseCommand(['import', 'bogus', 'x.csv'])).toThrow(/^unknown command "import bogus"; "import" takes one of:/);
     expect(() => parseCommand(['nope', 'x'])).toThrow(/^unknown command "nope x"$/);
     expect(parseCommand(['key', '-h'])).toMatchObject({ help: true, command: { usage: 'key COMMAND' } });
@@ -46,13 +57,25 @@ describe('ins', { timeout: 240_000 }, () => {
 
   it('rejects bad arguments with exit 2 and a message, changing nothing', async () => {
     const said: string[] = [];
-    for (const args of [['node', 'add'], ['node', 'add', 'a', 'b'], ['nodes'], ['node', 'list', '--colour'], ['model', 'set-points', 'm', '-1'], ['model', 'set-points', 'm', 'lots'], ['model', 'set-points', 'm', '0.1234567890123456789'], ['node', 'add', 'x'.repeat(129)]]) {
+    for (const args of [
+      ['node', 'add'],
+      ['node', 'add', 'a', 'b'],
+      ['nodes'],
+      ['node', 'list', '--colour'],
+      ['model', 'set-points', 'm', '-1'],
+      ['model', 'set-points', 'm', 'lots'],
+      ['model', 'set-points', 'm', '0.1234567890123456789'],
+      ['node', 'add', 'x'.repeat(129)],
+    ]) {
       const r = await ins(...args);
       expect(r.code, args.join(' ')).toBe(2);
       expect(r.stderr).toMatch(/^ins: /);
       said.push(r.stderr);
     }
-    for (const args of [['model', 'list', '--json'], ['node', 'list', '--json']]) {
+    for (const args of [
+      ['model', 'list', '--json'],
+      ['node', 'list', '--json'],
+    ]) {
       const r = await ins(...args);
       expect(JSON.parse(r.stdout)).toEqual([]);
       said.push(r.stderr);
@@ -73,7 +96,10 @@ describe('ins', { timeout: 240_000 }, () => {
     expect((await ins('node', 'disable', 'nobody')).code).toBe(1);
     expect((await ins('node', 'disable', 'rig-02')).code).toBe(0);
     const list = JSON.parse((await ins('node', 'list', '--json')).stdout);
-    expect(list.map((n: { name: string; disabled: boolean }) => [n.name, n.disabled])).toEqual([['rig-01', false], ['rig-02', true]]);
+    expect(list.map((n: { name: string; disabled: boolean }) => [n.name, n.disabled])).toEqual([
+      ['rig-01', false],
+      ['rig-02', true],
+    ]);
     expect((await ins('node', 'enable', 'rig-02')).code).toBe(0);
     const human = await ins('node', 'list');
     expect(human.stdout).toMatch(/NAME\s+STATUS/);
@@ -118,7 +144,10 @@ describe('ins', { timeout: 240_000 }, () => {
     let listeningAtHook: boolean | undefined;
     const server = await startServer(config, pino({ level: 'silent' }), {
       beforeListen: async () => {
-        listeningAtHook = await fetch(`http://127.0.0.1:${port}/healthz`).then(() => true, () => false);
+        listeningAtHook = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+          () => true,
+          () => false,
+        );
         return undefined;
       },
     });
@@ -144,7 +173,9 @@ describe('ins', { timeout: 240_000 }, () => {
       writeFileSync(path.join(dir, 'bad.csv'), 'foo,bar\nx,y\n');
       const bad = await forwardToServer(env.DATA_DIR, ['import', 'nodes', 'bad.csv'], dir);
       expect(bad?.code).toBe(1);
-      expect(bad?.stderr.join('\n')).toMatch(/bad\.csv: line 1: expected the columns name,api_key or name,api_key_sha256; got foo,bar; nothing was imported/);
+      expect(bad?.stderr.join('\n')).toMatch(
+        /bad\.csv: line 1: expected the columns name,api_key or name,api_key_sha256; got foo,bar; nothing was imported/,
+      );
       const add = await ins('node', 'add', 'hot-added');
       expect(add.code).toBe(0);
       const key = add.stdout.trim();

@@ -35,7 +35,7 @@ function tableUnder(file: string, heading: string): string[] {
 }
 
 describe('configuration', () => {
-  it('documents every variable it reads, once: the operator\'s in the README, the advanced ones in docs/operations.md', () => {
+  it("documents every variable it reads, once: the operator's in the README, the advanced ones in docs/operations.md", () => {
     const read = new Set<string>();
     loadConfig(new Proxy({}, { get: (_t, name) => (typeof name === 'string' && read.add(name), undefined) }));
     const operator = CONFIG_DOC.map(([n]) => n);
@@ -52,7 +52,17 @@ describe('configuration', () => {
   });
 
   it('names a variable that looks like a misspelt setting, and no other', () => {
-    const config = loadConfig({ DATABSE_URL: 'postgresql://x', BODY_LIMT: '5MiB', VERIFY_SHAR: '0.1', HOME: '/root', HOSTNAME: 'box', PATH: '/bin', NODE_ENV: 'production', TEST_DATABASE_URL: 'postgresql://y', BODY_LIMIT: '2MiB' });
+    const config = loadConfig({
+      DATABSE_URL: 'postgresql://x',
+      BODY_LIMT: '5MiB',
+      VERIFY_SHAR: '0.1',
+      HOME: '/root',
+      HOSTNAME: 'box',
+      PATH: '/bin',
+      NODE_ENV: 'production',
+      TEST_DATABASE_URL: 'postgresql://y',
+      BODY_LIMIT: '2MiB',
+    });
     expect(config.warnings).toEqual([
       'DATABSE_URL is not a setting (did you mean DATABASE_URL?): it is ignored',
       'BODY_LIMT is not a setting (did you mean BODY_LIMIT?): it is ignored',
@@ -61,21 +71,30 @@ describe('configuration', () => {
     expect(loadConfig({ PORT: '8001' }).warnings).toEqual([]);
   });
 
-  it('TRUST_PROXY: off by default, else the proxies\' addresses, networks or names', () => {
+  it("TRUST_PROXY: off by default, else the proxies' addresses, networks or names", () => {
     expect(loadConfig({}).trustProxy).toBe(false);
     expect(loadConfig({ TRUST_PROXY: 'false' }).trustProxy).toBe(false);
     expect(loadConfig({ TRUST_PROXY: '0' }).trustProxy).toBe(false);
     expect(loadConfig({ TRUST_PROXY: '127.0.0.1' }).trustProxy).toEqual(['127.0.0.1']);
-    expect(loadConfig({ TRUST_PROXY: ' 10.0.0.0/8, fd00::/8,192.168.1.0/255.255.255.0 , loopback' }).trustProxy).toEqual(['10.0.0.0/8', 'fd00::/8', '192.168.1.0/255.255.255.0', 'loopback']);
+    expect(loadConfig({ TRUST_PROXY: ' 10.0.0.0/8, fd00::/8,192.168.1.0/255.255.255.0 , loopback' }).trustProxy).toEqual([
+      '10.0.0.0/8',
+      'fd00::/8',
+      '192.168.1.0/255.255.255.0',
+      'loopback',
+    ]);
   });
 
   it('TRUST_PROXY=true (or a hop count) stops the server with what to set instead; nonsense is named', () => {
     for (const value of ['true', 'yes', 'on', 'TRUE']) {
       const [problem] = problemsOf({ TRUST_PROXY: value });
-      expect(problem).toMatch(/no longer accepted.*X-Forwarded-For.*set TRUST_PROXY to the addresses or networks of your proxies, e\.g\. TRUST_PROXY=127\.0\.0\.1/);
+      expect(problem).toMatch(
+        /no longer accepted.*X-Forwarded-For.*set TRUST_PROXY to the addresses or networks of your proxies, e\.g\. TRUST_PROXY=127\.0\.0\.1/,
+      );
     }
     expect(problemsOf({ TRUST_PROXY: '2' })[0]).toMatch(/a number of proxies cannot tell a proxy from a client/);
-    expect(problemsOf({ TRUST_PROXY: '10.0.0.0/33,proxy.internal,1.2.3.4/8/8' })[0]).toMatch(/"10\.0\.0\.0\/33", "proxy\.internal", "1\.2\.3\.4\/8\/8" is not an address/);
+    expect(problemsOf({ TRUST_PROXY: '10.0.0.0/33,proxy.internal,1.2.3.4/8/8' })[0]).toMatch(
+      /"10\.0\.0\.0\/33", "proxy\.internal", "1\.2\.3\.4\/8\/8" is not an address/,
+    );
   });
 
   it('QUOTA_RESERVE_TOKENS is at least 1: it is also the most a job without max_output is charged', () => {
@@ -87,16 +106,24 @@ describe('configuration', () => {
     expect(loadConfig({ BODY_LIMIT: '1GiB' }).bodyLimit).toBe(1024 ** 3);
     expect(loadConfig({ BODY_LIMIT: '2kb' }).bodyLimit).toBe(2000);
     expect(loadConfig({ BODY_LIMIT: '1mb' }).bodyLimit).toBe(1_000_000);
-    expect(problemsOf({ BODY_LIMIT: '1kb' })).toEqual(['BODY_LIMIT="1kb": expected a size from 1KiB to 1GiB, e.g. 1048576 or 1MiB (units b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000)']);
+    expect(problemsOf({ BODY_LIMIT: '1kb' })).toEqual([
+      'BODY_LIMIT="1kb": expected a size from 1KiB to 1GiB, e.g. 1048576 or 1MiB (units b, kb, KiB, mb, MiB, gb, GiB; kb, mb and gb are powers of 1000)',
+    ]);
     expect(problemsOf({ BODY_LIMIT: '2GiB' })).toHaveLength(1);
   });
 
   it('DATABASE_POOLER and DATABASE_DIRECT_URL', () => {
     expect(loadConfig({}).databasePooler).toBe('auto');
-    expect(loadConfig({ DATABASE_URL: 'postgresql://p:6432/ins', DATABASE_DIRECT_URL: 'postgresql://db:5432/ins', DATABASE_POOLER: 'Transaction' })).toMatchObject({ databasePooler: 'transaction', databaseDirectUrl: 'postgresql://db:5432/ins' });
+    expect(
+      loadConfig({ DATABASE_URL: 'postgresql://p:6432/ins', DATABASE_DIRECT_URL: 'postgresql://db:5432/ins', DATABASE_POOLER: 'Transaction' }),
+    ).toMatchObject({ databasePooler: 'transaction', databaseDirectUrl: 'postgresql://db:5432/ins' });
     expect(problemsOf({ DATABASE_POOLER: 'session' })).toEqual(['DATABASE_POOLER="session": expected auto, transaction or none']);
-    expect(problemsOf({ DATABASE_DIRECT_URL: 'postgresql://db/ins' })).toEqual(['DATABASE_DIRECT_URL is set without DATABASE_URL: it is the direct way to the same PostgreSQL database']);
-    expect(problemsOf({ DATABASE_URL: 'postgresql://p/ins', DATABASE_DIRECT_URL: 'mysql://db/ins' })).toEqual(['DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL']);
+    expect(problemsOf({ DATABASE_DIRECT_URL: 'postgresql://db/ins' })).toEqual([
+      'DATABASE_DIRECT_URL is set without DATABASE_URL: it is the direct way to the same PostgreSQL database',
+    ]);
+    expect(problemsOf({ DATABASE_URL: 'postgresql://p/ins', DATABASE_DIRECT_URL: 'mysql://db/ins' })).toEqual([
+      'DATABASE_DIRECT_URL: expected a postgres:// or postgresql:// URL',
+    ]);
   });
 
   it('VERIFY_AUDIT_DELAY: 250 ms by default, a duration up to a minute, 0 for at once; an error offers examples in range', () => {
@@ -104,8 +131,12 @@ describe('configuration', () => {
     expect(loadConfig({ VERIFY_AUDIT_DELAY: '20ms' }).verify.auditDelay).toBeCloseTo(0.02, 9);
     expect(loadConfig({ VERIFY_AUDIT_DELAY: '0' }).verify.auditDelay).toBe(0);
     // The examples are durations it would take.
-    expect(problemsOf({ VERIFY_AUDIT_DELAY: '2m' })).toEqual(['VERIFY_AUDIT_DELAY="2m": expected a duration from 1 ms to 60 s or 0, e.g. 250ms or 30s']);
-    expect(problemsOf({ VERIFY_EVIDENCE_WINDOW: '10s' })).toEqual(['VERIFY_EVIDENCE_WINDOW="10s": expected a duration from 60 s to 31536000 s, e.g. 5m, 6h or 7d']);
+    expect(problemsOf({ VERIFY_AUDIT_DELAY: '2m' })).toEqual([
+      'VERIFY_AUDIT_DELAY="2m": expected a duration from 1 ms to 60 s or 0, e.g. 250ms or 30s',
+    ]);
+    expect(problemsOf({ VERIFY_EVIDENCE_WINDOW: '10s' })).toEqual([
+      'VERIFY_EVIDENCE_WINDOW="10s": expected a duration from 60 s to 31536000 s, e.g. 5m, 6h or 7d',
+    ]);
     expect(problemsOf({ VERIFY_AUDIT_DELAY: 'soon' })[0]).toMatch(/^VERIFY_AUDIT_DELAY="soon": expected a duration/);
   });
 

@@ -11,21 +11,33 @@ import { CLEAN_EXIT, runCli, startServerProcess, type ServerProcess, stopped } f
 import { until } from './helpers/wait.js';
 
 const cleanups: (() => Promise<void>)[] = [];
-afterAll(async () => { for (const c of cleanups) await c(); });
+afterAll(async () => {
+  for (const c of cleanups) await c();
+});
 
 const targets = [
-  { name: 'embedded PGlite', env: async () => {
-    const dir = mkdtempSync(path.join(tmpdir(), 'ins-coord-restart-'));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    return { DATA_DIR: dir };
-  } },
-  ...(TEST_DATABASE_URL ? [{ name: 'PostgreSQL', env: async () => {
-    const { url, drop } = await createPostgresDatabase();
-    cleanups.push(drop);
-    // As an operator does: only `ins migrate` and `ins serve` migrate a PostgreSQL database.
-    expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
-    return { DATABASE_URL: url };
-  } }] : []),
+  {
+    name: 'embedded PGlite',
+    env: async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'ins-coord-restart-'));
+      cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+      return { DATA_DIR: dir };
+    },
+  },
+  ...(TEST_DATABASE_URL
+    ? [
+        {
+          name: 'PostgreSQL',
+          env: async () => {
+            const { url, drop } = await createPostgresDatabase();
+            cleanups.push(drop);
+            // As an operator does: only `ins migrate` and `ins serve` migrate a PostgreSQL database.
+            expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
+            return { DATABASE_URL: url };
+          },
+        },
+      ]
+    : []),
 ];
 
 const MODEL = 'durable-model';
@@ -46,10 +58,17 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
     // (as the real clients retry timeouts), for as long as the test may run.
     const call = async (p: string, init: RequestInit = {}): Promise<Response> => {
       let res: Response | undefined;
-      await until(`an answer to ${p}`, async () => {
-        if (!down) res = await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers } }).catch(() => undefined);
-        return res !== undefined;
-      }, 180_000);
+      await until(
+        `an answer to ${p}`,
+        async () => {
+          if (!down)
+            res = await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers } }).catch(
+              () => undefined,
+            );
+          return res !== undefined;
+        },
+        180_000,
+      );
       return res!;
     };
     const json = async <T>(p: string, init: RequestInit = {}): Promise<{ status: number; body: T }> => {
@@ -62,21 +81,39 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
     let stopWorkers = false;
     const workers = Object.entries(keys).map(async ([node, key]) => {
       expect((await json('/check_node_secret', { method: 'POST', body: JSON.stringify({ node_id: node, secret: key }) })).status).toBe(200);
-      const reg = await json<{ access_token: string }>('/worker/register_node', { method: 'POST', body: JSON.stringify({ node_url: node, node_version: '1', stats: {} }) });
+      const reg = await json<{ access_token: string }>('/worker/register_node', {
+        method: 'POST',
+        body: JSON.stringify({ node_url: node, node_version: '1', stats: {} }),
+      });
       const auth = { authorization: `Bearer ${reg.body.access_token}` };
       await json('/worker/update_models', { method: 'POST', headers: auth, body: JSON.stringify({ node_url: node, models: [MODEL] }) });
       while (!stopWorkers) {
-        const got = await json<{ job_data: { job_id: string; api_key: string; model: string } | null }>('/worker/get_job?node_version=1&wait=1', { headers: auth });
+        const got = await json<{ job_data: { job_id: string; api_key: string; model: string } | null }>('/worker/get_job?node_version=1&wait=1', {
+          headers: auth,
+        });
         const job = got.body.job_data;
         if (!job) continue;
-        const r = await json<{ points: number; replayed: boolean }>('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: `done by ${node}` }, status: 'success' }) });
+        const r = await json<{ points: number; replayed: boolean }>('/worker/update_result', {
+          method: 'POST',
+          body: JSON.stringify({
+            job_id: job.job_id,
+            api_key: job.api_key,
+            model_name: job.model,
+            result: { message: `done by ${node}` },
+            status: 'success',
+          }),
+        });
         expect([200, 400]).toContain(r.status);
         if (r.status === 200 && !r.body.replayed) credited.set(job.job_id, (credited.get(job.job_id) ?? 0) + r.body.points);
       }
     });
     const submitters = Array.from({ length: 4 }, async () => {
       for (let i = 0; i < 40; i++) {
-        const sub = await json<{ job_id: string }>('/submit_job', { method: 'POST', headers: { api_key: userKey }, body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `q${i}` }], max_output: 0, temperature: 0 }) });
+        const sub = await json<{ job_id: string }>('/submit_job', {
+          method: 'POST',
+          headers: { api_key: userKey },
+          body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `q${i}` }], max_output: 0, temperature: 0 }),
+        });
         expect(sub.status).toBe(200);
         submitted.push(sub.body.job_id);
         for (;;) {
@@ -91,7 +128,12 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
     });
 
     // Killed in the middle of the load: once a few jobs went through, however slow the machine.
-    await until('20 jobs submitted', () => submitted.length >= 20, 60_000, async () => `only ${submitted.length} jobs submitted`);
+    await until(
+      '20 jobs submitted',
+      () => submitted.length >= 20,
+      60_000,
+      async () => `only ${submitted.length} jobs submitted`,
+    );
     down = true;
     server.child.kill('SIGKILL');
     await server.exited;
@@ -103,10 +145,15 @@ describe.each(targets)('coordinator: SIGKILL and restart on $name', (target) => 
       // Jobs a submission committed without its answer reaching us are done too.
       type Counts = { total_job_count: number; by_state: Record<string, number> };
       let counts!: { status: number; body: Counts };
-      await until('every job done', async () => {
-        counts = await json<Counts>('/total_job_count');
-        return (counts.body.by_state.done ?? 0) >= counts.body.total_job_count;
-      }, 10_000, async () => `${counts.body.by_state.done ?? 0} of ${counts.body.total_job_count} done`);
+      await until(
+        'every job done',
+        async () => {
+          counts = await json<Counts>('/total_job_count');
+          return (counts.body.by_state.done ?? 0) >= counts.body.total_job_count;
+        },
+        10_000,
+        async () => `${counts.body.by_state.done ?? 0} of ${counts.body.total_job_count} done`,
+      );
       stopWorkers = true;
       await Promise.all(workers);
       expect(before).toBeGreaterThanOrEqual(20);

@@ -14,7 +14,13 @@ import type { Outcome } from '../src/jobs/outcome.js';
 
 /** Resolves with the first outcome another server announced to `app` that matches. */
 function announced(app: Awaited<ReturnType<typeof buildApp>>, match: (o: Outcome) => boolean): Promise<Outcome> {
-  return new Promise((resolve) => app.service.coordinator.use({ apply: (o, local) => { if (!local && match(o)) resolve(o); } }));
+  return new Promise((resolve) =>
+    app.service.coordinator.use({
+      apply: (o, local) => {
+        if (!local && match(o)) resolve(o);
+      },
+    }),
+  );
 }
 
 describe.runIf(TEST_DATABASE_URL)('two servers on one PostgreSQL database', () => {
@@ -39,7 +45,7 @@ describe.runIf(TEST_DATABASE_URL)('two servers on one PostgreSQL database', () =
   });
 
   it('wakes a worker waiting on one server when a job is submitted on the other, and the user waiting on the other hears the result', async () => {
-    const [a, b] = apps as [typeof apps[0], typeof apps[0]];
+    const [a, b] = apps as [(typeof apps)[0], (typeof apps)[0]];
     const worker = await new TestWorker(a, 'node-a', (await createNode(dbs[0]!, 'node-a')).key).start(['shared-model']);
     const user = new TestUser(b, (await addApiKey(dbs[1]!, 'user', 'app')).key);
     const waiting = worker.getJob(30);
@@ -58,7 +64,7 @@ describe.runIf(TEST_DATABASE_URL)('two servers on one PostgreSQL database', () =
   });
 
   it('wakes waiters whose job finished on the other server while this one did not listen, and no other', async () => {
-    const [a, b] = apps as [typeof apps[0], typeof apps[0]];
+    const [a, b] = apps as [(typeof apps)[0], (typeof apps)[0]];
     const one = await new TestWorker(a, 'node-deaf-1', (await createNode(dbs[0]!, 'node-deaf-1')).key).start(['deaf-model']);
     const two = await new TestWorker(a, 'node-deaf-2', (await createNode(dbs[0]!, 'node-deaf-2')).key).start(['deaf-model']);
     const user = new TestUser(b, (await addApiKey(dbs[1]!, 'user', 'app-deaf')).key);
@@ -73,11 +79,19 @@ describe.runIf(TEST_DATABASE_URL)('two servers on one PostgreSQL database', () =
     const waitingOpen = user.result(open, 30);
     let live!: (v: boolean) => void;
     const changes: boolean[] = [];
-    const heard = (want: boolean) => new Promise<void>((r) => { live = (v) => { changes.push(v); if (v === want) r(); }; });
+    const heard = (want: boolean) =>
+      new Promise<void>((r) => {
+        live = (v) => {
+          changes.push(v);
+          if (v === want) r();
+        };
+      });
     b.service.coordinator.use({ apply: () => {}, setLive: (v) => live?.(v) });
     // b's LISTEN connection is cut: the announcement of the report below cannot reach it.
     const deaf = heard(false);
-    await dbs[0]!.query(sql('t_cut', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"));
+    await dbs[0]!.query(
+      sql('t_cut', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"),
+    );
     await deaf;
     const hearing = heard(true);
     expect((await worker.report(job(done), 'while b was deaf')).statusCode).toBe(200);
@@ -89,15 +103,22 @@ describe.runIf(TEST_DATABASE_URL)('two servers on one PostgreSQL database', () =
   });
 
   it('sweeps an expired lease once, though both servers sweep', async () => {
-    const [a] = apps as [typeof apps[0]];
+    const [a] = apps as [(typeof apps)[0]];
     const worker = await new TestWorker(a, 'node-slow', (await createNode(dbs[0]!, 'node-slow')).key).start(['swept-model']);
     const user = new TestUser(a, (await addApiKey(dbs[0]!, 'user', 'app-2')).key);
     const jobId = await user.submit('swept-model');
     expect((await worker.getJob())!.job_id).toBe(jobId);
     // Its time is up (as if LEASE_TIMEOUT had passed).
     await dbs[0]!.query(sql('t_expire', "UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job_id = $1::uuid"), [jobId]);
-    const swept = () => dbs[0]!.query<{ state: string; attempts: number; expired: number }>(sql('t_swept', `SELECT j.state, j.attempts,
-      (SELECT count(*)::int FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'expired') AS expired FROM jobs j WHERE j.id = $1::uuid`), [jobId]);
+    const swept = () =>
+      dbs[0]!.query<{ state: string; attempts: number; expired: number }>(
+        sql(
+          't_swept',
+          `SELECT j.state, j.attempts,
+      (SELECT count(*)::int FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'expired') AS expired FROM jobs j WHERE j.id = $1::uuid`,
+        ),
+        [jobId],
+      );
     await expect.poll(async () => (await swept())[0]?.state, { timeout: 30_000 }).toBe('queued');
     // Both servers sweep: the lease ended once, whoever got there first.
     expect((await swept())[0]).toEqual({ state: 'queued', attempts: 1, expired: 1 });

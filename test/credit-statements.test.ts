@@ -47,12 +47,16 @@ describe('credit statements', () => {
 
   it('nowhere write the credit part, the suspended rule or the live session rule by hand', () => {
     // Every source file outside the rules' own: no copy of their text.
-    const files = execFileSync('git', ['ls-files', 'src'], { cwd: new URL('..', import.meta.url), encoding: 'utf8' }).split('\n').filter((f) => f.endsWith('.ts'));
+    const files = execFileSync('git', ['ls-files', 'src'], { cwd: new URL('..', import.meta.url), encoding: 'utf8' })
+      .split('\n')
+      .filter((f) => f.endsWith('.ts'));
     for (const f of files) {
       const text = readFileSync(new URL(`../${f}`, import.meta.url), 'utf8');
       if (f !== 'src/results/credit.ts') expect(text.includes('INSERT INTO job_results AS r'), f).toBe(false);
-      if (f !== 'src/db/rules/suspended.ts') expect(/node_standing \w+ WHERE \w+\.node_id = [\w.]+ AND \w+\.state = 'suspended'/.test(text), f).toBe(false);
-      if (f !== 'src/db/rules/live.ts') expect(/\.disabled_at IS NULL AND \w+\.key_hash = \w+\.node_key_hash\s+AND \w+\.last_seen_at >/.test(text), f).toBe(false);
+      if (f !== 'src/db/rules/suspended.ts')
+        expect(/node_standing \w+ WHERE \w+\.node_id = [\w.]+ AND \w+\.state = 'suspended'/.test(text), f).toBe(false);
+      if (f !== 'src/db/rules/live.ts')
+        expect(/\.disabled_at IS NULL AND \w+\.key_hash = \w+\.node_key_hash\s+AND \w+\.last_seen_at >/.test(text), f).toBe(false);
     }
     expect(LEASE.text).toContain(nodeSuspended('a.node_id'));
     expect(SUBMIT.text).toContain(nodeSuspended('a.node_id'));

@@ -26,11 +26,32 @@ describe.each(backends)('POST /daily_points on $name', (backend) => {
     // History on earlier days goes straight through the repository (the API always uses the
     // server clock), including both sides of a UTC midnight.
     const at = (day: string, time: string) => `${day}T${time}Z`;
-    const past = [[daysAgo(2), '23:59:59.999'], [daysAgo(1), '00:00:00'], [daysAgo(1), '12:00:00'], [daysAgo(5), '08:00:00']] as const;
+    const past = [
+      [daysAgo(2), '23:59:59.999'],
+      [daysAgo(1), '00:00:00'],
+      [daysAgo(1), '12:00:00'],
+      [daysAgo(5), '08:00:00'],
+    ] as const;
     for (const [i, [day, time]] of past.entries()) {
-      await recordResult(t.db, { nodeId: node.id, jobId: `hist-${i}`, modelName: 'm', status: 'success', result: {}, defaultPoints: 1, receivedAt: at(day, time) });
+      await recordResult(t.db, {
+        nodeId: node.id,
+        jobId: `hist-${i}`,
+        modelName: 'm',
+        status: 'success',
+        result: {},
+        defaultPoints: 1,
+        receivedAt: at(day, time),
+      });
     }
-    await recordResult(t.db, { nodeId: node.id, jobId: 'hist-err', modelName: 'm', status: 'error', result: {}, defaultPoints: 1, receivedAt: at(daysAgo(3), '10:00:00') });
+    await recordResult(t.db, {
+      nodeId: node.id,
+      jobId: 'hist-err',
+      modelName: 'm',
+      status: 'error',
+      result: {},
+      defaultPoints: 1,
+      receivedAt: at(daysAgo(3), '10:00:00'),
+    });
     // Today, through the API.
     for (let i = 0; i < 3; i++) await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: report(alpha) });
   });
@@ -53,7 +74,10 @@ describe.each(backends)('POST /daily_points on $name', (backend) => {
 
     it('serves any node to a reader key', async () => {
       const res = await ask({ node_name: 'beta', last_days: 2 }, reader);
-      expect(res.json()).toEqual([{ date: daysAgo(1), points: 0 }, { date: todayUtc(), points: 0 }]);
+      expect(res.json()).toEqual([
+        { date: daysAgo(1), points: 0 },
+        { date: todayUtc(), points: 0 },
+      ]);
     });
 
     it('accepts last_days as "7" and 7.0 (pydantic lax integers), and 1 and 366', async () => {
@@ -99,7 +123,7 @@ describe.each(backends)('POST /daily_points on $name', (backend) => {
       expect(res.json()).toEqual({ detail: 'Invalid API key' });
     });
 
-    it("403 for a node key asking about another node, existing or not", async () => {
+    it('403 for a node key asking about another node, existing or not', async () => {
       expect((await ask({ node_name: 'alpha', last_days: 3 }, beta)).statusCode).toBe(403);
       expect((await ask({ node_name: 'nobody', last_days: 3 }, beta)).statusCode).toBe(403);
     });
@@ -120,18 +144,26 @@ describe.each(backends)('POST /daily_points on $name', (backend) => {
 
     it('reads the first of repeated api_key headers, as Starlette does for FastAPI', async () => {
       const url = await t.app.listen({ port: 0, host: '127.0.0.1' }); // closed with the app
-      const send = (keys: string[]) => new Promise<number>((resolve, reject) => {
-        const req = request(`${url}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => { res.resume(); resolve(res.statusCode!); });
-        req.setHeader('api_key', keys); // two header lines, which Node's server joins into "a, b"
-        req.on('error', reject);
-        req.end(JSON.stringify({ node_name: 'alpha', last_days: 1 }));
-      });
+      const send = (keys: string[]) =>
+        new Promise<number>((resolve, reject) => {
+          const req = request(`${url}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+            res.resume();
+            resolve(res.statusCode!);
+          });
+          req.setHeader('api_key', keys); // two header lines, which Node's server joins into "a, b"
+          req.on('error', reject);
+          req.end(JSON.stringify({ node_name: 'alpha', last_days: 1 }));
+        });
       expect(await send([alpha, 'nk_bogus'])).toBe(200);
       expect(await send(['nk_bogus', alpha])).toBe(401);
     });
 
     it('does not read the key from the body or the query', async () => {
-      const res = await t.app.inject({ method: 'POST', url: `/daily_points?api_key=${alpha}`, payload: { node_name: 'alpha', last_days: 1, api_key: alpha } });
+      const res = await t.app.inject({
+        method: 'POST',
+        url: `/daily_points?api_key=${alpha}`,
+        payload: { node_name: 'alpha', last_days: 1, api_key: alpha },
+      });
       expect(res.statusCode).toBe(401);
     });
   });

@@ -19,7 +19,9 @@ describe.each(backends)('dispatch by capability on $name', (backend) => {
     const user = new TestUser(t.app, await t.addUser());
     const plain = await new TestWorker(t.app, 'plain', await t.addNode('plain')).start([MODEL]);
     const able = await new TestWorker(t.app, 'able', await t.addNode('able')).start([MODEL]);
-    expect((await able.post('/worker/update_models', { node_url: 'able', models: [MODEL], capabilities: { [MODEL]: ['tools'] } }, true)).statusCode).toBe(200);
+    expect(
+      (await able.post('/worker/update_models', { node_url: 'able', models: [MODEL], capabilities: { [MODEL]: ['tools'] } }, true)).statusCode,
+    ).toBe(200);
     const waiting = () => t.app.service.coordinator.waitingWorkers;
 
     // The node without tools waits first, so the submission offers the job to it first.
@@ -27,8 +29,17 @@ describe.each(backends)('dispatch by capability on $name', (backend) => {
     await expect.poll(waiting).toBe(1);
     const ablePoll = able.getJob(30);
     await expect.poll(waiting).toBe(2);
-    const call = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${user.key}` }, payload: {
-      model: MODEL, temperature: 0, messages: [{ role: 'user', content: 'weather?' }], tools: [{ type: 'function', function: { name: 'get_weather' } }] } });
+    const call = t.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { authorization: `Bearer ${user.key}` },
+      payload: {
+        model: MODEL,
+        temperature: 0,
+        messages: [{ role: 'user', content: 'weather?' }],
+        tools: [{ type: 'function', function: { name: 'get_weather' } }],
+      },
+    });
 
     const job = await ablePoll;
     expect(job?.messages.at(-1)?.content).toBe('weather?');

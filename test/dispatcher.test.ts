@@ -18,17 +18,35 @@ class HeldStore implements DispatchStore {
   lease(asks: Ask[], groups: Group[]): Promise<LeaseRound> {
     return new Promise((answer) => this.rounds.push({ asks, groups, answer }));
   }
-  async undeliver(): Promise<void> { this.undelivered++; }
+  async undeliver(): Promise<void> {
+    this.undelivered++;
+  }
   async abandonOldest(): Promise<void> {}
-  async queuedModels(): Promise<{ jobs: number[]; copies: number[] }> { return { jobs: [], copies: [] }; }
+  async queuedModels(): Promise<{ jobs: number[]; copies: number[] }> {
+    return { jobs: [], copies: [] };
+  }
 }
-const leased = (jobId: string) => ({ group: 1, slot: 1, jobId, model: 'm', request: { messages: [], max_output: 0, temperature: 0 }, attempt: 1, queuedSeconds: 0, prefix: '' });
+const leased = (jobId: string) => ({
+  group: 1,
+  slot: 1,
+  jobId,
+  model: 'm',
+  request: { messages: [], max_output: 0, temperature: 0 },
+  attempt: 1,
+  queuedSeconds: 0,
+  prefix: '',
+});
 const nothing: LeaseRound = { rows: [], jobsLeft: new Set(), copiesLeft: new Set() };
 
 /** A live dispatcher with session 1 long-polling, after its first look found nothing: the model is known empty. */
 async function oneWaiting() {
   const store = new HeldStore();
-  const d = new Dispatcher(store, { recheckMs: 60_000, onError: (err) => { throw err; } });
+  const d = new Dispatcher(store, {
+    recheckMs: 60_000,
+    onError: (err) => {
+      throw err;
+    },
+  });
   d.setLive(true);
   const first = d.next(session(1), 10_000, () => false);
   await tick();

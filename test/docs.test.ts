@@ -9,9 +9,19 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import { ROOT } from './helpers/process.js';
 
-const PAGES = ['README.md', ...readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const PAGES = [
+  'README.md',
+  ...readdirSync(path.join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 const SRC = path.join(ROOT, 'src');
-const SOURCE_DIRS = [SRC, ...readdirSync(SRC, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => path.join(SRC, d.name))];
+const SOURCE_DIRS = [
+  SRC,
+  ...readdirSync(SRC, { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .map((d) => path.join(SRC, d.name)),
+];
 const read = (file: string): string => readFileSync(path.join(ROOT, file), 'utf8');
 
 /** The text outside fenced code blocks, line by line (a `#` in a shell block is no heading). */
@@ -33,7 +43,10 @@ function anchors(file: string): Set<string> {
   for (const line of prose(read(file))) {
     const m = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!m) continue;
-    const base = m[1]!.toLowerCase().replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '').replace(/ /g, '-');
+    const base = m[1]!
+      .toLowerCase()
+      .replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '')
+      .replace(/ /g, '-');
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
     out.add(n === 0 ? base : `${base}-${n}`);
@@ -92,7 +105,12 @@ describe('documentation', () => {
           if (/[*<>…{}]|NNNN/.test(p) || /^(web\/)?dist\/|^bench-results\/|^test-artifacts\//.test(p)) continue;
           // A path from the root, or a module named from src/ or from one of its parts
           // (`jobs/sql/complete.ts`, `sql/lease.ts` on the coordinator's page).
-          if (tops.test(p) ? existsSync(path.join(ROOT, p)) : !/^[\w-]+(\/[\w.-]+)+\.ts$/.test(p) || SOURCE_DIRS.some((dir) => existsSync(path.join(dir, p)))) continue;
+          if (
+            tops.test(p)
+              ? existsSync(path.join(ROOT, p))
+              : !/^[\w-]+(\/[\w.-]+)+\.ts$/.test(p) || SOURCE_DIRS.some((dir) => existsSync(path.join(dir, p)))
+          )
+            continue;
           missing.push(`${page}: ${p}`);
         }
       }

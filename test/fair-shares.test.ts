@@ -21,12 +21,24 @@ import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 
 const submitRaw = (app: TestApp, key: string, model: string, extra: Record<string, unknown> = {}) =>
-  app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: key }, payload: { model, messages: [{ role: 'user', content: 'hi' }], ...extra } });
+  app.inject({
+    method: 'POST',
+    url: '/submit_job',
+    headers: { api_key: key },
+    payload: { model, messages: [{ role: 'user', content: 'hi' }], ...extra },
+  });
 
 const usageOf = async (app: TestApp, key: string) => {
   const res = await app.inject({ method: 'GET', url: '/usage', headers: { api_key: key } });
   expect(res.statusCode).toBe(200);
-  return res.json<{ day: string; reset_seconds: number; used: { jobs: number; tokens: number }; quota: { jobs: number | null; tokens: number | null }; priority: number; models: { model: string; jobs: number; tokens: number }[] }>();
+  return res.json<{
+    day: string;
+    reset_seconds: number;
+    used: { jobs: number; tokens: number };
+    quota: { jobs: number | null; tokens: number | null };
+    priority: number;
+    models: { model: string; jobs: number; tokens: number }[];
+  }>();
 };
 
 /** The 429 of a quota: Retry-After is the seconds to the next 00:00 UTC. */
@@ -88,8 +100,14 @@ describe.each(backends)('fair shares on $name', (backend) => {
     // A node reports 30 output tokens: 70 come back.
     const w = await worker(['tokens-model']);
     const job = (await w.getJob())!;
-    const report = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-      result: { message: { role: 'assistant', content: 'thirty tokens or so of an answer' } }, usage: { prompt_tokens: 5, completion_tokens: 30 } });
+    const report = await w.post('/worker/update_result', {
+      job_id: job.job_id,
+      api_key: job.api_key,
+      model_name: job.model,
+      status: 'success',
+      result: { message: { role: 'assistant', content: 'thirty tokens or so of an answer' } },
+      usage: { prompt_tokens: 5, completion_tokens: 30 },
+    });
     expect(report.statusCode).toBe(200);
     // The settler folds it in (src/usage/settle.ts); until then the reservation still counts.
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 10, tokens: 1000 });
@@ -112,12 +130,21 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(after.models).toEqual([{ model: 'tokens-model', jobs: 11, tokens: 900 }]);
   });
 
-  it('charges a job whose node counts no tokens (as the seed\'s workers) an estimate from the answer, not its whole reservation; /v1 shows it, get_result keeps the seed\'s body', async () => {
+  it("charges a job whose node counts no tokens (as the seed's workers) an estimate from the answer, not its whole reservation; /v1 shows it, get_result keeps the seed's body", async () => {
     const { key } = await user('uncounted', { tokens: 1000 });
     const w = await worker(['uncounted-model']);
-    const submitted = (await Promise.all([0, 1, 2].map(() => submitRaw(t.app, key, 'uncounted-model', { max_output: 100 })))).map((r) => r.json<{ job_id: string }>().job_id);
+    const submitted = (await Promise.all([0, 1, 2].map(() => submitRaw(t.app, key, 'uncounted-model', { max_output: 100 })))).map(
+      (r) => r.json<{ job_id: string }>().job_id,
+    );
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 3, tokens: 300 });
-    const report = (job: Job, content: string) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: { role: 'assistant', content } } });
+    const report = (job: Job, content: string) =>
+      w.post('/worker/update_result', {
+        job_id: job.job_id,
+        api_key: job.api_key,
+        model_name: job.model,
+        status: 'success',
+        result: { message: { role: 'assistant', content } },
+      });
     // 41 bytes: 11 tokens; 'é' twice is 4 bytes: 1 token; 1,000 bytes: 250, clamped at the job's max_output as a count would be.
     for (const content of ['The answer is forty-two, as it always was.', 'éé', 'x'.repeat(1000)]) {
       const job = (await w.getJob())!;
@@ -129,7 +156,12 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted[0]}`, headers: { api_key: key } });
     expect(Object.keys(done.json()).sort()).toEqual(['job_id', 'result', 'status']);
     // /v1 answers the estimate: the prompt's text ("Say it", 6 bytes: 2) and the answer's (11).
-    const reply = t.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: { model: 'uncounted-model', messages: [{ role: 'user', content: 'Say it' }], max_tokens: 50 } });
+    const reply = t.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { authorization: `Bearer ${key}` },
+      payload: { model: 'uncounted-model', messages: [{ role: 'user', content: 'Say it' }], max_tokens: 50 },
+    });
     const job = (await w.getJob(5))!;
     // 400 bytes: 100 tokens by the estimate, clamped at max_tokens (50), which a count would read as
     // the node stopping at the limit; an estimate says nothing of it.
@@ -145,47 +177,82 @@ describe.each(backends)('fair shares on $name', (backend) => {
     // One statement, as the batcher makes it: 600 does not fit in the 500 left; before, every job
     // behind it in the batch was refused with it (a prefix of the owner's jobs fit).
     const modelId = (await ensureModelIdFor(t.db, 'mixed-model', { key: id }, 100))!;
-    const row = (reserve: number) => ({ id: randomUUID(), ownerKeyId: id, modelId, request: { messages: [{ role: 'user', content: 'hi' }], max_output: reserve, temperature: 0 }, timeout: 60, reserve });
+    const row = (reserve: number) => ({
+      id: randomUUID(),
+      ownerKeyId: id,
+      modelId,
+      request: { messages: [{ role: 'user', content: 'hi' }], max_output: reserve, temperature: 0 },
+      timeout: 60,
+      reserve,
+    });
     const rows = [row(600), row(1), row(1), row(2000), row(1)];
     const { refused } = await t.app.service.coordinator.lifecycle.submit(rows);
-    expect(Object.fromEntries(refused)).toEqual({ [rows[0]!.id]: 'tokens', [rows[1]!.id]: 'retry', [rows[2]!.id]: 'retry', [rows[3]!.id]: 'reserve', [rows[4]!.id]: 'retry' });
+    expect(Object.fromEntries(refused)).toEqual({
+      [rows[0]!.id]: 'tokens',
+      [rows[1]!.id]: 'retry',
+      [rows[2]!.id]: 'retry',
+      [rows[3]!.id]: 'reserve',
+      [rows[4]!.id]: 'retry',
+    });
     // Over HTTP, concurrently: the small ones are taken (submitted again behind the large one), the large one is 429.
-    const [large, ...small] = await Promise.all([submitRaw(t.app, key, 'mixed-model', { max_output: 600 }),
-      ...Array.from({ length: 40 }, () => submitRaw(t.app, key, 'mixed-model', { max_output: 1 }))]);
+    const [large, ...small] = await Promise.all([
+      submitRaw(t.app, key, 'mixed-model', { max_output: 600 }),
+      ...Array.from({ length: 40 }, () => submitRaw(t.app, key, 'mixed-model', { max_output: 1 })),
+    ]);
     expectQuota429(large!);
     expect(small.map((r) => r.statusCode)).toEqual(small.map(() => 200));
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 41, tokens: 540 });
   });
 
-  it('answers a job larger than its key\'s whole token quota with 400 (no day would take it), not a 429 to retry at midnight', async () => {
+  it("answers a job larger than its key's whole token quota with 400 (no day would take it), not a 429 to retry at midnight", async () => {
     await worker(['whole-quota-model']);
     const { key } = await user('quota-whole', { tokens: 1000 });
     const res = await submitRaw(t.app, key, 'whole-quota-model', { max_output: 1001 });
     expect(res.statusCode).toBe(400);
     expect(res.headers['retry-after']).toBeUndefined();
-    expect(res.json()).toEqual({ detail: expect.stringMatching(/^Over the quota: this job reserves 1001 output tokens .*more than the key's whole daily quota/) });
+    expect(res.json()).toEqual({
+      detail: expect.stringMatching(/^Over the quota: this job reserves 1001 output tokens .*more than the key's whole daily quota/),
+    });
     // No max_tokens: the reservation is QUOTA_RESERVE_TOKENS (1024), over this key's 1000.
-    const v1 = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }] }) });
+    const v1 = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }] }),
+    });
     expect(v1.status).toBe(400);
     // param names what to lower: max_tokens, or max_completion_tokens where the request set it (an outside probe read null).
-    expect(await v1.json()).toEqual({ error: { message: expect.stringContaining('QUOTA_RESERVE_TOKENS'), type: 'invalid_request_error', param: 'max_tokens', code: 'max_tokens_over_quota' } });
-    const v1Completion = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 1001 }) });
+    expect(await v1.json()).toEqual({
+      error: {
+        message: expect.stringContaining('QUOTA_RESERVE_TOKENS'),
+        type: 'invalid_request_error',
+        param: 'max_tokens',
+        code: 'max_tokens_over_quota',
+      },
+    });
+    const v1Completion = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'whole-quota-model', messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 1001 }),
+    });
     expect(v1Completion.status).toBe(400);
     expect(await v1Completion.json()).toMatchObject({ error: { param: 'max_completion_tokens', code: 'max_tokens_over_quota' } });
     expect((await usageOf(t.app, key)).used).toEqual({ jobs: 0, tokens: 0 });
     expect((await submitRaw(t.app, key, 'whole-quota-model', { max_output: 1000 })).statusCode).toBe(200);
   });
 
-  it('answers a used-up quota on /v1 in OpenAI\'s shape: 429 insufficient_quota with Retry-After', async () => {
+  it("answers a used-up quota on /v1 in OpenAI's shape: 429 insufficient_quota with Retry-After", async () => {
     await worker(['oai-quota-model']);
     const { key } = await user('quota-openai', { jobs: 0 });
-    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'oai-quota-model', messages: [{ role: 'user', content: 'hi' }] }) });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'oai-quota-model', messages: [{ role: 'user', content: 'hi' }] }),
+    });
     expect(res.status).toBe(429);
     expect(Math.abs(Number(res.headers.get('retry-after')) - secondsToUtcMidnight())).toBeLessThanOrEqual(2);
-    expect(await res.json()).toEqual({ error: { message: expect.stringContaining('quota'), type: 'insufficient_quota', param: null, code: 'insufficient_quota' } });
+    expect(await res.json()).toEqual({
+      error: { message: expect.stringContaining('quota'), type: 'insufficient_quota', param: null, code: 'insufficient_quota' },
+    });
     // Not to be retried: the SDK, with its default retries, would otherwise sleep the hours of Retry-After, twice.
     expect(res.headers.get('x-should-retry')).toBe('false');
     const sdk = new OpenAI({ baseURL: `${url}/v1`, apiKey: key });
@@ -194,7 +261,7 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect((err as InstanceType<typeof OpenAI.RateLimitError>).code).toBe('insufficient_quota');
   });
 
-  it('serves owners in turn: a light user\'s job goes ahead of a heavy backlog, and its 404 says so', async () => {
+  it("serves owners in turn: a light user's job goes ahead of a heavy backlog, and its 404 says so", async () => {
     const heavy = await user('heavy');
     const light = await user('light');
     const heavyJobs: string[] = [];
@@ -216,7 +283,7 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(order.filter((j) => j !== lightJob)).toEqual(heavyJobs); // oldest first within an owner
   });
 
-  it('tells where a job stands in fair order: the 404 body\'s position and eta, and a streaming client\'s SSE comments', async () => {
+  it("tells where a job stands in fair order: the 404 body's position and eta, and a streaming client's SSE comments", async () => {
     const heavy = await user('eta-heavy');
     const light = await user('eta-light');
     const w = await worker(['eta-model']);
@@ -227,7 +294,9 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const backlog: string[] = [];
     for (let i = 0; i < 6; i++) backlog.push(await heavy.user.submit('eta-model', `h${i}`));
     const lightJob = await light.user.submit('eta-model', 'l0');
-    await expect.poll(async () => (await light.user.result(lightJob)).json<{ eta_seconds: number | null }>().eta_seconds, { timeout: 5000 }).not.toBeNull();
+    await expect
+      .poll(async () => (await light.user.result(lightJob)).json<{ eta_seconds: number | null }>().eta_seconds, { timeout: 5000 })
+      .not.toBeNull();
     const lightBody = (await light.user.result(lightJob)).json<{ detail: string; state: string; position: number; eta_seconds: number }>();
     expect(lightBody).toMatchObject({ detail: 'Job not finished', state: 'queued' });
     expect(lightBody.position).toBeLessThanOrEqual(1);
@@ -237,8 +306,12 @@ describe.each(backends)('fair shares on $name', (backend) => {
     // A streaming completion of a third owner: its comments say it is near the head, not behind the backlog.
     const third = await user('eta-stream');
     const gone = new AbortController();
-    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: gone.signal, headers: { authorization: `Bearer ${third.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'eta-model', stream: true, messages: [{ role: 'user', content: 'streamed' }] }) });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      signal: gone.signal,
+      headers: { authorization: `Bearer ${third.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'eta-model', stream: true, messages: [{ role: 'user', content: 'streamed' }] }),
+    });
     const reader = res.body!.getReader();
     let text = '';
     let position: number | undefined;
@@ -290,11 +363,12 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(rounds).toBeGreaterThan(8);
   });
 
-  it('a backlog that left the queue unserved (canceled) does not push its owner\'s next job behind everyone else\'s', async () => {
+  it("a backlog that left the queue unserved (canceled) does not push its owner's next job behind everyone else's", async () => {
     const heavy = await user('lane-heavy');
     const light = await user('lane-light');
     const backlog = await Promise.all(Array.from({ length: 30 }, (_, i) => heavy.user.submit('lane-model', `h${i}`)));
-    for (const id of backlog) expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${id}`, headers: { api_key: heavy.key } })).statusCode).toBe(200);
+    for (const id of backlog)
+      expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${id}`, headers: { api_key: heavy.key } })).statusCode).toBe(200);
     const lights: string[] = [];
     for (let i = 0; i < 6; i++) lights.push(await light.user.submit('lane-model', `l${i}`));
     const next = await heavy.user.submit('lane-model', 'h-after');
@@ -321,7 +395,12 @@ describe.each(backends)('fair shares on $name', (backend) => {
     const answers = await Promise.all(Array.from({ length: 3 }, () => submitRaw(t.app, key, 'cli-model', { max_output: 10 })));
     expect(answers.map((r) => r.statusCode).sort()).toEqual([200, 200, 429]);
     const shown = await ins('key', 'usage', 'cli-app', '--json');
-    expect(JSON.parse(shown.io.stdout[0]!)).toMatchObject({ used: { jobs: 2, tokens: 20 }, quota: { jobs: 2, tokens: 5000 }, priority: 3, models: [{ model: 'cli-model', jobs: 2, tokens: 20 }] });
+    expect(JSON.parse(shown.io.stdout[0]!)).toMatchObject({
+      used: { jobs: 2, tokens: 20 },
+      quota: { jobs: 2, tokens: 5000 },
+      priority: 3,
+      models: [{ model: 'cli-model', jobs: 2, tokens: 20 }],
+    });
     expect((await ins('key', 'usage', 'cli-app')).io.stdout[0]).toMatch(/jobs 2 of 2, output tokens 20 of 5000; priority 3/);
     // Back to the configured default (none here): no limit. --json shows the key's quotas as they
     // now are, the one left unchanged too (null: the configured default applies).
@@ -360,8 +439,10 @@ describe.each(backends)('fair shares on $name', (backend) => {
     expect(res.json()).toMatchObject({ status: 'success', result: { message: { content: 'done for kira' } } });
   });
 
-  it('shows each model\'s queue and throughput on GET /network', async () => {
-    const res = (await t.app.inject({ method: 'GET', url: '/network' })).json<{ models: { name: string; queued: number; jobs_per_minute: number }[] }>();
+  it("shows each model's queue and throughput on GET /network", async () => {
+    const res = (await t.app.inject({ method: 'GET', url: '/network' })).json<{
+      models: { name: string; queued: number; jobs_per_minute: number }[];
+    }>();
     expect(res.models.find((m) => m.name === 'fair-model')).toMatchObject({ queued: 0, jobs_per_minute: 9 });
     expect(res.models.find((m) => m.name === 'quota-model')).toMatchObject({ queued: 11, jobs_per_minute: 0 });
   });
@@ -388,16 +469,23 @@ describe.runIf(TEST_DATABASE_URL)('quotas across two servers on one PostgreSQL d
     await drop?.();
   });
 
-  for (const [what, quota, extra] of [['jobs', { jobs: 17 }, {}], ['tokens', { tokens: 17 * 64 }, { max_output: 64 }]] as const) {
+  for (const [what, quota, extra] of [
+    ['jobs', { jobs: 17 }, {}],
+    ['tokens', { tokens: 17 * 64 }, { max_output: 64 }],
+  ] as const) {
     it(`accepts exactly the quota of ${what} from 64 concurrent submitters, half on each server; the next is 429 on either`, async () => {
       const k = await addApiKey(dbs[0]!, 'user', `two-${what}`);
       await setKeyQuota(dbs[0]!, String(k.id), 'jobs' in quota ? quota.jobs : undefined, 'tokens' in quota ? quota.tokens : undefined);
       // Each submitter sends a few jobs in a row: the batches mix keys' jobs on both servers.
-      const answers = (await Promise.all(Array.from({ length: 64 }, async (_, i) => {
-        const out = [];
-        for (let j = 0; j < 2; j++) out.push(await submitRaw(apps[i % 2]!, k.key, `two-${what}-model`, extra));
-        return out;
-      }))).flat();
+      const answers = (
+        await Promise.all(
+          Array.from({ length: 64 }, async (_, i) => {
+            const out = [];
+            for (let j = 0; j < 2; j++) out.push(await submitRaw(apps[i % 2]!, k.key, `two-${what}-model`, extra));
+            return out;
+          }),
+        )
+      ).flat();
       expect(answers.filter((r) => r.statusCode === 200)).toHaveLength(17);
       for (const r of answers.filter((a) => a.statusCode !== 200)) expectQuota429(r);
       for (const app of apps) expectQuota429(await submitRaw(app, k.key, `two-${what}-model`, extra));
@@ -415,37 +503,59 @@ describe.runIf(TEST_DATABASE_URL)('quotas across two servers on one PostgreSQL d
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) ids.push(await user.submit('two-settle-model', 'Hello', { max_output: 100 }));
     // Half the jobs reported from each server (i output tokens for the i-th), one failed, one canceled.
-    const workers = await Promise.all([0, 1].map(async (i) => new TestWorker(apps[i]!, `settle-node-${i}`, (await createNode(dbs[i]!, `settle-node-${i}`)).key).start(['two-settle-model'])));
+    const workers = await Promise.all(
+      [0, 1].map(async (i) =>
+        new TestWorker(apps[i]!, `settle-node-${i}`, (await createNode(dbs[i]!, `settle-node-${i}`)).key).start(['two-settle-model']),
+      ),
+    );
     let reported = 0;
     for (let i = 0; i < 22; i++) {
       const w = workers[i % 2]!;
       const job = (await w.getJob())!;
       const status = i === 0 ? 'error' : 'success';
-      const res = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status,
-        result: { message: { role: 'assistant', content: 'x'.repeat(i) } }, usage: { prompt_tokens: 1, completion_tokens: i } });
+      const res = await w.post('/worker/update_result', {
+        job_id: job.job_id,
+        api_key: job.api_key,
+        model_name: job.model,
+        status,
+        result: { message: { role: 'assistant', content: 'x'.repeat(i) } },
+        usage: { prompt_tokens: 1, completion_tokens: i },
+      });
       expect(res.statusCode).toBe(200);
       if (status === 'success') reported += i;
     }
-    const queued = (await dbs[0]!.query<{ id: string }>(sql('t_queued', "SELECT id::text FROM jobs WHERE owner_key_id = $1::bigint AND state = 'queued' ORDER BY id"), [k.id])).map((r) => r.id);
+    const queued = (
+      await dbs[0]!.query<{ id: string }>(
+        sql('t_queued', "SELECT id::text FROM jobs WHERE owner_key_id = $1::bigint AND state = 'queued' ORDER BY id"),
+        [k.id],
+      )
+    ).map((r) => r.id);
     expect((await apps[1]!.inject({ method: 'POST', url: `/cancel_job/${queued[0]}`, headers: { api_key: k.key } })).statusCode).toBe(200);
     // Both servers settle at once, over and over, until nothing is owed: each job is folded once.
-    const owed = async () => (await dbs[0]!.query<{ n: number }>(sql('t_owed', 'SELECT count(*)::int AS n FROM usage_owed WHERE key_id = $1::bigint'), [k.id]))[0]!.n;
+    const owed = async () =>
+      (await dbs[0]!.query<{ n: number }>(sql('t_owed', 'SELECT count(*)::int AS n FROM usage_owed WHERE key_id = $1::bigint'), [k.id]))[0]!.n;
     let settled = 0;
     for (let round = 0; round < 50 && (await owed()) > 0; round++) {
       for (const r of await Promise.all(apps.map((a) => a.service.usage.settle()))) settled += r!.jobs;
     }
     expect(await owed()).toBe(0);
     // Every finished job (done or canceled; the error report requeued its job) was settled once.
-    const [finished] = await dbs[0]!.query<{ n: number }>(sql('t_finished', 'SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND finished_at IS NOT NULL'), [k.id]);
+    const [finished] = await dbs[0]!.query<{ n: number }>(
+      sql('t_finished', 'SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND finished_at IS NOT NULL'),
+      [k.id],
+    );
     expect(settled).toBe(finished!.n);
     // Open jobs keep their reservation (100 each); finished ones cost what was reported.
-    const [open] = await dbs[0]!.query<{ n: number }>(sql('t_open', "SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND state IN ('queued', 'leased')"), [k.id]);
+    const [open] = await dbs[0]!.query<{ n: number }>(
+      sql('t_open', "SELECT count(*)::int AS n FROM jobs WHERE owner_key_id = $1::bigint AND state IN ('queued', 'leased')"),
+      [k.id],
+    );
     const u = await usageOf(apps[1]!, k.key);
     expect(u.used).toEqual({ jobs: 24, tokens: reported + open!.n * 100 });
     expect(u.models).toEqual([{ model: 'two-settle-model', jobs: 24, tokens: reported + open!.n * 100 }]);
   });
 
-  it('orders a model\'s queue fairly whichever server took the jobs', async () => {
+  it("orders a model's queue fairly whichever server took the jobs", async () => {
     const heavy = new TestUser(apps[0]!, (await addApiKey(dbs[0]!, 'user', 'two-heavy')).key);
     const light = new TestUser(apps[1]!, (await addApiKey(dbs[0]!, 'user', 'two-light')).key);
     for (let i = 0; i < 5; i++) await heavy.submit('two-fair-model');

@@ -50,7 +50,8 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
         away.push(target.href);
         return Promise.reject(new Error(`no network in this test: ${target.href}`));
       }
-      if (target.pathname === '/v1/responses' && typeof init?.body === 'string') responsesBodies.push(JSON.parse(init.body) as Record<string, unknown>);
+      if (target.pathname === '/v1/responses' && typeof init?.body === 'string')
+        responsesBodies.push(JSON.parse(init.body) as Record<string, unknown>);
       return realFetch(input, init);
     };
     net = await startNetwork(db, KINDS);
@@ -73,11 +74,12 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
       fakes[kind].toolCall = undefined;
     }
   };
-  const weatherTool = () => tool({
-    description: 'The weather in a city',
-    inputSchema: z.object({ city: z.string() }),
-    execute: async ({ city }) => weatherOf(city),
-  });
+  const weatherTool = () =>
+    tool({
+      description: 'The weather in a city',
+      inputSchema: z.object({ city: z.string() }),
+      execute: async ({ city }) => weatherOf(city),
+    });
 
   /** generateText, streamText and a streamed tool loop, the same on either provider's door. */
   function plainCalls(kind: (typeof KINDS)[number], lm: () => LanguageModel): void {
@@ -87,7 +89,10 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
       expect(r.text).toBe(`echo(${model}): Say hello`);
       expect(r.finishReason).toBe('stop');
       expect(r.usage.outputTokens).toBe(3);
-      expect(fakes[kind].requests.at(-1)!.messages).toEqual([{ role: 'system', content: 'Be terse.' }, { role: 'user', content: 'Say hello' }]);
+      expect(fakes[kind].requests.at(-1)!.messages).toEqual([
+        { role: 'system', content: 'Be terse.' },
+        { role: 'user', content: 'Say hello' },
+      ]);
     });
 
     it('streamText, its textStream read to the end', async () => {
@@ -101,7 +106,14 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
 
     it('a tool loop, streamed', async () => {
       const r = await withToolCall(kind, 'Lyon', async () => {
-        const s = streamText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Lyon?', maxRetries: 0, onError: () => {} });
+        const s = streamText({
+          model: lm(),
+          tools: { get_weather: weatherTool() },
+          stopWhen: isStepCount(3),
+          prompt: 'Weather in Lyon?',
+          maxRetries: 0,
+          onError: () => {},
+        });
         let text = '';
         for await (const piece of s.textStream) text += piece;
         return { text, steps: await s.steps };
@@ -120,14 +132,15 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
       plainCalls(kind, lm);
 
       it('a tool loop: the call, the tool run here, its result answered (stopWhen)', async () => {
-        const r = await withToolCall(kind, 'Paris', () => generateText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Paris?', maxRetries: 0 }));
+        const r = await withToolCall(kind, 'Paris', () =>
+          generateText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Paris?', maxRetries: 0 }),
+        );
         expect(r.steps).toHaveLength(2);
         expect(r.steps[0]!.toolCalls).toEqual([expect.objectContaining({ toolName: 'get_weather', input: { city: 'Paris' } })]);
         expect(r.steps[0]!.toolResults).toEqual([expect.objectContaining({ toolName: 'get_weather', output: weatherOf('Paris') })]);
         expect(r.text).toBe(`echo(${model}): ${weatherOf('Paris')}`);
         expect((fakes[kind].requests.at(-1)!.messages as { role: string }[]).map((m) => m.role)).toEqual(['user', 'assistant', 'tool']);
       });
-
 
       it('a conversation carried on with the messages of the answers before (as a chat app does: item_reference while store is on)', async () => {
         const first = await generateText({ model: lm(), messages: [{ role: 'user', content: 'Hello' }], maxRetries: 0 });
@@ -136,10 +149,24 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
         const reference = { type: 'item_reference', id: `msg_${first.response.id.slice(5)}` };
         expect(await second.text).toBe(`echo(${model}): And again`);
         expect(responsesBodies.at(-1)!.input).toContainEqual(reference);
-        expect(fakes[kind].requests.at(-1)!.messages).toEqual([{ role: 'user', content: 'Hello' }, { role: 'assistant', content: `echo(${model}): Hello` }, { role: 'user', content: 'And again' }]);
-        const third = await generateText({ model: lm(), messages: [...history, ...(await second.response).messages, { role: 'user', content: 'Once more' }], maxRetries: 0 });
+        expect(fakes[kind].requests.at(-1)!.messages).toEqual([
+          { role: 'user', content: 'Hello' },
+          { role: 'assistant', content: `echo(${model}): Hello` },
+          { role: 'user', content: 'And again' },
+        ]);
+        const third = await generateText({
+          model: lm(),
+          messages: [...history, ...(await second.response).messages, { role: 'user', content: 'Once more' }],
+          maxRetries: 0,
+        });
         expect(third.text).toBe(`echo(${model}): Once more`);
-        expect((fakes[kind].requests.at(-1)!.messages as { content: string }[]).map((m) => m.content)).toEqual(['Hello', `echo(${model}): Hello`, 'And again', `echo(${model}): And again`, 'Once more']);
+        expect((fakes[kind].requests.at(-1)!.messages as { content: string }[]).map((m) => m.content)).toEqual([
+          'Hello',
+          `echo(${model}): Hello`,
+          'And again',
+          `echo(${model}): And again`,
+          'Once more',
+        ]);
       });
 
       it('structured output from a zod schema: generateObject, and generateText with Output.object', async () => {
@@ -158,25 +185,47 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
 
       it('a conversation carried on with the messages of the answer before', async () => {
         const first = await generateText({ model: lm(), messages: [{ role: 'user', content: 'Hello' }], maxRetries: 0 });
-        const second = await generateText({ model: lm(), messages: [{ role: 'user', content: 'Hello' }, ...first.response.messages, { role: 'user', content: 'And again' }], maxRetries: 0 });
+        const second = await generateText({
+          model: lm(),
+          messages: [{ role: 'user', content: 'Hello' }, ...first.response.messages, { role: 'user', content: 'And again' }],
+          maxRetries: 0,
+        });
         expect(second.text).toBe(`echo(${model}): And again`);
       });
 
       it('structured output from a zod schema as output_config.format (structuredOutputMode outputFormat)', async () => {
         const schema = z.object({ answer: z.string() });
-        const g = await generateText({ model: lm(), output: Output.object({ schema }), prompt: 'Reply in JSON', maxRetries: 0, providerOptions: { anthropic: { structuredOutputMode: 'outputFormat' } } });
+        const g = await generateText({
+          model: lm(),
+          output: Output.object({ schema }),
+          prompt: 'Reply in JSON',
+          maxRetries: 0,
+          providerOptions: { anthropic: { structuredOutputMode: 'outputFormat' } },
+        });
         expect(g.output).toEqual({ answer: `echo(${model}): Reply in JSON` });
         const sent = fakes[kind].requests.at(-1)!;
-        expect(kind === 'ollama' ? sent.format : sent.response_format).toMatchObject(kind === 'ollama' ? { type: 'object', required: ['answer'] } : { type: 'json_schema' });
-        const o = await generateObject({ model: lm(), schema, prompt: 'Reply in JSON again', maxRetries: 0, providerOptions: { anthropic: { structuredOutputMode: 'outputFormat' } } });
+        expect(kind === 'ollama' ? sent.format : sent.response_format).toMatchObject(
+          kind === 'ollama' ? { type: 'object', required: ['answer'] } : { type: 'json_schema' },
+        );
+        const o = await generateObject({
+          model: lm(),
+          schema,
+          prompt: 'Reply in JSON again',
+          maxRetries: 0,
+          providerOptions: { anthropic: { structuredOutputMode: 'outputFormat' } },
+        });
         expect(o.object).toEqual({ answer: `echo(${model}): Reply in JSON again` });
       });
 
       it("structured output for a model it does not know: the SDK's JSON tool, forced (the tool_choice capability)", async () => {
-        const ask = () => generateText({ model: lm(), output: Output.object({ schema: z.object({ answer: z.string() }) }), prompt: 'Reply in JSON', maxRetries: 0 });
+        const ask = () =>
+          generateText({ model: lm(), output: Output.object({ schema: z.object({ answer: z.string() }) }), prompt: 'Reply in JSON', maxRetries: 0 });
         if (kind === 'ollama') {
           // Ollama takes no tool_choice: a forced tool is refused by capability, as chat's is (docs/anthropic.md).
-          await expect(ask()).rejects.toMatchObject({ statusCode: 400, message: expect.stringContaining("'tool_choice' needs the capability 'tool_choice'") });
+          await expect(ask()).rejects.toMatchObject({
+            statusCode: 400,
+            message: expect.stringContaining("'tool_choice' needs the capability 'tool_choice'"),
+          });
           return;
         }
         fakes[kind].toolCall = { name: 'json', arguments: { answer: 'forty-two' } };
@@ -188,13 +237,14 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
       });
 
       it('a tool loop: tool_use, the tool run here, its tool_result answered (stopWhen)', async () => {
-        const r = await withToolCall(kind, 'Paris', () => generateText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Paris?', maxRetries: 0 }));
+        const r = await withToolCall(kind, 'Paris', () =>
+          generateText({ model: lm(), tools: { get_weather: weatherTool() }, stopWhen: isStepCount(3), prompt: 'Weather in Paris?', maxRetries: 0 }),
+        );
         expect(r.steps).toHaveLength(2);
         expect(r.steps[0]!.finishReason).toBe('tool-calls');
         expect(r.steps[0]!.toolResults).toEqual([expect.objectContaining({ toolName: 'get_weather', output: weatherOf('Paris') })]);
         expect(r.text).toBe(`echo(${model}): ${weatherOf('Paris')}`);
       });
-
     });
 
     describe(`${kind}: the OpenAI Agents SDK with its default model (the Responses API)`, () => {
@@ -203,12 +253,20 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
         // The provider makes its OpenAI client (the `openai` the Agents SDK depends on) for the network's base URL.
         return new Runner({ modelProvider: new OpenAIProvider({ baseURL: `${url}/v1`, apiKey: key }), tracingDisabled: true });
       };
-      const agent = () => new Agent({
-        name: 'Weather agent',
-        instructions: 'Answer with the weather.',
-        model,
-        tools: [agentTool({ name: 'get_weather', description: 'The weather in a city', parameters: z.object({ city: z.string() }), execute: async ({ city }) => weatherOf(city) })],
-      });
+      const agent = () =>
+        new Agent({
+          name: 'Weather agent',
+          instructions: 'Answer with the weather.',
+          model,
+          tools: [
+            agentTool({
+              name: 'get_weather',
+              description: 'The weather in a city',
+              parameters: z.object({ city: z.string() }),
+              execute: async ({ city }) => weatherOf(city),
+            }),
+          ],
+        });
 
       it('run() calls the function tool and ends with the echo of its result', async () => {
         const result = await withToolCall(kind, 'Paris', () => runner().run(agent(), 'Weather in Paris?'));
@@ -228,12 +286,27 @@ describe.each(backends)('agent frameworks on the front doors, on $name', (db) =>
         const first = await runner().run(agent(), 'Hello');
         expect(first.lastResponseId).toMatch(/^resp_/);
         const before = responsesBodies.length;
-        const second = await withToolCall(kind, 'Nice', () => runner().run(agent(), 'Weather in Nice?', { previousResponseId: first.lastResponseId }));
+        const second = await withToolCall(kind, 'Nice', () =>
+          runner().run(agent(), 'Weather in Nice?', { previousResponseId: first.lastResponseId }),
+        );
         expect(second.finalOutput).toBe(`echo(${model}): ${weatherOf('Nice')}`);
         const [call, answer] = responsesBodies.slice(before);
-        expect(call).toMatchObject({ previous_response_id: first.lastResponseId, input: [expect.objectContaining({ role: 'user', content: 'Weather in Nice?' })] });
-        expect(answer).toMatchObject({ previous_response_id: second.rawResponses[0]!.responseId, input: [expect.objectContaining({ type: 'function_call_output', output: weatherOf('Nice') })] });
-        expect((fakes[kind].requests.at(-1)!.messages as { role: string }[]).map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'user', 'assistant', 'tool']);
+        expect(call).toMatchObject({
+          previous_response_id: first.lastResponseId,
+          input: [expect.objectContaining({ role: 'user', content: 'Weather in Nice?' })],
+        });
+        expect(answer).toMatchObject({
+          previous_response_id: second.rawResponses[0]!.responseId,
+          input: [expect.objectContaining({ type: 'function_call_output', output: weatherOf('Nice') })],
+        });
+        expect((fakes[kind].requests.at(-1)!.messages as { role: string }[]).map((m) => m.role)).toEqual([
+          'system',
+          'user',
+          'assistant',
+          'user',
+          'assistant',
+          'tool',
+        ]);
       });
 
       it('run() streamed', async () => {

@@ -35,9 +35,15 @@ const WIRES: Wire[] = [
     name: 'Anthropic Messages',
     path: '/v1/messages',
     body: (model) => ({ model, max_tokens: 200, stream: true, temperature: 0, messages: [{ role: 'user', content: PROMPT }] }),
-    text: (type, d) => (type === 'content_block_delta' && (d.delta as { type: string }).type === 'text_delta' ? (d.delta as { text: string }).text : ''),
+    text: (type, d) =>
+      type === 'content_block_delta' && (d.delta as { type: string }).type === 'text_delta' ? (d.delta as { text: string }).text : '',
     jobId: (type, d) => (type === 'message_start' ? hexToUuid((d.message as { id: string }).id.slice(4)) : undefined),
-    ending: (type, d) => (type === 'message_stop' ? 'message_stop' : type === 'error' ? `error:${(d.error as { message: string }).message.includes('could not continue') ? 'diverged' : 'other'}` : type),
+    ending: (type, d) =>
+      type === 'message_stop'
+        ? 'message_stop'
+        : type === 'error'
+          ? `error:${(d.error as { message: string }).message.includes('could not continue') ? 'diverged' : 'other'}`
+          : type,
   },
   {
     name: 'OpenAI Responses',
@@ -45,11 +51,14 @@ const WIRES: Wire[] = [
     body: (model) => ({ model, stream: true, temperature: 0, input: PROMPT }),
     text: (type, d) => (type === 'response.output_text.delta' ? (d.delta as string) : ''),
     jobId: (type, d) => (type === 'response.created' ? hexToUuid((d.response as { id: string }).id.slice(5)) : undefined),
-    ending: (type, d) => (type === 'response.failed' ? `failed:${(d.response as { error: { code: string } }).error.code === 'answer_diverged' ? 'diverged' : 'other'}` : type),
+    ending: (type, d) =>
+      type === 'response.failed'
+        ? `failed:${(d.response as { error: { code: string } }).error.code === 'answer_diverged' ? 'diverged' : 'other'}`
+        : type,
   },
 ];
 
-describe.each(backends)('every front door\'s stream on $name', (backend) => {
+describe.each(backends)("every front door's stream on $name", (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   let url: string;
   let key: string;
@@ -76,7 +85,12 @@ describe.each(backends)('every front door\'s stream on $name', (backend) => {
     const abort = new AbortController();
     const read = { jobId: '', text: '', types: [] as string[], abort, done: undefined as unknown as Promise<string> };
     read.done = (async () => {
-      const res = await fetch(`${url}${wire.path}`, { method: 'POST', signal: abort.signal, headers: { 'x-api-key': key, authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(wire.body(model)) });
+      const res = await fetch(`${url}${wire.path}`, {
+        method: 'POST',
+        signal: abort.signal,
+        headers: { 'x-api-key': key, authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(wire.body(model)),
+      });
       expect(res.status).toBe(200);
       let last = '';
       const parser = createParser({
@@ -96,7 +110,8 @@ describe.each(backends)('every front door\'s stream on $name', (backend) => {
     })();
     return read;
   }
-  const recorded = async (jobId: string) => ((await user.result(jobId)).json() as { result: { message: { content: string } } }).result.message.content;
+  const recorded = async (jobId: string) =>
+    ((await user.result(jobId)).json() as { result: { message: { content: string } } }).result.message.content;
 
   for (const wire of WIRES) {
     it(`${wire.name}: a node failing mid-answer is continued by another, the stream ungarbled`, async () => {
@@ -126,7 +141,9 @@ describe.each(backends)('every front door\'s stream on $name', (backend) => {
       first.pauseAfter = 3;
       first.failAfter = 3;
       await workerOn(first);
-      const begun = piecesOf(answerOf(model, [{ content: PROMPT }])).slice(0, 3).join('');
+      const begun = piecesOf(answerOf(model, [{ content: PROMPT }]))
+        .slice(0, 3)
+        .join('');
       const read = stream(wire, model);
       await until('the client to read the first pieces', () => read.text === begun);
       const other = await backendFor(model);

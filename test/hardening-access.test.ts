@@ -30,10 +30,14 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
   const ADDRESS = '10.1.0.1';
   const check = (secret: string, remoteAddress = ADDRESS) =>
     t.app.inject({ method: 'POST', url: '/check_node_secret', remoteAddress, payload: { node_id: 'gpu', secret } });
-  const register = (remoteAddress = ADDRESS, over: { headers?: Record<string, string>; secret?: string } = {}) => t.app.inject({
-    method: 'POST', url: '/worker/register_node', remoteAddress, headers: over.headers ?? {},
-    payload: { node_url: 'gpu', node_version: '1', stats: {}, ...(over.secret !== undefined ? { secret: over.secret } : {}) },
-  });
+  const register = (remoteAddress = ADDRESS, over: { headers?: Record<string, string>; secret?: string } = {}) =>
+    t.app.inject({
+      method: 'POST',
+      url: '/worker/register_node',
+      remoteAddress,
+      headers: over.headers ?? {},
+      payload: { node_url: 'gpu', node_version: '1', stats: {}, ...(over.secret !== undefined ? { secret: over.secret } : {}) },
+    });
 
   it('serves one registration per check; a wrong key inside the window gets nothing', async () => {
     t = await startApp(backend);
@@ -100,14 +104,17 @@ describe.each(backends)('finding 6 on $name: a check_node_secret opens register_
       t = await startApp(backend);
       const key = await t.addNode('gpu');
       const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-      const post = (path: string, payload: string) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload });
+      const post = (path: string, payload: string) =>
+        fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload });
       expect((await post('/check_node_secret', JSON.stringify({ node_id: 'gpu', secret: key }))).status).toBe(200);
       let retry: Promise<Response> | undefined;
       await t.db.transaction(async (tx) => {
         await tx.query(sql('t_hold_check', 'SELECT uses FROM node_secret_checks FOR UPDATE'));
         const socket = connect(Number(new URL(url).port), '127.0.0.1');
         const arrived = readWhole();
-        socket.write(`POST /worker/register_node HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+        socket.write(
+          `POST /worker/register_node HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        );
         const [serverSide] = await Promise.all([once(t.app.server, 'connection'), arrived]);
         const gone = once(serverSide[0] as Socket, 'close');
         socket.destroy();
@@ -256,7 +263,12 @@ describe.each(backends)('low findings on $name: limits keyed on who calls, long 
     for (const name of ['a', 'b', 'c']) workers.push(await new TestWorker(app, name, (await createNode(db, name)).key, '10.2.0.1').start(['m']));
     const settledFlags = (polls: Promise<unknown>[]) => {
       const flags = polls.map(() => false);
-      polls.forEach((p, i) => void p.then(() => { flags[i] = true; }));
+      polls.forEach(
+        (p, i) =>
+          void p.then(() => {
+            flags[i] = true;
+          }),
+      );
       return flags;
     };
     // Three sessions at one address, a cap of two.
@@ -274,10 +286,16 @@ describe.each(backends)('low findings on $name: limits keyed on who calls, long 
 
     // One session that may hold three jobs, a cap of one: its second poll answers at once, the first keeps waiting.
     const key = (await createNode(db, 'd')).key;
-    const reg = await app.inject({ method: 'POST', url: '/worker/register_node', headers: { authorization: `Bearer ${key}` }, payload: { node_url: 'd', capacity: 3 } });
+    const reg = await app.inject({
+      method: 'POST',
+      url: '/worker/register_node',
+      headers: { authorization: `Bearer ${key}` },
+      payload: { node_url: 'd', capacity: 3 },
+    });
     const auth = { authorization: `Bearer ${reg.json<{ access_token: string }>().access_token}` };
     expect((await app.inject({ method: 'POST', url: '/worker/update_models', headers: auth, payload: { models: ['m'] } })).statusCode).toBe(200);
-    const poll = (remoteAddress: string) => app.inject({ method: 'GET', url: '/worker/get_job?node_version=1&wait=30', remoteAddress, headers: auth });
+    const poll = (remoteAddress: string) =>
+      app.inject({ method: 'GET', url: '/worker/get_job?node_version=1&wait=30', remoteAddress, headers: auth });
     const waiting = poll('10.2.0.3');
     await until('the first poll to wait', () => app.metrics.live.waitingWorkers() === 1, 20_000);
     const twice = [waiting, poll('10.2.0.4')];
@@ -328,30 +346,106 @@ describe.each(backends)('held up on $name (issue 20): key kinds on every route, 
     const worker = await new TestWorker(a.app, 'gpu', await a.addNode('gpu')).start(['m']);
     const jobId = await user.submit('m');
     const job = (await worker.getJob())!;
-    const keys = { node: (worker as unknown as { key: string }).key, reader: await a.addReader(), user: (user as unknown as { key: string }).key, session: worker.token, job: job.api_key };
+    const keys = {
+      node: (worker as unknown as { key: string }).key,
+      reader: await a.addReader(),
+      user: (user as unknown as { key: string }).key,
+      session: worker.token,
+      job: job.api_key,
+    };
     type Kind = keyof typeof keys;
     const inject = a.app.inject.bind(a.app);
     // Each route: how its key travels, the kinds it takes, and what a refusal is (401/403; 400 for job_progress, whose only key is the job key).
     const routes: { name: string; allowed: Kind[]; refused?: number[]; send: (key: string) => Promise<Awaited<ReturnType<TestWorker['post']>>> }[] = [
-      { name: 'daily_points', allowed: ['node', 'session', 'reader'], send: (k) => inject({ method: 'POST', url: '/daily_points', headers: { api_key: k }, payload: { node_name: 'gpu', last_days: 1 } }) },
-      { name: 'get_points', allowed: ['node', 'session', 'reader'], send: (k) => inject({ method: 'GET', url: '/get_points?node_name=gpu', headers: { api_key: k } }) },
-      { name: 'network/nodes', allowed: ['node', 'session', 'reader'], send: (k) => inject({ method: 'GET', url: '/network/nodes/gpu', headers: { api_key: k } }) },
-      { name: 'submit_job', allowed: ['user'], send: (k) => inject({ method: 'POST', url: '/submit_job', headers: { api_key: k }, payload: { model: 'other', messages: [{ role: 'user', content: 'x' }] } }) },
+      {
+        name: 'daily_points',
+        allowed: ['node', 'session', 'reader'],
+        send: (k) => inject({ method: 'POST', url: '/daily_points', headers: { api_key: k }, payload: { node_name: 'gpu', last_days: 1 } }),
+      },
+      {
+        name: 'get_points',
+        allowed: ['node', 'session', 'reader'],
+        send: (k) => inject({ method: 'GET', url: '/get_points?node_name=gpu', headers: { api_key: k } }),
+      },
+      {
+        name: 'network/nodes',
+        allowed: ['node', 'session', 'reader'],
+        send: (k) => inject({ method: 'GET', url: '/network/nodes/gpu', headers: { api_key: k } }),
+      },
+      {
+        name: 'submit_job',
+        allowed: ['user'],
+        send: (k) =>
+          inject({
+            method: 'POST',
+            url: '/submit_job',
+            headers: { api_key: k },
+            payload: { model: 'other', messages: [{ role: 'user', content: 'x' }] },
+          }),
+      },
       { name: 'get_result', allowed: ['user'], send: (k) => inject({ method: 'GET', url: `/get_result/${jobId}`, headers: { api_key: k } }) },
-      { name: 'get_completion_time', allowed: ['user'], send: (k) => inject({ method: 'GET', url: `/get_completion_time/${jobId}`, headers: { api_key: k } }) },
-      { name: 'v1/chat/completions', allowed: ['user'], send: (k) => inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${k}` }, payload: { model: 'nobody-serves', messages: [{ role: 'user', content: 'x' }] } }) },
-      { name: 'register_node', allowed: ['node'], send: (k) => inject({ method: 'POST', url: '/worker/register_node', remoteAddress: '10.9.9.9', headers: { authorization: `Bearer ${k}` }, payload: { node_url: 'gpu' } }) },
-      { name: 'update_models', allowed: ['session'], send: (k) => inject({ method: 'POST', url: '/worker/update_models', headers: { authorization: `Bearer ${k}` }, payload: { models: ['m'] } }) },
-      { name: 'job_progress', allowed: ['job'], refused: [400], send: (k) => inject({ method: 'POST', url: '/worker/job_progress', payload: { job_id: job.job_id, api_key: k, delta: 'x' } }) },
-      { name: 'update_result', allowed: ['node', 'job'], send: (k) => inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: job.job_id, api_key: k, model_name: 'm', result: { message: 'x' }, status: 'success' } }) },
-      { name: 'get_job', allowed: ['session'], send: (k) => inject({ method: 'GET', url: '/worker/get_job?node_version=1', headers: { authorization: `Bearer ${k}` } }) },
+      {
+        name: 'get_completion_time',
+        allowed: ['user'],
+        send: (k) => inject({ method: 'GET', url: `/get_completion_time/${jobId}`, headers: { api_key: k } }),
+      },
+      {
+        name: 'v1/chat/completions',
+        allowed: ['user'],
+        send: (k) =>
+          inject({
+            method: 'POST',
+            url: '/v1/chat/completions',
+            headers: { authorization: `Bearer ${k}` },
+            payload: { model: 'nobody-serves', messages: [{ role: 'user', content: 'x' }] },
+          }),
+      },
+      {
+        name: 'register_node',
+        allowed: ['node'],
+        send: (k) =>
+          inject({
+            method: 'POST',
+            url: '/worker/register_node',
+            remoteAddress: '10.9.9.9',
+            headers: { authorization: `Bearer ${k}` },
+            payload: { node_url: 'gpu' },
+          }),
+      },
+      {
+        name: 'update_models',
+        allowed: ['session'],
+        send: (k) => inject({ method: 'POST', url: '/worker/update_models', headers: { authorization: `Bearer ${k}` }, payload: { models: ['m'] } }),
+      },
+      {
+        name: 'job_progress',
+        allowed: ['job'],
+        refused: [400],
+        send: (k) => inject({ method: 'POST', url: '/worker/job_progress', payload: { job_id: job.job_id, api_key: k, delta: 'x' } }),
+      },
+      {
+        name: 'update_result',
+        allowed: ['node', 'job'],
+        send: (k) =>
+          inject({
+            method: 'POST',
+            url: '/worker/update_result',
+            payload: { job_id: job.job_id, api_key: k, model_name: 'm', result: { message: 'x' }, status: 'success' },
+          }),
+      },
+      {
+        name: 'get_job',
+        allowed: ['session'],
+        send: (k) => inject({ method: 'GET', url: '/worker/get_job?node_version=1', headers: { authorization: `Bearer ${k}` } }),
+      },
     ];
     const wrong: string[] = [];
     for (const r of routes) {
       for (const kind of Object.keys(keys) as Kind[]) {
         const res = await r.send(keys[kind]);
         const refused = [401, 403, ...(r.refused ?? [])].includes(res.statusCode);
-        if (refused === r.allowed.includes(kind) || res.statusCode >= 500) wrong.push(`${r.name} with a ${kind} key: ${res.statusCode} ${res.body.slice(0, 80)}`);
+        if (refused === r.allowed.includes(kind) || res.statusCode >= 500)
+          wrong.push(`${r.name} with a ${kind} key: ${res.statusCode} ${res.body.slice(0, 80)}`);
       }
     }
     expect(wrong).toEqual([]);
@@ -366,7 +460,9 @@ describe.each(backends)('held up on $name (issue 20): key kinds on every route, 
     expect((await worker.report((await worker.getJob())!)).statusCode).toBe(200);
     for (const url of [`/get_result/${jobId}`, `/get_completion_time/${jobId}`]) {
       expect((await a.app.inject({ method: 'GET', url, headers: { api_key: other } })).statusCode).toBe(404);
-      expect((await a.app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${(owner as unknown as { key: string }).key}` } })).statusCode).toBe(200);
+      expect(
+        (await a.app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${(owner as unknown as { key: string }).key}` } })).statusCode,
+      ).toBe(200);
     }
     expect((await worker.getJobRaw()).statusCode).toBe(200);
     await rotateNodeKey(a.db, 'gpu');
@@ -377,7 +473,15 @@ describe.each(backends)('held up on $name (issue 20): key kinds on every route, 
   it('writes no key, prompt or answer into the logs or /metrics', async () => {
     const lines: string[] = [];
     const db = await backend.open();
-    const logger = pino({ level: 'trace' }, new Writable({ write(chunk: Buffer, _enc, done) { lines.push(String(chunk)); done(); } }));
+    const logger = pino(
+      { level: 'trace' },
+      new Writable({
+        write(chunk: Buffer, _enc, done) {
+          lines.push(String(chunk));
+          done();
+        },
+      }),
+    );
     const app = await buildApp({ db, logger, verify: { enabled: false } });
     try {
       const nodeKey = (await createNode(db, 'gpu')).key;
@@ -388,11 +492,30 @@ describe.each(backends)('held up on $name (issue 20): key kinds on every route, 
       const job = (await worker.getJob())!;
       expect((await worker.report(job, 'ANSWER-the-secret-answer')).statusCode).toBe(200);
       expect((await user.result(jobId)).statusCode).toBe(200);
-      await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${userKey}` }, payload: { model: 'MODEL-made-up', messages: [{ role: 'user', content: 'PROMPT-through-v1' }] } });
-      await app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'x', api_key: 'nk_WRONG-key-guess', model_name: 'm', result: { message: 'x' }, status: 'success' } });
+      await app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: { authorization: `Bearer ${userKey}` },
+        payload: { model: 'MODEL-made-up', messages: [{ role: 'user', content: 'PROMPT-through-v1' }] },
+      });
+      await app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: { job_id: 'x', api_key: 'nk_WRONG-key-guess', model_name: 'm', result: { message: 'x' }, status: 'success' },
+      });
       const text = `${lines.join('')}\n${(await app.inject({ method: 'GET', url: '/metrics' })).body}`;
       expect(lines.length).toBeGreaterThan(5);
-      for (const secret of [nodeKey, userKey, worker.token, job.api_key, 'WRONG-key-guess', 'PROMPT-the-secret-question', 'ANSWER-the-secret-answer', 'PROMPT-through-v1', 'MODEL-made-up']) {
+      for (const secret of [
+        nodeKey,
+        userKey,
+        worker.token,
+        job.api_key,
+        'WRONG-key-guess',
+        'PROMPT-the-secret-question',
+        'ANSWER-the-secret-answer',
+        'PROMPT-through-v1',
+        'MODEL-made-up',
+      ]) {
         expect(text).not.toContain(secret);
         expect(text).not.toContain(secret.slice(3, 20));
       }
@@ -416,7 +539,9 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
       const before = await count();
       const over = await w.post('/worker/update_models', { node_url: 'namer', models: ['known-model', ...names(98, 2)] }, true);
       expect(over.statusCode).toBe(400);
-      expect(over.json().detail).toMatch(/^this declaration names 2 models the network does not know, and this node named 99 new ones today \(UTC\): a node may name at most 100 a day\. Nothing was declared/);
+      expect(over.json().detail).toMatch(
+        /^this declaration names 2 models the network does not know, and this node named 99 new ones today \(UTC\): a node may name at most 100 a day\. Nothing was declared/,
+      );
       expect(await count()).toBe(before);
       // Names the network knows are declared as ever; another node has its own 100.
       expect((await w.post('/worker/update_models', { node_url: 'namer', models: ['known-model', ...names(0, 98)] }, true)).statusCode).toBe(200);
@@ -427,7 +552,7 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
     }
   });
 
-  it('leaves out a name that can be no model\'s and declares the rest (a 422 stops the seed worker for hours); more than 1,000 names is 400', async () => {
+  it("leaves out a name that can be no model's and declares the rest (a 422 stops the seed worker for hours); more than 1,000 names is 400", async () => {
     const t = await startApp(backend);
     try {
       const w = await new TestWorker(t.app, 'odd-list', await t.addNode('odd-list')).start([]);
@@ -435,7 +560,10 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
       const res = await w.post('/worker/update_models', { node_url: 'odd-list', models: ['llama3.2:latest', '', long, 'qwen:7b'] }, true);
       expect(res.statusCode, res.body).toBe(200);
       expect(res.json()).toMatchObject({ status: 'success', models: ['llama3.2:latest', 'qwen:7b'], ignored: ['', long] });
-      expect(((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] }).models).toEqual(['llama3.2:latest', 'qwen:7b']);
+      expect(((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] }).models).toEqual([
+        'llama3.2:latest',
+        'qwen:7b',
+      ]);
       // 256 characters (code points) is a name; nothing left out, no `ignored`.
       const fine = await w.post('/worker/update_models', { node_url: 'odd-list', models: ['é'.repeat(256)] }, true);
       expect(fine.statusCode, fine.body).toBe(200);
@@ -464,7 +592,12 @@ describe.each(backends)('models a node brings into being on $name', (backend) =>
       expect((await b.post('/worker/update_models', { node_url: 'many', models: known(601, 400) }, true)).statusCode).toBe(200); // 1,000 in all
       expect(((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { models: string[] }).models).toHaveLength(1000);
       // A session whose declaration lapsed (a worker restarted without deregistering) serves nothing, and counts for nothing.
-      await t.db.query(sql('t_many_lapse', "UPDATE node_sessions SET models_declared_at = now() - interval '30 days' WHERE id = (SELECT min(s.id) FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'many')"));
+      await t.db.query(
+        sql(
+          't_many_lapse',
+          "UPDATE node_sessions SET models_declared_at = now() - interval '30 days' WHERE id = (SELECT min(s.id) FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'many')",
+        ),
+      );
       expect((await b.post('/worker/update_models', { node_url: 'many', models: known(2, 1000) }, true)).statusCode).toBe(200); // with a's 1..600: 1,001
     } finally {
       await t.close();

@@ -35,11 +35,12 @@ function exchange(socket: Socket, head: string, body: Buffer | string): Promise<
   });
 }
 
-const open = (url: string): Promise<Socket> => new Promise((resolve, reject) => {
-  const { hostname, port } = new URL(url);
-  const s = connect(Number(port), hostname, () => resolve(s));
-  s.once('error', reject);
-});
+const open = (url: string): Promise<Socket> =>
+  new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(url);
+    const s = connect(Number(port), hostname, () => resolve(s));
+    s.once('error', reject);
+  });
 
 describe.each(backends)('a body over the limit on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
@@ -90,10 +91,16 @@ describe.each(backends)('a body over the limit on $name', (backend) => {
     let sent = 0;
     const chunk = Buffer.alloc(MiB, 0x61);
     let open_ = true;
-    void closed.then(() => { open_ = false; });
+    void closed.then(() => {
+      open_ = false;
+    });
     while (open_ && sent < 4 * LINGER_BYTES) {
       sent += chunk.length;
-      if (!socket.write(chunk)) await new Promise<void>((resolve) => { socket.once('drain', resolve); void closed.then(resolve); });
+      if (!socket.write(chunk))
+        await new Promise<void>((resolve) => {
+          socket.once('drain', resolve);
+          void closed.then(resolve);
+        });
     }
     await closed;
     expect(sent).toBeLessThan(4 * LINGER_BYTES);

@@ -58,10 +58,25 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     expect(jobs.every((j) => j !== null)).toBe(true);
 
     // Any api_key beginning with jk_ is a job-key report; the NUL sits deeper than the old check looked.
-    const hostile = Array.from({ length: 288 }, (_, i) => () => t.app.inject({ method: 'POST', url: '/worker/update_result', payload: {
-      job_id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`, api_key: `jk_stranger-${i}`, model_name: MODEL, result: nested(66, 'a\u0000b'), status: 'success',
-    } }));
-    const replies = await together(jobs.map((job, i) => () => workers[i]!.report(job)), hostile);
+    const hostile = Array.from(
+      { length: 288 },
+      (_, i) => () =>
+        t.app.inject({
+          method: 'POST',
+          url: '/worker/update_result',
+          payload: {
+            job_id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+            api_key: `jk_stranger-${i}`,
+            model_name: MODEL,
+            result: nested(66, 'a\u0000b'),
+            status: 'success',
+          },
+        }),
+    );
+    const replies = await together(
+      jobs.map((job, i) => () => workers[i]!.report(job)),
+      hostile,
+    );
     expect(replies.honest.map((r) => r.statusCode)).toEqual(Array(24).fill(200));
     const hostileReplies = replies.hostile;
     // A job key's answer has its NUL replaced (the next test), so these are refused for their keys.
@@ -75,7 +90,10 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     t = await startApp(backend);
     const user = new TestUser(t.app, await t.addUser());
     const w = await new TestWorker(t.app, 'odd-output', await t.addNode('odd-output')).start([MODEL]);
-    for (const [content, kept] of [['abc\u0000def', 'abc\ufffddef'], ['bad \ud800 surrogate, good \ud83d\ude00', 'bad \ufffd surrogate, good \ud83d\ude00']]) {
+    for (const [content, kept] of [
+      ['abc\u0000def', 'abc\ufffddef'],
+      ['bad \ud800 surrogate, good \ud83d\ude00', 'bad \ufffd surrogate, good \ud83d\ude00'],
+    ]) {
       const id = await user.submit(MODEL, `say ${kept}`);
       const job = (await w.getJob())!;
       expect(job.job_id).toBe(id);
@@ -91,10 +109,18 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     }
     // A node key's report keeps the original contract's 422 (docs/api.md).
     const nodeKey = await t.addNode('node-key-reporter');
-    const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'nk-1', api_key: nodeKey, model_name: MODEL, result: { message: 'a\u0000b' }, status: 'success' } });
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/worker/update_result',
+      payload: { job_id: 'nk-1', api_key: nodeKey, model_name: MODEL, result: { message: 'a\u0000b' }, status: 'success' },
+    });
     expect(res.statusCode).toBe(422);
     // A key holding one is no key, as FastAPI finds it: 401 (400 for a job key), not a 422.
-    const noKey = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'nk-2', api_key: `${nodeKey}\u0000`, model_name: MODEL, result: { message: 'ok' }, status: 'success' } });
+    const noKey = await t.app.inject({
+      method: 'POST',
+      url: '/worker/update_result',
+      payload: { job_id: 'nk-2', api_key: `${nodeKey}\u0000`, model_name: MODEL, result: { message: 'ok' }, status: 'success' },
+    });
     expect(noKey.statusCode).toBe(401);
     expect(noKey.json()).toEqual({ detail: 'Invalid API key' });
   });
@@ -104,13 +130,30 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     await new TestWorker(t.app, 'server', await t.addNode('server')).start([MODEL]);
     const attacker = await t.addUser('attacker');
     const other = await t.addUser('other');
-    const hostile = Array.from({ length: 64 }, (_, i) => () => t.app.inject({
-      method: 'POST', url: i % 2 ? '/v1/chat/completions' : '/chat/completions', headers: { authorization: `Bearer ${attacker}` },
-      payload: { model: MODEL, messages: [{ role: 'user', content: i % 4 < 2 ? `evil\u0000${i}` : [{ type: 'text', text: `evil\ud800${i}` }] }], request_timeout_time: 1 },
-    }));
-    const honest = Array.from({ length: 16 }, (_, i) => () => t.app.inject({
-      method: 'POST', url: '/submit_job', headers: { api_key: other }, payload: { model: MODEL, messages: [{ role: 'user', content: `honest ${i}` }], max_output: 0, temperature: 0 },
-    }));
+    const hostile = Array.from(
+      { length: 64 },
+      (_, i) => () =>
+        t.app.inject({
+          method: 'POST',
+          url: i % 2 ? '/v1/chat/completions' : '/chat/completions',
+          headers: { authorization: `Bearer ${attacker}` },
+          payload: {
+            model: MODEL,
+            messages: [{ role: 'user', content: i % 4 < 2 ? `evil\u0000${i}` : [{ type: 'text', text: `evil\ud800${i}` }] }],
+            request_timeout_time: 1,
+          },
+        }),
+    );
+    const honest = Array.from(
+      { length: 16 },
+      (_, i) => () =>
+        t.app.inject({
+          method: 'POST',
+          url: '/submit_job',
+          headers: { api_key: other },
+          payload: { model: MODEL, messages: [{ role: 'user', content: `honest ${i}` }], max_output: 0, temperature: 0 },
+        }),
+    );
     const replies = await together(honest, hostile);
     expect(replies.honest.map((r) => r.statusCode)).toEqual(Array(16).fill(200));
     const hostileReplies = replies.hostile;
@@ -124,13 +167,17 @@ describe.each(backends)('finding 2 on $name: strangers cannot make honest report
     t = await startApp(backend);
     const key = await t.addNode('deep');
     const body = (result: string) => `{"job_id": "deep-1", "api_key": "${key}", "model_name": "${MODEL}", "status": "success", "result": ${result}}`;
-    const post = (payload: string, url = '/worker/update_result') => t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json' }, payload });
+    const post = (payload: string, url = '/worker/update_result') =>
+      t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json' }, payload });
     for (const res of [await post(body(nestedText(100_000, '1'))), await post('['.repeat(900_000)), await post('{"a":'.repeat(200_000))]) {
       expect(res.statusCode, res.body.slice(0, 200)).toBe(400);
       expect(res.json()).toEqual({ detail: 'There was an error parsing the body' });
     }
     // The same through the OpenAI-compatible API: its own error shape, still a 400.
-    const openai = await post(`{"model": "${MODEL}", "messages": [{"role": "user", "content": ${nestedText(100_000, '"x"')}}]}`, '/v1/chat/completions');
+    const openai = await post(
+      `{"model": "${MODEL}", "messages": [{"role": "user", "content": ${nestedText(100_000, '"x"')}}]}`,
+      '/v1/chat/completions',
+    );
     expect(openai.statusCode).toBe(400);
     expect(openai.json()).toMatchObject({ error: { type: 'invalid_request_error' } });
     // Nesting up to the limit is fine, and a NUL at its bottom is found.
@@ -153,16 +200,23 @@ describe.each(backends)('finding 1 on $name: one report cannot switch verificati
     t = await startApp(backend, { verify: AUDIT });
     const user = new TestUser(t.app, await t.addUser());
     const w = await new TestWorker(t.app, 'counter', await t.addNode('counter')).start([MODEL]);
-    const send = (job: Job, extra: Record<string, unknown>, resultUsage?: unknown) => w.post('/worker/update_result', {
-      job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', ...extra,
-      result: { message: { role: 'assistant', content: answer(job) }, ...(resultUsage ? { usage: resultUsage } : {}) },
-    });
+    const send = (job: Job, extra: Record<string, unknown>, resultUsage?: unknown) =>
+      w.post('/worker/update_result', {
+        job_id: job.job_id,
+        api_key: job.api_key,
+        model_name: job.model,
+        status: 'success',
+        ...extra,
+        result: { message: { role: 'assistant', content: answer(job) }, ...(resultUsage ? { usage: resultUsage } : {}) },
+      });
     const first = await user.submit(MODEL, 'question 0');
     const job = (await w.getJob())!;
     // The attack of the issue: accepted (200, 1 point) and then every audit batch failed.
     const refused = await send(job, { usage: { completion_tokens: 3_000_000_000 } });
     expect(refused.statusCode).toBe(422);
-    expect(refused.json()).toMatchObject({ detail: [{ type: 'less_than_equal', loc: ['body', 'usage', 'completion_tokens'], ctx: { le: 2147483647 } }] });
+    expect(refused.json()).toMatchObject({
+      detail: [{ type: 'less_than_equal', loc: ['body', 'usage', 'completion_tokens'], ctx: { le: 2147483647 } }],
+    });
     // The same count in result.usage is not kept; the rest of the usage is, and the missing count
     // is estimated from the answer (jobs/answer.ts), which get_result does not show.
     expect((await send(job, {}, { completion_tokens: 3_000_000_000, prompt_tokens: 5 })).statusCode).toBe(200);
@@ -197,11 +251,27 @@ describe.each(backends)('finding 1 on $name: one report cannot switch verificati
 
     // Another server, auditing: what it logs is kept.
     const lines: { msg: string; jobs?: { jobId: string; error: string }[] }[] = [];
-    const logger = pino({ level: 'info' }, new Writable({ write(chunk: Buffer, _enc, done) { lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]); done(); } }));
+    const logger = pino(
+      { level: 'info' },
+      new Writable({
+        write(chunk: Buffer, _enc, done) {
+          lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]);
+          done();
+        },
+      }),
+    );
     const auditor = await buildApp({ db: t.db, logger, verify: AUDIT });
     try {
-      await until('the queue of audits to empty', async () => (await count('t_unaudited', 'SELECT count(*)::int AS n FROM job_audits')) === 0, 20_000);
-      await until('the report of the audit', async () => (await verificationCount(auditor, 'audited')) + (await verificationCount(auditor, 'set_aside')) === 6, 20_000);
+      await until(
+        'the queue of audits to empty',
+        async () => (await count('t_unaudited', 'SELECT count(*)::int AS n FROM job_audits')) === 0,
+        20_000,
+      );
+      await until(
+        'the report of the audit',
+        async () => (await verificationCount(auditor, 'audited')) + (await verificationCount(auditor, 'set_aside')) === 6,
+        20_000,
+      );
       expect(await verificationCount(auditor, 'audited')).toBe(5);
       expect(await verificationCount(auditor, 'set_aside')).toBe(1);
       const told = lines.find((l) => l.jobs);

@@ -29,7 +29,15 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
 
   beforeAll(async () => {
     db = await backend.open();
-    const logger = pino({ level: 'info' }, new Writable({ write(chunk: Buffer, _enc, done) { lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]); done(); } }));
+    const logger = pino(
+      { level: 'info' },
+      new Writable({
+        write(chunk: Buffer, _enc, done) {
+          lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]);
+          done();
+        },
+      }),
+    );
     app = await buildApp({ db, logger, verify: { enabled: false } });
     url = await app.listen({ port: 0, host: '127.0.0.1' });
     userKey = (await addApiKey(db, 'user', 'browser')).key;
@@ -39,8 +47,17 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
     await db.close();
   });
 
-  it('answers any unknown /v1 path, any method, with OpenAI\'s 404 error object once the key is checked (401 without one); other paths keep FastAPI\'s', async () => {
-    for (const [method, path] of [['GET', '/v1/responses'], ['GET', '/v1/messages'], ['GET', '/v1/batches'], ['DELETE', '/v1/files/f-1'], ['PUT', '/v1/models'], ['GET', '/v1/chat/completions'], ['GET', '/v1'], ['PATCH', '/v1/a/b/c']] as const) {
+  it("answers any unknown /v1 path, any method, with OpenAI's 404 error object once the key is checked (401 without one); other paths keep FastAPI's", async () => {
+    for (const [method, path] of [
+      ['GET', '/v1/responses'],
+      ['GET', '/v1/messages'],
+      ['GET', '/v1/batches'],
+      ['DELETE', '/v1/files/f-1'],
+      ['PUT', '/v1/models'],
+      ['GET', '/v1/chat/completions'],
+      ['GET', '/v1'],
+      ['PATCH', '/v1/a/b/c'],
+    ] as const) {
       const res = await app.inject({ method, url: `${path}?x=1`, headers: { authorization: `Bearer ${userKey}` } });
       expect(res.statusCode, `${method} ${path}`).toBe(404);
       expect(res.json()).toEqual({ error: { message: `Invalid URL (${method} ${path})`, type: 'invalid_request_error', param: null, code: null } });
@@ -63,8 +80,10 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
     const socket = connect(Number(port), hostname);
     await once(socket, 'connect');
     // `Expect: 100-continue`: the server's 100 says it is handling the request and waits for the body.
-    socket.write('POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n');
-    const [first] = await once(socket, 'data') as [Buffer];
+    socket.write(
+      'POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n',
+    );
+    const [first] = (await once(socket, 'data')) as [Buffer];
     expect(String(first)).toMatch(/^HTTP\/1\.1 100 Continue/);
     socket.write('{"job_id": "');
     socket.destroy();
@@ -74,12 +93,15 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
 
   it('the official SDK raises NotFoundError with that message', async () => {
     const client = new OpenAI({ apiKey: userKey, baseURL: `${url}/v1`, maxRetries: 0 });
-    const err = await client.post('/batches', { body: { input_file_id: 'f', endpoint: '/v1/chat/completions' } }).then(() => undefined, (e: unknown) => e);
+    const err = await client.post('/batches', { body: { input_file_id: 'f', endpoint: '/v1/chat/completions' } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(NotFoundError);
     expect((err as NotFoundError).message).toBe('404 Invalid URL (POST /v1/batches)');
   });
 
-  it('puts x-request-id on every response: the client\'s own when plain, else a fresh one; the log line has the same id', async () => {
+  it("puts x-request-id on every response: the client's own when plain, else a fresh one; the log line has the same id", async () => {
     const own = await fetch(`${url}/healthz`, { headers: { 'x-request-id': 'trace-01HZX:abc/def+=' } });
     expect(own.headers.get('x-request-id')).toBe('trace-01HZX:abc/def+=');
     for (const bad of ['a'.repeat(129), 'has space', 'quote"d', 'ünïcode']) {
@@ -87,7 +109,13 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
       expect(res.headers['x-request-id']).toMatch(UUID);
     }
     const ids = new Set<string>();
-    for (const [method, path] of [['GET', '/nope'], ['POST', '/v1/chat/completions'], ['POST', '/worker/update_result'], ['GET', '/v1/models'], ['PUT', '/daily_points']] as const) {
+    for (const [method, path] of [
+      ['GET', '/nope'],
+      ['POST', '/v1/chat/completions'],
+      ['POST', '/worker/update_result'],
+      ['GET', '/v1/models'],
+      ['PUT', '/daily_points'],
+    ] as const) {
       const res = await app.inject({ method, url: path, payload: method === 'GET' ? undefined : {} });
       const id = res.headers['x-request-id'] as string;
       expect(id, `${method} ${path} (${res.statusCode})`).toMatch(UUID);
@@ -96,26 +124,37 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
     expect(ids.size).toBe(5);
     const res = await app.inject({ method: 'POST', url: '/worker/update_result', payload: {}, headers: { 'x-request-id': 'find-me-42' } });
     expect(res.statusCode).toBe(422);
-    expect(lines.filter((l) => l.msg === 'request' && l.reqId === 'find-me-42')).toEqual([expect.objectContaining({ route: '/worker/update_result', status: 422 })]);
+    expect(lines.filter((l) => l.msg === 'request' && l.reqId === 'find-me-42')).toEqual([
+      expect.objectContaining({ route: '/worker/update_result', status: 422 }),
+    ]);
   });
 
-  it('answers a browser\'s preflight for /v1 and lets the page read the answer, streamed too', async () => {
+  it("answers a browser's preflight for /v1 and lets the page read the answer, streamed too", async () => {
     const origin = 'https://app.example.com';
-    const pre = await fetch(`${url}/v1/chat/completions`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,x-stainless-os' } });
+    const pre = await fetch(`${url}/v1/chat/completions`, {
+      method: 'OPTIONS',
+      headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,x-stainless-os' },
+    });
     expect(pre.status).toBe(204);
     expect(pre.headers.get('access-control-allow-origin')).toBe('*');
     expect(pre.headers.get('access-control-allow-methods')).toMatch(/POST/);
     expect(pre.headers.get('access-control-allow-headers')).toBe('authorization,content-type,x-stainless-os');
     expect(pre.headers.get('x-request-id')).toMatch(UUID);
     // Counted as what it is, not among the stray 404s.
-    await expect.poll(async () => app.metrics.registry.metrics()).toMatch(/http_requests_total\{method="OPTIONS",route="\/v1 \(CORS preflight\)",status="204"\} 1/);
+    await expect
+      .poll(async () => app.metrics.registry.metrics())
+      .toMatch(/http_requests_total\{method="OPTIONS",route="\/v1 \(CORS preflight\)",status="204"\} 1/);
 
     const worker = await new TestWorker(app, 'gpu-1', (await createNode(db, 'gpu-1')).key).start([MODEL]);
     const answered = (async () => {
       const job = (await worker.getJob(30))!;
       expect((await worker.report(job, 'hello browser')).statusCode).toBe(200);
     })();
-    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { origin, authorization: `Bearer ${userKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] }) });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { origin, authorization: `Bearer ${userKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
     expect(res.status).toBe(200);
     expect(res.headers.get('access-control-allow-origin')).toBe('*');
     expect(res.headers.get('access-control-expose-headers')).toMatch(/x-request-id/);
@@ -142,7 +181,10 @@ describe('CORS_ORIGINS', () => {
   it('is *, off, or a list of origins; anything else stops the server with what to write', () => {
     expect(loadConfig({}).corsOrigins).toBe('*');
     expect(loadConfig({ CORS_ORIGINS: 'off' }).corsOrigins).toBe(false);
-    expect(loadConfig({ CORS_ORIGINS: 'https://a.example, http://localhost:3000' }).corsOrigins).toEqual(['https://a.example', 'http://localhost:3000']);
+    expect(loadConfig({ CORS_ORIGINS: 'https://a.example, http://localhost:3000' }).corsOrigins).toEqual([
+      'https://a.example',
+      'http://localhost:3000',
+    ]);
     for (const bad of ['a.example', 'https://a.example/path', 'ftp://a.example', ',']) {
       expect(() => loadConfig({ CORS_ORIGINS: bad }), bad).toThrow(/CORS_ORIGINS: .* is not an origin/);
     }
@@ -152,7 +194,8 @@ describe('CORS_ORIGINS', () => {
     const db = await backend.open();
     for (const corsOrigins of [['https://a.example'], false] as const) {
       const app = await buildApp({ db, corsOrigins: corsOrigins === false ? false : [...corsOrigins], verify: { enabled: false } });
-      const pre = (origin: string) => app.inject({ method: 'OPTIONS', url: '/v1/models', headers: { origin, 'access-control-request-method': 'GET' } });
+      const pre = (origin: string) =>
+        app.inject({ method: 'OPTIONS', url: '/v1/models', headers: { origin, 'access-control-request-method': 'GET' } });
       if (corsOrigins === false) {
         const res = await pre('https://a.example');
         expect(res.statusCode).toBe(404);

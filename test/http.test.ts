@@ -17,7 +17,19 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   afterAll(async () => t.close());
 
   it('404 Not Found for an unknown path', async () => {
-    for (const url of ['/nope', '/worker', '/unique_nodes/extra', '/app.js.map', '/data/', '/get_result/abc/extra', '/ledger/days/x/y', '/get_result/', '/get_completion_time/', '/network/nodes/', '/ledger/days//nodes/n1']) {
+    for (const url of [
+      '/nope',
+      '/worker',
+      '/unique_nodes/extra',
+      '/app.js.map',
+      '/data/',
+      '/get_result/abc/extra',
+      '/ledger/days/x/y',
+      '/get_result/',
+      '/get_completion_time/',
+      '/network/nodes/',
+      '/ledger/days//nodes/n1',
+    ]) {
       const res = await t.app.inject({ method: 'GET', url });
       expect(res.statusCode).toBe(404);
       expect(res.json()).toEqual({ detail: 'Not Found' });
@@ -26,8 +38,10 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
 
   it('307 to the path without its trailing slash when a route serves that path, query kept, as FastAPI redirects', async () => {
     const cases: [string, string, string][] = [
-      ['GET', '/unique_nodes/?model_name=m1', '/unique_nodes?model_name=m1'], ['POST', '/worker/update_result/', '/worker/update_result'],
-      ['POST', '/daily_points//', '/daily_points'], ['GET', '/get_result/abc/', '/get_result/abc'],
+      ['GET', '/unique_nodes/?model_name=m1', '/unique_nodes?model_name=m1'],
+      ['POST', '/worker/update_result/', '/worker/update_result'],
+      ['POST', '/daily_points//', '/daily_points'],
+      ['GET', '/get_result/abc/', '/get_result/abc'],
       // A route with a parameter under a route: the empty parameter is no path, the parent is.
       ['GET', '/ledger/days/?last_days=3', '/ledger/days?last_days=3'],
       // The path is served, for another method: the redirect still comes first (the method's 405 follows it).
@@ -46,19 +60,34 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     for (const type of ['', '   ']) {
       const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', headers: { 'content-type': type }, payload: '{"a":1}' });
       expect(res.statusCode, JSON.stringify(type)).toBe(422);
-      expect(res.json().detail.map((d: { type: string }) => d.type), JSON.stringify(type)).toContain('missing');
+      expect(
+        res.json().detail.map((d: { type: string }) => d.type),
+        JSON.stringify(type),
+      ).toContain('missing');
     }
     for (const type of ['garbage', 'application', '/json', 'a b/c']) {
       const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', headers: { 'content-type': type }, payload: '{"a":1}' });
       expect(res.statusCode, type).toBe(422);
-      expect(res.json().detail, type).toEqual([{ type: 'model_attributes_type', loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', input: '{"a":1}' }]);
+      expect(res.json().detail, type).toEqual([
+        {
+          type: 'model_attributes_type',
+          loc: ['body'],
+          msg: 'Input should be a valid dictionary or object to extract fields from',
+          input: '{"a":1}',
+        },
+      ]);
     }
   });
 
   it('answers malformed JSON with 422 json_invalid before looking at the key, as FastAPI decodes the body before its dependencies', async () => {
     for (const url of ['/daily_points', '/submit_job']) {
       for (const headers of [{}, { api_key: 'bogus' }]) {
-        const res = await t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json', ...headers }, payload: '{"node_name":' });
+        const res = await t.app.inject({
+          method: 'POST',
+          url,
+          headers: { 'content-type': 'application/json', ...headers },
+          payload: '{"node_name":',
+        });
         expect(res.statusCode, `${url} ${JSON.stringify(headers)}`).toBe(422);
         expect(res.json().detail[0]).toMatchObject({ type: 'json_invalid', loc: ['body', 13], msg: 'JSON decode error' });
       }
@@ -68,7 +97,14 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
   });
 
   it('reads the query string as Starlette does: a %-escape that is not UTF-8 is U+FFFD, a malformed one stays, + is a space', async () => {
-    const cases: [string, string][] = [['%ff%fe', '\ufffd\ufffd'], ['%e9t%C3%A9', '\ufffdt\u00e9'], ['%ED%A0%80', '\ufffd\ufffd\ufffd'], ['a%zzb', 'a%zzb'], ['a+b%2Bc', 'a b+c'], ['x&model_name=last', 'last']];
+    const cases: [string, string][] = [
+      ['%ff%fe', '\ufffd\ufffd'],
+      ['%e9t%C3%A9', '\ufffdt\u00e9'],
+      ['%ED%A0%80', '\ufffd\ufffd\ufffd'],
+      ['a%zzb', 'a%zzb'],
+      ['a+b%2Bc', 'a b+c'],
+      ['x&model_name=last', 'last'],
+    ];
     for (const [raw, name] of cases) {
       const res = await t.app.inject({ method: 'GET', url: `/unique_nodes?model_name=${raw}` });
       expect(res.statusCode, raw).toBe(200);
@@ -79,10 +115,17 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
 
   it('405 Method Not Allowed with Allow for a known path', async () => {
     const cases: [string, string, string][] = [
-      ['GET', '/worker/update_result', 'POST'], ['PUT', '/daily_points', 'POST'], ['POST', '/unique_nodes?model_name=x', 'GET, HEAD'], ['DELETE', '/healthz', 'GET, HEAD'],
+      ['GET', '/worker/update_result', 'POST'],
+      ['PUT', '/daily_points', 'POST'],
+      ['POST', '/unique_nodes?model_name=x', 'GET, HEAD'],
+      ['DELETE', '/healthz', 'GET, HEAD'],
       // Paths with a parameter: the route serves the path, not the method.
-      ['POST', '/get_result/abc', 'GET, HEAD'], ['DELETE', '/get_completion_time/abc?x=1', 'GET, HEAD'], ['GET', '/cancel_job/abc', 'POST'],
-      ['POST', '/ledger/days/2026-01-01', 'GET, HEAD'], ['PUT', '/ledger/days/2026-01-01/nodes/n1', 'GET, HEAD'], ['POST', '/network/nodes/n%20x', 'GET, HEAD'],
+      ['POST', '/get_result/abc', 'GET, HEAD'],
+      ['DELETE', '/get_completion_time/abc?x=1', 'GET, HEAD'],
+      ['GET', '/cancel_job/abc', 'POST'],
+      ['POST', '/ledger/days/2026-01-01', 'GET, HEAD'],
+      ['PUT', '/ledger/days/2026-01-01/nodes/n1', 'GET, HEAD'],
+      ['POST', '/network/nodes/n%20x', 'GET, HEAD'],
     ];
     for (const [method, url, allow] of cases) {
       const res = await t.app.inject({ method: method as 'GET', url });
@@ -92,7 +135,7 @@ describe.each(backends)('HTTP basics on $name', (backend) => {
     }
   });
 
-  it('404 with detail for a malformed %-escape or an overlong path parameter, OpenAI\'s 404 under /v1', async () => {
+  it("404 with detail for a malformed %-escape or an overlong path parameter, OpenAI's 404 under /v1", async () => {
     for (const url of ['/%zz', '/get_result/%zz', `/get_result/${'a'.repeat(2_000)}`, `/network/nodes/${'a'.repeat(1_100)}`]) {
       const res = await t.app.inject({ method: 'GET', url });
       expect(res.statusCode, url.slice(0, 40)).toBe(404);
@@ -200,7 +243,12 @@ describe('an unexpected failure', () => {
   it('is a 500 that says nothing about its cause', async () => {
     const real = await backends[0]!.open();
     // The real database with one fault injected: a query error that is not the client's doing.
-    const broken: Database = { ...real, query: async () => { throw new Error('relation "secret_table" does not exist at /srv/app'); } };
+    const broken: Database = {
+      ...real,
+      query: async () => {
+        throw new Error('relation "secret_table" does not exist at /srv/app');
+      },
+    };
     const app = await buildApp({ db: broken });
     try {
       const res = await app.inject({ method: 'GET', url: '/unique_nodes?model_name=m' });

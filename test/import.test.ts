@@ -38,14 +38,30 @@ describe.each(backends)('import on $name', (backend) => {
     const rnd = (n: number) => (seed = (seed * 48271) % 2147483647) % n;
     for (let i = 0; i < 120; i++) {
       const node = ['n-a', 'n-b', 'n-c'][rnd(3)]!;
-      await post({ job_id: `job-${rnd(60)}`, api_key: keys[node], model_name: ['llama', 'mistral', 'qwen'][rnd(3)], result: { message: `r${rnd(2)}` }, status: rnd(4) === 0 ? 'error' : 'success' });
+      await post({
+        job_id: `job-${rnd(60)}`,
+        api_key: keys[node],
+        model_name: ['llama', 'mistral', 'qwen'][rnd(3)],
+        result: { message: `r${rnd(2)}` },
+        status: rnd(4) === 0 ? 'error' : 'success',
+      });
     }
-    const rows = await live.db.query<Record<string, string>>(sql('export', `SELECT r.job_id, n.name AS node_name, m.name AS model_name, r.status, r.points::text AS points,
+    const rows = await live.db.query<Record<string, string>>(
+      sql(
+        'export',
+        `SELECT r.job_id, n.name AS node_name, m.name AS model_name, r.status, r.points::text AS points,
         to_char(r.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS received_at, r.result::text AS result
-      FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id ORDER BY r.job_id`));
+      FROM job_results r JOIN nodes n ON n.id = r.node_id JOIN models m ON m.id = r.model_id ORDER BY r.job_id`,
+      ),
+    );
     expect(rows.length).toBeGreaterThan(30);
     const header = 'job_id,node_name,model_name,status,points,received_at,result';
-    const resultsFile = csv([header, ...rows.map((r) => [r.job_id, r.node_name, r.model_name, r.status, r.points, r.received_at, r.result].map((v) => quote(v!)).join(','))].join('\n'));
+    const resultsFile = csv(
+      [
+        header,
+        ...rows.map((r) => [r.job_id, r.node_name, r.model_name, r.status, r.points, r.received_at, r.result].map((v) => quote(v!)).join(',')),
+      ].join('\n'),
+    );
     const nodesFile = csv(['name,api_key', ...Object.entries(keys).map(([n, k]) => `${n},${k}`)].join('\n'));
 
     const imported = await startApp(backend);
@@ -55,14 +71,19 @@ describe.each(backends)('import on $name', (backend) => {
 
     const reader = { live: await live.addReader(), imported: await imported.addReader() };
     for (const node of Object.keys(keys)) {
-      const ask = (t: typeof live, key: string) => t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: key }, payload: { node_name: node, last_days: 3 } });
+      const ask = (t: typeof live, key: string) =>
+        t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: key }, payload: { node_name: node, last_days: 3 } });
       const want = (await ask(live, reader.live)).json();
       expect((await ask(imported, reader.imported)).json()).toEqual(want);
       // The node's own key works after the import.
       expect((await ask(imported, keys[node]!)).json()).toEqual(want);
     }
     const now = new Date();
-    const windows = ['', `&start_date=${encodeURIComponent(new Date(now.getTime() - 60_000).toISOString())}`, `&end_date=${encodeURIComponent(now.toISOString())}`];
+    const windows = [
+      '',
+      `&start_date=${encodeURIComponent(new Date(now.getTime() - 60_000).toISOString())}`,
+      `&end_date=${encodeURIComponent(now.toISOString())}`,
+    ];
     for (const model of ['llama', 'mistral', 'qwen', 'none']) {
       for (const w of windows) {
         const url = `/unique_nodes?model_name=${model}${w}`;
@@ -70,7 +91,13 @@ describe.each(backends)('import on $name', (backend) => {
       }
     }
     // And the stored aggregates agree row for row (ids aside).
-    const aggregates = (t: typeof live) => t.db.query(sql('agg', `SELECT n.name, d.day::text, d.points::float8, d.successes FROM node_daily_points d JOIN nodes n ON n.id = d.node_id ORDER BY 1, 2`));
+    const aggregates = (t: typeof live) =>
+      t.db.query(
+        sql(
+          'agg',
+          `SELECT n.name, d.day::text, d.points::float8, d.successes FROM node_daily_points d JOIN nodes n ON n.id = d.node_id ORDER BY 1, 2`,
+        ),
+      );
     expect(await aggregates(imported)).toEqual(await aggregates(live));
     await live.close();
     await imported.close();
@@ -87,21 +114,27 @@ describe.each(backends)('import on $name', (backend) => {
       status: fc.constantFrom('success', 'error'),
       points: fc.constantFrom('1', '2.5', '0'),
       // Within four days, often near midnight, at microsecond precision.
-      at: fc.oneof(fc.integer({ min: 0, max: 4 * 86_400_000 }), fc.integer({ min: 0, max: 3 }).map((d) => (d + 1) * 86_400_000 - 1)),
+      at: fc.oneof(
+        fc.integer({ min: 0, max: 4 * 86_400_000 }),
+        fc.integer({ min: 0, max: 3 }).map((d) => (d + 1) * 86_400_000 - 1),
+      ),
       micros: fc.integer({ min: 0, max: 999 }),
     });
     let run = 0;
     // Each run imports onto what the previous ones left: aggregates grow by exactly the file.
-    await fc.assert(fc.asyncProperty(fc.array(rowArb, { minLength: 1, maxLength: 25 }), async (rows) => {
-      run++;
-      const lines = rows.map((r, i) => {
-        const at = new Date(base + r.at).toISOString().replace('Z', `${String(r.micros).padStart(3, '0')}Z`);
-        return [`imp-${run}-${i}`, r.node, r.model, r.status, r.status === 'error' ? '0' : r.points, at].join(',');
-      });
-      await runImport(t.db, csv(['job_id,node_name,model_name,status,points,received_at', ...lines].join('\n')), resultsImport, opts);
-      const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
-      expect(stored).toEqual(recomputed);
-    }), { numRuns: 15, seed: 20261122 });
+    await fc.assert(
+      fc.asyncProperty(fc.array(rowArb, { minLength: 1, maxLength: 25 }), async (rows) => {
+        run++;
+        const lines = rows.map((r, i) => {
+          const at = new Date(base + r.at).toISOString().replace('Z', `${String(r.micros).padStart(3, '0')}Z`);
+          return [`imp-${run}-${i}`, r.node, r.model, r.status, r.status === 'error' ? '0' : r.points, at].join(',');
+        });
+        await runImport(t.db, csv(['job_id,node_name,model_name,status,points,received_at', ...lines].join('\n')), resultsImport, opts);
+        const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
+        expect(stored).toEqual(recomputed);
+      }),
+      { numRuns: 15, seed: 20261122 },
+    );
     await t.close();
   });
 
@@ -109,18 +142,20 @@ describe.each(backends)('import on $name', (backend) => {
     const t = await startApp(backend);
     await t.addNode('known');
     const before = await snapshot(t.db);
-    const file = csv([
-      'job_id,node_name,model_name,status,points,received_at',
-      'ok-1,known,llama,success,1,2024-05-01T10:00:00Z',
-      'bad-1,known,llama,finished,1,2024-05-01T10:00:00Z',
-      'bad-2,ghost,llama,success,1,2024-05-01T10:00:00Z',
-      'ok-1,known,llama,success,1,2024-05-01T11:00:00Z',
-      'bad-3,known,llama,error,3,2024-05-01T10:00:00Z',
-      'bad-4,known,llama,success,1,last tuesday',
-      'bad-5,known,llama,success,-1,2024-05-01T10:00:00Z',
-      'bad-6,known,llama,success,1',
-      'bad-7,known,llama,success,1,2099-03-01T10:00:00Z',
-    ].join('\n'));
+    const file = csv(
+      [
+        'job_id,node_name,model_name,status,points,received_at',
+        'ok-1,known,llama,success,1,2024-05-01T10:00:00Z',
+        'bad-1,known,llama,finished,1,2024-05-01T10:00:00Z',
+        'bad-2,ghost,llama,success,1,2024-05-01T10:00:00Z',
+        'ok-1,known,llama,success,1,2024-05-01T11:00:00Z',
+        'bad-3,known,llama,error,3,2024-05-01T10:00:00Z',
+        'bad-4,known,llama,success,1,last tuesday',
+        'bad-5,known,llama,success,-1,2024-05-01T10:00:00Z',
+        'bad-6,known,llama,success,1',
+        'bad-7,known,llama,success,1,2099-03-01T10:00:00Z',
+      ].join('\n'),
+    );
     const err = await runImport(t.db, file, resultsImport, opts).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ImportRejected);
     expect((err as ImportRejected).examples.map((b) => b.line)).toEqual([3, 4, 5, 6, 7, 8, 9, 10]);
@@ -142,17 +177,26 @@ describe.each(backends)('import on $name', (backend) => {
     const legacyKey = 'legacy-worker-key-0001';
     const file = csv(`name,api_key_sha256\nold-rig,${hashKey(legacyKey).toUpperCase()}\n`);
     expect((await runImport(t.db, file, nodesImport, opts)).imported).toBe(1);
-    const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'j', api_key: legacyKey, model_name: 'm', result: {}, status: 'success' } });
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/worker/update_result',
+      payload: { job_id: 'j', api_key: legacyKey, model_name: 'm', result: {}, status: 'success' },
+    });
     expect(res.statusCode).toBe(200);
     const clash = csv(`name,api_key\nold-rig,other\nnew-rig,${legacyKey}\n`);
     const err = (await runImport(t.db, clash, nodesImport, opts).catch((e: unknown) => e)) as ImportRejected;
-    expect(err.examples.map((b) => [b.line, b.reason])).toEqual([[2, 'node "old-rig" already exists'], [3, 'this key already belongs to another node']]);
+    expect(err.examples.map((b) => [b.line, b.reason])).toEqual([
+      [2, 'node "old-rig" already exists'],
+      [3, 'this key already belongs to another node'],
+    ]);
     await t.close();
   });
 
   it('refuses a file with the wrong columns or broken CSV, importing nothing', async () => {
     const t = await startApp(backend);
-    await expect(runImport(t.db, csv('name,key\nx,y\n'), nodesImport, opts)).rejects.toThrow(/line 1: expected the columns name,api_key or name,api_key_sha256/);
+    await expect(runImport(t.db, csv('name,key\nx,y\n'), nodesImport, opts)).rejects.toThrow(
+      /line 1: expected the columns name,api_key or name,api_key_sha256/,
+    );
     await expect(runImport(t.db, csv('name,api_key\n"x,y\n'), nodesImport, opts)).rejects.toThrow(/malformed CSV/);
     await expect(runImport(t.db, csv(''), nodesImport, opts)).rejects.toThrow(/empty/);
     // Latin-1 (é as one byte): not silently a U+FFFD in a node's name.
@@ -166,18 +210,29 @@ describe.each(backends)('import on $name', (backend) => {
   it('takes each result as the JSON object it is, and a NUL in one as a bad row', async () => {
     const t = await startApp(backend);
     const key = await t.addNode('known');
-    const file = csv([
-      'job_id,node_name,model_name,status,points,received_at,result',
-      'obj-1,known,llama,success,1,2024-05-01T10:00:00Z,"{""message"":""hello""}"',
-      'obj-2,known,llama,success,1,2024-05-01T10:00:00Z,',
-      'nul-1,known,llama,success,1,2024-05-01T10:00:00Z,"{""message"":""a\\u0000b""}"',
-    ].join('\n'));
+    const file = csv(
+      [
+        'job_id,node_name,model_name,status,points,received_at,result',
+        'obj-1,known,llama,success,1,2024-05-01T10:00:00Z,"{""message"":""hello""}"',
+        'obj-2,known,llama,success,1,2024-05-01T10:00:00Z,',
+        'nul-1,known,llama,success,1,2024-05-01T10:00:00Z,"{""message"":""a\\u0000b""}"',
+      ].join('\n'),
+    );
     const err = await runImport(t.db, file, resultsImport, opts).catch((e: unknown) => e);
-    expect((err as ImportRejected).examples).toEqual([expect.objectContaining({ line: 4, reason: expect.stringMatching(/^result: text with the NUL character/) })]);
+    expect((err as ImportRejected).examples).toEqual([
+      expect.objectContaining({ line: 4, reason: expect.stringMatching(/^result: text with the NUL character/) }),
+    ]);
     expect(await runImport(t.db, file, resultsImport, { skipBadRows: true, progress: false })).toMatchObject({ imported: 2, bad_rows: 1 });
-    expect(await t.db.query(sql('t_types', 'SELECT job_id, jsonb_typeof(result) AS type FROM job_results ORDER BY job_id'))).toEqual([{ job_id: 'obj-1', type: 'object' }, { job_id: 'obj-2', type: 'object' }]);
+    expect(await t.db.query(sql('t_types', 'SELECT job_id, jsonb_typeof(result) AS type FROM job_results ORDER BY job_id'))).toEqual([
+      { job_id: 'obj-1', type: 'object' },
+      { job_id: 'obj-2', type: 'object' },
+    ]);
     // The node re-sending an imported report is a replay, as if it had been reported live.
-    const again = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'obj-1', api_key: key, model_name: 'llama', result: { message: 'hello' }, status: 'success' } });
+    const again = await t.app.inject({
+      method: 'POST',
+      url: '/worker/update_result',
+      payload: { job_id: 'obj-1', api_key: key, model_name: 'llama', result: { message: 'hello' }, status: 'success' },
+    });
     expect(again.json()).toMatchObject({ status: 'success', replayed: true, points: 0 });
     await t.close();
   });

@@ -27,7 +27,7 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
   const worker = async (model: string, name = `node-${++nodes}`) => new TestWorker(t.app, name, await t.addNode(name)).start([model]);
   const q = <R>(name: string, text: string, values: unknown[] = []) => t.db.query<R>(sql(name, text), values);
 
-  it('a node cannot fail a user\'s job by leasing and giving it up: no attempt is burned, and a second give-up shuts it out with a strike', async () => {
+  it("a node cannot fail a user's job by leasing and giving it up: no attempt is burned, and a second give-up shuts it out with a strike", async () => {
     const key = await t.addNode('quitter');
     const jobId = await user.submit('quit-model', 'please finish me');
     // register, get_job, deregister — four times, as the finding did.
@@ -41,7 +41,14 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     const [job] = await q<{ state: string; failures: number }>('t_job', 'SELECT state, failures FROM jobs WHERE id = $1::uuid', [jobId]);
     expect(job).toEqual({ state: 'queued', failures: 0 });
     // Counted against the node: a strike of its own kind (the verifier records it, off the request path).
-    await expect.poll(async () => (await q<{ kind: string }>('t_strikes', "SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'quitter'")).map((s) => s.kind), { timeout: 10_000 })
+    await expect
+      .poll(
+        async () =>
+          (await q<{ kind: string }>('t_strikes', "SELECT s.kind FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'quitter'")).map(
+            (s) => s.kind,
+          ),
+        { timeout: 10_000 },
+      )
       .toEqual(['give_up']);
     // The job it is shut out of does not block the queue behind it: the node still gets the next job.
     const next = await user.submit('quit-model', 'the job behind it');
@@ -56,11 +63,11 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     expect((await user.result(jobId)).json()).toMatchObject({ status: 'success' });
   });
 
-  it('a node whose lease ended cannot write into the next node\'s stream', async () => {
+  it("a node whose lease ended cannot write into the next node's stream", async () => {
     const first = await worker('inject-model');
     const jobId = await user.submit('inject-model', 'stream me', { stream: true });
     // The seed's submit_job has no stream field: mark the job streamed as the OpenAI API does.
-    await q('t_stream', "UPDATE jobs SET request = request || '{\"stream\": true}' WHERE id = $1::uuid", [jobId]);
+    await q('t_stream', 'UPDATE jobs SET request = request || \'{"stream": true}\' WHERE id = $1::uuid', [jobId]);
     const a = (await first.getJob())!;
     expect((await first.post('/worker/job_progress', { job_id: jobId, api_key: a.api_key, delta: 'Hello ' })).statusCode).toBe(200);
     // Its lease ends without a report of its own (it gives the job back; the same holds for a lease that runs out).
@@ -69,8 +76,15 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     const b = (await second.getJob())!;
     expect((await first.post('/worker/job_progress', { job_id: jobId, api_key: a.api_key, delta: 'INJECTED' })).statusCode).toBe(400);
     expect((await second.post('/worker/job_progress', { job_id: jobId, api_key: b.api_key, delta: 'world' })).statusCode).toBe(200);
-    const leases = await q<{ attempt: number; prefix: string; partial: string }>('t_leases', 'SELECT attempt, prefix, partial FROM job_leases WHERE job_id = $1::uuid ORDER BY attempt', [jobId]);
-    expect(leases).toEqual([{ attempt: 1, prefix: '', partial: 'Hello ' }, { attempt: 2, prefix: 'Hello ', partial: 'world' }]);
+    const leases = await q<{ attempt: number; prefix: string; partial: string }>(
+      't_leases',
+      'SELECT attempt, prefix, partial FROM job_leases WHERE job_id = $1::uuid ORDER BY attempt',
+      [jobId],
+    );
+    expect(leases).toEqual([
+      { attempt: 1, prefix: '', partial: 'Hello ' },
+      { attempt: 2, prefix: 'Hello ', partial: 'world' },
+    ]);
   });
 
   it('partial output is bounded: a lease keeps at most 65,536 characters, and a job nobody streams keeps none', async () => {
@@ -78,10 +92,12 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     const jobId = await user.submit('flood-model', 'not streamed');
     const job = (await w.getJob())!;
     const piece = 'z'.repeat(60_000);
-    for (let i = 0; i < 20; i++) expect((await w.post('/worker/job_progress', { job_id: jobId, api_key: job.api_key, delta: piece })).statusCode).toBe(200);
+    for (let i = 0; i < 20; i++)
+      expect((await w.post('/worker/job_progress', { job_id: jobId, api_key: job.api_key, delta: piece })).statusCode).toBe(200);
     expect(await q('t_partial', 'SELECT char_length(partial)::int AS n FROM job_leases WHERE job_id = $1::uuid', [jobId])).toEqual([{ n: 0 }]);
-    await q('t_stream2', "UPDATE jobs SET request = request || '{\"stream\": true}' WHERE id = $1::uuid", [jobId]);
-    for (let i = 0; i < 20; i++) expect((await w.post('/worker/job_progress', { job_id: jobId, api_key: job.api_key, delta: piece })).statusCode).toBe(200);
+    await q('t_stream2', 'UPDATE jobs SET request = request || \'{"stream": true}\' WHERE id = $1::uuid', [jobId]);
+    for (let i = 0; i < 20; i++)
+      expect((await w.post('/worker/job_progress', { job_id: jobId, api_key: job.api_key, delta: piece })).statusCode).toBe(200);
     expect(await q('t_partial2', 'SELECT char_length(partial)::int AS n FROM job_leases WHERE job_id = $1::uuid', [jobId])).toEqual([{ n: 65_536 }]);
   });
 
@@ -105,7 +121,7 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     }
   });
 
-  it('a disabled node\'s job key earns nothing, and its leases go back to the queue', async () => {
+  it("a disabled node's job key earns nothing, and its leases go back to the queue", async () => {
     const w = await worker('disabled-model', 'to-disable');
     const jobId = await user.submit('disabled-model', 'work');
     const job = (await w.getJob())!;
@@ -120,11 +136,12 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     expect(await q('t_state', 'SELECT state FROM jobs WHERE id = $1::uuid', [jobId])).toEqual([{ state: 'queued' }]);
   });
 
-  it('a success without an answer (result.message neither text nor a message) is refused 400 and changes nothing; the job stays the node\'s to answer', async () => {
+  it("a success without an answer (result.message neither text nor a message) is refused 400 and changes nothing; the job stays the node's to answer", async () => {
     const w = await worker('shapeless-model');
     const jobId = await user.submit('shapeless-model', 'answer me');
     const job = (await w.getJob())!;
-    const send = (result: unknown) => w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result });
+    const send = (result: unknown) =>
+      w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result });
     for (const result of [{ message: 12345, foo: [1, 2, 3] }, {}, { message: null }, { message: { role: 'assistant' } }, { message: ['text'] }]) {
       const res = await send(result);
       expect(res.statusCode, JSON.stringify(result)).toBe(400);

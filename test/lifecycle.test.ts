@@ -49,7 +49,8 @@ describe.each(backends)('job lifecycle on $name', (backend) => {
   };
   let statements = 0;
   const q = (text: string, values: unknown[] = []) => t.db.query(sql(`t_q_${++statements}`, text), values);
-  const metric = async (app: TestApp, state: string) => Number(new RegExp(`ins_jobs_finished_total\\{state="${state}"\\} (\\d+)`).exec(await app.metrics.registry.metrics())?.[1] ?? 0);
+  const metric = async (app: TestApp, state: string) =>
+    Number(new RegExp(`ins_jobs_finished_total\\{state="${state}"\\} (\\d+)`).exec(await app.metrics.registry.metrics())?.[1] ?? 0);
   /** The outcome a row expects, seen here (local) and there (announced). */
   const both = async (from: { here: number; there: number }, match: (o: Outcome) => boolean) => {
     const a = await here.next((s) => s.local && match(s.outcome), from.here);
@@ -172,7 +173,10 @@ describe.each(backends)('job lifecycle on $name', (backend) => {
         const w = await worker();
         const id = await user.submit(MODEL, 'undelivered');
         expect((await w.getJob())?.job_id).toBe(id);
-        const [lease] = await t.db.query<{ key_hash: string }>(sql('t_lease', 'SELECT key_hash FROM job_leases WHERE job_id = $1 AND ended_at IS NULL'), [id]);
+        const [lease] = await t.db.query<{ key_hash: string }>(
+          sql('t_lease', 'SELECT key_hash FROM job_leases WHERE job_id = $1 AND ended_at IS NULL'),
+          [id],
+        );
         const m = mark();
         await t.app.service.coordinator.lifecycle.release({ keyHashes: [lease!.key_hash] }, 'released', true);
         await both(m, (o) => o.requeuedLeases.get(id) === 1 && o.queued.get(modelId) === 1);
@@ -233,12 +237,16 @@ describe.each(backends)('job lifecycle on $name', (backend) => {
       },
     },
     {
-      name: 'queue checks (verification\'s copies and probes): a waiting worker is offered them',
+      name: "queue checks (verification's copies and probes): a waiting worker is offered them",
       run: async () => {
         const w = await worker();
         const lifecycle = t.app.service.coordinator.lifecycle;
         const m = mark();
-        const outcome = await lifecycle.queueChecks(t.db, [{ kind: 'probe', id: randomUUID(), modelId, request: { messages: [{ role: 'user', content: 'probe' }], max_output: 0, temperature: 0 } }], 60);
+        const outcome = await lifecycle.queueChecks(
+          t.db,
+          [{ kind: 'probe', id: randomUUID(), modelId, request: { messages: [{ role: 'user', content: 'probe' }], max_output: 0, temperature: 0 } }],
+          60,
+        );
         lifecycle.apply(outcome);
         await both(m, (o) => o.queued.get(modelId) === 1);
         expect((await w.getJob())?.messages).toEqual([{ role: 'user', content: 'probe' }]);

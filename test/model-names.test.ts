@@ -19,10 +19,15 @@ describe.each(backends)('new model names per key on $name', (backend) => {
     await t.close();
   });
   const models = async () => (await t.db.query<{ n: number }>(sql('t_models_n', 'SELECT count(*)::int AS n FROM models')))[0]!.n;
-  const submit = (key: string, model: string) => t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: key },
-    payload: { model, messages: [{ role: 'user', content: 'hi' }], max_output: 1, temperature: 0 } });
+  const submit = (key: string, model: string) =>
+    t.app.inject({
+      method: 'POST',
+      url: '/submit_job',
+      headers: { api_key: key },
+      payload: { model, messages: [{ role: 'user', content: 'hi' }], max_output: 1, temperature: 0 },
+    });
 
-  it('refuses a key its new names beyond the day\'s bound, and nothing else', async () => {
+  it("refuses a key its new names beyond the day's bound, and nothing else", async () => {
     const key = await t.addUser('naming');
     // A node declares one model before: a name that exists.
     await new TestWorker(t.app, 'decl', await t.addNode('decl')).start(['declared-model']);

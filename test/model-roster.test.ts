@@ -22,7 +22,8 @@ describe.each(backends)('model rosters on $name', (backend) => {
     recordResult(db, { nodeId: ids[node]!, jobId: `r-${job++}`, modelName: model, status: 'success', result: {}, defaultPoints: 1 });
   const brute = async (model: string, s: string | null, e: string | null) =>
     (await db.query<{ name: string }>(sql('t_brute_roster', BRUTE), [model, s ?? '-infinity', e ?? 'infinity'])).map((r) => r.name);
-  const now = async () => (await db.query<{ t: string }>(sql('t_now', `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS t`)))[0]!.t;
+  const now = async () =>
+    (await db.query<{ t: string }>(sql('t_now', `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS t`)))[0]!.t;
 
   beforeAll(async () => {
     db = await backend.open();
@@ -59,7 +60,14 @@ describe.each(backends)('model rosters on $name', (backend) => {
       expect(await rosterNames(cache, 'roster-model', t1, t2)).toEqual(['n-b']);
       expect(await rosterNames(cache, 'roster-model', null, t1)).toEqual(['n-a']);
     }
-    for (const [s, e] of [[null, null], [t1, null], [t2, t3], [t1, t2], [null, t1], [t3, null]] as const) {
+    for (const [s, e] of [
+      [null, null],
+      [t1, null],
+      [t2, t3],
+      [t1, t2],
+      [null, t1],
+      [t3, null],
+    ] as const) {
       expect(await rosterNames(serverA, 'roster-model', s, e)).toEqual(await brute('roster-model', s, e));
     }
   });
@@ -67,38 +75,62 @@ describe.each(backends)('model rosters on $name', (backend) => {
   it('stays exact over days of reports through the API, with versions bumped only by new days', async () => {
     const HOUR = 3_600_000;
     const iso = (ms: number) => new Date(ms).toISOString();
-    type Op = { kind: 'report'; node: number; model: number } | { kind: 'wait'; ms: number } | { kind: 'ask'; model: number; back: number; length: number | null };
+    type Op =
+      | { kind: 'report'; node: number; model: number }
+      | { kind: 'wait'; ms: number }
+      | { kind: 'ask'; model: number; back: number; length: number | null };
     const opArb: fc.Arbitrary<Op> = fc.oneof(
-      { arbitrary: fc.record({ kind: fc.constant('report' as const), node: fc.integer({ min: 0, max: 3 }), model: fc.integer({ min: 0, max: 1 }) }), weight: 4 },
+      {
+        arbitrary: fc.record({ kind: fc.constant('report' as const), node: fc.integer({ min: 0, max: 3 }), model: fc.integer({ min: 0, max: 1 }) }),
+        weight: 4,
+      },
       { arbitrary: fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 1, max: 40 * HOUR }) }), weight: 2 },
       // Windows back from now: ending now (length null) or earlier.
-      { arbitrary: fc.record({ kind: fc.constant('ask' as const), model: fc.integer({ min: 0, max: 1 }), back: fc.integer({ min: 0, max: 80 * HOUR }), length: fc.option(fc.integer({ min: 0, max: 50 * HOUR })) }), weight: 4 },
+      {
+        arbitrary: fc.record({
+          kind: fc.constant('ask' as const),
+          model: fc.integer({ min: 0, max: 1 }),
+          back: fc.integer({ min: 0, max: 80 * HOUR }),
+          length: fc.option(fc.integer({ min: 0, max: 50 * HOUR })),
+        }),
+        weight: 4,
+      },
     );
     let run = 0;
-    await fc.assert(fc.asyncProperty(fc.array(opArb, { minLength: 10, maxLength: 50 }), async (ops) => {
-      run++;
-      const nodes: number[] = [];
-      for (let i = 0; i < 4; i++) nodes.push((await createNode(db, `days-${run}-${i}`)).id);
-      const models = [0, 1].map((m) => `days-${run}-m${m}`);
-      // Runs start apart so that one run's reports are never in another's windows.
-      let clock = Date.parse('2030-01-01T00:00:00Z') + run * 1000 * HOUR;
-      const recorder = new ResultRecorder(db, { clock: () => iso(clock) });
-      const servers = [new RosterCache(db, { maxAgeMs: 3_600_000 }), new RosterCache(db, { maxAgeMs: 3_600_000 })];
-      let jobs = 0;
-      for (const op of ops) {
-        if (op.kind === 'report') {
-          await recorder.record({ nodeId: nodes[op.node]!, jobId: `days-${run}-${jobs++}`, modelName: models[op.model]!, status: 'success', result: {}, defaultPoints: 1 });
-          clock += 1;
+    await fc.assert(
+      fc.asyncProperty(fc.array(opArb, { minLength: 10, maxLength: 50 }), async (ops) => {
+        run++;
+        const nodes: number[] = [];
+        for (let i = 0; i < 4; i++) nodes.push((await createNode(db, `days-${run}-${i}`)).id);
+        const models = [0, 1].map((m) => `days-${run}-m${m}`);
+        // Runs start apart so that one run's reports are never in another's windows.
+        let clock = Date.parse('2030-01-01T00:00:00Z') + run * 1000 * HOUR;
+        const recorder = new ResultRecorder(db, { clock: () => iso(clock) });
+        const servers = [new RosterCache(db, { maxAgeMs: 3_600_000 }), new RosterCache(db, { maxAgeMs: 3_600_000 })];
+        let jobs = 0;
+        for (const op of ops) {
+          if (op.kind === 'report') {
+            await recorder.record({
+              nodeId: nodes[op.node]!,
+              jobId: `days-${run}-${jobs++}`,
+              modelName: models[op.model]!,
+              status: 'success',
+              result: {},
+              defaultPoints: 1,
+            });
+            clock += 1;
+          }
+          if (op.kind === 'wait') clock += op.ms;
+          if (op.kind === 'ask') {
+            const start = iso(clock - op.back);
+            const end = op.length === null ? null : iso(clock - op.back + op.length);
+            const expected = await brute(models[op.model]!, start, end);
+            for (const server of servers) expect(await rosterNames(server, models[op.model]!, start, end)).toEqual(expected);
+          }
         }
-        if (op.kind === 'wait') clock += op.ms;
-        if (op.kind === 'ask') {
-          const start = iso(clock - op.back);
-          const end = op.length === null ? null : iso(clock - op.back + op.length);
-          const expected = await brute(models[op.model]!, start, end);
-          for (const server of servers) expect(await rosterNames(server, models[op.model]!, start, end)).toEqual(expected);
-        }
-      }
-    }), { numRuns: 30, seed: 20261126 });
+      }),
+      { numRuns: 30, seed: 20261126 },
+    );
   });
 
   it('falls back to the exact query when the version moves at every look', async () => {
@@ -108,7 +140,8 @@ describe.each(backends)('model rosters on $name', (backend) => {
     // Another server bumps the version just before each of this server's checks.
     const restless = beforeEachQuery(db, async (s) => {
       names.push(s.name);
-      if (s.name === 'roster_check') await db.query(sql('t_bump', "UPDATE models SET roster_version = roster_version + 1 WHERE name = 'restless-model'"));
+      if (s.name === 'roster_check')
+        await db.query(sql('t_bump', "UPDATE models SET roster_version = roster_version + 1 WHERE name = 'restless-model'"));
     });
     const cache = new RosterCache(restless);
     expect(await rosterNames(cache, 'restless-model', null, null)).toEqual(['n-a', 'n-c']);

@@ -49,16 +49,27 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
     const b = await there.next((s) => !s.local && match(s.outcome), from.there);
     return [a.outcome, b.outcome];
   };
-  const is = (change: string, nodeId: number, sessionId: number | null = null) => (o: NodeOutcome) =>
-    o.change === change && o.nodeId === nodeId && (sessionId === null || o.sessionId === sessionId);
+  const is =
+    (change: string, nodeId: number, sessionId: number | null = null) =>
+    (o: NodeOutcome) =>
+      o.change === change && o.nodeId === nodeId && (sessionId === null || o.sessionId === sessionId);
   const metric = async (app: TestApp, change: string) =>
     Number(new RegExp(`ins_node_transitions_total\\{change="${change}"\\} (\\d+)`).exec(await app.metrics.registry.metrics())?.[1] ?? 0);
   /** A node-key read (get_points), on each server: 200 own, 403 disabled, 401 unknown key. */
-  const keyStatus = async (name: string, key: string) => Promise.all([t.app, other].map(async (app) =>
-    (await app.inject({ method: 'GET', url: `/get_points?node_name=${name}`, headers: { api_key: key } })).statusCode));
+  const keyStatus = async (name: string, key: string) =>
+    Promise.all(
+      [t.app, other].map(
+        async (app) => (await app.inject({ method: 'GET', url: `/get_points?node_name=${name}`, headers: { api_key: key } })).statusCode,
+      ),
+    );
   /** A session token's status on each server (get_job looks once). */
-  const tokenStatus = async (token: string) => Promise.all([t.app, other].map(async (app) =>
-    (await app.inject({ method: 'GET', url: '/worker/get_job?node_version=0.1.0', headers: { authorization: `Bearer ${token}` } })).statusCode));
+  const tokenStatus = async (token: string) =>
+    Promise.all(
+      [t.app, other].map(
+        async (app) =>
+          (await app.inject({ method: 'GET', url: '/worker/get_job?node_version=0.1.0', headers: { authorization: `Bearer ${token}` } })).statusCode,
+      ),
+    );
   const nodeId = async (name: string) => (await q<{ id: number }>('SELECT id FROM nodes WHERE name = $1', [name]))[0]!.id;
   let nodes = 0;
   /** A node with a worker started (registered, its models declared) and its key and token cached on both servers. */
@@ -178,19 +189,30 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
         // Offline now, and `ins node list` still says when it was last seen.
         const out: string[] = [];
         expect(await runCommand(t.db, ['node', 'list', '--json'], { out: (l) => out.push(l), err: () => {} })).toBe(0);
-        expect((JSON.parse(out.join('')) as { name: string }[]).find((n) => n.name === name)).toMatchObject({ online: false, last_seen_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/) });
+        expect((JSON.parse(out.join('')) as { name: string }[]).find((n) => n.name === name)).toMatchObject({
+          online: false,
+          last_seen_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
+        });
         await both(m, is('deregistered', id));
         await cancel(job);
       },
     },
     {
-      name: 'strike (suspend): through the NOTIFY alone, both servers refuse the node\'s models and lease it nothing',
+      name: "strike (suspend): through the NOTIFY alone, both servers refuse the node's models and lease it nothing",
       run: async () => {
         const { name, w, id } = await started();
         const job = await user.submit(MODEL, 'not for a suspended node');
         const servers = async () => {
-          const listed = ((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { details: { name: string; nodes: number }[] }).details.find((d) => d.name === MODEL)?.nodes ?? 0;
-          const network = ((await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as { models: { name: string; nodes: number }[] }).models.find((d) => d.name === MODEL)?.nodes ?? 0;
+          const listed =
+            ((await t.app.inject({ method: 'GET', url: '/available_models' })).json() as { details: { name: string; nodes: number }[] }).details.find(
+              (d) => d.name === MODEL,
+            )?.nodes ?? 0;
+          const network =
+            (
+              (await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as {
+                models: { name: string; nodes: number }[];
+              }
+            ).models.find((d) => d.name === MODEL)?.nodes ?? 0;
           expect(network).toBe(listed);
           return listed;
         };
@@ -206,9 +228,18 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
         await there.next((s) => !s.local && is('suspended', id)(s.outcome), m.there);
         expect(await tokenStatus(w.token)).toEqual([200, 200]);
         for (const app of [t.app, other]) {
-          const upd = await app.inject({ method: 'POST', url: '/worker/update_models', payload: { node_url: w.node, models: [MODEL] }, headers: { authorization: `Bearer ${w.token}` } });
+          const upd = await app.inject({
+            method: 'POST',
+            url: '/worker/update_models',
+            payload: { node_url: w.node, models: [MODEL] },
+            headers: { authorization: `Bearer ${w.token}` },
+          });
           expect(upd.statusCode).toBe(403);
-          const poll = await app.inject({ method: 'GET', url: '/worker/get_job?node_version=0.1.0', headers: { authorization: `Bearer ${w.token}` } });
+          const poll = await app.inject({
+            method: 'GET',
+            url: '/worker/get_job?node_version=0.1.0',
+            headers: { authorization: `Bearer ${w.token}` },
+          });
           expect(poll.json()).toMatchObject({ job_data: null });
         }
         expect(await stateOf(job)).toBe('queued');
@@ -217,7 +248,10 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
         expect(await servers()).toBe(serving - 1);
         const out: string[] = [];
         expect(await runCommand(t.db, ['node', 'list', '--json'], { out: (l) => out.push(l), err: () => {} })).toBe(0);
-        expect((JSON.parse(out.join('')) as { name: string; models: string[]; standing: string }[]).find((n) => n.name === name)).toMatchObject({ models: [], standing: 'suspended' });
+        expect((JSON.parse(out.join('')) as { name: string; models: string[]; standing: string }[]).find((n) => n.name === name)).toMatchObject({
+          models: [],
+          standing: 'suspended',
+        });
         await cancel(job);
       },
     },
@@ -263,7 +297,10 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
   // Another server's statement disabled the node or gave it a new key, and its announcement has
   // not arrived: the change is written straight to the database. The poll already waiting here
   // is neither handed the job (jobs_submit) nor leased it (jobs_lease): the session no longer holds.
-  it.each([['disabled', 'disabled_at = now()'], ['given a new key', "key_hash = repeat('0', 64)"]])('gives a waiting poll no job once its node was %s, before any announcement', async (_, change) => {
+  it.each([
+    ['disabled', 'disabled_at = now()'],
+    ['given a new key', "key_hash = repeat('0', 64)"],
+  ])('gives a waiting poll no job once its node was %s, before any announcement', async (_, change) => {
     const { w, id } = await started();
     const waiting = t.app.service.coordinator.waitingWorkers;
     const poll = w.getJobRaw(2);

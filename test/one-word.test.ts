@@ -29,14 +29,25 @@ const POSITIONS = 20;
 type ScoreJob = Job & { params?: { score?: { answer: string; tokens?: unknown[] } } };
 
 /** What each node does: scores a check (foreign or in line) and answers a job (its text, or none: it never polls for one). */
-interface Behaviour { scores?: (job: ScoreJob) => boolean; answer?: (job: Job) => string }
+interface Behaviour {
+  scores?: (job: ScoreJob) => boolean;
+  answer?: (job: Job) => string;
+}
 
-describe.each(backends)('no conviction on one party\'s word, on $name', (backend) => {
+describe.each(backends)("no conviction on one party's word, on $name", (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
   const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
-  const strikes = async (node: string) => (await q<{ kind: string }>('t_strikes', 'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node])).map((s) => s.kind);
-  const metric = async (event: string) => Number(new RegExp(`^ins_verification_total\\{event="${event}"\\} (\\d+)$`, 'm').exec((await t.app.inject({ url: '/metrics' })).body)?.[1] ?? 0);
+  const strikes = async (node: string) =>
+    (
+      await q<{ kind: string }>(
+        't_strikes',
+        'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id',
+        [node],
+      )
+    ).map((s) => s.kind);
+  const metric = async (event: string) =>
+    Number(new RegExp(`^ins_verification_total\\{event="${event}"\\} (\\d+)$`, 'm').exec((await t.app.inject({ url: '/metrics' })).body)?.[1] ?? 0);
   const honestly = (job: Job) => prose(MODEL, job.messages.at(-1)!.content);
 
   const start = async (nodes: Record<string, Behaviour>, verify: Partial<VerifyConfig> = {}) => {
@@ -45,7 +56,10 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
     const workers = new Map<string, TestWorker>();
     for (const [name, b] of Object.entries(nodes)) {
       const w = await new TestWorker(t.app, name, await t.addNode(name)).start([MODEL]);
-      if (b.scores) expect((await w.post('/worker/update_models', { node_url: name, models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode).toBe(200);
+      if (b.scores)
+        expect(
+          (await w.post('/worker/update_models', { node_url: name, models: [MODEL], capabilities: { [MODEL]: ['score'] } }, true)).statusCode,
+        ).toBe(200);
       workers.set(name, w);
     }
     return { user, workers };
@@ -54,7 +68,12 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
    * The nodes `names` poll in turn until `done`: each answers a score check as its behaviour
    * says, and a job with its text. `tokens`: score checks carry the answer's tokens as reported.
    */
-  const serve = async (workers: Map<string, TestWorker>, nodes: Record<string, Behaviour>, names: string[], o: { tokens: boolean; done?: () => Promise<boolean> }) => {
+  const serve = async (
+    workers: Map<string, TestWorker>,
+    nodes: Record<string, Behaviour>,
+    names: string[],
+    o: { tokens: boolean; done?: () => Promise<boolean> },
+  ) => {
     await until('the jobs to settle', async () => {
       for (const name of names) {
         if (o.tokens) await q('t_tokens', TOKENS_AS_REPORTED);
@@ -63,17 +82,24 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
         if (!job) continue;
         const b = nodes[name]!;
         const res = job.params?.score
-          ? await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-            result: { message: { role: 'assistant', content: '' }, scores: workerScores(b.scores!(job), POSITIONS) } })
+          ? await w.post('/worker/update_result', {
+              job_id: job.job_id,
+              api_key: job.api_key,
+              model_name: job.model,
+              status: 'success',
+              result: { message: { role: 'assistant', content: '' }, scores: workerScores(b.scores!(job), POSITIONS) },
+            })
           : await w.report(job, (b.answer ?? honestly)(job));
         expect(res.statusCode).toBe(200);
       }
       return (o.done ?? settled)();
     });
   };
-  const userJobsDone = (n: number) => async () => (await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === n;
+  const userJobsDone = (n: number) => async () =>
+    (await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === n;
   const submit = async (user: TestUser, n: number) => {
-    for (let i = 0; i < n; i++) await user.submit(MODEL, `question ${i}: what does a river carry?`, i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 });
+    for (let i = 0; i < n; i++)
+      await user.submit(MODEL, `question ${i}: what does a river carry?`, i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 });
   };
   const exact = async () => {
     const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
@@ -81,9 +107,14 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
   };
 
   for (const tokens of [true, false]) {
-    it(`two nodes on a model: a lone scorer calling every answer foreign strikes nobody (${tokens ? 'tokens forced' : 'text re-tokenized'})`, { timeout: 120_000 }, async () => {
+    it(`two nodes on a model: a lone scorer calling every answer foreign strikes nobody (${tokens ? 'tokens forced' : 'text re-tokenized'})`, {
+      timeout: 120_000,
+    }, async () => {
       // The liar answers the copies it is given with garbage too.
-      const nodes: Record<string, Behaviour> = { honest: { scores: () => false }, liar: { scores: () => true, answer: (job) => `zzz ${job.messages.at(-1)!.content} qqq` } };
+      const nodes: Record<string, Behaviour> = {
+        honest: { scores: () => false },
+        liar: { scores: () => true, answer: (job) => `zzz ${job.messages.at(-1)!.content} qqq` },
+      };
       const { user, workers } = await start(nodes);
       await submit(user, 6);
       await serve(workers, nodes, ['honest'], { tokens, done: userJobsDone(6) });
@@ -94,23 +125,33 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
       // Nobody confirmed the liar's word: no test moved; the sampled answers' verdicts are
       // unconfirmed, and the temperature-0 ones went to a text copy — the liar's own, which
       // disagreed, with no third node to decide.
-      expect(await q('t_moved', "SELECT t.evidence FROM token_checks t JOIN nodes n ON n.id = t.node_id WHERE n.name = 'honest' AND t.evidence > 0")).toEqual([]);
+      expect(
+        await q('t_moved', "SELECT t.evidence FROM token_checks t JOIN nodes n ON n.id = t.node_id WHERE n.name = 'honest' AND t.evidence > 0"),
+      ).toEqual([]);
       expect(await metric('unconfirmed')).toBe(3);
       expect(await metric('disagreement')).toBe(3);
       await exact();
     });
   }
 
-  it('a scorer clearing garbage with made-up "in line" scores is struck (false_score) by a spot check and a third scorer, and the garbage\'s node convicted', { timeout: 120_000 }, async () => {
+  it('a scorer clearing garbage with made-up "in line" scores is struck (false_score) by a spot check and a third scorer, and the garbage\'s node convicted', {
+    timeout: 120_000,
+  }, async () => {
     const nodes: Record<string, Behaviour> = {
-      garbage: { answer: (job) => `zzz ${job.messages.at(-1)!.content} qqq` }, liar: { scores: () => false },
-      'honest-1': { scores: () => true }, 'honest-2': { scores: () => true },
+      garbage: { answer: (job) => `zzz ${job.messages.at(-1)!.content} qqq` },
+      liar: { scores: () => false },
+      'honest-1': { scores: () => true },
+      'honest-2': { scores: () => true },
     };
     const { user, workers } = await start(nodes, { spotShare: 1 });
     await submit(user, 6);
     await serve(workers, nodes, ['garbage'], { tokens: true, done: userJobsDone(6) });
     // The liar takes every first check; the honest scorers then spot-check and decide.
-    await serve(workers, nodes, ['liar'], { tokens: true, done: async () => (await q<{ n: number }>('t_first', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 6 });
+    await serve(workers, nodes, ['liar'], {
+      tokens: true,
+      done: async () =>
+        (await q<{ n: number }>('t_first', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 6,
+    });
     await serve(workers, nodes, ['honest-1', 'honest-2', 'liar'], { tokens: true });
     expect((await strikes('liar')).every((k) => k === 'false_score')).toBe(true);
     expect((await strikes('liar')).length).toBeGreaterThanOrEqual(3);
@@ -123,7 +164,9 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
     await exact();
   });
 
-  it('scorers that re-tokenized the text convict nobody alone: an honest answer they all find foreign is cleared by a text copy', { timeout: 120_000 }, async () => {
+  it('scorers that re-tokenized the text convict nobody alone: an honest answer they all find foreign is cleared by a text copy', {
+    timeout: 120_000,
+  }, async () => {
     const nodes: Record<string, Behaviour> = { honest: {}, 'scorer-1': { scores: () => true }, 'scorer-2': { scores: () => true }, copier: {} };
     const { user, workers } = await start(nodes);
     await submit(user, 6);
@@ -132,18 +175,26 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
     expect(await strikes('honest')).toEqual([]);
     expect(await standing('honest')).toBe('trusted');
     expect(await pointsOf('honest')).toBe(6);
-    expect(await q('t_moved', "SELECT t.evidence FROM token_checks t WHERE t.evidence > 0")).toEqual([]);
+    expect(await q('t_moved', 'SELECT t.evidence FROM token_checks t WHERE t.evidence > 0')).toEqual([]);
     // The temperature-0 answers were copied, and agreed; the sampled ones stay unconfirmed.
-    const [copies] = await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND request #> '{params,score}' IS NULL");
+    const [copies] = await q<{ n: number }>(
+      't_copies',
+      "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND request #> '{params,score}' IS NULL",
+    );
     expect(copies!.n).toBe(3);
     expect(await metric('unconfirmed')).toBe(3);
     for (const n of Object.keys(nodes)) expect(await strikes(n)).toEqual([]);
     await exact();
   });
 
-  it('scorers that re-tokenized the text convict through text copies only: a node whose answers differ is struck for disagreeing, never as an impostor', { timeout: 120_000 }, async () => {
+  it('scorers that re-tokenized the text convict through text copies only: a node whose answers differ is struck for disagreeing, never as an impostor', {
+    timeout: 120_000,
+  }, async () => {
     const nodes: Record<string, Behaviour> = {
-      garbage: { answer: (job) => `zzz ${job.messages.at(-1)!.content} qqq` }, 'scorer-1': { scores: () => true }, 'scorer-2': { scores: () => true }, copier: {},
+      garbage: { answer: (job) => `zzz ${job.messages.at(-1)!.content} qqq` },
+      'scorer-1': { scores: () => true },
+      'scorer-2': { scores: () => true },
+      copier: {},
     };
     const { user, workers } = await start(nodes);
     await submit(user, 6);
@@ -152,7 +203,7 @@ describe.each(backends)('no conviction on one party\'s word, on $name', (backend
     // Its 3 temperature-0 answers each contradicted by two copies: 3 strikes, suspended.
     expect(await strikes('garbage')).toEqual(['disagreement', 'disagreement', 'disagreement']);
     expect(await standing('garbage')).toBe('suspended');
-    expect(await q('t_moved', "SELECT t.evidence FROM token_checks t WHERE t.evidence > 0")).toEqual([]);
+    expect(await q('t_moved', 'SELECT t.evidence FROM token_checks t WHERE t.evidence > 0')).toEqual([]);
     for (const n of ['scorer-1', 'scorer-2', 'copier']) expect(await strikes(n)).toEqual([]);
     await exact();
   });

@@ -36,12 +36,22 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
     it(`${kind}: answers a text_completion with usage; the prompt reaches the backend raw, with the sampling fields in its form`, async () => {
       const model = `${kind}-model`;
       const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 30, stop: ['END'], top_p: 0.5, seed: 3 });
-      expect(r).toMatchObject({ object: 'text_completion', model, choices: [{ index: 0, text: `echo(${model}): Once upon a time`, finish_reason: 'stop', logprobs: null }] });
+      expect(r).toMatchObject({
+        object: 'text_completion',
+        model,
+        choices: [{ index: 0, text: `echo(${model}): Once upon a time`, finish_reason: 'stop', logprobs: null }],
+      });
       expect(r.id).toMatch(/^cmpl-/);
       expect(r.usage).toEqual({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 });
       const sent = fakes[kind].requests.at(-1)!;
       if (kind === 'ollama') {
-        expect(sent).toMatchObject({ model, prompt: 'Once upon a time', raw: true, stream: false, options: { num_predict: 30, stop: ['END'], top_p: 0.5, seed: 3 } });
+        expect(sent).toMatchObject({
+          model,
+          prompt: 'Once upon a time',
+          raw: true,
+          stream: false,
+          options: { num_predict: 30, stop: ['END'], top_p: 0.5, seed: 3 },
+        });
         expect(sent.options).not.toHaveProperty('temperature');
       } else {
         expect(sent).toMatchObject({ model, prompt: 'Once upon a time', max_tokens: 30, stop: ['END'], top_p: 0.5, seed: 3 });
@@ -52,7 +62,13 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
 
     it(`${kind}: streams text_completion chunks, a finish_reason and the usage`, async () => {
       const model = `${kind}-model`;
-      const s = await client.completions.create({ model, prompt: ['The quick brown fox'], stream: true, stream_options: { include_usage: true }, temperature: 0.2 });
+      const s = await client.completions.create({
+        model,
+        prompt: ['The quick brown fox'],
+        stream: true,
+        stream_options: { include_usage: true },
+        temperature: 0.2,
+      });
       const chunks: OpenAI.Completion[] = [];
       for await (const c of s) chunks.push(c);
       expect(chunks.every((c) => c.object === 'text_completion')).toBe(true);
@@ -76,7 +92,12 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
       [{ model: 'vllm-model', prompt: 'x', logprobs: 2 }, 400, 'logprobs', 'unsupported_parameter'],
       // 0 asks for the chosen tokens' logprobs (OpenAI's reference): refused, not dropped.
       [{ model: 'vllm-model', prompt: 'x', logprobs: 0 }, 400, 'logprobs', 'unsupported_parameter'],
-      [{ model: 'vllm-model', prompt: 'x', stream: true, stream_options: { include_usage: 'yes' } }, 400, 'stream_options.include_usage', 'invalid_type'],
+      [
+        { model: 'vllm-model', prompt: 'x', stream: true, stream_options: { include_usage: 'yes' } },
+        400,
+        'stream_options.include_usage',
+        'invalid_type',
+      ],
       [{ model: 'vllm-model', prompt: 'x', suffix: 'end' }, 400, 'suffix', 'unsupported_parameter'],
       [{ model: 'vllm-model', prompt: 'x', best_of: 3 }, 400, 'best_of', 'unsupported_parameter'],
       [{ model: 'vllm-model', prompt: 'x', logit_bias: { 1: 2 } }, 400, 'logit_bias', 'unsupported_parameter'],
@@ -91,18 +112,28 @@ describe.each(backends)('POST /v1/completions on $name', (db) => {
     expect(queued).toEqual([{ n: 0 }]);
   });
 
-  it('gives the job only to a node that declared completions: never to one without it, never to the seed\'s worker; none online: 400 at once', async () => {
+  it("gives the job only to a node that declared completions: never to one without it, never to the seed's worker; none online: 400 at once", async () => {
     const without = await startFakeBackend('ollama', ['shared-model']);
     without.showCapabilities = ['tools']; // a model Ollama cannot complete (an embedding model lists `embedding` only)
     const withIt = await startFakeBackend('vllm', ['shared-model']);
-    const nodes = [await startWorker({ server: url, node: 'no-completions', key: await t.addNode('no-completions'), backend: 'ollama', backendUrl: without.url })];
+    const nodes = [
+      await startWorker({ server: url, node: 'no-completions', key: await t.addNode('no-completions'), backend: 'ollama', backendUrl: without.url }),
+    ];
     const seed = await new TestWorker(t.app, 'seed-node', await t.addNode('seed-node')).start(['shared-model']);
     try {
       // Only the node without the capability and the seed's worker serve it: refused at once.
       const refused = await client.completions.create({ model: 'shared-model', prompt: 'x' }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
       expect(refused).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'prompt' });
-      nodes.push(await startWorker({ server: url, node: 'completions-node', key: await t.addNode('completions-node'), backend: 'vllm', backendUrl: withIt.url }));
+      nodes.push(
+        await startWorker({
+          server: url,
+          node: 'completions-node',
+          key: await t.addNode('completions-node'),
+          backend: 'vllm',
+          backendUrl: withIt.url,
+        }),
+      );
       const polled = seed.getJob(3);
       for (let i = 0; i < 3; i++) {
         const r = await client.completions.create({ model: 'shared-model', prompt: `prompt ${i}` });

@@ -41,12 +41,30 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
     b.showCapabilities = ['embedding'];
     const generative = await startFakeBackend('ollama', ['scoring-chat'], { version: '0.12.11' });
     const started = [
-      await startWorker({ server: url, node: 'scoring-embed-node', key: await t.addNode('scoring-embed-node'), backend: 'ollama', backendUrl: b.url, concurrency: 40 }),
-      await startWorker({ server: url, node: 'scoring-chat-node', key: await t.addNode('scoring-chat-node'), backend: 'ollama', backendUrl: generative.url }),
+      await startWorker({
+        server: url,
+        node: 'scoring-embed-node',
+        key: await t.addNode('scoring-embed-node'),
+        backend: 'ollama',
+        backendUrl: b.url,
+        concurrency: 40,
+      }),
+      await startWorker({
+        server: url,
+        node: 'scoring-chat-node',
+        key: await t.addNode('scoring-chat-node'),
+        backend: 'ollama',
+        backendUrl: generative.url,
+      }),
     ];
     try {
-      const rows = await t.db.query<{ node: string; capacity: number; caps: number[] }>(sql('t_embed_caps', `SELECT n.name AS node, s.capacity, s.model_caps AS caps
-        FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name IN ('scoring-embed-node', 'scoring-chat-node') AND s.ended_at IS NULL ORDER BY n.name`));
+      const rows = await t.db.query<{ node: string; capacity: number; caps: number[] }>(
+        sql(
+          't_embed_caps',
+          `SELECT n.name AS node, s.capacity, s.model_caps AS caps
+        FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name IN ('scoring-embed-node', 'scoring-chat-node') AND s.ended_at IS NULL ORDER BY n.name`,
+        ),
+      );
       // register_node takes at most 64: 2 × 40 slots would be refused (422), and the worker would never run.
       expect(rows).toEqual([
         { node: 'scoring-chat-node', capacity: 2, caps: [bitsOf(['sampling', 'json', 'tools', 'logprobs', 'completions', 'score'])] },
@@ -70,15 +88,21 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
 
   it('refuses a chat completion for an embedding model with 404 model_not_chat, streamed or not; nothing is queued, and no probe checks it', async () => {
     for (const stream of [false, true]) {
-      const e = await client.chat.completions.create({ model: 'ollama-embed', messages: [{ role: 'user', content: 'hi' }], stream } as never).catch((x: unknown) => x);
+      const e = await client.chat.completions
+        .create({ model: 'ollama-embed', messages: [{ role: 'user', content: 'hi' }], stream } as never)
+        .catch((x: unknown) => x);
       expect(e, `stream: ${stream}`).toBeInstanceOf(OpenAI.NotFoundError);
       expect(e).toMatchObject({ status: 404, param: 'model', code: 'model_not_chat' });
     }
-    const queued = await t.db.query<{ n: number }>(sql('t_embed_chat_queued', "SELECT count(*)::int AS n FROM jobs WHERE model_id = (SELECT id FROM models WHERE name = 'ollama-embed')"));
+    const queued = await t.db.query<{ n: number }>(
+      sql('t_embed_chat_queued', "SELECT count(*)::int AS n FROM jobs WHERE model_id = (SELECT id FROM models WHERE name = 'ollama-embed')"),
+    );
     expect(queued).toEqual([{ n: 0 }]);
     // Probes are chat jobs: those drawn from the models served for chat, which the vLLM one is (it declares chat's capabilities too).
     const eligible = await eligibleNodes(t.db, null, 60, 3600);
-    const ids = await t.db.query<{ name: string; id: number }>(sql('t_embed_model_ids', "SELECT name, id FROM models WHERE name IN ('ollama-embed', 'vllm-embed')"));
+    const ids = await t.db.query<{ name: string; id: number }>(
+      sql('t_embed_model_ids', "SELECT name, id FROM models WHERE name IN ('ollama-embed', 'vllm-embed')"),
+    );
     const id = Object.fromEntries(ids.map((r) => [r.name, r.id]));
     expect(eligible.has(id['vllm-embed']!)).toBe(true);
     expect(eligible.has(id['ollama-embed']!)).toBe(false);
@@ -88,7 +112,12 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
     it(`${kind}: embeds one input as floats, with usage`, async () => {
       const model = `${kind}-embed`;
       const r = await client.embeddings.create({ model, input: 'hello there world', encoding_format: 'float' });
-      expect(r).toEqual({ object: 'list', model, data: [{ object: 'embedding', index: 0, embedding: vectorOf('hello there world') }], usage: { prompt_tokens: 3, total_tokens: 3 } });
+      expect(r).toEqual({
+        object: 'list',
+        model,
+        data: [{ object: 'embedding', index: 0, embedding: vectorOf('hello there world') }],
+        usage: { prompt_tokens: 3, total_tokens: 3 },
+      });
       expect(fakes[kind].requests.at(-1)).toMatchObject({ model, input: ['hello there world'] });
     });
 
@@ -127,17 +156,27 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
     expect(queued).toEqual([{ n: 0 }]);
   });
 
-  it('gives the job only to a node that declared embeddings: never to one without it, never to the seed\'s worker; none online: 400 at once', async () => {
+  it("gives the job only to a node that declared embeddings: never to one without it, never to the seed's worker; none online: 400 at once", async () => {
     const without = await startFakeBackend('ollama', ['shared-model']); // lists completion and tools, not embedding
     const withIt = await startFakeBackend('ollama', ['shared-model']);
     withIt.showCapabilities = ['embedding'];
-    const nodes = [await startWorker({ server: url, node: 'no-embeddings', key: await t.addNode('no-embeddings'), backend: 'ollama', backendUrl: without.url })];
+    const nodes = [
+      await startWorker({ server: url, node: 'no-embeddings', key: await t.addNode('no-embeddings'), backend: 'ollama', backendUrl: without.url }),
+    ];
     const seed = await new TestWorker(t.app, 'seed-node', await t.addNode('seed-node')).start(['shared-model']);
     try {
       const refused = await client.embeddings.create({ model: 'shared-model', input: 'x' }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
       expect(refused).toMatchObject({ status: 400, code: 'unsupported_parameter', param: 'input' });
-      nodes.push(await startWorker({ server: url, node: 'embeddings-node', key: await t.addNode('embeddings-node'), backend: 'ollama', backendUrl: withIt.url }));
+      nodes.push(
+        await startWorker({
+          server: url,
+          node: 'embeddings-node',
+          key: await t.addNode('embeddings-node'),
+          backend: 'ollama',
+          backendUrl: withIt.url,
+        }),
+      );
       const polled = seed.getJob(3);
       for (let i = 0; i < 3; i++) {
         const r = await client.embeddings.create({ model: 'shared-model', input: [`text ${i}`], encoding_format: 'float' });
@@ -157,17 +196,31 @@ describe.each(backends)('POST /v1/embeddings on $name', (db) => {
   });
 });
 
-describe.each(backends)('an embeddings answer reported beside the seed\'s string message on $name', (db) => {
+describe.each(backends)("an embeddings answer reported beside the seed's string message on $name", (db) => {
   it('takes the vectors beside {"message": ""} as beside the object form', async () => {
     const t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     try {
       const w = await new TestWorker(t.app, 'string-node', await t.addNode('string-node')).start([]);
-      expect((await w.post('/worker/update_models', { node_url: 'string-node', models: ['str-embed'], capabilities: { 'str-embed': ['embeddings'] } }, true)).statusCode).toBe(200);
+      expect(
+        (
+          await w.post(
+            '/worker/update_models',
+            { node_url: 'string-node', models: ['str-embed'], capabilities: { 'str-embed': ['embeddings'] } },
+            true,
+          )
+        ).statusCode,
+      ).toBe(200);
       const client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
       const pending = client.embeddings.create({ model: 'str-embed', input: ['a', 'b c'], encoding_format: 'float' });
       const job = (await w.getJob(10))!;
-      const reported = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success', result: { message: '', embeddings: [base64Of(vectorOf('a')), base64Of(vectorOf('b c'))] } });
+      const reported = await w.post('/worker/update_result', {
+        job_id: job.job_id,
+        api_key: job.api_key,
+        model_name: job.model,
+        status: 'success',
+        result: { message: '', embeddings: [base64Of(vectorOf('a')), base64Of(vectorOf('b c'))] },
+      });
       expect(reported.statusCode).toBe(200);
       expect((await pending).data.map((d) => d.embedding)).toEqual([vectorOf('a'), vectorOf('b c')]);
     } finally {
@@ -182,15 +235,29 @@ describe.each(backends)('embeddings under a token quota on $name', (db) => {
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     try {
       const w = await new TestWorker(t.app, 'quota-embed-node', await t.addNode('quota-embed-node')).start([]);
-      expect((await w.post('/worker/update_models', { node_url: 'quota-embed-node', models: ['q-embed'], capabilities: { 'q-embed': ['embeddings'] } }, true)).statusCode).toBe(200);
+      expect(
+        (
+          await w.post(
+            '/worker/update_models',
+            { node_url: 'quota-embed-node', models: ['q-embed'], capabilities: { 'q-embed': ['embeddings'] } },
+            true,
+          )
+        ).statusCode,
+      ).toBe(200);
       const key = await t.addUser('small-quota');
       await setKeyQuota(t.db, 'small-quota', undefined, 50);
       const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
       // Before, it reserved QUOTA_RESERVE_TOKENS (1024), more than the whole quota: 400 max_tokens_over_quota.
       const pending = client.embeddings.create({ model: 'q-embed', input: 'a', encoding_format: 'float' });
       const job = (await w.getJob(10))!;
-      const reported = await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-        result: { message: '', embeddings: [base64Of(vectorOf('a'))] }, usage: { prompt_tokens: 1, completion_tokens: 40 } });
+      const reported = await w.post('/worker/update_result', {
+        job_id: job.job_id,
+        api_key: job.api_key,
+        model_name: job.model,
+        status: 'success',
+        result: { message: '', embeddings: [base64Of(vectorOf('a'))] },
+        usage: { prompt_tokens: 1, completion_tokens: 40 },
+      });
       expect(reported.statusCode).toBe(200);
       expect((await pending).data.map((d) => d.embedding)).toEqual([vectorOf('a')]);
       await t.app.service.usage.settle();
@@ -203,7 +270,7 @@ describe.each(backends)('embeddings under a token quota on $name', (db) => {
 });
 
 describe.each(backends)('an embeddings answer larger than BODY_LIMIT on $name', (db) => {
-  it('fails the job at once as the request\'s own error, 400 answer_too_large, rather than at its deadline', async () => {
+  it("fails the job at once as the request's own error, 400 answer_too_large, rather than at its deadline", async () => {
     // 16 KiB takes the request (2,000 one-letter inputs, about 8 KB) but not its answer (about 56 KB of base64 vectors).
     const t = await startApp(db, { bodyLimit: 16 * 1024, coordinator: { sweepInterval: 0.2 } });
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
@@ -212,7 +279,9 @@ describe.each(backends)('an embeddings answer larger than BODY_LIMIT on $name', 
     const w = await startWorker({ server: url, node: 'big-node', key: await t.addNode('big-node'), backend: 'ollama', backendUrl: fake.url });
     try {
       const client = new OpenAI({ apiKey: await t.addUser('sdk'), baseURL: `${url}/v1`, maxRetries: 0 });
-      const err = await client.embeddings.create({ model: 'big-embed', input: Array.from({ length: 2_000 }, () => 'x'), request_timeout_time: 600 } as never).catch((e: unknown) => e);
+      const err = await client.embeddings
+        .create({ model: 'big-embed', input: Array.from({ length: 2_000 }, () => 'x'), request_timeout_time: 600 } as never)
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(OpenAI.BadRequestError);
       expect(err).toMatchObject({ status: 400, code: 'answer_too_large' });
       expect((err as Error).message).toMatch(/BODY_LIMIT/);

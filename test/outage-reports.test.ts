@@ -41,7 +41,9 @@ describe.runIf(TEST_DATABASE_URL)('reports while the database is briefly unreach
   });
 
   it('a node-key report sent while the connections drop is answered 200 once they come back, and credited once', async () => {
-    expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key, { job_id: 'before-the-loss' }) })).statusCode).toBe(200);
+    expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key, { job_id: 'before-the-loss' }) })).statusCode).toBe(
+      200,
+    );
     gate.shut();
     const during = app.inject({ method: 'POST', url: '/worker/update_result', payload: report(key, { job_id: 'during-the-loss' }) });
     // The server has tried, and been refused, before the database comes back.
@@ -52,9 +54,14 @@ describe.runIf(TEST_DATABASE_URL)('reports while the database is briefly unreach
     expect(res.json()).toEqual({ job_id: 'during-the-loss', status: 'success', points: 1, replayed: false });
   });
 
-  it('a user\'s poll of get_result rides out the loss too, and past the budget is still a 404 (the seed\'s clients end their poll on anything else)', async () => {
+  it("a user's poll of get_result rides out the loss too, and past the budget is still a 404 (the seed's clients end their poll on anything else)", async () => {
     const userKey = (await addApiKey(db, 'user', 'poller')).key;
-    const submitted = await app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: userKey }, payload: { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_output: 8, temperature: 0 } });
+    const submitted = await app.inject({
+      method: 'POST',
+      url: '/submit_job',
+      headers: { api_key: userKey },
+      payload: { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_output: 8, temperature: 0 },
+    });
     expect(submitted.statusCode).toBe(200);
     const jobId = (submitted.json() as { job_id: string }).job_id;
     // Another server on the same database: it knows nothing of the job or the key, so it reads both.

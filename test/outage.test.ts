@@ -15,7 +15,12 @@ describe('rideOutage', () => {
   it('fails at once on an error that is not an outage', async () => {
     let calls = 0;
     const bug = new Error('a bug');
-    await expect(rideOutage(() => { calls++; return Promise.reject(bug); })).rejects.toBe(bug);
+    await expect(
+      rideOutage(() => {
+        calls++;
+        return Promise.reject(bug);
+      }),
+    ).rejects.toBe(bug);
     expect(calls).toBe(1);
   });
 
@@ -26,10 +31,15 @@ describe('rideOutage', () => {
     expect(calls).toBe(3);
   });
 
-  it('gives up with the outage\'s error once the budget is spent', async () => {
+  it("gives up with the outage's error once the budget is spent", async () => {
     let calls = 0;
     const err = unavailable();
-    await expect(rideOutage(() => { calls++; return Promise.reject(err); }, 1_000)).rejects.toBe(err);
+    await expect(
+      rideOutage(() => {
+        calls++;
+        return Promise.reject(err);
+      }, 1_000),
+    ).rejects.toBe(err);
     // The first attempt and at least one retry; backoffs of 100-200, 200-400, 400-800 ms… leave room for a few at most.
     expect(calls).toBeGreaterThanOrEqual(2);
     expect(calls).toBeLessThanOrEqual(5);

@@ -60,7 +60,8 @@ describe.each(backends)('pending polls on $name', (backend) => {
     expect(first).toContain('jobs_own');
     const next = await statementsOf(() => elsewhere.result(jobId));
     expect(next).toEqual([]);
-    await expect.poll(async () => (await elsewhere.result(jobId)).json(), { timeout: 10_000 })
+    await expect
+      .poll(async () => (await elsewhere.result(jobId)).json(), { timeout: 10_000 })
       .toEqual({ detail: 'Job not finished', state: 'queued', position: 1, eta_seconds: null });
     expect(ahead).not.toBe(jobId);
   });
@@ -71,7 +72,11 @@ describe.each(backends)('pending polls on $name', (backend) => {
     expect((await user.result(jobId)).statusCode).toBe(404);
     let heard!: () => void;
     const announced = new Promise<void>((r) => (heard = r));
-    t.app.service.coordinator.use({ apply: (o: Outcome) => { if (o.finished.has(jobId)) heard(); } });
+    t.app.service.coordinator.use({
+      apply: (o: Outcome) => {
+        if (o.finished.has(jobId)) heard();
+      },
+    });
     const job = (await w.getJob())!;
     expect((await w.report(job, 'from far away')).statusCode).toBe(200);
     await announced;
@@ -85,13 +90,19 @@ describe.each(backends)('pending polls on $name', (backend) => {
     const job = (await w.getJob())!;
     expect((await w.report(job, 'from memory')).statusCode).toBe(200);
     let first!: { statusCode: number; json: () => unknown };
-    const ran = await statementsOf(async () => { first = await user.result(jobId); });
+    const ran = await statementsOf(async () => {
+      first = await user.result(jobId);
+    });
     expect(ran).toEqual([]);
     expect(first.statusCode).toBe(200);
     expect(first.json()).toEqual({ status: 'success', job_id: jobId, result: { message: { role: 'assistant', content: 'from memory' } } });
     // Taken once: the next read reads the job, and says the same.
     let again!: { statusCode: number; json: () => unknown };
-    expect(await statementsOf(async () => { again = await user.result(jobId); })).toContain('jobs_own');
+    expect(
+      await statementsOf(async () => {
+        again = await user.result(jobId);
+      }),
+    ).toContain('jobs_own');
     expect(again.json()).toEqual(first.json());
     const metrics = await t.app.metrics.registry.metrics();
     expect(Number(/ins_finished_polls_total\{source="memory"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
@@ -112,8 +123,16 @@ describe.each(backends)('pending polls on $name', (backend) => {
     expect(t.app.service.coordinator.keptAnswers).toBe(kept + 1);
     // Another user's poll of the job is a 404 and leaves the owner's answer where it is.
     expect((await stranger.result(polled)).statusCode).toBe(404);
-    expect(await statementsOf(async () => { expect((await user.result(polled)).statusCode).toBe(200); })).toEqual([]);
-    expect(await statementsOf(async () => { expect((await user.result(unpolled)).statusCode).toBe(200); })).toContain('jobs_own');
+    expect(
+      await statementsOf(async () => {
+        expect((await user.result(polled)).statusCode).toBe(200);
+      }),
+    ).toEqual([]);
+    expect(
+      await statementsOf(async () => {
+        expect((await user.result(unpolled)).statusCode).toBe(200);
+      }),
+    ).toContain('jobs_own');
   });
 
   it('waits (get_result with wait) for a job it knows without reading it, woken with the answer; a job it does not know is read', async () => {
@@ -135,16 +154,20 @@ describe.each(backends)('pending polls on $name', (backend) => {
     // Nothing is kept for a poll: the waiter had the answer.
     expect(t.app.service.coordinator.keptAnswers).toBe(kept);
     // The other server never saw the job: its wait reads it, final already, and answers at once.
-    expect(await statementsOf(async () => {
-      expect((await elsewhere.result(jobId, 30)).json()).toEqual(answer.json());
-    })).toContain('jobs_own');
+    expect(
+      await statementsOf(async () => {
+        expect((await elsewhere.result(jobId, 30)).json()).toEqual(answer.json());
+      }),
+    ).toContain('jobs_own');
   });
 
   it('tells a leased job apart, and kirabot-style polling ends with the result', async () => {
     const w = await new TestWorker(t.app, 'near-node', await t.addNode('near-node')).start(['near-model']);
     const jobId = await user.submit('near-model', 'lease me');
     const job = (await w.getJob())!;
-    await expect.poll(async () => (await user.result(jobId)).json(), { timeout: 10_000 }).toMatchObject({ state: 'leased', position: 0, eta_seconds: 0 });
+    await expect
+      .poll(async () => (await user.result(jobId)).json(), { timeout: 10_000 })
+      .toMatchObject({ state: 'leased', position: 0, eta_seconds: 0 });
     expect((await w.report(job, 'here it is')).statusCode).toBe(200);
     // As the seed's client does: poll until the status is not 404, then read the message.
     let res = await user.result(jobId);

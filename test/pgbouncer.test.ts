@@ -46,7 +46,9 @@ describe.runIf(TEST_DATABASE_URL && PGBOUNCER)('through PgBouncer in transaction
     expect(await d.transaction((tx) => tx.query(SETTINGS))).toEqual([{ timeout: '15s', jit: 'off' }]);
     expect(warnings[0]).toMatch(/unsupported startup parameter: statement_timeout.*DATABASE_POOLER=transaction/);
     // Single statements get the database's defaults: the server says which to set, and how.
-    await expect.poll(() => warnings.find((w) => w.includes('ALTER DATABASE'))).toContain(`ALTER DATABASE "${db.name}" SET statement_timeout = '15000ms'; ALTER DATABASE "${db.name}" SET jit = off;`);
+    await expect
+      .poll(() => warnings.find((w) => w.includes('ALTER DATABASE')))
+      .toContain(`ALTER DATABASE "${db.name}" SET statement_timeout = '15000ms'; ALTER DATABASE "${db.name}" SET jit = off;`);
   });
 
   it('finds it by a prepared statement on the wrong server connection too (startup parameters ignored), and the statement still runs', async () => {
@@ -72,7 +74,7 @@ describe.runIf(TEST_DATABASE_URL && PGBOUNCER)('through PgBouncer in transaction
   it("runs a statement marked plan: 'generic' through it like any other, also when that statement is the one that finds the pooler", async () => {
     const warnings: string[] = [];
     const d = opened(openPostgres({ connectionString: bouncer.url(db.name), directConnectionString: db.url, onWarning: (m) => warnings.push(m) }));
-    const generic = sql('t_generic_through', 'SELECT $1::int + 1 AS n, current_setting(\'plan_cache_mode\') AS mode', { plan: 'generic' });
+    const generic = sql('t_generic_through', "SELECT $1::int + 1 AS n, current_setting('plan_cache_mode') AS mode", { plan: 'generic' });
     expect(await d.query(generic, [1])).toEqual([{ n: 2, mode: 'auto' }]);
     expect(warnings[0]).toMatch(/unsupported startup parameter/);
     expect(await d.query(generic, [2])).toEqual([{ n: 3, mode: 'auto' }]);
@@ -83,7 +85,11 @@ describe.runIf(TEST_DATABASE_URL && PGBOUNCER)('through PgBouncer in transaction
     const heard: string[] = [];
     let live!: () => void;
     const isLive = new Promise<void>((r) => (live = r));
-    const stop = await d.listen('t_channel', (p) => heard.push(p), (l) => l && live());
+    const stop = await d.listen(
+      't_channel',
+      (p) => heard.push(p),
+      (l) => l && live(),
+    );
     await isLive;
     await d.query(sql('t_notify', "SELECT pg_notify('t_channel', $1::text)"), ['hello']);
     await expect.poll(() => heard).toEqual(['hello']);
@@ -92,9 +98,15 @@ describe.runIf(TEST_DATABASE_URL && PGBOUNCER)('through PgBouncer in transaction
 
   it('without a direct connection: never listens (says so), and two servers still hand a job across by their once-a-second recheck', async () => {
     const warnings: string[] = [];
-    const dbs = [0, 1].map(() => opened(openPostgres({ connectionString: bouncer.url(db.name), pooler: 'transaction', max: 5, onWarning: (m) => warnings.push(m) })));
+    const dbs = [0, 1].map(() =>
+      opened(openPostgres({ connectionString: bouncer.url(db.name), pooler: 'transaction', max: 5, onWarning: (m) => warnings.push(m) })),
+    );
     const lives: boolean[] = [];
-    const stop = await dbs[0]!.listen('t_other', () => {}, (l) => lives.push(l));
+    const stop = await dbs[0]!.listen(
+      't_other',
+      () => {},
+      (l) => lives.push(l),
+    );
     expect(lives).not.toContain(true);
     expect(warnings.join('\n')).toMatch(/set DATABASE_DIRECT_URL/);
     await stop();

@@ -22,14 +22,16 @@ async function sharedBuffers(db: Database): Promise<string> {
   }
 }
 
-describe('the embedded database\'s shared buffers', () => {
-  it('are PostgreSQL\'s default for a server, 16 MB for a brief command, and the data is the same', async () => {
+describe("the embedded database's shared buffers", () => {
+  it("are PostgreSQL's default for a server, 16 MB for a brief command, and the data is the same", async () => {
     const config = loadConfig({ DATA_DIR: path.join(dir, 'data') });
     const brief = await openDatabase(config, 'ins node add', { brief: true });
     await brief.query(sql('t_add_model', "INSERT INTO models (name, points_per_job) VALUES ('m', 2)"));
     expect(await sharedBuffers(brief)).toBe('16MB');
     const server = await openDatabase(config, 'server');
-    const [model] = await server.query<{ points_per_job: number }>(sql('t_model', "SELECT points_per_job::float8 AS points_per_job FROM models WHERE name = 'm'"));
+    const [model] = await server.query<{ points_per_job: number }>(
+      sql('t_model', "SELECT points_per_job::float8 AS points_per_job FROM models WHERE name = 'm'"),
+    );
     expect(model?.points_per_job).toBe(2);
     expect(await sharedBuffers(server)).toBe('128MB');
   }, 60_000);
@@ -39,7 +41,14 @@ describe('the embedded database\'s shared buffers', () => {
   }, 60_000);
 
   it('brief are the commands people type and wait for, not the long ones', () => {
-    for (const argv of [['node', 'add', 'a'], ['key', 'add-user', 'x'], ['model', 'list'], ['job', 'list']]) expect(isBrief(argv), argv.join(' ')).toBe(true);
-    for (const argv of [['serve'], ['migrate'], ['import', 'results', 'f.csv'], ['ledger', 'export'], ['verify', 'calibrate'], ['worker'], []]) expect(isBrief(argv), argv.join(' ')).toBe(false);
+    for (const argv of [
+      ['node', 'add', 'a'],
+      ['key', 'add-user', 'x'],
+      ['model', 'list'],
+      ['job', 'list'],
+    ])
+      expect(isBrief(argv), argv.join(' ')).toBe(true);
+    for (const argv of [['serve'], ['migrate'], ['import', 'results', 'f.csv'], ['ledger', 'export'], ['verify', 'calibrate'], ['worker'], []])
+      expect(isBrief(argv), argv.join(' ')).toBe(false);
   });
 });

@@ -22,9 +22,12 @@ describe('in-memory test databases, reused', () => {
     expect(fresh.migrations).toBeGreaterThan(0);
     expect(fresh.nodes).toEqual([]);
     for (const name of ['a', 'b']) expect(await runCommand(first, ['node', 'add', name], bufferIo())).toBe(0);
-    await q(first, "UPDATE points_history SET version = version + 1");
+    await q(first, 'UPDATE points_history SET version = version + 1');
     await first.exec("SET statement_timeout = '1s'");
-    expect((await state(first)).nodes).toEqual([{ id: 1, name: 'a' }, { id: 2, name: 'b' }]);
+    expect((await state(first)).nodes).toEqual([
+      { id: 1, name: 'a' },
+      { id: 2, name: 'b' },
+    ]);
     await first.close();
     // The old handle is closed, as a database closed for real.
     await expect(first.query(sql('', 'SELECT 1'))).rejects.toThrow('PGlite is closed');

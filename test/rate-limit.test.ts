@@ -77,15 +77,33 @@ describe('rate limits', () => {
     // The honest nodes behind the same address (a host with several, a NAT) are served: the seed's
     // worker stops for hours on a 429 from update_result, register_node or update_models.
     expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(good) })).statusCode).toBe(200);
-    expect((await app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: good }, payload: { node_name: 'good', last_days: 1 } })).statusCode).toBe(200);
+    expect(
+      (await app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: good }, payload: { node_name: 'good', last_days: 1 } }))
+        .statusCode,
+    ).toBe(200);
     expect((await app.inject({ method: 'POST', url: '/check_node_secret', payload: { node_id: 'other', secret: other } })).statusCode).toBe(200);
-    const registered = await app.inject({ method: 'POST', url: '/worker/register_node', payload: { node_url: 'other', node_version: 'x', stats: {} } });
+    const registered = await app.inject({
+      method: 'POST',
+      url: '/worker/register_node',
+      payload: { node_url: 'other', node_version: 'x', stats: {} },
+    });
     expect(registered.statusCode).toBe(200);
     const token = registered.json<{ access_token: string }>().access_token;
-    expect((await app.inject({ method: 'POST', url: '/worker/update_models', headers: { authorization: `Bearer ${token}` }, payload: { node_url: 'other', models: ['m'] } })).statusCode).toBe(200);
+    expect(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/worker/update_models',
+          headers: { authorization: `Bearer ${token}` },
+          payload: { node_url: 'other', models: ['m'] },
+        })
+      ).statusCode,
+    ).toBe(200);
     expect((await app.inject({ url: '/worker/get_job?node_version=x', headers: { authorization: `Bearer ${token}` } })).statusCode).toBe(200);
     // Another address has its own budget.
-    expect((await app.inject({ method: 'POST', url: '/worker/update_result', payload: report('nk_guess'), remoteAddress: '10.0.0.9' })).statusCode).toBe(401);
+    expect(
+      (await app.inject({ method: 'POST', url: '/worker/update_result', payload: report('nk_guess'), remoteAddress: '10.0.0.9' })).statusCode,
+    ).toBe(401);
   });
 
   it('with the defaults, never throttle a worker that reports far more often than every few seconds', async () => {
@@ -98,7 +116,7 @@ describe('rate limits', () => {
     }
   });
 
-  it('name OpenAI\'s headers, all three from one limiter: the one with the fewest calls left', async () => {
+  it("name OpenAI's headers, all three from one limiter: the one with the fewest calls left", async () => {
     const { app, db } = await start({ perIp: 10, completionsPerUser: 3, reportsPerKey: 50 });
     const user = (await addApiKey(db, 'user', 'u')).key;
     const node = (await createNode(db, 'n')).key;
@@ -109,7 +127,13 @@ describe('rate limits', () => {
     // Only the per-address limiter applies.
     expect(limitOf(await app.inject({ url: '/v1/models' }))).toEqual(['10', '9', expect.stringMatching(/^(\d+s|1m0s)$/)]);
     // The per-key completions limiter has fewer left than the per-address one: its numbers, not a mix.
-    const complete = () => app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${user}` }, payload: { model: 'none', messages: [{ role: 'user', content: 'hi' }] } });
+    const complete = () =>
+      app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        headers: { authorization: `Bearer ${user}` },
+        payload: { model: 'none', messages: [{ role: 'user', content: 'hi' }] },
+      });
     expect(limitOf(await complete())).toEqual(['3', '2', expect.any(String)]);
     expect(limitOf(await complete())).toEqual(['3', '1', expect.any(String)]);
     expect(limitOf(await complete())).toEqual(['3', '0', expect.any(String)]);
@@ -118,18 +142,32 @@ describe('rate limits', () => {
     expect(refused.json().error.code).toBe('rate_limit_exceeded');
     expect(limitOf(refused)).toEqual(['3', '0', expect.any(String)]);
     // Reports: 50 per key, but the address has fewer left (10 - 5 used): the address's numbers.
-    expect(limitOf(await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(node) }))).toEqual(['10', '4', expect.any(String)]);
+    expect(limitOf(await app.inject({ method: 'POST', url: '/worker/update_result', payload: report(node) }))).toEqual([
+      '10',
+      '4',
+      expect.any(String),
+    ]);
     // Probes are not limited and say nothing.
     expect(limitOf(await app.inject({ url: '/healthz' }))).toEqual([undefined, undefined, undefined]);
   });
 
   it('write the reset as OpenAI does', () => {
-    expect([resetDuration(250), resetDuration(1000), resetDuration(12_300), resetDuration(60_000), resetDuration(61_000)]).toEqual(['250ms', '1s', '13s', '1m0s', '1m1s']);
+    expect([resetDuration(250), resetDuration(1000), resetDuration(12_300), resetDuration(60_000), resetDuration(61_000)]).toEqual([
+      '250ms',
+      '1s',
+      '13s',
+      '1m0s',
+      '1m1s',
+    ]);
   });
 
   it('are configured from the environment', () => {
     expect(loadConfig({}).rateLimits).toEqual(DEFAULT_RATE_LIMITS);
-    expect(loadConfig({ RATE_LIMIT_PER_IP: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '5' }).rateLimits).toEqual({ ...DEFAULT_RATE_LIMITS, perIp: 0, authFailuresPerIp: 5 });
+    expect(loadConfig({ RATE_LIMIT_PER_IP: '0', RATE_LIMIT_AUTH_FAILURES_PER_IP: '5' }).rateLimits).toEqual({
+      ...DEFAULT_RATE_LIMITS,
+      perIp: 0,
+      authFailuresPerIp: 5,
+    });
     expect(() => loadConfig({ RATE_LIMIT_REPORTS_PER_KEY: 'many' })).toThrow(/RATE_LIMIT_REPORTS_PER_KEY/);
   });
 });

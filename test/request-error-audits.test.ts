@@ -46,8 +46,12 @@ describe.each(backends)('request-error audits on $name', (backend) => {
   });
 
   const q = <R>(name: string, text: string, values: unknown[] = []) => t.db.query<R>(sql(name, text), values);
-  const strikes = async (node: string) => (await q<{ kind: string; evidence: Record<string, unknown> }>(`t_strikes_${node}`,
-    'SELECT s.kind, s.evidence FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1 ORDER BY s.id', [node]));
+  const strikes = async (node: string) =>
+    await q<{ kind: string; evidence: Record<string, unknown> }>(
+      `t_strikes_${node}`,
+      'SELECT s.kind, s.evidence FROM node_strikes s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1 ORDER BY s.id',
+      [node],
+    );
   /** Submits a job and waits for its end: its get_result body. */
   const run = async (model: string, content: string) => {
     const id = await user.submit(model, content);
@@ -55,11 +59,17 @@ describe.each(backends)('request-error audits on $name', (backend) => {
     await until(`job ${id} to end`, async () => ['success', 'failed'].includes((body = (await user.result(id)).json()).status), 20_000);
     return { id, ...body };
   };
-  const copyOf = async (id: string) => (await q<{ state: string; node: string | null; exclude: string[] }>('t_copy',
-    `SELECT c.state, n.name AS node, ARRAY(SELECT x.name FROM nodes x WHERE x.id = ANY(c.exclude_nodes)) AS exclude
-     FROM jobs c LEFT JOIN nodes n ON n.id = c.node_id WHERE c.verify_of = $1::uuid`, [id]))[0];
+  const copyOf = async (id: string) =>
+    (
+      await q<{ state: string; node: string | null; exclude: string[] }>(
+        't_copy',
+        `SELECT c.state, n.name AS node, ARRAY(SELECT x.name FROM nodes x WHERE x.id = ANY(c.exclude_nodes)) AS exclude
+     FROM jobs c LEFT JOIN nodes n ON n.id = c.node_id WHERE c.verify_of = $1::uuid`,
+        [id],
+      )
+    )[0];
 
-  it('a node that claims request errors for jobs another node answers gets a false_request_error strike; the user\'s job stays failed', async () => {
+  it("a node that claims request errors for jobs another node answers gets a false_request_error strike; the user's job stays failed", async () => {
     // Jobs go to whichever node polls first: submit until one lands on the claimer.
     let claimed: { id: string; status: string; detail?: string } | undefined;
     for (let i = 0; i < 30 && !claimed; i++) {
@@ -70,7 +80,7 @@ describe.each(backends)('request-error audits on $name', (backend) => {
     expect(claimed, 'a job landed on the claimer').toBeDefined();
     expect(claimed!.detail).toMatch(/^The request is longer than the context of the node that took it/);
     // The claim is copied to the other node, which answers it: the claimer is struck.
-    await until('the claim\'s copy to be answered', async () => (await copyOf(claimed!.id))?.state === 'done');
+    await until("the claim's copy to be answered", async () => (await copyOf(claimed!.id))?.state === 'done');
     expect(await copyOf(claimed!.id)).toEqual({ state: 'done', node: 'answerer', exclude: ['claimer'] });
     await expect.poll(async () => (await strikes('claimer')).map((s) => s.kind), { timeout: 10_000 }).toContain('false_request_error');
     const [strike] = await strikes('claimer');
@@ -83,7 +93,11 @@ describe.each(backends)('request-error audits on $name', (backend) => {
   it('a request error of a node that declared no context is not audited: no copy, no strike (it may be honest)', async () => {
     const r = await run('small-model', 'one two three four five six seven');
     expect(r).toMatchObject({ status: 'failed', detail: expect.stringMatching(/^The request is longer than the context of the node that took it/) });
-    const [lease] = await q<{ node: string; outcome: string }>('t_lease', 'SELECT n.name AS node, l.outcome FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE l.job_id = $1::uuid', [r.id]);
+    const [lease] = await q<{ node: string; outcome: string }>(
+      't_lease',
+      'SELECT n.name AS node, l.outcome FROM job_leases l JOIN nodes n ON n.id = l.node_id WHERE l.job_id = $1::uuid',
+      [r.id],
+    );
     expect(lease!.outcome).toBe('request_error');
     // Before issue 53, the claim was copied to the other node (which refused it too). A claim its
     // node's declaration did not cover is not audited: a copy could only strike an honest node.

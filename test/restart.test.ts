@@ -7,7 +7,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 import { CLEAN_EXIT, runCli, startServerProcess, stopped } from './helpers/process.js';
 
-interface Target { name: string; env: () => Promise<Record<string, string>>; cleanup: () => Promise<void> }
+interface Target {
+  name: string;
+  env: () => Promise<Record<string, string>>;
+  cleanup: () => Promise<void>;
+}
 
 const dirs: string[] = [];
 const drops: (() => Promise<void>)[] = [];
@@ -21,17 +25,23 @@ const targets: Target[] = [
     },
     cleanup: async () => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })),
   },
-  ...(TEST_DATABASE_URL ? [{
-    name: 'PostgreSQL',
-    env: async () => {
-      const { url, drop } = await createPostgresDatabase();
-      drops.push(drop);
-      // As an operator does: only `ins migrate` and `ins serve` migrate a PostgreSQL database.
-      expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
-      return { DATABASE_URL: url };
-    },
-    cleanup: async () => { for (const d of drops) await d(); },
-  }] : []),
+  ...(TEST_DATABASE_URL
+    ? [
+        {
+          name: 'PostgreSQL',
+          env: async () => {
+            const { url, drop } = await createPostgresDatabase();
+            drops.push(drop);
+            // As an operator does: only `ins migrate` and `ins serve` migrate a PostgreSQL database.
+            expect((await runCli(['migrate'], { DATABASE_URL: url })).code).toBe(0);
+            return { DATABASE_URL: url };
+          },
+          cleanup: async () => {
+            for (const d of drops) await d();
+          },
+        },
+      ]
+    : []),
 ];
 
 describe.each(targets)('SIGKILL and restart on $name', (target) => {

@@ -5,7 +5,13 @@
 import { describe, expect, it } from 'vitest';
 import { ResultWatch } from '../src/jobs/watch.js';
 
-const watch = () => new ResultWatch(async () => [], (err) => { throw err; });
+const watch = () =>
+  new ResultWatch(
+    async () => [],
+    (err) => {
+      throw err;
+    },
+  );
 /** Settles after the pending I/O callbacks: whatever was going to end at once has ended by then. */
 const stillWaiting = () => new Promise<'still waiting'>((resolve) => setImmediate(() => resolve('still waiting')));
 

@@ -42,7 +42,8 @@ describe.each(backends)('retention on $name', (backend) => {
   afterEach(async () => t?.close());
 
   const q = <T>(name: string, text: string, values: unknown[] = []) => t.db.query<T>(sql(name, text), values);
-  const totals = async () => (await t.app.inject({ url: '/total_job_count' })).json() as { total_job_count: number; by_state: Record<string, number> };
+  const totals = async () =>
+    (await t.app.inject({ url: '/total_job_count' })).json() as { total_job_count: number; by_state: Record<string, number> };
   const counted = async () => {
     const rows = await q<{ state: string; n: number }>('t_counted', 'SELECT state, count(*)::int AS n FROM jobs GROUP BY state');
     const byState: Record<string, number> = { queued: 0, leased: 0, done: 0, failed: 0, expired: 0, canceled: 0 };
@@ -63,7 +64,13 @@ describe.each(backends)('retention on $name', (backend) => {
       expect((await worker.report(job)).json()).toMatchObject({ points: 1, replayed: false });
       jobs.push(job);
     }
-    const seed = { job_id: 'seed-1', api_key: nodeKey, model_name: MODEL, result: { message: 'hello', b: [1, 2], a: { z: 1, y: 'é' } }, status: 'success' };
+    const seed = {
+      job_id: 'seed-1',
+      api_key: nodeKey,
+      model_name: MODEL,
+      result: { message: 'hello', b: [1, 2], a: { z: 1, y: 'é' } },
+      status: 'success',
+    };
     expect((await worker.post('/worker/update_result', seed)).json()).toMatchObject({ points: 1, replayed: false });
     const canceled = await user.submit(MODEL, 'canceled');
     expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${canceled}`, headers: { api_key: user.key } })).statusCode).toBe(200);
@@ -73,7 +80,9 @@ describe.each(backends)('retention on $name', (backend) => {
   }
 
   const looks = async (nodeKey: string, token: string) => ({
-    daily: (await t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: nodeKey }, payload: { node_name: 'alpha', last_days: 5 } })).json() as unknown,
+    daily: (
+      await t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: nodeKey }, payload: { node_name: 'alpha', last_days: 5 } })
+    ).json() as unknown,
     roster: (await t.app.inject({ url: `/unique_nodes?model_name=${encodeURIComponent(MODEL)}&start_date=2020-01-01` })).json() as unknown,
     points: (await t.app.inject({ url: '/get_points?node_name=alpha', headers: { authorization: `Bearer ${token}` } })).json() as unknown,
     totals: await totals(),
@@ -84,41 +93,112 @@ describe.each(backends)('retention on $name', (backend) => {
     // Before: the old job key's replay is a replay (its lease is still there).
     expect((await worker.report(jobs[0]!)).json()).toMatchObject({ replayed: true, points: 0 });
     const before = await looks(nodeKey, worker.token);
-    expect(before.daily).toEqual([{ date: day(4), points: 0 }, { date: day(3), points: 4 }, { date: day(2), points: 0 }, { date: day(1), points: 0 }, { date: day(0), points: 0 }]);
+    expect(before.daily).toEqual([
+      { date: day(4), points: 0 },
+      { date: day(3), points: 4 },
+      { date: day(2), points: 0 },
+      { date: day(1), points: 0 },
+      { date: day(0), points: 0 },
+    ]);
     expect(before.roster).toMatchObject({ count: 1, nodes: ['alpha'] });
     expect(before.totals).toEqual({ total_job_count: 5, by_state: { queued: 1, leased: 0, done: 3, failed: 0, expired: 0, canceled: 1 } });
     expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
 
     // Canary references (a job's request and answer each) go by the jobs' bound: one kept as old as the jobs, one today.
-    for (const [job, days] of [[jobs[0]!, 3], [jobs[1]!, 0]] as const) {
-      await q('t_canary', `INSERT INTO canaries (job_id, model_id, request, answer, vouched, seen, at)
-        SELECT $1::uuid, model_id, request, 'an answer', '{}', '{}', now() - make_interval(days => $2::int) FROM jobs WHERE id = $1::uuid`, [job.job_id, days]);
+    for (const [job, days] of [
+      [jobs[0]!, 3],
+      [jobs[1]!, 0],
+    ] as const) {
+      await q(
+        't_canary',
+        `INSERT INTO canaries (job_id, model_id, request, answer, vouched, seen, at)
+        SELECT $1::uuid, model_id, request, 'an answer', '{}', '{}', now() - make_interval(days => $2::int) FROM jobs WHERE id = $1::uuid`,
+        [job.job_id, days],
+      );
     }
     // The ledger has closed nothing yet: retention waits for it, whatever the rows' age.
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({
+      jobs: 0,
+      leases: 0,
+      results: 0,
+      usage: 0,
+      lanes: 0,
+      sessions: 0,
+      tokenChecks: 0,
+      canaries: 0,
+      busy: false,
+    });
     expect((await t.app.ledger.closer.closeDue())!.closed).toEqual([day(3), day(2)]);
 
     // A window longer than the history's age prunes nothing either.
-    const events = { pruned: () => {}, error: (err: unknown) => { throw err; } };
-    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false });
+    const events = {
+      pruned: () => {},
+      error: (err: unknown) => {
+        throw err;
+      },
+    };
+    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({
+      jobs: 0,
+      leases: 0,
+      results: 0,
+      usage: 0,
+      lanes: 0,
+      sessions: 0,
+      tokenChecks: 0,
+      canaries: 0,
+      busy: false,
+    });
 
     // Past both: in batches of two, the finished jobs go with their leases; the bodies become hashes.
     // The embedded database has no autovacuum nor checkpointer: retention vacuums and checkpoints after deleting.
     const statements: string[] = [];
-    const unobserve = t.db.observeStatements((name) => { statements.push(name); });
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 4, leases: 3, results: 4, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 1, busy: false });
+    const unobserve = t.db.observeStatements((name) => {
+      statements.push(name);
+    });
+    expect(await t.app.service.retention.prune()).toEqual({
+      jobs: 4,
+      leases: 3,
+      results: 4,
+      usage: 0,
+      lanes: 0,
+      sessions: 0,
+      tokenChecks: 0,
+      canaries: 1,
+      busy: false,
+    });
     unobserve();
     expect(statements.filter((n) => n.startsWith('retention_'))).toEqual([
-      'retention_prune_results', 'retention_prune_results', 'retention_prune_results', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_jobs', 'retention_prune_canaries',
-      'retention_prune_usage', 'retention_prune_lanes', 'retention_prune_sessions', 'retention_prune_token_checks',
+      'retention_prune_results',
+      'retention_prune_results',
+      'retention_prune_results',
+      'retention_prune_jobs',
+      'retention_prune_jobs',
+      'retention_prune_jobs',
+      'retention_prune_canaries',
+      'retention_prune_usage',
+      'retention_prune_lanes',
+      'retention_prune_sessions',
+      'retention_prune_token_checks',
       ...(backend.name === 'pglite' ? ['retention_vacuum', 'retention_checkpoint'] : []),
     ]);
-    expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false });
+    expect(await t.app.service.retention.prune()).toEqual({
+      jobs: 0,
+      leases: 0,
+      results: 0,
+      usage: 0,
+      lanes: 0,
+      sessions: 0,
+      tokenChecks: 0,
+      canaries: 0,
+      busy: false,
+    });
     expect(await q('t_jobs_left', 'SELECT id::text, state FROM jobs')).toEqual([{ id: open, state: 'queued' }]);
     expect(await q('t_canaries_left', 'SELECT job_id::text FROM canaries')).toEqual([{ job_id: jobs[1]!.job_id }]);
     expect(await q('t_leases_left', 'SELECT count(*)::int AS n FROM job_leases')).toEqual([{ n: 0 }]);
-    const kept = await q<{ job_id: string; result: unknown; hashed: boolean; points: number }>('t_results_left',
-      'SELECT job_id, result, length(result_hash) = 32 AS hashed, points::float8 AS points FROM job_results ORDER BY job_id');
+    const kept = await q<{ job_id: string; result: unknown; hashed: boolean; points: number }>(
+      't_results_left',
+      'SELECT job_id, result, length(result_hash) = 32 AS hashed, points::float8 AS points FROM job_results ORDER BY job_id',
+    );
     expect(kept).toHaveLength(4);
     for (const r of kept) expect(r).toMatchObject({ result: null, hashed: true, points: 1 });
     expect((await user.result(jobs[0]!.job_id)).statusCode).toBe(404);
@@ -132,7 +212,12 @@ describe.each(backends)('retention on $name', (backend) => {
     // Replays of old reports: never a second credit.
     // The seed wire, same report (keys in another order): a replay; another result or node: 409.
     const reordered = { ...seed, result: { a: { y: 'é', z: 1 }, b: [1, 2], message: 'hello' } };
-    expect((await worker.post('/worker/update_result', reordered)).json()).toEqual({ job_id: 'seed-1', status: 'success', points: 0, replayed: true });
+    expect((await worker.post('/worker/update_result', reordered)).json()).toEqual({
+      job_id: 'seed-1',
+      status: 'success',
+      points: 0,
+      replayed: true,
+    });
     expect((await worker.post('/worker/update_result', { ...seed, result: { message: 'other' } })).statusCode).toBe(409);
     expect((await worker.post('/worker/update_result', { ...seed, status: 'error' })).statusCode).toBe(409);
     const otherKey = await t.addNode('beta');
@@ -142,7 +227,13 @@ describe.each(backends)('retention on $name', (backend) => {
     expect(old.statusCode).toBe(400);
     expect(old.json()).toEqual({ detail: 'Unknown job key' });
     // The dispatched job's id with the node key: its credit is found, the same answer is a replay.
-    const byNodeKey = { job_id: jobs[1]!.job_id, api_key: nodeKey, model_name: MODEL, result: { message: { role: 'assistant', content: `answer to ${jobs[1]!.job_id}` } }, status: 'success' };
+    const byNodeKey = {
+      job_id: jobs[1]!.job_id,
+      api_key: nodeKey,
+      model_name: MODEL,
+      result: { message: { role: 'assistant', content: `answer to ${jobs[1]!.job_id}` } },
+      status: 'success',
+    };
     expect((await worker.post('/worker/update_result', byNodeKey)).json()).toMatchObject({ points: 0, replayed: true });
     expect((await worker.post('/worker/update_result', { ...byNodeKey, result: { message: 'forged' } })).statusCode).toBe(409);
     expect((await worker.post('/worker/update_result', { ...byNodeKey, api_key: otherKey })).statusCode).toBe(409);
@@ -163,7 +254,11 @@ describe.each(backends)('retention on $name', (backend) => {
     const epochAgo = (days: number) => Date.now() / 1000 - days * DAY;
     // Usage: 20 and 10 days ago (past the 8 days any job lives), 3 days ago (not), today's (from start()).
     for (const ago of [20, 10, 3]) {
-      await q('t_usage', 'INSERT INTO key_usage (key_id, day, model_id, jobs, tokens) VALUES ($1::bigint, $2::date, 0, 5, 50), ($1::bigint, $2::date, $3::int, 5, 50)', [keyId, day(ago), modelId]);
+      await q(
+        't_usage',
+        'INSERT INTO key_usage (key_id, day, model_id, jobs, tokens) VALUES ($1::bigint, $2::date, 0, 5, 50), ($1::bigint, $2::date, $3::int, 5, 50)',
+        [keyId, day(ago), modelId],
+      );
     }
     // The still-queued job counts on the day 10 days ago (submitted then): that day and later stay.
     await q('t_open_day', 'UPDATE jobs SET usage_day = $2::date WHERE id = $1::uuid', [open, day(10)]);
@@ -171,32 +266,57 @@ describe.each(backends)('retention on $name', (backend) => {
     // one as old but not a step behind its model's queue, whose oldest job has an even older key (stays);
     // the user's own, recent (stays).
     await q('t_open_key', 'UPDATE jobs SET fair_key = $2::float8 WHERE id = $1::uuid', [open, epochAgo(10) - 0.5]);
-    await q('t_lanes', 'INSERT INTO fair_lanes (owner_key_id, model_id, last_key) VALUES ($1::bigint, $3::int, $4::float8), ($2::bigint, $5::int, $4::float8)', [keyId, other, oldModel, epochAgo(10), modelId]);
+    await q(
+      't_lanes',
+      'INSERT INTO fair_lanes (owner_key_id, model_id, last_key) VALUES ($1::bigint, $3::int, $4::float8), ($2::bigint, $5::int, $4::float8)',
+      [keyId, other, oldModel, epochAgo(10), modelId],
+    );
     // Sessions: alpha's live one, an ended one 20 days old and a crashed one 10 days old (go); beta's
     // only session, crashed 30 days ago (stays: it is beta's "last seen").
     await t.addNode('beta');
-    const session = (node: string, ago: number, ended: boolean) => q('t_session', `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, started_at, last_seen_at, ended_at)
+    const session = (node: string, ago: number, ended: boolean) =>
+      q(
+        't_session',
+        `INSERT INTO node_sessions (node_id, token_hash, node_key_hash, started_at, last_seen_at, ended_at)
       SELECT n.id, md5(random()::text) || md5(random()::text), n.key_hash, now() - make_interval(days => $2::int + 1), now() - make_interval(days => $2::int),
-        CASE WHEN $3::boolean THEN now() - make_interval(days => $2::int) END FROM nodes n WHERE n.name = $1::text`, [node, ago, ended]);
+        CASE WHEN $3::boolean THEN now() - make_interval(days => $2::int) END FROM nodes n WHERE n.name = $1::text`,
+        [node, ago, ended],
+      );
     await session('alpha', 20, true);
     await session('alpha', 10, false);
     await session('beta', 30, false);
-    const usageDays = async () => (await q<{ day: string }>('t_usage_days', "SELECT DISTINCT to_char(day, 'YYYY-MM-DD') AS day FROM key_usage ORDER BY 1")).map((r) => r.day);
-    const lanes = async () => (await q<{ model_id: number }>('t_lanes_left', 'SELECT model_id FROM fair_lanes ORDER BY model_id, owner_key_id')).map((r) => r.model_id);
-    const sessions = async () => q<{ name: string; ended: boolean }>('t_sessions_left', 'SELECT n.name, s.ended_at IS NOT NULL AS ended FROM node_sessions s JOIN nodes n ON n.id = s.node_id ORDER BY s.last_seen_at DESC');
+    const usageDays = async () =>
+      (await q<{ day: string }>('t_usage_days', "SELECT DISTINCT to_char(day, 'YYYY-MM-DD') AS day FROM key_usage ORDER BY 1")).map((r) => r.day);
+    const lanes = async () =>
+      (await q<{ model_id: number }>('t_lanes_left', 'SELECT model_id FROM fair_lanes ORDER BY model_id, owner_key_id')).map((r) => r.model_id);
+    const sessions = async () =>
+      q<{ name: string; ended: boolean }>(
+        't_sessions_left',
+        'SELECT n.name, s.ended_at IS NOT NULL AS ended FROM node_sessions s JOIN nodes n ON n.id = s.node_id ORDER BY s.last_seen_at DESC',
+      );
 
     // Token-level check records: one judged 10 days ago (goes), one 3 days ago (stays).
     for (const ago of [10, 3]) {
-      await q('t_token_check', `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, at)
-        SELECT gen_random_uuid(), gen_random_uuid(), n.id, $2::int, n.id, 'prefill', 32, 0.9, 0, 0, 0, now() - make_interval(days => $1::int) FROM nodes n WHERE n.name = 'alpha'`, [ago, modelId]);
+      await q(
+        't_token_check',
+        `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, at)
+        SELECT gen_random_uuid(), gen_random_uuid(), n.id, $2::int, n.id, 'prefill', 32, 0.9, 0, 0, 0, now() - make_interval(days => $1::int) FROM nodes n WHERE n.name = 'alpha'`,
+        [ago, modelId],
+      );
     }
-    const tokenChecks = async () => (await q<{ days: number }>('t_token_checks_left', 'SELECT round(extract(epoch FROM now() - at) / 86400)::int AS days FROM token_checks')).map((r) => r.days);
+    const tokenChecks = async () =>
+      (await q<{ days: number }>('t_token_checks_left', 'SELECT round(extract(epoch FROM now() - at) / 86400)::int AS days FROM token_checks')).map(
+        (r) => r.days,
+      );
 
     expect(await t.app.service.retention.prune()).toMatchObject({ usage: 2, lanes: 1, sessions: 2, tokenChecks: 1, busy: false });
     expect(await tokenChecks()).toEqual([3]);
     expect(await usageDays()).toEqual([day(10), day(3), day(0)]);
     expect(await lanes()).toEqual([modelId, modelId]);
-    expect(await sessions()).toEqual([{ name: 'alpha', ended: false }, { name: 'beta', ended: false }]);
+    expect(await sessions()).toEqual([
+      { name: 'alpha', ended: false },
+      { name: 'beta', ended: false },
+    ]);
     // The live worker goes on; the user's quota counters of today are as they were.
     expect((await worker.getJobRaw()).statusCode).toBe(200);
     expect((await t.app.inject({ url: '/usage', headers: { api_key: user.key } })).json()).toMatchObject({ day: day(0), used: { jobs: 5 } });
@@ -216,7 +336,16 @@ describe.each(backends)('retention on $name', (backend) => {
   it('does nothing with a window of 0 (keep all)', async () => {
     await start();
     await t.app.ledger.closer.closeDue();
-    const off = new Retention(t.db, { window: 0 }, { pruned: () => {}, error: (err) => { throw err; } });
+    const off = new Retention(
+      t.db,
+      { window: 0 },
+      {
+        pruned: () => {},
+        error: (err) => {
+          throw err;
+        },
+      },
+    );
     expect(off.enabled).toBe(false);
     expect(await off.prune()).toBeUndefined();
     expect(await q('t_all_jobs', 'SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 5 }]);
@@ -227,7 +356,17 @@ describe.each(backends)('retention on $name', (backend) => {
     await t.app.ledger.closer.closeDue();
     await t.db.transaction(async (tx) => {
       await tx.query(sql('t_hold_lock', `SELECT pg_advisory_xact_lock(${RETENTION_LOCK})`));
-      expect(await t.app.service.retention.prune()).toEqual({ jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: true });
+      expect(await t.app.service.retention.prune()).toEqual({
+        jobs: 0,
+        leases: 0,
+        results: 0,
+        usage: 0,
+        lanes: 0,
+        sessions: 0,
+        tokenChecks: 0,
+        canaries: 0,
+        busy: true,
+      });
     });
     expect(await t.app.service.retention.prune()).toMatchObject({ jobs: 4, results: 4, busy: false });
   });

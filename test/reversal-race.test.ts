@@ -20,11 +20,18 @@ const backend = backends.find((b) => b.name !== 'pglite');
 
 describe.runIf(backend)(`a reversal beside a credit of the same node on ${backend?.name}`, () => {
   let db: Database | undefined;
-  afterEach(async () => { await db?.close(); db = undefined; });
+  afterEach(async () => {
+    await db?.close();
+    db = undefined;
+  });
 
   it.each([
     { what: 'a strike of its only success of the day', which: () => ({ jobIds: ['j1'] }), left: { points: 1.5, successes: 1 } },
-    { what: 'a suspension of its evidence window', which: (nodeId: number) => ({ nodes: [{ nodeId, seconds: 3600 }] }), left: { points: 0, successes: 0 } },
+    {
+      what: 'a suspension of its evidence window',
+      which: (nodeId: number) => ({ nodes: [{ nodeId, seconds: 3600 }] }),
+      left: { points: 0, successes: 0 },
+    },
   ])('$what: the aggregates equal their recomputation', async ({ which, left }) => {
     db = await backend!.open();
     const q = <T>(name: string, text: string, values: unknown[] = []) => db!.query<T>(sql(name, text), values);
@@ -36,9 +43,13 @@ describe.runIf(backend)(`a reversal beside a credit of the same node on ${backen
 
     // A report of the same node, credited in a transaction left open until the reversal waits on it.
     let release!: () => void;
-    const released = new Promise<void>((r) => { release = r; });
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
     let credited!: () => void;
-    const inCredit = new Promise<void>((r) => { credited = r; });
+    const inCredit = new Promise<void>((r) => {
+      credited = r;
+    });
     const credit = db.transaction(async (tx) => {
       await tx.query(CREDIT_REPORTS, [['j2'], [nodeId], [model!.id], ['success'], [{ message: 'y' }], 1.5, null, false]);
       credited();
@@ -46,16 +57,27 @@ describe.runIf(backend)(`a reversal beside a credit of the same node on ${backen
     });
     await inCredit;
     const reversal = db.transaction((tx) => reverse(tx, which(nodeId), 'strike'));
-    await until('the reversal to wait on the credit\'s rows', async () => (await q<{ n: number }>('t_rr_waiting',
-      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`))[0]!.n > 0);
+    await until(
+      "the reversal to wait on the credit's rows",
+      async () =>
+        (
+          await q<{ n: number }>(
+            't_rr_waiting',
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+          )
+        )[0]!.n > 0,
+    );
     release();
     await credit;
     await reversal;
 
     const { stored, recomputed } = await aggregatesAndRecomputation(db);
     expect(stored).toEqual(recomputed);
-    const [daily] = await q<{ points: number; successes: number }>('t_rr_daily',
-      'SELECT coalesce(sum(points), 0)::float8 AS points, coalesce(sum(successes), 0)::int AS successes FROM node_daily_points WHERE node_id = $1::bigint', [nodeId]);
+    const [daily] = await q<{ points: number; successes: number }>(
+      't_rr_daily',
+      'SELECT coalesce(sum(points), 0)::float8 AS points, coalesce(sum(successes), 0)::int AS successes FROM node_daily_points WHERE node_id = $1::bigint',
+      [nodeId],
+    );
     expect(daily).toEqual(left);
   });
 });

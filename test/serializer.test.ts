@@ -9,7 +9,7 @@ import { backends } from './helpers/db.js';
 const compile = (schema: object) => cachedSerializerCompiler({ schema, method: 'GET', url: '/x', httpStatus: '200' });
 
 describe('response serialisers', () => {
-  it('are fast-json-stringify\'s, one per schema object', () => {
+  it("are fast-json-stringify's, one per schema object", () => {
     const schema = { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' } }, required: ['a'] };
     const first = compile(schema);
     expect(compile(schema)).toBe(first);
@@ -26,10 +26,12 @@ describe('response serialisers', () => {
     try {
       expect(serializersCompiled() - before).toBe(0);
       for (const app of [one, two]) await app.addReader();
-      const answers = await Promise.all([one, two].map(async (a) => {
-        const res = await a.app.inject({ method: 'GET', url: '/total_job_count' });
-        return [res.statusCode, res.body];
-      }));
+      const answers = await Promise.all(
+        [one, two].map(async (a) => {
+          const res = await a.app.inject({ method: 'GET', url: '/total_job_count' });
+          return [res.statusCode, res.body];
+        }),
+      );
       expect(answers[0]![0]).toBe(200);
       expect(answers[1]).toEqual(answers[0]);
     } finally {

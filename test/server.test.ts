@@ -46,24 +46,34 @@ describe('ins serve', () => {
     // A DATA_DIR under /proc: Node's recursive mkdir spun there for ever, deaf to SIGTERM.
     const inProc = await runCli(['node', 'list'], { DATA_DIR: '/proc/ins-test-data' });
     expect(inProc.code).toBe(1);
-    expect(inProc.stderr).toContain("ins: cannot use DATA_DIR=/proc/ins-test-data for the embedded database (ENOENT: no such file or directory, mkdir '/proc/ins-test-data')");
+    expect(inProc.stderr).toContain(
+      "ins: cannot use DATA_DIR=/proc/ins-test-data for the embedded database (ENOENT: no such file or directory, mkdir '/proc/ins-test-data')",
+    );
     const closed = String(await freePort());
     const verify = await runCli(['ledger', 'verify', '--server', `http://127.0.0.1:${closed}`], {});
     expect(verify.code).toBe(1);
     expect(verify.stderr).toContain(`ins ledger verify: cannot reach http://127.0.0.1:${closed} (connect ECONNREFUSED 127.0.0.1:${closed})`);
-    for (const out of [unreachable, notDir, listUnreachable, listNotDir, inProc, verify]) expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
+    for (const out of [unreachable, notDir, listUnreachable, listNotDir, inProc, verify])
+      expect(out.stdout + out.stderr).not.toMatch(/\bat .*\(.*:\d+:\d+\)|"stack"/);
   });
 
   it('says so in one line, without a stack, when LEDGER_KEY_FILE cannot be a key or the database is not migrated', async () => {
     const port = String(await freePort());
-    const badKey = await runCli(['serve'], { PORT: port, DATA_DIR: path.join(dir, 'ledger-key'), LEDGER_KEY_FILE: path.join(dir, 'no-such-dir', 'k.pem') });
+    const badKey = await runCli(['serve'], {
+      PORT: port,
+      DATA_DIR: path.join(dir, 'ledger-key'),
+      LEDGER_KEY_FILE: path.join(dir, 'no-such-dir', 'k.pem'),
+    });
     expect(badKey.code).toBe(1);
     expect(badKey.stdout).toContain(`could not start: LEDGER_KEY_FILE ${path.join(dir, 'no-such-dir', 'k.pem')}: cannot create it`);
     const outs = [badKey];
     if (TEST_DATABASE_URL) {
       const { url, drop } = await createPostgresDatabase();
       onTestFinished(drop);
-      for (const [args, env] of [[['serve', '--no-migrate'], {}], [['serve'], { MIGRATE_ON_START: 'false' }]] as const) {
+      for (const [args, env] of [
+        [['serve', '--no-migrate'], {}],
+        [['serve'], { MIGRATE_ON_START: 'false' }],
+      ] as const) {
         const empty = await runCli([...args], { PORT: port, DATABASE_URL: url, ...env });
         expect(empty.code).toBe(1);
         expect(empty.stdout).toContain('could not start: the database is not migrated');
@@ -75,7 +85,9 @@ describe('ins serve', () => {
       // Nor does any other command migrate it: only `ins migrate` and `ins serve` change a schema.
       const list = await runCli(['node', 'list'], { DATABASE_URL: url, MIGRATE_ON_START: 'true' });
       expect(list.code).toBe(1);
-      expect(list.stderr).toMatch(/^ins: the database of DATABASE_URL is not migrated \(\d+ migrations pending, the first 0001_[a-z_]+\): run `ins migrate`/);
+      expect(list.stderr).toMatch(
+        /^ins: the database of DATABASE_URL is not migrated \(\d+ migrations pending, the first 0001_[a-z_]+\): run `ins migrate`/,
+      );
       const admin = new pg.Client({ connectionString: url });
       await admin.connect();
       const tables = await admin.query("SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'");
@@ -103,12 +115,17 @@ describe('ins serve', () => {
     await new Promise((r) => socket.once('connect', r));
     let response = '';
     const data = new EventEmitter();
-    socket.on('data', (d: Buffer) => { response += d.toString(); data.emit('data'); });
+    socket.on('data', (d: Buffer) => {
+      response += d.toString();
+      data.emit('data');
+    });
     const closed = new Promise((r) => socket.once('close', r));
     // Headers and half the body, then the signal, then the rest. `Expect: 100-continue` makes
     // the server say when it has the request in hand: the signal comes after that, never
     // while the request is still unread in the socket's buffer.
-    socket.write(`POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n${body.slice(0, 20)}`);
+    socket.write(
+      `POST /worker/update_result HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n${body.slice(0, 20)}`,
+    );
     while (!response.includes('100 Continue')) await once(data, 'data');
     server.child.kill('SIGTERM');
     await expect.poll(() => server.logs(), { timeout: 30_000, interval: 20 }).toContain('shutting down');
@@ -126,9 +143,11 @@ describe('ins serve', () => {
     expect(logs).not.toContain('very secret output');
   });
 
-  it('stops and exits 0 on SIGTERM when its log\'s reader has gone (`ins serve | head`, a log shipper that died)', async () => {
+  it("stops and exits 0 on SIGTERM when its log's reader has gone (`ins serve | head`, a log shipper that died)", async () => {
     const server = await startServerProcess({ DATA_DIR: path.join(dir, 'reader-gone') });
-    onTestFinished(() => { if (server.child.exitCode === null) server.child.kill('SIGKILL'); });
+    onTestFinished(() => {
+      if (server.child.exitCode === null) server.child.kill('SIGKILL');
+    });
     // The read ends of its stdout and stderr closed: each line it writes now is EPIPE. Requests
     // while it stops, so that lines are being written when it exits (sonic-boom's synchronous
     // flush at exit retried a failed write for ever: the process never exited).
@@ -140,7 +159,11 @@ describe('ins serve', () => {
   });
 
   it('stops cleanly on a SIGTERM that comes while it starts: the start completes, then it stops and exits 0', async () => {
-    const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: path.join(dir, 'early'), PORT: '0' }), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...INS, 'serve'], {
+      cwd: ROOT,
+      env: cleanEnv({ DATA_DIR: path.join(dir, 'early'), PORT: '0' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -153,7 +176,7 @@ describe('ins serve', () => {
     expect(out).toContain('"msg":"stopped"');
   });
 
-  it('refuses a port in use, with the reason; the tests\' helper does not take the first server for the second', async () => {
+  it("refuses a port in use, with the reason; the tests' helper does not take the first server for the second", async () => {
     const first = await startServerProcess({ DATA_DIR: path.join(dir, 'port-first') });
     try {
       // The first answers /readyz on that port all along: the helper waits for the second itself, which exits.
@@ -183,15 +206,27 @@ describe('ins serve', () => {
     const dataDir = path.join(dir, name);
     mkdirSync(dataDir, { recursive: true });
     const release = lockDataDir(dataDir, 'ins ledger verify');
-    const child = spawn(process.execPath, [...INS, 'serve'], { cwd: ROOT, env: cleanEnv({ DATA_DIR: dataDir, PORT: String(await freePort()) }), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...INS, 'serve'], {
+      cwd: ROOT,
+      env: cleanEnv({ DATA_DIR: dataDir, PORT: String(await freePort()) }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
     let released = false;
     return {
-      child, exited: once(child, 'close'), out: () => out,
-      release: () => { if (!released) release(); released = true; },
-      cleanup: () => { if (!released) release(); if (child.exitCode === null) child.kill('SIGKILL'); },
+      child,
+      exited: once(child, 'close'),
+      out: () => out,
+      release: () => {
+        if (!released) release();
+        released = true;
+      },
+      cleanup: () => {
+        if (!released) release();
+        if (child.exitCode === null) child.kill('SIGKILL');
+      },
     };
   };
 
@@ -227,7 +262,10 @@ describe('ins serve', () => {
   it('npm start: SIGTERM to npm reaches ins serve, which stops cleanly, and npm exits 0', { timeout: 120_000 }, async () => {
     const port = await freePort();
     const child = spawn('npm', ['start', '--ignore-scripts', '--silent'], {
-      cwd: ROOT, env: cleanEnv({ DATA_DIR: path.join(dir, 'npm-start'), PORT: String(port) }), stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+      cwd: ROOT,
+      env: cleanEnv({ DATA_DIR: path.join(dir, 'npm-start'), PORT: String(port) }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
     });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));

@@ -16,24 +16,40 @@ describe.each(backends)('the settler on $name', (backend) => {
   });
   afterAll(async () => db.close());
 
-  it('folds each owed row once, in batches, into the key\'s total and the model\'s row', async () => {
+  it("folds each owed row once, in batches, into the key's total and the model's row", async () => {
     const [key] = await q(db, 't_s_key', `INSERT INTO api_keys (label, key_hash, kind) VALUES ('settle', repeat('d', 64), 'user') RETURNING id::int`);
     const [model] = await q(db, 't_s_model', `INSERT INTO models (name) VALUES ('settle-model') RETURNING id`);
-    await q(db, 't_s_reserve', `INSERT INTO key_usage (key_id, day, model_id, jobs, tokens) VALUES ($1::bigint, DATE '2026-11-20', 0, 7, 700), ($1::bigint, DATE '2026-11-20', $2::int, 7, 700)`, [key!.id, model!.id]);
+    await q(
+      db,
+      't_s_reserve',
+      `INSERT INTO key_usage (key_id, day, model_id, jobs, tokens) VALUES ($1::bigint, DATE '2026-11-20', 0, 7, 700), ($1::bigint, DATE '2026-11-20', $2::int, 7, 700)`,
+      [key!.id, model!.id],
+    );
     // Seven rows (one of them a job that used exactly its reservation), three per statement.
-    await q(db, 't_s_owed', `INSERT INTO usage_owed (key_id, day, model_id, tokens, jobs) SELECT $1::bigint, DATE '2026-11-20', $2::int, t, 1
-      FROM unnest(ARRAY[-10, -20, -30, 0, -40, -50, -60]) AS t`, [key!.id, model!.id]);
+    await q(
+      db,
+      't_s_owed',
+      `INSERT INTO usage_owed (key_id, day, model_id, tokens, jobs) SELECT $1::bigint, DATE '2026-11-20', $2::int, t, 1
+      FROM unnest(ARRAY[-10, -20, -30, 0, -40, -50, -60]) AS t`,
+      [key!.id, model!.id],
+    );
     const settler = new Settler(db, { error: (err) => errors.push(err) }, 3, 0);
     expect(await settler.settle()).toEqual({ jobs: 7, busy: false });
     expect(await settler.settle()).toEqual({ jobs: 0, busy: false });
-    const usage = await q(db, 't_s_usage', 'SELECT model_id, jobs, tokens::int FROM key_usage WHERE key_id = $1::bigint ORDER BY model_id', [key!.id]);
-    expect(usage).toEqual([{ model_id: 0, jobs: 7, tokens: 490 }, { model_id: model!.id, jobs: 7, tokens: 490 }]);
+    const usage = await q(db, 't_s_usage', 'SELECT model_id, jobs, tokens::int FROM key_usage WHERE key_id = $1::bigint ORDER BY model_id', [
+      key!.id,
+    ]);
+    expect(usage).toEqual([
+      { model_id: 0, jobs: 7, tokens: 490 },
+      { model_id: model!.id, jobs: 7, tokens: 490 },
+    ]);
     expect(await q(db, 't_s_left', 'SELECT count(*)::int AS n FROM usage_owed')).toEqual([{ n: 0 }]);
     expect(errors).toEqual([]);
   });
 
   it('vacuums usage_owed after a look that settled something (PGlite has no autovacuum; a PostgreSQL may have it off)', async () => {
-    const vacuums = async () => Number((await q(db, 't_s_vacuums', `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'usage_owed'`))[0]!.vacuum_count);
+    const vacuums = async () =>
+      Number((await q(db, 't_s_vacuums', `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'usage_owed'`))[0]!.vacuum_count);
     const settler = new Settler(db, { error: (err) => errors.push(err) }, 1000, 0);
     const before = await vacuums();
     await settler.settle();

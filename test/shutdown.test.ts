@@ -24,7 +24,12 @@ describe('a server that closes', () => {
       const polled = await poll;
       expect(polled.statusCode).toBe(200);
       expect(await polled.body.json()).toEqual({ job_data: null });
-      const reported = await client.request({ method: 'POST', path: '/worker/update_result', headers: { 'content-type': 'application/json' }, body: JSON.stringify(report(key)) });
+      const reported = await client.request({
+        method: 'POST',
+        path: '/worker/update_result',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(report(key)),
+      });
       expect(reported.statusCode).toBe(200);
       expect(reported.headers.connection).toBe('close');
       expect(await reported.body.json()).toMatchObject({ status: 'success', points: 1, replayed: false });

@@ -61,8 +61,12 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     })();
     return read;
   };
-  const recorded = async (jobId: string) => ((await user.result(jobId)).json() as { result: { message: { content: string } } }).result.message.content;
-  const expireLease = (jobId: string) => t.db.query(sql('t_expire', "UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job_id = $1::uuid AND ended_at IS NULL"), [jobId]);
+  const recorded = async (jobId: string) =>
+    ((await user.result(jobId)).json() as { result: { message: { content: string } } }).result.message.content;
+  const expireLease = (jobId: string) =>
+    t.db.query(sql('t_expire', "UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job_id = $1::uuid AND ended_at IS NULL"), [
+      jobId,
+    ]);
 
   /** The first node has streamed three pieces of the answer to the client, then its backend waits. */
   async function firstNodeStreaming(model: string) {
@@ -73,7 +77,7 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     return { whole, begun, read };
   }
 
-  it('continues the answer on another node after the first one\'s backend fails mid-answer', async () => {
+  it("continues the answer on another node after the first one's backend fails mid-answer", async () => {
     const model = 'story-backend-error';
     const first = await backendFor(model);
     first.pauseAfter = 3;
@@ -87,7 +91,7 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     expect(await recorded(read.id)).toBe(whole);
   });
 
-  it('continues the answer after the first node\'s lease runs out while its backend hangs; that node stops at its next heartbeat', async () => {
+  it("continues the answer after the first node's lease runs out while its backend hangs; that node stops at its next heartbeat", async () => {
     const model = 'story-expiry';
     const first = await backendFor(model);
     first.stallAfter = 3;
@@ -101,12 +105,23 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     await until('the first worker to abort its backend', () => first.hungUp > 0 && stalled.outcomes.some((o) => o.outcome === 'canceled'));
   });
 
-  it('continues the answer after the first node\'s worker is killed (SIGKILL) and its lease runs out', async () => {
+  it("continues the answer after the first node's worker is killed (SIGKILL) and its lease runs out", async () => {
     const model = 'story-killed';
     const first = await backendFor(model);
     first.pauseAfter = 3;
     const node = nodes.nextNode();
-    const killed = startWorkerProcess(['--server', url, '--node', node, '--key', await t.addNode(node), '--backend', 'ollama', '--backend-url', first.url]);
+    const killed = startWorkerProcess([
+      '--server',
+      url,
+      '--node',
+      node,
+      '--key',
+      await t.addNode(node),
+      '--backend',
+      'ollama',
+      '--backend-url',
+      first.url,
+    ]);
     await until('the worker process to declare its models', () => killed.logs().includes('models declared'), 60_000);
     const { whole, read } = await firstNodeStreaming(model);
     killed.child.kill('SIGKILL');
@@ -134,7 +149,7 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     expect(await recorded(read.id)).toBe('A different story altogether.');
   });
 
-  it('cancels a leased job: its worker aborts the backend at once, reports nothing and earns nothing; the client\'s stream ends', async () => {
+  it("cancels a leased job: its worker aborts the backend at once, reports nothing and earns nothing; the client's stream ends", async () => {
     const model = 'story-canceled';
     const first = await backendFor(model);
     first.pauseAfter = 3;
@@ -153,7 +168,9 @@ describe.each(backends)('streams and cancels with ins worker on $name', (backend
     const jobId = await user.submit('nobody-serves-it', 'never mind');
     const canceled = await t.app.inject({ method: 'POST', url: `/cancel_job/${jobId}`, headers: { api_key: key } });
     expect(canceled.json()).toEqual({ status: 'canceled', job_id: jobId, was: 'queued' });
-    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${jobId}`, headers: { api_key: key } })).json()).toMatchObject({ was: 'canceled' });
+    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${jobId}`, headers: { api_key: key } })).json()).toMatchObject({
+      was: 'canceled',
+    });
     expect((await user.result(jobId)).json()).toMatchObject({ status: 'canceled', result: { message: { content: '' } } });
   });
 });

@@ -17,7 +17,10 @@ import { SplitPairs } from '../src/routes/worker/job-progress.js';
 type StreamJob = Job & { stream?: boolean; answer_prefix?: string };
 
 /** What the client read: the text, how the stream ended (finish reason or the error's code). */
-async function read(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>, onText?: (text: string) => void): Promise<{ text: string; finish: string | null; error: string | null }> {
+async function read(
+  stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>,
+  onText?: (text: string) => void,
+): Promise<{ text: string; finish: string | null; error: string | null }> {
   let text = '';
   let finish: string | null = null;
   try {
@@ -39,7 +42,12 @@ async function read(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletion
 function seen(want: string): { onText: (text: string) => void; reached: Promise<void> } {
   let resolve!: () => void;
   const reached = new Promise<void>((r) => (resolve = r));
-  return { onText: (text) => { if (text.startsWith(want)) resolve(); }, reached };
+  return {
+    onText: (text) => {
+      if (text.startsWith(want)) resolve();
+    },
+    reached,
+  };
 }
 
 describe.each(backends)('streams that survive their node on $name', (backend) => {
@@ -70,7 +78,8 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     const r = await user.result(jobId);
     return (r.json() as { result: { message: { content: string } } }).result.message.content;
   };
-  const ask = (model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'tell a story' }], stream: true, temperature: 0 });
+  const ask = (model: string) =>
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'tell a story' }], stream: true, temperature: 0 });
 
   /** The first node streams "Once upon " and then fails as `fail` says; returns what the second node is given. */
   async function firstNodeFails(model: string, fail: (w: TestWorker, job: StreamJob) => Promise<void>) {
@@ -98,10 +107,18 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     // Progress of the first lease is refused now, and never reaches the client.
     expect((await progress(first, job, 'GARBLED ')).statusCode).toBe(400);
     expect((await progress(second, next, 'a time ')).statusCode).toBe(200);
-    expect((await second.post('/worker/update_result', {
-      job_id: next.job_id, api_key: next.api_key, model_name: next.model, status: 'success',
-      result: { message: { role: 'assistant', content: 'Once upon a time there was a stream.' } }, usage: { prompt_tokens: 3, completion_tokens: 7 },
-    })).statusCode).toBe(200);
+    expect(
+      (
+        await second.post('/worker/update_result', {
+          job_id: next.job_id,
+          api_key: next.api_key,
+          model_name: next.model,
+          status: 'success',
+          result: { message: { role: 'assistant', content: 'Once upon a time there was a stream.' } },
+          usage: { prompt_tokens: 3, completion_tokens: 7 },
+        })
+      ).statusCode,
+    ).toBe(200);
     const got = await reading;
     expect(got).toEqual({ text: 'Once upon a time there was a stream.', finish: 'stop', error: null });
     expect(await recorded(job.job_id)).toBe(got.text);
@@ -121,7 +138,10 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
 
   it('continues the answer after the first lease runs out (its worker vanished)', async () => {
     const { job, second, next, reading } = await firstNodeFails('story-expiry', async (_w, j) => {
-      await t.db.query(sql('t_expire', "UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job_id = $1::uuid AND ended_at IS NULL"), [j.job_id]);
+      await t.db.query(
+        sql('t_expire', "UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job_id = $1::uuid AND ended_at IS NULL"),
+        [j.job_id],
+      );
     });
     expect(next.answer_prefix).toBe('Once upon ');
     expect((await second.report(next, 'Once upon a midnight.')).statusCode).toBe(200);
@@ -130,7 +150,7 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     expect(await recorded(job.job_id)).toBe(got.text);
   });
 
-  it('ends the stream with an error event when the node that finishes the job did not continue it (the seed\'s worker)', async () => {
+  it("ends the stream with an error event when the node that finishes the job did not continue it (the seed's worker)", async () => {
     const { job, second, next, reading } = await firstNodeFails('story-fresh', async (w) => {
       expect((await w.deregister()).statusCode).toBe(200);
     });
@@ -153,7 +173,10 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     expect((await progress(w, job, big)).statusCode).toBe(200);
     expect((await progress(w, job, big)).statusCode).toBe(200);
     expect((await progress(w, job, 'y')).statusCode).toBe(200);
-    const [lease] = await t.db.query<{ n: number }>(sql('t_partial', 'SELECT char_length(partial)::int AS n FROM job_leases WHERE job_id = $1::uuid'), [job.job_id]);
+    const [lease] = await t.db.query<{ n: number }>(
+      sql('t_partial', 'SELECT char_length(partial)::int AS n FROM job_leases WHERE job_id = $1::uuid'),
+      [job.job_id],
+    );
     expect(lease!.n).toBe(65_536);
     expect((await w.report(job, `${big}${big}y`)).statusCode).toBe(200);
     const got = await reading;
@@ -165,8 +188,12 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     await worker('story-queued'); // serves the model, takes nothing
     await user.submit('story-queued', 'ahead');
     const gone = new AbortController();
-    const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', signal: gone.signal, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'story-queued', stream: true, messages: [{ role: 'user', content: 'behind' }] }) });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      signal: gone.signal,
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'story-queued', stream: true, messages: [{ role: 'user', content: 'behind' }] }),
+    });
     const reader = res.body!.getReader();
     let text = '';
     while (!/: queue \{"state":"queued","position":1,/.test(text)) {
@@ -186,20 +213,48 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     const reading = read(await ask('story-usage'));
     const a = (await first.getJob(5)) as StreamJob;
     expect((await progress(first, a, 'Once')).statusCode).toBe(200);
-    await first.post('/worker/update_result', { job_id: a.job_id, api_key: a.api_key, model_name: a.model, status: 'error', result: { message: '' }, usage: { prompt_tokens: 5, completion_tokens: 2 } });
+    await first.post('/worker/update_result', {
+      job_id: a.job_id,
+      api_key: a.api_key,
+      model_name: a.model,
+      status: 'error',
+      result: { message: '' },
+      usage: { prompt_tokens: 5, completion_tokens: 2 },
+    });
     const b = (await second.getJob(5)) as StreamJob;
     expect(b).toMatchObject({ job_id: a.job_id, answer_prefix: 'Once' });
-    await second.post('/worker/update_result', { job_id: b.job_id, api_key: b.api_key, model_name: b.model, status: 'success', result: { message: 'Once done' }, usage: { prompt_tokens: 5, completion_tokens: 9 } });
+    await second.post('/worker/update_result', {
+      job_id: b.job_id,
+      api_key: b.api_key,
+      model_name: b.model,
+      status: 'success',
+      result: { message: 'Once done' },
+      usage: { prompt_tokens: 5, completion_tokens: 9 },
+    });
     expect((await reading).text).toBe('Once done');
     expect((await user.result(a.job_id)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 10, completion_tokens: 11 } });
     // Not streamed: the failed attempt left nothing of the answer, so its usage is not charged.
     const jobId = await user.submit('story-usage', 'count me', { temperature: 0 });
     const c = (await first.getJob())!;
     expect(c.job_id).toBe(jobId);
-    await first.post('/worker/update_result', { job_id: c.job_id, api_key: c.api_key, model_name: c.model, status: 'error', result: { message: '' }, usage: { prompt_tokens: 5, completion_tokens: 2 } });
+    await first.post('/worker/update_result', {
+      job_id: c.job_id,
+      api_key: c.api_key,
+      model_name: c.model,
+      status: 'error',
+      result: { message: '' },
+      usage: { prompt_tokens: 5, completion_tokens: 2 },
+    });
     const d = (await second.getJob())!;
     expect(d.job_id).toBe(jobId);
-    await second.post('/worker/update_result', { job_id: d.job_id, api_key: d.api_key, model_name: d.model, status: 'success', result: { message: 'done' }, usage: { prompt_tokens: 5, completion_tokens: 9 } });
+    await second.post('/worker/update_result', {
+      job_id: d.job_id,
+      api_key: d.api_key,
+      model_name: d.model,
+      status: 'success',
+      result: { message: 'done' },
+      usage: { prompt_tokens: 5, completion_tokens: 9 },
+    });
     expect((await user.result(jobId)).json()).toMatchObject({ status: 'success', usage: { prompt_tokens: 5, completion_tokens: 9 } });
   });
 });
@@ -211,10 +266,23 @@ describe.each(backends)('a worker that stops sending progress, on $name', (backe
     try {
       const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
       const client = new OpenAI({ apiKey: await t.addUser('app'), baseURL: `${url}/v1`, maxRetries: 0 });
-      const [first, second] = await Promise.all(['dies', 'lives'].map(async (name) => new TestWorker(t.app, name, await t.addNode(name)).start(['story-heartbeat'])));
+      const [first, second] = await Promise.all(
+        ['dies', 'lives'].map(async (name) => new TestWorker(t.app, name, await t.addNode(name)).start(['story-heartbeat'])),
+      );
       // How long the first lease lasts from its start (a state, not a clock: a loaded machine may stall between two steps).
-      const leaseLength = async (jobId: string) => (await t.db.query<{ s: number }>(sql('t_lease_length', 'SELECT extract(epoch FROM expires_at - leased_at)::float8 AS s FROM job_leases WHERE job_id = $1::uuid AND attempt = 1'), [jobId]))[0]!.s;
-      const reading = read(await client.chat.completions.create({ model: 'story-heartbeat', messages: [{ role: 'user', content: 'tell a story' }], stream: true }));
+      const leaseLength = async (jobId: string) =>
+        (
+          await t.db.query<{ s: number }>(
+            sql(
+              't_lease_length',
+              'SELECT extract(epoch FROM expires_at - leased_at)::float8 AS s FROM job_leases WHERE job_id = $1::uuid AND attempt = 1',
+            ),
+            [jobId],
+          )
+        )[0]!.s;
+      const reading = read(
+        await client.chat.completions.create({ model: 'story-heartbeat', messages: [{ role: 'user', content: 'tell a story' }], stream: true }),
+      );
       const job = (await first!.getJob(5)) as StreamJob;
       // Before any progress the lease is LEASE_TIMEOUT's (the seed's workers send none); the first
       // progress renews it to 2 s from then, far below that.
@@ -227,7 +295,10 @@ describe.each(backends)('a worker that stops sending progress, on $name', (backe
       expect(next.answer_prefix).toBe('Once ');
       expect((await second!.report(next, 'Once more, with feeling.')).statusCode).toBe(200);
       expect(await reading).toEqual({ text: 'Once more, with feeling.', finish: 'stop', error: null });
-      const [ended] = await t.db.query<{ outcome: string }>(sql('t_lease_outcome', "SELECT outcome FROM job_leases WHERE job_id = $1::uuid AND attempt = 1"), [job.job_id]);
+      const [ended] = await t.db.query<{ outcome: string }>(
+        sql('t_lease_outcome', 'SELECT outcome FROM job_leases WHERE job_id = $1::uuid AND attempt = 1'),
+        [job.job_id],
+      );
       expect(ended!.outcome).toBe('expired');
     } finally {
       await t.close();

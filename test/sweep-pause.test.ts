@@ -26,16 +26,26 @@ describe.each(backends)('leases across a gap in the sweeps on $name', (backend) 
   // Holding the sweeps' lock, so that no sweep runs meanwhile: one under way would otherwise read
   // the clock rewound but the lease as it was (its statement's snapshot), and then write its own
   // end as the clock, as if there had been no gap.
-  const betweenSweeps = (name: string, text: string, values: unknown[] = []) => t.db.transaction(async (tx) => {
-    await tx.query(sql('t_pause_lock', `SELECT pg_advisory_xact_lock(${SWEEP_LOCK})`));
-    await tx.query(sql(name, text), values);
-  });
+  const betweenSweeps = (name: string, text: string, values: unknown[] = []) =>
+    t.db.transaction(async (tx) => {
+      await tx.query(sql('t_pause_lock', `SELECT pg_advisory_xact_lock(${SWEEP_LOCK})`));
+      await tx.query(sql(name, text), values);
+    });
   // The last sweep was `gap` seconds ago, and this lease ran out `ago` seconds ago.
-  const rewind = (keyHashOf: string, gap: number, ago: number) => betweenSweeps('t_pause_rewind', `WITH c AS (UPDATE sweep_clock SET swept_at = now() - make_interval(secs => $2::float8) RETURNING 1)
+  const rewind = (keyHashOf: string, gap: number, ago: number) =>
+    betweenSweeps(
+      't_pause_rewind',
+      `WITH c AS (UPDATE sweep_clock SET swept_at = now() - make_interval(secs => $2::float8) RETURNING 1)
     UPDATE job_leases SET leased_at = now() - make_interval(secs => $2::float8 + 10), expires_at = now() - make_interval(secs => $3::float8)
-    WHERE job_id = $1::uuid AND ended_at IS NULL AND EXISTS (SELECT 1 FROM c)`, [keyHashOf, gap, ago]);
-  const lease = (jobId: string) => q<{ open: boolean; outcome: string | null; live: boolean; paused: number }>('t_pause_lease',
-    'SELECT ended_at IS NULL AS open, outcome, expires_at > now() AS live, paused_seconds AS paused FROM job_leases WHERE job_id = $1::uuid', [jobId]);
+    WHERE job_id = $1::uuid AND ended_at IS NULL AND EXISTS (SELECT 1 FROM c)`,
+      [keyHashOf, gap, ago],
+    );
+  const lease = (jobId: string) =>
+    q<{ open: boolean; outcome: string | null; live: boolean; paused: number }>(
+      't_pause_lease',
+      'SELECT ended_at IS NULL AS open, outcome, expires_at > now() AS live, paused_seconds AS paused FROM job_leases WHERE job_id = $1::uuid',
+      [jobId],
+    );
 
   it('gives a lease that ran out during the gap its time back: still open, its report credited, no failure counted', async () => {
     const jobId = await user.submit('pause-model', 'across the outage');
@@ -53,13 +63,18 @@ describe.each(backends)('leases across a gap in the sweeps on $name', (backend) 
     const job = (await worker.getJob())!;
     const before = await q<{ at: string }>('t_pause_at', 'SELECT expires_at::text AS at FROM job_leases WHERE job_id = $1::uuid', [jobId]);
     await betweenSweeps('t_pause_clock', "UPDATE sweep_clock SET swept_at = now() - interval '1 hour'");
-    await expect.poll(async () => (await q<{ recent: boolean }>('t_pause_ticked', "SELECT swept_at > now() - interval '1 minute' AS recent FROM sweep_clock"))[0]!.recent).toBe(true);
+    await expect
+      .poll(
+        async () =>
+          (await q<{ recent: boolean }>('t_pause_ticked', "SELECT swept_at > now() - interval '1 minute' AS recent FROM sweep_clock"))[0]!.recent,
+      )
+      .toBe(true);
     expect(await q('t_pause_at', 'SELECT expires_at::text AS at FROM job_leases WHERE job_id = $1::uuid', [jobId])).toEqual(before);
     expect((await lease(jobId))[0]!.paused).toBe(0);
     expect((await worker.report(job)).statusCode).toBe(200);
   });
 
-  it('still ends, as its node\'s failure, a lease that had run out before the gap', async () => {
+  it("still ends, as its node's failure, a lease that had run out before the gap", async () => {
     const jobId = await user.submit('pause-model', 'already late');
     await worker.getJob();
     // The last sweep was 20 s ago, but this lease had run out 30 s ago: that sweep should have ended it.

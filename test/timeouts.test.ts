@@ -38,16 +38,22 @@ describe('clients refused before a request', () => {
   });
 
   it('cuts off 50 slowloris connections and keeps serving others meanwhile', async () => {
-    const slow = await Promise.all(Array.from({ length: 50 }, () => new Promise<{ s: net.Socket; closed: Promise<string>; timer: NodeJS.Timeout }>((ready) => {
-      const s = net.connect(port, '127.0.0.1');
-      s.on('error', () => {});
-      let answer = '';
-      s.on('data', (d) => (answer += d.toString()));
-      const closed = new Promise<string>((resolve) => s.on('close', () => resolve(answer)));
-      // One more header byte every 200 ms, never the blank line: only the server ends this.
-      const timer = setInterval(() => s.writable && s.write('X'), 200);
-      s.on('connect', () => s.write('GET /unique_nodes?model_name=m HTTP/1.1\r\nHost: x\r\n', () => ready({ s, closed, timer })));
-    })));
+    const slow = await Promise.all(
+      Array.from(
+        { length: 50 },
+        () =>
+          new Promise<{ s: net.Socket; closed: Promise<string>; timer: NodeJS.Timeout }>((ready) => {
+            const s = net.connect(port, '127.0.0.1');
+            s.on('error', () => {});
+            let answer = '';
+            s.on('data', (d) => (answer += d.toString()));
+            const closed = new Promise<string>((resolve) => s.on('close', () => resolve(answer)));
+            // One more header byte every 200 ms, never the blank line: only the server ends this.
+            const timer = setInterval(() => s.writable && s.write('X'), 200);
+            s.on('connect', () => s.write('GET /unique_nodes?model_name=m HTTP/1.1\r\nHost: x\r\n', () => ready({ s, closed, timer })));
+          }),
+      ),
+    );
     let open = slow.length;
     const cut = slow.map((x) => x.closed.then((answer) => (open--, answer)));
     // Plain requests while the slow ones hold their connections.

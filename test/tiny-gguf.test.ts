@@ -42,7 +42,14 @@ describe('the tiny GGUF', () => {
     try {
       const ctx = await model.createContext({ contextSize: 512, threads: 1 });
       let differ = 0;
-      const prompts = ['Tell me about the river.', 'Why is the sea cold?', 'Write a poem about stone.', 'Explain numbers.', 'How old is Paris?', 'the bridge and the light'];
+      const prompts = [
+        'Tell me about the river.',
+        'Why is the sea cold?',
+        'Write a poem about stone.',
+        'Explain numbers.',
+        'How old is Paris?',
+        'the bridge and the light',
+      ];
       for (const p of prompts) {
         const seq = ctx.getSequence();
         const out: Token[] = [];

@@ -40,7 +40,28 @@ const pglite = backends.find((b) => b.name === 'pglite')!;
 
 let x = 20261126;
 const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = ['river', 'stone', 'bridge', 'tell', 'me', 'about', 'the', 'old', 'city', 'why', 'how', 'light', 'write', 'a', 'poem', 'explain', 'numbers', 'Paris', 'cold', 'sea'];
+const WORDS = [
+  'river',
+  'stone',
+  'bridge',
+  'tell',
+  'me',
+  'about',
+  'the',
+  'old',
+  'city',
+  'why',
+  'how',
+  'light',
+  'write',
+  'a',
+  'poem',
+  'explain',
+  'numbers',
+  'Paris',
+  'cold',
+  'sea',
+];
 const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
 
 describe('token-level checks with real tiny models (gguf workers, embedded database)', () => {
@@ -57,8 +78,16 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   const VERIFY = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000, spotShare: 0 };
   let url = '';
   const node = async (n: { name: string; seed: number; noise?: number }) => {
-    const w = await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'gguf', backendUrl: '',
-      modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), models: [MODEL], threads: 1 });
+    const w = await startWorker({
+      server: url,
+      node: n.name,
+      key: await t.addNode(n.name),
+      backend: 'gguf',
+      backendUrl: '',
+      modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }),
+      models: [MODEL],
+      threads: 1,
+    });
     workers.push(w);
     return w;
   };
@@ -70,7 +99,8 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   };
   const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
   const submit = async (user: TestUser, n: number) => {
-    for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) });
+    for (let i = 0; i < n; i++)
+      await user.submit(MODEL, prompt(), { max_output: 32, ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) });
   };
 
   /** A convicted node's strikes: by its test (tokens forced: within 3 judged answers) or by text copies. */
@@ -83,7 +113,11 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   };
 
   it('suspends an impostor, reverses its points, and strikes no honest node', { timeout: 300_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'impostor', seed: 2 }]);
+    const user = await start([
+      { name: 'honest-1', seed: 1 },
+      { name: 'honest-2', seed: 1, noise: 0.01 },
+      { name: 'impostor', seed: 2 },
+    ]);
     await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 280_000);
     expect(await standing('impostor')).toBe('suspended');
@@ -95,36 +129,63 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     await pointsExact();
   });
 
-  it('lets no two impostors of different models out-vote an honest node: scorers that disagree with each other decide nothing', { timeout: 300_000 }, async () => {
+  it('lets no two impostors of different models out-vote an honest node: scorers that disagree with each other decide nothing', {
+    timeout: 300_000,
+  }, async () => {
     // Each impostor finds the honest answers foreign, and the other confirms it, each in its own
     // way (an outside probe: before, the honest node was suspended first). Their scores of one
     // answer do not correlate, so no test moves; nor does the honest node's scoring convict either.
-    const user = await start([{ name: 'honest', seed: 1 }, { name: 'impostor-a', seed: 2 }, { name: 'impostor-b', seed: 3 }]);
+    const user = await start([
+      { name: 'honest', seed: 1 },
+      { name: 'impostor-a', seed: 2 },
+      { name: 'impostor-b', seed: 3 },
+    ]);
     await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 280_000);
     expect(await standing('honest')).toBe('trusted');
     expect((await strikes()).filter((s) => s.name === 'honest')).toEqual([]);
     // Not one check moved the honest node's test towards H.
-    expect(await q('t_honest_evidence', `SELECT t.evidence FROM token_checks t JOIN nodes n ON n.id = t.node_id WHERE n.name = 'honest' AND t.evidence > 0`)).toEqual([]);
+    expect(
+      await q(
+        't_honest_evidence',
+        `SELECT t.evidence FROM token_checks t JOIN nodes n ON n.id = t.node_id WHERE n.name = 'honest' AND t.evidence > 0`,
+      ),
+    ).toEqual([]);
     const disagreed = (await t.app.metrics.registry.getSingleMetricAsString('ins_verification_total')).match(/event="scorers_disagreed"} (\d+)/);
     expect(Number(disagreed?.[1] ?? 0)).toBeGreaterThan(0);
     await pointsExact();
   });
 
   it('flags a heavier quantisation of the model (20 % weight noise)', { timeout: 300_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'noised', seed: 1, noise: 0.2 }]);
+    const user = await start([
+      { name: 'honest-1', seed: 1 },
+      { name: 'honest-2', seed: 1, noise: 0.01 },
+      { name: 'noised', seed: 1, noise: 0.2 },
+    ]);
     await submit(user, 40);
     await until('the jobs and their checks to settle', settled, 280_000);
     expect(await standing('noised')).toBe('suspended');
     expect((await strikes()).filter((s) => s.name !== 'noised')).toEqual([]);
-    convicted((await strikes()).filter((s) => s.name === 'noised'), 8);
+    convicted(
+      (await strikes()).filter((s) => s.name === 'noised'),
+      8,
+    );
     expect(await pointsOf('noised')).toBe(0);
     await pointsExact();
   });
 
-  it('canaries: an impostor alone is suspended at its 3rd canary that parts from a reference where it was sure; an honest node alone after it is not struck', { timeout: 300_000 }, async () => {
+  it('canaries: an impostor alone is suspended at its 3rd canary that parts from a reference where it was sure; an honest node alone after it is not struck', {
+    timeout: 300_000,
+  }, async () => {
     // Three honest nodes: a reference is an answer, a scorer's "in line" and a second scorer's.
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
+    const user = await start(
+      [
+        { name: 'honest-1', seed: 1 },
+        { name: 'honest-2', seed: 1, noise: 0.01 },
+        { name: 'honest-3', seed: 1, noise: 0.01 },
+      ],
+      1,
+    );
     await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 280_000);
     const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
@@ -136,15 +197,27 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     // The maintenance round (the app's own makes no probes: VERIFY_PROBE_INTERVAL 0), with chance 1.
     const lifecycle = t.app.service.coordinator.lifecycle;
     const round = async () => {
-      const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
+      const r = await ownRound(t.db, {
+        verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
+        onlineWindow: 60,
+        modelsTtl: 3600,
+        jobTimeout: 60,
+        tickSeconds: 1,
+        checks: lifecycle,
+      });
       if (r?.outcome) lifecycle.apply(r.outcome);
     };
     /** Canaries one at a time to the node alone, until `done`. */
-    const canaries = (what: string, done: () => Promise<boolean>) => until(what, async () => {
-      if (await done()) return true;
-      if (await settled()) await round();
-      return false;
-    }, 240_000);
+    const canaries = (what: string, done: () => Promise<boolean>) =>
+      until(
+        what,
+        async () => {
+          if (await done()) return true;
+          if (await settled()) await round();
+          return false;
+        },
+        240_000,
+      );
     await node({ name: 'impostor', seed: 2 });
     await canaries('the impostor suspended', async () => (await standing('impostor')) === 'suspended');
     const [first] = await strikes();
@@ -157,17 +230,34 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     expect(await pointsOf('impostor')).toBe(0);
     await node({ name: 'honest-4', seed: 1, noise: 0.01 });
     // Each reference once (those whose vouching nodes are in good standing: all of them here).
-    await canaries('the honest node to answer every reference', async () =>
-      (await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-4'"))[0]!.n === refs!.n && settled());
+    await canaries(
+      'the honest node to answer every reference',
+      async () =>
+        (
+          await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-4'")
+        )[0]!.n === refs!.n && settled(),
+    );
     expect((await strikes()).filter((s) => s.name !== 'impostor')).toEqual([]);
     expect(await standing('honest-4')).toBe('trusted');
-    const [judged] = await q<{ answers: number }>('t_judged', "SELECT e.answers FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest-4'");
+    const [judged] = await q<{ answers: number }>(
+      't_judged',
+      "SELECT e.answers FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = 'honest-4'",
+    );
     expect(judged!.answers).toBe(refs!.n);
     await pointsExact();
   });
 
-  it('canaries: a 1 %-noised honest node alone parts from the references only where their scorers were unsure: never struck', { timeout: 400_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
+  it('canaries: a 1 %-noised honest node alone parts from the references only where their scorers were unsure: never struck', {
+    timeout: 400_000,
+  }, async () => {
+    const user = await start(
+      [
+        { name: 'honest-1', seed: 1 },
+        { name: 'honest-2', seed: 1, noise: 0.01 },
+        { name: 'honest-3', seed: 1, noise: 0.01 },
+      ],
+      1,
+    );
     // Temperature 0 only: each answer may become a reference (at most CANARIES_PER_MODEL kept).
     for (let i = 0; i < CANARY_JOBS; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
     await until('the jobs and their checks to settle', settled, 380_000);
@@ -176,17 +266,37 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     for (const w of workers.splice(0)) await w.stop();
     const lifecycle = t.app.service.coordinator.lifecycle;
     await node({ name: 'noised', seed: 1, noise: 0.01 });
-    await until('the noised node to answer every reference', async () => {
-      if ((await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'noised'"))[0]!.n === refs!.n && await settled()) return true;
-      if (await settled()) {
-        const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle });
-        if (r?.outcome) lifecycle.apply(r.outcome);
-      }
-      return false;
-    }, 380_000);
+    await until(
+      'the noised node to answer every reference',
+      async () => {
+        if (
+          (
+            await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'noised'")
+          )[0]!.n === refs!.n &&
+          (await settled())
+        )
+          return true;
+        if (await settled()) {
+          const r = await ownRound(t.db, {
+            verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
+            onlineWindow: 60,
+            modelsTtl: 3600,
+            jobTimeout: 60,
+            tickSeconds: 1,
+            checks: lifecycle,
+          });
+          if (r?.outcome) lifecycle.apply(r.outcome);
+        }
+        return false;
+      },
+      380_000,
+    );
     expect(await strikes()).toEqual([]);
-    const judged = await q<{ same: boolean; evidence: number }>('t_canaries', `SELECT j.result -> 'message' ->> 'content' = j.suspicion ->> 'answer' AS same, t.evidence
-      FROM jobs j JOIN token_checks t ON t.check_id = j.id WHERE j.suspicion ? 'canary'`);
+    const judged = await q<{ same: boolean; evidence: number }>(
+      't_canaries',
+      `SELECT j.result -> 'message' ->> 'content' = j.suspicion ->> 'answer' AS same, t.evidence
+      FROM jobs j JOIN token_checks t ON t.check_id = j.id WHERE j.suspicion ? 'canary'`,
+    );
     expect(judged).toHaveLength(refs!.n);
     // Most match outright; those that part do so at near ties: no evidence from any.
     expect(judged.filter((c) => c.same).length).toBeGreaterThan(refs!.n / 2);
@@ -195,7 +305,14 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   });
 
   it(`honest nodes checking each other: 0 strikes over ${HONEST_JOBS} jobs`, { timeout: 600_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }], 1);
+    const user = await start(
+      [
+        { name: 'honest-1', seed: 1 },
+        { name: 'honest-2', seed: 1, noise: 0.01 },
+        { name: 'honest-3', seed: 1, noise: 0.01 },
+      ],
+      1,
+    );
     // In batches that settle in turn: all at once, the last jobs of a long run would wait past
     // their deadline (JOB_TIMEOUT) behind the others, and an expired job is not scored.
     for (let done = 0; done < HONEST_JOBS; done += 100) {

@@ -46,7 +46,28 @@ afterAll(async () => {
 
 let x = 20261203;
 const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = ['river', 'stone', 'bridge', 'tell', 'me', 'about', 'the', 'old', 'city', 'why', 'how', 'light', 'write', 'a', 'poem', 'explain', 'numbers', 'Paris', 'cold', 'sea'];
+const WORDS = [
+  'river',
+  'stone',
+  'bridge',
+  'tell',
+  'me',
+  'about',
+  'the',
+  'old',
+  'city',
+  'why',
+  'how',
+  'light',
+  'write',
+  'a',
+  'poem',
+  'explain',
+  'numbers',
+  'Paris',
+  'cold',
+  'sea',
+];
 const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
 const spell = (tokens: readonly (string | number[])[]) => Buffer.concat(tokens.map(tokenBytes)).toString('utf8');
 
@@ -62,7 +83,9 @@ describe('tokens from OpenAI-faced backends, scored as generated', () => {
     await checker.detect();
   }, 60_000);
 
-  it("vLLM's chat reports the tokens the model generated, streamed and not, with no logprobs in an answer that did not ask", { timeout: 120_000 }, async () => {
+  it("vLLM's chat reports the tokens the model generated, streamed and not, with no logprobs in an answer that did not ask", {
+    timeout: 120_000,
+  }, async () => {
     for (let i = 0; i < 6; i++) {
       const job = { model: MODEL, max_output: 32, temperature: 0, messages: [{ role: 'user', content: prompt() }] };
       const own = await gguf.chat(job);
@@ -78,7 +101,13 @@ describe('tokens from OpenAI-faced backends, scored as generated', () => {
       expect(streamed.logprobs).toBeUndefined();
     }
     // A job that asked for logprobs gets them as it asked, and the tokens too.
-    const asked = await vllm.chat({ model: MODEL, max_output: 8, temperature: 0, messages: [{ role: 'user', content: 'tell me' }], params: { logprobs: true, top_logprobs: 2 } });
+    const asked = await vllm.chat({
+      model: MODEL,
+      max_output: 8,
+      temperature: 0,
+      messages: [{ role: 'user', content: 'tell me' }],
+      params: { logprobs: true, top_logprobs: 2 },
+    });
     expect(asked.logprobs).toHaveLength(asked.tokens!.length);
     expect((asked.logprobs![0] as { top_logprobs: unknown[] }).top_logprobs).toHaveLength(2);
   });
@@ -106,7 +135,9 @@ describe('tokens from OpenAI-faced backends, scored as generated', () => {
       retokenized.push(answerStats((await checker.score!(job, a.content)).positions, 0));
     }
     const rate = (s: AnswerStats[]) => s.reduce((n, a) => n + a.confidentMismatches, 0) / s.reduce((n, a) => n + a.positions, 0);
-    process.stdout.write(`vLLM scorer, ${ANSWERS} honest word-piece answers: forced ${(100 * rate(forced)).toFixed(2)} % confident mismatches, re-tokenized ${(100 * rate(retokenized)).toFixed(2)} %\n`);
+    process.stdout.write(
+      `vLLM scorer, ${ANSWERS} honest word-piece answers: forced ${(100 * rate(forced)).toFixed(2)} % confident mismatches, re-tokenized ${(100 * rate(retokenized)).toFixed(2)} %\n`,
+    );
     expect(rate(forced)).toBeLessThan(P0);
     expect(rate(retokenized)).toBeGreaterThan(P1 / 2);
   });
@@ -127,7 +158,16 @@ describe('token-level checks with `ins worker --backend openai` on a word-piece 
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     for (const n of nodes) {
       const backend = await serve('vllm', n.seed, n.noise ?? 0);
-      workers.push(await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'openai', backendUrl: `${backend.url}/v1`, models: [MODEL] }));
+      workers.push(
+        await startWorker({
+          server: url,
+          node: n.name,
+          key: await t.addNode(n.name),
+          backend: 'openai',
+          backendUrl: `${backend.url}/v1`,
+          models: [MODEL],
+        }),
+      );
     }
     return new TestUser(t.app, await t.addUser());
   };
@@ -137,24 +177,40 @@ describe('token-level checks with `ins worker --backend openai` on a word-piece 
   };
 
   it(`three honest vLLM nodes (two with 1 % weight noise), every answer checked: 0 strikes over ${JOBS} jobs`, { timeout: 1_800_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }]);
+    const user = await start([
+      { name: 'honest-1', seed: 1 },
+      { name: 'honest-2', seed: 1, noise: 0.01 },
+      { name: 'honest-3', seed: 1, noise: 0.01 },
+    ]);
     for (let done = 0; done < JOBS; done += 100) {
       await submit(user, Math.min(100, JOBS - done));
       await until('the jobs and their checks to settle', settled, 1_500_000);
     }
     expect(await strikes()).toEqual([]);
-    const [jobs] = await q<{ done: number; tokens: number }>('t_tokens', "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'");
+    const [jobs] = await q<{ done: number; tokens: number }>(
+      't_tokens',
+      "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'",
+    );
     expect(jobs!.tokens).toBe(jobs!.done);
-    const [e] = await q<{ answers: number; positions: number; mismatches: number }>('t_scored', `SELECT coalesce(sum(answers), 0)::int AS answers,
-      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`);
+    const [e] = await q<{ answers: number; positions: number; mismatches: number }>(
+      't_scored',
+      `SELECT coalesce(sum(answers), 0)::int AS answers,
+      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`,
+    );
     expect(e!.answers).toBeGreaterThanOrEqual(JOBS * 0.9);
     expect(e!.mismatches / e!.positions).toBeLessThan(P0);
-    process.stdout.write(`vLLM word-piece honest run: ${JOBS} jobs; ${e!.answers} answers judged, ${e!.positions} positions, ${e!.mismatches} confident mismatches\n`);
+    process.stdout.write(
+      `vLLM word-piece honest run: ${JOBS} jobs; ${e!.answers} answers judged, ${e!.positions} positions, ${e!.mismatches} confident mismatches\n`,
+    );
     await pointsExact();
   });
 
   it('suspends an impostor of the same vocabulary by its 5th judged answer and strikes no honest node', { timeout: 600_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'impostor', seed: 2 }]);
+    const user = await start([
+      { name: 'honest-1', seed: 1 },
+      { name: 'honest-2', seed: 1, noise: 0.01 },
+      { name: 'impostor', seed: 2 },
+    ]);
     await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 550_000);
     expect(await standing('impostor')).toBe('suspended');
@@ -163,8 +219,11 @@ describe('token-level checks with `ins worker --backend openai` on a word-piece 
     const first = all.find((s) => s.name === 'impostor')!;
     expect(first.kind).toBe('impostor');
     // Judged answers until the flag, those too short to judge (fewer than MIN_POSITIONS) counting for nothing, as token-stats.ts has it.
-    const checks = await q<{ positions: number; cusum: number }>('t_impostor_checks', `SELECT t.positions, t.cusum FROM token_checks t JOIN nodes n ON n.id = t.node_id
-      WHERE n.name = 'impostor' ORDER BY t.at, t.cusum`);
+    const checks = await q<{ positions: number; cusum: number }>(
+      't_impostor_checks',
+      `SELECT t.positions, t.cusum FROM token_checks t JOIN nodes n ON n.id = t.node_id
+      WHERE n.name = 'impostor' ORDER BY t.at, t.cusum`,
+    );
     const upTo = checks.findIndex((c) => c.cusum >= H - 1e-9);
     expect(upTo).toBeGreaterThanOrEqual(0);
     expect(checks.slice(0, upTo + 1).filter((c) => c.positions >= MIN_POSITIONS).length).toBeLessThanOrEqual(5);

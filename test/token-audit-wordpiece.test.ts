@@ -36,10 +36,34 @@ const wordpiece = (seed: number, noise = 0) => models.file({ seed, noise, vocab:
 
 let x = 20261202;
 const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = ['river', 'stone', 'bridge', 'tell', 'me', 'about', 'the', 'old', 'city', 'why', 'how', 'light', 'write', 'a', 'poem', 'explain', 'numbers', 'Paris', 'cold', 'sea'];
+const WORDS = [
+  'river',
+  'stone',
+  'bridge',
+  'tell',
+  'me',
+  'about',
+  'the',
+  'old',
+  'city',
+  'why',
+  'how',
+  'light',
+  'write',
+  'a',
+  'poem',
+  'explain',
+  'numbers',
+  'Paris',
+  'cold',
+  'sea',
+];
 const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
 
-const sum = (s: AnswerStats[]) => ({ positions: s.reduce((a, b) => a + b.positions, 0), mismatches: s.reduce((a, b) => a + b.confidentMismatches, 0) });
+const sum = (s: AnswerStats[]) => ({
+  positions: s.reduce((a, b) => a + b.positions, 0),
+  mismatches: s.reduce((a, b) => a + b.confidentMismatches, 0),
+});
 const flaggedAfter = (stats: AnswerStats[]): number | undefined => {
   let t: NodeTest = freshTest();
   for (const [i, s] of stats.entries()) if ((t = observe(t, s)).flagged) return i + 1;
@@ -47,7 +71,9 @@ const flaggedAfter = (stats: AnswerStats[]): number | undefined => {
 };
 
 describe('scoring an honest answer on a word-piece vocabulary: the tokens generated, or the text re-tokenized', () => {
-  it(`${ANSWERS} honest answers: re-tokenized they look foreign and the node's test flags; on their own tokens, no mismatch beyond P0`, { timeout: 300_000 }, async () => {
+  it(`${ANSWERS} honest answers: re-tokenized they look foreign and the node's test flags; on their own tokens, no mismatch beyond P0`, {
+    timeout: 300_000,
+  }, async () => {
     const writer = new Gguf(wordpiece(1), MODEL, true, 1, 1);
     const checker = new Gguf(wordpiece(1, 0.01), MODEL, true, 1, 1);
     const forced: AnswerStats[] = [];
@@ -66,7 +92,9 @@ describe('scoring an honest answer on a word-piece vocabulary: the tokens genera
     }
     const f = sum(forced);
     const r = sum(retokenized);
-    process.stdout.write(`word-piece, ${ANSWERS} honest answers: ${ANSWERS - canonical} not the tokenizer's own split; forced ${f.mismatches}/${f.positions} confident mismatches, flagged at ${flaggedAfter(forced) ?? 'never'}; re-tokenized ${r.mismatches}/${r.positions}, flagged at answer ${flaggedAfter(retokenized) ?? 'never'}\n`);
+    process.stdout.write(
+      `word-piece, ${ANSWERS} honest answers: ${ANSWERS - canonical} not the tokenizer's own split; forced ${f.mismatches}/${f.positions} confident mismatches, flagged at ${flaggedAfter(forced) ?? 'never'}; re-tokenized ${r.mismatches}/${r.positions}, flagged at answer ${flaggedAfter(retokenized) ?? 'never'}\n`,
+    );
     // The vocabulary does what it is for: most answers are not their tokenizer's own split.
     expect(canonical / ANSWERS).toBeLessThan(0.6);
     expect(f.positions).toBeGreaterThan(ANSWERS * 20);
@@ -79,8 +107,8 @@ describe('scoring an honest answer on a word-piece vocabulary: the tokens genera
   });
 });
 
-describe('a token the scorer\'s vocabulary lacks', () => {
-  it('is scored as the scorer\'s own pieces of its bytes: evidence, not a crash', { timeout: 120_000 }, async () => {
+describe("a token the scorer's vocabulary lacks", () => {
+  it("is scored as the scorer's own pieces of its bytes: evidence, not a crash", { timeout: 120_000 }, async () => {
     const job = { model: MODEL, max_output: 32, temperature: 0, messages: [{ role: 'user', content: 'tell me about the old city' }] };
     const a = await new Gguf(wordpiece(1), MODEL, true, 1, 1).chat(job);
     expect(a.tokens!.some((t) => typeof t === 'string' && [...t].length > 1)).toBe(true);
@@ -111,8 +139,18 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
     t = await startApp(pglite, { verify: VERIFY });
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     for (const n of nodes) {
-      workers.push(await startWorker({ server: url, node: n.name, key: await t.addNode(n.name), backend: 'gguf', backendUrl: '',
-        modelFile: wordpiece(n.seed, n.noise ?? 0), models: [MODEL], threads: 1 }));
+      workers.push(
+        await startWorker({
+          server: url,
+          node: n.name,
+          key: await t.addNode(n.name),
+          backend: 'gguf',
+          backendUrl: '',
+          modelFile: wordpiece(n.seed, n.noise ?? 0),
+          models: [MODEL],
+          threads: 1,
+        }),
+      );
     }
     return new TestUser(t.app, await t.addUser());
   };
@@ -121,8 +159,14 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
     for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
   };
 
-  it(`three honest nodes (two with 1 % weight noise), every answer checked on the tokens it was generated as: 0 strikes over ${JOBS} jobs`, { timeout: 3_600_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'honest-3', seed: 1, noise: 0.01 }]);
+  it(`three honest nodes (two with 1 % weight noise), every answer checked on the tokens it was generated as: 0 strikes over ${JOBS} jobs`, {
+    timeout: 3_600_000,
+  }, async () => {
+    const user = await start([
+      { name: 'honest-1', seed: 1 },
+      { name: 'honest-2', seed: 1, noise: 0.01 },
+      { name: 'honest-3', seed: 1, noise: 0.01 },
+    ]);
     const began = Date.now();
     for (let done = 0; done < JOBS; done += 100) {
       await submit(user, Math.min(100, JOBS - done));
@@ -132,18 +176,30 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
     expect(await strikes()).toEqual([]);
     for (const n of ['honest-1', 'honest-2', 'honest-3']) expect(await standing(n)).toBe('trusted');
     // Every done user job's answer came with its tokens, and each check scored them.
-    const [jobs] = await q<{ done: number; tokens: number }>('t_tokens', "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'");
+    const [jobs] = await q<{ done: number; tokens: number }>(
+      't_tokens',
+      "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'",
+    );
     expect(jobs!.tokens).toBe(jobs!.done);
-    const [e] = await q<{ answers: number; positions: number; mismatches: number }>('t_scored', `SELECT coalesce(sum(answers), 0)::int AS answers,
-      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`);
+    const [e] = await q<{ answers: number; positions: number; mismatches: number }>(
+      't_scored',
+      `SELECT coalesce(sum(answers), 0)::int AS answers,
+      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`,
+    );
     expect(e!.answers).toBeGreaterThanOrEqual(JOBS * 0.9);
     expect(e!.mismatches / e!.positions).toBeLessThan(P0);
-    process.stdout.write(`word-piece honest run: ${JOBS} jobs in ${seconds.toFixed(0)} s; ${e!.answers} answers judged, ${e!.positions} positions, ${e!.mismatches} confident mismatches (${(100 * e!.mismatches / e!.positions).toFixed(3)} %)\n`);
+    process.stdout.write(
+      `word-piece honest run: ${JOBS} jobs in ${seconds.toFixed(0)} s; ${e!.answers} answers judged, ${e!.positions} positions, ${e!.mismatches} confident mismatches (${((100 * e!.mismatches) / e!.positions).toFixed(3)} %)\n`,
+    );
     await pointsExact();
   });
 
   it('suspends an impostor of the same vocabulary by its 5th judged answer and strikes no honest node', { timeout: 600_000 }, async () => {
-    const user = await start([{ name: 'honest-1', seed: 1 }, { name: 'honest-2', seed: 1, noise: 0.01 }, { name: 'impostor', seed: 2 }]);
+    const user = await start([
+      { name: 'honest-1', seed: 1 },
+      { name: 'honest-2', seed: 1, noise: 0.01 },
+      { name: 'impostor', seed: 2 },
+    ]);
     await submit(user, 30);
     await until('the jobs and their checks to settle', settled, 550_000);
     expect(await standing('impostor')).toBe('suspended');

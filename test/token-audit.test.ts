@@ -53,9 +53,21 @@ describe.each(backends)('score checks on $name', (backend) => {
     return { user, workers };
   };
   const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
-  const strikes = async (node: string) => q<{ kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
-  const evidence = async (node: string) => (await q<{ scored: number; copied: number; answers: number; flags: number }>('t_evidence', `SELECT e.scored, e.copied, e.answers, e.flags
-    FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = $1::text`, [node]))[0];
+  const strikes = async (node: string) =>
+    q<{ kind: string; evidence: Record<string, unknown> }>(
+      't_strikes',
+      'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id',
+      [node],
+    );
+  const evidence = async (node: string) =>
+    (
+      await q<{ scored: number; copied: number; answers: number; flags: number }>(
+        't_evidence',
+        `SELECT e.scored, e.copied, e.answers, e.flags
+    FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id WHERE n.name = $1::text`,
+        [node],
+      )
+    )[0];
   /**
    * The workers poll in turn and answer: a score check with the scores `foreign` says, a job with
    * prose. `tokens`: the checks carry the answer's tokens as reported (helpers/scores.ts).
@@ -67,8 +79,13 @@ describe.each(backends)('score checks on $name', (backend) => {
         const job = (await w.getJob()) as ScoreJob | null;
         if (!job) continue;
         const res = job.params?.score
-          ? await w.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, status: 'success',
-            result: { message: { role: 'assistant', content: '' }, scores: scores(foreign(name, job)) } })
+          ? await w.post('/worker/update_result', {
+              job_id: job.job_id,
+              api_key: job.api_key,
+              model_name: job.model,
+              status: 'success',
+              result: { message: { role: 'assistant', content: '' }, scores: scores(foreign(name, job)) },
+            })
           : await w.report(job, prose(MODEL, job.messages.at(-1)!.content));
         expect(res.statusCode).toBe(200);
       }
@@ -77,21 +94,35 @@ describe.each(backends)('score checks on $name', (backend) => {
   };
   const only = (workers: Map<string, TestWorker>, ...names: string[]) => new Map(names.map((n) => [n, workers.get(n)!]));
 
-  it('gives a scorer the audited request and answer, never a session without `score`; answers in line are agreements', { timeout: 120_000 }, async () => {
+  it('gives a scorer the audited request and answer, never a session without `score`; answers in line are agreements', {
+    timeout: 120_000,
+  }, async () => {
     const { user, workers } = await start(['scorer'], ['node', 'seed-worker']);
     const id = await user.submit(MODEL, 'tell me about tides', { temperature: 0.8, seed: 77, max_output: 40 });
     const first = (await workers.get('node')!.getJob())!;
     expect(first.job_id).toBe(id);
     const answer = prose(MODEL, 'tell me about tides');
     expect((await workers.get('node')!.report(first, answer)).statusCode).toBe(200);
-    await until('the score check', async () => (await q<{ n: number }>('t_checks', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === 1);
+    await until(
+      'the score check',
+      async () => (await q<{ n: number }>('t_checks', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === 1,
+    );
     // The seed's worker (no capabilities) and the audited node itself are never given it.
     expect(await workers.get('seed-worker')!.getJob()).toBeNull();
     expect(await workers.get('node')!.getJob()).toBeNull();
     const check = (await workers.get('scorer')!.getJob()) as ScoreJob;
     expect(check).toMatchObject({ messages: first.messages, temperature: 0.8, seed: 77, max_output: 40, params: { score: { answer } } });
-    expect((await workers.get('scorer')!.post('/worker/update_result', { job_id: check.job_id, api_key: check.api_key, model_name: MODEL, status: 'success',
-      result: { message: { role: 'assistant', content: '' }, scores: scores(false) } })).statusCode).toBe(200);
+    expect(
+      (
+        await workers.get('scorer')!.post('/worker/update_result', {
+          job_id: check.job_id,
+          api_key: check.api_key,
+          model_name: MODEL,
+          status: 'success',
+          result: { message: { role: 'assistant', content: '' }, scores: scores(false) },
+        })
+      ).statusCode,
+    ).toBe(200);
     await until('the check judged', settled);
     for (let i = 0; i < 5; i++) await user.submit(MODEL, `question ${i}`, { temperature: i % 2 ? 0 : 0.7 });
     await serve(only(workers, 'node', 'scorer'), () => false);
@@ -99,10 +130,17 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(await standing('node')).toBe('trusted');
     expect(await strikes('scorer')).toEqual([]);
     // The scorer serves the model too and took some of the jobs: the node's own were each scored, and agreed.
-    const [own] = await q<{ n: number }>('t_own', "SELECT count(*)::int AS n FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE n.name = 'node' AND j.kind = 'user'");
+    const [own] = await q<{ n: number }>(
+      't_own',
+      "SELECT count(*)::int AS n FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE n.name = 'node' AND j.kind = 'user'",
+    );
     expect(own!.n).toBeGreaterThanOrEqual(2);
     expect(await evidence('node')).toMatchObject({ scored: own!.n, copied: 0, answers: own!.n, flags: 0 });
-    const [agreements] = await q<{ n: number }>('t_agree', 'SELECT s.agreements AS n FROM node_standing s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1::text', ['node']);
+    const [agreements] = await q<{ n: number }>(
+      't_agree',
+      'SELECT s.agreements AS n FROM node_standing s JOIN nodes n ON n.id = s.node_id WHERE n.name = $1::text',
+      ['node'],
+    );
     // (and the copies it ran of the scorer's temperature-0 jobs, which nobody could score, agreed too)
     expect(agreements?.n).toBeGreaterThanOrEqual(own!.n);
   });
@@ -110,7 +148,11 @@ describe.each(backends)('score checks on $name', (backend) => {
   it('suspends a node whose answers two scorers find foreign at its third, and reverses its points', { timeout: 120_000 }, async () => {
     const { user, workers } = await start(['scorer-1', 'scorer-2'], ['impostor']);
     for (let i = 0; i < 6; i++) await user.submit(MODEL, `question ${i}: what is a river?`, { temperature: i % 2 ? 0 : 0.8 });
-    await serve(only(workers, 'impostor'), () => true, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 6);
+    await serve(
+      only(workers, 'impostor'),
+      () => true,
+      async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 6,
+    );
     expect(await pointsOf('impostor')).toBe(6);
     // Every check is confirmed by the other scorer before it counts.
     await serve(only(workers, 'scorer-1', 'scorer-2'), () => true);
@@ -136,8 +178,19 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(await runCommand(t.db, ['node', 'audit', 'impostor'], text)).toBe(0);
     expect(text.stdout.join('\n')).toContain(`token-level checks of ${MODEL}: 6 jobs scored, 0 checked the weaker way`);
     // The dashboard's summary counts every kind of strike, these too.
-    const network = (await t.app.inject({ url: '/network' })).json() as { verification: { strikes_24h: Record<string, number>; nodes_suspended: number } };
-    expect(network.verification.strikes_24h).toEqual({ disagreement: 0, replay: 0, too_fast: 0, give_up: 0, failure: 0, impostor: 2, false_request_error: 0, false_score: 0 });
+    const network = (await t.app.inject({ url: '/network' })).json() as {
+      verification: { strikes_24h: Record<string, number>; nodes_suspended: number };
+    };
+    expect(network.verification.strikes_24h).toEqual({
+      disagreement: 0,
+      replay: 0,
+      too_fast: 0,
+      give_up: 0,
+      failure: 0,
+      impostor: 2,
+      false_request_error: 0,
+      false_score: 0,
+    });
     expect(network.verification.nodes_suspended).toBe(1);
   });
 
@@ -146,9 +199,17 @@ describe.each(backends)('score checks on $name', (backend) => {
     // no second scorer the first's "foreign" moved the node's): one party's word each time.
     const { user, workers } = await start(['liar', 'scorer', 'scorer-2'], ['node']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
-    await serve(only(workers, 'node'), () => false, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4);
+    await serve(
+      only(workers, 'node'),
+      () => false,
+      async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4,
+    );
     // The liar takes every first check and calls the answer foreign; the honest scorers confirm none.
-    await serve(only(workers, 'liar'), () => true, async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4);
+    await serve(
+      only(workers, 'liar'),
+      () => true,
+      async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4,
+    );
     await serve(only(workers, 'scorer', 'scorer-2', 'liar'), (n) => n === 'liar');
     expect(await strikes('node')).toEqual([]);
     expect(await standing('node')).toBe('trusted');
@@ -169,8 +230,16 @@ describe.each(backends)('score checks on $name', (backend) => {
   it('with no third scorer online, a scorer contradicted by a second is not struck, nor is the node', { timeout: 120_000 }, async () => {
     const { user, workers } = await start(['liar', 'scorer'], ['node']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
-    await serve(only(workers, 'node'), () => false, async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4);
-    await serve(only(workers, 'liar'), () => true, async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4);
+    await serve(
+      only(workers, 'node'),
+      () => false,
+      async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4,
+    );
+    await serve(
+      only(workers, 'liar'),
+      () => true,
+      async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4,
+    );
     await serve(only(workers, 'scorer', 'liar'), (n) => n === 'liar');
     expect(await strikes('node')).toEqual([]);
     expect(await strikes('liar')).toEqual([]);
@@ -180,7 +249,9 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(Number(unconfirmed)).toBe(4);
   });
 
-  it('without a scorer online copies temperature-0 jobs as before, counted as checked the weaker way, and leaves sampled ones', { timeout: 120_000 }, async () => {
+  it('without a scorer online copies temperature-0 jobs as before, counted as checked the weaker way, and leaves sampled ones', {
+    timeout: 120_000,
+  }, async () => {
     const { user, workers } = await start([], ['a', 'b']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0 });
     for (let i = 0; i < 3; i++) await user.submit(MODEL, `sampled ${i}`, { temperature: 0.9 });

@@ -13,7 +13,15 @@ import { startLogprobBackend, type LogprobBackend } from './helpers/logprob-back
 
 const models = tinyModels();
 const MODEL = 'tiny';
-const job = { model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Tell me about the river.' }], max_output: 40, temperature: 0 };
+const job = {
+  model: MODEL,
+  messages: [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Tell me about the river.' },
+  ],
+  max_output: 40,
+  temperature: 0,
+};
 const top1 = (s: AnswerScore) => s.positions.filter((p) => p.rank === 1).length / s.positions.length;
 
 let honest: Gguf;
@@ -46,7 +54,7 @@ const shuffled = (s: string) => {
 };
 
 describe('gguf: one pass over prompt and answer', () => {
-  it('ranks its own answer first almost everywhere; an impostor\'s and a reordered one mostly not', async () => {
+  it("ranks its own answer first almost everywhere; an impostor's and a reordered one mostly not", async () => {
     expect(honestAnswer.length).toBeGreaterThan(20);
     const own = await honest.score(job, honestAnswer);
     expect(own.method).toBe('prefill');
@@ -77,7 +85,7 @@ describe('vLLM: one prefill with prompt_logprobs', () => {
 });
 
 describe('Ollama: resync replay on logprobs of generated tokens', () => {
-  it('follows its own answer in one generation; at each place an impostor\'s leaves it, ranks that token and resyncs', async () => {
+  it("follows its own answer in one generation; at each place an impostor's leaves it, ranks that token and resyncs", async () => {
     const server = await startLogprobBackend('ollama', models.file({ seed: 1 }), MODEL);
     servers.push(server);
     const b = createBackend('ollama', server.url);
@@ -97,7 +105,16 @@ describe('Ollama: resync replay on logprobs of generated tokens', () => {
     for (const p of prefixes) expect(p.role === 'assistant' && impostorAnswer.startsWith(p.content)).toBe(true);
     // Where the token was among the top 10, its rank agrees with the one-pass score's.
     const local = await honest.score(job, impostorAnswer);
-    const atPos = (s: AnswerScore) => { let at = 0; return new Map(s.positions.map((p) => { const r: [number, number] = [at, p.rank]; at += p.token.length; return r; })); };
+    const atPos = (s: AnswerScore) => {
+      let at = 0;
+      return new Map(
+        s.positions.map((p) => {
+          const r: [number, number] = [at, p.rank];
+          at += p.token.length;
+          return r;
+        }),
+      );
+    };
     const l = atPos(local);
     for (const [pos, rank] of atPos(other)) if (rank <= 10) expect(l.get(pos)).toBe(rank);
   });

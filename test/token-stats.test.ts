@@ -16,7 +16,18 @@
 // for nothing: the bound is in answers long enough to judge.)
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Gguf } from '../src/worker/gguf.js';
-import { answerStats, freshTest, observe, scorersAgree, ANSWER_CAP, H, MIN_POSITIONS, P0, type AnswerStats, type NodeTest } from '../src/verify/token-stats.js';
+import {
+  answerStats,
+  freshTest,
+  observe,
+  scorersAgree,
+  ANSWER_CAP,
+  H,
+  MIN_POSITIONS,
+  P0,
+  type AnswerStats,
+  type NodeTest,
+} from '../src/verify/token-stats.js';
 import { tinyModels } from './helpers/gguf.js';
 
 const models = tinyModels();
@@ -25,11 +36,35 @@ const M = 'tiny';
 
 let x = 20261125;
 const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = ['river', 'stone', 'bridge', 'tell', 'me', 'about', 'the', 'old', 'city', 'why', 'how', 'light', 'write', 'a', 'poem', 'explain', 'numbers', 'Paris', 'cold', 'sea'];
+const WORDS = [
+  'river',
+  'stone',
+  'bridge',
+  'tell',
+  'me',
+  'about',
+  'the',
+  'old',
+  'city',
+  'why',
+  'how',
+  'light',
+  'write',
+  'a',
+  'poem',
+  'explain',
+  'numbers',
+  'Paris',
+  'cold',
+  'sea',
+];
 // TOKEN_STATS_ANSWERS=2000 scores that many real honest answers (about 2 minutes on a busy 2-core machine).
 const HONEST = Number(process.env.TOKEN_STATS_ANSWERS ?? 200);
 const jobs = Array.from({ length: Math.max(HONEST, 12) }, (_, i) => ({
-  model: M, max_output: 32, temperature: i % 2 ? 0.8 : 0, seed: i,
+  model: M,
+  max_output: 32,
+  temperature: i % 2 ? 0.8 : 0,
+  seed: i,
   messages: [{ role: 'user', content: Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ') }],
 }));
 const reorder = (s: string) => {
@@ -90,7 +125,7 @@ describe('token-level statistics on real tiny models', () => {
     expect(highest).toBeLessThan(H / 2);
   }, 900_000);
 
-  it('an impostor, and one keeping the honest answer\'s characters, are flagged at their 3rd answer long enough to judge', async () => {
+  it("an impostor, and one keeping the honest answer's characters, are flagged at their 3rd answer long enough to judge", async () => {
     for (const stats of [await scored(node(2), 10), await scored(node(1), 10, reorder)]) {
       const judged = stats.filter((s) => s.positions >= MIN_POSITIONS);
       expect(flaggedAfter(judged)).toBe(3);
@@ -98,7 +133,7 @@ describe('token-level statistics on real tiny models', () => {
     }
   }, 120_000);
 
-  it('one keeping the honest answer\'s words in another order is flagged at its 3rd answer', async () => {
+  it("one keeping the honest answer's words in another order is flagged at its 3rd answer", async () => {
     for (const size of [4, 8]) {
       const stats = await scored(node(1), 12, reorderWords(size));
       expect(stats.every((s) => s.positions >= MIN_POSITIONS)).toBe(true);
@@ -129,13 +164,21 @@ describe('token-level statistics on real tiny models', () => {
     const count = (v: boolean[]) => ({ answers: v.length, agreed: v.filter(Boolean).length });
     const other = node(1, 0.015);
     // One model's scorers (1 % and 1.5 % noise; 20 % and 21 %), of an honest answer, another model's and a noised copy's.
-    for (const [writer, a, b] of [[node(1), checker, other], [node(2), checker, other], [node(1, 0.2), checker, other], [node(1), node(1, 0.2), node(1, 0.21)]] as const) {
+    for (const [writer, a, b] of [
+      [node(1), checker, other],
+      [node(2), checker, other],
+      [node(1, 0.2), checker, other],
+      [node(1), node(1, 0.2), node(1, 0.21)],
+    ] as const) {
       const v = count(await pairs(writer, a, b));
       expect(v.answers).toBeGreaterThan(20);
       expect(v.agreed).toBe(v.answers);
     }
     // Two models' scorers, of the honest answer (two impostors) and of a third model's (an honest scorer beside an impostor).
-    for (const [writer, a, b] of [[node(1), node(2), node(3)], [node(3), checker, node(2)]] as const) {
+    for (const [writer, a, b] of [
+      [node(1), node(2), node(3)],
+      [node(3), checker, node(2)],
+    ] as const) {
       const v = count(await pairs(writer, a, b));
       expect(v.answers).toBeGreaterThan(20);
       expect(v.agreed).toBe(0);
@@ -156,7 +199,13 @@ describe('two scorers agreeing', () => {
 });
 
 describe('the sequential test', () => {
-  const answer = (positions: number, k: number): AnswerStats => answerStats(Array.from({ length: positions }, (_, i) => (i < k ? { rank: 50, logprob: -20, top_logprob: -0.1 } : { rank: 1, logprob: -0.1, top_logprob: -0.1 })), 0);
+  const answer = (positions: number, k: number): AnswerStats =>
+    answerStats(
+      Array.from({ length: positions }, (_, i) =>
+        i < k ? { rank: 50, logprob: -20, top_logprob: -0.1 } : { rank: 1, logprob: -0.1, top_logprob: -0.1 },
+      ),
+      0,
+    );
   it('no single answer, however bad, and no two flag a node; three do; honest answers between wash evidence out', () => {
     const worst = answer(64, 64);
     expect(worst.evidence).toBe(ANSWER_CAP);

@@ -61,7 +61,11 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     /** A node serving MODEL at QUANT; `score`: it declares it can score. */
     const worker = async (name: string, score: boolean) => {
       const w = await new TestWorker(t.app, name, await t.addNode(name)).start([MODEL]);
-      const r = await w.post('/worker/update_models', { node_url: name, models: [MODEL], builds: { [MODEL]: { quantization: QUANT } }, ...(score ? { capabilities: { [MODEL]: ['score'] } } : {}) }, true);
+      const r = await w.post(
+        '/worker/update_models',
+        { node_url: name, models: [MODEL], builds: { [MODEL]: { quantization: QUANT } }, ...(score ? { capabilities: { [MODEL]: ['score'] } } : {}) },
+        true,
+      );
       expect(r.statusCode).toBe(200);
       return w;
     };
@@ -92,22 +96,42 @@ describe.each(backends)('token thresholds on $name', (backend) => {
           const c = (await w.getJob()) as ScoreJob | null;
           if (!c) continue;
           expect(c.params?.score).toBeDefined();
-          expect((await w.post('/worker/update_result', { job_id: c.job_id, api_key: c.api_key, model_name: MODEL, status: 'success',
-            result: { message: { role: 'assistant', content: '' }, scores: workerScores(false, POSITIONS, mismatchedIn(c)) } })).statusCode).toBe(200);
+          expect(
+            (
+              await w.post('/worker/update_result', {
+                job_id: c.job_id,
+                api_key: c.api_key,
+                model_name: MODEL,
+                status: 'success',
+                result: { message: { role: 'assistant', content: '' }, scores: workerScores(false, POSITIONS, mismatchedIn(c)) },
+              })
+            ).statusCode,
+          ).toBe(200);
         }
         return settled();
       });
     };
-    const tests = async () => q<{ name: string; cusum: number; flags: number }>('t_tests', `SELECT n.name, e.cusum, e.flags FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id
-      WHERE e.answers > 0 ORDER BY n.name`);
+    const tests = async () =>
+      q<{ name: string; cusum: number; flags: number }>(
+        't_tests',
+        `SELECT n.name, e.cusum, e.flags FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id
+      WHERE e.answers > 0 ORDER BY n.name`,
+      );
 
-    it('honest nodes drift up under the defaults and not under their calibrated thresholds; an impostor of the group is still suspended', { timeout: 240_000 }, async () => {
+    it('honest nodes drift up under the defaults and not under their calibrated thresholds; an impostor of the group is still suspended', {
+      timeout: 240_000,
+    }, async () => {
       t = await startApp(backend, { verify: VERIFY });
       const user = new TestUser(t.app, await t.addUser());
       const honest = [await worker('h1', true), await worker('h2', true), await worker('h3', true)];
       // 54 answers, each node's alternating 1 and 2 of 20 (5 %, 10 %: 7.5 % in all). Under the
       // defaults an answer at 10 % adds 1.47, one at 5 % takes 0.69: each node drifts up.
-      for (let r = 0; r < 18; r++) await round(user, honest.map((node) => ({ node, mismatched: 1 + (r % 2) })), honest);
+      for (let r = 0; r < 18; r++)
+        await round(
+          user,
+          honest.map((node) => ({ node, mismatched: 1 + (r % 2) })),
+          honest,
+        );
       const before = await tests();
       expect(before.map((r) => r.name)).toEqual(['h1', 'h2', 'h3']);
       for (const r of before) {
@@ -119,17 +143,40 @@ describe.each(backends)('token thresholds on $name', (backend) => {
       expect(calibrated.code).toBe(0);
       // 81 mismatches in 1,080 positions: Wilson's 99.9 % upper bound 0.1037, p0 = 1.5 × that rounded up, p1 = 3 × p0.
       expect(JSON.parse(calibrated.out[0]!)).toEqual({
-        min_answers: 50, applied: 1,
-        groups: [{ model: MODEL, method: 'prefill', quantization: QUANT, answers: 54, positions: 1080, mismatches: 81, rate: 0.075, upper: expect.closeTo(0.1037, 4),
-          status: 'proposed', proposed: { p0: 0.156, p1: 0.468 }, current: { p0: 0.02, p1: 0.15 } }],
+        min_answers: 50,
+        applied: 1,
+        groups: [
+          {
+            model: MODEL,
+            method: 'prefill',
+            quantization: QUANT,
+            answers: 54,
+            positions: 1080,
+            mismatches: 81,
+            rate: 0.075,
+            upper: expect.closeTo(0.1037, 4),
+            status: 'proposed',
+            proposed: { p0: 0.156, p1: 0.468 },
+            current: { p0: 0.02, p1: 0.15 },
+          },
+        ],
       });
       const [set] = await q<{ p0: number; p1: number; answers: number }>('t_set', 'SELECT p0, p1, answers FROM token_thresholds');
       expect(set).toEqual({ p0: 0.156, p1: 0.468, answers: 54 });
 
       // The answers that moved them up (10 %) now move them down.
-      const judged = (await q<{ ids: string[] }>('t_judged', 'SELECT coalesce(array_agg(check_id::text), ARRAY[]::text[]) AS ids FROM token_checks'))[0]!.ids;
-      for (let r = 0; r < 2; r++) await round(user, honest.map((node) => ({ node, mismatched: 2 })), honest);
-      const fresh = await q<{ evidence: number }>('t_fresh', 'SELECT evidence FROM token_checks WHERE NOT (check_id::text = ANY($1::text[]))', [judged]);
+      const judged = (
+        await q<{ ids: string[] }>('t_judged', 'SELECT coalesce(array_agg(check_id::text), ARRAY[]::text[]) AS ids FROM token_checks')
+      )[0]!.ids;
+      for (let r = 0; r < 2; r++)
+        await round(
+          user,
+          honest.map((node) => ({ node, mismatched: 2 })),
+          honest,
+        );
+      const fresh = await q<{ evidence: number }>('t_fresh', 'SELECT evidence FROM token_checks WHERE NOT (check_id::text = ANY($1::text[]))', [
+        judged,
+      ]);
       expect(fresh).toHaveLength(6);
       for (const r of fresh) expect(r.evidence).toBeLessThan(0);
       for (const r of await tests()) expect(r.cusum).toBeLessThan(before.find((b) => b.name === r.name)!.cusum);
@@ -141,7 +188,10 @@ describe.each(backends)('token thresholds on $name', (backend) => {
         await round(user, [{ node: impostor, mismatched: 8 }], honest);
       }
       expect(await standing('impostor')).toBe('suspended');
-      const [strike] = await q<{ kind: string; evidence: { answers: number } }>('t_strike', `SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = 'impostor'`);
+      const [strike] = await q<{ kind: string; evidence: { answers: number } }>(
+        't_strike',
+        `SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = 'impostor'`,
+      );
       expect(strike).toMatchObject({ kind: 'impostor', evidence: { answers: 4 } });
       for (const name of ['h1', 'h2', 'h3']) expect(await standing(name)).toBe('trusted');
       // Every judged check records the judged node's declared quantisation.
@@ -149,7 +199,9 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     });
   });
 
-  it('calibrate: only honest checks within the window; too few answers and too noisy are never applied; --json; bad arguments change nothing', { timeout: 120_000 }, async () => {
+  it('calibrate: only honest checks within the window; too few answers and too noisy are never applied; --json; bad arguments change nothing', {
+    timeout: 120_000,
+  }, async () => {
     t = await startApp(backend);
     const ids: Record<string, number> = {};
     for (const name of ['a', 'b', 'c', 'flagged', 'suspended']) {
@@ -161,9 +213,13 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     await q('t_suspend', `INSERT INTO node_standing (node_id, state) VALUES ($1::bigint, 'suspended')`, [ids.suspended]);
     /** `answers` checks of `node`'s answers by `checker`, `mismatched` of 20 positions each, judged `ago` seconds ago. */
     const checks = async (node: string, checker: string, method: string, quant: string | null, answers: number, mismatched: number, ago = 0) =>
-      q('t_checks', `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, quantization, at)
+      q(
+        't_checks',
+        `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, quantization, at)
         SELECT gen_random_uuid(), gen_random_uuid(), $1::bigint, $2::int, $3::bigint, $4::text, 20, 0.9, $5::int, 0, 0, $6::text, now() - make_interval(secs => $7::float8)
-        FROM generate_series(1, $8::int)`, [ids[node], model, ids[checker], method, mismatched, quant, ago, answers]);
+        FROM generate_series(1, $8::int)`,
+        [ids[node], model, ids[checker], method, mismatched, quant, ago, answers],
+      );
     await checks('a', 'c', 'prefill', 'Q4_K_M', 60, 1);
     // Left out: a flagged node's, a suspended node's, those a flagged or suspended node checked, those older than the window.
     await checks('flagged', 'c', 'prefill', 'Q4_K_M', 30, 15);
@@ -174,12 +230,21 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     // Too few answers (nodes that declared no quantisation), and too noisy (20 %).
     await checks('b', 'c', 'prefill', null, 10, 1);
     await checks('a', 'b', 'replay', 'Q2_K', 60, 4);
-    const stored = async () => q<{ method: string; quantization: string; p0: number; p1: number; answers: number; positions: number; mismatches: number }>('t_stored',
-      'SELECT method, quantization, p0, p1, answers, positions::int AS positions, mismatches::int AS mismatches FROM token_thresholds ORDER BY 1, 2');
+    const stored = async () =>
+      q<{ method: string; quantization: string; p0: number; p1: number; answers: number; positions: number; mismatches: number }>(
+        't_stored',
+        'SELECT method, quantization, p0, p1, answers, positions::int AS positions, mismatches::int AS mismatches FROM token_thresholds ORDER BY 1, 2',
+      );
 
     // Bad arguments: exit 2, a message, nothing written.
-    for (const argv of [['verify', 'calibrate', '--min-answers', 'x', '--apply'], ['verify', 'calibrate', '--min-answers', '0', '--apply'], ['verify', 'calibrate', '--min-answers', '', '--apply'],
-      ['verify', 'calibrate', 'extra', '--apply'], ['node', 'audit', 'a', '--apply'], ['verify', 'calibrate', '--apply=yes']]) {
+    for (const argv of [
+      ['verify', 'calibrate', '--min-answers', 'x', '--apply'],
+      ['verify', 'calibrate', '--min-answers', '0', '--apply'],
+      ['verify', 'calibrate', '--min-answers', '', '--apply'],
+      ['verify', 'calibrate', 'extra', '--apply'],
+      ['node', 'audit', 'a', '--apply'],
+      ['verify', 'calibrate', '--apply=yes'],
+    ]) {
       const r = await command(argv);
       expect(r.code, argv.join(' ')).toBe(2);
       expect(r.err[0], argv.join(' ')).toMatch(/^ins: /);
@@ -193,9 +258,45 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     const defaults = { p0: 0.02, p1: 0.15 };
     const groups = [
       // 60 in 1,200: upper 0.0732, p0 0.11, p1 0.33.
-      { model: 'cal-model', method: 'prefill', quantization: null, answers: 10, positions: 200, mismatches: 10, rate: 0.05, upper: expect.any(Number), status: 'too few answers', proposed: null, current: defaults },
-      { model: 'cal-model', method: 'prefill', quantization: 'Q4_K_M', answers: 60, positions: 1200, mismatches: 60, rate: 0.05, upper: expect.closeTo(0.0732, 4), status: 'proposed', proposed: { p0: 0.11, p1: 0.33 }, current: defaults },
-      { model: 'cal-model', method: 'replay', quantization: 'Q2_K', answers: 60, positions: 1200, mismatches: 240, rate: 0.2, upper: expect.any(Number), status: 'too noisy', proposed: null, current: defaults },
+      {
+        model: 'cal-model',
+        method: 'prefill',
+        quantization: null,
+        answers: 10,
+        positions: 200,
+        mismatches: 10,
+        rate: 0.05,
+        upper: expect.any(Number),
+        status: 'too few answers',
+        proposed: null,
+        current: defaults,
+      },
+      {
+        model: 'cal-model',
+        method: 'prefill',
+        quantization: 'Q4_K_M',
+        answers: 60,
+        positions: 1200,
+        mismatches: 60,
+        rate: 0.05,
+        upper: expect.closeTo(0.0732, 4),
+        status: 'proposed',
+        proposed: { p0: 0.11, p1: 0.33 },
+        current: defaults,
+      },
+      {
+        model: 'cal-model',
+        method: 'replay',
+        quantization: 'Q2_K',
+        answers: 60,
+        positions: 1200,
+        mismatches: 240,
+        rate: 0.2,
+        upper: expect.any(Number),
+        status: 'too noisy',
+        proposed: null,
+        current: defaults,
+      },
     ];
     expect(JSON.parse(review.out[0]!)).toEqual({ min_answers: 50, groups, applied: null });
     expect(await stored()).toEqual([]);
@@ -212,14 +313,29 @@ describe.each(backends)('token thresholds on $name', (backend) => {
     const applied = await command(['verify', 'calibrate', '--apply']);
     expect(applied.out.at(-1)).toBe('applied 1 threshold');
     expect(await stored()).toEqual([{ method: 'prefill', quantization: 'Q4_K_M', p0: 0.11, p1: 0.33, answers: 60, positions: 1200, mismatches: 60 }]);
-    const after = JSON.parse((await command(['verify', 'calibrate', '--json', '--min-answers', '10'])).out[0]!) as { groups: { quantization: string | null; status: string; current: unknown }[] };
+    const after = JSON.parse((await command(['verify', 'calibrate', '--json', '--min-answers', '10'])).out[0]!) as {
+      groups: { quantization: string | null; status: string; current: unknown }[];
+    };
     // 10 answers pass --min-answers 10, but 10 mismatches in 200 positions bound the rate only to 0.127: p1 would pass 0.5.
-    expect(after.groups.map((g) => [g.quantization, g.status, g.current])).toEqual([[null, 'too noisy', defaults], ['Q4_K_M', 'proposed', { p0: 0.11, p1: 0.33 }], ['Q2_K', 'too noisy', defaults]]);
+    expect(after.groups.map((g) => [g.quantization, g.status, g.current])).toEqual([
+      [null, 'too noisy', defaults],
+      ['Q4_K_M', 'proposed', { p0: 0.11, p1: 0.33 }],
+      ['Q2_K', 'too noisy', defaults],
+    ]);
 
     // Judging's pick: the group's, else its model and method's for no quantisation (''), else the defaults.
-    await q('t_fallback', `INSERT INTO token_thresholds (model_id, method, quantization, p0, p1, answers, positions, mismatches) VALUES ($1::int, 'prefill', '', 0.05, 0.2, 1, 1, 1)`, [model]);
+    await q(
+      't_fallback',
+      `INSERT INTO token_thresholds (model_id, method, quantization, p0, p1, answers, positions, mismatches) VALUES ($1::int, 'prefill', '', 0.05, 0.2, 1, 1, 1)`,
+      [model],
+    );
     const pick = await thresholdsOf(t.db, [model, model]);
-    expect([pick(model, 'prefill', 'Q4_K_M'), pick(model, 'prefill', 'Q8_0'), pick(model, 'prefill', null), pick(model, 'replay', 'Q2_K'), pick(model + 1, 'prefill', 'Q4_K_M')])
-      .toEqual([{ p0: 0.11, p1: 0.33 }, { p0: 0.05, p1: 0.2 }, { p0: 0.05, p1: 0.2 }, defaults, defaults]);
+    expect([
+      pick(model, 'prefill', 'Q4_K_M'),
+      pick(model, 'prefill', 'Q8_0'),
+      pick(model, 'prefill', null),
+      pick(model, 'replay', 'Q2_K'),
+      pick(model + 1, 'prefill', 'Q4_K_M'),
+    ]).toEqual([{ p0: 0.11, p1: 0.33 }, { p0: 0.05, p1: 0.2 }, { p0: 0.05, p1: 0.2 }, defaults, defaults]);
   });
 });

@@ -19,7 +19,8 @@ describe('TRUST_PROXY', () => {
     await app.close();
     await db.close();
   });
-  const ask = (remoteAddress: string, xff?: string) => app.inject({ url: '/unique_nodes?model_name=m', remoteAddress, headers: xff ? { 'x-forwarded-for': xff } : {} });
+  const ask = (remoteAddress: string, xff?: string) =>
+    app.inject({ url: '/unique_nodes?model_name=m', remoteAddress, headers: xff ? { 'x-forwarded-for': xff } : {} });
 
   it('limits the client the trusted proxies saw, whatever it writes into X-Forwarded-For', async () => {
     expect((await ask('127.0.0.1', '203.0.113.7')).statusCode).toBe(200);

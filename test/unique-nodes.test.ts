@@ -36,7 +36,13 @@ describe.each(backends)('GET /unique_nodes on $name', (backend) => {
     it('lists every node with a success for the model, sorted, errors and other models excluded', async () => {
       const res = await get('model_name=llama3');
       expect(res.statusCode).toBe(200);
-      expect(res.json()).toEqual({ model_name: 'llama3', start_date: null, end_date: null, count: 6 - 1, nodes: ['Beta', 'alpha', 'edge', 'mid', 'zeta'] });
+      expect(res.json()).toEqual({
+        model_name: 'llama3',
+        start_date: null,
+        end_date: null,
+        count: 6 - 1,
+        nodes: ['Beta', 'alpha', 'edge', 'mid', 'zeta'],
+      });
     });
 
     it('includes both bounds', async () => {
@@ -65,7 +71,13 @@ describe.each(backends)('GET /unique_nodes on $name', (backend) => {
 
     it('normalises offsets to UTC and echoes the bounds', async () => {
       const res = await get(`model_name=llama3&start_date=${encodeURIComponent('2024-03-02T01:00:00+01:00')}&end_date=2024-03-02`);
-      expect(res.json()).toEqual({ model_name: 'llama3', start_date: '2024-03-02T00:00:00Z', end_date: '2024-03-02T00:00:00Z', count: 1, nodes: ['zeta'] });
+      expect(res.json()).toEqual({
+        model_name: 'llama3',
+        start_date: '2024-03-02T00:00:00Z',
+        end_date: '2024-03-02T00:00:00Z',
+        count: 1,
+        nodes: ['zeta'],
+      });
     });
 
     it('answers count 0 for an unknown model or an empty window', async () => {

@@ -116,14 +116,34 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
       const before = await snapshot(t.db);
       const res = await post({ job_id: 5, api_key: alpha, result: 'x', status: 'done' });
       expect(res.statusCode).toBe(422);
-      expect(res.json().detail.map((e: { loc: unknown[] }) => e.loc)).toEqual([['body', 'job_id'], ['body', 'model_name'], ['body', 'result'], ['body', 'status']]);
+      expect(res.json().detail.map((e: { loc: unknown[] }) => e.loc)).toEqual([
+        ['body', 'job_id'],
+        ['body', 'model_name'],
+        ['body', 'result'],
+        ['body', 'status'],
+      ]);
       expect(await snapshot(t.db)).toEqual(before);
     });
 
     it('422 json_invalid with the character offset for malformed JSON', async () => {
-      const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: '{"job_id": "a",}', headers: { 'content-type': 'application/json' } });
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: '{"job_id": "a",}',
+        headers: { 'content-type': 'application/json' },
+      });
       expect(res.statusCode).toBe(422);
-      expect(res.json()).toEqual({ detail: [{ type: 'json_invalid', loc: ['body', 15], msg: 'JSON decode error', input: {}, ctx: { error: 'Expecting property name enclosed in double quotes' } }] });
+      expect(res.json()).toEqual({
+        detail: [
+          {
+            type: 'json_invalid',
+            loc: ['body', 15],
+            msg: 'JSON decode error',
+            input: {},
+            ctx: { error: 'Expecting property name enclosed in double quotes' },
+          },
+        ],
+      });
     });
 
     it('422 missing for an empty body, with or without a content type', async () => {
@@ -135,9 +155,19 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
     });
 
     it('422 model_attributes_type for a JSON array or a non-JSON content type', async () => {
-      const arr = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: '[1]', headers: { 'content-type': 'application/json' } });
+      const arr = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: '[1]',
+        headers: { 'content-type': 'application/json' },
+      });
       expect(arr.json().detail[0]).toMatchObject({ type: 'model_attributes_type', loc: ['body'], input: [1] });
-      const text = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: 'job_id=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      const text = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: 'job_id=1',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      });
       expect(text.statusCode).toBe(422);
       expect(text.json().detail[0]).toMatchObject({ type: 'model_attributes_type', loc: ['body'] });
     });
@@ -148,14 +178,18 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
       expect(res.statusCode).toBe(200);
     });
 
-    it('reads a body in UTF-16 or UTF-32, with or without a byte order mark, as Python\'s json.loads does; a truncated one is 400', async () => {
+    it("reads a body in UTF-16 or UTF-32, with or without a byte order mark, as Python's json.loads does; a truncated one is 400", async () => {
       const json = JSON.stringify(report(alpha, { job_id: 'utf16-\u00e9-\u{1f600}' }));
       const utf16be = (s: string) => Buffer.from(s, 'utf16le').swap16();
-      const utf32 = (s: string, le: boolean) => Buffer.concat([...s].map((c) => {
-        const b = Buffer.alloc(4);
-        if (le) b.writeUInt32LE(c.codePointAt(0)!); else b.writeUInt32BE(c.codePointAt(0)!);
-        return b;
-      }));
+      const utf32 = (s: string, le: boolean) =>
+        Buffer.concat(
+          [...s].map((c) => {
+            const b = Buffer.alloc(4);
+            if (le) b.writeUInt32LE(c.codePointAt(0)!);
+            else b.writeUInt32BE(c.codePointAt(0)!);
+            return b;
+          }),
+        );
       const bodies: [string, Buffer][] = [
         ['utf-8 with its BOM', Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(json)])],
         ['utf-16le with its BOM', Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(json, 'utf16le')])],
@@ -171,24 +205,55 @@ describe.each(backends)('POST /worker/update_result on $name', (backend) => {
         expect(res.json().job_id, name).toBe('utf16-\u00e9-\u{1f600}');
       }
       // Half a UTF-16 unit at the end, or a surrogate in UTF-32: the decoder fails, as Python's does.
-      const truncated = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([Buffer.from(json, 'utf16le'), Buffer.from([0x7d])]), headers: { 'content-type': 'application/json' } });
+      const truncated = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: Buffer.concat([Buffer.from(json, 'utf16le'), Buffer.from([0x7d])]),
+        headers: { 'content-type': 'application/json' },
+      });
       expect(truncated.statusCode).toBe(400);
-      const surrogate = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([utf32('{"a": "', false), Buffer.from([0, 0, 0xd8, 0]), utf32('"}', false)]), headers: { 'content-type': 'application/json' } });
+      const surrogate = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: Buffer.concat([utf32('{"a": "', false), Buffer.from([0, 0, 0xd8, 0]), utf32('"}', false)]),
+        headers: { 'content-type': 'application/json' },
+      });
       expect(surrogate.statusCode).toBe(400);
       // A second byte order mark is text, as in Python, whose json.loads then finds no JSON at 0.
-      const twice = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.concat([Buffer.from([0xff, 0xfe, 0xff, 0xfe]), Buffer.from(json, 'utf16le')]), headers: { 'content-type': 'application/json' } });
+      const twice = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: Buffer.concat([Buffer.from([0xff, 0xfe, 0xff, 0xfe]), Buffer.from(json, 'utf16le')]),
+        headers: { 'content-type': 'application/json' },
+      });
       expect(twice.statusCode).toBe(422);
       expect(twice.json().detail[0]).toMatchObject({ type: 'json_invalid', loc: ['body', 0] });
       // A byte order mark alone is a body, of no JSON (json.loads: "Expecting value" at 0), not an absent one.
-      for (const bom of [[0xef, 0xbb, 0xbf], [0xff, 0xfe], [0xfe, 0xff]]) {
-        const alone = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.from(bom), headers: { 'content-type': 'application/json' } });
+      for (const bom of [
+        [0xef, 0xbb, 0xbf],
+        [0xff, 0xfe],
+        [0xfe, 0xff],
+      ]) {
+        const alone = await t.app.inject({
+          method: 'POST',
+          url: '/worker/update_result',
+          payload: Buffer.from(bom),
+          headers: { 'content-type': 'application/json' },
+        });
         expect(alone.statusCode, String(bom)).toBe(422);
-        expect(alone.json().detail, String(bom)).toEqual([{ type: 'json_invalid', loc: ['body', 0], msg: 'JSON decode error', input: {}, ctx: { error: 'Expecting value' } }]);
+        expect(alone.json().detail, String(bom)).toEqual([
+          { type: 'json_invalid', loc: ['body', 0], msg: 'JSON decode error', input: {}, ctx: { error: 'Expecting value' } },
+        ]);
       }
     });
 
     it('400 for a body that is not UTF-8', async () => {
-      const res = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: Buffer.from([0x7b, 0xff, 0xfe, 0x7d]), headers: { 'content-type': 'application/json' } });
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/worker/update_result',
+        payload: Buffer.from([0x7b, 0xff, 0xfe, 0x7d]),
+        headers: { 'content-type': 'application/json' },
+      });
       expect(res.statusCode).toBe(400);
       expect(res.json()).toEqual({ detail: 'There was an error parsing the body' });
     });

@@ -20,19 +20,31 @@ import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 import { until } from './helpers/wait.js';
 
 const cleanups: (() => Promise<void>)[] = [];
-afterAll(async () => { for (const c of cleanups.reverse()) await c(); });
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
 
 const targets = [
-  { name: 'embedded PGlite', env: async () => {
-    const dir = mkdtempSync(path.join(tmpdir(), 'ins-verify-'));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    return { env: { DATA_DIR: dir }, open: () => openPglite(dir) };
-  } },
-  ...(TEST_DATABASE_URL ? [{ name: 'PostgreSQL', env: async () => {
-    const { url, drop } = await createPostgresDatabase();
-    cleanups.push(drop);
-    return { env: { DATABASE_URL: url }, open: async (): Promise<Database> => openPostgres({ connectionString: url, max: 2 }) };
-  } }] : []),
+  {
+    name: 'embedded PGlite',
+    env: async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'ins-verify-'));
+      cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+      return { env: { DATA_DIR: dir }, open: () => openPglite(dir) };
+    },
+  },
+  ...(TEST_DATABASE_URL
+    ? [
+        {
+          name: 'PostgreSQL',
+          env: async () => {
+            const { url, drop } = await createPostgresDatabase();
+            cleanups.push(drop);
+            return { env: { DATABASE_URL: url }, open: async (): Promise<Database> => openPostgres({ connectionString: url, max: 2 }) };
+          },
+        },
+      ]
+    : []),
 ];
 
 const MODELS = ['model-a', 'model-b', 'model-c'];
@@ -76,29 +88,53 @@ describe.each(targets)('verification with real workers on $name', (target) => {
       b.answer = n.answer;
       b.delayMs = n.delayMs;
       backends.push(b);
-      workers.push(startWorkerProcess(['--server', server.url, '--node', n.name, '--backend', 'ollama', '--backend-url', b.url, '--concurrency', String(n.concurrency)],
-        { INS_NODE_KEY: keys.get(n.name)! }));
+      workers.push(
+        startWorkerProcess(
+          ['--server', server.url, '--node', n.name, '--backend', 'ollama', '--backend-url', b.url, '--concurrency', String(n.concurrency)],
+          { INS_NODE_KEY: keys.get(n.name)! },
+        ),
+      );
     }
-    for (const w of workers) await until('a worker to declare its models', () => w.logs().includes('models declared'), 30_000, async () => `\n${w.logs()}`);
+    for (const w of workers)
+      await until(
+        'a worker to declare its models',
+        () => w.logs().includes('models declared'),
+        30_000,
+        async () => `\n${w.logs()}`,
+      );
 
     // The users' jobs, at temperature 0 (the ones worth checking), each prompt its own.
     const ids: string[] = [];
     for (let i = 0; i < JOBS; i += 50) {
-      ids.push(...await Promise.all(Array.from({ length: 50 }, async (_, k) => {
-        const n = i + k;
-        const res = await api<{ job_id: string }>('/submit_job', { method: 'POST', body: JSON.stringify({ model: MODELS[n % 3], messages: [{ role: 'user', content: `Question ${n}: what is worth knowing about the number ${n * 7}?` }], max_output: 128, temperature: 0 }) });
-        expect(res.status).toBe(200);
-        return res.body.job_id;
-      })));
+      ids.push(
+        ...(await Promise.all(
+          Array.from({ length: 50 }, async (_, k) => {
+            const n = i + k;
+            const res = await api<{ job_id: string }>('/submit_job', {
+              method: 'POST',
+              body: JSON.stringify({
+                model: MODELS[n % 3],
+                messages: [{ role: 'user', content: `Question ${n}: what is worth knowing about the number ${n * 7}?` }],
+                max_output: 128,
+                temperature: 0,
+              }),
+            });
+            expect(res.status).toBe(200);
+            return res.body.job_id;
+          }),
+        )),
+      );
     }
     const states = new Map<string, string>();
     for (let i = 0; i < ids.length; i += 100) {
-      await Promise.all(ids.slice(i, i + 100).map(async (id) => {
-        for (;;) {
-          const r = await api<{ status: string }>(`/get_result/${id}?wait=20`);
-          if (r.status === 200) return states.set(id, r.body.status);
-        }
-      }));
+      await Promise.all(
+        ids.slice(i, i + 100).map(async (id) => {
+          for (;;) {
+            const r = await api<{ status: string }>(`/get_result/${id}?wait=20`);
+            if (r.status === 200) return states.set(id, r.body.status);
+          }
+        }),
+      );
     }
     expect([...states.values()].every((s) => s === 'success')).toBe(true);
     // Copies and probes finish, and every done job is audited.
@@ -107,15 +143,22 @@ describe.each(targets)('verification with real workers on $name', (target) => {
       const lines = (await (await fetch(`${server.url}/metrics`)).text()).split('\n');
       const sum = (prefix: string) => lines.filter((l) => l.startsWith(prefix)).reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
       return {
-        queued: sum('ins_jobs_queued{'), leased: sum('ins_job_leases_open '), done: sum('ins_jobs_finished_total{state="done"} '),
+        queued: sum('ins_jobs_queued{'),
+        leased: sum('ins_job_leases_open '),
+        done: sum('ins_jobs_finished_total{state="done"} '),
         audited: sum('ins_verification_total{event="audited"} '),
       };
     };
     let m!: Awaited<ReturnType<typeof metrics>>;
-    await until('the jobs to settle', async () => {
-      m = await metrics();
-      return !m.queued && !m.leased && m.audited >= m.done;
-    }, 60_000, async () => JSON.stringify(m));
+    await until(
+      'the jobs to settle',
+      async () => {
+        m = await metrics();
+        return !m.queued && !m.leased && m.audited >= m.done;
+      },
+      60_000,
+      async () => JSON.stringify(m),
+    );
 
     const listed = JSON.parse((await runCli(['node', 'list', '--json'], env)).stdout) as { name: string; standing: string }[];
     const standing = Object.fromEntries(listed.map((n) => [n.name, n.standing]));
@@ -125,7 +168,10 @@ describe.each(targets)('verification with real workers on $name', (target) => {
       const points = await api<{ pointsraw: number }>(`/get_points?node_name=${cheat}`, { headers: { api_key: readerKey } });
       expect(points.body.pointsraw, cheat).toBe(0);
       const audit = JSON.parse((await runCli(['node', 'audit', cheat, '--json'], env)).stdout) as { strikes: { kind: string }[] };
-      expect(audit.strikes.map((s) => s.kind), cheat).toContain(cheat === 'fast' ? 'too_fast' : 'replay');
+      expect(
+        audit.strikes.map((s) => s.kind),
+        cheat,
+      ).toContain(cheat === 'fast' ? 'too_fast' : 'replay');
     }
     expect(await stopped(server), server.logs()).toEqual(CLEAN_EXIT);
 
@@ -134,23 +180,32 @@ describe.each(targets)('verification with real workers on $name', (target) => {
     try {
       const q = <T>(name: string, text: string) => db.query<T>(sql(name, text));
       // Each cheat's leases up to its suspension.
-      const before = await q<{ name: string; jobs: number }>('t_leases_before', `SELECT n.name, count(l.*)::int AS jobs FROM nodes n
+      const before = await q<{ name: string; jobs: number }>(
+        't_leases_before',
+        `SELECT n.name, count(l.*)::int AS jobs FROM nodes n
         JOIN node_standing s ON s.node_id = n.id AND s.state = 'suspended' LEFT JOIN job_leases l ON l.node_id = n.id AND l.leased_at <= s.changed_at
-        GROUP BY n.name ORDER BY n.name`);
+        GROUP BY n.name ORDER BY n.name`,
+      );
       console.log(`${target.name}: jobs of each cheat up to its suspension`, before);
       expect(before.map((b) => b.name)).toEqual(['fast', 'lazy', 'replayer']);
       for (const b of before) expect(b.jobs, b.name).toBeLessThanOrEqual(20);
-      const [jobs] = await q<{ user_done: number; extra: number; strikes_honest: number }>('t_jobs', `SELECT
+      const [jobs] = await q<{ user_done: number; extra: number; strikes_honest: number }>(
+        't_jobs',
+        `SELECT
         (SELECT count(*)::int FROM jobs WHERE kind = 'user' AND state = 'done') AS user_done,
         (SELECT count(*)::int FROM jobs WHERE kind <> 'user') AS extra,
-        (SELECT count(*)::int FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name LIKE 'honest-%') AS strikes_honest`);
+        (SELECT count(*)::int FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name LIKE 'honest-%') AS strikes_honest`,
+      );
       console.log(`${target.name}: ${jobs!.user_done} user jobs, ${jobs!.extra} copies and probes, ${jobs!.strikes_honest} strikes on honest nodes`);
       expect(jobs!.user_done).toBe(JOBS);
       // Every success credited once: points are the successes left.
-      const [credit] = await q<{ points: number; successes: number; done: number }>('t_credit', `SELECT
+      const [credit] = await q<{ points: number; successes: number; done: number }>(
+        't_credit',
+        `SELECT
         (SELECT coalesce(sum(points), 0)::float8 FROM node_daily_points) AS points,
         (SELECT count(*)::int FROM job_results WHERE status = 'success') AS successes,
-        (SELECT count(*)::int FROM jobs WHERE state = 'done' AND NOT EXISTS (SELECT 1 FROM point_reversals r WHERE r.job_id = jobs.id::text)) AS done`);
+        (SELECT count(*)::int FROM jobs WHERE state = 'done' AND NOT EXISTS (SELECT 1 FROM point_reversals r WHERE r.job_id = jobs.id::text)) AS done`,
+      );
       expect(credit!.points).toBe(credit!.successes);
       expect(credit!.successes).toBe(credit!.done);
       const { stored, recomputed } = await aggregatesAndRecomputation(db);

@@ -40,18 +40,26 @@ describe.each(backends)('verification on $name', (backend) => {
   // A wait that times out says which jobs and standings it was looking at.
   const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db, {
     timeoutMs: 15_000,
-    detail: async () => `${JSON.stringify(await q('t_dbg', "SELECT kind, state, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited, attempts, exclude_nodes::text, node_id::int, (SELECT count(*)::int FROM job_leases l WHERE l.job_id = jobs.id) AS leases FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`,
+    detail: async () =>
+      `${JSON.stringify(await q('t_dbg', "SELECT kind, state, EXISTS (SELECT 1 FROM job_audits a WHERE a.job_id = jobs.id) AS unaudited, attempts, exclude_nodes::text, node_id::int, (SELECT count(*)::int FROM job_leases l WHERE l.job_id = jobs.id) AS leases FROM jobs WHERE state IN ('queued','leased') OR id IN (SELECT job_id FROM job_audits)"))} ${JSON.stringify(await q('t_dbg2', 'SELECT node_id::int, state FROM node_standing'))}`,
   });
-  const strikes = async (node: string) => q<{ kind: string }>('t_strikes', 'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [node]);
+  const strikes = async (node: string) =>
+    q<{ kind: string }>('t_strikes', 'SELECT k.kind FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id', [
+      node,
+    ]);
   /** Every worker polls once and answers what it got, until `done` (or every job is settled). */
   const serve = async (workers: Map<string, TestWorker>, answer: (node: string, job: Job) => string, done = settled) => {
-    await until('the jobs to settle', async () => {
-      for (const [name, w] of workers) {
-        const job = await w.getJob();
-        if (job) expect((await w.report(job, answer(name, job))).statusCode).toBe(200);
-      }
-      return done();
-    }, 30_000);
+    await until(
+      'the jobs to settle',
+      async () => {
+        for (const [name, w] of workers) {
+          const job = await w.getJob();
+          if (job) expect((await w.report(job, answer(name, job))).statusCode).toBe(200);
+        }
+        return done();
+      },
+      30_000,
+    );
   };
   const prompt = (job: Job) => job.messages.at(-1)!.content;
 
@@ -73,7 +81,11 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await standing('honest-2')).toBe('trusted');
     expect(await strikes('honest-1')).toEqual([]);
     expect(await pointsOf('wrong')).toBe(0);
-    const [ledger] = await q<{ n: number }>('t_ledger', 'SELECT count(*)::int AS n FROM point_reversals r JOIN nodes n ON n.id = r.node_id WHERE n.name = $1::text', ['wrong']);
+    const [ledger] = await q<{ n: number }>(
+      't_ledger',
+      'SELECT count(*)::int AS n FROM point_reversals r JOIN nodes n ON n.id = r.node_id WHERE n.name = $1::text',
+      ['wrong'],
+    );
     expect(ledger!.n).toBeGreaterThan(0);
     // Points are exactly the successes left: every job done once, the reversed ones nowhere.
     const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
@@ -84,8 +96,11 @@ describe.each(backends)('verification on $name', (backend) => {
     const res = await t.app.inject({ method: 'GET', url: '/network/nodes/wrong', headers: { api_key: await t.addReader() } });
     expect(res.json()).toMatchObject({ standing: 'suspended', strikes_counting: kinds.length, points_reversed: ledger!.n });
     // Each of its last leases whose points were taken back says why (an outside probe saw them as plain `done`).
-    const [reversedLeases] = await q<{ n: number }>('t_reversed_leases', `SELECT count(*)::int AS n FROM (SELECT l.job_id FROM job_leases l JOIN nodes n ON n.id = l.node_id
-      WHERE n.name = 'wrong' ORDER BY l.leased_at DESC LIMIT 20) l JOIN point_reversals r ON r.job_id = l.job_id::text`);
+    const [reversedLeases] = await q<{ n: number }>(
+      't_reversed_leases',
+      `SELECT count(*)::int AS n FROM (SELECT l.job_id FROM job_leases l JOIN nodes n ON n.id = l.node_id
+      WHERE n.name = 'wrong' ORDER BY l.leased_at DESC LIMIT 20) l JOIN point_reversals r ON r.job_id = l.job_id::text`,
+    );
     const jobs = res.json().jobs as { outcome: string | null; reversed: string | null }[];
     expect(jobs.filter((j) => j.reversed !== null)).toHaveLength(reversedLeases!.n);
     expect(reversedLeases!.n).toBeGreaterThan(0);
@@ -102,17 +117,22 @@ describe.each(backends)('verification on $name', (backend) => {
     const first = prose(MODEL, 'tell me about rivers');
     await user.submit(MODEL, 'tell me about glaciers', { temperature: 0.8 });
     // The same answer to another prompt, its whitespace jittered.
-    await serve(only('replayer'), () => first.replaceAll(' ', '  \n '), async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === 1);
+    await serve(
+      only('replayer'),
+      () => first.replaceAll(' ', '  \n '),
+      async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === 1,
+    );
     await serve(only('honest'), (_n, job) => prose(MODEL, prompt(job)));
     expect(await strikes('replayer')).toEqual([{ kind: 'replay' }]);
     expect(await standing('replayer')).toBe('probation');
     expect(await strikes('honest')).toEqual([]);
   });
 
-  it('a suspected replay that one node contradicts goes to a third node: agreeing with the original, the contradicting node is struck, not the original\'s', async () => {
+  it("a suspected replay that one node contradicts goes to a third node: agreeing with the original, the contradicting node is struck, not the original's", async () => {
     const { user, workers } = await start({}, ['repeater', 'colluder', 'third']);
     const only = (name: string) => new Map([[name, workers.get(name)!]]);
-    const copies = (n: number) => async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === n;
+    const copies = (n: number) => async () =>
+      (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === n;
     // A user makes an honest node give one text to two prompts (the second asks for it again).
     await user.submit(MODEL, 'tell me about rivers', { temperature: 0.8 });
     await serve(only('repeater'), (_n, job) => prose(MODEL, prompt(job)));
@@ -129,10 +149,11 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await strikes('third')).toEqual([]);
   });
 
-  it('a copy answered with a replay, contradicted by a third node, is a replay strike on the copy\'s node', async () => {
+  it("a copy answered with a replay, contradicted by a third node, is a replay strike on the copy's node", async () => {
     const { user, workers } = await start({ share: 1 }, ['honest-1', 'honest-2', 'replayer']);
     const only = (name: string) => new Map([[name, workers.get(name)!]]);
-    const copies = (n: number) => async () => (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === n;
+    const copies = (n: number) => async () =>
+      (await q<{ n: number }>('t_copies', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify'"))[0]!.n === n;
     // The replayer's first answer, honest (sampled, not temperature 0: no copy of it).
     await user.submit(MODEL, 'tell me about rivers', { temperature: 0.8 });
     await serve(only('replayer'), (_n, job) => prose(MODEL, prompt(job)));
@@ -143,8 +164,11 @@ describe.each(backends)('verification on $name', (backend) => {
     await serve(only('replayer'), () => first.replaceAll(' ', '  \n '), copies(2));
     // The third node agrees with the original.
     await serve(only('honest-2'), (_n, job) => prose(MODEL, prompt(job)));
-    const [struck] = await q<{ kind: string; evidence: Record<string, unknown> }>('t_replay', `SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id
-      WHERE n.name = 'replayer'`);
+    const [struck] = await q<{ kind: string; evidence: Record<string, unknown> }>(
+      't_replay',
+      `SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id
+      WHERE n.name = 'replayer'`,
+    );
     expect(struck).toMatchObject({ kind: 'replay', evidence: { exact: true } });
     expect(await strikes('replayer')).toHaveLength(1);
     expect(await strikes('honest-1')).toEqual([]);
@@ -158,7 +182,10 @@ describe.each(backends)('verification on $name', (backend) => {
     const { user, workers } = await start({}, ['alone']);
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `prompt number ${i}`);
     await serve(workers, () => canned(MODEL, []));
-    await vi.waitFor(async () => expect((await t.app.metrics.registry.getSingleMetricAsString('ins_verification_total'))).toMatch(/event="replay_unchecked"} 3\b/), { timeout: 20_000, interval: 20 });
+    await vi.waitFor(
+      async () => expect(await t.app.metrics.registry.getSingleMetricAsString('ins_verification_total')).toMatch(/event="replay_unchecked"} 3\b/),
+      { timeout: 20_000, interval: 20 },
+    );
     expect(await strikes('alone')).toEqual([]);
     expect(await standing('alone')).toBe('trusted');
     expect(await pointsOf('alone')).toBe(4);
@@ -176,14 +203,21 @@ describe.each(backends)('verification on $name', (backend) => {
   it('strikes an answer delivered faster than the model can generate, and takes that job back', async () => {
     // fast-model's cap is above any rate a lease can show: the auditor counts a lease as 1 ms at
     // least (rules.ts tooFast), and this answer's ~212 tokens in under 2 ms beat 100,000/s.
-    const { user, workers } = await start({ maxTokensPerSecond: 200, modelMaxTokensPerSecond: { 'fast-model': 10_000_000 } }, ['speedy'], [MODEL, 'fast-model']);
+    const { user, workers } = await start(
+      { maxTokensPerSecond: 200, modelMaxTokensPerSecond: { 'fast-model': 10_000_000 } },
+      ['speedy'],
+      [MODEL, 'fast-model'],
+    );
     await user.submit(MODEL, 'write a long story');
     await user.submit('fast-model', 'write a long story');
     await serve(workers, (_n, job) => prose(job.model, prompt(job)).repeat(4));
     // Only the model whose cap it beat; the other model's cap is higher.
     expect(await strikes('speedy')).toEqual([{ kind: 'too_fast' }]);
     expect(await standing('speedy')).toBe('probation');
-    const [reversed] = await q<{ job_id: string; model: string }>('t_rev', 'SELECT r.job_id, m.name AS model FROM point_reversals r JOIN models m ON m.id = r.model_id');
+    const [reversed] = await q<{ job_id: string; model: string }>(
+      't_rev',
+      'SELECT r.job_id, m.name AS model FROM point_reversals r JOIN models m ON m.id = r.model_id',
+    );
     expect(reversed!.model).toBe(MODEL);
     expect(await pointsOf('speedy')).toBe(1);
   });
@@ -194,7 +228,8 @@ describe.each(backends)('verification on $name', (backend) => {
     const { id } = (await q<{ id: number }>('t_id', "SELECT id::int FROM nodes WHERE name = 'bad'"))[0]!;
     await user.submit(MODEL, 'a job held by bad');
     const held = (await bad.getJob())!;
-    for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++) await strike(t.db, id, held.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
+    for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++)
+      await strike(t.db, id, held.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
     await runCommand(t.db, ['node', 'audit', 'bad'], bufferIo()); // readable while suspended
     // Before the caches hear of it, its session still names models: its poll gets nothing, and
     // does not hide the queued job from the others.
@@ -214,7 +249,11 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await bad.getJob()).toBeNull();
     expect((await bad.post('/worker/update_models', { node_url: 'bad', models: [MODEL] }, true)).statusCode).toBe(403);
     // Nor can it mint points with its node key (CREDIT_POLICY=reports).
-    const minted = await t.app.inject({ method: 'POST', url: '/worker/update_result', payload: { job_id: 'invented-1', api_key: keys.get('bad'), model_name: MODEL, result: { message: 'x' }, status: 'success' } });
+    const minted = await t.app.inject({
+      method: 'POST',
+      url: '/worker/update_result',
+      payload: { job_id: 'invented-1', api_key: keys.get('bad'), model_name: MODEL, result: { message: 'x' }, status: 'success' },
+    });
     expect(minted.statusCode).toBe(403);
     expect(minted.json().detail).toMatch(/^Node is suspended/);
     await serve(new Map([['good', workers.get('good')!]]), (_n, job) => prose(MODEL, prompt(job)));
@@ -238,8 +277,12 @@ describe.each(backends)('verification on $name', (backend) => {
       expect((await workers.get('first')!.report(job, prose(MODEL, content))).statusCode).toBe(200);
       // The audit queues the copy while nobody waits for it.
       // (a poll that looks once finds it once the server has counted it: helpers/audits.ts)
-      await until('the copy', async () => (await q<{ n: number }>('t_copy', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'queued'"))[0]!.n === 1
-        && await copiesCounted(t.app) >= i + 1);
+      await until(
+        'the copy',
+        async () =>
+          (await q<{ n: number }>('t_copy', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'queued'"))[0]!.n === 1 &&
+          (await copiesCounted(t.app)) >= i + 1,
+      );
       const copy = i === 0 ? await workers.get(checker)!.getJob(5) : await workers.get(checker)!.getJob();
       expect(copy && prompt(copy)).toBe(content);
       expect((await workers.get(checker)!.report(copy!, prose(MODEL, content))).statusCode).toBe(200);
@@ -278,7 +321,7 @@ describe.each(backends)('verification on $name', (backend) => {
     expect((await bPoll).json()).toEqual({ job_data: null });
   });
 
-  it('takes back a report that raced with its node\'s suspension when it audits that job', async () => {
+  it("takes back a report that raced with its node's suspension when it audits that job", async () => {
     // The race, made still: the report is credited (the node was in good standing when its
     // statement ran), then the node is suspended by strikes whose reversal did not see it.
     const { user, workers } = await start({ enabled: false }, ['racer']);
@@ -292,7 +335,13 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(await standing('racer')).toBe('suspended');
     // Its audit comes after (the completing statement queues it; VERIFY is off here, so the test does).
     await q('t_queue', 'INSERT INTO job_audits (job_id, finished_at) VALUES ($1::uuid, now())', [job.job_id]);
-    const report = await auditBatch(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, checks: t.app.service.coordinator.lifecycle });
+    const report = await auditBatch(t.db, {
+      verify: { ...DEFAULT_VERIFY, ...VERIFY },
+      onlineWindow: 60,
+      modelsTtl: 3600,
+      jobTimeout: 60,
+      checks: t.app.service.coordinator.lifecycle,
+    });
     expect(report).toMatchObject({ audited: 1, copies: 0, reversedPoints: 1 });
     expect(await pointsOf('racer')).toBe(0);
     expect(await q('t_ledger', 'SELECT job_id::text, reason FROM point_reversals')).toEqual([{ job_id: job.job_id, reason: 'suspended' }]);
@@ -312,22 +361,46 @@ describe.each(backends)('verification on $name', (backend) => {
       expect((await w.report(job, prose(MODEL, prompt(job)))).json()).toMatchObject({ status: 'success' });
     }
     const window = 3600;
-    await q('t_suspend', `INSERT INTO node_standing (node_id, state, changed_at)
-      SELECT id, 'suspended', now() - make_interval(secs => CASE WHEN name = 'recent' THEN 10 ELSE $1::float8 + 60 END) FROM nodes WHERE name IN ('recent', 'old')`, [window]);
+    await q(
+      't_suspend',
+      `INSERT INTO node_standing (node_id, state, changed_at)
+      SELECT id, 'suspended', now() - make_interval(secs => CASE WHEN name = 'recent' THEN 10 ELSE $1::float8 + 60 END) FROM nodes WHERE name IN ('recent', 'old')`,
+      [window],
+    );
     // The old suspension's credit is older than its suspension too: its job dates from then.
-    await q('t_backdate', `UPDATE job_results r SET received_at = r.received_at - make_interval(secs => $1::float8 + 120)
-      FROM nodes n WHERE n.id = r.node_id AND n.name = 'old'`, [window]);
-    const r = await ownRound(t.db, { verify: { ...DEFAULT_VERIFY, ...VERIFY, evidenceWindow: window }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: t.app.service.coordinator.lifecycle });
+    await q(
+      't_backdate',
+      `UPDATE job_results r SET received_at = r.received_at - make_interval(secs => $1::float8 + 120)
+      FROM nodes n WHERE n.id = r.node_id AND n.name = 'old'`,
+      [window],
+    );
+    const r = await ownRound(t.db, {
+      verify: { ...DEFAULT_VERIFY, ...VERIFY, evidenceWindow: window },
+      onlineWindow: 60,
+      modelsTtl: 3600,
+      jobTimeout: 60,
+      tickSeconds: 1,
+      checks: t.app.service.coordinator.lifecycle,
+    });
     expect(r.reversed).toBe(1);
     expect(await pointsOf('recent')).toBe(0);
-    expect(await q('t_ledger', 'SELECT n.name, r.reason FROM point_reversals r JOIN nodes n ON n.id = r.node_id')).toEqual([{ name: 'recent', reason: 'suspended' }]);
+    expect(await q('t_ledger', 'SELECT n.name, r.reason FROM point_reversals r JOIN nodes n ON n.id = r.node_id')).toEqual([
+      { name: 'recent', reason: 'suspended' },
+    ]);
   });
 
   it('probes look like any job on the wire, come from fresh prompts, and nobody can read them', async () => {
     // The app itself makes no probes here (VERIFY_PROBE_INTERVAL 0): the test makes them.
     const { user, workers } = await start({}, ['p-1', 'p-2']);
     const lifecycle = t.app.service.coordinator.lifecycle;
-    const opts = { verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 }, onlineWindow: 60, modelsTtl: 3600, jobTimeout: 60, tickSeconds: 1, checks: lifecycle };
+    const opts = {
+      verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
+      onlineWindow: 60,
+      modelsTtl: 3600,
+      jobTimeout: 60,
+      tickSeconds: 1,
+      checks: lifecycle,
+    };
     for (let i = 0; i < 5; i++) {
       const r = await ownRound(t.db, opts);
       expect(r?.probed).toHaveLength(1);
@@ -342,7 +415,11 @@ describe.each(backends)('verification on $name', (backend) => {
     expect(jobs).toHaveLength(6);
     const shapes = new Set(jobs.map((j) => Object.keys(j).sort().join(',')));
     // A share of probes streams, as users' jobs through /v1 do (verify/probes.ts STREAMED_SHARE).
-    for (const shape of shapes) expect(['api_key,job_id,max_output,messages,model,seed,temperature', 'api_key,job_id,max_output,messages,model,seed,stream,temperature']).toContain(shape);
+    for (const shape of shapes)
+      expect([
+        'api_key,job_id,max_output,messages,model,seed,temperature',
+        'api_key,job_id,max_output,messages,model,seed,stream,temperature',
+      ]).toContain(shape);
     const probes = jobs.filter((j) => prompt(j) !== 'a user job');
     expect(new Set(probes.map(prompt)).size).toBe(5);
     expect(probes.every((p) => p.temperature === 0)).toBe(true);
@@ -361,8 +438,15 @@ describe.each(backends)('verification on $name', (backend) => {
     for (const n of ['keep', 'lose']) {
       for (const daysAgo of [0, 0, 1, 3, 3, 10]) {
         for (const model of ['m-a', 'm-b']) {
-          await recordResult(t.db, { nodeId: ids[n]!, jobId: `j-${k++}`, modelName: model, status: 'success', result: { message: 'x' }, defaultPoints: 1.5,
-            receivedAt: new Date(now - daysAgo * 86_400_000 - k * 1000) });
+          await recordResult(t.db, {
+            nodeId: ids[n]!,
+            jobId: `j-${k++}`,
+            modelName: model,
+            status: 'success',
+            result: { message: 'x' },
+            defaultPoints: 1.5,
+            receivedAt: new Date(now - daysAgo * 86_400_000 - k * 1000),
+          });
         }
       }
     }
@@ -370,7 +454,10 @@ describe.each(backends)('verification on $name', (backend) => {
     const first = await t.db.transaction((tx) => reverse(tx, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'test'));
     // lose's 10 results of the last 4 days, and keep's j-0.
     expect(first).toEqual({ results: 11, points: 16.5 });
-    expect(await t.db.transaction((tx) => reverse(tx, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'again'))).toEqual({ results: 0, points: 0 });
+    expect(await t.db.transaction((tx) => reverse(tx, { nodes: [{ nodeId: ids.lose!, seconds: 4 * 86_400 }], jobIds: ['j-0'] }, 'again'))).toEqual({
+      results: 0,
+      points: 0,
+    });
     expect(await totalPoints(t.db)).toBe(before - 16.5);
     // A reversed result is final: its node re-sending the report is a replay that credits nothing.
     const again = { nodeId: ids.keep!, jobId: 'j-0', modelName: 'm-a', result: { message: 'x' }, defaultPoints: 1.5 };
@@ -380,9 +467,18 @@ describe.each(backends)('verification on $name', (backend) => {
     const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
     expect(stored).toEqual(recomputed);
     // unique_nodes and daily_points answer from the same aggregates, caches included.
-    const nodes = (await t.app.inject({ method: 'GET', url: '/unique_nodes?model_name=m-a&start_date=' + new Date(now - 2 * 86_400_000).toISOString() })).json();
+    const nodes = (
+      await t.app.inject({ method: 'GET', url: '/unique_nodes?model_name=m-a&start_date=' + new Date(now - 2 * 86_400_000).toISOString() })
+    ).json();
     expect(nodes.nodes).toEqual(['keep']);
-    const daily = (await t.app.inject({ method: 'POST', url: '/daily_points', headers: { api_key: await t.addReader() }, payload: { node_name: 'lose', last_days: 12 } })).json();
+    const daily = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/daily_points',
+        headers: { api_key: await t.addReader() },
+        payload: { node_name: 'lose', last_days: 12 },
+      })
+    ).json();
     expect(daily.map((d: { points: number }) => d.points).reduce((a: number, b: number) => a + b, 0)).toBe(3);
   });
 });

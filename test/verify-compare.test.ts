@@ -7,7 +7,11 @@ import { verdict } from '../src/verify/rules.js';
 import { rng } from '../scripts/tiny-gguf.js'; // mulberry32: the same numbers every run
 
 const T = 0.5;
-const call = (name: string, args: unknown, id = 'call_1') => ({ id, type: 'function', function: { name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } });
+const call = (name: string, args: unknown, id = 'call_1') => ({
+  id,
+  type: 'function',
+  function: { name, arguments: typeof args === 'string' ? args : JSON.stringify(args) },
+});
 const TOOLS: AnswerKind = { kind: 'tools' };
 const vector = (xs: number[]) => {
   const b = Buffer.alloc(xs.length * 4);
@@ -47,8 +51,12 @@ describe('tool calls', () => {
     expect(compare(x, y, TOOLS, T).same).toBe(true);
   });
   it('disagree on other arguments, another function, a missing call, or text instead of calls', () => {
-    expect(compare(a, { content: '', tool_calls: [call('get_weather', { city: 'Lyon', unit: 'c', when: { day: 1, hour: 9 } })] }, TOOLS, T).same).toBe(false);
-    expect(compare(a, { content: '', tool_calls: [call('get_time', { city: 'Paris', unit: 'c', when: { day: 1, hour: 9 } })] }, TOOLS, T).same).toBe(false);
+    expect(
+      compare(a, { content: '', tool_calls: [call('get_weather', { city: 'Lyon', unit: 'c', when: { day: 1, hour: 9 } })] }, TOOLS, T).same,
+    ).toBe(false);
+    expect(compare(a, { content: '', tool_calls: [call('get_time', { city: 'Paris', unit: 'c', when: { day: 1, hour: 9 } })] }, TOOLS, T).same).toBe(
+      false,
+    );
     expect(compare({ content: '', tool_calls: [...a.tool_calls, call('f', {})] }, a, TOOLS, T).same).toBe(false);
     expect(compare(a, { content: 'The weather in Paris is mild.' }, TOOLS, T)).toEqual({ same: false, score: 0 });
     expect(compare({ content: 'The weather in Paris is mild.' }, a, TOOLS, T).same).toBe(false);
@@ -69,7 +77,9 @@ describe('JSON answers', () => {
   const SCHEMA_KIND: AnswerKind = { kind: 'json', schema };
   const j = (content: string) => ({ content });
   it('agree with keys reordered, whitespace aside, numbers within float noise', () => {
-    expect(compare(j('{"name":"Ann","age":31,"score":0.1}'), j('{ "score": 0.10000000001, "age": 31, "name": "Ann" }'), JSON_KIND, T).same).toBe(true);
+    expect(compare(j('{"name":"Ann","age":31,"score":0.1}'), j('{ "score": 0.10000000001, "age": 31, "name": "Ann" }'), JSON_KIND, T).same).toBe(
+      true,
+    );
   });
   it('disagree on a different value, a missing or extra key, or arrays in another order', () => {
     expect(compare(j('{"name":"Ann","age":31}'), j('{"name":"Ann","age":32}'), JSON_KIND, T).same).toBe(false);
@@ -87,11 +97,20 @@ describe('JSON answers', () => {
     const s = 'the lighthouse keeper climbed the narrow stairs every night to light the lamp';
     const t = 'the lighthouse keeper climbed the narrow stairs each night to light the old lamp';
     expect(compare(j(JSON.stringify({ story: s })), j(JSON.stringify({ story: t })), JSON_KIND, T).same).toBe(true);
-    expect(compare(j(JSON.stringify({ story: s })), j(JSON.stringify({ story: 'bananas are yellow and grow in warm places all year round' })), JSON_KIND, T).same).toBe(false);
+    expect(
+      compare(
+        j(JSON.stringify({ story: s })),
+        j(JSON.stringify({ story: 'bananas are yellow and grow in warm places all year round' })),
+        JSON_KIND,
+        T,
+      ).same,
+    ).toBe(false);
   });
   it('an answer that does not parse, or misses the schema, is wrong: it agrees with nothing, not even itself', () => {
     expect(compare(j('not json'), j('not json'), JSON_KIND, T).same).toBe(false);
-    expect(compare(j('{"name":"Ann","age":31,"address":{"city":"Oslo"}}'), j('{"age":31,"address":{"city":"Oslo"},"name":"Ann"}'), SCHEMA_KIND, T).same).toBe(true);
+    expect(
+      compare(j('{"name":"Ann","age":31,"address":{"city":"Oslo"}}'), j('{"age":31,"address":{"city":"Oslo"},"name":"Ann"}'), SCHEMA_KIND, T).same,
+    ).toBe(true);
     expect(compare(j('{"name":"Ann","age":31}'), j('{"name":"Ann","age":31}'), SCHEMA_KIND, T).same).toBe(false);
     expect(compare(j('{"name":"Ann","age":31,"address":{}}'), j('{"name":"Ann","age":31,"address":{}}'), SCHEMA_KIND, T).same).toBe(false);
     expect(compare(j('[1]'), j('[1]'), SCHEMA_KIND, T).same).toBe(false);
@@ -114,7 +133,9 @@ describe('embeddings', () => {
     const c = compare({ content: '', embeddings: base.map(vector) }, { content: '', embeddings: other.map(vector) }, E, T);
     expect(c.same).toBe(false);
     expect(c.score).toBeLessThan(0.3);
-    expect(compare({ content: '', embeddings: base.map(vector) }, { content: '', embeddings: base.map((v) => vector(v.slice(0, 256))) }, E, T).same).toBe(false);
+    expect(
+      compare({ content: '', embeddings: base.map(vector) }, { content: '', embeddings: base.map((v) => vector(v.slice(0, 256))) }, E, T).same,
+    ).toBe(false);
     expect(compare({ content: '', embeddings: base.map(vector) }, { content: '', embeddings: [vector(base[0]!)] }, E, T).same).toBe(false);
     expect(compare({ content: '', embeddings: base.map(vector) }, { content: '' }, E, T).same).toBe(false);
   });
@@ -130,6 +151,14 @@ describe('the verdict by kind', () => {
     expect(v).toMatchObject({ kind: 'odd', odd: { id: 'o' }, similarity: 0 });
   });
   it('plain text answers are judged as before when no kind is given', () => {
-    expect(verdict([{ id: 'a', nodeId: 1, content: 'The sky is blue' }, { id: 'b', nodeId: 2, content: 'the sky is BLUE' }], T).kind).toBe('agree');
+    expect(
+      verdict(
+        [
+          { id: 'a', nodeId: 1, content: 'The sky is blue' },
+          { id: 'b', nodeId: 2, content: 'the sky is BLUE' },
+        ],
+        T,
+      ).kind,
+    ).toBe('agree');
   });
 });

@@ -21,7 +21,9 @@ describe('comparing answers', () => {
   });
 
   it(`VERIFY_SIMILARITY ${DEFAULT_VERIFY.similarity}: honest answers varying by 10 % of their words agree, unrelated answers do not`, () => {
-    const honest = Array.from({ length: N }, (_, i) => similarity(noisy(0.1)('m', [{ content: `prompt ${i}` }]), noisy(0.1)('m', [{ content: `prompt ${i}` }])));
+    const honest = Array.from({ length: N }, (_, i) =>
+      similarity(noisy(0.1)('m', [{ content: `prompt ${i}` }]), noisy(0.1)('m', [{ content: `prompt ${i}` }])),
+    );
     const unrelated = Array.from({ length: N }, (_, i) => similarity(answers(i), answers(i + N)));
     const lazy = Array.from({ length: N }, (_, i) => similarity(canned('m', []), answers(i)));
     // Measured (N = 400): honest pairs p5 0.65, min 0.50; unrelated p95 0.35, max 0.41; canned vs real max ~0.2.
@@ -44,14 +46,18 @@ describe('comparing answers', () => {
   });
 });
 
-describe('the auditor\'s rules', () => {
+describe("the auditor's rules", () => {
   const a = (id: string, content: string) => ({ id, nodeId: Number(id.slice(1)), content });
   it('two answers agree or call a third; three name the odd one, or nobody', () => {
     const right = prose('m', 'q');
     const wrong = prose('tiny', 'q');
     expect(verdict([a('n1', right), a('n2', jitter(right))], 0.5).kind).toBe('agree');
     expect(verdict([a('n1', right), a('n2', wrong)], 0.5).kind).toBe('third');
-    expect(verdict([a('n1', right), a('n2', wrong), a('n3', right)], 0.5)).toMatchObject({ kind: 'odd', odd: { id: 'n2' }, majority: [{ id: 'n1' }, { id: 'n3' }] });
+    expect(verdict([a('n1', right), a('n2', wrong), a('n3', right)], 0.5)).toMatchObject({
+      kind: 'odd',
+      odd: { id: 'n2' },
+      majority: [{ id: 'n1' }, { id: 'n3' }],
+    });
     expect(verdict([a('n1', wrong), a('n2', right), a('n3', right)], 0.5)).toMatchObject({ kind: 'odd', odd: { id: 'n1' } });
     expect(verdict([a('n1', right), a('n2', wrong), a('n3', prose('other', 'q'))], 0.5).kind).toBe('none');
   });

@@ -10,7 +10,8 @@ describe('whole numbers typed by people', () => {
     expect(wholeNumber('0', 0, 10)).toBe(0);
     expect(wholeNumber('10', 1, 10)).toBe(10);
     expect(wholeNumber('007', 1, 10)).toBe(7);
-    for (const raw of ['', ' 5', '5 ', '+5', '-1', '1.0', '1e1', '0x1f', '0b1', 'five', '٥', '11', '99999999999999999']) expect(wholeNumber(raw, 0, 10), raw).toBeUndefined();
+    for (const raw of ['', ' 5', '5 ', '+5', '-1', '1.0', '1e1', '0x1f', '0b1', 'five', '٥', '11', '99999999999999999'])
+      expect(wholeNumber(raw, 0, 10), raw).toBeUndefined();
   });
 
   it('a CLI flag: absent is the default, wrong is a usage error that says the bounds and what was given', () => {

@@ -8,7 +8,16 @@ import type { BackendKind } from '../src/worker/options.js';
 import { answerOf, piecesOf, startFakeBackend, words, type FakeBackend, type FakeKind, type FakeOptions } from './helpers/backends.js';
 
 const MODEL = 'llama3.2:latest';
-const job = { model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'tell me about the river' }], max_output: 64, temperature: 0, seed: 7 };
+const job = {
+  model: MODEL,
+  messages: [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'tell me about the river' },
+  ],
+  max_output: 64,
+  temperature: 0,
+  seed: 7,
+};
 const whole = answerOf(MODEL, job.messages);
 // What an earlier node streamed before it failed: the first three pieces.
 const prefix = piecesOf(whole).slice(0, 3).join('');
@@ -35,13 +44,22 @@ describe('continuing an answer on each backend', () => {
   const cases: { name: string; fake: FakeKind; flag: BackendKind; found: string; sent: (r: Record<string, unknown>) => void }[] = [
     { name: 'Ollama', fake: 'ollama', flag: 'ollama', found: 'Ollama 0.11.10', sent: (r) => expect(r).not.toHaveProperty('continue_final_message') },
     {
-      name: 'vLLM (found by --backend openai)', fake: 'vllm', flag: 'openai', found: 'vLLM 0.10.2',
+      name: 'vLLM (found by --backend openai)',
+      fake: 'vllm',
+      flag: 'openai',
+      found: 'vLLM 0.10.2',
       sent: (r) => {
         expect(r).toMatchObject({ continue_final_message: true, add_generation_prompt: false });
         expect(r).not.toHaveProperty('echo');
       },
     },
-    { name: "llama.cpp's server (found by --backend openai)", fake: 'llamacpp', flag: 'openai', found: "llama.cpp's server", sent: (r) => expect(r).not.toHaveProperty('continue_final_message') },
+    {
+      name: "llama.cpp's server (found by --backend openai)",
+      fake: 'llamacpp',
+      flag: 'openai',
+      found: "llama.cpp's server",
+      sent: (r) => expect(r).not.toHaveProperty('continue_final_message'),
+    },
   ];
   for (const c of cases) {
     it(`${c.name}: continues from the prefix, streams only what follows, counts only its own tokens`, async () => {
@@ -52,7 +70,11 @@ describe('continuing an answer on each backend', () => {
       const deltas: string[] = [];
       const streamed = await backend.chat({ ...job, prefix }, (d) => deltas.push(d));
       expect(deltas.join('')).toBe(rest);
-      expect(streamed).toEqual({ content: rest, usage: { prompt_tokens: promptWords + words(prefix), completion_tokens: words(rest) }, finish_reason: 'stop' });
+      expect(streamed).toEqual({
+        content: rest,
+        usage: { prompt_tokens: promptWords + words(prefix), completion_tokens: words(rest) },
+        finish_reason: 'stop',
+      });
       const plain = await backend.chat({ ...job, prefix });
       expect(plain.content).toBe(rest);
       // Asked with the conversation and the beginning as an open assistant turn.
@@ -68,8 +90,15 @@ describe('continuing an answer on each backend', () => {
   it('the fakes are strict: vLLM continues only with its switch, and refuses it beside add_generation_prompt', async () => {
     const b = await fake('vllm');
     const post = async (extra: Record<string, unknown>) => {
-      const res = await fetch(`${b.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, messages: [...job.messages, { role: 'assistant', content: prefix }], ...extra }) });
-      return { status: res.status, content: res.status === 200 ? ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content : '' };
+      const res = await fetch(`${b.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [...job.messages, { role: 'assistant', content: prefix }], ...extra }),
+      });
+      return {
+        status: res.status,
+        content: res.status === 200 ? ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content : '',
+      };
     };
     expect((await post({})).content).not.toBe(rest);
     expect((await post({ continue_final_message: true })).status).toBe(400);

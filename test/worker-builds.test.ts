@@ -18,7 +18,9 @@ const models = tinyModels();
 afterAll(() => models.remove());
 
 describe.each(backends)('ins worker declares its builds ($name)', (backend) => {
-  it('Ollama: digest and quantisation from /api/tags; gguf: the file\'s sha256 and type; OpenAI-compatible: --quantization or nothing', { timeout: 180_000 }, async () => {
+  it("Ollama: digest and quantisation from /api/tags; gguf: the file's sha256 and type; OpenAI-compatible: --quantization or nothing", {
+    timeout: 180_000,
+  }, async () => {
     const t = await startApp(backend);
     const fakes: FakeBackend[] = [];
     const workers: InProcessWorker[] = [];
@@ -33,10 +35,26 @@ describe.each(backends)('ins worker declares its builds ($name)', (backend) => {
       await start('vllm-q', 'vllm', 'llama3.2:latest', { quantization: 'awq' });
       await start('vllm-plain', 'vllm', 'plain-model');
       const file = models.file({ seed: 1 });
-      workers.push(await startWorker({ server: url, node: 'gguf-node', key: await t.addNode('gguf-node'), backend: 'gguf', backendUrl: '', modelFile: file, models: ['tiny:1'], threads: 1 }));
+      workers.push(
+        await startWorker({
+          server: url,
+          node: 'gguf-node',
+          key: await t.addNode('gguf-node'),
+          backend: 'gguf',
+          backendUrl: '',
+          modelFile: file,
+          models: ['tiny:1'],
+          threads: 1,
+        }),
+      );
 
-      const rows = await t.db.query<{ node: string; model: string; digest: string | null; quantization: string | null }>(sql('t_wb_rows', `SELECT n.name AS node, m.name AS model, b.digest, b.quantization
-        FROM session_model_builds b JOIN node_sessions s ON s.id = b.session_id JOIN nodes n ON n.id = s.node_id JOIN models m ON m.id = b.model_id ORDER BY n.name`));
+      const rows = await t.db.query<{ node: string; model: string; digest: string | null; quantization: string | null }>(
+        sql(
+          't_wb_rows',
+          `SELECT n.name AS node, m.name AS model, b.digest, b.quantization
+        FROM session_model_builds b JOIN node_sessions s ON s.id = b.session_id JOIN nodes n ON n.id = s.node_id JOIN models m ON m.id = b.model_id ORDER BY n.name`,
+        ),
+      );
       const sha = `sha256:${createHash('sha256').update(readFileSync(file)).digest('hex')}`;
       expect(rows).toEqual([
         // The tiny model's file writes no general.file_type (scripts/tiny-gguf.ts): no quantisation is declared.
@@ -44,8 +62,16 @@ describe.each(backends)('ins worker declares its builds ($name)', (backend) => {
         { node: 'ollama-node', model: 'llama3.2:latest', digest: 'sha256:0', quantization: 'Q4_K_M' },
         { node: 'vllm-q', model: 'llama3.2:latest', digest: null, quantization: 'awq' },
       ]);
-      const network = (await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as { models: { name: string; nodes: number; quantizations: unknown }[] };
-      expect(network.models.find((m) => m.name === 'llama3.2:latest')).toMatchObject({ nodes: 2, quantizations: [{ quantization: 'Q4_K_M', nodes: 1 }, { quantization: 'awq', nodes: 1 }] });
+      const network = (await t.app.inject({ method: 'GET', url: '/network', headers: { api_key: await t.addReader() } })).json() as {
+        models: { name: string; nodes: number; quantizations: unknown }[];
+      };
+      expect(network.models.find((m) => m.name === 'llama3.2:latest')).toMatchObject({
+        nodes: 2,
+        quantizations: [
+          { quantization: 'Q4_K_M', nodes: 1 },
+          { quantization: 'awq', nodes: 1 },
+        ],
+      });
       expect(network.models.find((m) => m.name === 'plain-model')).toMatchObject({ nodes: 1, quantizations: [] });
     } finally {
       for (const w of workers) await w.stop();
@@ -58,9 +84,25 @@ describe.each(backends)('ins worker declares its builds ($name)', (backend) => {
 describe('--quantization', () => {
   const base = ['--server', 'http://c:8000', '--node', 'n', '--key', 'nk_x'];
   it('is for OpenAI-compatible servers, an identifier', () => {
-    expect((parseWorkerOptions([...base, '--backend', 'vllm', '--backend-url', 'http://b:8001', '--quantization', 'Q4_K_M'], {}) as { quantization?: string }).quantization).toBe('Q4_K_M');
-    expect((parseWorkerOptions([...base, '--backend', 'openai', '--backend-url', 'http://b:8001'], { INS_QUANTIZATION: 'fp8' }) as { quantization?: string }).quantization).toBe('fp8');
-    expect(() => parseWorkerOptions([...base, '--backend', 'ollama', '--backend-url', 'http://b:11434', '--quantization', 'Q4'], {})).toThrow(/--quantization is for OpenAI-compatible/);
-    expect(() => parseWorkerOptions([...base, '--backend', 'vllm', '--backend-url', 'http://b:8001', '--quantization', 'has space'], {})).toThrow(/--quantization must be/);
+    expect(
+      (
+        parseWorkerOptions([...base, '--backend', 'vllm', '--backend-url', 'http://b:8001', '--quantization', 'Q4_K_M'], {}) as {
+          quantization?: string;
+        }
+      ).quantization,
+    ).toBe('Q4_K_M');
+    expect(
+      (
+        parseWorkerOptions([...base, '--backend', 'openai', '--backend-url', 'http://b:8001'], { INS_QUANTIZATION: 'fp8' }) as {
+          quantization?: string;
+        }
+      ).quantization,
+    ).toBe('fp8');
+    expect(() => parseWorkerOptions([...base, '--backend', 'ollama', '--backend-url', 'http://b:11434', '--quantization', 'Q4'], {})).toThrow(
+      /--quantization is for OpenAI-compatible/,
+    );
+    expect(() => parseWorkerOptions([...base, '--backend', 'vllm', '--backend-url', 'http://b:8001', '--quantization', 'has space'], {})).toThrow(
+      /--quantization must be/,
+    );
   });
 });

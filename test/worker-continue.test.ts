@@ -59,11 +59,19 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
   const result = async (jobId: string) => {
     for (;;) {
       const r = await user.result(jobId, 20);
-      if (r.statusCode === 200) return r.json() as { status: string; result: { message: { content: string } }; usage?: { prompt_tokens?: number; completion_tokens?: number } };
+      if (r.statusCode === 200)
+        return r.json() as {
+          status: string;
+          result: { message: { content: string } };
+          usage?: { prompt_tokens?: number; completion_tokens?: number };
+        };
     }
   };
   const progressOf = (jobId: string) => tap.progress.filter((p) => p.job_id === jobId);
-  const relayed = (jobId: string) => progressOf(jobId).map((p) => p.delta).join('');
+  const relayed = (jobId: string) =>
+    progressOf(jobId)
+      .map((p) => p.delta)
+      .join('');
   // The backend holds the end of its answer until the worker relayed `text` (whatever is still
   // pending when an answer ends is not sent: the report carries it).
   const relays = async (b: FakeBackend, jobId: string, text: string) => {
@@ -87,7 +95,10 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
         expect(done.usage).toEqual({ prompt_tokens: words(PROMPT) + words(prefix), completion_tokens: words(rest) });
         expect(relayed(jobId)).toBe(rest);
         expect(progressOf(jobId).every((p) => p.status === 200)).toBe(true);
-        expect(b.requests.at(-1)!.messages).toEqual([{ role: 'user', content: PROMPT }, { role: 'assistant', content: prefix }]);
+        expect(b.requests.at(-1)!.messages).toEqual([
+          { role: 'user', content: PROMPT },
+          { role: 'assistant', content: prefix },
+        ]);
         // Not streamed: the same whole answer, and heartbeats only.
         b.pauseAfter = undefined;
         tap.jobData = () => ({ answer_prefix: prefix });
@@ -118,7 +129,11 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
         const question = 'what is the weather in Paris today?';
         const conversation = [
           { role: 'user', content: question },
-          { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }] },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }],
+          },
           { role: 'tool', tool_call_id: 'call_1', content: 'sunny and mild all afternoon' },
         ];
         const whole = answerOf(model, [{ content: 'sunny and mild all afternoon' }]);
@@ -131,7 +146,11 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
         const sent = b.requests.at(-1)!.messages;
         expect(sent).toEqual([
           ...(kind === 'ollama'
-            ? [{ role: 'user', content: question }, { role: 'assistant', content: '', tool_calls: [{ function: { name: 'weather', arguments: { city: 'Paris' } } }] }, { role: 'tool', content: 'sunny and mild all afternoon', tool_name: 'weather' }]
+            ? [
+                { role: 'user', content: question },
+                { role: 'assistant', content: '', tool_calls: [{ function: { name: 'weather', arguments: { city: 'Paris' } } }] },
+                { role: 'tool', content: 'sunny and mild all afternoon', tool_name: 'weather' },
+              ]
             : conversation),
           { role: 'assistant', content: prefix },
         ]);
@@ -215,24 +234,38 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
         await until('the backend to get the job', () => b.calls === 1);
         // Heartbeats while it runs, streamed or not.
         await until('a heartbeat', () => progressOf(jobId).some((p) => p.delta === '' && p.status === 200));
-        if (streamed) expect(progressOf(jobId).map((p) => p.delta).join('')).toBe(piecesOf(answerOf(model, [{ content: PROMPT }])).slice(0, 2).join(''));
+        if (streamed)
+          expect(
+            progressOf(jobId)
+              .map((p) => p.delta)
+              .join(''),
+          ).toBe(
+            piecesOf(answerOf(model, [{ content: PROMPT }]))
+              .slice(0, 2)
+              .join(''),
+          );
         // The job's model leaves this backend (so that the worker, registering again, cannot take it back) …
         b.models.splice(b.models.indexOf(model), 1);
         // … its session is ended by another call (its lease goes back to the queue) …
-        const gone = await t.app.inject({ method: 'POST', url: '/worker/deregister_node', headers: { authorization: `Bearer ${w.worker.client.token}` }, payload: { node_url: node } });
+        const gone = await t.app.inject({
+          method: 'POST',
+          url: '/worker/deregister_node',
+          headers: { authorization: `Bearer ${w.worker.client.token}` },
+          payload: { node_url: node },
+        });
         expect(gone.statusCode).toBe(200);
         // … and another node runs it.
         const other = await new TestWorker(t.app, `other-${n}`, await t.addNode(`other-${n}`)).start([model]);
         const job = await other.getJob(10);
         expect(job?.job_id).toBe(jobId);
-        expect((await other.report(job!, 'the other node\'s answer')).statusCode).toBe(200);
+        expect((await other.report(job!, "the other node's answer")).statusCode).toBe(200);
         await until('the backend to see its client hang up', () => b.hungUp === 1);
         expect(progressOf(jobId).at(-1)!.status).toBe(400);
         expect(w.outcomes.find((o) => o.job.job_id === jobId)?.outcome).toBe('canceled');
         expect(w.worker.jobsCanceled).toBe(1);
         expect(w.logs.some((l) => l.includes(`job ${jobId}: the lease ended`))).toBe(true);
         expect(tap.reports.filter((r) => r.job_id === jobId)).toEqual([]);
-        expect((await result(jobId)).result.message.content).toBe('the other node\'s answer');
+        expect((await result(jobId)).result.message.content).toBe("the other node's answer");
         // The slot takes its next job (after registering again: its session was ended).
         b.stallAfter = undefined;
         tap.jobData = undefined;

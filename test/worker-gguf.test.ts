@@ -31,7 +31,16 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
     t = await startApp(backend);
     tap = await startTap(await t.app.listen({ port: 0, host: '127.0.0.1' }));
     user = new TestUser(t.app, await t.addUser());
-    w = await startWorker({ server: tap.url, node: 'cpu-1', key: await t.addNode('cpu-1'), backend: 'gguf', backendUrl: '', modelFile: models.file({ seed: 1 }), models: [MODEL], threads: 1 });
+    w = await startWorker({
+      server: tap.url,
+      node: 'cpu-1',
+      key: await t.addNode('cpu-1'),
+      backend: 'gguf',
+      backendUrl: '',
+      modelFile: models.file({ seed: 1 }),
+      models: [MODEL],
+      threads: 1,
+    });
   });
   afterAll(async () => {
     await w?.stop();
@@ -42,7 +51,12 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
   const result = async (jobId: string) => {
     for (;;) {
       const r = await user.result(jobId, 20);
-      if (r.statusCode === 200) return r.json() as { status: string; result: { message: { content: string } }; usage?: { prompt_tokens?: number; completion_tokens?: number } };
+      if (r.statusCode === 200)
+        return r.json() as {
+          status: string;
+          result: { message: { content: string } };
+          usage?: { prompt_tokens?: number; completion_tokens?: number };
+        };
     }
   };
 
@@ -51,7 +65,7 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
     expect(w.logs.some((l) => l.includes('backend: GGUF'))).toBe(true);
   });
 
-  it('answers a job from the model, streamed, with the model\'s token counts; the same job twice the same answer', async () => {
+  it("answers a job from the model, streamed, with the model's token counts; the same job twice the same answer", async () => {
     const messages = [{ role: 'user', content: 'Tell me about the river.' }];
     const expected = await direct().chat({ model: MODEL, messages, max_output: 24, temperature: 0 });
     expect(expected.usage?.completion_tokens).toBeGreaterThan(0);
@@ -63,19 +77,29 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
       expect(r.usage).toMatchObject(expected.usage!);
       // What went out as progress is the answer's beginning (the rest is in the report).
       await until('the report', () => tap.reports.some((p) => p.job_id === id));
-      expect(expected.content.startsWith(tap.progress.filter((p) => p.job_id === id).map((p) => p.delta).join(''))).toBe(true);
+      expect(
+        expected.content.startsWith(
+          tap.progress
+            .filter((p) => p.job_id === id)
+            .map((p) => p.delta)
+            .join(''),
+        ),
+      ).toBe(true);
     }
   });
 
-  it('samples with the job\'s temperature and seed: the same seed the same answer, another seed another', async () => {
-    const run = async (seed: number) => (await result(await user.submit(MODEL, 'Write a line.', { max_output: 32, temperature: 1.5, seed }))).result.message.content;
+  it("samples with the job's temperature and seed: the same seed the same answer, another seed another", async () => {
+    const run = async (seed: number) =>
+      (await result(await user.submit(MODEL, 'Write a line.', { max_output: 32, temperature: 1.5, seed }))).result.message.content;
     const a = await run(11);
     expect(await run(11)).toBe(a);
     expect(await run(12)).not.toBe(a);
   });
 
-  it('refuses a prompt longer than the context as the request\'s own error, coded context_length_exceeded like the other backends\'', async () => {
-    const err = await direct().chat({ model: MODEL, messages: [{ role: 'user', content: 'river '.repeat(6_000) }], max_output: 8, temperature: 0 }).catch((e: unknown) => e);
+  it("refuses a prompt longer than the context as the request's own error, coded context_length_exceeded like the other backends'", async () => {
+    const err = await direct()
+      .chat({ model: MODEL, messages: [{ role: 'user', content: 'river '.repeat(6_000) }], max_output: 8, temperature: 0 })
+      .catch((e: unknown) => e);
     expect(requestErrorOf(err)).toMatchObject({ code: 'context_length_exceeded' });
   });
 
@@ -115,12 +139,19 @@ describe('ins worker --backend gguf as a process', () => {
     const t = await startApp(backends[0]!);
     try {
       const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-      const w = startWorkerProcess(['--server', url, '--node', 'gguf-proc', '--backend', 'gguf', '--model-file', models.file({ seed: 1 }), '--models', MODEL, '--threads', '1'],
-        { INS_NODE_KEY: await t.addNode('gguf-proc') });
+      const w = startWorkerProcess(
+        ['--server', url, '--node', 'gguf-proc', '--backend', 'gguf', '--model-file', models.file({ seed: 1 }), '--models', MODEL, '--threads', '1'],
+        { INS_NODE_KEY: await t.addNode('gguf-proc') },
+      );
       await expect.poll(() => w.logs(), { timeout: 60_000 }).toContain('models declared');
       expect(await stopped(w), w.logs()).toEqual(CLEAN_EXIT);
       expect(w.logs()).toContain('deregistered');
-      const [session] = await t.db.query<{ ended: boolean }>(sql('t_gguf_session', "SELECT ended_at IS NOT NULL AS ended FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'gguf-proc'"));
+      const [session] = await t.db.query<{ ended: boolean }>(
+        sql(
+          't_gguf_session',
+          "SELECT ended_at IS NOT NULL AS ended FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE n.name = 'gguf-proc'",
+        ),
+      );
       expect(session).toEqual({ ended: true });
     } finally {
       await t.close();

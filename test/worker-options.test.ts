@@ -17,9 +17,14 @@ const problems = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
 
 describe('ins worker options', () => {
   it('knows ollama, openai, vllm and llamacpp; continues answers and retries up to 30 s unless told otherwise', () => {
-    for (const backend of ['ollama', 'openai', 'vllm', 'llamacpp']) expect(parse(['--backend', backend])).toMatchObject({ backend, continueAnswers: true, retryMaxMs: 30_000 });
+    for (const backend of ['ollama', 'openai', 'vllm', 'llamacpp'])
+      expect(parse(['--backend', backend])).toMatchObject({ backend, continueAnswers: true, retryMaxMs: 30_000 });
     expect(parse(['--backend', 'vllm', '--continue', 'off', '--retry-max', '2'])).toMatchObject({ continueAnswers: false, retryMaxMs: 2_000 });
-    expect(parse([], { INS_BACKEND: 'llamacpp', INS_CONTINUE: 'off', INS_RETRY_MAX_SECONDS: '5' })).toMatchObject({ backend: 'llamacpp', continueAnswers: false, retryMaxMs: 5_000 });
+    expect(parse([], { INS_BACKEND: 'llamacpp', INS_CONTINUE: 'off', INS_RETRY_MAX_SECONDS: '5' })).toMatchObject({
+      backend: 'llamacpp',
+      continueAnswers: false,
+      retryMaxMs: 5_000,
+    });
   });
 
   it('says what is wrong, all at once', () => {
@@ -32,19 +37,47 @@ describe('ins worker options', () => {
 
   it('gguf: a model file and one name instead of a backend URL, each mistake said', () => {
     const gguf = ['--server', 'http://coordinator:8000', '--node', 'cpu-1', '--key', 'nk_x', '--backend', 'gguf'];
-    expect(parseWorkerOptions([...gguf, '--model-file', '/m/tiny.gguf', '--models', 'tiny', '--threads', '2'], {})).toMatchObject({ backend: 'gguf', backendUrl: '', modelFile: '/m/tiny.gguf', models: ['tiny'], threads: 2 });
-    expect(parseWorkerOptions(gguf, { INS_MODEL_FILE: '/m/tiny.gguf', INS_MODELS: 'tiny' })).toMatchObject({ modelFile: '/m/tiny.gguf', models: ['tiny'] });
-    const wrong = (argv: string[]) => { try { parseWorkerOptions([...gguf, ...argv], {}); } catch (err) { return (err as WorkerUsageError).problems; } return []; };
+    expect(parseWorkerOptions([...gguf, '--model-file', '/m/tiny.gguf', '--models', 'tiny', '--threads', '2'], {})).toMatchObject({
+      backend: 'gguf',
+      backendUrl: '',
+      modelFile: '/m/tiny.gguf',
+      models: ['tiny'],
+      threads: 2,
+    });
+    expect(parseWorkerOptions(gguf, { INS_MODEL_FILE: '/m/tiny.gguf', INS_MODELS: 'tiny' })).toMatchObject({
+      modelFile: '/m/tiny.gguf',
+      models: ['tiny'],
+    });
+    const wrong = (argv: string[]) => {
+      try {
+        parseWorkerOptions([...gguf, ...argv], {});
+      } catch (err) {
+        return (err as WorkerUsageError).problems;
+      }
+      return [];
+    };
     expect(wrong(['--backend-url', 'http://127.0.0.1:1', '--models', 'a,b'])).toEqual([
       '--backend-url is not for --backend gguf (the model runs in the worker): give --model-file',
       '--model-file (or INS_MODEL_FILE) is required',
       '--backend gguf serves its file under one name: give it as --models NAME',
     ]);
-    expect(problems(['--backend', 'ollama', '--model-file', '/m/tiny.gguf', '--threads', '2'])).toEqual(['--model-file is only for --backend gguf', '--threads is only for --backend gguf']);
+    expect(problems(['--backend', 'ollama', '--model-file', '/m/tiny.gguf', '--threads', '2'])).toEqual([
+      '--model-file is only for --backend gguf',
+      '--threads is only for --backend gguf',
+    ]);
   });
 
   it('--help shows the new options', () => {
     expect(parseWorkerOptions(['--help'], {})).toBe('help');
-    for (const text of ['--backend ollama|openai|vllm|llamacpp', '--backend gguf --model-file PATH', 'INS_MODEL_FILE', '--continue', 'INS_CONTINUE', '--retry-max', 'INS_RETRY_MAX_SECONDS']) expect(WORKER_HELP).toContain(text);
+    for (const text of [
+      '--backend ollama|openai|vllm|llamacpp',
+      '--backend gguf --model-file PATH',
+      'INS_MODEL_FILE',
+      '--continue',
+      'INS_CONTINUE',
+      '--retry-max',
+      'INS_RETRY_MAX_SECONDS',
+    ])
+      expect(WORKER_HELP).toContain(text);
   });
 });

@@ -32,10 +32,23 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
   /** A worker of a new node `node` on `backendUrl`, running, with its log lines. */
   const unstartedWorker = async (node: string, backendUrl: string) => {
     const logs: string[] = [];
-    const worker = new Worker({
-      server: url, node, key: await t.addNode(node), backend: 'ollama', backendUrl,
-      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
-    }, { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} });
+    const worker = new Worker(
+      {
+        server: url,
+        node,
+        key: await t.addNode(node),
+        backend: 'ollama',
+        backendUrl,
+        models: [],
+        concurrency: 1,
+        metricsPort: undefined,
+        graceMs: 5_000,
+        pollWait: 25,
+        retryMaxMs: 30_000,
+        continueAnswers: true,
+      },
+      { log: (level, msg) => logs.push(`${level}: ${msg}`), jobDone: () => {} },
+    );
     return { worker, logs, running: worker.run() };
   };
 
@@ -45,7 +58,10 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     const port = Number(new URL(first.url).port);
     await first.close();
     const { worker, logs, running } = await unstartedWorker('late-node', first.url);
-    closers.push(async () => { worker.stop(); await running; });
+    closers.push(async () => {
+      worker.stop();
+      await running;
+    });
 
     await until('the worker to say it waits for its backend', () => logs.some((l) => l.includes('waiting for it before registering')));
     expect(worker.state).toBe('backend down');
@@ -58,7 +74,12 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     await until('the worker to declare its models', () => logs.some((l) => l.includes('models declared')));
     expect(await online()).toBe(1);
     const user = await t.addUser('late-app');
-    const submitted = await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'late-model', messages: [{ role: 'user', content: 'hello late' }] } });
+    const submitted = await t.app.inject({
+      method: 'POST',
+      url: '/submit_job',
+      headers: { api_key: user },
+      payload: { model: 'late-model', messages: [{ role: 'user', content: 'hello late' }] },
+    });
     expect(submitted.statusCode).toBe(200);
     const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted.json().job_id}?wait=30`, headers: { api_key: user } });
     expect(done.json()).toMatchObject({ status: 'success' });
@@ -83,21 +104,33 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
     closers.push(() => w.stop());
     await fake.close();
     const user = await t.addUser('fading-app');
-    await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'fading-model', messages: [{ role: 'user', content: 'are you there' }] } });
-    await until('the worker to say its backend failed', () => w.logs.some((l) => l.includes('the backend failed') && l.includes('no models declared')));
+    await t.app.inject({
+      method: 'POST',
+      url: '/submit_job',
+      headers: { api_key: user },
+      payload: { model: 'fading-model', messages: [{ role: 'user', content: 'are you there' }] },
+    });
+    await until('the worker to say its backend failed', () =>
+      w.logs.some((l) => l.includes('the backend failed') && l.includes('no models declared')),
+    );
     const back = await startFakeBackend('ollama', ['fading-model'], { port });
     closers.push(() => back.close());
     await until('the worker to say its backend is back', () => w.logs.some((l) => l.includes('the backend answers again')));
   });
 
-  it('--backend-url with OpenAI\'s /v1, as OpenAI clients are given it: the server\'s root is used, said at start, and jobs run', async () => {
+  it("--backend-url with OpenAI's /v1, as OpenAI clients are given it: the server's root is used, said at start, and jobs run", async () => {
     const fake = await startFakeBackend('vllm', ['v1-model']);
     closers.push(() => fake.close());
     const w = await startWorker({ server: url, node: 'v1-node', key: await t.addNode('v1-node'), backend: 'vllm', backendUrl: `${fake.url}/v1` });
     closers.push(() => w.stop());
     expect(w.logs.find((l) => l.startsWith('info: backend: '))).toContain(`; reached at ${fake.url} {`);
     const user = await t.addUser('v1-app');
-    const submitted = await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'v1-model', messages: [{ role: 'user', content: 'through v1' }] } });
+    const submitted = await t.app.inject({
+      method: 'POST',
+      url: '/submit_job',
+      headers: { api_key: user },
+      payload: { model: 'v1-model', messages: [{ role: 'user', content: 'through v1' }] },
+    });
     expect(submitted.statusCode).toBe(200);
     const done = await t.app.inject({ method: 'GET', url: `/get_result/${submitted.json().job_id}?wait=30`, headers: { api_key: user } });
     expect(done.json()).toMatchObject({ status: 'success', result: { message: { content: answerOf('v1-model', [{ content: 'through v1' }]) } } });
@@ -106,17 +139,37 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
   it('pointed at a server that is no coordinator: says so', async () => {
     const fake = await startFakeBackend('ollama', ['some-model']);
     closers.push(() => fake.close());
-    const worker = new Worker({
-      server: fake.url, node: 'lost-node', key: 'nk_x', backend: 'ollama', backendUrl: fake.url,
-      models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true,
-    }, { log: () => {}, jobDone: () => {} });
+    const worker = new Worker(
+      {
+        server: fake.url,
+        node: 'lost-node',
+        key: 'nk_x',
+        backend: 'ollama',
+        backendUrl: fake.url,
+        models: [],
+        concurrency: 1,
+        metricsPort: undefined,
+        graceMs: 5_000,
+        pollWait: 25,
+        retryMaxMs: 30_000,
+        continueAnswers: true,
+      },
+      { log: () => {}, jobDone: () => {} },
+    );
     await expect(worker.run()).rejects.toThrow(/HTTP 404: .*has no \/worker\/register_node: is --server this network's coordinator/);
   });
 
   it('--models: a name without a tag is its :latest, as Ollama reads it', async () => {
     const fake = await startFakeBackend('ollama', ['tagless:latest', 'tagless:7b', 'other:latest']);
     closers.push(() => fake.close());
-    const w = await startWorker({ server: url, node: 'tag-node', key: await t.addNode('tag-node'), backend: 'ollama', backendUrl: fake.url, models: ['tagless'] });
+    const w = await startWorker({
+      server: url,
+      node: 'tag-node',
+      key: await t.addNode('tag-node'),
+      backend: 'ollama',
+      backendUrl: fake.url,
+      models: ['tagless'],
+    });
     closers.push(() => w.stop());
     expect(w.logs.find((l) => l.includes('models declared'))).toContain('{"models":["tagless:latest"]}');
   });
@@ -124,10 +177,24 @@ describe.each(backends)('ins worker before its backend answers ($name)', (backen
   it('says so when its node is suspended', async () => {
     const fake = await startFakeBackend('ollama', ['judged-model']);
     closers.push(() => fake.close());
-    const w = await startWorker({ server: url, node: 'judged-node', key: await t.addNode('judged-node'), backend: 'ollama', backendUrl: fake.url, checkEveryMs: 100 });
+    const w = await startWorker({
+      server: url,
+      node: 'judged-node',
+      key: await t.addNode('judged-node'),
+      backend: 'ollama',
+      backendUrl: fake.url,
+      checkEveryMs: 100,
+    });
     closers.push(() => w.stop());
     const user = await t.addUser('judging-app');
-    const jobId = (await t.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: user }, payload: { model: 'judged-model', messages: [{ role: 'user', content: 'judge me' }] } })).json().job_id as string;
+    const jobId = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/submit_job',
+        headers: { api_key: user },
+        payload: { model: 'judged-model', messages: [{ role: 'user', content: 'judge me' }] },
+      })
+    ).json().job_id as string;
     await t.app.inject({ method: 'GET', url: `/get_result/${jobId}?wait=30`, headers: { api_key: user } });
     expect(w.logs.some((l) => l.includes('suspended'))).toBe(false);
     const node = (await findNodeByName(t.db, 'judged-node'))!;
@@ -148,7 +215,24 @@ describe('ins worker --metrics-port', () => {
 
   it('in use: one line saying so, exit 1', async () => {
     const port = (held.address() as { port: number }).port;
-    const r = await runCli(['worker', '--server', 'http://127.0.0.1:9', '--node', 'n', '--key', 'nk_x', '--backend', 'ollama', '--backend-url', 'http://127.0.0.1:9', '--metrics-port', String(port)], {});
+    const r = await runCli(
+      [
+        'worker',
+        '--server',
+        'http://127.0.0.1:9',
+        '--node',
+        'n',
+        '--key',
+        'nk_x',
+        '--backend',
+        'ollama',
+        '--backend-url',
+        'http://127.0.0.1:9',
+        '--metrics-port',
+        String(port),
+      ],
+      {},
+    );
     expect(r.code).toBe(1);
     expect(r.stderr + r.stdout).toMatch(new RegExp(`--metrics-port ${port}: the port is in use`));
     expect(r.stderr + r.stdout).not.toMatch(/\n\s+at /);

@@ -43,7 +43,9 @@ describe('ins worker', () => {
   };
   const worker = async (name: string, b: FakeBackend, extra: string[] = []) => {
     const key = await addNode(name);
-    const w = startWorkerProcess(['--server', server.url, '--node', name, '--backend', b.kind, '--backend-url', b.url, ...extra], { INS_NODE_KEY: key });
+    const w = startWorkerProcess(['--server', server.url, '--node', name, '--backend', b.kind, '--backend-url', b.url, ...extra], {
+      INS_NODE_KEY: key,
+    });
     workers.push(w);
     // Registered and its models declared: it polls.
     await until(`${name} to declare its models`, () => w.logs().includes('models declared'), 20_000);
@@ -53,14 +55,27 @@ describe('ins worker', () => {
     const res = await fetch(`${server.url}${p}`, { ...init, headers: { 'content-type': 'application/json', api_key: userKey, ...init.headers } });
     return { status: res.status, body: (await res.json()) as T };
   };
-  const submit = async (model: string, content: string) => (await api<{ job_id: string }>('/submit_job', { method: 'POST', body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_output: 32, temperature: 0 }) })).body.job_id;
+  const submit = async (model: string, content: string) =>
+    (
+      await api<{ job_id: string }>('/submit_job', {
+        method: 'POST',
+        body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_output: 32, temperature: 0 }),
+      })
+    ).body.job_id;
   const result = async (jobId: string) => {
     for (;;) {
       const r = await api<{ status: string; result: { message: { content: string } }; usage?: unknown }>(`/get_result/${jobId}?wait=20`);
       if (r.status === 200) return r.body;
     }
   };
-  const nodes = async () => JSON.parse(await ins(['node', 'list', '--json'])) as { name: string; online: boolean; total_points: number; open_leases: number; models: string[] }[];
+  const nodes = async () =>
+    JSON.parse(await ins(['node', 'list', '--json'])) as {
+      name: string;
+      online: boolean;
+      total_points: number;
+      open_leases: number;
+      models: string[];
+    }[];
 
   beforeAll(async () => {
     port = await freePort();
@@ -85,7 +100,10 @@ describe('ins worker', () => {
     expect((await nodes()).find((n) => n.name === 'ollama-node')).toMatchObject({ online: true, models: ['llama3.2:latest', 'qwen2.5:0.5b'] });
     const ids = await Promise.all(['one two', 'three'].map((c) => submit('qwen2.5:0.5b', c)));
     const done = await Promise.all(ids.map(result));
-    expect(done.map((d) => d.result.message.content)).toEqual([answerOf('qwen2.5:0.5b', [{ content: 'one two' }]), answerOf('qwen2.5:0.5b', [{ content: 'three' }])]);
+    expect(done.map((d) => d.result.message.content)).toEqual([
+      answerOf('qwen2.5:0.5b', [{ content: 'one two' }]),
+      answerOf('qwen2.5:0.5b', [{ content: 'three' }]),
+    ]);
     expect(done[0]!.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3 });
     const points = await api<{ pointsraw: number }>('/get_points?node_name=ollama-node', { headers: { api_key: readerKey } });
     expect(points.body.pointsraw).toBe(2);
@@ -96,14 +114,23 @@ describe('ins worker', () => {
     await worker('vllm-node', b, ['--models', 'mistral-7b']);
     expect((await nodes()).find((n) => n.name === 'vllm-node')!.models).toEqual(['mistral-7b']);
     const done = await result(await submit('mistral-7b', 'a b c'));
-    expect(done).toMatchObject({ status: 'success', result: { message: { content: answerOf('mistral-7b', [{ content: 'a b c' }]) } }, usage: { prompt_tokens: 3, completion_tokens: 4 } });
+    expect(done).toMatchObject({
+      status: 'success',
+      result: { message: { content: answerOf('mistral-7b', [{ content: 'a b c' }]) } },
+      usage: { prompt_tokens: 3, completion_tokens: 4 },
+    });
     // The backend stops after two pieces until the client has seen the first, so that the client
     // sees the answer in pieces whatever the machine's pace (a 600 ms generation alone reached
     // it in two on a loaded run, not three).
     b.delayMs = 300;
     b.pauseAfter = 2;
     const client = new OpenAI({ apiKey: userKey, baseURL: `${server.url}/v1`, maxRetries: 0 });
-    const stream = await client.chat.completions.create({ model: 'mistral-7b', messages: [{ role: 'user', content: 'stream this answer please' }], stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: 'mistral-7b',
+      messages: [{ role: 'user', content: 'stream this answer please' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const pieces: string[] = [];
     let usage: unknown;
     for await (const c of stream) {
@@ -135,9 +162,16 @@ describe('ins worker', () => {
     expect(done.result.message.content).toBe(answerOf('fragile-model', [{ content: 'survive' }]));
     const shown = JSON.parse(await ins(['job', 'show', jobId, '--json'])) as { node: string; leases: { node: string; outcome: string }[] };
     expect(shown.node).toBe('sturdy-node');
-    expect(shown.leases.map((l) => [l.node, l.outcome])).toEqual([['fragile-node', 'error'], ['sturdy-node', 'done']]);
+    expect(shown.leases.map((l) => [l.node, l.outcome])).toEqual([
+      ['fragile-node', 'error'],
+      ['sturdy-node', 'done'],
+    ]);
     // Its backend gone, the fragile node declares no models: it takes no job it cannot run.
-    await until('the fragile node to declare no models', async () => (await nodes()).find((n) => n.name === 'fragile-node')!.models.length === 0, 20_000);
+    await until(
+      'the fragile node to declare no models',
+      async () => (await nodes()).find((n) => n.name === 'fragile-node')!.models.length === 0,
+      20_000,
+    );
   });
 
   it('on SIGTERM finishes the job in flight, reports it, deregisters and exits 0', async () => {
@@ -208,9 +242,15 @@ describe('ins worker', () => {
       req.on('end', () => {
         const forward = () => {
           if (res.destroyed || req.socket.destroyed) return;
-          const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !['host', 'connection', 'content-length'].includes(k))) as Record<string, string>;
+          const headers = Object.fromEntries(
+            Object.entries(req.headers).filter(([k]) => !['host', 'connection', 'content-length'].includes(k)),
+          ) as Record<string, string>;
           fetch(`${server.url}${req.url}`, { method: req.method, headers, ...(req.method === 'POST' ? { body: Buffer.concat(chunks) } : {}) })
-            .then(async (r) => { res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' }).end(Buffer.from(await r.arrayBuffer())); })
+            .then(async (r) => {
+              res
+                .writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' })
+                .end(Buffer.from(await r.arrayBuffer()));
+            })
             .catch(() => res.destroy());
         };
         if (hold && req.url === '/worker/update_result') held.push(forward);
@@ -221,7 +261,19 @@ describe('ins worker', () => {
     try {
       const b = await backend('ollama', ['relayed-model']);
       const key = await addNode('relayed-node');
-      const w = startWorkerProcess(['--server', `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, '--node', 'relayed-node', '--backend', 'ollama', '--backend-url', b.url], { INS_NODE_KEY: key });
+      const w = startWorkerProcess(
+        [
+          '--server',
+          `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+          '--node',
+          'relayed-node',
+          '--backend',
+          'ollama',
+          '--backend-url',
+          b.url,
+        ],
+        { INS_NODE_KEY: key },
+      );
       workers.push(w);
       await until('relayed-node to declare its models', () => w.logs().includes('models declared'), 20_000);
       const jobId = await submit('relayed-model', 'on its way');
@@ -245,11 +297,29 @@ describe('ins worker', () => {
     let connections = 0;
     let afterStop = 0;
     let stopping = false;
-    const away = createServer((s) => { connections++; if (stopping) afterStop++; s.destroy(); });
+    const away = createServer((s) => {
+      connections++;
+      if (stopping) afterStop++;
+      s.destroy();
+    });
     await new Promise<void>((r) => away.listen(0, '127.0.0.1', r));
     try {
       const b = await backend('ollama', ['away-model']);
-      const w = startWorkerProcess(['--server', `http://127.0.0.1:${(away.address() as AddressInfo).port}`, '--node', 'away-node', '--backend', 'ollama', '--backend-url', b.url, '--retry-max', '3600'], { INS_NODE_KEY: 'nk_unused' });
+      const w = startWorkerProcess(
+        [
+          '--server',
+          `http://127.0.0.1:${(away.address() as AddressInfo).port}`,
+          '--node',
+          'away-node',
+          '--backend',
+          'ollama',
+          '--backend-url',
+          b.url,
+          '--retry-max',
+          '3600',
+        ],
+        { INS_NODE_KEY: 'nk_unused' },
+      );
       workers.push(w);
       // Its third try failed: the pause before the fourth is 2 to 4 s.
       await until('the worker to retry three times', () => /"attempt":3,"msg":"register_node failed/.test(w.logs()), 20_000);

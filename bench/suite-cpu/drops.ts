@@ -16,7 +16,8 @@ const admin = new pg.Client({ connectionString: url });
 await admin.connect();
 // The template of these migrations, not one being built or an old one.
 const template = templateName();
-if (!(await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [template])).rowCount) throw new Error(`no ${template} database: run the suite on PostgreSQL once`);
+if (!(await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [template])).rowCount)
+  throw new Error(`no ${template} database: run the suite on PostgreSQL once`);
 const names = Array.from({ length: n }, (_, i) => `ins_bench_drop_${i}`);
 let t = performance.now();
 for (const name of names) await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`);

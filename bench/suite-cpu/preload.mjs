@@ -5,6 +5,12 @@ import { appendFileSync } from 'node:fs';
 
 process.on('exit', () => {
   const u = process.resourceUsage();
-  const line = ['spawned', (u.userCPUTime / 1e6).toFixed(3), (u.systemCPUTime / 1e6).toFixed(3), process.env.INS_TEST_CPU_FILE ?? '', process.argv.slice(2).join(' ').slice(0, 100)];
+  const line = [
+    'spawned',
+    (u.userCPUTime / 1e6).toFixed(3),
+    (u.systemCPUTime / 1e6).toFixed(3),
+    process.env.INS_TEST_CPU_FILE ?? '',
+    process.argv.slice(2).join(' ').slice(0, 100),
+  ];
   appendFileSync(process.env.INS_TEST_CPU_LOG, `${line.join('\t')}\n`);
 });

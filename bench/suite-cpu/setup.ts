@@ -5,8 +5,13 @@ import { appendFileSync } from 'node:fs';
 import { afterAll, beforeAll, expect } from 'vitest';
 
 let start: NodeJS.CpuUsage;
-beforeAll(() => { start = process.cpuUsage(); });
+beforeAll(() => {
+  start = process.cpuUsage();
+});
 afterAll(() => {
   const d = process.cpuUsage(start);
-  appendFileSync(process.env.INS_TEST_CPU_LOG!, `in-process\t${(d.user / 1e6).toFixed(3)}\t${(d.system / 1e6).toFixed(3)}\t${expect.getState().testPath ?? ''}\t\n`);
+  appendFileSync(
+    process.env.INS_TEST_CPU_LOG!,
+    `in-process\t${(d.user / 1e6).toFixed(3)}\t${(d.system / 1e6).toFixed(3)}\t${expect.getState().testPath ?? ''}\t\n`,
+  );
 });

@@ -37,7 +37,10 @@ export class PrincipalCache implements NodeConsumer {
   // Bumped on every invalidation: a lookup that started before it must not store its answer.
   private generation = 0;
 
-  constructor(private readonly ttlMs = 60_000, private readonly maxEntries = 100_000) {}
+  constructor(
+    private readonly ttlMs = 60_000,
+    private readonly maxEntries = 100_000,
+  ) {}
 
   get(hash: string): Principal | undefined {
     if (!this.live) return undefined;

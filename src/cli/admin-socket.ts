@@ -36,7 +36,13 @@ export async function serveAdminSocket(db: Database, config: Config, jobs: Lifec
           const { argv, cwd } = JSON.parse(buf.slice(0, nl)) as { argv: unknown; cwd: unknown };
           if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) throw new Error('bad request');
           if (cwd !== undefined && (typeof cwd !== 'string' || !path.isAbsolute(cwd))) throw new Error('bad request');
-          code = await runCommand(db, argv, io, { coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile, jobs, ...(cwd ? { cwd } : {}) });
+          code = await runCommand(db, argv, io, {
+            coordinator: config.coordinator,
+            verify: config.verify,
+            ledgerKeyFile: config.ledgerKeyFile,
+            jobs,
+            ...(cwd ? { cwd } : {}),
+          });
         } catch (err) {
           onError(err);
           io.err('ins: the server could not run this command; see its log');
@@ -50,8 +56,9 @@ export async function serveAdminSocket(db: Database, config: Config, jobs: Lifec
     server.listen(file, () => resolve());
   });
   chmodSync(file, 0o600);
-  return () => new Promise<void>((resolve) => {
-    server.close(() => resolve());
-    rmSync(file, { force: true });
-  });
+  return () =>
+    new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      rmSync(file, { force: true });
+    });
 }

@@ -35,9 +35,18 @@ export interface RunOptions {
  * else one of this process, whose changes the servers hear as another server's (NOTIFY).
  */
 export function operatorJobs(db: Database, opts: RunOptions): Lifecycle {
-  return opts.jobs ?? new Lifecycle(db, { maxAttempts: opts.coordinator.maxAttempts, leaseTimeout: opts.coordinator.leaseTimeout, defaultPoints: 0, audit: false, onError: () => {},
-    stranding: { onlineWindow: opts.coordinator.onlineWindow, modelsTtl: opts.coordinator.modelsTtl, grace: opts.coordinator.noNodeGrace },
-    pauseAfter: pauseAfter(opts.coordinator.sweepInterval) });
+  return (
+    opts.jobs ??
+    new Lifecycle(db, {
+      maxAttempts: opts.coordinator.maxAttempts,
+      leaseTimeout: opts.coordinator.leaseTimeout,
+      defaultPoints: 0,
+      audit: false,
+      onError: () => {},
+      stranding: { onlineWindow: opts.coordinator.onlineWindow, modelsTtl: opts.coordinator.modelsTtl, grace: opts.coordinator.noNodeGrace },
+      pauseAfter: pauseAfter(opts.coordinator.sweepInterval),
+    })
+  );
 }
 
 /**
@@ -64,7 +73,15 @@ export function checkName(what: string, value: string, max: number): void {
 }
 
 /** A command that lists rows: JSON with --json, else a table, or a hint when there are none. */
-export function listCommand<T>(spec: { usage: string; summary: string; flags?: string[]; load: (db: Database, opts: RunOptions) => Promise<T[]>; empty: string; columns: string[]; row: (item: T) => string[] }): Command {
+export function listCommand<T>(spec: {
+  usage: string;
+  summary: string;
+  flags?: string[];
+  load: (db: Database, opts: RunOptions) => Promise<T[]>;
+  empty: string;
+  columns: string[];
+  row: (item: T) => string[];
+}): Command {
   return {
     usage: spec.usage,
     summary: spec.summary,

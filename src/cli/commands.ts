@@ -15,7 +15,13 @@ import { CommandError, isUsageError, reportFailure, UsageError, type Io } from '
 
 export const COMMANDS: Record<string, Command> = { ...DATA_COMMANDS, ...NETWORK_COMMANDS, ...VERIFY_COMMANDS, ...JOB_COMMANDS, ...LEDGER_COMMANDS };
 
-export interface ParsedCommand { name: string; command: Command; args: string[]; opts: RunOptions; help: boolean }
+export interface ParsedCommand {
+  name: string;
+  command: Command;
+  args: string[];
+  opts: RunOptions;
+  help: boolean;
+}
 
 /** Finds the command in argv (one or two words) and checks its arguments; throws UsageError. */
 export function parseCommand(argv: string[]): ParsedCommand {
@@ -24,20 +30,31 @@ export function parseCommand(argv: string[]): ParsedCommand {
     allowPositionals: true,
     strict: true,
     options: {
-      json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' }, 'skip-bad-rows': { type: 'boolean' },
-      state: { type: 'string' }, model: { type: 'string' }, limit: { type: 'string' }, days: { type: 'string' },
-      jobs: { type: 'string' }, tokens: { type: 'string' }, 'min-answers': { type: 'string' }, apply: { type: 'boolean' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+      'skip-bad-rows': { type: 'boolean' },
+      state: { type: 'string' },
+      model: { type: 'string' },
+      limit: { type: 'string' },
+      days: { type: 'string' },
+      jobs: { type: 'string' },
+      tokens: { type: 'string' },
+      'min-answers': { type: 'string' },
+      apply: { type: 'boolean' },
     },
   });
   const two = positionals.slice(0, 2).join(' ');
-  const name = COMMANDS[two] ? two : positionals[0] ?? '';
+  const name = COMMANDS[two] ? two : (positionals[0] ?? '');
   const help = values.help ?? false;
   const command = COMMANDS[name] ?? (help && positionals.length === 1 ? groupCommand(name) : undefined);
   if (!command) {
     if (!positionals.length) throw new UsageError('no command given');
     // `ins node`, `ins import bogus x.csv`: say what the group has rather than "unknown command".
     const group = groupCommand(positionals[0]!);
-    if (group) throw new UsageError(`${positionals.length > 1 ? `unknown command "${positionals.slice(0, 2).join(' ')}"; ` : ''}${group.summary}\n(ins ${positionals[0]!} --help)`);
+    if (group)
+      throw new UsageError(
+        `${positionals.length > 1 ? `unknown command "${positionals.slice(0, 2).join(' ')}"; ` : ''}${group.summary}\n(ins ${positionals[0]!} --help)`,
+      );
     throw new UsageError(`unknown command "${positionals.join(' ')}"`);
   }
   const args = positionals.slice(name.split(' ').length);
@@ -48,18 +65,38 @@ export function parseCommand(argv: string[]): ParsedCommand {
     throw new UsageError(`"${name}" takes ${command.args.length ? command.args.join(' ') : 'no arguments'}; usage: ins ${command.usage}`);
   }
   const opts: RunOptions = {
-    json: values.json ?? false, skipBadRows: values['skip-bad-rows'] ?? false, apply: values.apply ?? false, progress: false,
-    filter: { state: values.state, model: values.model, limit: values.limit, days: values.days, jobs: values.jobs, tokens: values.tokens, minAnswers: values['min-answers'] }, coordinator: DEFAULT_COORDINATOR, verify: DEFAULT_VERIFY,
+    json: values.json ?? false,
+    skipBadRows: values['skip-bad-rows'] ?? false,
+    apply: values.apply ?? false,
+    progress: false,
+    filter: {
+      state: values.state,
+      model: values.model,
+      limit: values.limit,
+      days: values.days,
+      jobs: values.jobs,
+      tokens: values.tokens,
+      minAnswers: values['min-answers'],
+    },
+    coordinator: DEFAULT_COORDINATOR,
+    verify: DEFAULT_VERIFY,
   };
   return { name, command, args, opts, help };
 }
 
 /** The commands of a group (`node`, `key`, `import`…) as one pseudo-command, for `ins node --help` and the usage errors. */
 function groupCommand(word: string): Command | undefined {
-  const members = Object.entries(COMMANDS).filter(([name]) => name.startsWith(`${word} `)).map(([, c]) => c);
+  const members = Object.entries(COMMANDS)
+    .filter(([name]) => name.startsWith(`${word} `))
+    .map(([, c]) => c);
   if (members.length === 0) return undefined;
   const list = members.map((c) => `  ins ${c.usage.padEnd(34)} ${c.summary}`).join('\n');
-  return { usage: `${word} COMMAND`, summary: `"${word}" takes one of:\n${list}`, args: [], run: () => Promise.reject(new UsageError(`"${word}" needs a command`)) };
+  return {
+    usage: `${word} COMMAND`,
+    summary: `"${word}" takes one of:\n${list}`,
+    args: [],
+    run: () => Promise.reject(new UsageError(`"${word}" needs a command`)),
+  };
 }
 
 export const helpText = (c: Command): string => `usage: ins ${c.usage} [--json]\n\n${c.summary}`;
@@ -81,7 +118,9 @@ export async function runCommand(db: Database, argv: string[], io: Io, extra: Pa
       else {
         const pending = await pendingMigrations(db);
         if (pending.length > 0) {
-          throw new CommandError(`the database of DATABASE_URL is not migrated (${pendingSummary(pending)}): run \`ins migrate\` (or start \`ins serve\`, which migrates unless MIGRATE_ON_START=false)`);
+          throw new CommandError(
+            `the database of DATABASE_URL is not migrated (${pendingSummary(pending)}): run \`ins migrate\` (or start \`ins serve\`, which migrates unless MIGRATE_ON_START=false)`,
+          );
         }
       }
     }

@@ -19,12 +19,19 @@ function importCommand(what: 'nodes' | 'results', spec: ImportSpec, summary: str
         const s = await runImport(db, cwd ? path.resolve(cwd, file!) : file!, spec, { skipBadRows, progress });
         if (json) return io.out(JSON.stringify(s));
         const rate = s.seconds > 0 ? Math.round(s.rows_read / s.seconds) : s.rows_read;
-        io.out(`imported ${s.imported.toLocaleString('en')} ${what} of ${s.rows_read.toLocaleString('en')} rows in ${s.seconds.toFixed(1)} s (${rate.toLocaleString('en')} rows/s)` +
-          (s.bad_rows ? `; skipped ${s.bad_rows} bad row${s.bad_rows === 1 ? '' : 's'}` : ''));
+        io.out(
+          `imported ${s.imported.toLocaleString('en')} ${what} of ${s.rows_read.toLocaleString('en')} rows in ${s.seconds.toFixed(1)} s (${rate.toLocaleString('en')} rows/s)` +
+            (s.bad_rows ? `; skipped ${s.bad_rows} bad row${s.bad_rows === 1 ? '' : 's'}` : ''),
+        );
         for (const b of s.examples.slice(0, 20)) io.err(`  line ${b.line}: ${b.reason}`);
       } catch (err) {
         if (err instanceof ImportRejected) {
-          throw new CommandError(`${err.message}:\n${err.examples.slice(0, 20).map((b) => `  line ${b.line}: ${b.reason}`).join('\n')}${err.examples.length > 20 ? '\n  …' : ''}`);
+          throw new CommandError(
+            `${err.message}:\n${err.examples
+              .slice(0, 20)
+              .map((b) => `  line ${b.line}: ${b.reason}`)
+              .join('\n')}${err.examples.length > 20 ? '\n  …' : ''}`,
+          );
         }
         const code = (err as NodeJS.ErrnoException).code;
         if (code === 'ENOENT' || code === 'EISDIR' || code === 'EACCES') throw new CommandError(`cannot read ${file}: ${code}`);
@@ -47,6 +54,9 @@ export const DATA_COMMANDS: Record<string, Command> = {
     },
   },
   'import nodes': importCommand('nodes', nodesImport, 'import nodes with their existing keys: columns name,api_key or name,api_key_sha256'),
-  'import results': importCommand('results', resultsImport,
-    'import job results history: job_id,node_name,model_name,status,points,received_at[,result]; aggregates follow'),
+  'import results': importCommand(
+    'results',
+    resultsImport,
+    'import job results history: job_id,node_name,model_name,status,points,received_at[,result]; aggregates follow',
+  ),
 };

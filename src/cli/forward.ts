@@ -6,7 +6,11 @@ import { existsSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 
-export interface Forwarded { code: number; stdout: string[]; stderr: string[] }
+export interface Forwarded {
+  code: number;
+  stdout: string[];
+  stderr: string[];
+}
 
 export const adminSocketPath = (dataDir: string): string => path.join(dataDir, 'admin.sock');
 

@@ -8,7 +8,8 @@ import { CommandError, table, UsageError, wholeNumberFlag } from './io.js';
 const limitOf = (raw: string | undefined): number => wholeNumberFlag('limit', raw, 1, 100_000, 50);
 
 function stateOf(raw: string | undefined): string | undefined {
-  if (raw !== undefined && !(JOB_STATES as readonly string[]).includes(raw)) throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')}, got "${raw}"`);
+  if (raw !== undefined && !(JOB_STATES as readonly string[]).includes(raw))
+    throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')}, got "${raw}"`);
   return raw;
 }
 
@@ -38,23 +39,35 @@ export const JOB_COMMANDS: Record<string, Command> = {
       const job = await showJob(db, jobId(id!));
       if (!job) throw new CommandError(`no job ${id}`);
       if (json) return io.out(JSON.stringify(job));
-      for (const [k, v] of Object.entries(job)) if (k !== 'leases') io.out(`${k}: ${typeof v === 'string' || v === null ? String(v) : JSON.stringify(v)}`);
+      for (const [k, v] of Object.entries(job))
+        if (k !== 'leases') io.out(`${k}: ${typeof v === 'string' || v === null ? String(v) : JSON.stringify(v)}`);
       if (job.leases.length === 0) return io.out('leases: none');
       io.out('leases:');
-      for (const line of table([['ATTEMPT', 'NODE', 'LEASED', 'ENDED', 'OUTCOME'], ...job.leases.map((l) => [String(l.attempt), l.node, l.leased_at, l.ended_at ?? '-', l.outcome ?? 'open'])])) io.out(`  ${line}`);
+      for (const line of table([
+        ['ATTEMPT', 'NODE', 'LEASED', 'ENDED', 'OUTCOME'],
+        ...job.leases.map((l) => [String(l.attempt), l.node, l.leased_at, l.ended_at ?? '-', l.outcome ?? 'open']),
+      ]))
+        io.out(`  ${line}`);
     },
   },
   'job cancel': {
     usage: 'job cancel ID',
-    summary: 'cancel a queued or leased job (a leased one\'s node is told to stop, and earns nothing for it); a canceled one stays canceled (exit 0)',
+    summary: "cancel a queued or leased job (a leased one's node is told to stop, and earns nothing for it); a canceled one stays canceled (exit 0)",
     args: ['ID'],
     async run(db, [id], opts, io) {
       // Through the lifecycle: every server hears it and wakes whoever waits for the job.
       const { before, canceled } = await operatorJobs(db, opts).cancel(jobId(id!), null, 'canceled by an operator');
       if (before === undefined) throw new CommandError(`no job ${id}`);
       // Already canceled: done, as POST /cancel_job answers it (a script that cancels twice has what it asked for).
-      if (!canceled && before !== 'canceled') throw new CommandError(`job ${id} is ${before === 'queued' || before === 'leased' ? 'finished' : before}: it cannot be canceled`);
-      io.out(opts.json ? JSON.stringify({ id, state: 'canceled', was: before }) : canceled ? `job ${id} canceled (it was ${before})` : `job ${id} was already canceled`);
+      if (!canceled && before !== 'canceled')
+        throw new CommandError(`job ${id} is ${before === 'queued' || before === 'leased' ? 'finished' : before}: it cannot be canceled`);
+      io.out(
+        opts.json
+          ? JSON.stringify({ id, state: 'canceled', was: before })
+          : canceled
+            ? `job ${id} canceled (it was ${before})`
+            : `job ${id} was already canceled`,
+      );
     },
   },
 };

@@ -11,15 +11,23 @@ const days = (raw: string | undefined): number => wholeNumberFlag('days', raw, 1
 export const LEDGER_COMMANDS: Record<string, Command> = {
   'ledger verify': {
     usage: 'ledger verify [--days N]',
-    summary: 'check this database against its closed ledger days: signatures, chain, every entry, daily_points (ins ledger verify --server URL checks a service over HTTP)',
+    summary:
+      'check this database against its closed ledger days: signatures, chain, every entry, daily_points (ins ledger verify --server URL checks a service over HTTP)',
     args: [],
     flags: ['days'],
     async run(db, _args, { json, filter }, io) {
-      const [{ checkDatabase }, { countDifferences, describe }] = await Promise.all([import('../ledger/check.js'), import('../ledger-format/day.js')]);
+      const [{ checkDatabase }, { countDifferences, describe }] = await Promise.all([
+        import('../ledger/check.js'),
+        import('../ledger-format/day.js'),
+      ]);
       const r = await checkDatabase(db, days(filter.days));
       if (json) io.out(JSON.stringify(r));
       else {
-        io.out(r.days.length === 0 ? 'no closed day yet' : `${r.days.length} closed day${r.days.length === 1 ? '' : 's'} (${r.days[0]} to ${r.days.at(-1)}) checked against this database`);
+        io.out(
+          r.days.length === 0
+            ? 'no closed day yet'
+            : `${r.days.length} closed day${r.days.length === 1 ? '' : 's'} (${r.days[0]} to ${r.days.at(-1)}) checked against this database`,
+        );
         for (const d of r.differences) io.out(describe(d));
         if (r.days.length) io.out(r.differences.length === 0 ? 'everything verifies' : countDifferences(r.differences.length));
       }
@@ -34,7 +42,8 @@ export const LEDGER_COMMANDS: Record<string, Command> = {
     async run(db, _args, { json, verify, ledgerKeyFile }, io) {
       const [{ closeDueDays }, { loadLedgerKey }] = await Promise.all([import('../ledger/close.js'), import('../ledger/keys.js')]);
       const key = await loadLedgerKey(db, ledgerKeyFile);
-      if (!key.sign) throw new CommandError(`the ledger's key ${key.keyId} lives in a server's LEDGER_KEY_FILE: run this where LEDGER_KEY_FILE is set`);
+      if (!key.sign)
+        throw new CommandError(`the ledger's key ${key.keyId} lives in a server's LEDGER_KEY_FILE: run this where LEDGER_KEY_FILE is set`);
       const r = await closeDueDays(db, { key, window: verify.evidenceWindow, server: `ins ledger close ${process.pid}` });
       io.out(json ? JSON.stringify(r) : r.closed.length ? `closed ${r.closed.join(', ')}` : 'no day is due');
     },

@@ -40,7 +40,9 @@ async function usage(): Promise<string> {
 async function serve(config: Config, argv: string[]): Promise<number> {
   const { values } = parseArgs({ args: argv, options: { 'no-migrate': { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
-    console.log('usage: ins serve [--no-migrate]\n\nRuns the HTTP service on PORT (default 8000). Configuration comes from the environment (ins --help).');
+    console.log(
+      'usage: ins serve [--no-migrate]\n\nRuns the HTTP service on PORT (default 8000). Configuration comes from the environment (ins --help).',
+    );
     return 0;
   }
   // A signal while the server starts (loading, opening the database, migrating) is not lost, nor
@@ -49,8 +51,14 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   let early: string | undefined;
   // It also ends a wait for an `ins` command to free the embedded database (db/open.ts).
   const starting = new AbortController();
-  const earlyTerm = () => { early ??= 'SIGTERM'; starting.abort(); };
-  const earlyInt = () => { early ??= 'SIGINT'; starting.abort(); };
+  const earlyTerm = () => {
+    early ??= 'SIGTERM';
+    starting.abort();
+  };
+  const earlyInt = () => {
+    early ??= 'SIGINT';
+    starting.abort();
+  };
   process.on('SIGTERM', earlyTerm);
   process.on('SIGINT', earlyInt);
   // Loaded on demand: `--help` and argument errors should answer without loading the server.
@@ -93,10 +101,25 @@ async function serve(config: Config, argv: string[]): Promise<number> {
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
-      running.close().then(
-        () => { logger.info('stopped'); return 0; },
-        (err: unknown) => { logger.error({ err }, 'error while stopping'); return 1; },
-      ).then(async (code) => { await flushLog(logger); resolve(code); }, () => resolve(1));
+      running
+        .close()
+        .then(
+          () => {
+            logger.info('stopped');
+            return 0;
+          },
+          (err: unknown) => {
+            logger.error({ err }, 'error while stopping');
+            return 1;
+          },
+        )
+        .then(
+          async (code) => {
+            await flushLog(logger);
+            resolve(code);
+          },
+          () => resolve(1),
+        );
     };
     if (early) {
       logger.info({ signal: early }, 'the signal came while starting');
@@ -162,7 +185,10 @@ async function admin(config: Config, argv: string[]): Promise<number> {
   let db;
   try {
     db = await openDatabase(config, `ins ${argv.join(' ')}`, { brief: isBrief(argv) });
-    if (fresh) consoleIo.err(`ins: made a new embedded database in ${path.resolve(config.dataDir)} (DATA_DIR; a server elsewhere uses its own: run ins where it runs, or set DATA_DIR)`);
+    if (fresh)
+      consoleIo.err(
+        `ins: made a new embedded database in ${path.resolve(config.dataDir)} (DATA_DIR; a server elsewhere uses its own: run ins where it runs, or set DATA_DIR)`,
+      );
   } catch (err) {
     if (!(err instanceof DataDirBusyError)) {
       // The database out of reach, DATA_DIR unusable: the sentence `ins serve` logs, naming the setting.
@@ -178,12 +204,21 @@ async function admin(config: Config, argv: string[]): Promise<number> {
     // The server may have opened its socket since we looked.
     const forwarded = await forwardToServer(config.dataDir, argv);
     if (forwarded) return print(forwarded);
-    reportFailure(consoleIo, argv, `${err.message}, but it does not answer on ${adminSocketPath(config.dataDir)} yet: it is starting or stopping. ` +
-      'Run this command again once its /healthz answers "ok" (commands are then sent to it), or stop it to run the command here.');
+    reportFailure(
+      consoleIo,
+      argv,
+      `${err.message}, but it does not answer on ${adminSocketPath(config.dataDir)} yet: it is starting or stopping. ` +
+        'Run this command again once its /healthz answers "ok" (commands are then sent to it), or stop it to run the command here.',
+    );
     return 1;
   }
   try {
-    return await runCommand(db, argv, consoleIo, { progress: process.stderr.isTTY === true, coordinator: config.coordinator, verify: config.verify, ledgerKeyFile: config.ledgerKeyFile });
+    return await runCommand(db, argv, consoleIo, {
+      progress: process.stderr.isTTY === true,
+      coordinator: config.coordinator,
+      verify: config.verify,
+      ledgerKeyFile: config.ledgerKeyFile,
+    });
   } catch (err) {
     // PostgreSQL is first reached by the command's first statement (the pool connects then).
     const reason = startFailure(err, config);
@@ -210,7 +245,11 @@ export async function main(argv: string[]): Promise<number> {
   // So does the ledger's check over HTTP: a node operator's machine has only the URL.
   if (first === 'ledger' && rest[0] === 'verify' && rest.some((a) => a === '--server' || a.startsWith('--server='))) {
     const { runLedgerVerify } = await import('../ledger-client/cli.js');
-    return runLedgerVerify(rest.slice(1), (l) => consoleIo.out(l), (l) => consoleIo.err(l));
+    return runLedgerVerify(
+      rest.slice(1),
+      (l) => consoleIo.out(l),
+      (l) => consoleIo.err(l),
+    );
   }
   let config: Config;
   try {

@@ -12,7 +12,9 @@ function setDisabledCommand(disabled: boolean): Command {
   const verb = disabled ? 'disable' : 'enable';
   return {
     usage: `node ${verb} NAME`,
-    summary: disabled ? 'disable a node: its key gets 403, its sessions end and the jobs it holds go back to the queue' : 'enable a disabled node again',
+    summary: disabled
+      ? 'disable a node: its key gets 403, its sessions end and the jobs it holds go back to the queue'
+      : 'enable a disabled node again',
     args: ['NAME'],
     async run(db, [name], opts, io) {
       // Disabling hands the jobs it holds back to the queue (nodes/lifecycle.ts): they go to other nodes.
@@ -25,7 +27,7 @@ function setDisabledCommand(disabled: boolean): Command {
 }
 
 const KEY_KINDS: Record<ApiKeyKind, { prefix: string; purpose: string }> = {
-  reader: { prefix: 'rk_', purpose: 'for dashboards: reads any node\'s points' },
+  reader: { prefix: 'rk_', purpose: "for dashboards: reads any node's points" },
   user: { prefix: 'uk_', purpose: 'for applications: submits jobs and reads their results' },
 };
 
@@ -47,7 +49,7 @@ const list = (items: string[]): string => (items.length ? items.join(',') : '-')
 export const NETWORK_COMMANDS: Record<string, Command> = {
   'node add': keyCommand({
     usage: 'node add NAME',
-    summary: "create a node and print its key (nk_…) once",
+    summary: 'create a node and print its key (nk_…) once',
     arg: 'NAME',
     maxLength: 128,
     async issue(db, name, opts) {
@@ -66,8 +68,18 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     load: (db, { coordinator: c }) => listNodes(db, c.onlineWindow, c.modelsTtl),
     empty: 'no nodes yet; create one with: ins node add NAME',
     columns: ['NAME', 'STATUS', 'STANDING', 'ONLINE', 'LAST_SEEN', 'MODELS', 'LEASES', 'TOTAL_POINTS', 'LAST_DAY_WITH_POINTS', 'CREATED'],
-    row: (n) => [n.name, n.disabled ? 'disabled' : 'active', n.standing, n.online ? 'online' : 'offline', n.last_seen_at ?? '-', list(n.models),
-      String(n.open_leases), String(n.total_points), n.last_day_with_points ?? '-', n.created_at],
+    row: (n) => [
+      n.name,
+      n.disabled ? 'disabled' : 'active',
+      n.standing,
+      n.online ? 'online' : 'offline',
+      n.last_seen_at ?? '-',
+      list(n.models),
+      String(n.open_leases),
+      String(n.total_points),
+      n.last_day_with_points ?? '-',
+      n.created_at,
+    ],
   }),
   'node disable': setDisabledCommand(true),
   'node enable': setDisabledCommand(false),
@@ -107,7 +119,8 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
   },
   'key set-quota': {
     usage: 'key set-quota ID|LABEL [--jobs N|default] [--tokens N|default]',
-    summary: 'a user key\'s daily quotas (UTC day): jobs and output tokens; "default" clears one back to DEFAULT_QUOTA_JOBS / DEFAULT_QUOTA_TOKENS (unset there: no limit)',
+    summary:
+      'a user key\'s daily quotas (UTC day): jobs and output tokens; "default" clears one back to DEFAULT_QUOTA_JOBS / DEFAULT_QUOTA_TOKENS (unset there: no limit)',
     args: ['ID|LABEL'],
     flags: ['jobs', 'tokens'],
     async run(db, [which], { json, filter }, io) {
@@ -125,12 +138,17 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       if ('error' in r) throw new CommandError(r.error);
       // JSON: the key's quotas as they now are, changed or not (null: the configured default applies).
       const shown = (v: number | null | undefined) => (v === undefined ? 'unchanged' : v === null ? 'default' : String(v));
-      io.out(json ? JSON.stringify({ id: r.id, jobs: r.jobs, tokens: r.tokens }) : `key ${r.id}: jobs per day ${shown(jobs)}, output tokens per day ${shown(tokens)}`);
+      io.out(
+        json
+          ? JSON.stringify({ id: r.id, jobs: r.jobs, tokens: r.tokens })
+          : `key ${r.id}: jobs per day ${shown(jobs)}, output tokens per day ${shown(tokens)}`,
+      );
     },
   },
   'key set-priority': {
     usage: 'key set-priority ID|LABEL N',
-    summary: 'a user key\'s weight in each model\'s fair queue (a number > 0, at most 1000; default 1): with 2, it is served twice as often as a key with 1 while both wait',
+    summary:
+      "a user key's weight in each model's fair queue (a number > 0, at most 1000; default 1): with 2, it is served twice as often as a key with 1 while both wait",
     args: ['ID|LABEL', 'N'],
     async run(db, [which, raw], { json }, io) {
       const n = Number(raw);
@@ -142,12 +160,13 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
   },
   'key usage': {
     usage: 'key usage ID|LABEL',
-    summary: 'a user key\'s usage today (UTC) against its daily quota, in total and per model (what GET /usage shows)',
+    summary: "a user key's usage today (UTC) against its daily quota, in total and per model (what GET /usage shows)",
     args: ['ID|LABEL'],
     async run(db, [which], { json, coordinator }, io) {
       const r = await resolveKey(db, which!, 'ask');
       if ('error' in r) throw new CommandError(r.error);
-      const u = r.id === undefined ? undefined : await keyUsage(db, r.id, { jobs: coordinator.quotaJobs ?? null, tokens: coordinator.quotaTokens ?? null });
+      const u =
+        r.id === undefined ? undefined : await keyUsage(db, r.id, { jobs: coordinator.quotaJobs ?? null, tokens: coordinator.quotaTokens ?? null });
       if (!u) throw new CommandError(`no user key "${which}"`);
       if (json) return io.out(JSON.stringify(u));
       const of = (used: number, quota: number | null) => `${used}${quota === null ? ' (no limit)' : ` of ${quota}`}`;
@@ -169,7 +188,11 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       // Setting a model's points before its first node is allowed (prices set ahead), but a
       // misspelt name would silently price a model nobody serves: say so.
       if (created) io.err(`note: "${model}" is a new model: no node has declared or reported it yet (\`ins model list\` shows the known ones)`);
-      io.out(json ? JSON.stringify({ model, points_per_job: points, created }) : `model "${model}": ${points === null ? 'default points' : `${points} points per job`}`);
+      io.out(
+        json
+          ? JSON.stringify({ model, points_per_job: points, created })
+          : `model "${model}": ${points === null ? 'default points' : `${points} points per job`}`,
+      );
     },
   },
   'model list': listCommand({

@@ -7,7 +7,11 @@ import type { Config } from '../config.js';
 import { NotMigratedError } from '../db/migrate.js';
 import { LedgerKeyError } from '../ledger/keys.js';
 
-interface Failure { code?: string; syscall?: string; hostname?: string }
+interface Failure {
+  code?: string;
+  syscall?: string;
+  hostname?: string;
+}
 
 const NETWORK = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET']);
 const FILES = new Set(['EACCES', 'EPERM', 'EEXIST', 'ENOTDIR', 'EROFS', 'ENOSPC', 'ELOOP']);
@@ -24,7 +28,8 @@ export function startFailure(err: unknown, config: Pick<Config, 'host' | 'port' 
   if (code === 'EADDRNOTAVAIL' || ((code === 'ENOTFOUND' || code === 'EAI_AGAIN') && e.hostname === config.host)) {
     return `HOST=${config.host} is not an address of this machine (${e.message}): set HOST to one of its addresses, or 0.0.0.0 for all`;
   }
-  if (code === 'EACCES' && e.syscall === 'listen') return `port ${config.port} needs privileges this process does not have (${e.message}): set PORT above 1023`;
+  if (code === 'EACCES' && e.syscall === 'listen')
+    return `port ${config.port} needs privileges this process does not have (${e.message}): set PORT above 1023`;
   // A wrong or missing password: PostgreSQL's 28P01 below; through PgBouncer's SCRAM, "SASL
   // authentication failed" (08P01), or the pg client's own refusal to start SCRAM without one.
   if (config.databaseUrl && /SASL|password/i.test(e.message) && (code === '08P01' || code === '28P01' || code === '')) {

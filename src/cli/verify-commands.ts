@@ -26,12 +26,23 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
       io.out(`strikes counting: ${a.strikes_counting} of ${verify.strikesToSuspend} (within ${verify.evidenceWindow / 3600} h)`);
       io.out(`agreements: ${a.agreements} (${a.clean_streak} since the last strike); jobs checked by another node (window): ${a.checked_jobs}`);
       for (const k of tokens) {
-        io.out(`token-level checks of ${k.model}: ${k.scored} jobs scored, ${k.copied} checked the weaker way (a copy compared as text); test ${k.cusum} of ${k.threshold} over ${k.answers} answers (${k.mismatches} confident mismatches in ${k.positions} positions)${k.flags ? `; flagged ${k.flags}× (last ${k.flagged_at})` : ''}`);
+        io.out(
+          `token-level checks of ${k.model}: ${k.scored} jobs scored, ${k.copied} checked the weaker way (a copy compared as text); test ${k.cusum} of ${k.threshold} over ${k.answers} answers (${k.mismatches} confident mismatches in ${k.positions} positions)${k.flags ? `; flagged ${k.flags}× (last ${k.flagged_at})` : ''}`,
+        );
       }
-      io.out(`points taken back: ${a.reversals.points} for ${a.reversals.results} results${Object.keys(a.reversals.by_reason).length ? ` (${Object.entries(a.reversals.by_reason).map(([r, p]) => `${r}: ${p}`).join(', ')})` : ''}`);
+      io.out(
+        `points taken back: ${a.reversals.points} for ${a.reversals.results} results${
+          Object.keys(a.reversals.by_reason).length
+            ? ` (${Object.entries(a.reversals.by_reason)
+                .map(([r, p]) => `${r}: ${p}`)
+                .join(', ')})`
+            : ''
+        }`,
+      );
       if (a.strikes.length === 0) return io.out('strikes: none');
       io.out('strikes:');
-      for (const line of table([['AT', 'KIND', 'JOB', 'EVIDENCE'], ...a.strikes.map((s) => [s.at, s.kind, s.job_id, JSON.stringify(s.evidence)])])) io.out(`  ${line}`);
+      for (const line of table([['AT', 'KIND', 'JOB', 'EVIDENCE'], ...a.strikes.map((s) => [s.at, s.kind, s.job_id, JSON.stringify(s.evidence)])]))
+        io.out(`  ${line}`);
     },
   },
   'node reinstate': {
@@ -50,7 +61,8 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
   },
   'verify calibrate': {
     usage: 'verify calibrate [--min-answers N] [--apply]',
-    summary: "token-level test thresholds per model, method and quantisation from trusted nodes' checks of each other (evidence window); --apply writes the proposals",
+    summary:
+      "token-level test thresholds per model, method and quantisation from trusted nodes' checks of each other (evidence window); --apply writes the proposals",
     args: [],
     flags: ['min-answers', 'apply'],
     async run(db, _args, { json, apply, filter, verify }, io) {
@@ -60,11 +72,27 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
       if (r.groups.length === 0) io.out(`no token-level checks between trusted nodes within the evidence window (${verify.evidenceWindow / 3600} h)`);
       else {
         const t = (x: { p0: number; p1: number }) => `${x.p0}/${x.p1}`;
-        for (const line of table([['MODEL', 'METHOD', 'QUANTIZATION', 'ANSWERS', 'POSITIONS', 'RATE', 'UPPER', 'PROPOSED P0/P1', 'CURRENT P0/P1'],
-          ...r.groups.map((g) => [g.model, g.method, g.quantization ?? '-', String(g.answers), String(g.positions), rate(g.rate), rate(g.upper),
-            g.proposed ? t(g.proposed) : g.status === 'too noisy' ? 'too noisy to judge by tokens' : `fewer than ${min} answers`, t(g.current)])])) io.out(line);
+        for (const line of table([
+          ['MODEL', 'METHOD', 'QUANTIZATION', 'ANSWERS', 'POSITIONS', 'RATE', 'UPPER', 'PROPOSED P0/P1', 'CURRENT P0/P1'],
+          ...r.groups.map((g) => [
+            g.model,
+            g.method,
+            g.quantization ?? '-',
+            String(g.answers),
+            String(g.positions),
+            rate(g.rate),
+            rate(g.upper),
+            g.proposed ? t(g.proposed) : g.status === 'too noisy' ? 'too noisy to judge by tokens' : `fewer than ${min} answers`,
+            t(g.current),
+          ]),
+        ]))
+          io.out(line);
       }
-      io.out(apply ? `applied ${r.applied} threshold${r.applied === 1 ? '' : 's'}` : `${r.groups.filter((g) => g.proposed).length} proposed; review them, then run again with --apply`);
+      io.out(
+        apply
+          ? `applied ${r.applied} threshold${r.applied === 1 ? '' : 's'}`
+          : `${r.groups.filter((g) => g.proposed).length} proposed; review them, then run again with --apply`,
+      );
     },
   },
 };

@@ -25,7 +25,11 @@ export interface BatcherOptions {
   alone?: boolean;
 }
 
-interface Pending<I, O> { item: I; resolve: (o: O) => void; reject: (e: unknown) => void }
+interface Pending<I, O> {
+  item: I;
+  resolve: (o: O) => void;
+  reject: (e: unknown) => void;
+}
 
 export class Batcher<I, O> {
   private queue: Pending<I, O>[] = [];
@@ -33,7 +37,10 @@ export class Batcher<I, O> {
   private scheduled = false;
 
   /** run answers items in order, one output per item; a throw fails only the batch's calls. */
-  constructor(private readonly run: (items: I[]) => Promise<O[]>, private readonly opts: BatcherOptions) {}
+  constructor(
+    private readonly run: (items: I[]) => Promise<O[]>,
+    private readonly opts: BatcherOptions,
+  ) {}
 
   load(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
@@ -52,10 +59,12 @@ export class Batcher<I, O> {
       const batch = this.queue.splice(0, this.opts.maxBatch);
       this.inFlight++;
       // send() settles every caller of the batch itself and never rejects.
-      this.send(batch).finally(() => {
-        this.inFlight--;
-        if (this.queue.length > 0 && !this.scheduled) this.flush();
-      }).catch(() => undefined);
+      this.send(batch)
+        .finally(() => {
+          this.inFlight--;
+          if (this.queue.length > 0 && !this.scheduled) this.flush();
+        })
+        .catch(() => undefined);
     }
   }
 

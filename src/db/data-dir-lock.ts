@@ -5,7 +5,11 @@ import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import path from 'node:path';
 
 export class DataDirBusyError extends Error {
-  constructor(readonly dataDir: string, readonly pid: number, readonly purpose: string) {
+  constructor(
+    readonly dataDir: string,
+    readonly pid: number,
+    readonly purpose: string,
+  ) {
     super(`the embedded database in ${dataDir} is in use by process ${pid} (${purpose})`);
   }
 }

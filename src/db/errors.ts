@@ -22,7 +22,9 @@ export function isUnavailable(err: unknown): boolean {
   if (code && (NETWORK_CODES.has(code) || UNAVAILABLE_CLASSES.includes(code.slice(0, 2)))) return true;
   const message = err instanceof Error ? err.message : '';
   // pg reports a lost or never-established connection with these messages and no code.
-  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended|ended the connection|database system is (starting|shutting) up|PGlite is clos(ed|ing)/i.test(message);
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection ended|ended the connection|database system is (starting|shutting) up|PGlite is clos(ed|ing)/i.test(
+    message,
+  );
 }
 
 /** A data exception (class 22: a value the database cannot take) is the input's fault. */

@@ -24,7 +24,11 @@ const APPLIED = sql('migrate_applied', `SELECT coalesce(array_agg(version), '{}'
 const HAS_TABLE = sql('migrate_has_table', `SELECT to_regclass('schema_migrations') IS NOT NULL AS present`);
 const RECORD = sql('migrate_record', 'INSERT INTO schema_migrations (version, name) VALUES ($1::integer, $2::text)');
 
-export interface Migration { version: number; name: string; text: string }
+export interface Migration {
+  version: number;
+  name: string;
+  text: string;
+}
 
 export function loadMigrations(dir = MIGRATIONS_DIR): Migration[] {
   return readdirSync(dir)
@@ -49,7 +53,9 @@ export const pendingSummary = (pending: readonly Migration[]): string =>
 /** A server told not to migrate (MIGRATE_ON_START=false, --no-migrate) found the schema behind the code. */
 export class NotMigratedError extends Error {
   constructor(pending: Migration[]) {
-    super(`the database is not migrated (${pendingSummary(pending)}): run \`ins migrate\` with the same DATABASE_URL, or start the server without --no-migrate and with MIGRATE_ON_START unset (or true), so that it migrates`);
+    super(
+      `the database is not migrated (${pendingSummary(pending)}): run \`ins migrate\` with the same DATABASE_URL, or start the server without --no-migrate and with MIGRATE_ON_START unset (or true), so that it migrates`,
+    );
   }
 }
 

@@ -25,7 +25,13 @@ export interface OpenOptions {
 }
 
 /** Takes the data directory's lock; waits for a command that holds it, up to `waitMs`. */
-async function lockWaitingForCommands(dataDir: string, purpose: string, waitMs: number, onWarning?: (message: string) => void, signal?: AbortSignal): Promise<() => void> {
+async function lockWaitingForCommands(
+  dataDir: string,
+  purpose: string,
+  waitMs: number,
+  onWarning?: (message: string) => void,
+  signal?: AbortSignal,
+): Promise<() => void> {
   const deadline = Date.now() + waitMs;
   let told = false;
   for (;;) {
@@ -55,11 +61,18 @@ export function makeDirectory(dir: string, mode: number): void {
   for (const d of missing) mkdirSync(d, { mode });
 }
 
-export async function openDatabase(config: Config, purpose: string, { onWarning, brief = false, waitForCommandMs = 0, signal }: OpenOptions = {}): Promise<Database> {
+export async function openDatabase(
+  config: Config,
+  purpose: string,
+  { onWarning, brief = false, waitForCommandMs = 0, signal }: OpenOptions = {},
+): Promise<Database> {
   if (config.databaseUrl) {
     const { openPostgres } = await import('./pg.js');
     return openPostgres({
-      connectionString: config.databaseUrl, directConnectionString: config.databaseDirectUrl, pooler: config.databasePooler, max: config.dbPoolMax,
+      connectionString: config.databaseUrl,
+      directConnectionString: config.databaseDirectUrl,
+      pooler: config.databasePooler,
+      max: config.dbPoolMax,
       ...(onWarning ? { onWarning } : {}),
     });
   }

@@ -25,19 +25,22 @@ export async function rideOutage<T>(attempt: () => Promise<T>, budgetMs = OUTAGE
   }
   // p-retry's own first attempt is the failure already seen: it waits its first timeout before
   // running the attempt again, as it did when it ran the first one itself.
-  return pRetry(() => {
-    if (failed === undefined) return attempt();
-    const err = failed;
-    failed = undefined;
-    // eslint-disable-next-line @typescript-eslint/only-throw-error -- the attempt's own error, rethrown as it came
-    throw err;
-  }, {
-    retries: RETRIES,
-    minTimeout: 100,
-    maxTimeout: 1_000,
-    factor: 2,
-    randomize: true,
-    maxRetryTime: Math.max(0, budgetMs - (Date.now() - started)),
-    shouldRetry: (err) => isUnavailable(err),
-  });
+  return pRetry(
+    () => {
+      if (failed === undefined) return attempt();
+      const err = failed;
+      failed = undefined;
+      // eslint-disable-next-line @typescript-eslint/only-throw-error -- the attempt's own error, rethrown as it came
+      throw err;
+    },
+    {
+      retries: RETRIES,
+      minTimeout: 100,
+      maxTimeout: 1_000,
+      factor: 2,
+      randomize: true,
+      maxRetryTime: Math.max(0, budgetMs - (Date.now() - started)),
+      shouldRetry: (err) => isUnavailable(err),
+    },
+  );
 }

@@ -46,7 +46,10 @@ function preparedStatementMismatch(err: unknown): boolean {
 }
 
 // Through a pooler, single statements run with the database's own defaults: say which to set.
-const DEFAULTS = sql('pooler_defaults', "SELECT current_database() AS db, current_setting('statement_timeout') AS timeout, current_setting('jit') AS jit");
+const DEFAULTS = sql(
+  'pooler_defaults',
+  "SELECT current_database() AS db, current_setting('statement_timeout') AS timeout, current_setting('jit') AS jit",
+);
 
 export function describeUrl(connectionString: string): string {
   try {
@@ -84,7 +87,11 @@ class Connections {
   /** The pool for statements planned generically: undefined through a pooler. */
   generic(): pg.Pool | undefined {
     if (this.pooled) return undefined;
-    return (this.genericPool ??= this.makePool({ max: 1, maxLifetimeSeconds: GENERIC_LIFETIME_S, settings: 'SET jit = off; SET plan_cache_mode = force_generic_plan' }));
+    return (this.genericPool ??= this.makePool({
+      max: 1,
+      maxLifetimeSeconds: GENERIC_LIFETIME_S,
+      settings: 'SET jit = off; SET plan_cache_mode = force_generic_plan',
+    }));
   }
 
   async end(): Promise<void> {
@@ -107,12 +114,16 @@ class Connections {
       // jit_above_cost (the auditor's take, estimated from stale statistics of a queue table)
       // spent 26 ms compiling to run for 3 (docs/verification.md, Cost). Through a pooler the
       // transactions set both (BEGIN below) and single statements get the database's defaults.
-      ...(this.pooled ? {} : {
-        statement_timeout: o.statementTimeoutMillis ?? 15_000,
-        // pg-pool awaits this hook; @types/pg declares it as returning void.
-        // eslint-disable-next-line @typescript-eslint/no-misused-promises
-        onConnect: async (client: pg.ClientBase) => { await client.query(settings); },
-      }),
+      ...(this.pooled
+        ? {}
+        : {
+            statement_timeout: o.statementTimeoutMillis ?? 15_000,
+            // pg-pool awaits this hook; @types/pg declares it as returning void.
+            // eslint-disable-next-line @typescript-eslint/no-misused-promises
+            onConnect: async (client: pg.ClientBase) => {
+              await client.query(settings);
+            },
+          }),
     });
     // An idle client losing its connection must not crash the process; the pool drops it.
     pool.on('error', () => {});
@@ -146,7 +157,9 @@ class Connections {
     void old.end().catch(() => {});
     if (this.genericPool) void this.genericPool.end().catch(() => {});
     this.genericPool = undefined;
-    this.warn(`DATABASE_URL goes through a connection pooler in transaction mode (${(err as Error).message}): using unnamed statements and per-transaction settings; set DATABASE_POOLER=transaction to say so${this.opts.directConnectionString ? '' : ', and DATABASE_DIRECT_URL for LISTEN'}`);
+    this.warn(
+      `DATABASE_URL goes through a connection pooler in transaction mode (${(err as Error).message}): using unnamed statements and per-transaction settings; set DATABASE_POOLER=transaction to say so${this.opts.directConnectionString ? '' : ', and DATABASE_DIRECT_URL for LISTEN'}`,
+    );
     for (const fn of this.onPooled) fn();
     this.checkDefaults();
     return true;
@@ -154,11 +167,18 @@ class Connections {
 
   private checkDefaults(): void {
     const timeout = this.opts.statementTimeoutMillis ?? 15_000;
-    this.pool.query<{ db: string; timeout: string; jit: string }>(DEFAULTS.text).then(({ rows: [r] }) => {
-      if (!r || (r.timeout !== '0' && r.jit === 'off')) return;
-      const db = `"${r.db.replaceAll('"', '""')}"`;
-      this.warn(`through a transaction pooler, statements outside transactions run with the database's defaults (statement_timeout ${r.timeout}, jit ${r.jit}); set them once: ALTER DATABASE ${db} SET statement_timeout = '${timeout}ms'; ALTER DATABASE ${db} SET jit = off;`);
-    }, () => { /* the database is down: the first statement will say so */ });
+    this.pool.query<{ db: string; timeout: string; jit: string }>(DEFAULTS.text).then(
+      ({ rows: [r] }) => {
+        if (!r || (r.timeout !== '0' && r.jit === 'off')) return;
+        const db = `"${r.db.replaceAll('"', '""')}"`;
+        this.warn(
+          `through a transaction pooler, statements outside transactions run with the database's defaults (statement_timeout ${r.timeout}, jit ${r.jit}); set them once: ALTER DATABASE ${db} SET statement_timeout = '${timeout}ms'; ALTER DATABASE ${db} SET jit = off;`,
+        );
+      },
+      () => {
+        /* the database is down: the first statement will say so */
+      },
+    );
   }
 
   /** The URL LISTEN connects to, or undefined when there is no direct connection. */
@@ -187,7 +207,9 @@ function wrap(c: Connections, client: pg.PoolClient | pg.Pool, observers: Statem
     ...inTransaction,
     async query<R>(s: Sql, values: readonly unknown[] = []): Promise<R[]> {
       // Named: pg prepares the statement once per connection. Unnamed through a pooler.
-      const res = await observers.time(s.name, () => client.query({ ...(c.pooled ? {} : { name: s.name }), text: s.text, values: values as unknown[] }));
+      const res = await observers.time(s.name, () =>
+        client.query({ ...(c.pooled ? {} : { name: s.name }), text: s.text, values: values as unknown[] }),
+      );
       return res.rows as R[];
     },
     async exec(text: string): Promise<void> {
@@ -200,19 +222,30 @@ function wrap(c: Connections, client: pg.PoolClient | pg.Pool, observers: Statem
 // may be lost, so the caller hears onLive(false) until a new connection listens again (after
 // RECONNECT_MS). Without a direct connection (a pooler and no DATABASE_DIRECT_URL) it never
 // listens: callers stay in their "notifications may be missed" mode.
-async function listenWithReconnect(c: Connections, opts: PgOptions, channel: string, onNotify: (payload: string) => void, onLive: (live: boolean) => void): Promise<() => Promise<void>> {
+async function listenWithReconnect(
+  c: Connections,
+  opts: PgOptions,
+  channel: string,
+  onNotify: (payload: string) => void,
+  onLive: (live: boolean) => void,
+): Promise<() => Promise<void>> {
   let stopped = false;
   let current: pg.Client | undefined;
   let timer: NodeJS.Timeout | undefined;
   const retry = () => {
     onLive(false);
     current = undefined;
-    if (!stopped) timer = setTimeout(() => { connect().catch(retry); }, RECONNECT_MS);
+    if (!stopped)
+      timer = setTimeout(() => {
+        connect().catch(retry);
+      }, RECONNECT_MS);
   };
   const connect = async (): Promise<void> => {
     const url = c.listenUrl();
     if (url === undefined) {
-      c.warn('no LISTEN through a transaction pooler: set DATABASE_DIRECT_URL to a direct connection; until then servers do not hear each other (docs/operations.md, "Behind PgBouncer")');
+      c.warn(
+        'no LISTEN through a transaction pooler: set DATABASE_DIRECT_URL to a direct connection; until then servers do not hear each other (docs/operations.md, "Behind PgBouncer")',
+      );
       return;
     }
     const client = new pg.Client({ connectionString: url, keepAlive: true, connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 5_000 });
@@ -271,11 +304,15 @@ export function openPostgres(opts: PgOptions): Database {
         // with no one listening, which ends the process (an outside probe: pg_terminate_backend
         // every 0.2 s, an idle server gone in 40 s). The next statement fails instead, and the
         // client is dropped.
-        const lost = () => { broken = true; };
+        const lost = () => {
+          broken = true;
+        };
         client.on('error', lost);
         try {
           // One round trip either way: through a pooler the settings come with BEGIN.
-          await client.query(c.pooled ? `BEGIN; SET LOCAL statement_timeout = ${opts.statementTimeoutMillis ?? 15_000}; SET LOCAL jit = off` : 'BEGIN');
+          await client.query(
+            c.pooled ? `BEGIN; SET LOCAL statement_timeout = ${opts.statementTimeoutMillis ?? 15_000}; SET LOCAL jit = off` : 'BEGIN',
+          );
           const out = await fn(wrap(c, client, observers));
           await client.query('COMMIT');
           return out;

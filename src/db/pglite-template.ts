@@ -69,7 +69,14 @@ export function unpackTemplate(dataDir: string, file = templatePath()): boolean 
   rmSync(staging, { recursive: true, force: true });
   mkdirSync(staging);
   let failed: string | undefined;
-  extract({ file, cwd: staging, sync: true, onwarn: (code, message) => { if (code !== 'TAR_ENTRY_INFO') failed ??= `${code}: ${String(message)}`; } });
+  extract({
+    file,
+    cwd: staging,
+    sync: true,
+    onwarn: (code, message) => {
+      if (code !== 'TAR_ENTRY_INFO') failed ??= `${code}: ${String(message)}`;
+    },
+  });
   if (failed) throw new Error(`could not unpack the database template ${file} into ${dataDir}: ${failed}`);
   const entries = readdirSync(staging).sort((a, b) => Number(a === VERSION_FILE) - Number(b === VERSION_FILE));
   for (const entry of entries) {

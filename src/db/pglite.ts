@@ -35,7 +35,10 @@ interface PgliteLike {
 // Those locks and the readiness check are PGlite's _runExclusiveQuery, _runExclusiveTransaction
 // and _checkReady: not documented, but declared in its types, so an upgrade that renames them
 // fails the type check (npm run typecheck) rather than the server.
-interface Prepared { text: string; types: number[] }
+interface Prepared {
+  text: string;
+  types: number[];
+}
 
 class NamedStatements {
   private readonly prepared = new Map<string, Prepared>();
@@ -84,11 +87,11 @@ class NamedStatements {
         // As PGlite's query() does with a value of a type it has no serializer for.
         return serializer ? serializer(v) : (v as { toString(): string }).toString();
       });
-      messages.push(...await send(serialize.bind({ statement: s.name, values: params })));
-      messages.push(...await send(serialize.describe({ type: 'P' })));
-      messages.push(...await send(serialize.execute({})));
+      messages.push(...(await send(serialize.bind({ statement: s.name, values: params }))));
+      messages.push(...(await send(serialize.describe({ type: 'P' }))));
+      messages.push(...(await send(serialize.execute({}))));
     } finally {
-      messages.push(...await send(serialize.sync()));
+      messages.push(...(await send(serialize.sync())));
     }
     if (!inTx) await this.pg.syncToFs();
     return (parse.parseResults(messages, this.pg.parsers)[0]?.rows ?? []) as R[];

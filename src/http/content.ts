@@ -115,7 +115,8 @@ export function registerContentParsers(app: FastifyInstance): void {
     try {
       const text = decode(body);
       // Bytes that decode to nothing (a byte order mark alone) are a body json.loads fails on, not an absent one.
-      const json = (): unknown => (text.length === 0 && body.length > 0 ? new MalformedJson({ pos: 0, msg: 'Expecting value' }) : parseJsonBody(text));
+      const json = (): unknown =>
+        text.length === 0 && body.length > 0 ? new MalformedJson({ pos: 0, msg: 'Expecting value' }) : parseJsonBody(text);
       done(null, isJsonType(req.headers['content-type']) ? json() : text.length === 0 ? undefined : text);
     } catch (err) {
       done(err as Error, undefined);

@@ -17,7 +17,9 @@ import { REQUEST_ID_HEADER } from './request-id.js';
 import type { CorsOrigins } from '../config.js';
 
 /** Headers a page's script may read besides the simple ones: the ids and the rate limits. */
-const EXPOSED = [REQUEST_ID_HEADER, 'retry-after', 'x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'].join(', ');
+const EXPOSED = [REQUEST_ID_HEADER, 'retry-after', 'x-ratelimit-limit-requests', 'x-ratelimit-remaining-requests', 'x-ratelimit-reset-requests'].join(
+  ', ',
+);
 const METHODS = 'GET, POST, DELETE';
 const MAX_AGE = '600';
 

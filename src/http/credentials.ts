@@ -5,7 +5,6 @@
 // authentication does not read.
 import type { FastifyRequest } from 'fastify';
 
-
 /** The bearer token of the Authorization header, if any. */
 export function bearerToken(req: FastifyRequest): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');

@@ -26,7 +26,9 @@ function httpErrorForDatabase(err: unknown): HttpError | undefined {
 
 /** A route's path with parameters (`/get_result/:job_id`, `/docs/static/*`) as a pattern of the paths it serves. */
 function pathPattern(url: string): RegExp {
-  const parts = url.split(/(:[A-Za-z0-9_]+|\*)/).map((p) => (p === '*' ? '.*' : p.startsWith(':') ? '[^/]+' : p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  const parts = url
+    .split(/(:[A-Za-z0-9_]+|\*)/)
+    .map((p) => (p === '*' ? '.*' : p.startsWith(':') ? '[^/]+' : p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
   return new RegExp(`^${parts.join('')}$`);
 }
 
@@ -92,7 +94,10 @@ export function registerErrorHandlers(app: FastifyInstance): void {
     const [path] = splitUrl(req.url);
     const allowed = methodsFor(path);
     if (allowed && !allowed.has(req.method)) {
-      return reply.code(405).header('allow', [...allowed].sort().join(', ')).send({ detail: 'Method Not Allowed' });
+      return reply
+        .code(405)
+        .header('allow', [...allowed].sort().join(', '))
+        .send({ detail: 'Method Not Allowed' });
     }
     return notFound(req, reply);
   });
@@ -145,7 +150,9 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   const status = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
   const body = JSON.stringify({ detail: STATUS_CODES[status] });
   if (socket.writable) {
-    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`);
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
   }
   socket.destroy(err);
 }

@@ -56,9 +56,19 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [registry],
   });
-  const results = new Counter({ name: 'ins_results_total', help: 'Job results by reported status and outcome (recorded, replayed, conflict, refused)', labelNames: ['status', 'outcome'], registers: [registry] });
+  const results = new Counter({
+    name: 'ins_results_total',
+    help: 'Job results by reported status and outcome (recorded, replayed, conflict, refused)',
+    labelNames: ['status', 'outcome'],
+    registers: [registry],
+  });
   const points = new Counter({ name: 'ins_points_credited_total', help: 'Points credited to nodes', registers: [registry] });
-  const keyLookups = new Counter({ name: 'ins_key_lookups_total', help: 'API key lookups by source (cache or database)', labelNames: ['source'], registers: [registry] });
+  const keyLookups = new Counter({
+    name: 'ins_key_lookups_total',
+    help: 'API key lookups by source (cache or database)',
+    labelNames: ['source'],
+    registers: [registry],
+  });
   const statements = new Histogram({
     name: 'ins_db_statement_duration_seconds',
     help: 'Database statement latency by statement name (src/db/database.ts Sql.name)',
@@ -80,88 +90,191 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
   });
   // The coordinator (jobs/): the queue and leases are read from the database at each scrape.
   new Gauge({
-    name: 'ins_jobs_queued', help: 'Queued jobs by model', labelNames: ['model'], registers: [registry],
+    name: 'ins_jobs_queued',
+    help: 'Queued jobs by model',
+    labelNames: ['model'],
+    registers: [registry],
     async collect() {
       this.reset();
       for (const q of await queueDepth(db)) this.set({ model: q.model }, q.n);
     },
   });
   new Gauge({
-    name: 'ins_job_leases_open', help: 'Jobs leased to nodes right now', registers: [registry],
+    name: 'ins_job_leases_open',
+    help: 'Jobs leased to nodes right now',
+    registers: [registry],
     async collect() {
       this.set(await openLeases(db));
     },
   });
   const live = { waitingWorkers: () => 0 };
   new Gauge({
-    name: 'ins_workers_waiting', help: 'get_job polls waiting for a job on this server', registers: [registry],
+    name: 'ins_workers_waiting',
+    help: 'get_job polls waiting for a job on this server',
+    registers: [registry],
     collect() {
       this.set(live.waitingWorkers());
     },
   });
   const dispatchLatency = new Histogram({
-    name: 'ins_dispatch_latency_seconds', help: 'From a job\'s submission to its lease (the latest lease when it was requeued)', registers: [registry],
+    name: 'ins_dispatch_latency_seconds',
+    help: "From a job's submission to its lease (the latest lease when it was requeued)",
+    registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
-  const jobsFinished = new Counter({ name: 'ins_jobs_finished_total', help: 'Jobs that reached a final state, by state (done, failed, expired, canceled)', labelNames: ['state'], registers: [registry] });
-  const leaseExpiries = new Counter({ name: 'ins_lease_expiries_total', help: 'Leases ended by the sweeper: their time or the job\'s deadline was up', registers: [registry] });
+  const jobsFinished = new Counter({
+    name: 'ins_jobs_finished_total',
+    help: 'Jobs that reached a final state, by state (done, failed, expired, canceled)',
+    labelNames: ['state'],
+    registers: [registry],
+  });
+  const leaseExpiries = new Counter({
+    name: 'ins_lease_expiries_total',
+    help: "Leases ended by the sweeper: their time or the job's deadline was up",
+    registers: [registry],
+  });
   const jobsSubmitted = new Counter({ name: 'ins_jobs_submitted_total', help: 'Jobs submitted', registers: [registry] });
   // The OpenAI-compatible API (routes/openai/).
-  const completions = new Counter({ name: 'ins_completions_total', help: 'Chat completions by model and outcome (done, failed, expired, timeout, canceled, gone, model_not_found)', labelNames: ['model', 'outcome'], registers: [registry] });
+  const completions = new Counter({
+    name: 'ins_completions_total',
+    help: 'Chat completions by model and outcome (done, failed, expired, timeout, canceled, gone, model_not_found)',
+    labelNames: ['model', 'outcome'],
+    registers: [registry],
+  });
   const completionFirstByte = new Histogram({
-    name: 'ins_completion_first_byte_seconds', help: 'Chat completions: from the request to the first byte of the answer (the role chunk when streaming)', registers: [registry],
+    name: 'ins_completion_first_byte_seconds',
+    help: 'Chat completions: from the request to the first byte of the answer (the role chunk when streaming)',
+    registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
   const completionQueueWait = new Histogram({
-    name: 'ins_completion_queue_wait_seconds', help: 'Chat completions: from the job\'s submission to its first lease', registers: [registry],
+    name: 'ins_completion_queue_wait_seconds',
+    help: "Chat completions: from the job's submission to its first lease",
+    registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
   // Per model, named as vLLM names its own (time_to_first_token_seconds, request_queue_time_seconds)
   // and the OpenTelemetry GenAI conventions' gen_ai.server.time_to_first_token: every front door's
   // jobs (routes/front/run.ts).
   const timeToFirstToken = new Histogram({
-    name: 'ins_time_to_first_token_seconds', help: 'Streamed completions (every front door): from the request to the first token of the answer relayed to the client, by model', labelNames: ['model'], registers: [registry],
+    name: 'ins_time_to_first_token_seconds',
+    help: 'Streamed completions (every front door): from the request to the first token of the answer relayed to the client, by model',
+    labelNames: ['model'],
+    registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 120],
   });
   const requestQueueTime = new Histogram({
-    name: 'ins_request_queue_time_seconds', help: 'Completions (every front door): from the job\'s submission to its first lease, by model', labelNames: ['model'], registers: [registry],
+    name: 'ins_request_queue_time_seconds',
+    help: "Completions (every front door): from the job's submission to its first lease, by model",
+    labelNames: ['model'],
+    registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
   const outputTokensPerSecond = new Histogram({
-    name: 'ins_output_tokens_per_second', help: 'Completions (every front door) whose node counted its tokens: output tokens over the time from the first lease to the answer, by model', labelNames: ['model'], registers: [registry],
+    name: 'ins_output_tokens_per_second',
+    help: 'Completions (every front door) whose node counted its tokens: output tokens over the time from the first lease to the answer, by model',
+    labelNames: ['model'],
+    registers: [registry],
     buckets: [1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280],
   });
   // Verification (verify/): the share of jobs checked twice is copies / audited.
   const verification = new Counter({
-    name: 'ins_verification_total', labelNames: ['event'], registers: [registry],
+    name: 'ins_verification_total',
+    labelNames: ['event'],
+    registers: [registry],
     help: 'Verification: jobs audited, copies (a job run again by another node), probes, canaries (the lone node of a model sent the request of a stored reference answer as an ordinary job), agreements, disagreements (then a third node decides), suspensions, set_aside (jobs whose audit failed on their own, left unaudited), score_check and score_judged (token-level checks), scorers_disagreed (two scorers that found an answer foreign each in its own way: no verdict), unconfirmed (a score verdict on the word of one party that no second scorer or third node was online to confirm: no verdict), replay_unchecked (a suspected replay no other node could check: no verdict)',
   });
-  const strikes = new Counter({ name: 'ins_strikes_total', help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up, failure, impostor, false_request_error, false_score)', labelNames: ['kind'], registers: [registry] });
-  const pointsReversed = new Counter({ name: 'ins_points_reversed_total', help: 'Points taken back: the jobs of strikes, and suspended nodes\' recent work', registers: [registry] });
+  const strikes = new Counter({
+    name: 'ins_strikes_total',
+    help: 'Strikes against nodes by kind (disagreement, replay, too_fast, give_up, failure, impostor, false_request_error, false_score)',
+    labelNames: ['kind'],
+    registers: [registry],
+  });
+  const pointsReversed = new Counter({
+    name: 'ins_points_reversed_total',
+    help: "Points taken back: the jobs of strikes, and suspended nodes' recent work",
+    registers: [registry],
+  });
   const backgroundFailures = new Counter({
-    name: 'ins_background_failures_total', labelNames: ['task'], registers: [registry],
+    name: 'ins_background_failures_total',
+    labelNames: ['task'],
+    registers: [registry],
     help: 'Background work that failed and was given up or will be tried again (coordinator: sweeps, hand-offs, outcome consumers; verification: audits, maintenance; retention: a look at what is past JOB_RETENTION)',
   });
   const pendingPolls = new Counter({
-    name: 'ins_pending_polls_total', labelNames: ['source'], registers: [registry],
+    name: 'ins_pending_polls_total',
+    labelNames: ['source'],
+    registers: [registry],
     help: 'get_result polls of a job still open (404), by where the answer came from: memory (no statement) or database',
   });
   const finishedPolls = new Counter({
-    name: 'ins_finished_polls_total', labelNames: ['source'], registers: [registry],
+    name: 'ins_finished_polls_total',
+    labelNames: ['source'],
+    registers: [registry],
     help: 'get_result polls (no wait) of a job in a final state, by where the answer came from: memory (a polled job this server finished as done; no statement) or database',
   });
   new Gauge({
-    name: 'ins_nodes_by_standing', help: 'Nodes by standing (trusted, probation, suspended)', labelNames: ['standing'], registers: [registry],
+    name: 'ins_nodes_by_standing',
+    help: 'Nodes by standing (trusted, probation, suspended)',
+    labelNames: ['standing'],
+    registers: [registry],
     async collect() {
       this.reset();
       for (const [standing, n] of Object.entries(await standingCounts(db))) this.set({ standing }, n);
     },
   });
-  const ledgerDaysClosed = new Counter({ name: 'ins_ledger_days_closed_total', help: 'Days this server closed into the signed points ledger', registers: [registry] });
-  const ledgerCloseFailures = new Counter({ name: 'ins_ledger_close_failures_total', help: 'Looks for days to close that failed (logged; retried at the next look)', registers: [registry] });
-  const retentionPruned = new Counter({ name: 'ins_retention_pruned_total', help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions), token-level check records (token_checks), canary references (canaries)', labelNames: ['what'], registers: [registry] });
-  const nodeTransitions = new Counter({ name: 'ins_node_transitions_total', help: 'Node lifecycle transitions this server made, by change (added, disabled, enabled, rotated, registered, deregistered, declared, struck, suspended, restored): src/nodes/states.ts', labelNames: ['change'], registers: [registry] });
-  return { nodeTransitions, registry, requests, duration, results, points, keyLookups, statements, dispatchLatency, jobsFinished, leaseExpiries, jobsSubmitted, completions, completionFirstByte, completionQueueWait, timeToFirstToken, requestQueueTime, outputTokensPerSecond, verification, strikes, pointsReversed, backgroundFailures, pendingPolls, finishedPolls, ledgerDaysClosed, ledgerCloseFailures, retentionPruned, live };
+  const ledgerDaysClosed = new Counter({
+    name: 'ins_ledger_days_closed_total',
+    help: 'Days this server closed into the signed points ledger',
+    registers: [registry],
+  });
+  const ledgerCloseFailures = new Counter({
+    name: 'ins_ledger_close_failures_total',
+    help: 'Looks for days to close that failed (logged; retried at the next look)',
+    registers: [registry],
+  });
+  const retentionPruned = new Counter({
+    name: 'ins_retention_pruned_total',
+    help: 'Rows retention removed past JOB_RETENTION: finished jobs and their leases deleted, report bodies replaced by their hash (results), usage counters of past days (usage), idle fair-queue lanes (lanes), worker sessions long unseen (sessions), token-level check records (token_checks), canary references (canaries)',
+    labelNames: ['what'],
+    registers: [registry],
+  });
+  const nodeTransitions = new Counter({
+    name: 'ins_node_transitions_total',
+    help: 'Node lifecycle transitions this server made, by change (added, disabled, enabled, rotated, registered, deregistered, declared, struck, suspended, restored): src/nodes/states.ts',
+    labelNames: ['change'],
+    registers: [registry],
+  });
+  return {
+    nodeTransitions,
+    registry,
+    requests,
+    duration,
+    results,
+    points,
+    keyLookups,
+    statements,
+    dispatchLatency,
+    jobsFinished,
+    leaseExpiries,
+    jobsSubmitted,
+    completions,
+    completionFirstByte,
+    completionQueueWait,
+    timeToFirstToken,
+    requestQueueTime,
+    outputTokensPerSecond,
+    verification,
+    strikes,
+    pointsReversed,
+    backgroundFailures,
+    pendingPolls,
+    finishedPolls,
+    ledgerDaysClosed,
+    ledgerCloseFailures,
+    retentionPruned,
+    live,
+  };
 }
 
 /** What an audit batch found (verify/auditor.ts). */

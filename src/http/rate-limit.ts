@@ -35,7 +35,10 @@ export function tooMany(retryAfterSeconds: number): HttpError {
  */
 export class FailureLimiter {
   private readonly windows = new Map<string, { count: number; resetAt: number }>();
-  constructor(private readonly max: number, private readonly maxEntries = 100_000) {}
+  constructor(
+    private readonly max: number,
+    private readonly maxEntries = 100_000,
+  ) {}
 
   /** A failed attempt from `ip`: 429 (with when to retry) past its budget, else `refusal` (a 401), counted. */
   refuse(ip: string, refusal: HttpError): never {
@@ -155,7 +158,11 @@ export function resetDuration(ms: number): string {
   return seconds >= 60 ? `${Math.floor(seconds / 60)}m${seconds % 60}s` : `${seconds}s`;
 }
 
-interface Window { max: number; remaining: number; ttl: number }
+interface Window {
+  max: number;
+  remaining: number;
+  ttl: number;
+}
 
 function showLimit(reply: FastifyReply, w: Window): void {
   const shown = reply.getHeader(REMAINING_HEADER);

@@ -4,7 +4,11 @@ import { createReadStream } from 'node:fs';
 import { Transform } from 'node:stream';
 import { parse } from 'csv-parse';
 
-export interface CsvRecord { line: number; fields: Record<string, string>; extra: boolean }
+export interface CsvRecord {
+  line: number;
+  fields: Record<string, string>;
+  extra: boolean;
+}
 
 /** The file is not the CSV an import reads (its header, its quoting, nothing in it): nothing is imported. */
 export class CsvFormatError extends Error {
@@ -18,7 +22,9 @@ export function matchHeader(header: string[], required: string[][], optional: st
   const match = required.find((cols) => cols.every((c) => set.has(c)));
   if (!match || unknown.length > 0) {
     const wanted = required.map((cols) => cols.join(',')).join(' or ');
-    throw new CsvFormatError(`line 1: expected the columns ${wanted}${optional.length ? ` (optional: ${optional.join(',')})` : ''}; got ${header.join(',') || 'nothing'}`);
+    throw new CsvFormatError(
+      `line 1: expected the columns ${wanted}${optional.length ? ` (optional: ${optional.join(',')})` : ''}; got ${header.join(',') || 'nothing'}`,
+    );
   }
   return match;
 }
@@ -37,7 +43,9 @@ export async function* readCsv(file: string, onBytes: (n: number) => void): Asyn
         try {
           utf8.decode(chunk, { stream: true });
         } catch {
-          return done(new CsvFormatError(`the file is not UTF-8 (a byte that is not, within bytes ${offset + 1}–${offset + chunk.length}): save it as UTF-8`));
+          return done(
+            new CsvFormatError(`the file is not UTF-8 (a byte that is not, within bytes ${offset + 1}–${offset + chunk.length}): save it as UTF-8`),
+          );
         }
       }
       offset += chunk.length;
@@ -45,7 +53,11 @@ export async function* readCsv(file: string, onBytes: (n: number) => void): Asyn
     },
   });
   const parser = parse({ bom: true, skip_empty_lines: true, relax_column_count: true, info: true, trim: false });
-  createReadStream(file).on('error', (err) => parser.destroy(err)).pipe(counter).on('error', (err) => parser.destroy(err)).pipe(parser);
+  createReadStream(file)
+    .on('error', (err) => parser.destroy(err))
+    .pipe(counter)
+    .on('error', (err) => parser.destroy(err))
+    .pipe(parser);
   let header: string[] | undefined;
   try {
     for await (const { record, info } of parser as AsyncIterable<{ record: string[]; info: { lines: number } }>) {

@@ -30,8 +30,14 @@ async function apply(tx: Queryable): Promise<number> {
 export const nodesImport: ImportSpec = {
   kind: 'nodes',
   staging: 'import_nodes',
-  columns: [['name', 'text'], ['key_hash', 'text']],
-  headers: [['name', 'api_key'], ['name', 'api_key_sha256']],
+  columns: [
+    ['name', 'text'],
+    ['key_hash', 'text'],
+  ],
+  headers: [
+    ['name', 'api_key'],
+    ['name', 'api_key_sha256'],
+  ],
   optional: [],
   check: (fields) => checkRow(fields),
   databaseChecks: `

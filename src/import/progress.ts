@@ -5,12 +5,20 @@ export class Progress {
   private readonly started = Date.now();
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly label: string, private readonly totalBytes: number, enabled: boolean) {
+  constructor(
+    private readonly label: string,
+    private readonly totalBytes: number,
+    enabled: boolean,
+  ) {
     if (enabled) this.timer = setInterval(() => this.draw(), 250);
   }
 
-  addBytes(n: number): void { this.bytes += n; }
-  addRow(): void { this.rows++; }
+  addBytes(n: number): void {
+    this.bytes += n;
+  }
+  addRow(): void {
+    this.rows++;
+  }
 
   private draw(): void {
     const fraction = this.totalBytes > 0 ? Math.min(1, this.bytes / this.totalBytes) : 0;
@@ -18,7 +26,9 @@ export class Progress {
     const filled = Math.round(fraction * width);
     const seconds = (Date.now() - this.started) / 1000;
     const rate = seconds > 0 ? Math.round(this.rows / seconds) : 0;
-    process.stderr.write(`\r${this.label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${(fraction * 100).toFixed(0).padStart(3)}%  ${this.rows.toLocaleString('en')} rows  ${rate.toLocaleString('en')}/s `);
+    process.stderr.write(
+      `\r${this.label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${(fraction * 100).toFixed(0).padStart(3)}%  ${this.rows.toLocaleString('en')} rows  ${rate.toLocaleString('en')}/s `,
+    );
   }
 
   stage(text: string): void {

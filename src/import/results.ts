@@ -43,11 +43,14 @@ function checkRow(f: Record<string, string>): (string | number | null)[] | strin
 // The staged rows, resolved to ids, credited with their explicit times and points by the
 // service's credit part (results/credit.ts: the same text in every credit statement): imported
 // history lands in the aggregates exactly as reported history does.
-export const CREDIT_IMPORT = sql('import_results_credit', `WITH input AS (
+export const CREDIT_IMPORT = sql(
+  'import_results_credit',
+  `WITH input AS (
   SELECT s.job_id, n.id AS node_id, m.id AS model_id, s.status, s.result, s.points, s.received_at, true AS explicit
   FROM import_results s JOIN nodes n ON n.name = s.node_name JOIN models m ON m.name = s.model_name
 ),
-${CREDIT_PART}SELECT count(*)::int AS n FROM credited`);
+${CREDIT_PART}SELECT count(*)::int AS n FROM credited`,
+);
 
 async function apply(tx: Queryable): Promise<number> {
   await tx.exec(`INSERT INTO models (name) SELECT DISTINCT model_name FROM import_results ON CONFLICT (name) DO NOTHING`);
@@ -59,7 +62,15 @@ async function apply(tx: Queryable): Promise<number> {
 export const resultsImport: ImportSpec = {
   kind: 'results',
   staging: 'import_results',
-  columns: [['job_id', 'text'], ['node_name', 'text'], ['model_name', 'text'], ['status', 'text'], ['points', 'numeric'], ['received_at', 'timestamptz'], ['result', 'jsonb']],
+  columns: [
+    ['job_id', 'text'],
+    ['node_name', 'text'],
+    ['model_name', 'text'],
+    ['status', 'text'],
+    ['points', 'numeric'],
+    ['received_at', 'timestamptz'],
+    ['result', 'jsonb'],
+  ],
   headers: [['job_id', 'node_name', 'model_name', 'status', 'points', 'received_at']],
   optional: ['result'],
   check: (fields) => checkRow(fields),

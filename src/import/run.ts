@@ -8,8 +8,14 @@ import { matchHeader, readCsv } from './csv.js';
 import { Progress } from './progress.js';
 import { StagingTable, type Value } from './staging.js';
 
-export interface BadRow { line: number; reason: string }
-export interface ImportOptions { skipBadRows: boolean; progress: boolean }
+export interface BadRow {
+  line: number;
+  reason: string;
+}
+export interface ImportOptions {
+  skipBadRows: boolean;
+  progress: boolean;
+}
 export interface ImportSummary {
   kind: string;
   file: string;
@@ -22,7 +28,10 @@ export interface ImportSummary {
 }
 
 export class ImportRejected extends Error {
-  constructor(readonly total: number, readonly examples: BadRow[]) {
+  constructor(
+    readonly total: number,
+    readonly examples: BadRow[],
+  ) {
     super(`${total} bad row${total === 1 ? '' : 's'}; nothing was imported (fix them, or pass --skip-bad-rows to import the rest)`);
   }
 }
@@ -79,7 +88,9 @@ async function rejectFromStaging(tx: Queryable, spec: ImportSpec, bad: BadRows):
   const [row] = await tx.query<{ n: number }>(sql('import_bad_count', 'SELECT count(DISTINCT line)::int AS n FROM import_bad'));
   if (row!.n === 0) return;
   bad.count += row!.n;
-  const rows = await tx.query<BadRow>(sql('import_bad_first', `SELECT line::int AS line, reason FROM import_bad ORDER BY line LIMIT ${MAX_EXAMPLES}`));
+  const rows = await tx.query<BadRow>(
+    sql('import_bad_first', `SELECT line::int AS line, reason FROM import_bad ORDER BY line LIMIT ${MAX_EXAMPLES}`),
+  );
   bad.examples.push(...rows);
   bad.examples.sort((a, b) => a.line - b.line).splice(MAX_EXAMPLES);
   await tx.exec(`DELETE FROM ${spec.staging} s USING import_bad b WHERE s.line = b.line`);
@@ -106,7 +117,15 @@ export async function runImport(db: Database, file: string, spec: ImportSpec, op
       await rejectFromStaging(tx, spec, bad);
       if (bad.count > 0 && !opts.skipBadRows) throw new ImportRejected(bad.count, bad.examples);
       const imported = await spec.apply(tx);
-      return { kind: spec.kind, file, rows_read: rowsRead, imported, bad_rows: bad.count, examples: bad.examples, seconds: (Date.now() - started) / 1000 };
+      return {
+        kind: spec.kind,
+        file,
+        rows_read: rowsRead,
+        imported,
+        bad_rows: bad.count,
+        examples: bad.examples,
+        seconds: (Date.now() - started) / 1000,
+      };
     });
   } finally {
     progress.stop();

@@ -23,7 +23,11 @@ export class StagingTable {
   private batch: Record<string, unknown>[] = [];
   rows = 0;
 
-  constructor(private readonly tx: Queryable, readonly name: string, private readonly columns: [string, string][]) {}
+  constructor(
+    private readonly tx: Queryable,
+    readonly name: string,
+    private readonly columns: [string, string][],
+  ) {}
 
   async create(): Promise<void> {
     const cols = [['line', 'bigint'], ...this.columns].map(([n, t]) => `${n} ${t}`).join(', ');
@@ -49,7 +53,7 @@ export class StagingTable {
     // string as a JSON string ("{}"), where COPY parses the text into the object.
     this.columns.forEach(([n, type], i) => {
       const v = values[i]!;
-      row[n] = type === 'jsonb' && typeof v === 'string' ? JSON.parse(v) as unknown : v;
+      row[n] = type === 'jsonb' && typeof v === 'string' ? (JSON.parse(v) as unknown) : v;
     });
     this.batch.push(row);
     if (this.batch.length >= BATCH) await this.flush();
@@ -65,7 +69,10 @@ export class StagingTable {
 
   private async flush(): Promise<void> {
     if (this.batch.length === 0) return;
-    await this.tx.query(sql(`staging_insert_${this.name}`, `INSERT INTO ${this.name} SELECT * FROM json_populate_recordset(NULL::${this.name}, $1::json)`), [JSON.stringify(this.batch)]);
+    await this.tx.query(
+      sql(`staging_insert_${this.name}`, `INSERT INTO ${this.name} SELECT * FROM json_populate_recordset(NULL::${this.name}, $1::json)`),
+      [JSON.stringify(this.batch)],
+    );
     this.batch = [];
   }
 

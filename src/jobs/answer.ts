@@ -26,28 +26,46 @@ export interface Answer {
   /** A score check's scores (issue 31, src/verify/scores.ts): parallel arrays, one entry per scored position. */
   scores?: Scores;
 }
-export interface Scores { method: 'prefill' | 'replay'; unscored: number; rank: number[]; logprob: number[]; top_logprob: number[]; gap: number[] }
+export interface Scores {
+  method: 'prefill' | 'replay';
+  unscored: number;
+  rank: number[];
+  logprob: number[];
+  top_logprob: number[];
+  gap: number[];
+}
 /** estimated: the node counted no tokens (the seed's workers count none); the counts are the service's estimate (estimateTokens). */
-export interface Usage { prompt_tokens?: number; completion_tokens?: number; estimated?: true }
+export interface Usage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  estimated?: true;
+}
 
 /** A request's own error, as the worker reported it and /v1 answers it (400). */
-export interface RequestError { type: 'invalid_request_error'; code: string | null; message: string }
+export interface RequestError {
+  type: 'invalid_request_error';
+  code: string | null;
+  message: string;
+}
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** A vector as an embeddings report carries it: base64 of little-endian float32s (a whole number of them, at least one). */
-const isVector = (v: unknown): boolean => typeof v === 'string' && v.length > 0 && v.length % 4 === 0 && /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length % 4 === 0;
+const isVector = (v: unknown): boolean =>
+  typeof v === 'string' && v.length > 0 && v.length % 4 === 0 && /^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length % 4 === 0;
 
 function toolCallsOf(v: unknown): ToolCall[] | undefined {
   if (!Array.isArray(v)) return undefined;
   const calls = v.flatMap((c): ToolCall[] => {
     if (!isObject(c) || !isObject(c.function) || typeof c.function.name !== 'string') return [];
     const args = c.function.arguments;
-    return [{
-      id: typeof c.id === 'string' && c.id ? c.id : `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`,
-      type: 'function',
-      function: { name: c.function.name, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) },
-    }];
+    return [
+      {
+        id: typeof c.id === 'string' && c.id ? c.id : `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`,
+        type: 'function',
+        function: { name: c.function.name, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) },
+      },
+    ];
   });
   return calls.length ? calls : undefined;
 }
@@ -77,8 +95,10 @@ export function answerOf(result: Record<string, unknown>): Answer {
   }
   // Beside the message, in either of its forms (`{"message": ""}` is the seed's own).
   if (isObject(result.logprobs) && Array.isArray(result.logprobs.content)) answer.logprobs = { content: result.logprobs.content };
-  if (result.finish_reason === 'stop' || result.finish_reason === 'length' || result.finish_reason === 'tool_calls') answer.finish_reason = result.finish_reason;
-  if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector)) answer.embeddings = result.embeddings as string[];
+  if (result.finish_reason === 'stop' || result.finish_reason === 'length' || result.finish_reason === 'tool_calls')
+    answer.finish_reason = result.finish_reason;
+  if (Array.isArray(result.embeddings) && result.embeddings.length > 0 && result.embeddings.every(isVector))
+    answer.embeddings = result.embeddings as string[];
   const scores = scoresOf(result.scores);
   if (scores) answer.scores = scores;
   return answer;
@@ -86,13 +106,21 @@ export function answerOf(result: Record<string, unknown>): Answer {
 
 /** Most positions a score check may report (workers score at most 512: src/worker/gguf.ts, score-http.ts). */
 const MAX_SCORED = 4_096;
-const numbers = (v: unknown, n: number): v is number[] => Array.isArray(v) && v.length === n && v.every((x) => typeof x === 'number' && Number.isFinite(x));
+const numbers = (v: unknown, n: number): v is number[] =>
+  Array.isArray(v) && v.length === n && v.every((x) => typeof x === 'number' && Number.isFinite(x));
 
 /** result.scores when well formed: aligned arrays of finite numbers, ranks whole and ≥ 1 (src/worker/score-job.ts). */
 function scoresOf(v: unknown): Scores | undefined {
   if (!isObject(v) || (v.method !== 'prefill' && v.method !== 'replay') || !Array.isArray(v.rank) || v.rank.length > MAX_SCORED) return undefined;
   const n = v.rank.length;
-  if (!numbers(v.rank, n) || !v.rank.every((r) => Number.isInteger(r) && r >= 1) || !numbers(v.logprob, n) || !numbers(v.top_logprob, n) || !numbers(v.gap, n)) return undefined;
+  if (
+    !numbers(v.rank, n) ||
+    !v.rank.every((r) => Number.isInteger(r) && r >= 1) ||
+    !numbers(v.logprob, n) ||
+    !numbers(v.top_logprob, n) ||
+    !numbers(v.gap, n)
+  )
+    return undefined;
   return { method: v.method, unscored: count(v.unscored) ?? 0, rank: v.rank, logprob: v.logprob, top_logprob: v.top_logprob, gap: v.gap };
 }
 
@@ -111,7 +139,8 @@ export const REQUEST_ERROR_MESSAGES = Object.freeze({
   answer_too_large: 'The answer is larger than the coordinator takes from a node (BODY_LIMIT): ask for less at once (fewer or shorter inputs).',
 });
 /** The message of any other code, or none. */
-export const OTHER_REQUEST_ERROR = 'The node that took the request refused it as invalid (its schema, tools or parameters, as the model\'s backend reads them).';
+export const OTHER_REQUEST_ERROR =
+  "The node that took the request refused it as invalid (its schema, tools or parameters, as the model's backend reads them).";
 
 /** The user's view of a request error: the fixed message and code (REQUEST_ERROR_MESSAGES; another code is not passed on). */
 export function publicRequestError(code: string | null): { message: string; code: string | null } {
@@ -123,8 +152,17 @@ export function publicRequestError(code: string | null): { message: string; code
 export function requestErrorOf(status: string, result: Record<string, unknown>): RequestError | undefined {
   const e = result.error;
   if (status !== 'error' || !isObject(e) || e.type !== 'invalid_request_error') return undefined;
-  const message = typeof e.message === 'string' && e.message ? e.message : typeof result.message === 'string' && result.message ? result.message : 'the backend refused the request';
-  return { type: 'invalid_request_error', code: typeof e.code === 'string' && e.code.length <= 64 ? e.code : null, message: message.slice(0, MAX_ERROR) };
+  const message =
+    typeof e.message === 'string' && e.message
+      ? e.message
+      : typeof result.message === 'string' && result.message
+        ? result.message
+        : 'the backend refused the request';
+  return {
+    type: 'invalid_request_error',
+    code: typeof e.code === 'string' && e.code.length <= 64 ? e.code : null,
+    message: message.slice(0, MAX_ERROR),
+  };
 }
 
 /** The most tokens a report may count (openapi.json UpdateResultRequest.usage). */
@@ -157,8 +195,10 @@ export function estimateTokens(text: string): number {
 }
 
 /** The texts an answer's output tokens are of: its text, and each tool call's name and arguments. */
-const outputTexts = (answer: Answer): string[] =>
-  [answer.message.content, ...(answer.message.tool_calls ?? []).map((c) => c.function.name + c.function.arguments)];
+const outputTexts = (answer: Answer): string[] => [
+  answer.message.content,
+  ...(answer.message.tool_calls ?? []).map((c) => c.function.name + c.function.arguments),
+];
 
 /** The output tokens an answer is estimated at: its text and its tool calls' names and arguments. */
 export function estimateAnswerTokens(answer: Answer): number {

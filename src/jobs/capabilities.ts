@@ -11,7 +11,16 @@
 // - embeddings:  POST /v1/embeddings (Ollama /api/embed, OpenAI /v1/embeddings);
 // - score:       score checks (issue 31): re-score another node's answer token by token
 //                (`params.score`, src/worker/score-job.ts; docs/verification.md "Token-level checks").
-export const CAPABILITIES = Object.freeze({ sampling: 1, tools: 2, tool_choice: 4, json: 8, logprobs: 16, completions: 32, embeddings: 64, score: 128 } as const);
+export const CAPABILITIES = Object.freeze({
+  sampling: 1,
+  tools: 2,
+  tool_choice: 4,
+  json: 8,
+  logprobs: 16,
+  completions: 32,
+  embeddings: 64,
+  score: 128,
+} as const);
 export type Capability = keyof typeof CAPABILITIES;
 export const CAPABILITY_NAMES = Object.freeze(Object.keys(CAPABILITIES) as Capability[]);
 

@@ -19,20 +19,35 @@ export type Completion =
 // Why a report did not match: $1 the job key's hash, $2 the reported result (compared with its
 // hash once retention pruned the body, results/recorder.ts). Once retention deleted the lease,
 // its key is unknown: refused, nothing credited.
-const EXPLAIN = sql('jobs_explain_report', `SELECT l.job_id::text AS job_id, l.ended_at IS NOT NULL AS ended, l.outcome,
+const EXPLAIN = sql(
+  'jobs_explain_report',
+  `SELECT l.job_id::text AS job_id, l.ended_at IS NOT NULL AS ended, l.outcome,
     j.state, j.deadline_at <= now() AS past_deadline, m.name AS model,
     CASE WHEN r.result = 'null'::jsonb THEN r.result_hash = sha256(convert_to($2::jsonb::text, 'UTF8')) ELSE r.result = $2::jsonb END AS same_result, n.disabled_at IS NOT NULL AS disabled
   FROM job_leases l JOIN jobs j ON j.id = l.job_id JOIN models m ON m.id = j.model_id JOIN nodes n ON n.id = l.node_id
   LEFT JOIN job_results r ON r.job_id = l.job_id::text AND r.node_id = l.node_id
-  WHERE l.key_hash = $1::text`);
+  WHERE l.key_hash = $1::text`,
+);
 
 // A node-key report of a job id: the lease of this node for it, newest first ($1 job id, $2
 // node id). No row: no such dispatched job; a row without key_hash: never leased to this node.
-const NODE_LEASE = sql('jobs_node_lease', `SELECT l.key_hash FROM jobs j
+const NODE_LEASE = sql(
+  'jobs_node_lease',
+  `SELECT l.key_hash FROM jobs j
   LEFT JOIN job_leases l ON l.job_id = j.id AND l.node_id = $2::bigint
-  WHERE j.id = $1::uuid ORDER BY l.attempt DESC NULLS LAST LIMIT 1`);
+  WHERE j.id = $1::uuid ORDER BY l.attempt DESC NULLS LAST LIMIT 1`,
+);
 
-interface Explained { job_id: string; ended: boolean; outcome: string | null; state: JobState; past_deadline: boolean; model: string; same_result: boolean | null; disabled: boolean }
+interface Explained {
+  job_id: string;
+  ended: boolean;
+  outcome: string | null;
+  state: JobState;
+  past_deadline: boolean;
+  model: string;
+  same_result: boolean | null;
+  disabled: boolean;
+}
 
 const ENDED: Record<string, string> = {
   expired: 'its lease expired and the job went back to the queue',
@@ -68,15 +83,21 @@ export async function nodeLeaseOf(db: Queryable, jobId: string, nodeId: number):
 export class Completer {
   private readonly batcher: Batcher<JobReport, Completed | undefined>;
 
-  constructor(private readonly db: Database, lifecycle: Lifecycle) {
-    this.batcher = new Batcher(async (reports) => {
-      // One statement takes each lease once: a repeat in the same batch is explained afterwards.
-      const first = new Map<string, JobReport>();
-      for (const r of reports) if (!first.has(r.keyHash)) first.set(r.keyHash, r);
-      const completed = await lifecycle.complete([...first.values()]);
-      return reports.map((r) => (first.get(r.keyHash) === r ? completed.get(r.keyHash) : undefined));
-    // alone: a report the database refuses fails alone; the others of its batch get their answers.
-    }, { maxBatch: 128, maxInFlight: 2, alone: true });
+  constructor(
+    private readonly db: Database,
+    lifecycle: Lifecycle,
+  ) {
+    this.batcher = new Batcher(
+      async (reports) => {
+        // One statement takes each lease once: a repeat in the same batch is explained afterwards.
+        const first = new Map<string, JobReport>();
+        for (const r of reports) if (!first.has(r.keyHash)) first.set(r.keyHash, r);
+        const completed = await lifecycle.complete([...first.values()]);
+        return reports.map((r) => (first.get(r.keyHash) === r ? completed.get(r.keyHash) : undefined));
+        // alone: a report the database refuses fails alone; the others of its batch get their answers.
+      },
+      { maxBatch: 128, maxInFlight: 2, alone: true },
+    );
   }
 
   async complete(r: JobReport): Promise<Completion> {

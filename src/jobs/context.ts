@@ -32,8 +32,7 @@ export const estimatedTokens = (requestBytes: number): number => Math.floor(requ
  * SQL: whether job `j` (a jobs row: its request_bytes) may go to a session whose declared
  * context for its model is `ctx` (NULL or 0: none declared, so any job may).
  */
-export const fitsSql = (ctx: string, j: string): string =>
-  `(coalesce(${ctx}, 0) <= 0 OR ${j}.request_bytes / ${BYTES_PER_TOKEN} <= ${ctx})`;
+export const fitsSql = (ctx: string, j: string): string => `(coalesce(${ctx}, 0) <= 0 OR ${j}.request_bytes / ${BYTES_PER_TOKEN} <= ${ctx})`;
 
 /**
  * SQL: whether a declared context `ctx` held the whole of job `j`'s request — its upper bound in
@@ -45,7 +44,12 @@ export const coversSql = (ctx: string, j: string): string =>
 
 /** A request longer than every online node of its model declared it can hold: refused at submission, nothing queued. */
 export class ContextTooLong extends Error {
-  constructor(readonly estimate: number, readonly longest: number) {
-    super(`This request is about ${estimate} tokens long (estimated from its size: ${BYTES_PER_TOKEN} bytes a token), more than the ${longest}-token context of every node serving the model now. Shorten the messages.`);
+  constructor(
+    readonly estimate: number,
+    readonly longest: number,
+  ) {
+    super(
+      `This request is about ${estimate} tokens long (estimated from its size: ${BYTES_PER_TOKEN} bytes a token), more than the ${longest}-token context of every node serving the model now. Shorten the messages.`,
+    );
   }
 }

@@ -41,10 +41,13 @@ export interface CoordinatorOptions extends CoordinatorConfig {
 }
 
 // Of the models $1, which have queued jobs, and which queued copies (one EXISTS per partial index).
-const QUEUED_MODELS = sql('jobs_queued_models', `SELECT m.id,
+const QUEUED_MODELS = sql(
+  'jobs_queued_models',
+  `SELECT m.id,
     EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NULL AND j.model_id = m.id AND j.deadline_at > now()) AS jobs,
     EXISTS (SELECT 1 FROM jobs j WHERE j.state = 'queued' AND j.verify_of IS NOT NULL AND j.model_id = m.id AND j.deadline_at > now()) AS copies
-  FROM unnest($1::int[]) AS m(id)`);
+  FROM unnest($1::int[]) AS m(id)`,
+);
 
 export class Coordinator {
   readonly lifecycle: Lifecycle;
@@ -61,27 +64,45 @@ export class Coordinator {
   private readonly openJobs: OpenJobs;
   private stopListening: (() => Promise<void>)[] = [];
 
-  private constructor(private readonly db: Database, opts: CoordinatorOptions) {
-    const lifecycle = new Lifecycle(db, { maxAttempts: opts.maxAttempts, leaseTimeout: opts.leaseTimeout, defaultPoints: opts.defaultPointsPerJob, audit: opts.audit, onError: opts.onError,
+  private constructor(
+    private readonly db: Database,
+    opts: CoordinatorOptions,
+  ) {
+    const lifecycle = new Lifecycle(db, {
+      maxAttempts: opts.maxAttempts,
+      leaseTimeout: opts.leaseTimeout,
+      defaultPoints: opts.defaultPointsPerJob,
+      audit: opts.audit,
+      onError: opts.onError,
       stranding: { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl, grace: opts.noNodeGrace },
-      pauseAfter: pauseAfter(opts.sweepInterval), quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null } });
+      pauseAfter: pauseAfter(opts.sweepInterval),
+      quota: { jobs: opts.quotaJobs ?? null, tokens: opts.quotaTokens ?? null },
+    });
     this.lifecycle = lifecycle;
     this.watch = new ResultWatch((ids) => finalJobs(db, ids), opts.onError);
-    this.dispatcher = new Dispatcher({
-      lease: (asks, groups) => lifecycle.lease(asks, groups),
-      undeliver: (keyHash) => lifecycle.release({ keyHashes: [keyHash] }, 'released', true),
-      abandonOldest: (sessionId) => lifecycle.release({ sessionId, most: 1 }, 'abandoned'),
-      queuedModels: async (ids) => {
-        const rows = await db.query<{ id: number; jobs: boolean; copies: boolean }>(QUEUED_MODELS, [ids]);
-        return { jobs: rows.filter((r) => r.jobs).map((r) => r.id), copies: rows.filter((r) => r.copies).map((r) => r.id) };
+    this.dispatcher = new Dispatcher(
+      {
+        lease: (asks, groups) => lifecycle.lease(asks, groups),
+        undeliver: (keyHash) => lifecycle.release({ keyHashes: [keyHash] }, 'released', true),
+        abandonOldest: (sessionId) => lifecycle.release({ sessionId, most: 1 }, 'abandoned'),
+        queuedModels: async (ids) => {
+          const rows = await db.query<{ id: number; jobs: boolean; copies: boolean }>(QUEUED_MODELS, [ids]);
+          return { jobs: rows.filter((r) => r.jobs).map((r) => r.id), copies: rows.filter((r) => r.copies).map((r) => r.id) };
+        },
       },
-    }, { onError: opts.onError, trackEmpty: opts.trackEmpty, ...(opts.recheck === false ? { recheckMs: 0 } : {}) });
+      { onError: opts.onError, trackEmpty: opts.trackEmpty, ...(opts.recheck === false ? { recheckMs: 0 } : {}) },
+    );
     this.progress = new ProgressRelay(db, lifecycle.server, { lease: opts.leaseTimeout, heartbeat: opts.heartbeatTimeout });
     this.openJobs = new OpenJobs((ids) => standingsOf(db, ids), this.throughput, opts.onError);
     for (const consumer of [this.dispatcher, this.watch, this.progress, this.throughput, this.openJobs]) lifecycle.use(consumer);
-    this.submitter = new Submitter(db, lifecycle, opts.handOff === false ? undefined : this.dispatcher,
-      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }), opts.quotaReserveTokens,
-      { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl });
+    this.submitter = new Submitter(
+      db,
+      lifecycle,
+      opts.handOff === false ? undefined : this.dispatcher,
+      (id, owner, model, handed) => this.openJobs.remember(id, owner, { state: handed ? 'leased' : 'queued', model }),
+      opts.quotaReserveTokens,
+      { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl },
+    );
     this.completer = new Completer(db, lifecycle);
     this.reader = new JobReader(db);
     this.sweeper = new Sweeper(lifecycle, opts.sweepInterval * 1000, opts.onError);
@@ -92,7 +113,11 @@ export class Coordinator {
     const c = new Coordinator(db, opts);
     c.stopListening = [
       await c.lifecycle.listen(),
-      await db.listen(PROGRESS_CHANNEL, (payload) => c.progress.heard(payload), () => {}),
+      await db.listen(
+        PROGRESS_CHANNEL,
+        (payload) => c.progress.heard(payload),
+        () => {},
+      ),
     ];
     return c;
   }
@@ -147,7 +172,8 @@ export class Coordinator {
    */
   readonly nodes: NodeConsumer = {
     apply: (o: NodeOutcome) => {
-      if (endsAccess(o) && o.nodeId !== null) this.dispatcher.endPolls(o.nodeId, o.change === 'deregistered' ? o.sessionId ?? undefined : undefined);
+      if (endsAccess(o) && o.nodeId !== null)
+        this.dispatcher.endPolls(o.nodeId, o.change === 'deregistered' ? (o.sessionId ?? undefined) : undefined);
     },
   };
 

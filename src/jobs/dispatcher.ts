@@ -32,14 +32,23 @@ import type { Outcome } from './outcome.js';
 import type { LiveConsumer } from './lifecycle.js';
 
 export interface DeliveredJob {
-  jobId: string; jobKey: string; keyHash: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number;
+  jobId: string;
+  jobKey: string;
+  keyHash: string;
+  model: string;
+  request: JobRequest;
+  attempt: number;
+  queuedSeconds: number;
   /** The answer's beginning an earlier attempt streamed (job_data.answer_prefix); empty when none. */
   prefix: string;
 }
 
 /** A waiting poll taken out of waiting to get a job straight from a submission (claim()). */
 export interface Claim {
-  sessionId: number; nodeId: number; keyHash: string; rank: number;
+  sessionId: number;
+  nodeId: number;
+  keyHash: string;
+  rank: number;
   /** The context length its session declared for the claimed model (0: none): a job estimated longer is not handed to it (jobs/submit.ts). */
   context: number;
   readonly waiter: unknown;
@@ -120,10 +129,16 @@ export class Dispatcher implements LiveConsumer {
 
   private readonly trackEmpty: boolean;
 
-  constructor(private readonly store: DispatchStore, private readonly opts: DispatcherOptions) {
+  constructor(
+    private readonly store: DispatchStore,
+    private readonly opts: DispatcherOptions,
+  ) {
     this.maxBatch = opts.maxBatch ?? 64;
     this.trackEmpty = opts.trackEmpty ?? true;
-    if (opts.recheckMs !== 0) this.timer = setInterval(() => { this.recheck().catch(opts.onError); }, opts.recheckMs ?? 1_000).unref();
+    if (opts.recheckMs !== 0)
+      this.timer = setInterval(() => {
+        this.recheck().catch(opts.onError);
+      }, opts.recheckMs ?? 1_000).unref();
   }
 
   /** Jobs and copies queued, here or on another server, wake as many waiters of their models. */
@@ -178,7 +193,17 @@ export class Dispatcher implements LiveConsumer {
       // Most sessions declare no context (the seed's worker never does): no map to build then.
       const declared = session.contexts?.some((c) => c > 0) ? new Map(session.models.map((m, i) => [m, session.contexts![i] ?? 0])) : undefined;
       const contexts = models.map((m) => declared?.get(m) ?? 0);
-      const w: Waiter = { session, models, caps, contexts, groupKey: `${models.join(',')}|${caps.join(',')}|${contexts.join(',')}`, once: waitMs <= 0, gone, settled: false, settle: () => {} };
+      const w: Waiter = {
+        session,
+        models,
+        caps,
+        contexts,
+        groupKey: `${models.join(',')}|${caps.join(',')}|${contexts.join(',')}`,
+        once: waitMs <= 0,
+        gone,
+        settled: false,
+        settle: () => {},
+      };
       w.settle = (job) => {
         if (w.settled) return;
         w.settled = true;
@@ -221,13 +246,23 @@ export class Dispatcher implements LiveConsumer {
         if (taken.length >= count) break;
         if (!w.settled && this.idle(w) && !w.gone()) taken.push(w);
       }
-      out.set(model, taken.map((w) => {
-        this.remove(w);
-        const rank = (ranks.get(w.session.id) ?? 0) + 1;
-        ranks.set(w.session.id, rank);
-        const key = newKey('job');
-        return { sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank, context: w.contexts[w.models.indexOf(model)] ?? 0, waiter: { w, key } };
-      }));
+      out.set(
+        model,
+        taken.map((w) => {
+          this.remove(w);
+          const rank = (ranks.get(w.session.id) ?? 0) + 1;
+          ranks.set(w.session.id, rank);
+          const key = newKey('job');
+          return {
+            sessionId: w.session.id,
+            nodeId: w.session.node.id,
+            keyHash: key.hash,
+            rank,
+            context: w.contexts[w.models.indexOf(model)] ?? 0,
+            waiter: { w, key },
+          };
+        }),
+      );
     }
     return out;
   }
@@ -299,7 +334,9 @@ export class Dispatcher implements LiveConsumer {
     this.pending.add(w);
     if (!this.running) {
       this.running = true;
-      setImmediate(() => { this.rounds().catch(this.opts.onError); });
+      setImmediate(() => {
+        this.rounds().catch(this.opts.onError);
+      });
     }
   }
 
@@ -365,7 +402,11 @@ export class Dispatcher implements LiveConsumer {
         copyGenerations.set(m, this.copiesGeneration.get(m) ?? 0);
       }
       let g = groups.get(w.groupKey);
-      if (!g) groups.set(w.groupKey, (g = { group: { group: groups.size + 1, models: w.models, caps: w.caps, contexts: w.contexts, count: 0 }, waiters: [] }));
+      if (!g)
+        groups.set(
+          w.groupKey,
+          (g = { group: { group: groups.size + 1, models: w.models, caps: w.caps, contexts: w.contexts, count: 0 }, waiters: [] }),
+        );
       g.group.count++;
       g.waiters.push(w);
       const rank = (ranks.get(w.session.id) ?? 0) + 1;
@@ -374,7 +415,10 @@ export class Dispatcher implements LiveConsumer {
       keys.set(w, key);
       asks.push({ group: g.group.group, slot: g.group.count, sessionId: w.session.id, nodeId: w.session.node.id, keyHash: key.hash, rank });
     }
-    const { rows, jobsLeft, copiesLeft } = await this.store.lease(asks, [...groups.values()].map((g) => g.group));
+    const { rows, jobsLeft, copiesLeft } = await this.store.lease(
+      asks,
+      [...groups.values()].map((g) => g.group),
+    );
 
     const byGroup = [...groups.values()];
     const found = new Map<number, number>();
@@ -443,7 +487,16 @@ export class Dispatcher implements LiveConsumer {
       await this.store.undeliver(key.hash);
       return;
     }
-    w.settle({ jobId: row.jobId, jobKey: key.key, keyHash: key.hash, model: row.model, request: row.request, attempt: row.attempt, queuedSeconds: row.queuedSeconds, prefix: row.prefix });
+    w.settle({
+      jobId: row.jobId,
+      jobKey: key.key,
+      keyHash: key.hash,
+      model: row.model,
+      request: row.request,
+      attempt: row.attempt,
+      queuedSeconds: row.queuedSeconds,
+      prefix: row.prefix,
+    });
   }
 
   private async recheck(): Promise<void> {

@@ -55,7 +55,10 @@ export class Lifecycle {
 
   private claimAudit: ClaimAudit | undefined;
 
-  constructor(readonly db: Database, private readonly opts: LifecycleOptions) {
+  constructor(
+    readonly db: Database,
+    private readonly opts: LifecycleOptions,
+  ) {
     this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit };
   }
 
@@ -77,12 +80,16 @@ export class Lifecycle {
 
   /** Hears every server's announcements; resolves to the stop function. */
   listen(): Promise<() => Promise<void>> {
-    return this.db.listen(JOBS_CHANNEL, (payload) => {
-      const { server, outcome } = parsePayload(payload);
-      if (server !== this.server) this.apply(outcome, false);
-    }, (live) => {
-      for (const c of this.consumers) c.setLive?.(live);
-    });
+    return this.db.listen(
+      JOBS_CHANNEL,
+      (payload) => {
+        const { server, outcome } = parsePayload(payload);
+        if (server !== this.server) this.apply(outcome, false);
+      },
+      (live) => {
+        for (const c of this.consumers) c.setLive?.(live);
+      },
+    );
   }
 
   /** Submits the jobs: which were handed to a waiting worker, and which were not taken (over their owner's quota, or to submit again). */

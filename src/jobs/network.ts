@@ -35,7 +35,15 @@ export interface NodeView {
   builds: { model: string; digest?: string; quantization?: string }[];
   open_leases: number;
   /** reversed: why the lease's points were taken back (point_reversals.reason), else null. */
-  jobs: { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null; reversed: string | null }[];
+  jobs: {
+    model: string;
+    attempt: number;
+    leased_at: string;
+    ended_at: string | null;
+    outcome: string | null;
+    seconds: number | null;
+    reversed: string | null;
+  }[];
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
@@ -44,7 +52,9 @@ const LIVE = liveSession('s', 'n', '$1');
 // Serving: live, declared within $2, its node not suspended (a suspended node serves nothing).
 const SERVING = servingSession('s', 'n', '$1', '$2');
 
-const VIEW = sql('network_view', `WITH served AS (
+const VIEW = sql(
+  'network_view',
+  `WITH served AS (
     SELECT d.model_id, count(DISTINCT s.node_id)::int AS nodes
     FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models) AS d(model_id)
     WHERE ${SERVING}
@@ -69,14 +79,17 @@ const VIEW = sql('network_view', `WITH served AS (
       SELECT m.name AS model, n.name AS node, ${ISO('j.finished_at')} AS finished_at,
         round(extract(epoch FROM j.finished_at - j.submitted_at)::numeric, 3)::float8 AS seconds
       FROM jobs j JOIN models m ON m.id = j.model_id LEFT JOIN nodes n ON n.id = j.node_id
-      WHERE j.finished_at IS NOT NULL AND j.state = 'done' ORDER BY j.finished_at DESC LIMIT 20) r), '[]') AS recent`);
+      WHERE j.finished_at IS NOT NULL AND j.state = 'done' ORDER BY j.finished_at DESC LIMIT 20) r), '[]') AS recent`,
+);
 
 // A session of node n that holds its current declaration (its models, and their builds): open,
 // of the node's current key, declared within $2 seconds.
 const DECLARING = `s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}`;
 
 // $3 the node's name.
-const NODE = sql('network_node', `SELECT n.name,
+const NODE = sql(
+  'network_node',
+  `SELECT n.name,
     coalesce((SELECT max(s.last_seen_at) > now() - make_interval(secs => $1::float8) FROM node_sessions s
       WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash), false) AND n.disabled_at IS NULL AS online,
     (SELECT ${ISO('max(s.last_seen_at)')} FROM node_sessions s WHERE s.node_id = n.id) AS last_seen_at,
@@ -94,7 +107,8 @@ const NODE = sql('network_node', `SELECT n.name,
         (SELECT pr.reason FROM point_reversals pr WHERE pr.job_id = l.job_id::text AND pr.node_id = l.node_id AND l.outcome = 'done') AS reversed
       FROM job_leases l JOIN jobs j ON j.id = l.job_id JOIN models m ON m.id = j.model_id
       WHERE l.node_id = n.id ORDER BY l.leased_at DESC LIMIT 20) r), '[]') AS jobs
-  FROM nodes n WHERE n.name = $3::text`);
+  FROM nodes n WHERE n.name = $3::text`,
+);
 
 export async function networkView(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<NetworkView> {
   const [row] = await db.query<NetworkView>(VIEW, [onlineSeconds, modelsTtlSeconds]);

@@ -31,13 +31,22 @@ export interface Standing {
 }
 
 interface Entry {
-  owner: number; state: 'queued' | 'leased'; model?: number; position?: number; polledAt: number;
+  owner: number;
+  state: 'queued' | 'leased';
+  model?: number;
+  position?: number;
+  polledAt: number;
   /** Its owner polls it (GET /get_result without wait): keep its answer when it is done here. */
   polled: boolean;
 }
 
 /** A done job's answer kept for its owner's next poll. */
-interface Done { owner: number; job: DoneJob; bytes: number; at: number }
+interface Done {
+  owner: number;
+  job: DoneJob;
+  bytes: number;
+  at: number;
+}
 
 /** Where open jobs stand, for many at once (one statement, sql/standings.ts). */
 export type StandingsOf = (jobIds: string[]) => Promise<Map<string, JobStanding>>;
@@ -62,7 +71,12 @@ export class OpenJobs implements LiveConsumer {
   private readonly timer: NodeJS.Timeout;
   private refreshing: Promise<void> | undefined;
 
-  constructor(private readonly standings: StandingsOf, private readonly pace: Throughput, private readonly onError: (err: unknown) => void, private readonly now: () => number = Date.now) {
+  constructor(
+    private readonly standings: StandingsOf,
+    private readonly pace: Throughput,
+    private readonly onError: (err: unknown) => void,
+    private readonly now: () => number = Date.now,
+  ) {
     this.timer = setInterval(() => this.refresh(), REFRESH_MS);
     this.timer.unref();
   }
@@ -194,14 +208,18 @@ export class OpenJobs implements LiveConsumer {
     const since = this.now() - 5 * REFRESH_MS;
     const ids = [...this.jobs].filter(([, e]) => e.polledAt >= since).map(([id]) => id);
     if (ids.length === 0) return;
-    this.refreshing = this.standings(ids).then((found) => {
-      for (const id of ids) {
-        const e = this.jobs.get(id);
-        const s = found.get(id);
-        // Not open any more (its end announced meanwhile, or missed): the next poll reads it.
-        if (!s) this.jobs.delete(id);
-        else if (e) Object.assign(e, s);
-      }
-    }, this.onError).finally(() => { this.refreshing = undefined; });
+    this.refreshing = this.standings(ids)
+      .then((found) => {
+        for (const id of ids) {
+          const e = this.jobs.get(id);
+          const s = found.get(id);
+          // Not open any more (its end announced meanwhile, or missed): the next poll reads it.
+          if (!s) this.jobs.delete(id);
+          else if (e) Object.assign(e, s);
+        }
+      }, this.onError)
+      .finally(() => {
+        this.refreshing = undefined;
+      });
   }
 }

@@ -12,9 +12,17 @@ import type { JobState } from './states.js';
 export const JOBS_CHANNEL = 'ins_jobs';
 
 /** A job done by a statement of this server, with what its waiter reads. */
-export interface DoneJob { state: 'done'; result: Answer; usage: Usage | null; queuedSeconds: number | null }
+export interface DoneJob {
+  state: 'done';
+  result: Answer;
+  usage: Usage | null;
+  queuedSeconds: number | null;
+}
 
-export interface FinishedJob { state: JobState; model: number }
+export interface FinishedJob {
+  state: JobState;
+  model: number;
+}
 
 export interface Outcome {
   /** Jobs that became queued, per model: submitted, or back in the queue. */

@@ -8,8 +8,14 @@ export class Presence {
   private seen = new Map<number, Date>();
   private readonly timer: NodeJS.Timeout;
 
-  constructor(private readonly db: Database, flushMs: number, private readonly onError: (err: unknown) => void) {
-    this.timer = setInterval(() => { this.flush().catch(onError); }, flushMs);
+  constructor(
+    private readonly db: Database,
+    flushMs: number,
+    private readonly onError: (err: unknown) => void,
+  ) {
+    this.timer = setInterval(() => {
+      this.flush().catch(onError);
+    }, flushMs);
     this.timer.unref();
   }
 

@@ -29,7 +29,11 @@ const MAX_REMEMBERED = 100_000;
 const NOTIFY = sql('jobs_progress_notify', `SELECT pg_notify('${PROGRESS_CHANNEL}', $1::text) AS sent`);
 
 /** A piece of a streamed job's answer: from the lease of `attempt`, starting at character `at` of the whole answer. */
-export interface Piece { attempt: number; at: number; text: string }
+export interface Piece {
+  attempt: number;
+  at: number;
+  text: string;
+}
 
 /** Characters (code points), as PostgreSQL counts them. */
 export const charLength = (s: string): number => {
@@ -50,7 +54,11 @@ export class ProgressRelay implements LiveConsumer {
   private readonly renewed = new Map<string, number>();
 
   /** `leases`: LEASE_TIMEOUT and HEARTBEAT_TIMEOUT in seconds (heartbeat 0: progress renews nothing). */
-  constructor(private readonly db: Queryable, private readonly server: string, private readonly leases: { lease: number; heartbeat: number } = { lease: 0, heartbeat: 0 }) {}
+  constructor(
+    private readonly db: Queryable,
+    private readonly server: string,
+    private readonly leases: { lease: number; heartbeat: number } = { lease: 0, heartbeat: 0 },
+  ) {}
 
   /** Renews the lease when a third of HEARTBEAT_TIMEOUT has passed since this server last did. */
   private async renew(keyHash: string): Promise<void> {
@@ -64,7 +72,9 @@ export class ProgressRelay implements LiveConsumer {
     this.renewed.set(keyHash, now);
     // Best effort, after the piece went out: a renewal that fails (a database blip) fails no
     // progress; the next heartbeat tries again.
-    await renewLease(this.db, keyHash, lease, heartbeat).catch(() => { this.renewed.delete(keyHash); });
+    await renewLease(this.db, keyHash, lease, heartbeat).catch(() => {
+      this.renewed.delete(keyHash);
+    });
   }
 
   /** Hears the job's partial output; returns the unsubscribe function. */
@@ -94,13 +104,14 @@ export class ProgressRelay implements LiveConsumer {
     this.checking.set(jobId, check);
     let kept: Kept | undefined;
     try {
-      kept = text === ''
-        ? await openLeaseAttempt(this.db, keyHash, jobId).then((attempt) => (attempt === undefined ? undefined : { attempt, at: 0, kept: 0 }))
-        : await keepProgress(this.db, keyHash, jobId, text, PROGRESS_CAP_CHARS);
+      kept =
+        text === ''
+          ? await openLeaseAttempt(this.db, keyHash, jobId).then((attempt) => (attempt === undefined ? undefined : { attempt, at: 0, kept: 0 }))
+          : await keepProgress(this.db, keyHash, jobId, text, PROGRESS_CAP_CHARS);
     } finally {
       if (this.checking.get(jobId) === check) this.checking.delete(jobId);
     }
-    if (!kept) return this.forgetKey(keyHash), false;
+    if (!kept) return (this.forgetKey(keyHash), false);
     if (!check.stale) this.remember(keyHash, jobId);
     if (kept.kept === 0) return true;
     const chars = Array.from(text).slice(0, kept.kept);

@@ -28,12 +28,15 @@ const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"H
 
 // Many reads at once (db/batcher.ts): $1 job ids, $2 their owners' key ids. Another user's
 // job is not found.
-const OWN_JOBS = sql('jobs_own', `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.result, j.usage, j.detail, j.error,
+const OWN_JOBS = sql(
+  'jobs_own',
+  `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.result, j.usage, j.detail, j.error,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
     extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds,
     extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds"
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
-  JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`);
+  JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`,
+);
 
 // Live sessions of enabled nodes seen within $1 seconds (db/rules/live.ts), with a declaration younger than $2 seconds.
 const LIVE = liveSession('s', 'n', '$1');
@@ -41,20 +44,29 @@ const LIVE = liveSession('s', 'n', '$1');
 // `chat`: some node serving it answers chat (not an embedding model alone: jobs/capabilities.ts).
 // A suspended node serves nothing (docs/verification.md): its models are not listed, so a request
 // for a model only it declared is refused at once rather than left to wait for its deadline.
-const AVAILABLE_MODELS = sql('jobs_available_models', `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps,
+const AVAILABLE_MODELS = sql(
+  'jobs_available_models',
+  `SELECT m.name, count(DISTINCT s.node_id)::int AS nodes, bit_or(coalesce(d.caps, 0))::int AS caps,
     bool_or(${chatsSql('d.caps')}) AS chat, array_agg(DISTINCT coalesce(d.caps, 0)) AS combos
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps) JOIN models m ON m.id = d.model_id
   WHERE ${servingSession('s', 'n', '$1', '$2')}
-  GROUP BY m.name ORDER BY m.name COLLATE "C"`);
-const ACTIVE_NODES = sql('jobs_active_nodes', `SELECT count(DISTINCT s.node_id)::int AS n
-  FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`);
+  GROUP BY m.name ORDER BY m.name COLLATE "C"`,
+);
+const ACTIVE_NODES = sql(
+  'jobs_active_nodes',
+  `SELECT count(DISTINCT s.node_id)::int AS n
+  FROM node_sessions s JOIN nodes n ON n.id = s.node_id WHERE ${LIVE}`,
+);
 // Jobs ever, per state: the counters the jobs' triggers maintain (migrations/0010_retention.sql),
 // at most 16 shards per state — the same cost at any size of history, and retention's deletes
 // do not lower them.
 const JOB_COUNTS = sql('jobs_counts', 'SELECT state, sum(jobs)::bigint AS n FROM job_counts GROUP BY state');
-const QUEUE_DEPTH = sql('jobs_queue_depth', `SELECT m.name AS model, count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id
-  WHERE j.state = 'queued' GROUP BY m.name`);
+const QUEUE_DEPTH = sql(
+  'jobs_queue_depth',
+  `SELECT m.name AS model, count(*)::int AS n FROM jobs j JOIN models m ON m.id = j.model_id
+  WHERE j.state = 'queued' GROUP BY m.name`,
+);
 const OPEN_LEASES = sql('jobs_open_leases', 'SELECT count(*)::int AS n FROM job_leases WHERE ended_at IS NULL');
 // $1 job ids: those in a final state.
 const FINAL_JOBS = sql('jobs_final', `SELECT id::text FROM jobs WHERE id = ANY($1::uuid[]) AND state IN ('done', 'failed', 'expired', 'canceled')`);
@@ -68,7 +80,10 @@ export const isJobId = (id: string): boolean => UUID.test(id);
  * under another spelling of its id (routes/update-result.ts).
  */
 export function jobIdSpelled(id: string): string | undefined {
-  const hex = id.replace(/^\{(.*)\}$/, '$1').replace(/-/g, '').toLowerCase();
+  const hex = id
+    .replace(/^\{(.*)\}$/, '$1')
+    .replace(/-/g, '')
+    .toLowerCase();
   if (!/^[0-9a-f]{32}$/.test(hex)) return undefined;
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
@@ -78,12 +93,15 @@ export class JobReader {
   private readonly batcher: Batcher<{ jobId: string; owner: number }, UserJob | undefined>;
 
   constructor(db: Queryable) {
-    this.batcher = new Batcher(async (asks) => {
-      const rows = await db.query<UserJob & { i: number }>(OWN_JOBS, [asks.map((a) => a.jobId), asks.map((a) => a.owner)]);
-      const out = new Array<UserJob | undefined>(asks.length);
-      for (const { i, ...job } of rows) out[i - 1] = job;
-      return out;
-    }, { maxBatch: 128, maxInFlight: 2 });
+    this.batcher = new Batcher(
+      async (asks) => {
+        const rows = await db.query<UserJob & { i: number }>(OWN_JOBS, [asks.map((a) => a.jobId), asks.map((a) => a.owner)]);
+        const out = new Array<UserJob | undefined>(asks.length);
+        for (const { i, ...job } of rows) out[i - 1] = job;
+        return out;
+      },
+      { maxBatch: 128, maxInFlight: 2 },
+    );
   }
 
   /** The job if it exists and is this key's. */
@@ -93,7 +111,11 @@ export class JobReader {
 }
 
 /** The served models: `caps` what some node can do with each, `combos` what each node can (the distinct sets: a job goes to one node). */
-export async function availableModels(db: Queryable, onlineSeconds: number, modelsTtlSeconds: number): Promise<{ name: string; nodes: number; caps: number; chat: boolean; combos: number[] }[]> {
+export async function availableModels(
+  db: Queryable,
+  onlineSeconds: number,
+  modelsTtlSeconds: number,
+): Promise<{ name: string; nodes: number; caps: number; chat: boolean; combos: number[] }[]> {
   return db.query(AVAILABLE_MODELS, [onlineSeconds, modelsTtlSeconds]);
 }
 

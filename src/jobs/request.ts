@@ -5,13 +5,26 @@ import { randomInt } from 'node:crypto';
 import type { WireToken } from '../validation/answer-tokens.js';
 
 /** A message as the seed system's workers read it: role and text. */
-export interface PlainMessage { role: string; content: string }
+export interface PlainMessage {
+  role: string;
+  content: string;
+}
 
 /** An OpenAI tool call, as in an assistant message or an answer. */
-export interface ToolCall { id: string; type: 'function'; function: { name: string; arguments: string } }
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
 
 /** An OpenAI chat message whole: an assistant's tool calls, a tool's answer. */
-export interface ChatMessage { role: string; content: string | null; tool_calls?: ToolCall[]; tool_call_id?: string; name?: string }
+export interface ChatMessage {
+  role: string;
+  content: string | null;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+  name?: string;
+}
 
 /**
  * The OpenAI chat parameters a job carries beyond the seed system's fields, as the client gave
@@ -25,7 +38,9 @@ export interface ChatParams {
   stop?: string[];
   presence_penalty?: number;
   frequency_penalty?: number;
-  response_format?: { type: 'json_object' } | { type: 'json_schema'; json_schema: { name: string; schema?: Record<string, unknown>; strict?: boolean | null; description?: string } };
+  response_format?:
+    | { type: 'json_object' }
+    | { type: 'json_schema'; json_schema: { name: string; schema?: Record<string, unknown>; strict?: boolean | null; description?: string } };
   logprobs?: boolean;
   top_logprobs?: number;
   tools?: { type: 'function'; function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null } }[];

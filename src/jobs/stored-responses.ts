@@ -24,15 +24,21 @@ export interface StoredJob {
 }
 
 // The key's own job, its request whole ($1 the job id, $2 the owner's key id).
-const STORED = sql('jobs_stored_response', `SELECT j.id::text, m.name AS model, j.state, j.request, j.result, j.usage, j.detail, j.error,
+const STORED = sql(
+  'jobs_stored_response',
+  `SELECT j.id::text, m.name AS model, j.state, j.request, j.result, j.usage, j.detail, j.error,
     floor(extract(epoch FROM j.submitted_at))::int AS created
-  FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.id = $1::uuid AND j.owner_key_id = $2`);
+  FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.id = $1::uuid AND j.owner_key_id = $2`,
+);
 
 // Forgets a stored response ($1 the job id, $2 the owner's key id): one key of the request's
 // `front`, which no node reads and no lifecycle statement looks at. Returns whether it was there.
-const FORGET = sql('jobs_forget_response', `UPDATE jobs SET request = jsonb_set(request, '{front,deleted}', 'true'::jsonb)
+const FORGET = sql(
+  'jobs_forget_response',
+  `UPDATE jobs SET request = jsonb_set(request, '{front,deleted}', 'true'::jsonb)
   WHERE id = $1::uuid AND owner_key_id = $2 AND request ? 'front' AND NOT coalesce((request -> 'front' ->> 'deleted')::boolean, false)
-  RETURNING id::text`);
+  RETURNING id::text`,
+);
 
 export async function storedJob(db: Queryable, jobId: string, owner: number): Promise<StoredJob | undefined> {
   const [row] = await db.query<StoredJob>(STORED, [jobId, owner]);

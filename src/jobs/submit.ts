@@ -13,7 +13,12 @@ import { CAPABILITIES } from './capabilities.js';
 import { randomSeed, type JobRequest } from './request.js';
 import { ContextTooLong, estimatedTokens } from './context.js';
 
-export interface Submission { ownerKeyId: number; model: string; request: JobRequest; timeoutSeconds: number }
+export interface Submission {
+  ownerKeyId: number;
+  model: string;
+  request: JobRequest;
+  timeoutSeconds: number;
+}
 
 /** A submission over its owner's daily quota (of jobs, or of output tokens): nothing was queued. */
 /**
@@ -25,23 +30,36 @@ export const NEW_MODELS_PER_KEY_PER_DAY = 100;
 
 export class TooManyModels extends Error {
   constructor(readonly retryAfterSeconds: number) {
-    super(`this key named ${NEW_MODELS_PER_KEY_PER_DAY} new models today (UTC), the most a key may: submit to a model that exists, or retry after 00:00 UTC`);
+    super(
+      `this key named ${NEW_MODELS_PER_KEY_PER_DAY} new models today (UTC), the most a key may: submit to a model that exists, or retry after 00:00 UTC`,
+    );
   }
 }
 
 export class QuotaExceeded extends Error {
   /** reserve: the output tokens the job reserves, which do not fit in what is left of the quota. */
-  constructor(readonly which: 'jobs' | 'tokens', readonly retryAfterSeconds: number, reserve = 0) {
-    super(which === 'jobs'
-      ? "the key's daily quota of jobs is used up until 00:00 UTC"
-      : `the key's daily quota of output tokens has less left than the ${reserve} this job reserves (the most it asks for, or QUOTA_RESERVE_TOKENS when it sets none) until 00:00 UTC; a job asking for fewer may fit (GET /usage shows what is left)`);
+  constructor(
+    readonly which: 'jobs' | 'tokens',
+    readonly retryAfterSeconds: number,
+    reserve = 0,
+  ) {
+    super(
+      which === 'jobs'
+        ? "the key's daily quota of jobs is used up until 00:00 UTC"
+        : `the key's daily quota of output tokens has less left than the ${reserve} this job reserves (the most it asks for, or QUOTA_RESERVE_TOKENS when it sets none) until 00:00 UTC; a job asking for fewer may fit (GET /usage shows what is left)`,
+    );
   }
 }
 
 /** A job that reserves more output tokens than its key's whole daily quota: it never fits, nothing was queued. */
 export class ReserveOverQuota extends Error {
-  constructor(readonly reserve: number, readonly maxOutputSet: boolean) {
-    super(`this job reserves ${reserve} output tokens (${maxOutputSet ? 'the most it asks for' : 'QUOTA_RESERVE_TOKENS, for a job that sets no maximum'}), more than the key's whole daily quota of output tokens: set max_tokens (max_output on /submit_job) lower; GET /usage shows the quota`);
+  constructor(
+    readonly reserve: number,
+    readonly maxOutputSet: boolean,
+  ) {
+    super(
+      `this job reserves ${reserve} output tokens (${maxOutputSet ? 'the most it asks for' : 'QUOTA_RESERVE_TOKENS, for a job that sets no maximum'}), more than the key's whole daily quota of output tokens: set max_tokens (max_output on /submit_job) lower; GET /usage shows the quota`,
+    );
   }
 }
 
@@ -60,7 +78,10 @@ export interface HandOff {
 }
 
 /** `estimate`: the request's estimated tokens (jobs/context.ts), worked out once per submission. */
-interface Pending extends SubmitRow { model: string; estimate: number }
+interface Pending extends SubmitRow {
+  model: string;
+  estimate: number;
+}
 
 /** Told of each committed submission: its id, owner and model, and whether it went straight to a worker. */
 export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, handed: boolean) => void;
@@ -73,48 +94,62 @@ export class Submitter {
    * (QUOTA_RESERVE_TOKENS, at least 1); online: the windows that say which nodes serve a model now
    * (NODE_ONLINE_WINDOW, MODELS_TTL, seconds), for the check of a long job against their contexts.
    */
-  constructor(private readonly db: Database, lifecycle: Lifecycle, handOff: HandOff | undefined, submitted: Submitted, private readonly reserveTokens: number,
-    private readonly online: { onlineWindow: number; modelsTtl: number } = { onlineWindow: 60, modelsTtl: 300 }) {
-    this.batcher = new Batcher(async (rows) => {
-      const claims = new Map<Pending, Claim>();
-      if (handOff) {
-        // Only plain jobs are handed off: a job that needs capabilities (jobs/capabilities.ts) is
-        // queued, and the lease statement finds it a session that declared them.
-        const plain = rows.filter((r) => !r.request.needs);
-        const counts = new Map<number, number>();
-        for (const r of plain) counts.set(r.modelId, (counts.get(r.modelId) ?? 0) + 1);
-        // At most as many claims per model as jobs of it: each job takes one or none — the first
-        // whose session declared no context or one its estimate fits (jobs/context.ts, as the
-        // lease round's fitsSql); a claim no job fits waits on.
-        const byModel = handOff.claim(counts);
-        for (const r of plain) {
-          const list = byModel.get(r.modelId);
-          const i = list?.findIndex((c) => c.context <= 0 || r.estimate <= c.context) ?? -1;
-          if (i >= 0) claims.set(r, list!.splice(i, 1)[0]!);
+  constructor(
+    private readonly db: Database,
+    lifecycle: Lifecycle,
+    handOff: HandOff | undefined,
+    submitted: Submitted,
+    private readonly reserveTokens: number,
+    private readonly online: { onlineWindow: number; modelsTtl: number } = { onlineWindow: 60, modelsTtl: 300 },
+  ) {
+    this.batcher = new Batcher(
+      async (rows) => {
+        const claims = new Map<Pending, Claim>();
+        if (handOff) {
+          // Only plain jobs are handed off: a job that needs capabilities (jobs/capabilities.ts) is
+          // queued, and the lease statement finds it a session that declared them.
+          const plain = rows.filter((r) => !r.request.needs);
+          const counts = new Map<number, number>();
+          for (const r of plain) counts.set(r.modelId, (counts.get(r.modelId) ?? 0) + 1);
+          // At most as many claims per model as jobs of it: each job takes one or none — the first
+          // whose session declared no context or one its estimate fits (jobs/context.ts, as the
+          // lease round's fitsSql); a claim no job fits waits on.
+          const byModel = handOff.claim(counts);
+          for (const r of plain) {
+            const list = byModel.get(r.modelId);
+            const i = list?.findIndex((c) => c.context <= 0 || r.estimate <= c.context) ?? -1;
+            if (i >= 0) claims.set(r, list!.splice(i, 1)[0]!);
+          }
+          for (const list of byModel.values()) for (const c of list) handOff.settleClaim(c, null);
         }
-        for (const list of byModel.values()) for (const c of list) handOff.settleClaim(c, null);
-      }
-      let handed: Set<string>;
-      let refused: Map<string, Refusal>;
-      try {
-        ({ handed, refused } = await lifecycle.submit(rows.map((r) => {
-          const c = claims.get(r);
-          return c ? { ...r, handOff: { sessionId: c.sessionId, nodeId: c.nodeId, keyHash: c.keyHash, rank: c.rank } } : r;
-        })));
-      } catch (err) {
-        for (const claim of claims.values()) handOff!.settleClaim(claim, null);
-        throw err;
-      }
-      for (const r of rows) if (!refused.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
-      // A claim the statement could not use (its session at capacity, or ended) waits on.
-      for (const [r, claim] of claims) {
-        handOff!.settleClaim(claim, handed.has(r.id)
-          ? { group: 0, slot: 0, jobId: r.id, model: r.model, request: r.request, attempt: 1, queuedSeconds: 0, prefix: '' }
-          : null);
-      }
-      return rows.map((r) => refused.get(r.id));
-    // alone: a submission the database refuses fails alone; the others of its batch are taken.
-    }, { maxBatch: 128, maxInFlight: 1, alone: true });
+        let handed: Set<string>;
+        let refused: Map<string, Refusal>;
+        try {
+          ({ handed, refused } = await lifecycle.submit(
+            rows.map((r) => {
+              const c = claims.get(r);
+              return c ? { ...r, handOff: { sessionId: c.sessionId, nodeId: c.nodeId, keyHash: c.keyHash, rank: c.rank } } : r;
+            }),
+          ));
+        } catch (err) {
+          for (const claim of claims.values()) handOff!.settleClaim(claim, null);
+          throw err;
+        }
+        for (const r of rows) if (!refused.has(r.id)) submitted(r.id, r.ownerKeyId, r.modelId, handed.has(r.id));
+        // A claim the statement could not use (its session at capacity, or ended) waits on.
+        for (const [r, claim] of claims) {
+          handOff!.settleClaim(
+            claim,
+            handed.has(r.id)
+              ? { group: 0, slot: 0, jobId: r.id, model: r.model, request: r.request, attempt: 1, queuedSeconds: 0, prefix: '' }
+              : null,
+          );
+        }
+        return rows.map((r) => refused.get(r.id));
+        // alone: a submission the database refuses fails alone; the others of its batch are taken.
+      },
+      { maxBatch: 128, maxInFlight: 1, alone: true },
+    );
   }
 
   /**
@@ -151,8 +186,13 @@ export class Submitter {
    */
   private async checkContext(modelId: number, request: JobRequest, estimate: number): Promise<void> {
     if (estimate <= CHECKED_FROM) return;
-    const [room] = await this.db.query<{ nodes: number; fit: number; longest: number; estimate: number }>(CONTEXT_ROOM,
-      [modelId, JSON.stringify(request), request.needs ?? 0, this.online.onlineWindow, this.online.modelsTtl]);
+    const [room] = await this.db.query<{ nodes: number; fit: number; longest: number; estimate: number }>(CONTEXT_ROOM, [
+      modelId,
+      JSON.stringify(request),
+      request.needs ?? 0,
+      this.online.onlineWindow,
+      this.online.modelsTtl,
+    ]);
     if (room && room.nodes > 0 && room.fit === 0) throw new ContextTooLong(room.estimate, room.longest);
   }
 }

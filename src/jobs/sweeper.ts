@@ -9,7 +9,12 @@ export class Sweeper {
 
   constructor(lifecycle: Lifecycle, intervalMs: number, onError: (err: unknown) => void) {
     this.timer = setInterval(() => {
-      this.running ??= lifecycle.sweep().then(() => {}, onError).finally(() => { this.running = undefined; });
+      this.running ??= lifecycle
+        .sweep()
+        .then(() => {}, onError)
+        .finally(() => {
+          this.running = undefined;
+        });
     }, intervalMs);
     this.timer.unref();
   }

@@ -9,7 +9,9 @@ import type { DoneJob, Outcome } from './outcome.js';
 import type { LiveConsumer } from './lifecycle.js';
 
 /** Woken: the job is final; `done` when this server has its answer at hand. */
-export interface Finished { done?: DoneJob }
+export interface Finished {
+  done?: DoneJob;
+}
 
 /** Which of these jobs are final (one statement). */
 export type FinalOf = (jobIds: string[]) => Promise<string[]>;
@@ -21,7 +23,10 @@ export class ResultWatch implements LiveConsumer {
   private timer: NodeJS.Timeout | undefined;
   private checking: Promise<void> | undefined;
 
-  constructor(private readonly finalOf: FinalOf, private readonly onError: (err: unknown) => void) {}
+  constructor(
+    private readonly finalOf: FinalOf,
+    private readonly onError: (err: unknown) => void,
+  ) {}
 
   apply(o: Outcome): void {
     if (o.finished.size > 0) this.finished(o.finished.keys(), o.local?.done);
@@ -44,8 +49,11 @@ export class ResultWatch implements LiveConsumer {
   /** Wakes the waiters of the waited-for jobs that are final by now. */
   private check(): void {
     if (this.checking || this.waiting.size === 0) return;
-    this.checking = this.finalOf([...this.waiting.keys()]).then((ids) => this.finished(ids), this.onError)
-      .finally(() => { this.checking = undefined; });
+    this.checking = this.finalOf([...this.waiting.keys()])
+      .then((ids) => this.finished(ids), this.onError)
+      .finally(() => {
+        this.checking = undefined;
+      });
   }
 
   /** Resolves once the job is final (as announced), or undefined after timeoutMs or on abort. */

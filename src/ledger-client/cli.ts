@@ -23,19 +23,35 @@ export async function runLedgerVerify(argv: string[], out: (line: string) => voi
   let o: VerifyOptions;
   let json = false;
   try {
-    const { values } = parseArgs({ args: argv, strict: true, options: {
-      server: { type: 'string' }, node: { type: 'string' }, key: { type: 'string' }, days: { type: 'string' }, 'key-id': { type: 'string' },
-      json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-    } });
+    const { values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        server: { type: 'string' },
+        node: { type: 'string' },
+        key: { type: 'string' },
+        days: { type: 'string' },
+        'key-id': { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
     if (values.help) {
       out(LEDGER_VERIFY_HELP);
       return 0;
     }
     const days = values.days === undefined ? 30 : wholeNumber(values.days, 1, 3660);
     if (days === undefined) throw new Error(notWholeNumberFlag('days', values.days!, 1, 3660));
-    if (!values.server || !/^https?:\/\//.test(values.server)) throw new Error('--server must be the service\'s http:// or https:// URL');
-    if (values.node !== undefined && values.key === undefined) throw new Error('--node needs --key (the node\'s key, or a reader key)');
-    o = { server: values.server, node: values.node, key: values.key, days, keyId: values['key-id'], waiting: (s, path) => err(`ins ledger verify: the service's rate limit: waiting ${s} s (${path.split('?')[0]})`) };
+    if (!values.server || !/^https?:\/\//.test(values.server)) throw new Error("--server must be the service's http:// or https:// URL");
+    if (values.node !== undefined && values.key === undefined) throw new Error("--node needs --key (the node's key, or a reader key)");
+    o = {
+      server: values.server,
+      node: values.node,
+      key: values.key,
+      days,
+      keyId: values['key-id'],
+      waiting: (s, path) => err(`ins ledger verify: the service's rate limit: waiting ${s} s (${path.split('?')[0]})`),
+    };
     json = values.json ?? false;
   } catch (e) {
     err(`ins ledger verify: ${(e as Error).message}\n(see: ins ledger verify --help)`);
@@ -61,7 +77,9 @@ export async function runLedgerVerify(argv: string[], out: (line: string) => voi
     out(`no closed day yet at ${o.server} (key ${report.keyId})`);
   } else {
     const span = report.days.length === 1 ? report.days[0] : `${report.days[0]} to ${report.days.at(-1)}`;
-    out(`${o.server}, key ${report.keyId}: ${report.days.length} closed day${report.days.length === 1 ? '' : 's'} (${span}) checked: ${report.compared.join(', ')}`);
+    out(
+      `${o.server}, key ${report.keyId}: ${report.days.length} closed day${report.days.length === 1 ? '' : 's'} (${span}) checked: ${report.compared.join(', ')}`,
+    );
     for (const d of report.differences) out(describe(d));
     out(report.differences.length === 0 ? 'everything verifies' : countDifferences(report.differences.length));
   }

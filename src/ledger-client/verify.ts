@@ -9,7 +9,16 @@
 //   daily_points of every node and unique_nodes of every model against it.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPublicKey, hash, verify as verifyEd25519 } from 'node:crypto';
-import { checkAbsence, checkChain, checkDayEntries, checkInclusion, checkLeaves, checkNodeEntries, type NodeEntries, type SignedDay } from '../ledger-format/check.js';
+import {
+  checkAbsence,
+  checkChain,
+  checkDayEntries,
+  checkInclusion,
+  checkLeaves,
+  checkNodeEntries,
+  type NodeEntries,
+  type SignedDay,
+} from '../ledger-format/check.js';
 import type { Difference } from '../ledger-format/day.js';
 import { subtractDecimal } from '../ledger-format/decimal.js';
 import { compareEntries, fromHex, nextDay, toHex, type Entry, type NodeLeaf, type Sha256 } from '../ledger-format/encoding.js';
@@ -42,22 +51,43 @@ export interface VerifyReport {
 }
 
 export class LedgerHttpError extends Error {
-  constructor(readonly status: number, readonly detail: unknown, path: string) {
+  constructor(
+    readonly status: number,
+    readonly detail: unknown,
+    path: string,
+  ) {
     super(`${path}: HTTP ${status}${typeof detail === 'string' ? ` (${detail})` : ''}`);
   }
 }
 
-interface LedgerDayJson extends SignedDay { closed_at: string }
-interface LeafJson extends NodeLeaf { index: number; points: string }
-interface ProofJson { index: number; size: number; path: string[] }
+interface LedgerDayJson extends SignedDay {
+  closed_at: string;
+}
+interface LeafJson extends NodeLeaf {
+  index: number;
+  points: string;
+}
+interface ProofJson {
+  index: number;
+  size: number;
+  path: string[];
+}
 type EntryJson = Omit<Entry, 'node' | 'reason'> & { reason?: string };
 interface NodeDayJson {
-  day: LedgerDayJson; node: LeafJson | null; proof: ProofJson | null; digests: string; entries: EntryJson[];
+  day: LedgerDayJson;
+  node: LeafJson | null;
+  proof: ProofJson | null;
+  digests: string;
+  entries: EntryJson[];
   absence: { left: { node: LeafJson; proof: ProofJson } | null; right: { node: LeafJson; proof: ProofJson } | null } | null;
 }
 
 class Client {
-  constructor(private readonly base: string, private readonly key?: string, private readonly waiting: NonNullable<VerifyOptions['waiting']> = () => {}) {}
+  constructor(
+    private readonly base: string,
+    private readonly key?: string,
+    private readonly waiting: NonNullable<VerifyOptions['waiting']> = () => {},
+  ) {}
 
   async request(path: string, init: RequestInit = {}): Promise<Response> {
     let res: Response;
@@ -65,7 +95,8 @@ class Client {
     // one daily_points a node) is checked by waiting as the service says, not by failing.
     for (let waits = 0; ; waits++) {
       res = await fetch(new URL(path.replace(/^\//, ''), this.base.endsWith('/') ? this.base : `${this.base}/`), {
-        ...init, headers: { ...(this.key ? { api_key: this.key } : {}), ...(init.headers as Record<string, string> | undefined) },
+        ...init,
+        headers: { ...(this.key ? { api_key: this.key } : {}), ...(init.headers as Record<string, string> | undefined) },
       });
       if (res.status !== 429 || waits === MAX_WAITS) break;
       await res.body?.cancel();
@@ -74,7 +105,7 @@ class Client {
       await sleep(seconds * 1000);
     }
     if (!res.ok) {
-      const body = await res.json().catch(() => null) as { detail?: unknown } | null;
+      const body = (await res.json().catch(() => null)) as { detail?: unknown } | null;
       throw new LedgerHttpError(res.status, body?.detail, path);
     }
     return res;
@@ -102,8 +133,17 @@ class Client {
 }
 
 const header = (d: LedgerDayJson): SignedDay => ({
-  day: d.day, previous_root: d.previous_root, root: d.root, nodes: d.nodes, entries: d.entries, credits: d.credits,
-  credited: d.credited, reversals: d.reversals, reversed: d.reversed, key_id: d.key_id, signature: d.signature,
+  day: d.day,
+  previous_root: d.previous_root,
+  root: d.root,
+  nodes: d.nodes,
+  entries: d.entries,
+  credits: d.credits,
+  credited: d.credited,
+  reversals: d.reversals,
+  reversed: d.reversed,
+  key_id: d.key_id,
+  signature: d.signature,
 });
 const sameHeader = (a: SignedDay, b: SignedDay): boolean => JSON.stringify(header(a as LedgerDayJson)) === JSON.stringify(header(b as LedgerDayJson));
 const endOf = (day: string) => `${day}T23:59:59.999999Z`;
@@ -112,13 +152,17 @@ const endOf = (day: string) => `${day}T23:59:59.999999Z`;
 export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
   const client = new Client(o.server, o.key, o.waiting);
   const published = await client.json<{ key_id: string; public_key: string }>('/ledger/key');
-  const publicKey = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(published.public_key, 'base64').toString('base64url') }, format: 'jwk' });
+  const publicKey = createPublicKey({
+    key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(published.public_key, 'base64').toString('base64url') },
+    format: 'jwk',
+  });
   const keyIdNow = toHex(sha256(Buffer.from(published.public_key, 'base64')).subarray(0, 8));
   const differences: Difference[] = [];
   const mode = o.key === undefined ? 'public' : o.node !== undefined ? 'node' : 'export';
   const report: VerifyReport = { mode, keyId: keyIdNow, days: [], differences, compared: [] };
   if (keyIdNow !== published.key_id) differences.push({ day: '-', what: `the published key_id ${published.key_id} is not its key's (${keyIdNow})` });
-  if (o.keyId && o.keyId !== keyIdNow) differences.push({ day: '-', what: `the service now publishes key ${keyIdNow}, not ${o.keyId}: another chain` });
+  if (o.keyId && o.keyId !== keyIdNow)
+    differences.push({ day: '-', what: `the service now publishes key ${keyIdNow}, not ${o.keyId}: another chain` });
 
   const listing = await client.json<{ first_day: string | null; days: LedgerDayJson[] }>(`/ledger/days?last_days=${o.days + 1}`);
   const all = listing.days.map(header);
@@ -127,7 +171,7 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
   report.days = days.map((d) => d.day);
   if (days.length === 0) return report;
   const verify = (m: Uint8Array, signature: string) => verifyEd25519(null, m, publicKey, Buffer.from(signature, 'base64'));
-  differences.push(...await checkChain(days, keyIdNow, verify, before, listing.first_day ?? undefined));
+  differences.push(...(await checkChain(days, keyIdNow, verify, before, listing.first_day ?? undefined)));
   report.compared.push('signatures and chain');
 
   if (mode === 'public') {
@@ -135,7 +179,9 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
       const detail = await client.json<LedgerDayJson & { node_totals: LeafJson[] }>(`/ledger/days/${d.day}`);
       if (!sameHeader(detail, d)) differences.push({ day: d.day, what: 'the day answers another signed record than the listing' });
       differences.push(...checkLeaves(sha256, d, detail.node_totals));
-      for (const l of detail.node_totals) if (l.points !== subtractDecimal(l.credited, l.reversed)) differences.push({ day: d.day, node: l.name, what: `points ${l.points} is not credited − reversed` });
+      for (const l of detail.node_totals)
+        if (l.points !== subtractDecimal(l.credited, l.reversed))
+          differences.push({ day: d.day, node: l.name, what: `points ${l.points} is not credited − reversed` });
     }
     report.compared.push('per-node totals against the roots');
   } else if (mode === 'node') {
@@ -166,29 +212,36 @@ async function verifyNode(client: Client, name: string, days: SignedDay[], diffe
   // Each day is checked as soon as its answer arrives, while the server answers the next ones:
   // the hashing here and the reading there overlap. Differences are kept per day, in day order.
   const perDay: Difference[][] = days.map(() => []);
-  await inParallel(days.map((d, i) => [d, i] as const), 8, async ([d, i]) => {
-    const r = await client.json<NodeDayJson>(`/ledger/days/${d.day}/nodes/${encodeURIComponent(name)}`);
-    const found = perDay[i]!;
-    if (!sameHeader(r.day, d)) found.push({ day: d.day, what: 'the node view answers another signed record than the listing' });
-    // The entries as parsed, completed in place (no copy of thousands of objects), in canonical order.
-    const entries = r.entries as Entry[];
-    for (const e of entries) {
-      e.node = name;
-      e.reason ??= '';
-    }
-    entries.sort(compareEntries);
-    for (const e of entries) note(activity, e);
-    if (r.node) {
-      if (!r.proof || !checkInclusion(sha256, d, r.node, r.proof)) found.push({ day: d.day, node: name, what: "its leaf is not in the day's signed tree (the proof fails)" });
-      const digests = fromHex(r.digests);
-      if (toHex(sha256(digests)) !== r.node.digests_hash) found.push({ day: d.day, node: name, what: 'the digests served are not the signed ones' });
-      found.push(...checkNodeEntries(sha256, d.day, { ...r.node, digests }, { name, entries }));
-      nets.set(d.day, subtractDecimal(r.node.credited, r.node.reversed));
-    } else {
-      if (!r.absence || !checkAbsence(sha256, d, name, r.absence)) found.push({ day: d.day, node: name, what: 'no leaf, and no valid proof that it had none' });
-      found.push(...checkNodeEntries(sha256, d.day, undefined, { name, entries }));
-    }
-  });
+  await inParallel(
+    days.map((d, i) => [d, i] as const),
+    8,
+    async ([d, i]) => {
+      const r = await client.json<NodeDayJson>(`/ledger/days/${d.day}/nodes/${encodeURIComponent(name)}`);
+      const found = perDay[i]!;
+      if (!sameHeader(r.day, d)) found.push({ day: d.day, what: 'the node view answers another signed record than the listing' });
+      // The entries as parsed, completed in place (no copy of thousands of objects), in canonical order.
+      const entries = r.entries as Entry[];
+      for (const e of entries) {
+        e.node = name;
+        e.reason ??= '';
+      }
+      entries.sort(compareEntries);
+      for (const e of entries) note(activity, e);
+      if (r.node) {
+        if (!r.proof || !checkInclusion(sha256, d, r.node, r.proof))
+          found.push({ day: d.day, node: name, what: "its leaf is not in the day's signed tree (the proof fails)" });
+        const digests = fromHex(r.digests);
+        if (toHex(sha256(digests)) !== r.node.digests_hash)
+          found.push({ day: d.day, node: name, what: 'the digests served are not the signed ones' });
+        found.push(...checkNodeEntries(sha256, d.day, { ...r.node, digests }, { name, entries }));
+        nets.set(d.day, subtractDecimal(r.node.credited, r.node.reversed));
+      } else {
+        if (!r.absence || !checkAbsence(sha256, d, name, r.absence))
+          found.push({ day: d.day, node: name, what: 'no leaf, and no valid proof that it had none' });
+        found.push(...checkNodeEntries(sha256, d.day, undefined, { name, entries }));
+      }
+    },
+  );
   for (const found of perDay) differences.push(...found);
   await compareDailyPoints(client, name, days, nets, differences);
   await compareUniqueNodes(client, days, activity, differences, name);
@@ -200,7 +253,7 @@ async function verifyExport(client: Client, days: SignedDay[], differences: Diff
   for (const d of days) {
     const lines = client.lines(`/ledger/days/${d.day}/export?format=jsonl`);
     const first = await lines.next();
-    const head = first.done ? undefined : JSON.parse(first.value) as LedgerDayJson & { type: string };
+    const head = first.done ? undefined : (JSON.parse(first.value) as LedgerDayJson & { type: string });
     if (!head || head.type !== 'day' || !sameHeader(head, d)) {
       differences.push({ day: d.day, what: 'the export does not start with the signed day' });
       continue;
@@ -218,7 +271,8 @@ async function verifyExport(client: Client, days: SignedDay[], differences: Diff
         if (item.type === 'node') {
           const { type: _t, digests, index: _i, points: _p, ...leaf } = item as unknown as LeafJson & { type: string; digests: string };
           const bytes = fromHex(digests);
-          if (toHex(sha256(bytes)) !== leaf.digests_hash) differences.push({ day: d.day, node: leaf.name, what: 'the digests served are not the signed ones' });
+          if (toHex(sha256(bytes)) !== leaf.digests_hash)
+            differences.push({ day: d.day, node: leaf.name, what: 'the digests served are not the signed ones' });
           signed.set(leaf.name, { ...leaf, digests: bytes });
           continue;
         }
@@ -234,7 +288,7 @@ async function verifyExport(client: Client, days: SignedDay[], differences: Diff
       }
       if (current) yield current;
     }
-    differences.push(...await checkDayEntries(sha256, d, signed, nodes()));
+    differences.push(...(await checkDayEntries(sha256, d, signed, nodes())));
     if (!complete) differences.push({ day: d.day, what: 'the export was cut short' });
     differences.push(...checkLeaves(sha256, d, [...signed.values()]));
     for (const l of signed.values()) {
@@ -248,11 +302,19 @@ async function verifyExport(client: Client, days: SignedDay[], differences: Diff
 }
 
 /** daily_points of the node for each checked day against the signed net totals (0 on days it has no leaf). */
-async function compareDailyPoints(client: Client, name: string, days: SignedDay[], nets: Map<string, string>, differences: Difference[]): Promise<void> {
+async function compareDailyPoints(
+  client: Client,
+  name: string,
+  days: SignedDay[],
+  nets: Map<string, string>,
+  differences: Difference[],
+): Promise<void> {
   const today = new Date().toISOString().slice(0, 10);
   const span = Math.round((Date.parse(`${today}T00:00:00Z`) - Date.parse(`${days[0]!.day}T00:00:00Z`)) / 86_400_000) + 1;
   const served = await client.json<{ date: string; points: number }[]>('/daily_points', {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ node_name: name, last_days: Math.min(366, span) }),
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ node_name: name, last_days: Math.min(366, span) }),
   });
   const byDay = new Map(served.map((p) => [p.date, p.points]));
   for (const d of days) {
@@ -278,10 +340,16 @@ async function compareUniqueNodes(client: Client, days: SignedDay[], activity: A
     const byNode = activity.get(model)!;
     const named = new Set(only === undefined ? nodes : nodes.filter((n) => n === only));
     for (const n of named) {
-      if (!byNode.get(n)?.credits) differences.push({ day: span, node: n, what: `unique_nodes names it for ${model}, but the ledger has no credit of it for that model` });
+      if (!byNode.get(n)?.credits)
+        differences.push({ day: span, node: n, what: `unique_nodes names it for ${model}, but the ledger has no credit of it for that model` });
     }
     for (const [n, a] of byNode) {
-      if (a.credits > a.reversals && !named.has(n)) differences.push({ day: span, node: n, what: `unique_nodes leaves it out for ${model}, but the ledger has ${a.credits - a.reversals} of its credits for that model not taken back (unless a reversal since ${nextDay(to)} did)` });
+      if (a.credits > a.reversals && !named.has(n))
+        differences.push({
+          day: span,
+          node: n,
+          what: `unique_nodes leaves it out for ${model}, but the ledger has ${a.credits - a.reversals} of its credits for that model not taken back (unless a reversal since ${nextDay(to)} did)`,
+        });
     }
   });
 }
@@ -289,11 +357,13 @@ async function compareUniqueNodes(client: Client, days: SignedDay[], activity: A
 async function inParallel<T, R>(items: T[], width: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const out: R[] = new Array<R>(items.length);
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(width, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(width, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await fn(items[i]!);
+      }
+    }),
+  );
   return out;
 }

@@ -5,13 +5,25 @@
 // in words that name the day, the node and the entry.
 import { addDecimal, DecimalSum } from './decimal.js';
 import {
-  compareCodePoints, compareEntries, DIGEST_BYTES, entryLeafHash, entryName, nodeLeafHash, toHex,
-  type DayHeader, type Entry, type NodeLeaf, type Sha256,
+  compareCodePoints,
+  compareEntries,
+  DIGEST_BYTES,
+  entryLeafHash,
+  entryName,
+  nodeLeafHash,
+  toHex,
+  type DayHeader,
+  type Entry,
+  type NodeLeaf,
+  type Sha256,
 } from './encoding.js';
 import { MerkleBuilder } from './merkle.js';
 
 /** A node's day as recomputed: its leaf, and the digests of its entries in order. */
-export interface NodeSummary extends NodeLeaf { digests: Uint8Array; leaf: Uint8Array }
+export interface NodeSummary extends NodeLeaf {
+  digests: Uint8Array;
+  leaf: Uint8Array;
+}
 
 export class NodeAccumulator {
   private readonly tree: MerkleBuilder;
@@ -24,7 +36,10 @@ export class NodeAccumulator {
   /** The first entry out of canonical order (or of another node), if any. */
   misplaced: Entry | undefined;
 
-  constructor(private readonly sha: Sha256, readonly name: string) {
+  constructor(
+    private readonly sha: Sha256,
+    readonly name: string,
+  ) {
     this.tree = new MerkleBuilder(sha);
   }
 
@@ -57,8 +72,13 @@ export class NodeAccumulator {
   finish(): NodeSummary {
     const digests = this.digests.slice(0, this.tree.count * DIGEST_BYTES);
     const leaf: NodeLeaf = {
-      name: this.name, credits: this.credits, credited: this.credited.total(), reversals: this.reversals, reversed: this.reversed.total(),
-      entries_root: toHex(this.tree.root()), digests_hash: toHex(this.sha(digests)),
+      name: this.name,
+      credits: this.credits,
+      credited: this.credited.total(),
+      reversals: this.reversals,
+      reversed: this.reversed.total(),
+      entries_root: toHex(this.tree.root()),
+      digests_hash: toHex(this.sha(digests)),
     };
     return { ...leaf, digests, leaf: nodeLeafHash(this.sha, leaf) };
   }
@@ -96,10 +116,18 @@ export class DayAccumulator {
 }
 
 /** One difference a check found: which day, node and entry, and what. */
-export interface Difference { day: string; node?: string; entry?: string; what: string }
+export interface Difference {
+  day: string;
+  node?: string;
+  entry?: string;
+  what: string;
+}
 
 export function describe(d: Difference): string {
-  return [`day ${d.day}`, d.node !== undefined ? `node ${d.node}` : '', d.entry !== undefined ? `entry ${d.entry}` : ''].filter(Boolean).join(', ') + `: ${d.what}`;
+  return (
+    [`day ${d.day}`, d.node !== undefined ? `node ${d.node}` : '', d.entry !== undefined ? `entry ${d.entry}` : ''].filter(Boolean).join(', ') +
+    `: ${d.what}`
+  );
 }
 
 /** "N difference(s)": how both checks, `ins ledger verify` and with --server, count what they found. */
@@ -111,7 +139,8 @@ export function compareTotals(day: string, signed: DayTotals, now: DayTotals): D
   for (const k of ['nodes', 'entries', 'credits', 'credited', 'reversals', 'reversed'] as const) {
     if (String(signed[k]) !== String(now[k])) out.push({ day, what: `${k}: ${now[k]} now, ${signed[k]} when the day closed` });
   }
-  if (signed.root !== now.root) out.push({ day, what: `the entries no longer give the signed root (${signed.root.slice(0, 16)}…, now ${now.root.slice(0, 16)}…)` });
+  if (signed.root !== now.root)
+    out.push({ day, what: `the entries no longer give the signed root (${signed.root.slice(0, 16)}…, now ${now.root.slice(0, 16)}…)` });
   return out;
 }
 
@@ -152,12 +181,19 @@ function entryDifferences(day: string, node: string, digests: Uint8Array, entrie
   // As many entries unlike any signed one as signed ones left over: changed in place. Beyond
   // that, entries that are new, or signed ones that no entry is now (named by their place).
   const out: Difference[] = unmatched.map((e, i) => ({
-    day, node, entry: entryName(e), what: i < gone.length ? 'changed since the day closed' : 'added since the day closed',
+    day,
+    node,
+    entry: entryName(e),
+    what: i < gone.length ? 'changed since the day closed' : 'added since the day closed',
   }));
   for (const i of gone.slice(unmatched.length)) {
     let before: Entry | undefined;
     for (let j = i - 1; j >= 0 && !before; j--) before = matched.get(j);
-    out.push({ day, node, what: `entry ${i + 1} of ${signedCount} when the day closed is gone${before ? ` (it came after ${entryName(before)})` : ' (it was the first)'}` });
+    out.push({
+      day,
+      node,
+      what: `entry ${i + 1} of ${signedCount} when the day closed is gone${before ? ` (it came after ${entryName(before)})` : ' (it was the first)'}`,
+    });
   }
   return out;
 }

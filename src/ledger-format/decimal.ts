@@ -7,7 +7,10 @@ const CANONICAL = /^(0|[1-9]\d*)(\.\d*[1-9])?$/;
 const LOOSE = /^(\d+)(?:\.(\d*))?$/;
 
 /** A decimal as digits and a scale: value = digits / 10^scale. */
-interface Scaled { digits: bigint; scale: number }
+interface Scaled {
+  digits: bigint;
+  scale: number;
+}
 
 function parse(s: string): Scaled | undefined {
   const m = LOOSE.exec(s);

@@ -23,10 +23,19 @@ export interface Entry {
 }
 
 /** A node's totals on a day: credits and their points, reversals and theirs. */
-export interface NodeTotals { credits: number; credited: string; reversals: number; reversed: string }
+export interface NodeTotals {
+  credits: number;
+  credited: string;
+  reversals: number;
+  reversed: string;
+}
 
 /** A node's leaf of a day's tree. Hashes are lowercase hex. */
-export interface NodeLeaf extends NodeTotals { name: string; entries_root: string; digests_hash: string }
+export interface NodeLeaf extends NodeTotals {
+  name: string;
+  entries_root: string;
+  digests_hash: string;
+}
 
 /** What a day's signature covers. */
 export interface DayHeader {
@@ -134,8 +143,18 @@ export function nodeLeafHash(sha: Sha256, n: NodeLeaf): Uint8Array {
 
 /** The text a day's Ed25519 signature is over (UTF-8 bytes of it). */
 export function signedMessage(h: DayHeader): string {
-  return ['ins-ledger-day/1', `day=${h.day}`, `previous=${h.previous_root}`, `root=${h.root}`, `nodes=${h.nodes}`, `entries=${h.entries}`,
-    `credits=${h.credits}`, `credited=${h.credited}`, `reversals=${h.reversals}`, `reversed=${h.reversed}`].join('\n');
+  return [
+    'ins-ledger-day/1',
+    `day=${h.day}`,
+    `previous=${h.previous_root}`,
+    `root=${h.root}`,
+    `nodes=${h.nodes}`,
+    `entries=${h.entries}`,
+    `credits=${h.credits}`,
+    `credited=${h.credited}`,
+    `reversals=${h.reversals}`,
+    `reversed=${h.reversed}`,
+  ].join('\n');
 }
 
 export const signedBytes = (h: DayHeader): Uint8Array => encoder.encode(signedMessage(h));

@@ -81,7 +81,11 @@ export function verifyInclusion(sha: Sha256, index: number, size: number, leaf: 
     if (sn === 0) return false;
     if (fn % 2 === 1 || fn === sn) {
       r = interior(sha, p, r);
-      if (fn % 2 === 0) while (fn % 2 === 0 && fn !== 0) { fn = Math.floor(fn / 2); sn = Math.floor(sn / 2); }
+      if (fn % 2 === 0)
+        while (fn % 2 === 0 && fn !== 0) {
+          fn = Math.floor(fn / 2);
+          sn = Math.floor(sn / 2);
+        }
     } else {
       r = interior(sha, r, p);
     }

@@ -14,10 +14,16 @@ import { LedgerReader, type ClosedDay } from './read.js';
 
 const KEY = sql('ledger_check_key', `SELECT key_id, encode(public_key, 'base64') AS public_key FROM ledger_key`);
 const DIGESTS = sql('ledger_check_digests', `SELECT name, encode(digests, 'hex') AS digests FROM ledger_day_nodes WHERE day = $1::date`);
-const DAILY = sql('ledger_check_daily', `SELECT n.name, trim_scale(d.points)::text AS points FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
-  WHERE d.day = $1::date AND d.points <> 0`);
+const DAILY = sql(
+  'ledger_check_daily',
+  `SELECT n.name, trim_scale(d.points)::text AS points FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
+  WHERE d.day = $1::date AND d.points <> 0`,
+);
 
-export interface CheckReport { days: string[]; differences: Difference[] }
+export interface CheckReport {
+  days: string[];
+  differences: Difference[];
+}
 
 export async function checkDatabase(db: Database, lastDays: number): Promise<CheckReport> {
   const [key] = await db.query<{ key_id: string; public_key: string }>(KEY);
@@ -30,8 +36,9 @@ export async function checkDatabase(db: Database, lastDays: number): Promise<Che
   const verify = (m: Uint8Array, signature: string) => verifySignature(key.public_key, m, Buffer.from(signature, 'base64'));
   const differences = await checkChain(checked, key.key_id, verify, before, first_day ?? undefined);
   const { closed_through } = await reader.status();
-  if (closed_through && checked.at(-1)!.day !== closed_through) differences.push({ day: closed_through, what: 'closed, but it has no signed record' });
-  for (const header of checked) differences.push(...await checkDay(db, reader, header));
+  if (closed_through && checked.at(-1)!.day !== closed_through)
+    differences.push({ day: closed_through, what: 'closed, but it has no signed record' });
+  for (const header of checked) differences.push(...(await checkDay(db, reader, header)));
   return { days: checked.map((d) => d.day), differences };
 }
 
@@ -50,7 +57,7 @@ async function checkDay(db: Database, reader: LedgerReader, header: ClosedDay): 
       entries = [];
     }
   }
-  out.push(...await checkDayEntries(sha256, header, signed, nodes()));
+  out.push(...(await checkDayEntries(sha256, header, signed, nodes())));
   // daily_points of the day: each node's net points as signed.
   const daily = new Map((await db.query<{ name: string; points: string }>(DAILY, [header.day])).map((r) => [r.name, r.points]));
   for (const l of leaves) {
@@ -59,7 +66,7 @@ async function checkDay(db: Database, reader: LedgerReader, header: ClosedDay): 
     daily.delete(l.name);
     if (served !== net) out.push({ day: header.day, node: l.name, what: `daily_points is ${served}, the ledger's total ${net}` });
   }
-  for (const [name, points] of daily) out.push({ day: header.day, node: name, what: `daily_points is ${points}, the ledger has no entry for this node` });
+  for (const [name, points] of daily)
+    out.push({ day: header.day, node: name, what: `daily_points is ${points}, the ledger has no entry for this node` });
   return out;
 }
-

@@ -58,37 +58,60 @@ export interface CloseReport {
 const CLAIM_SECONDS = 600;
 const MAX_ATTEMPTS = 5;
 
-const NEXT = sql('ledger_next_day', `SELECT d::text AS day,
+const NEXT = sql(
+  'ledger_next_day',
+  `SELECT d::text AS day,
     d IS NOT NULL AND ((d + 1)::timestamp AT TIME ZONE 'UTC') + make_interval(secs => $1::float8) <= now() AS due
   FROM (SELECT coalesce(s.closed_through + 1,
-    least((SELECT min(day) FROM node_daily_points), (SELECT min(day) FROM point_reversals))) AS d FROM ledger_state s) x`);
-const CLAIM = sql('ledger_claim', `UPDATE ledger_state SET claimed_by = $1::text, claimed_until = now() + make_interval(secs => $2::float8)
-  WHERE claimed_until IS NULL OR claimed_until < now() OR claimed_by = $1::text RETURNING true AS claimed`);
+    least((SELECT min(day) FROM node_daily_points), (SELECT min(day) FROM point_reversals))) AS d FROM ledger_state s) x`,
+);
+const CLAIM = sql(
+  'ledger_claim',
+  `UPDATE ledger_state SET claimed_by = $1::text, claimed_until = now() + make_interval(secs => $2::float8)
+  WHERE claimed_until IS NULL OR claimed_until < now() OR claimed_by = $1::text RETURNING true AS claimed`,
+);
 const RELEASE = sql('ledger_release', 'UPDATE ledger_state SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = $1::text');
 const CLEAR_PENDING = sql('ledger_clear_pending', 'DELETE FROM ledger_pending_nodes WHERE day = $1::date AND server = $2::text');
-const ADD_PENDING = sql('ledger_add_pending', `INSERT INTO ledger_pending_nodes
+const ADD_PENDING = sql(
+  'ledger_add_pending',
+  `INSERT INTO ledger_pending_nodes
     (day, position, node_id, name, credits, credited, reversals, reversed, entries_root, digests_hash, digests, server)
   SELECT $1::date, p, id, name, c, cd, r, rd, decode(er, 'hex'), decode(dh, 'hex'), decode(dg, 'hex'), $2::text
   FROM unnest($3::integer[], $4::bigint[], $5::text[], $6::bigint[], $7::numeric[], $8::bigint[], $9::numeric[], $10::text[], $11::text[], $12::text[])
-    AS t(p, id, name, c, cd, r, rd, er, dh, dg)`);
+    AS t(p, id, name, c, cd, r, rd, er, dh, dg)`,
+);
 const LOCK = sql('ledger_lock', 'SELECT closed_through::text AS closed_through FROM ledger_state FOR UPDATE');
 const PREVIOUS = sql('ledger_previous_root', `SELECT encode(root, 'hex') AS root FROM ledger_days WHERE day = $1::date`);
-const INSERT_DAY = sql('ledger_insert_day', `INSERT INTO ledger_days
+const INSERT_DAY = sql(
+  'ledger_insert_day',
+  `INSERT INTO ledger_days
     (day, root, previous_root, nodes, entries, credits, credited, reversals, reversed, key_id, signature)
-  VALUES ($1::date, decode($2::text, 'hex'), decode($3::text, 'hex'), $4::integer, $5::bigint, $6::bigint, $7::numeric, $8::bigint, $9::numeric, $10::text, decode($11::text, 'base64'))`);
-const MOVE_PENDING = sql('ledger_move_pending', `WITH moved AS (DELETE FROM ledger_pending_nodes WHERE day = $1::date AND server = $2::text RETURNING *)
+  VALUES ($1::date, decode($2::text, 'hex'), decode($3::text, 'hex'), $4::integer, $5::bigint, $6::bigint, $7::numeric, $8::bigint, $9::numeric, $10::text, decode($11::text, 'base64'))`,
+);
+const MOVE_PENDING = sql(
+  'ledger_move_pending',
+  `WITH moved AS (DELETE FROM ledger_pending_nodes WHERE day = $1::date AND server = $2::text RETURNING *)
   INSERT INTO ledger_day_nodes (day, position, node_id, name, credits, credited, reversals, reversed, entries_root, digests_hash, digests)
-  SELECT day, position, node_id, name, credits, credited, reversals, reversed, entries_root, digests_hash, digests FROM moved`);
+  SELECT day, position, node_id, name, credits, credited, reversals, reversed, entries_root, digests_hash, digests FROM moved`,
+);
 const DROP_PENDING = sql('ledger_drop_pending', 'DELETE FROM ledger_pending_nodes WHERE day = $1::date');
 const MARK_CLOSED = sql('ledger_mark_closed', 'UPDATE ledger_state SET closed_through = $1::date');
 // The day's points as daily_points serves them, against the ledger's net totals.
-const DISAGREEMENTS = sql('ledger_disagreements', `SELECT coalesce(l.name, n.name) AS node, coalesce(l.net, 0)::text AS ledger, coalesce(d.points, 0)::text AS "dailyPoints"
+const DISAGREEMENTS = sql(
+  'ledger_disagreements',
+  `SELECT coalesce(l.name, n.name) AS node, coalesce(l.net, 0)::text AS ledger, coalesce(d.points, 0)::text AS "dailyPoints"
   FROM (SELECT node_id, name, trim_scale(credited - reversed) AS net FROM ledger_day_nodes WHERE day = $1::date) l
   FULL JOIN (SELECT node_id, trim_scale(points) AS points FROM node_daily_points WHERE day = $1::date) d ON d.node_id = l.node_id
   LEFT JOIN nodes n ON n.id = d.node_id
-  WHERE coalesce(l.net, 0) <> coalesce(d.points, 0)`);
+  WHERE coalesce(l.net, 0) <> coalesce(d.points, 0)`,
+);
 
-interface Computed { day: string; totals: DayTotals; credits: number; reversals: number }
+interface Computed {
+  day: string;
+  totals: DayTotals;
+  credits: number;
+  reversals: number;
+}
 
 /** Phase 1: the day's node leaves (written as pending) and its totals. */
 async function compute(db: Database, day: string, o: CloseOptions, renew: () => Promise<void>): Promise<Computed> {
@@ -104,8 +127,20 @@ async function compute(db: Database, day: string, o: CloseOptions, renew: () => 
   const flush = async () => {
     if (pending.length === 0) return;
     const col = <T>(f: (p: (typeof pending)[number]) => T): T[] => pending.map(f);
-    await db.query(ADD_PENDING, [day, o.server, col(() => position++), col((p) => p.id), col((p) => p.n.name), col((p) => p.n.credits), col((p) => p.n.credited),
-      col((p) => p.n.reversals), col((p) => p.n.reversed), col((p) => p.n.entries_root), col((p) => p.n.digests_hash), col((p) => p.digests)]);
+    await db.query(ADD_PENDING, [
+      day,
+      o.server,
+      col(() => position++),
+      col((p) => p.id),
+      col((p) => p.n.name),
+      col((p) => p.n.credits),
+      col((p) => p.n.credited),
+      col((p) => p.n.reversals),
+      col((p) => p.n.reversed),
+      col((p) => p.n.entries_root),
+      col((p) => p.n.digests_hash),
+      col((p) => p.digests),
+    ]);
     pending = [];
     pendingBytes = 0;
     await o.pace?.();
@@ -146,7 +181,19 @@ async function commit(db: Database, c: Computed, o: CloseOptions): Promise<Commi
     if (previous === undefined) throw new Error(`ledger_days has no row for ${closedThrough}, the last closed day`);
     const header: DayHeader = { day: c.day, previous_root: previous, ...c.totals };
     const signature = o.key.sign!(signedBytes(header)).toString('base64');
-    await tx.query(INSERT_DAY, [c.day, header.root, header.previous_root, header.nodes, header.entries, header.credits, header.credited, header.reversals, header.reversed, o.key.keyId, signature]);
+    await tx.query(INSERT_DAY, [
+      c.day,
+      header.root,
+      header.previous_root,
+      header.nodes,
+      header.entries,
+      header.credits,
+      header.credited,
+      header.reversals,
+      header.reversed,
+      o.key.keyId,
+      signature,
+    ]);
     await tx.query(MOVE_PENDING, [c.day, o.server]);
     await tx.query(DROP_PENDING, [c.day]);
     await tx.query(MARK_CLOSED, [c.day]);
@@ -174,14 +221,17 @@ export async function closeDueDays(db: Database, o: CloseOptions): Promise<Close
       let outcome: Committed = 'changed';
       for (let attempt = 1; attempt <= MAX_ATTEMPTS && outcome === 'changed'; attempt++) {
         if (attempt > 1) report.recomputed++;
-        const computed = await compute(db, next.day, o, async () => { await renew(); });
+        const computed = await compute(db, next.day, o, async () => {
+          await renew();
+        });
         await o.afterCompute?.(next.day);
         outcome = await commit(db, computed, o);
       }
       if (outcome === 'changed') throw new Error(`day ${next.day} kept changing while it was closed (${MAX_ATTEMPTS} attempts)`);
       if (outcome === 'closed') {
         report.closed.push(next.day);
-        for (const d of await db.query<{ node: string; ledger: string; dailyPoints: string }>(DISAGREEMENTS, [next.day])) report.disagreements.push({ day: next.day, ...d });
+        for (const d of await db.query<{ node: string; ledger: string; dailyPoints: string }>(DISAGREEMENTS, [next.day]))
+          report.disagreements.push({ day: next.day, ...d });
       }
       await o.pace?.();
     }

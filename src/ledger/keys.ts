@@ -21,8 +21,11 @@ export interface LedgerKey {
 export class LedgerKeyError extends Error {}
 
 const GET = sql('ledger_key_get', `SELECT key_id, encode(public_key, 'base64') AS public_key, private_pem FROM ledger_key`);
-const PUT = sql('ledger_key_put', `INSERT INTO ledger_key (key_id, public_key, private_pem) VALUES ($1::text, decode($2::text, 'base64'), $3::text)
-  ON CONFLICT (only_row) DO NOTHING`);
+const PUT = sql(
+  'ledger_key_put',
+  `INSERT INTO ledger_key (key_id, public_key, private_pem) VALUES ($1::text, decode($2::text, 'base64'), $3::text)
+  ON CONFLICT (only_row) DO NOTHING`,
+);
 
 const rawPublic = (key: KeyObject): Buffer => Buffer.from(key.export({ format: 'jwk' }).x!, 'base64url');
 export const keyIdOf = (raw: Uint8Array): string => toHex(sha256(raw).subarray(0, 8));
@@ -41,7 +44,8 @@ function readOrCreateKeyFile(file: string): KeyObject {
   try {
     return createPrivateKey(readFileSync(file, 'utf8'));
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new LedgerKeyError(`LEDGER_KEY_FILE ${file}: ${(err as Error).message} (expected an Ed25519 private key, PEM)`);
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+      throw new LedgerKeyError(`LEDGER_KEY_FILE ${file}: ${(err as Error).message} (expected an Ed25519 private key, PEM)`);
   }
   const { privateKey } = generateKeyPairSync('ed25519');
   try {
@@ -59,7 +63,8 @@ export async function loadLedgerKey(db: Database, keyFile?: string): Promise<Led
   let fileKey: KeyObject | undefined;
   if (keyFile) {
     fileKey = readOrCreateKeyFile(keyFile);
-    if (fileKey.asymmetricKeyType !== 'ed25519') throw new LedgerKeyError(`LEDGER_KEY_FILE ${keyFile}: an ${fileKey.asymmetricKeyType} key, expected Ed25519`);
+    if (fileKey.asymmetricKeyType !== 'ed25519')
+      throw new LedgerKeyError(`LEDGER_KEY_FILE ${keyFile}: an ${fileKey.asymmetricKeyType} key, expected Ed25519`);
   }
   const [known] = await db.query<{ key_id: string; public_key: string; private_pem: string | null }>(GET);
   if (!known) {
@@ -72,11 +77,16 @@ export async function loadLedgerKey(db: Database, keyFile?: string): Promise<Led
   if (fileKey) {
     const mine = ledgerKey(createPublicKey(fileKey), fileKey);
     if (mine.publicKey !== known.public_key) {
-      throw new LedgerKeyError(`LEDGER_KEY_FILE ${keyFile} holds key ${mine.keyId}, but this ledger is signed with key ${known.key_id}: give every server the same key file`);
+      throw new LedgerKeyError(
+        `LEDGER_KEY_FILE ${keyFile} holds key ${mine.keyId}, but this ledger is signed with key ${known.key_id}: give every server the same key file`,
+      );
     }
     return mine;
   }
-  const publicKey = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(known.public_key, 'base64').toString('base64url') }, format: 'jwk' });
+  const publicKey = createPublicKey({
+    key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(known.public_key, 'base64').toString('base64url') },
+    format: 'jwk',
+  });
   return ledgerKey(publicKey, known.private_pem ? createPrivateKey(known.private_pem) : undefined);
 }
 
@@ -88,7 +98,10 @@ export async function loadLedgerKey(db: Database, keyFile?: string): Promise<Led
 export class LedgerKeys {
   private loading: Promise<LedgerKey> | undefined;
 
-  constructor(private readonly db: Database, private readonly keyFile?: string) {}
+  constructor(
+    private readonly db: Database,
+    private readonly keyFile?: string,
+  ) {}
 
   get(): Promise<LedgerKey> {
     this.loading ??= loadLedgerKey(this.db, this.keyFile).catch((err: unknown) => {
@@ -101,6 +114,9 @@ export class LedgerKeys {
 
 /** Checks an Ed25519 signature against a raw public key (base64). */
 export function verifySignature(publicKeyBase64: string, message: Uint8Array, signature: Uint8Array): boolean {
-  const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(publicKeyBase64, 'base64').toString('base64url') }, format: 'jwk' });
+  const key = createPublicKey({
+    key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(publicKeyBase64, 'base64').toString('base64url') },
+    format: 'jwk',
+  });
   return verify(null, message, key, signature);
 }

@@ -9,9 +9,20 @@ import { auditPath } from '../ledger-format/merkle.js';
 import { DayEntries, type NodeRef } from './entries.js';
 import { sha256 } from './hash.js';
 
-export interface ClosedDay extends DayHeader { key_id: string; signature: string; closed_at: string }
-export interface NodeLeafJson extends NodeLeaf { index: number; points: string }
-export interface Proof { index: number; size: number; path: string[] }
+export interface ClosedDay extends DayHeader {
+  key_id: string;
+  signature: string;
+  closed_at: string;
+}
+export interface NodeLeafJson extends NodeLeaf {
+  index: number;
+  points: string;
+}
+export interface Proof {
+  index: number;
+  size: number;
+  path: string[];
+}
 
 // encode(…, 'base64') breaks its output into lines of 76 characters; the signature (88) is
 // served as one RFC 4648 string (docs/ledger.md), which strict decoders require.
@@ -20,15 +31,31 @@ const HEADER = `day::text, encode(previous_root, 'hex') AS previous_root, encode
   key_id, translate(encode(signature, 'base64'), E'\n', '') AS signature, to_char(closed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS closed_at`;
 const DAY = sql('ledger_day', `SELECT ${HEADER} FROM ledger_days WHERE day = $1::date`);
 const LAST_DAYS = sql('ledger_last_days', `SELECT * FROM (SELECT ${HEADER} FROM ledger_days ORDER BY day DESC LIMIT $1::integer) d ORDER BY day`);
-const STATUS = sql('ledger_status', `SELECT s.closed_through::text AS closed_through, (SELECT min(day)::text FROM ledger_days) AS first_day FROM ledger_state s`);
-const NODES = sql('ledger_day_node_rows', `SELECT position AS index, node_id AS "nodeId", name, credits::int AS credits, trim_scale(credited)::text AS credited,
+const STATUS = sql(
+  'ledger_status',
+  `SELECT s.closed_through::text AS closed_through, (SELECT min(day)::text FROM ledger_days) AS first_day FROM ledger_state s`,
+);
+const NODES = sql(
+  'ledger_day_node_rows',
+  `SELECT position AS index, node_id AS "nodeId", name, credits::int AS credits, trim_scale(credited)::text AS credited,
     reversals::int AS reversals, trim_scale(reversed)::text AS reversed, encode(entries_root, 'hex') AS entries_root, encode(digests_hash, 'hex') AS digests_hash
-  FROM ledger_day_nodes WHERE day = $1::date ORDER BY position`);
-const DIGESTS = sql('ledger_day_node_digests', `SELECT encode(digests, 'hex') AS digests FROM ledger_day_nodes WHERE day = $1::date AND name = $2::text`);
+  FROM ledger_day_nodes WHERE day = $1::date ORDER BY position`,
+);
+const DIGESTS = sql(
+  'ledger_day_node_digests',
+  `SELECT encode(digests, 'hex') AS digests FROM ledger_day_nodes WHERE day = $1::date AND name = $2::text`,
+);
 const NODE_ID = sql('ledger_node_id', 'SELECT id AS "nodeId", name FROM nodes WHERE name = $1::text');
-const ALL_DIGESTS = sql('ledger_day_digests', `SELECT name, encode(digests, 'hex') AS digests FROM ledger_day_nodes WHERE day = $1::date AND position >= $2::integer ORDER BY position LIMIT $3::integer`);
+const ALL_DIGESTS = sql(
+  'ledger_day_digests',
+  `SELECT name, encode(digests, 'hex') AS digests FROM ledger_day_nodes WHERE day = $1::date AND position >= $2::integer ORDER BY position LIMIT $3::integer`,
+);
 
-interface Tree { rows: (NodeLeafJson & { nodeId: number })[]; leaves: Uint8Array[]; paths: Map<number, string[]> }
+interface Tree {
+  rows: (NodeLeafJson & { nodeId: number })[];
+  leaves: Uint8Array[];
+  paths: Map<number, string[]>;
+}
 
 const CACHED_DAYS = 64;
 const lines = (items: unknown[]): string => items.map((i) => `${JSON.stringify(i)}\n`).join('');
@@ -37,7 +64,10 @@ const entryJson = ({ node: _node, reason, ...e }: Entry) => (e.kind === 'reversa
 export class LedgerReader {
   private readonly trees = new Map<string, Tree>();
 
-  constructor(private readonly db: Database, private readonly window: number) {}
+  constructor(
+    private readonly db: Database,
+    private readonly window: number,
+  ) {}
 
   async status(): Promise<{ closed_through: string | null; first_day: string | null }> {
     return (await this.db.query<{ closed_through: string | null; first_day: string | null }>(STATUS))[0]!;
@@ -63,7 +93,10 @@ export class LedgerReader {
   async tree(day: string): Promise<Tree> {
     const hit = this.trees.get(day);
     if (hit) return hit;
-    const rows = (await this.db.query<NodeLeafJson & { nodeId: number }>(NODES, [day])).map((r) => ({ ...r, points: subtractDecimal(r.credited, r.reversed) }));
+    const rows = (await this.db.query<NodeLeafJson & { nodeId: number }>(NODES, [day])).map((r) => ({
+      ...r,
+      points: subtractDecimal(r.credited, r.reversed),
+    }));
     const tree = { rows, leaves: rows.map((r) => nodeLeafHash(sha256, r)), paths: new Map<number, string[]>() };
     this.trees.set(day, tree);
     if (this.trees.size > CACHED_DAYS) this.trees.delete(this.trees.keys().next().value!);
@@ -105,8 +138,14 @@ export class LedgerReader {
       const right = rows.findIndex((r) => compareCodePoints(r.name, node.name) > 0);
       const r = right < 0 ? rows.length : right;
       head = {
-        day: header, node: null, proof: null, digests: '',
-        absence: { left: r > 0 ? { node: leafJson(r - 1), proof: proof(r - 1) } : null, right: r < rows.length ? { node: leafJson(r), proof: proof(r) } : null },
+        day: header,
+        node: null,
+        proof: null,
+        digests: '',
+        absence: {
+          left: r > 0 ? { node: leafJson(r - 1), proof: proof(r - 1) } : null,
+          right: r < rows.length ? { node: leafJson(r), proof: proof(r) } : null,
+        },
       };
     }
     const json = JSON.stringify(head);
@@ -140,10 +179,17 @@ export class LedgerReader {
     };
     let out = '';
     for await (const chunk of source.chunks(current)) {
-      for (; s < signedNodes.length && compareCodePoints(signedNodes[s]!.name, chunk.node.name) <= 0; s++) if (format === 'jsonl') out += await signedLine(s);
-      out += format === 'csv'
-        ? chunk.entries.map((e) => `${[e.kind, csvText(e.job_id), csvText(e.node), csvText(e.model), e.points, e.time, csvText(e.reason)].map(csvField).join(',')}\r\n`).join('')
-        : lines(chunk.entries.map((e) => ({ type: 'entry', ...entryJson(e), node: e.node })));
+      for (; s < signedNodes.length && compareCodePoints(signedNodes[s]!.name, chunk.node.name) <= 0; s++)
+        if (format === 'jsonl') out += await signedLine(s);
+      out +=
+        format === 'csv'
+          ? chunk.entries
+              .map(
+                (e) =>
+                  `${[e.kind, csvText(e.job_id), csvText(e.node), csvText(e.model), e.points, e.time, csvText(e.reason)].map(csvField).join(',')}\r\n`,
+              )
+              .join('')
+          : lines(chunk.entries.map((e) => ({ type: 'entry', ...entryJson(e), node: e.node })));
       if (out.length > 65_536) {
         yield out;
         out = '';

@@ -18,7 +18,12 @@ export const NEW_MODELS_PER_NODE_PER_DAY = 100;
 export const MODELS_PER_NODE = 1000;
 
 /** What a session declares, by model name: capability bits (undefined: the worker declared none, the seed's), builds, context lengths. */
-export interface Declaration { models: string[]; caps?: Map<string, number>; builds: Map<string, ModelBuild>; contexts: Map<string, number> }
+export interface Declaration {
+  models: string[];
+  caps?: Map<string, number>;
+  builds: Map<string, ModelBuild>;
+  contexts: Map<string, number>;
+}
 
 /** A declaration refused as a whole (nothing declared): the reason, for a 400. */
 export class DeclarationRefused extends Error {}
@@ -26,18 +31,32 @@ export class DeclarationRefused extends Error {}
 /** A model's name as the network stores it: 1 to 256 characters (openapi.json's model_name). */
 const isModelName = (m: string): boolean => m.length >= 1 && (m.length <= 256 || [...m].length <= 256);
 
-const tooManyNames = (unknown: number, today: number) => new DeclarationRefused(`this declaration names ${unknown} models the network does not know, and this node named ${today} new ones today (UTC): a node may name at most ${NEW_MODELS_PER_NODE_PER_DAY} a day. Nothing was declared; declare the models the network knows, or the others after 00:00 UTC`);
+const tooManyNames = (unknown: number, today: number) =>
+  new DeclarationRefused(
+    `this declaration names ${unknown} models the network does not know, and this node named ${today} new ones today (UTC): a node may name at most ${NEW_MODELS_PER_NODE_PER_DAY} a day. Nothing was declared; declare the models the network knows, or the others after 00:00 UTC`,
+  );
 
 /** The session's step of the node lifecycle (nodes/lifecycle.ts declare): whether the set changed; undefined: no live session. */
-export type DeclareSet = (sessionId: number, modelIds: number[], caps?: Map<number, number>, contexts?: Map<number, number>) => Promise<boolean | undefined>;
+export type DeclareSet = (
+  sessionId: number,
+  modelIds: number[],
+  caps?: Map<number, number>,
+  contexts?: Map<number, number>,
+) => Promise<boolean | undefined>;
 
 /**
  * Declares the session's models; the names declared (sorted) and those left out, or undefined
  * when the session is not live. Throws DeclarationRefused.
  */
-export async function declareSession(db: Database, set: DeclareSet, session: { id: number; nodeId: number }, d: Declaration,
-  windows: { onlineWindow: number; modelsTtl: number }): Promise<{ names: string[]; ignored: string[] } | undefined> {
-  if (d.models.length > MODELS_PER_NODE) throw new DeclarationRefused(`${d.models.length} models named: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`);
+export async function declareSession(
+  db: Database,
+  set: DeclareSet,
+  session: { id: number; nodeId: number },
+  d: Declaration,
+  windows: { onlineWindow: number; modelsTtl: number },
+): Promise<{ names: string[]; ignored: string[] } | undefined> {
+  if (d.models.length > MODELS_PER_NODE)
+    throw new DeclarationRefused(`${d.models.length} models named: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`);
   const ignored = [...new Set(d.models.filter((m) => !isModelName(m)))];
   const names = [...new Set(d.models.filter(isModelName))].sort();
   const { unknown, today, served } = await newModelsForNode(db, names, session.nodeId, session.id, windows);
@@ -45,7 +64,9 @@ export async function declareSession(db: Database, set: DeclareSet, session: { i
   // Names a node's reports brought into being (CREDIT_POLICY=reports takes any model_name) are
   // known, so it is this bound that keeps one node from filling the public model lists.
   if (served > MODELS_PER_NODE) {
-    throw new DeclarationRefused(`with this declaration the node would serve ${served} models over its sessions: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`);
+    throw new DeclarationRefused(
+      `with this declaration the node would serve ${served} models over its sessions: a node may serve at most ${MODELS_PER_NODE}. Nothing was declared`,
+    );
   }
   const ids: number[] = [];
   const built = new Map<number, ModelBuild>();

@@ -38,12 +38,15 @@ import { resolveKey } from '../repositories/api-keys.js';
  */
 export type ReleaseWhich = { sessionId: number } | { nodeId: number };
 /** The job lifecycle, as ending a node's access uses it (leases end as given back: `released`). */
-export interface LeaseRelease { release(which: ReleaseWhich, outcome: 'released'): Promise<void> }
-
-export class NodeExistsError extends Error {
-  constructor(name: string) { super(`a node named "${name}" already exists`); }
+export interface LeaseRelease {
+  release(which: ReleaseWhich, outcome: 'released'): Promise<void>;
 }
 
+export class NodeExistsError extends Error {
+  constructor(name: string) {
+    super(`a node named "${name}" already exists`);
+  }
+}
 
 /** Payloads heard through the in-process events, whose NOTIFY is still to come (at most this many remembered). */
 const HEARD_LIMIT = 1_000;
@@ -56,8 +59,16 @@ export class NodeLifecycle {
   private readonly registrations: Registrations;
 
   /** `jobs`: where leases go back (absent: nobody holds them, e.g. a test's setup). */
-  constructor(readonly db: Database, private readonly jobs?: LeaseRelease, private readonly onError: (err: unknown) => void = () => {}) {
-    this.registrations = new Registrations(db, { open: (q, node, keyHash, r) => this.open(q, node, keyHash, r), apply: (o) => this.apply(o), deregister: (id) => this.deregister(id) });
+  constructor(
+    readonly db: Database,
+    private readonly jobs?: LeaseRelease,
+    private readonly onError: (err: unknown) => void = () => {},
+  ) {
+    this.registrations = new Registrations(db, {
+      open: (q, node, keyHash, r) => this.open(q, node, keyHash, r),
+      apply: (o) => this.apply(o),
+      deregister: (id) => this.deregister(id),
+    });
   }
 
   use(consumer: NodeConsumer): void {
@@ -92,20 +103,24 @@ export class NodeLifecycle {
       this.apply(parseItem(item), false);
     };
     this.db.events.on(LOCAL_KEY_EVENT, inProcess);
-    const stop = await this.db.listen(NODES_CHANNEL, (payload) => {
-      const { server, outcome } = parsePayload(payload);
-      if (server === this.server) return;
-      const n = this.heard.get(payload);
-      if (n !== undefined) {
-        if (n <= 1) this.heard.delete(payload);
-        else this.heard.set(payload, n - 1);
-        return;
-      }
-      this.apply(outcome, false);
-    }, (live) => {
-      this.heard.clear();
-      for (const c of this.consumers) c.setLive?.(live);
-    });
+    const stop = await this.db.listen(
+      NODES_CHANNEL,
+      (payload) => {
+        const { server, outcome } = parsePayload(payload);
+        if (server === this.server) return;
+        const n = this.heard.get(payload);
+        if (n !== undefined) {
+          if (n <= 1) this.heard.delete(payload);
+          else this.heard.set(payload, n - 1);
+          return;
+        }
+        this.apply(outcome, false);
+      },
+      (live) => {
+        this.heard.clear();
+        for (const c of this.consumers) c.setLive?.(live);
+      },
+    );
     return async () => {
       this.db.events.off(LOCAL_KEY_EVENT, inProcess);
       await stop();
@@ -167,10 +182,23 @@ export class NodeLifecycle {
   }
 
   /** Opens the session (inside `q`, the registration's transaction); the outcome is applied once that commits. */
-  async open(q: Queryable, node: RegistrationNode, keyHash: string, r: Pick<Registration, 'nodeVersion' | 'stats' | 'capacity'>): Promise<{ id: number; token: string; outcome: NodeOutcome }> {
+  async open(
+    q: Queryable,
+    node: RegistrationNode,
+    keyHash: string,
+    r: Pick<Registration, 'nodeVersion' | 'stats' | 'capacity'>,
+  ): Promise<{ id: number; token: string; outcome: NodeOutcome }> {
     if (node.disabled) throw new NodeDisabledError(node.name);
     const { key, hash } = newKey('session');
-    const [row] = await q.query<{ id: number; announced: string }>(REGISTER, [node.id, hash, keyHash, r.nodeVersion, JSON.stringify(r.stats), r.capacity, this.server]);
+    const [row] = await q.query<{ id: number; announced: string }>(REGISTER, [
+      node.id,
+      hash,
+      keyHash,
+      r.nodeVersion,
+      JSON.stringify(r.stats),
+      r.capacity,
+      this.server,
+    ]);
     return { id: Number(row!.id), token: key, outcome: parseItem(row!.announced) };
   }
 
@@ -197,7 +225,11 @@ export class NodeLifecycle {
    * update_models: the session's models, capabilities, builds and contexts (nodes/declaration.ts);
    * undefined: no live session. Throws DeclarationRefused.
    */
-  declareModels(session: { id: number; nodeId: number }, d: Declaration, windows: { onlineWindow: number; modelsTtl: number }): Promise<{ names: string[]; ignored: string[] } | undefined> {
+  declareModels(
+    session: { id: number; nodeId: number },
+    d: Declaration,
+    windows: { onlineWindow: number; modelsTtl: number },
+  ): Promise<{ names: string[]; ignored: string[] } | undefined> {
     return declareSession(this.db, (id, models, caps, contexts) => this.declare(id, models, caps, contexts), session, d, windows);
   }
 
@@ -245,8 +277,9 @@ export class NodeLifecycle {
 export const createNode = (db: Database, name: string): Promise<{ id: number; key: string }> => new NodeLifecycle(db).add(name);
 /** disable or enable; the node's id, undefined when no node has this name. */
 export const setNodeDisabled = (db: Database, name: string, disabled: boolean): Promise<number | undefined> =>
-  (disabled ? new NodeLifecycle(db).disable(name) : new NodeLifecycle(db).enable(name));
+  disabled ? new NodeLifecycle(db).disable(name) : new NodeLifecycle(db).enable(name);
 /** rotate key; undefined: no such node. */
 export const rotateNodeKey = (db: Database, name: string): Promise<{ id: number; key: string } | undefined> => new NodeLifecycle(db).rotate(name);
 /** key revoke, by id or label; the id, or why no key was chosen. */
-export const revokeApiKey = (db: Database, idOrLabel: string): Promise<{ id: number } | { error: string }> => new NodeLifecycle(db).revokeKey(idOrLabel);
+export const revokeApiKey = (db: Database, idOrLabel: string): Promise<{ id: number } | { error: string }> =>
+  new NodeLifecycle(db).revokeKey(idOrLabel);

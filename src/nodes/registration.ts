@@ -20,7 +20,14 @@ import { isKeyOf } from '../keys.js';
 import type { NodeOutcome } from './outcome.js';
 
 /** What a worker asks for: its node's name, the keys it offered (none: a check's), its address, and the session's details. */
-export interface Registration { name: string; offered: string[]; address: string; nodeVersion: string; stats: Record<string, unknown>; capacity: number }
+export interface Registration {
+  name: string;
+  offered: string[];
+  address: string;
+  nodeVersion: string;
+  stats: Record<string, unknown>;
+  capacity: number;
+}
 
 /** The session's answer once its outcome is applied; `handoff` when a check paid for it (the route tells whether it was delivered). */
 export type Registered = { node: string; token: string; handoff?: Handoff };
@@ -28,10 +35,15 @@ export type Registered = { node: string; token: string; handoff?: Handoff };
 export type Refused = { refused: 'unproven' | 'wrong_key' };
 
 /** A keyless registration's answer: exactly one of the two is called once the answer is delivered, or is known not to be. */
-export interface Handoff { delivered: () => void; undelivered: () => Promise<void> }
+export interface Handoff {
+  delivered: () => void;
+  undelivered: () => Promise<void>;
+}
 
 export class NodeDisabledError extends Error {
-  constructor(readonly node: string) { super('Node is disabled'); }
+  constructor(readonly node: string) {
+    super('Node is disabled');
+  }
 }
 
 /** How long a keyless registration that found no check waits for one pending from its address to be given back. */
@@ -48,7 +60,10 @@ export interface SessionOpener {
 export class Registrations {
   private readonly pending = new Map<string, Set<Promise<void>>>();
 
-  constructor(private readonly db: Database, private readonly sessions: SessionOpener) {}
+  constructor(
+    private readonly db: Database,
+    private readonly sessions: SessionOpener,
+  ) {}
 
   async register(r: Registration): Promise<Registered | Refused> {
     const refused: Refused = { refused: r.offered.length > 0 ? 'wrong_key' : 'unproven' };
@@ -70,19 +85,25 @@ export class Registrations {
     // the check spent by a registration whose token nobody will read.
     const slot = `${node.id} ${r.address}`;
     let settle: () => void = () => undefined;
-    const mine = new Promise<void>((resolve) => { settle = resolve; });
+    const mine = new Promise<void>((resolve) => {
+      settle = resolve;
+    });
     this.pending.set(slot, new Set([...(this.pending.get(slot) ?? []), mine]));
-    mine.then(() => {
-      const left = this.pending.get(slot);
-      left?.delete(mine);
-      if (left?.size === 0) this.pending.delete(slot);
-    }, () => undefined);
+    mine.then(
+      () => {
+        const left = this.pending.get(slot);
+        left?.delete(mine);
+        if (left?.size === 0) this.pending.delete(slot);
+      },
+      () => undefined,
+    );
     let handed = false;
     try {
-      const attempt = () => this.db.transaction(async (tx) => {
-        const check = await useSecretCheck(tx, node.id, r.address, REGISTER_AFTER_CHECK_SECONDS);
-        return check === undefined ? undefined : { check, session: await this.sessions.open(tx, node, check.key_hash, r) };
-      });
+      const attempt = () =>
+        this.db.transaction(async (tx) => {
+          const check = await useSecretCheck(tx, node.id, r.address, REGISTER_AFTER_CHECK_SECONDS);
+          return check === undefined ? undefined : { check, session: await this.sessions.open(tx, node, check.key_hash, r) };
+        });
       let got = await attempt();
       if (!got) {
         // Those pending now (the one whose commit spent the check among them, until it was
@@ -96,7 +117,8 @@ export class Registrations {
       this.sessions.apply(session.outcome);
       handed = true;
       return {
-        node: node.name, token: session.token,
+        node: node.name,
+        token: session.token,
         handoff: {
           delivered: settle,
           undelivered: async () => {

@@ -13,7 +13,10 @@ export async function recordSecretCheck(db: Queryable, nodeId: number, clientAdd
 }
 
 /** A check's registration taken by useSecretCheck: the key it proved, and when. */
-export interface SpentCheck { key_hash: string; checked_at: Date }
+export interface SpentCheck {
+  key_hash: string;
+  checked_at: Date;
+}
 
 /**
  * Uses one registration of the check of this node from this address, if one was made within

@@ -34,12 +34,33 @@ export type Standing = (typeof STANDINGS)[number];
 // impostor (issue 31): token-level checks found the node's answers unlike its declared model's (verify/scores.ts).
 // false_request_error (issue 29): the node said a job's request was at fault, and another node answered it (verify/request-errors.ts).
 // false_score (issue 53): two other scorers of an answer contradicted the node's scores of it (verify/scores.ts).
-export const STRIKE_KINDS = Object.freeze(['disagreement', 'replay', 'too_fast', 'give_up', 'failure', 'impostor', 'false_request_error', 'false_score'] as const);
+export const STRIKE_KINDS = Object.freeze([
+  'disagreement',
+  'replay',
+  'too_fast',
+  'give_up',
+  'failure',
+  'impostor',
+  'false_request_error',
+  'false_score',
+] as const);
 export type StrikeKind = (typeof STRIKE_KINDS)[number];
 
 export const NODE_STATES = Object.freeze(['trusted', 'probation', 'suspended', 'disabled'] as const);
 export type NodeState = (typeof NODE_STATES)[number];
 
 /** Every transition, by the name its outcome carries (nodes/outcome.ts); `keys`: a reader or user key changed (repositories/api-keys.ts). */
-export const NODE_CHANGES = Object.freeze(['added', 'disabled', 'enabled', 'rotated', 'registered', 'deregistered', 'declared', 'struck', 'suspended', 'restored', 'keys'] as const);
+export const NODE_CHANGES = Object.freeze([
+  'added',
+  'disabled',
+  'enabled',
+  'rotated',
+  'registered',
+  'deregistered',
+  'declared',
+  'struck',
+  'suspended',
+  'restored',
+  'keys',
+] as const);
 export type NodeChange = (typeof NODE_CHANGES)[number];

@@ -3,17 +3,23 @@
 // session's models rather than in them, so that the declaration itself (sessions.ts) is untouched.
 import { sql, type Queryable } from '../db/database.js';
 
-export interface ModelBuild { digest?: string; quantization?: string }
+export interface ModelBuild {
+  digest?: string;
+  quantization?: string;
+}
 
 // $1 the session, $2..$4 its models (ids), digests and quantisations (NULL when not declared):
 // the session's rows become exactly these (each with either declared); the rest go. The
 // session's own row is locked first, so that two declarations of one session take turns.
-const DECLARE = sql('model_builds_declare', `WITH s AS (SELECT id FROM node_sessions WHERE id = $1::bigint FOR NO KEY UPDATE),
+const DECLARE = sql(
+  'model_builds_declare',
+  `WITH s AS (SELECT id FROM node_sessions WHERE id = $1::bigint FOR NO KEY UPDATE),
   b AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[]) AS b(model_id, digest, quantization) WHERE digest IS NOT NULL OR quantization IS NOT NULL),
   gone AS (DELETE FROM session_model_builds x USING s WHERE x.session_id = s.id AND x.model_id <> ALL(ARRAY(SELECT model_id FROM b)))
   INSERT INTO session_model_builds (session_id, model_id, digest, quantization) SELECT s.id, b.model_id, b.digest, b.quantization FROM s, b
   ON CONFLICT (session_id, model_id) DO UPDATE SET digest = EXCLUDED.digest, quantization = EXCLUDED.quantization
-    WHERE (session_model_builds.digest, session_model_builds.quantization) IS DISTINCT FROM (EXCLUDED.digest, EXCLUDED.quantization)`);
+    WHERE (session_model_builds.digest, session_model_builds.quantization) IS DISTINCT FROM (EXCLUDED.digest, EXCLUDED.quantization)`,
+);
 
 // Whether the session has any row: a worker that never declared a build (the seed's) costs one
 // indexed read per update_models, and no write.

@@ -40,19 +40,40 @@ interface Roster {
   lastUs: Uint16Array;
 }
 
-const ROSTER = sql('roster_load', `SELECT mn.node_id::int AS "nodeId", n.name,
+const ROSTER = sql(
+  'roster_load',
+  `SELECT mn.node_id::int AS "nodeId", n.name,
     (extract(epoch FROM date_trunc('milliseconds', mn.first_success_at)) * 1000)::float8 AS "firstMs",
     (extract(microseconds FROM mn.first_success_at)::int % 1000) AS "firstUs",
     (extract(epoch FROM date_trunc('milliseconds', mn.last_success_at)) * 1000)::float8 AS "lastMs",
     (extract(microseconds FROM mn.last_success_at)::int % 1000) AS "lastUs"
   FROM model_nodes mn JOIN nodes n ON n.id = mn.node_id
-  WHERE mn.model_id = $1::integer ORDER BY n.name COLLATE "C"`);
+  WHERE mn.model_id = $1::integer ORDER BY n.name COLLATE "C"`,
+);
 
-interface Row { nodeId: number; name: string; firstMs: number; firstUs: number; lastMs: number; lastUs: number }
-interface Model { id: number; version: string }
-interface Check { modelName: string; start: string | null; end: string | null; nodeIds: number[] }
+interface Row {
+  nodeId: number;
+  name: string;
+  firstMs: number;
+  firstUs: number;
+  lastMs: number;
+  lastUs: number;
+}
+interface Model {
+  id: number;
+  version: string;
+}
+interface Check {
+  modelName: string;
+  start: string | null;
+  end: string | null;
+  nodeIds: number[];
+}
 /** The model (undefined: unknown) and which of the nodes asked about are in the window. */
-interface Checked { model: Model | undefined; found: Set<number> }
+interface Checked {
+  model: Model | undefined;
+  found: Set<number>;
+}
 
 /** An instant bound (ISO UTC) as ms + µs; null = open. */
 function bound(iso: string | null, open: number): [number, number] {
@@ -104,22 +125,28 @@ export class RosterCache {
   private readonly maxAgeMs: number;
   private readonly maxModels: number;
 
-  constructor(private readonly db: Queryable, opts: RosterOptions = {}) {
+  constructor(
+    private readonly db: Queryable,
+    opts: RosterOptions = {},
+  ) {
     this.maxAgeMs = opts.maxAgeMs ?? 2_000;
     this.maxModels = opts.maxModels ?? 1_000;
-    this.checks = new Batcher(async (checks) => {
-      const rows = await db.query<{ i: number; id: number | null; version: string | null; found: number[] | null }>(ROSTER_CHECK, [
-        checks.map((c) => c.modelName),
-        checks.map((c) => sqlBound(c.start, '-infinity')),
-        checks.map((c) => sqlBound(c.end, 'infinity')),
-        checks.map((c) => `{${c.nodeIds.join(',')}}`),
-      ]);
-      const out = new Array<Checked>(checks.length);
-      for (const r of rows) {
-        out[r.i - 1] = { model: r.id === null ? undefined : { id: r.id, version: r.version! }, found: new Set((r.found ?? []).map(Number)) };
-      }
-      return out;
-    }, { maxBatch: 64, maxInFlight: 2 });
+    this.checks = new Batcher(
+      async (checks) => {
+        const rows = await db.query<{ i: number; id: number | null; version: string | null; found: number[] | null }>(ROSTER_CHECK, [
+          checks.map((c) => c.modelName),
+          checks.map((c) => sqlBound(c.start, '-infinity')),
+          checks.map((c) => sqlBound(c.end, 'infinity')),
+          checks.map((c) => `{${c.nodeIds.join(',')}}`),
+        ]);
+        const out = new Array<Checked>(checks.length);
+        for (const r of rows) {
+          out[r.i - 1] = { model: r.id === null ? undefined : { id: r.id, version: r.version! }, found: new Set((r.found ?? []).map(Number)) };
+        }
+        return out;
+      },
+      { maxBatch: 64, maxInFlight: 2 },
+    );
   }
 
   /** The roster of at least the given version; one reload at a time per model. */
@@ -152,7 +179,9 @@ export class RosterCache {
       return r;
     })();
     this.loading.set(modelName, p);
-    const done = () => { if (this.loading.get(modelName) === p) this.loading.delete(modelName); };
+    const done = () => {
+      if (this.loading.get(modelName) === p) this.loading.delete(modelName);
+    };
     p.then(done, done);
     return p;
   }

@@ -2,7 +2,11 @@
 import { sql, type Queryable } from '../db/database.js';
 import { servingSession } from '../db/rules/live.js';
 
-export interface ModelListing { name: string; points_per_job: number | null; nodes: number }
+export interface ModelListing {
+  name: string;
+  points_per_job: number | null;
+  nodes: number;
+}
 
 const FIND = sql('models_find', 'SELECT id FROM models WHERE name = $1::text');
 const INSERT = sql('models_insert', 'INSERT INTO models (name) VALUES ($1::text) ON CONFLICT (name) DO NOTHING');
@@ -12,37 +16,62 @@ const madeToday = (creator: string): string => `(SELECT count(*) FROM models WHE
 // $1 the name, $2 the user key (created_by_key) or node (created_by_node) naming it, $3 how
 // many new names it may create per UTC day: created only while it created fewer today (a race
 // of concurrent calls may pass the count together: the bound is exceeded by at most their number).
-const insertBy = (creator: 'created_by_key' | 'created_by_node') => sql(`models_insert_by_${creator.slice(11)}`, `INSERT INTO models (name, ${creator}, created_at)
+const insertBy = (creator: 'created_by_key' | 'created_by_node') =>
+  sql(
+    `models_insert_by_${creator.slice(11)}`,
+    `INSERT INTO models (name, ${creator}, created_at)
   SELECT $1::text, $2::bigint, now()
   WHERE ${madeToday(creator)} < $3::int
-  ON CONFLICT (name) DO NOTHING`);
+  ON CONFLICT (name) DO NOTHING`,
+  );
 const INSERT_BY = { key: insertBy('created_by_key'), node: insertBy('created_by_node') };
 // $1 names a session of node $2 declares, $3 that session: how many of the names are no model
 // yet, how many models the node created this UTC day, and how many models the node would serve
 // with this declaration beside its other serving sessions' (seen within $4 s, declared within $5
 // s: a worker restarted without deregistering leaves a session that serves nothing; the node is
 // not suspended, or update_models would have refused it).
-const NEW_FOR_NODE = sql('models_new_for_node', `SELECT
+const NEW_FOR_NODE = sql(
+  'models_new_for_node',
+  `SELECT
     (SELECT count(*)::int FROM unnest($1::text[]) AS x(name) WHERE NOT EXISTS (SELECT 1 FROM models m WHERE m.name = x.name)) AS unknown,
     ${madeToday('created_by_node')}::int AS today,
     (SELECT count(*)::int FROM (
       SELECT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
       JOIN nodes n ON n.id = s.node_id
       WHERE s.node_id = $2::bigint AND s.id <> $3::bigint AND ${servingSession('s', 'n', '$4', '$5')}
-      UNION SELECT unnest($1::text[])) x) AS served`);
+      UNION SELECT unnest($1::text[])) x) AS served`,
+);
 
 /** Of `names` (a declaration of session `sessionId`), how many are no model yet; the models the node created this UTC day; those it would serve with them. */
-export async function newModelsForNode(db: Queryable, names: string[], nodeId: number, sessionId: number, windows: { onlineWindow: number; modelsTtl: number }): Promise<{ unknown: number; today: number; served: number }> {
-  const [row] = await db.query<{ unknown: number; today: number; served: number }>(NEW_FOR_NODE, [names, nodeId, sessionId, windows.onlineWindow, windows.modelsTtl]);
+export async function newModelsForNode(
+  db: Queryable,
+  names: string[],
+  nodeId: number,
+  sessionId: number,
+  windows: { onlineWindow: number; modelsTtl: number },
+): Promise<{ unknown: number; today: number; served: number }> {
+  const [row] = await db.query<{ unknown: number; today: number; served: number }>(NEW_FOR_NODE, [
+    names,
+    nodeId,
+    sessionId,
+    windows.onlineWindow,
+    windows.modelsTtl,
+  ]);
   return row!;
 }
 // created: the row is new (xmax is 0 only for a row this statement inserted).
-const SET_POINTS = sql('models_set_points', `INSERT INTO models (name, points_per_job) VALUES ($1::text, $2::numeric)
+const SET_POINTS = sql(
+  'models_set_points',
+  `INSERT INTO models (name, points_per_job) VALUES ($1::text, $2::numeric)
   ON CONFLICT (name) DO UPDATE SET points_per_job = EXCLUDED.points_per_job
-  RETURNING xmax = 0 AS created`);
-const LIST = sql('models_list', `SELECT m.name, m.points_per_job::float8 AS points_per_job,
+  RETURNING xmax = 0 AS created`,
+);
+const LIST = sql(
+  'models_list',
+  `SELECT m.name, m.points_per_job::float8 AS points_per_job,
     (SELECT count(*)::int FROM model_nodes mn WHERE mn.model_id = m.id) AS nodes
-  FROM models m ORDER BY m.name COLLATE "C"`);
+  FROM models m ORDER BY m.name COLLATE "C"`,
+);
 
 // Model ids never change and models are never deleted, so name → id is cached per database.
 const idCache = new WeakMap<Queryable, Map<string, number>>();
@@ -71,7 +100,12 @@ export async function ensureModelId(db: Queryable, name: string): Promise<number
  * undefined beyond that (one key or node cannot grow the models table, and the rows and lists
  * per model, without bound).
  */
-export async function ensureModelIdFor(db: Queryable, name: string, by: { key: number } | { node: number }, perDay: number): Promise<number | undefined> {
+export async function ensureModelIdFor(
+  db: Queryable,
+  name: string,
+  by: { key: number } | { node: number },
+  perDay: number,
+): Promise<number | undefined> {
   const cache = idCache.get(db);
   const cached = cache?.get(name);
   if (cached !== undefined) return cached;

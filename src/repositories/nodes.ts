@@ -4,21 +4,38 @@ import { sql, type Queryable } from '../db/database.js';
 import { nodeSuspended } from '../db/rules/suspended.js';
 
 /** suspended: its answers failed verification (src/verify/standing.ts). */
-export interface NodeRow { id: number; name: string; disabled: boolean; suspended: boolean }
+export interface NodeRow {
+  id: number;
+  name: string;
+  disabled: boolean;
+  suspended: boolean;
+}
 export interface NodeListing {
-  name: string; disabled: boolean; created_at: string; last_day_with_points: string | null; total_points: number;
-  online: boolean; last_seen_at: string | null; models: string[]; open_leases: number;
+  name: string;
+  disabled: boolean;
+  created_at: string;
+  last_day_with_points: string | null;
+  total_points: number;
+  online: boolean;
+  last_seen_at: string | null;
+  models: string[];
+  open_leases: number;
   /** trusted, probation or suspended (src/verify/standing.ts). */
   standing: string;
 }
 
 /** SQL: whether node `n` is suspended (src/verify/standing.ts), for statements over nodes n. */
 export const NODE_SUSPENDED = nodeSuspended('n.id');
-const BY_KEY = sql('nodes_by_key', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended FROM nodes n WHERE n.key_hash = $1::text`);
+const BY_KEY = sql(
+  'nodes_by_key',
+  `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended FROM nodes n WHERE n.key_hash = $1::text`,
+);
 const COUNT = sql('nodes_count', 'SELECT count(*)::int AS n FROM nodes');
 // $1 the online window, $2 MODELS_TTL, both in seconds. A node's live sessions: not ended,
 // begun with its current key (repositories/sessions.ts).
-const LIST = sql('nodes_list', `SELECT n.name, n.disabled_at IS NOT NULL AS disabled, to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at,
+const LIST = sql(
+  'nodes_list',
+  `SELECT n.name, n.disabled_at IS NOT NULL AS disabled, to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at,
     (SELECT max(day)::text FROM node_daily_points p WHERE p.node_id = n.id) AS last_day_with_points,
     coalesce((SELECT sum(points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total_points,
     n.disabled_at IS NULL AND coalesce(s.live_seen_at > now() - make_interval(secs => $1::float8), false) AS online,
@@ -32,7 +49,8 @@ const LIST = sql('nodes_list', `SELECT n.name, n.disabled_at IS NOT NULL AS disa
   LEFT JOIN LATERAL (SELECT max(x.last_seen_at) FILTER (WHERE x.ended_at IS NULL AND x.node_key_hash = n.key_hash) AS live_seen_at,
       max(x.last_seen_at) AS last_seen_at
     FROM node_sessions x WHERE x.node_id = n.id) s ON true
-  ORDER BY n.name COLLATE "C"`);
+  ORDER BY n.name COLLATE "C"`,
+);
 
 export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<NodeRow | undefined> {
   const [row] = await db.query<NodeRow>(BY_KEY, [hash]);

@@ -15,15 +15,27 @@
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher, type BatcherOptions } from '../db/batcher.js';
 
-export interface DayPoints { date: string; points: number }
+export interface DayPoints {
+  date: string;
+  points: number;
+}
 
-interface Ask { nodeName: string; days: number }
+interface Ask {
+  nodeName: string;
+  days: number;
+}
 /** points: the last `days` days, oldest first; undefined when no node has that name. */
-interface Answer { today: string; version: string; points: number[] | undefined }
+interface Answer {
+  today: string;
+  version: string;
+  points: number[] | undefined;
+}
 
 // $1 names, $2 numbers of days (same length), $3 today for tests (NULL: the database's UTC
 // day). OFFSET 0 keeps the name lookup from being inlined and run again per day.
-export const DAILY_POINTS_SQL = sql('points_daily', `SELECT q.i::int AS i, b.today::text AS today,
+export const DAILY_POINTS_SQL = sql(
+  'points_daily',
+  `SELECT q.i::int AS i, b.today::text AS today,
     (SELECT version::text FROM points_history) AS version,
     CASE WHEN q.node_id IS NOT NULL THEN (
       SELECT array_agg(coalesce(p.points, 0)::float8 ORDER BY k DESC)
@@ -36,11 +48,15 @@ export const DAILY_POINTS_SQL = sql('points_daily', `SELECT q.i::int AS i, b.tod
   CROSS JOIN LATERAL (
     SELECT u.i, u.days, (SELECT id FROM nodes WHERE name = u.name) AS node_id
     FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(name, days, i)
-    OFFSET 0) q`);
+    OFFSET 0) q`,
+);
 
 async function fetchPoints(db: Queryable, asks: readonly Ask[], today?: string): Promise<Answer[]> {
-  const rows = await db.query<{ i: number; today: string; version: string; points: number[] | null }>(
-    DAILY_POINTS_SQL, [asks.map((a) => a.nodeName), asks.map((a) => a.days), today ?? null]);
+  const rows = await db.query<{ i: number; today: string; version: string; points: number[] | null }>(DAILY_POINTS_SQL, [
+    asks.map((a) => a.nodeName),
+    asks.map((a) => a.days),
+    today ?? null,
+  ]);
   const out = new Array<Answer>(asks.length);
   for (const r of rows) out[r.i - 1] = { today: r.today, version: r.version, points: r.points?.map(Number) };
   return out;
@@ -59,8 +75,11 @@ function dayItems(today: string, points: readonly number[]): string[] {
   });
 }
 
-const TOTAL = sql('points_total', `SELECT coalesce((SELECT sum(p.points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total
-  FROM nodes n WHERE n.name = $1::text`);
+const TOTAL = sql(
+  'points_total',
+  `SELECT coalesce((SELECT sum(p.points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total
+  FROM nodes n WHERE n.name = $1::text`,
+);
 
 /** A node's points over all time; undefined when no node has that name. */
 export async function nodeTotalPoints(db: Queryable, nodeName: string): Promise<number | undefined> {
@@ -69,7 +88,11 @@ export async function nodeTotalPoints(db: Queryable, nodeName: string): Promise<
 }
 
 /** A node's settled days: `items` end the day before yesterday of `today`. */
-interface Settled { today: string; version: string; items: string[] }
+interface Settled {
+  today: string;
+  version: string;
+  items: string[];
+}
 
 export interface PointsLoaderOptions {
   batch?: BatcherOptions;
@@ -86,7 +109,10 @@ export class PointsLoader {
   private items = 0;
   private readonly maxItems: number;
 
-  constructor(private readonly db: Queryable, opts: PointsLoaderOptions = {}) {
+  constructor(
+    private readonly db: Queryable,
+    opts: PointsLoaderOptions = {},
+  ) {
     this.batcher = new Batcher((asks) => fetchPoints(db, asks, opts.today?.()), opts.batch ?? { maxBatch: 64, maxInFlight: 4 });
     this.maxItems = opts.maxItems ?? 500_000;
   }

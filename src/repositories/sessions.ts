@@ -21,40 +21,64 @@ export interface SessionRow {
   capable?: boolean;
 }
 
-export interface SessionListing { node: string; session: number; node_version: string; capacity: number; models: string[]; started_at: string; last_seen_at: string; open_leases: number }
+export interface SessionListing {
+  node: string;
+  session: number;
+  node_version: string;
+  capacity: number;
+  models: string[];
+  started_at: string;
+  last_seen_at: string;
+  open_leases: number;
+}
 
-const NODE_FOR_REGISTRATION = sql('sessions_node_by_name', `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended, n.key_hash
-  FROM nodes n WHERE n.name = $1::text`);
+const NODE_FOR_REGISTRATION = sql(
+  'sessions_node_by_name',
+  `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended, n.key_hash
+  FROM nodes n WHERE n.name = $1::text`,
+);
 
 // $2: the MODELS_TTL in seconds.
 // A suspended node (src/verify/) serves nothing: its session has no models.
-const BY_TOKEN = sql('sessions_by_token', `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
+const BY_TOKEN = sql(
+  'sessions_by_token',
+  `SELECT s.id, s.node_id, n.name, s.capacity, ${NODE_SUSPENDED} AS suspended,
     CASE WHEN ${modelsDeclared('s', '$2')} AND NOT ${NODE_SUSPENDED} THEN s.models ELSE '{}' END AS models,
     s.model_caps, s.model_contexts
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
-  WHERE s.token_hash = $1::text AND ${sessionHolds('s', 'n')}`);
+  WHERE s.token_hash = $1::text AND ${sessionHolds('s', 'n')}`,
+);
 // $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none); $4
 // the server's id; $5 the context length of each model of $2 (aligned; 0: none declared, '{}'
 // when the worker declared none: jobs/context.ts). A new set is the node lifecycle's transition
 // `declared` (src/nodes/states.ts), announced by this statement (nodes_announce(),
 // migrations/0016_node_lifecycle.sql): sessions are cached with their models, capabilities and contexts.
-const DECLARE = sql('sessions_declare_models', `WITH old AS (
+const DECLARE = sql(
+  'sessions_declare_models',
+  `WITH old AS (
     SELECT models, model_caps, model_contexts FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
   UPDATE node_sessions s SET models = $2::int[], model_caps = $3::int[], model_contexts = $5::int[], models_declared_at = now(), last_seen_at = now()
   FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before,
     CASE WHEN old.models IS DISTINCT FROM $2::int[] OR old.model_caps IS DISTINCT FROM $3::int[] OR old.model_contexts IS DISTINCT FROM $5::int[]
-      THEN nodes_announce($4::text, 'declared', s.node_id, s.id) END AS announced`);
-const TOUCH = sql('sessions_touch', `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
-  FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`);
+      THEN nodes_announce($4::text, 'declared', s.node_id, s.id) END AS announced`,
+);
+const TOUCH = sql(
+  'sessions_touch',
+  `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
+  FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`,
+);
 // Live sessions, with their node, models and open leases.
-const LIST = sql('sessions_list', `SELECT n.name AS node, s.id::int AS session, s.node_version, s.capacity,
+const LIST = sql(
+  'sessions_list',
+  `SELECT n.name AS node, s.id::int AS session, s.node_version, s.capacity,
     ARRAY(SELECT m.name FROM models m WHERE m.id = ANY(s.models) ORDER BY m.name COLLATE "C") AS models,
     to_char(s.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started_at,
     to_char(s.last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS last_seen_at,
     (SELECT count(*)::int FROM job_leases l WHERE l.session_id = s.id AND l.ended_at IS NULL) AS open_leases
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE ${sessionHolds('s', 'n')}
-  ORDER BY n.name COLLATE "C", s.id`);
+  ORDER BY n.name COLLATE "C", s.id`,
+);
 
 export type RegistrationNode = NodeRow & { key_hash: string };
 
@@ -64,12 +88,29 @@ export async function findNodeForRegistration(db: Queryable, name: string): Prom
 }
 
 export async function findSessionByTokenHash(db: Queryable, hash: string, modelsTtlSeconds: number): Promise<SessionRow | undefined> {
-  const [row] = await db.query<{ id: number; node_id: number; name: string; capacity: number; suspended: boolean; models: number[]; model_caps: number[]; model_contexts: number[] }>(BY_TOKEN, [hash, modelsTtlSeconds]);
+  const [row] = await db.query<{
+    id: number;
+    node_id: number;
+    name: string;
+    capacity: number;
+    suspended: boolean;
+    models: number[];
+    model_caps: number[];
+    model_contexts: number[];
+  }>(BY_TOKEN, [hash, modelsTtlSeconds]);
   if (!row) return undefined;
   const models = row.models.map(Number);
   const caps = models.map((_, i) => Number(row.model_caps[i] ?? 0));
   const contexts = models.map((_, i) => Number(row.model_contexts[i] ?? 0));
-  return { id: Number(row.id), node: { id: Number(row.node_id), name: row.name, disabled: false, suspended: row.suspended }, capacity: row.capacity, models, caps, contexts, capable: row.model_caps.length > 0 };
+  return {
+    id: Number(row.id),
+    node: { id: Number(row.node_id), name: row.name, disabled: false, suspended: row.suspended },
+    capacity: row.capacity,
+    models,
+    caps,
+    contexts,
+    capable: row.model_caps.length > 0,
+  };
 }
 
 /**
@@ -78,7 +119,14 @@ export async function findSessionByTokenHash(db: Queryable, hash: string, models
  * `server`'s (nodes/lifecycle.ts declare() applies it). Answers the announcement's item, null
  * when nothing changed; undefined: no live session.
  */
-export async function declareModels(db: Queryable, sessionId: number, modelIds: number[], caps?: Map<number, number>, server = '', contexts?: Map<number, number>): Promise<string | null | undefined> {
+export async function declareModels(
+  db: Queryable,
+  sessionId: number,
+  modelIds: number[],
+  caps?: Map<number, number>,
+  server = '',
+  contexts?: Map<number, number>,
+): Promise<string | null | undefined> {
   const sorted = [...new Set(modelIds)].sort((a, b) => a - b);
   const aligned = caps ? sorted.map((m) => caps.get(m) ?? 0) : [];
   const lengths = contexts && contexts.size > 0 ? sorted.map((m) => contexts.get(m) ?? 0) : [];

@@ -23,21 +23,27 @@ const inWindow = (s: string, e: string) => `
 
 // $1 model name, $2 start, $3 end (timestamptz; ±infinity for open sides). The sorted names
 // leave the database as one JSON array.
-export const UNIQUE_NODES = sql('unique_nodes', `
+export const UNIQUE_NODES = sql(
+  'unique_nodes',
+  `
 SELECT coalesce(json_agg(q.name ORDER BY q.name COLLATE "C"), '[]')::text AS nodes FROM (
   SELECT n.name FROM model_nodes mn JOIN nodes n ON n.id = mn.node_id
   WHERE mn.model_id = (SELECT id FROM models WHERE name = $1::text)
-    AND ${inWindow('$2::timestamptz', '$3::timestamptz')}) q`);
+    AND ${inWindow('$2::timestamptz', '$3::timestamptz')}) q`,
+);
 
 // For many requests at once (db/batcher.ts): each model's id and roster version, and which of
 // the given nodes ($4, as array literals) are in that request's window. $1 model names, $2
 // starts, $3 ends. The version is read in the same snapshot as the decision.
-export const ROSTER_CHECK = sql('roster_check', `SELECT q.i::int AS i, m.id, m.roster_version::text AS version,
+export const ROSTER_CHECK = sql(
+  'roster_check',
+  `SELECT q.i::int AS i, m.id, m.roster_version::text AS version,
     CASE WHEN m.id IS NOT NULL AND q.nodes <> '{}' THEN ARRAY(
       SELECT mn.node_id::int FROM model_nodes mn
       WHERE mn.model_id = m.id AND mn.node_id = ANY(q.nodes::bigint[]) AND ${inWindow('q.s', 'q.e')}) END AS found
   FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS q(name, s, e, nodes, i)
-  LEFT JOIN models m ON m.name = q.name`);
+  LEFT JOIN models m ON m.name = q.name`,
+);
 
 export const bound = (v: string | null, open: string): string => v ?? open;
 

@@ -83,11 +83,14 @@ history AS (
 // results (parallel arrays); $6 the default points of a success; $7 the time (NULL: the
 // database's clock); $8 whether $7 is an explicit time. A success earns the model's
 // points_per_job as it is at this statement. Answers the recorded job ids with their points.
-export const CREDIT_REPORTS = sql('results_credit', `WITH input AS (
+export const CREDIT_REPORTS = sql(
+  'results_credit',
+  `WITH input AS (
   SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
     CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
     coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
   FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
   JOIN models m ON m.id = q.model_id
 ),
-${CREDIT_PART}SELECT job_id, points::float8 AS points FROM credited`);
+${CREDIT_PART}SELECT job_id, points::float8 AS points FROM credited`,
+);

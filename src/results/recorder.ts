@@ -36,19 +36,30 @@ export type RecordOutcome =
   | { kind: 'replayed'; status: ResultStatus }
   | { kind: 'conflict'; detail: string };
 
-interface Credit { report: Report; modelId: number }
+interface Credit {
+  report: Report;
+  modelId: number;
+}
 
 // A row past retention keeps its result's hash instead of its body (src/retention/sql.ts): the
 // report is then the same if its result hashes the same (jsonb text is canonical: key order
 // does not matter, as with the comparison of bodies).
-const LOCK_EXISTING = sql('results_lock_existing', `SELECT r.node_id, r.model_id, r.status,
+const LOCK_EXISTING = sql(
+  'results_lock_existing',
+  `SELECT r.node_id, r.model_id, r.status,
     CASE WHEN r.result = 'null'::jsonb THEN r.result_hash = sha256(convert_to($2::jsonb::text, 'UTF8')) ELSE r.result = $2::jsonb END AS same_result
-  FROM job_results r WHERE r.job_id = $1::text FOR UPDATE`);
+  FROM job_results r WHERE r.job_id = $1::text FOR UPDATE`,
+);
 
 const EXISTS = sql('results_exists', 'SELECT EXISTS (SELECT 1 FROM job_results WHERE job_id = $1::text) AS found');
 
 /** reversed: a success whose points verification took back (src/verify/reversal.ts); final. */
-interface Existing { node_id: number; model_id: number; status: ResultStatus | 'reversed'; same_result: boolean }
+interface Existing {
+  node_id: number;
+  model_id: number;
+  status: ResultStatus | 'reversed';
+  same_result: boolean;
+}
 
 /** The report's explicit time as ISO text, or null for the database's clock. */
 const explicitTime = (r: Report): string | null => (r.receivedAt instanceof Date ? r.receivedAt.toISOString() : (r.receivedAt ?? null));
@@ -122,7 +133,10 @@ export class ResultRecorder {
   private readonly batcher: Batcher<Credit, number | undefined>;
   private readonly clock?: () => string;
 
-  constructor(private readonly db: Database, opts: RecorderOptions = {}) {
+  constructor(
+    private readonly db: Database,
+    opts: RecorderOptions = {},
+  ) {
     // alone: one report the database refuses (a value it cannot take) must not fail the others
     // of its batch; alone, each gets its own answer (db/batcher.ts).
     this.batcher = new Batcher((batch) => this.creditBatch(batch), { ...(opts.batch ?? { maxBatch: 64, maxInFlight: 4 }), alone: true });

@@ -4,7 +4,17 @@
 // lock (it is pruning: this server stops its look), or the server stops. A failure is reported
 // through `error` and the next look tries again; it never escapes.
 import type { Database } from '../db/database.js';
-import { CHECKPOINT, PRUNE_CANARIES, PRUNE_JOBS, PRUNE_LANES, PRUNE_RESULTS, PRUNE_SESSIONS, PRUNE_TOKEN_CHECKS, PRUNE_USAGE, VACUUM } from './sql.js';
+import {
+  CHECKPOINT,
+  PRUNE_CANARIES,
+  PRUNE_JOBS,
+  PRUNE_LANES,
+  PRUNE_RESULTS,
+  PRUNE_SESSIONS,
+  PRUNE_TOKEN_CHECKS,
+  PRUNE_USAGE,
+  VACUUM,
+} from './sql.js';
 
 export interface RetentionOptions {
   /** JOB_RETENTION in seconds: finished jobs older than this lose their payloads; 0 keeps everything. */
@@ -47,7 +57,11 @@ export class Retention {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
-  constructor(private readonly db: Database, private readonly opts: RetentionOptions, private readonly events: RetentionEvents) {}
+  constructor(
+    private readonly db: Database,
+    private readonly opts: RetentionOptions,
+    private readonly events: RetentionEvents,
+  ) {}
 
   get enabled(): boolean {
     return this.opts.window > 0;
@@ -57,7 +71,9 @@ export class Retention {
   start(everySeconds: number): void {
     if (!this.enabled) return;
     this.prune().catch(this.events.error);
-    this.timer = setInterval(() => { this.prune().catch(this.events.error); }, everySeconds * 1000);
+    this.timer = setInterval(() => {
+      this.prune().catch(this.events.error);
+    }, everySeconds * 1000);
     this.timer.unref();
   }
 
@@ -65,14 +81,19 @@ export class Retention {
   prune(): Promise<RetentionReport | undefined> {
     if (this.stopped || !this.enabled) return Promise.resolve(undefined);
     this.running ??= this.look()
-      .then((report) => {
-        if (pruned(report)) this.events.pruned(report);
-        return report;
-      }, (err: unknown) => {
-        this.events.error(err);
-        return undefined;
-      })
-      .finally(() => { this.running = undefined; });
+      .then(
+        (report) => {
+          if (pruned(report)) this.events.pruned(report);
+          return report;
+        },
+        (err: unknown) => {
+          this.events.error(err);
+          return undefined;
+        },
+      )
+      .finally(() => {
+        this.running = undefined;
+      });
     return this.running;
   }
 
@@ -82,17 +103,56 @@ export class Retention {
     const params = () => [this.opts.now?.().toISOString() ?? null, this.opts.window, batch];
     // Bodies first, then the jobs: both follow time, so each is a walk of its oldest rows.
     for (const [statement, add] of [
-      [PRUNE_RESULTS, (r: Row) => { report.results += r.rows; }],
-      [PRUNE_JOBS, (r: Row) => { report.jobs += r.rows; report.leases += r.leases ?? 0; }],
-      [PRUNE_CANARIES, (r: Row) => { report.canaries += r.rows; }],
-      [PRUNE_USAGE, (r: Row) => { report.usage += r.rows; }],
-      [PRUNE_LANES, (r: Row) => { report.lanes += r.rows; }],
-      [PRUNE_SESSIONS, (r: Row) => { report.sessions += r.rows; }],
-      [PRUNE_TOKEN_CHECKS, (r: Row) => { report.tokenChecks += r.rows; }],
+      [
+        PRUNE_RESULTS,
+        (r: Row) => {
+          report.results += r.rows;
+        },
+      ],
+      [
+        PRUNE_JOBS,
+        (r: Row) => {
+          report.jobs += r.rows;
+          report.leases += r.leases ?? 0;
+        },
+      ],
+      [
+        PRUNE_CANARIES,
+        (r: Row) => {
+          report.canaries += r.rows;
+        },
+      ],
+      [
+        PRUNE_USAGE,
+        (r: Row) => {
+          report.usage += r.rows;
+        },
+      ],
+      [
+        PRUNE_LANES,
+        (r: Row) => {
+          report.lanes += r.rows;
+        },
+      ],
+      [
+        PRUNE_SESSIONS,
+        (r: Row) => {
+          report.sessions += r.rows;
+        },
+      ],
+      [
+        PRUNE_TOKEN_CHECKS,
+        (r: Row) => {
+          report.tokenChecks += r.rows;
+        },
+      ],
     ] as const) {
       while (!this.stopped) {
         const [row] = await this.db.query<Row>(statement, params());
-        if (!row!.locked) { report.busy = true; return report; }
+        if (!row!.locked) {
+          report.busy = true;
+          return report;
+        }
         add(row!);
         if (row!.rows < batch) break;
         // Between batches, the event loop (and the pool) serve requests first.
@@ -113,6 +173,10 @@ export class Retention {
   }
 }
 
-interface Row { locked: boolean; rows: number; leases?: number }
+interface Row {
+  locked: boolean;
+  rows: number;
+  leases?: number;
+}
 
 const pruned = (r: RetentionReport): boolean => r.jobs + r.results + r.usage + r.lanes + r.sessions + r.tokenChecks + r.canaries > 0;

@@ -26,7 +26,9 @@ const BOUND = `SELECT least(coalesce($1::timestamptz, now()) - make_interval(sec
 // time) and the record exactly-once crediting needs — a repeat of the report finds its job id
 // (the primary key) and is compared with the hash (results/recorder.ts): a replay, never a
 // second credit. Returns whether the lock was had, and the rows pruned.
-export const PRUNE_RESULTS = sql('retention_prune_results', `WITH lock AS (${LOCKED}),
+export const PRUNE_RESULTS = sql(
+  'retention_prune_results',
+  `WITH lock AS (${LOCKED}),
 bound AS (${BOUND}),
 chosen AS (
   SELECT r.job_id FROM job_results r
@@ -38,7 +40,8 @@ pruned AS (
   FROM chosen c WHERE r.job_id = c.job_id
   RETURNING 1
 )
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM pruned) AS rows`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM pruned) AS rows`,
+);
 
 // Finished jobs: the oldest past the bound (index jobs_finished) are deleted with their leases
 // (job_leases: attempts, partial output, usage, the job keys' hashes) — request, answer, usage
@@ -48,7 +51,9 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM pruned) AS r
 // A job key of a deleted lease is unknown from then on: its report is refused (400, credits
 // nothing); the job's credit is in job_results, which a node-key report of the same job id
 // meets (a replay or a conflict, never a second credit).
-export const PRUNE_JOBS = sql('retention_prune_jobs', `WITH lock AS (${LOCKED}),
+export const PRUNE_JOBS = sql(
+  'retention_prune_jobs',
+  `WITH lock AS (${LOCKED}),
 bound AS (${BOUND}),
 chosen AS (
   SELECT j.id FROM jobs j
@@ -59,13 +64,16 @@ chosen AS (
 ),
 leases AS (DELETE FROM job_leases l USING chosen c WHERE l.job_id = c.id RETURNING 1),
 gone AS (DELETE FROM jobs j USING chosen c WHERE j.id = c.id RETURNING 1)
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows, (SELECT count(*)::int FROM leases) AS leases`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows, (SELECT count(*)::int FROM leases) AS leases`,
+);
 
 // Canary references (canaries, migrations/0020_canaries.sql): each holds a job's request and
 // answer, so it goes by the same bound as finished jobs (past the window, and never before the
 // ledger closed its day), measured from when it was kept — no later than its job, which a canary
 // needs (verify/canaries.ts sends none whose job is gone).
-export const PRUNE_CANARIES = sql('retention_prune_canaries', `WITH lock AS (${LOCKED}),
+export const PRUNE_CANARIES = sql(
+  'retention_prune_canaries',
+  `WITH lock AS (${LOCKED}),
 bound AS (${BOUND}),
 chosen AS (
   SELECT c.job_id FROM canaries c
@@ -73,7 +81,8 @@ chosen AS (
   ORDER BY c.at LIMIT $3::int FOR UPDATE SKIP LOCKED
 ),
 gone AS (DELETE FROM canaries c USING chosen x WHERE c.job_id = x.job_id RETURNING 1)
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`,
+);
 
 // Counters and sessions (no payload, but rows that would grow without end): each statement
 // deletes only rows older than STALE — the retention window, and never less than 8 days, longer
@@ -85,7 +94,9 @@ const STALE = `SELECT coalesce($1::timestamptz, now()) - make_interval(secs => g
 // today's only; settling a job writes its own usage_day (carried by its row of usage_owed), so
 // no day that an open job counts on is touched (its jobs are queued or leased; the sweeper ends
 // them within MAX_JOB_TIMEOUT).
-export const PRUNE_USAGE = sql('retention_prune_usage', `WITH lock AS (${LOCKED}),
+export const PRUNE_USAGE = sql(
+  'retention_prune_usage',
+  `WITH lock AS (${LOCKED}),
 stale AS (${STALE}),
 open_days AS (SELECT min(j.usage_day) AS first FROM jobs j WHERE j.state IN ('queued', 'leased')),
 chosen AS (
@@ -95,7 +106,8 @@ chosen AS (
   ORDER BY u.day LIMIT $3::int FOR UPDATE SKIP LOCKED
 ),
 gone AS (DELETE FROM key_usage u USING chosen c WHERE (u.key_id, u.day, u.model_id) = (c.key_id, c.day, c.model_id) RETURNING 1)
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`,
+);
 
 // Fair-queue lanes (fair_lanes, migrations/0011_fair_shares.sql) whose last key is before STALE
 // and at least one step (1/priority) behind their model's virtual time (its smallest queued
@@ -104,7 +116,9 @@ SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS row
 // with a job still queued is never behind: its last key is at least that job's.) The submit
 // statement upserts the lane under its row lock: a lane it holds is skipped; one deleted here
 // first is created afresh, as it would have been treated.
-export const PRUNE_LANES = sql('retention_prune_lanes', `WITH lock AS (${LOCKED}),
+export const PRUNE_LANES = sql(
+  'retention_prune_lanes',
+  `WITH lock AS (${LOCKED}),
 stale AS (${STALE}),
 chosen AS (
   SELECT f.owner_key_id, f.model_id FROM fair_lanes f LEFT JOIN api_keys k ON k.id = f.owner_key_id
@@ -115,13 +129,16 @@ chosen AS (
   ORDER BY f.last_key LIMIT $3::int FOR UPDATE OF f SKIP LOCKED
 ),
 gone AS (DELETE FROM fair_lanes f USING chosen c WHERE (f.owner_key_id, f.model_id) = (c.owner_key_id, c.model_id) RETURNING 1)
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`,
+);
 
 // Worker sessions not seen since before STALE, ended (deregistered) or not (the worker crashed or
 // was switched off): none is live (a live session is seen within NODE_ONLINE_WINDOW) and none
 // holds a lease (an open lease expires within LEASE_TIMEOUT). Each node keeps its last-seen
 // session, whose time `ins node list` and the node view show as "last seen".
-export const PRUNE_SESSIONS = sql('retention_prune_sessions', `WITH lock AS (${LOCKED}),
+export const PRUNE_SESSIONS = sql(
+  'retention_prune_sessions',
+  `WITH lock AS (${LOCKED}),
 stale AS (${STALE}),
 chosen AS (
   SELECT s.id FROM node_sessions s
@@ -131,13 +148,16 @@ chosen AS (
   ORDER BY s.last_seen_at LIMIT $3::int FOR UPDATE SKIP LOCKED
 ),
 gone AS (DELETE FROM node_sessions s USING chosen c WHERE s.id = c.id RETURNING 1)
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`,
+);
 
 // Token-level check records (token_checks, migrations/0017_token_checks.sql) judged before
 // STALE: a flag reverses the jobs whose checks built its evidence (verify/scores.ts), and those
 // jobs' bodies are pruned by the window too; the per-node sums (node_token_evidence, one row per
 // node and model) stay.
-export const PRUNE_TOKEN_CHECKS = sql('retention_prune_token_checks', `WITH lock AS (${LOCKED}),
+export const PRUNE_TOKEN_CHECKS = sql(
+  'retention_prune_token_checks',
+  `WITH lock AS (${LOCKED}),
 stale AS (${STALE}),
 chosen AS (
   SELECT c.check_id FROM token_checks c
@@ -145,7 +165,8 @@ chosen AS (
   ORDER BY c.at LIMIT $3::int FOR UPDATE SKIP LOCKED
 ),
 gone AS (DELETE FROM token_checks c USING chosen x WHERE c.check_id = x.check_id RETURNING 1)
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM gone) AS rows`,
+);
 
 // The embedded database (PGlite) runs no autovacuum and no checkpointer: after a look that
 // deleted rows, the server vacuums the tables itself, so that their space is reused rather

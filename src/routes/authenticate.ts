@@ -13,14 +13,22 @@ import type { Deps } from './types.js';
 export { bearerToken, requestKey };
 
 /** A suspended node's key or session asking to serve or report (src/verify/standing.ts). */
-export const SUSPENDED_DETAIL = "Node is suspended: its answers failed verification (GET /network/nodes/NAME with the node's key shows its standing and strikes counting; the network's operator sees the evidence with: ins node audit NAME)";
+export const SUSPENDED_DETAIL =
+  "Node is suspended: its answers failed verification (GET /network/nodes/NAME with the node's key shows its standing and strikes counting; the network's operator sees the evidence with: ins node audit NAME)";
 
-export async function authenticateRequest({ service: { db, principals, options }, limiters, metrics }: Deps, req: FastifyRequest, key: string): Promise<Principal> {
-  const principal = await authenticate(db, key, { cache: principals, onLookup: (source) => metrics.keyLookups.inc({ source }), modelsTtlSeconds: options.coordinator.modelsTtl });
+export async function authenticateRequest(
+  { service: { db, principals, options }, limiters, metrics }: Deps,
+  req: FastifyRequest,
+  key: string,
+): Promise<Principal> {
+  const principal = await authenticate(db, key, {
+    cache: principals,
+    onLookup: (source) => metrics.keyLookups.inc({ source }),
+    modelsTtlSeconds: options.coordinator.modelsTtl,
+  });
   if (!principal) return limiters.failures.refuse(req.ip, new HttpError(401, 'Invalid API key'));
   return principal;
 }
-
 
 /** The worker session of the request's bearer token (401 without a valid one). */
 export async function authenticateSession(deps: Deps, req: FastifyRequest): Promise<SessionRow> {

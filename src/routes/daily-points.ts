@@ -23,25 +23,29 @@ declare module 'fastify' {
 export function dailyPointsRoute(app: App, deps: Deps): void {
   const { limiters } = deps;
   const { points } = deps.service;
-  app.post('/daily_points', {
-    schema: {
-      body: DailyPointsRequest,
-      response: DailyPointsResponses,
+  app.post(
+    '/daily_points',
+    {
+      schema: {
+        body: DailyPointsRequest,
+        response: DailyPointsResponses,
+      },
+      ...(limiters.reads ? { preHandler: limiters.reads } : {}),
+      preValidation: async (req: FastifyRequest) => {
+        // FastAPI decodes the body before any dependency: malformed JSON is its 422, key or not.
+        if (req.body instanceof MalformedJson) return;
+        const key = headerKey(req);
+        if (!key) throw new HttpError(401, 'Not authenticated');
+        req.principal = await authenticateRequest(deps, req, key);
+      },
     },
-    ...(limiters.reads ? { preHandler: limiters.reads } : {}),
-    preValidation: async (req: FastifyRequest) => {
-      // FastAPI decodes the body before any dependency: malformed JSON is its 422, key or not.
-      if (req.body instanceof MalformedJson) return;
-      const key = headerKey(req);
-      if (!key) throw new HttpError(401, 'Not authenticated');
-      req.principal = await authenticateRequest(deps, req, key);
+    async (req, reply) => {
+      const { node_name, last_days } = req.body;
+      checkNodeRead(req, req.principal!, node_name);
+      const days = await points.loadJson(node_name, last_days);
+      if (days === undefined) throw new HttpError(404, 'Node not found');
+      // Already the response's JSON (repositories/points.ts); a string is sent as it is.
+      return reply.type('application/json; charset=utf-8').send(days as never);
     },
-  }, async (req, reply) => {
-    const { node_name, last_days } = req.body;
-    checkNodeRead(req, req.principal!, node_name);
-    const days = await points.loadJson(node_name, last_days);
-    if (days === undefined) throw new HttpError(404, 'Node not found');
-    // Already the response's JSON (repositories/points.ts); a string is sent as it is.
-    return reply.type('application/json; charset=utf-8').send(days as never);
-  });
+  );
 }

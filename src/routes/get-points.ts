@@ -7,11 +7,13 @@ import type { App, Deps } from './types.js';
 import { rideOutage } from '../db/outage.js';
 
 export function getPointsRoute(app: App, deps: Deps): void {
-  app.get('/get_points', { schema: { querystring: GetPointsQuery, response: GetPointsResponses } }, (req) => rideOutage(async () => {
-    const { node_name } = req.query;
-    await authorizeNodeRead(deps, req, node_name);
-    const total = await deps.service.points.total(node_name);
-    if (total === undefined) throw new HttpError(404, 'Node not found');
-    return { node_name, points: Math.round(total * 100) / 100, pointsraw: total };
-  }));
+  app.get('/get_points', { schema: { querystring: GetPointsQuery, response: GetPointsResponses } }, (req) =>
+    rideOutage(async () => {
+      const { node_name } = req.query;
+      await authorizeNodeRead(deps, req, node_name);
+      const total = await deps.service.points.total(node_name);
+      if (total === undefined) throw new HttpError(404, 'Node not found');
+      return { node_name, points: Math.round(total * 100) / 100, pointsraw: total };
+    }),
+  );
 }

@@ -5,8 +5,16 @@
 import { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import {
-  LedgerDayParams, LedgerDayResponses, LedgerDaysQuery, LedgerDaysResponses, LedgerExportParams, LedgerExportQuery, LedgerExportResponses,
-  LedgerKeyResponses, LedgerNodeDayParams, LedgerNodeDayResponses,
+  LedgerDayParams,
+  LedgerDayResponses,
+  LedgerDaysQuery,
+  LedgerDaysResponses,
+  LedgerExportParams,
+  LedgerExportQuery,
+  LedgerExportResponses,
+  LedgerKeyResponses,
+  LedgerNodeDayParams,
+  LedgerNodeDayResponses,
 } from '../generated/schemas.js';
 import { isDay } from '../ledger-format/encoding.js';
 import type { ClosedDay } from '../ledger/read.js';
@@ -22,7 +30,10 @@ function checkedDay(day: string): string {
 }
 
 function stream(reply: FastifyReply, type: string, chunks: AsyncGenerator<string>): FastifyReply {
-  return reply.type(type).header('cache-control', 'no-store').send(Readable.from(chunks, { objectMode: false }));
+  return reply
+    .type(type)
+    .header('cache-control', 'no-store')
+    .send(Readable.from(chunks, { objectMode: false }));
 }
 
 export function ledgerRoutes(app: App, deps: Deps): void {
@@ -57,13 +68,17 @@ export function ledgerRoutes(app: App, deps: Deps): void {
     return stream(reply, 'application/json; charset=utf-8', reader.nodeDay(header, node));
   });
 
-  app.get('/ledger/days/:day/export', { schema: { params: LedgerExportParams, querystring: LedgerExportQuery, response: LedgerExportResponses } }, async (req, reply) => {
-    await authorizeReader(deps, req);
-    const header = await closedDay(req.params.day);
-    const csv = req.query.format === 'csv' || (req.query.format === undefined && /\btext\/csv\b/i.test(req.headers.accept ?? ''));
-    if (csv) reply.header('content-disposition', `attachment; filename="ledger-${header.day}.csv"`);
-    return stream(reply, csv ? 'text/csv; charset=utf-8' : 'application/x-ndjson; charset=utf-8', reader.export(header, csv ? 'csv' : 'jsonl'));
-  });
+  app.get(
+    '/ledger/days/:day/export',
+    { schema: { params: LedgerExportParams, querystring: LedgerExportQuery, response: LedgerExportResponses } },
+    async (req, reply) => {
+      await authorizeReader(deps, req);
+      const header = await closedDay(req.params.day);
+      const csv = req.query.format === 'csv' || (req.query.format === undefined && /\btext\/csv\b/i.test(req.headers.accept ?? ''));
+      if (csv) reply.header('content-disposition', `attachment; filename="ledger-${header.day}.csv"`);
+      return stream(reply, csv ? 'text/csv; charset=utf-8' : 'application/x-ndjson; charset=utf-8', reader.export(header, csv ? 'csv' : 'jsonl'));
+    },
+  );
 }
 
 async function authorizeReader(deps: Deps, req: FastifyRequest): Promise<void> {

@@ -1,7 +1,14 @@
 // Public counts of the network: GET /available_models, /active_node_count, /total_job_count and
 // the dashboard's GET /network (its per-model node counts for user and reader keys only); and a
 // node's own view for its operator, GET /network/nodes/{name}.
-import { ActiveNodeCountResponses, AvailableModelsResponses, NetworkResponses, NodeViewParams, NodeViewResponses, TotalJobCountResponses } from '../generated/schemas.js';
+import {
+  ActiveNodeCountResponses,
+  AvailableModelsResponses,
+  NetworkResponses,
+  NodeViewParams,
+  NodeViewResponses,
+  TotalJobCountResponses,
+} from '../generated/schemas.js';
 import { activeNodeCount, availableModels, jobCounts } from '../jobs/read.js';
 import { networkView, nodeView, strangersView } from '../jobs/network.js';
 import { nodeStanding, verificationSummary } from '../verify/audit-view.js';
@@ -10,12 +17,17 @@ import { authenticateRequest, authorizeNodeRead, requestKey } from './authentica
 import type { App, Deps } from './types.js';
 
 export function networkRoutes(app: App, deps: Deps): void {
-  const { db, options: { coordinator: c, verify } } = deps.service;
+  const {
+    db,
+    options: { coordinator: c, verify },
+  } = deps.service;
   app.get('/available_models', { schema: { response: AvailableModelsResponses } }, async () => {
     const details = await availableModels(db, c.onlineWindow, c.modelsTtl);
     return { models: details.map((m) => m.name), details: details.map(({ name, nodes }) => ({ name, nodes })) };
   });
-  app.get('/active_node_count', { schema: { response: ActiveNodeCountResponses } }, async () => ({ active_node_count: await activeNodeCount(db, c.onlineWindow) }));
+  app.get('/active_node_count', { schema: { response: ActiveNodeCountResponses } }, async () => ({
+    active_node_count: await activeNodeCount(db, c.onlineWindow),
+  }));
   app.get('/total_job_count', { schema: { response: TotalJobCountResponses } }, async () => {
     const byState = await jobCounts(db);
     return { total_job_count: Object.values(byState).reduce((a, b) => a + b, 0), by_state: byState };

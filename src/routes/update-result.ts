@@ -24,7 +24,12 @@ import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
 
 type Body = UpdateResultRequest;
-interface Reply { job_id: string; status: 'success' | 'error'; points: number; replayed: boolean }
+interface Reply {
+  job_id: string;
+  status: 'success' | 'error';
+  points: number;
+  replayed: boolean;
+}
 
 const KEPT = 'nothing was recorded, and the lease runs on: report again without them, or with the tokens of this very text';
 
@@ -36,7 +41,8 @@ const KEPT = 'nothing was recorded, and the lease runs on: report again without 
 function takeTokens(body: Body, answer: Answer): { result: Record<string, unknown>; tokens?: WireToken[] } {
   const { tokens: raw, ...result } = body.result as Record<string, unknown>;
   if (raw === undefined || body.status !== 'success') return { result };
-  if (answer.message.tool_calls?.length) throw new HttpError(400, `result.tokens are taken with a plain text answer only, not one with tool calls; ${KEPT}`);
+  if (answer.message.tool_calls?.length)
+    throw new HttpError(400, `result.tokens are taken with a plain text answer only, not one with tool calls; ${KEPT}`);
   const taken = answerTokensOf(raw, answer.message.content);
   if ('error' in taken) throw new HttpError(400, `${taken.error}; ${KEPT}`);
   return { result, tokens: taken.tokens };
@@ -44,19 +50,33 @@ function takeTokens(body: Body, answer: Answer): { result: Record<string, unknow
 
 export function updateResultRoute(app: App, deps: Deps): void {
   const { metrics, limiters } = deps;
-  const { results, coordinator, options: { defaultPointsPerJob, coordinator: coordinatorConfig } } = deps.service;
+  const {
+    results,
+    coordinator,
+    options: { defaultPointsPerJob, coordinator: coordinatorConfig },
+  } = deps.service;
 
   async function completeLease(body: Body, keyHash: string): Promise<Reply> {
     // 400, the refusal that keeps the seed's worker polling; its lease runs on (jobs/answer.ts).
     if (body.status === 'success' && !hasAnswerMessage(body.result)) {
-      throw new HttpError(400, 'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded, and the lease runs on: report again with the answer, or the error');
+      throw new HttpError(
+        400,
+        'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded, and the lease runs on: report again with the answer, or the error',
+      );
     }
     const answer = answerOf(body.result);
     const { result, tokens } = takeTokens(body, answer);
     // The job under its id's own spelling, whichever the report used (capitals, braces, no hyphens).
     const c: Completion = await coordinator.complete({
-      keyHash, jobId: jobIdSpelled(body.job_id) ?? body.job_id, modelName: body.model_name, status: body.status, result, answer, usage: usageOf(body.usage, result.usage),
-      requestError: requestErrorOf(body.status, result), ...(tokens ? { tokens } : {}),
+      keyHash,
+      jobId: jobIdSpelled(body.job_id) ?? body.job_id,
+      modelName: body.model_name,
+      status: body.status,
+      result,
+      answer,
+      usage: usageOf(body.usage, result.usage),
+      requestError: requestErrorOf(body.status, result),
+      ...(tokens ? { tokens } : {}),
     });
     metrics.results.inc({ status: body.status, outcome: c.kind === 'completed' ? 'recorded' : c.kind === 'replayed' ? 'replayed' : 'refused' });
     if (c.kind === 'refused') throw new HttpError(400, c.detail);
@@ -71,17 +91,28 @@ export function updateResultRoute(app: App, deps: Deps): void {
     const lease = jobId === undefined ? undefined : await coordinator.nodeLeaseOf(jobId, node.id);
     if (lease) return completeLease(body, lease);
     if (lease === null) {
-      throw new HttpError(coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409, `Job ${body.job_id} is a job of this network that was never leased to this node`);
+      throw new HttpError(
+        coordinatorConfig.creditPolicy === 'dispatched' ? 403 : 409,
+        `Job ${body.job_id} is a job of this network that was never leased to this node`,
+      );
     }
     if (coordinatorConfig.creditPolicy === 'dispatched') {
-      throw new HttpError(403, 'CREDIT_POLICY=dispatched: only jobs leased to this node earn points; report with the job key (jk_) that came with the job');
+      throw new HttpError(
+        403,
+        'CREDIT_POLICY=dispatched: only jobs leased to this node earn points; report with the job key (jk_) that came with the job',
+      );
     }
     // A UUID spelt otherwise than a recorded one (capitals, no hyphens, braces) is that job, also
     // once retention has deleted its jobs row: one job, one credit. Other ids are recorded as sent.
     // (Its result is kept as sent, `tokens` too if any: the original contract's; no score check reads an undispatched job.)
-    const recordAs = jobId !== undefined && jobId !== body.job_id && await results.has(jobId) ? jobId : body.job_id;
+    const recordAs = jobId !== undefined && jobId !== body.job_id && (await results.has(jobId)) ? jobId : body.job_id;
     const outcome = await results.record({
-      nodeId: node.id, jobId: recordAs, modelName: body.model_name, status: body.status, result: body.result, defaultPoints: defaultPointsPerJob,
+      nodeId: node.id,
+      jobId: recordAs,
+      modelName: body.model_name,
+      status: body.status,
+      result: body.result,
+      defaultPoints: defaultPointsPerJob,
     });
     metrics.results.inc({ status: body.status, outcome: outcome.kind });
     if (outcome.kind === 'conflict') throw new HttpError(409, outcome.detail);
@@ -91,41 +122,45 @@ export function updateResultRoute(app: App, deps: Deps): void {
     return { job_id: body.job_id, status: outcome.status, points, replayed: outcome.kind === 'replayed' };
   }
 
-  app.post('/worker/update_result', {
-    schema: { body: UpdateResultRequest, response: UpdateResultResponses },
-    ...(limiters.reports ? { preHandler: limiters.reports } : {}),
-    // A job key's report of an answer with a NUL or an unpaired surrogate (a model's odd output)
-    // keeps it with U+FFFD in their place, rather than a 422 that stops the seed's worker for
-    // hours and leaves the job to its lease's end. (A node key's report keeps the original
-    // contract's 422: docs/api.md.)
-    // A key with such a character is no key (401, or 400 for a jk_ one), as FastAPI finds it,
-    // rather than a 422 about storing it: a key is only ever hashed.
-    preValidation: (req, _reply, done) => {
-      const body = req.body as Record<string, unknown> | null;
-      if (typeof body === 'object' && body !== null && typeof body.api_key === 'string') {
-        const key = storableText(body.api_key);
-        body.api_key = key;
-        if (keyKind(key) === 'job') body.result = storableCopy(body.result);
-      }
-      done();
+  app.post(
+    '/worker/update_result',
+    {
+      schema: { body: UpdateResultRequest, response: UpdateResultResponses },
+      ...(limiters.reports ? { preHandler: limiters.reports } : {}),
+      // A job key's report of an answer with a NUL or an unpaired surrogate (a model's odd output)
+      // keeps it with U+FFFD in their place, rather than a 422 that stops the seed's worker for
+      // hours and leaves the job to its lease's end. (A node key's report keeps the original
+      // contract's 422: docs/api.md.)
+      // A key with such a character is no key (401, or 400 for a jk_ one), as FastAPI finds it,
+      // rather than a 422 about storing it: a key is only ever hashed.
+      preValidation: (req, _reply, done) => {
+        const body = req.body as Record<string, unknown> | null;
+        if (typeof body === 'object' && body !== null && typeof body.api_key === 'string') {
+          const key = storableText(body.api_key);
+          body.api_key = key;
+          if (keyKind(key) === 'job') body.result = storableCopy(body.result);
+        }
+        done();
+      },
     },
-  }, async (req) => {
-    const body = req.body;
-    if (keyKind(body.api_key) === 'job') {
-      // Only a key the service could have issued joins a batch of reports (the batched statement
-      // itself is the rest of the check: a report matches only its own open lease).
-      if (!isWellFormedKey(body.api_key)) throw new HttpError(400, 'Unknown job key');
-      // A short database outage is ridden out here: a 5xx stops the real worker for hours.
-      return rideOutage(() => completeLease(body, hashKey(body.api_key)));
-    }
-    // A node key's report rides out a short outage too: the seed's worker stops for hours on a 5xx.
-    return rideOutage(async () => {
-      const principal = await authenticateRequest(deps, req, body.api_key);
-      if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
-      req.nodeName = principal.node.name;
-      if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
-      if (principal.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
-      return nodeReport(req, body, principal.node);
-    });
-  });
+    async (req) => {
+      const body = req.body;
+      if (keyKind(body.api_key) === 'job') {
+        // Only a key the service could have issued joins a batch of reports (the batched statement
+        // itself is the rest of the check: a report matches only its own open lease).
+        if (!isWellFormedKey(body.api_key)) throw new HttpError(400, 'Unknown job key');
+        // A short database outage is ridden out here: a 5xx stops the real worker for hours.
+        return rideOutage(() => completeLease(body, hashKey(body.api_key)));
+      }
+      // A node key's report rides out a short outage too: the seed's worker stops for hours on a 5xx.
+      return rideOutage(async () => {
+        const principal = await authenticateRequest(deps, req, body.api_key);
+        if (principal.kind !== 'node') throw new HttpError(403, 'This key cannot report results');
+        req.nodeName = principal.node.name;
+        if (principal.node.disabled) throw new HttpError(403, 'Node is disabled');
+        if (principal.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
+        return nodeReport(req, body, principal.node);
+      });
+    },
+  );
 }

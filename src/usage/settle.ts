@@ -9,7 +9,9 @@ import { keyUsage, type KeyUsage } from '../repositories/api-keys.js';
 import type { Database } from '../db/database.js';
 import { SETTLE, VACUUM_OWED } from './sql.js';
 
-export interface SettlerEvents { error: (err: unknown) => void }
+export interface SettlerEvents {
+  error: (err: unknown) => void;
+}
 
 /** Rows of usage_owed per statement. */
 export const SETTLE_BATCH = 1000;
@@ -31,8 +33,12 @@ export class Settler {
   private stopped = false;
   private vacuumedAt = -Infinity;
 
-  constructor(private readonly db: Database, private readonly events: SettlerEvents, private readonly batch = SETTLE_BATCH,
-    private readonly vacuumEveryMs = VACUUM_OWED_MS) {}
+  constructor(
+    private readonly db: Database,
+    private readonly events: SettlerEvents,
+    private readonly batch = SETTLE_BATCH,
+    private readonly vacuumEveryMs = VACUUM_OWED_MS,
+  ) {}
 
   /** A user key's usage today (UTC) against its daily quotas (`defaults`: the server's, for a key with none of its own); undefined: no such key. */
   today(keyId: number, defaults: { jobs: number | null; tokens: number | null }): Promise<KeyUsage | undefined> {
@@ -41,7 +47,9 @@ export class Settler {
 
   /** Looks now, then every `everySeconds`; a look still waiting to run is not doubled. */
   start(everySeconds: number): void {
-    const look = () => { if (!this.queued) this.settle().catch(this.events.error); };
+    const look = () => {
+      if (!this.queued) this.settle().catch(this.events.error);
+    };
     look();
     this.timer = setInterval(look, everySeconds * 1000);
     this.timer.unref();
@@ -57,10 +65,13 @@ export class Settler {
       await this.last;
       this.queued = undefined;
       return this.look();
-    })().then((r) => r, (err: unknown) => {
-      this.events.error(err);
-      return undefined;
-    });
+    })().then(
+      (r) => r,
+      (err: unknown) => {
+        this.events.error(err);
+        return undefined;
+      },
+    );
     const mine = this.queued;
     this.last = mine;
     return mine;

@@ -15,7 +15,9 @@ import { sql } from '../db/database.js';
 /** The advisory lock of the settler (any constant the service uses for nothing else). */
 export const USAGE_LOCK = 0x05e7_71e5;
 
-export const SETTLE = sql('usage_settle', `WITH lock AS (SELECT pg_try_advisory_xact_lock(${USAGE_LOCK}) AS got),
+export const SETTLE = sql(
+  'usage_settle',
+  `WITH lock AS (SELECT pg_try_advisory_xact_lock(${USAGE_LOCK}) AS got),
 taken AS (
   DELETE FROM usage_owed WHERE ctid = ANY(ARRAY(SELECT ctid FROM usage_owed WHERE (SELECT got FROM lock) LIMIT $1::int FOR UPDATE SKIP LOCKED))
   RETURNING key_id, day, model_id, tokens, jobs
@@ -26,7 +28,8 @@ folded AS (
   GROUP BY 1, 2, 3 HAVING sum(t.tokens) <> 0 ORDER BY 1, 2, 3
   ON CONFLICT (key_id, day, model_id) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens
 )
-SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM taken) AS rows, (SELECT coalesce(sum(jobs), 0)::int FROM taken) AS jobs`);
+SELECT (SELECT got FROM lock) AS locked, (SELECT count(*)::int FROM taken) AS rows, (SELECT coalesce(sum(jobs), 0)::int FROM taken) AS jobs`,
+);
 
 // The settler vacuums the rows it deleted itself, at most once a minute (settle.ts): PGlite has
 // no autovacuum (src/retention/sql.ts VACUUM), and a PostgreSQL may have it off. One statement

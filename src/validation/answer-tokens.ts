@@ -50,7 +50,9 @@ export function answerTokensOf(v: unknown, text: string): { tokens: WireToken[] 
     }
     const bytes = tokenBytes(t);
     if (at + bytes.length > want.length || !bytes.equals(want.subarray(at, at + bytes.length))) {
-      return { error: `result.tokens do not spell the answer's text: token ${i} differs from its bytes at byte ${at} (the tokens' bytes, concatenated, must be exactly the UTF-8 bytes of result.message's content)` };
+      return {
+        error: `result.tokens do not spell the answer's text: token ${i} differs from its bytes at byte ${at} (the tokens' bytes, concatenated, must be exactly the UTF-8 bytes of result.message's content)`,
+      };
     }
     at += bytes.length;
   }

@@ -48,21 +48,29 @@ function dateError(text: string): string | null {
 
 function fromDateTime(m: RegExpExecArray): string | null {
   const [, y, mo, d, h, mi, sec = '0', frac = '', z, sign, oh = '0', om = '0'] = m;
-  const year = Number(y), month = Number(mo), day = Number(d);
-  const hour = Number(h), minute = Number(mi), second = Number(sec);
+  const year = Number(y),
+    month = Number(mo),
+    day = Number(d);
+  const hour = Number(h),
+    minute = Number(mi),
+    second = Number(sec);
   if (year < 1 || month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) return null;
   if (hour > 23 || minute > 59 || second > 59) return null;
-  const offHours = Number(oh), offMinutes = Number(om);
+  const offHours = Number(oh),
+    offMinutes = Number(om);
   if (offHours > 23 || offMinutes > 59) return null;
   const offset = z || !sign ? 0 : (sign === '-' ? -1 : 1) * (offHours * 60 + offMinutes);
   const micros = frac.padEnd(6, '0');
   const ms = Date.UTC(year, month - 1, day, hour, minute, second) + Math.floor(Number(micros) / 1000) - offset * 60_000;
   // Date.UTC maps years 0-99 to 1900s; rebuild through setUTCFullYear for those.
-  const fixed = year < 100 ? (() => {
-    const t = new Date(ms);
-    t.setUTCFullYear(t.getUTCFullYear() - 1900);
-    return t.getTime();
-  })() : ms;
+  const fixed =
+    year < 100
+      ? (() => {
+          const t = new Date(ms);
+          t.setUTCFullYear(t.getUTCFullYear() - 1900);
+          return t.getTime();
+        })()
+      : ms;
   return format(fixed, micros);
 }
 

@@ -65,7 +65,13 @@ function expectedList(values: unknown[]): string {
  * ValueError itself there, and FastAPI's jsonable_encoder turns an exception into an empty object.
  * The one builder of these 422 items.
  */
-export const valueError = (loc: Loc, error: string, input: unknown): PydanticError => ({ type: 'value_error', loc, msg: `Value error, ${error}`, input, ctx: { error: {} } });
+export const valueError = (loc: Loc, error: string, input: unknown): PydanticError => ({
+  type: 'value_error',
+  loc,
+  msg: `Value error, ${error}`,
+  input,
+  ctx: { error: {} },
+});
 
 const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' : 's'}`;
 
@@ -205,7 +211,11 @@ function validateArray(schema: Schema, v: unknown, loc: Loc): Result {
   if (!Array.isArray(v)) return fail('list_type', loc, 'Input should be a valid list', v);
   const items = v as unknown[];
   if (schema.maxItems !== undefined && items.length > schema.maxItems) {
-    return fail('too_long', loc, `List should have at most ${plural(schema.maxItems, 'item')} after validation, not ${items.length}`, v, { field_type: 'List', max_length: schema.maxItems, actual_length: items.length });
+    return fail('too_long', loc, `List should have at most ${plural(schema.maxItems, 'item')} after validation, not ${items.length}`, v, {
+      field_type: 'List',
+      max_length: schema.maxItems,
+      actual_length: items.length,
+    });
   }
   const out: unknown[] = [];
   const errors: PydanticError[] = [];
@@ -216,7 +226,11 @@ function validateArray(schema: Schema, v: unknown, loc: Loc): Result {
   });
   if (errors.length > 0) return { ok: false, errors };
   if (schema.minItems !== undefined && out.length < schema.minItems) {
-    return fail('too_short', loc, `List should have at least ${plural(schema.minItems, 'item')} after validation, not ${out.length}`, v, { field_type: 'List', min_length: schema.minItems, actual_length: out.length });
+    return fail('too_short', loc, `List should have at least ${plural(schema.minItems, 'item')} after validation, not ${out.length}`, v, {
+      field_type: 'List',
+      min_length: schema.minItems,
+      actual_length: out.length,
+    });
   }
   return ok(out);
 }
@@ -264,13 +278,20 @@ function validateValue(schema: Schema, v: unknown, loc: Loc): Result {
     throw new Error('unsupported anyOf in request schema');
   }
   switch (schema.type) {
-    case 'string': return validateString(schema, v, loc);
-    case 'integer': return validateInteger(schema, v, loc);
-    case 'number': return validateNumber(schema, v, loc);
-    case 'array': return validateArray(schema, v, loc);
-    case 'object': return validateObject(schema, v, loc, (obj) => obj);
-    case undefined: return ok(v);
-    default: throw new Error(`unsupported request schema type ${schema.type}`);
+    case 'string':
+      return validateString(schema, v, loc);
+    case 'integer':
+      return validateInteger(schema, v, loc);
+    case 'number':
+      return validateNumber(schema, v, loc);
+    case 'array':
+      return validateArray(schema, v, loc);
+    case 'object':
+      return validateObject(schema, v, loc, (obj) => obj);
+    case undefined:
+      return ok(v);
+    default:
+      throw new Error(`unsupported request schema type ${schema.type}`);
   }
 }
 

@@ -9,14 +9,19 @@
 // own recursion (JSON.stringify, this scanner) survives: deeper documents, well-formed or
 // not, throw JsonTooDeep.
 
-export interface JsonDecodeFailure { pos: number; msg: string }
+export interface JsonDecodeFailure {
+  pos: number;
+  msg: string;
+}
 
 /** Most levels of arrays and objects inside one another in a request body. */
 export const MAX_JSON_DEPTH = 512;
 
 /** A document nested deeper than MAX_JSON_DEPTH (Python's RecursionError). */
 export class JsonTooDeep extends Error {
-  constructor() { super(`JSON nested deeper than ${MAX_JSON_DEPTH} levels`); }
+  constructor() {
+    super(`JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
+  }
 }
 
 /** Whether a parsed JSON value holds a container below `levels` levels (walks containers only, stops at the first). */
@@ -47,11 +52,18 @@ const WS = new Set([' ', '\t', '\n', '\r']);
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?/y;
 
 class Fail extends Error {
-  constructor(readonly msg: string, readonly at: number) { super(msg); }
+  constructor(
+    readonly msg: string,
+    readonly at: number,
+  ) {
+    super(msg);
+  }
 }
 // scan_once's StopIteration: "Expecting value" at the given index.
 class NoValue extends Error {
-  constructor(readonly at: number) { super('Expecting value'); }
+  constructor(readonly at: number) {
+    super('Expecting value');
+  }
 }
 
 function skipWs(s: string, i: number): number {
@@ -66,7 +78,10 @@ function scanString(s: string, end: number): number {
     const c = s.charCodeAt(end);
     if (c === 0x22) return end + 1; // closing quote
     if (c < 0x20) throw new Fail('Invalid control character at', end);
-    if (c !== 0x5c) { end++; continue; }
+    if (c !== 0x5c) {
+      end++;
+      continue;
+    }
     // backslash escape
     end++;
     if (end >= s.length) throw new Fail('Unterminated string starting at', begin);

@@ -9,11 +9,21 @@ import { nodeSuspended } from '../db/rules/suspended.js';
 import { distance } from './text.js';
 
 export interface Fingerprint {
-  nodeId: number; jobId: string; promptHash: bigint; answerHash: bigint; simhash: bigint;
+  nodeId: number;
+  jobId: string;
+  promptHash: bigint;
+  answerHash: bigint;
+  simhash: bigint;
   /** Near copies count too (long answers only: short texts' SimHashes are close by chance more often). */
   nearToo: boolean;
 }
-export interface ReplayMatch { jobId: string; sameAs: string; exact: boolean; distance: number; stock: boolean }
+export interface ReplayMatch {
+  jobId: string;
+  sameAs: string;
+  exact: boolean;
+  distance: number;
+  stock: boolean;
+}
 
 // $1..$6 the batch's answers: node ids, job ids, prompt hashes, answer hashes, SimHashes,
 // whether near copies count; $7 the window (s); $8 the most bits a near copy is apart. Each is
@@ -21,7 +31,9 @@ export interface ReplayMatch { jobId: string; sameAs: string; exact: boolean; di
 // window, before this batch (the statement sees the table as it was; the batch's own answers
 // are compared by matchWithin). Every answer comes back, with its match if it has one, and
 // whether it is a stock answer: a node in good standing other than this one gave it too.
-const REMEMBER_AND_MATCH = sql('verify_answers_match', `WITH a AS (
+const REMEMBER_AND_MATCH = sql(
+  'verify_answers_match',
+  `WITH a AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bigint[], $4::bigint[], $5::bigint[], $6::boolean[])
       AS a(node_id, job_id, prompt_hash, answer_hash, simhash, near_too)),
   remembered AS (
@@ -37,12 +49,16 @@ const REMEMBER_AND_MATCH = sql('verify_answers_match', `WITH a AS (
       AND ((p.simhash & 65535) = (a.simhash & 65535) OR ((p.simhash >> 16) & 65535) = ((a.simhash >> 16) & 65535)
         OR ((p.simhash >> 32) & 65535) = ((a.simhash >> 32) & 65535) OR ((p.simhash >> 48) & 65535) = ((a.simhash >> 48) & 65535))
       AND (p.answer_hash = a.answer_hash OR (a.near_too AND bit_count((p.simhash # a.simhash)::bit(64)) <= $8::int))
-    ORDER BY p.answer_hash = a.answer_hash DESC, p.id DESC LIMIT 1) m ON true`);
+    ORDER BY p.answer_hash = a.answer_hash DESC, p.id DESC LIMIT 1) m ON true`,
+);
 
 // Fingerprints older than the window ($1 s) are of no more use: the oldest $2 at most, by id
 // (ids grow with time).
-const PRUNE = sql('verify_prune_answers', `DELETE FROM node_answers WHERE id IN (
-  SELECT id FROM node_answers ORDER BY id LIMIT $2::int) AND at < now() - make_interval(secs => $1::float8)`);
+const PRUNE = sql(
+  'verify_prune_answers',
+  `DELETE FROM node_answers WHERE id IN (
+  SELECT id FROM node_answers ORDER BY id LIMIT $2::int) AND at < now() - make_interval(secs => $1::float8)`,
+);
 
 /** Matches within one batch (in order): an answer copying an earlier one of the same node, and whether another node gave it too. */
 export function matchWithin(answers: Fingerprint[], nearBits: number): ReplayMatch[] {
@@ -66,9 +82,14 @@ export function matchWithin(answers: Fingerprint[], nearBits: number): ReplayMat
 export async function rememberAndMatch(db: Queryable, answers: Fingerprint[], windowSeconds: number, nearBits: number): Promise<ReplayMatch[]> {
   if (answers.length === 0) return [];
   const rows = await db.query<Omit<ReplayMatch, 'sameAs'> & { sameAs: string | null }>(REMEMBER_AND_MATCH, [
-    answers.map((a) => a.nodeId), answers.map((a) => a.jobId), answers.map((a) => a.promptHash.toString()),
-    answers.map((a) => a.answerHash.toString()), answers.map((a) => a.simhash.toString()), answers.map((a) => a.nearToo),
-    windowSeconds, nearBits,
+    answers.map((a) => a.nodeId),
+    answers.map((a) => a.jobId),
+    answers.map((a) => a.promptHash.toString()),
+    answers.map((a) => a.answerHash.toString()),
+    answers.map((a) => a.simhash.toString()),
+    answers.map((a) => a.nearToo),
+    windowSeconds,
+    nearBits,
   ]);
   const stockBefore = new Set(rows.filter((r) => r.stock).map((r) => r.jobId));
   const found = new Map(rows.filter((r): r is ReplayMatch => r.sameAs !== null).map((m) => [m.jobId, m]));

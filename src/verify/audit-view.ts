@@ -25,7 +25,9 @@ const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"H
 const STRIKES_COUNTING = `(SELECT count(*)::int FROM node_strikes k WHERE k.node_id = n.id
       AND k.at > greatest(now() - make_interval(secs => $2::float8), coalesce(s.reinstated_at, '-infinity')))`;
 // $1 the node's name, $2 the evidence window (s).
-const AUDIT = sql('verify_node_audit', `SELECT n.name, coalesce(s.state, 'trusted') AS standing, ${ISO('s.changed_at')} AS since,
+const AUDIT = sql(
+  'verify_node_audit',
+  `SELECT n.name, coalesce(s.state, 'trusted') AS standing, ${ISO('s.changed_at')} AS since,
     ${ISO('s.reinstated_at')} AS reinstated_at, coalesce(s.agreements, 0) AS agreements, coalesce(s.clean_streak, 0) AS clean_streak,
     ${STRIKES_COUNTING} AS strikes_counting,
     coalesce((SELECT json_agg(x ORDER BY x.at DESC) FROM (
@@ -37,7 +39,8 @@ const AUDIT = sql('verify_node_audit', `SELECT n.name, coalesce(s.state, 'truste
         SELECT reason, sum(points)::float8 AS points FROM point_reversals r WHERE r.node_id = n.id GROUP BY reason) g), '{}')) AS reversals,
     (SELECT count(*)::int FROM jobs j WHERE j.node_id = n.id AND j.state = 'done' AND j.finished_at > now() - make_interval(secs => $2::float8)
       AND EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = coalesce(j.verify_of, j.id) AND c.state = 'done' AND c.id <> j.id)) AS checked_jobs
-  FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`);
+  FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`,
+);
 
 /** The node's verification record; undefined when no node has that name. */
 export async function nodeAudit(db: Queryable, name: string, windowSeconds: number): Promise<NodeAudit | undefined> {
@@ -49,9 +52,12 @@ export type NodeStanding = Pick<NodeAudit, 'standing' | 'strikes_counting'> & { 
 
 // The node view's part of the record (a page polls it): no evidence, and none of the audit's
 // scan of the node's checked jobs. $1 the node's name, $2 the evidence window (s).
-const STANDING = sql('verify_node_standing', `SELECT coalesce(s.state, 'trusted') AS standing, ${STRIKES_COUNTING} AS strikes_counting,
+const STANDING = sql(
+  'verify_node_standing',
+  `SELECT coalesce(s.state, 'trusted') AS standing, ${STRIKES_COUNTING} AS strikes_counting,
     (SELECT coalesce(sum(r.points), 0)::float8 FROM point_reversals r WHERE r.node_id = n.id) AS points_reversed
-  FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`);
+  FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`,
+);
 
 /** The node's standing, strikes counting and points taken back; undefined when no node has that name. */
 export async function nodeStanding(db: Queryable, name: string, windowSeconds: number): Promise<NodeStanding | undefined> {
@@ -67,13 +73,16 @@ export interface VerificationSummary {
   nodes_suspended: number;
 }
 
-const SUMMARY = sql('verify_summary', `SELECT
+const SUMMARY = sql(
+  'verify_summary',
+  `SELECT
     coalesce((SELECT (count(*) FILTER (WHERE kind <> 'user'))::float8 / nullif(count(*), 0) FROM jobs
       WHERE finished_at > now() - interval '1 minute' AND state = 'done'), 0) AS checked_share,
     (SELECT json_object_agg(k.kind, (SELECT count(*)::int FROM node_strikes s WHERE s.at > now() - interval '1 day' AND s.kind = k.kind))
       FROM unnest($1::text[]) AS k(kind)) AS strikes_24h,
     (SELECT count(*)::int FROM node_standing WHERE state = 'probation') AS nodes_on_probation,
-    (SELECT count(*)::int FROM node_standing WHERE state = 'suspended') AS nodes_suspended`);
+    (SELECT count(*)::int FROM node_standing WHERE state = 'suspended') AS nodes_suspended`,
+);
 
 /** The network's verification at a glance (the dashboard). */
 export async function verificationSummary(db: Queryable): Promise<VerificationSummary> {

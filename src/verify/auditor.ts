@@ -44,11 +44,19 @@ import { auditsClaim, falseClaims } from './request-errors.js';
 import { auditsFailure, failuresShown } from './failed-jobs.js';
 
 interface Done {
-  id: string; kind: 'user' | 'probe' | 'verify'; verify_of: string | null; suspicion: Record<string, unknown> | null;
-  node_id: number; model_id: number; model: string;
+  id: string;
+  kind: 'user' | 'probe' | 'verify';
+  verify_of: string | null;
+  suspicion: Record<string, unknown> | null;
+  node_id: number;
+  model_id: number;
+  model: string;
   request: { messages: { role: string; content: string }[]; temperature: number; params?: ChatParams };
   /** The node's own part of the answer: all of it, but for a job it continued from another node's beginning. */
-  content: string; completion_tokens: number | null; lease_seconds: number | null; standing: Standing;
+  content: string;
+  completion_tokens: number | null;
+  lease_seconds: number | null;
+  standing: Standing;
   /** Every node that held a lease of the job (the finishing one among them): none of them may run its copies. */
   holders: number[];
 }
@@ -80,9 +88,12 @@ const DONE_FROM = `jobs j JOIN models m ON m.id = j.model_id
 const TAKEN = `DELETE FROM job_audits a WHERE a.job_id IN (SELECT job_id FROM job_audits ORDER BY finished_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
     RETURNING a.job_id, a.finished_at`;
 // The batch: the jobs taken, with what the audit needs.
-const TAKE = sql('verify_take', `WITH taken AS (${TAKEN})
+const TAKE = sql(
+  'verify_take',
+  `WITH taken AS (${TAKEN})
   SELECT ${DONE_COLUMNS}
-  FROM taken t JOIN ${DONE_FROM} ON j.id = t.job_id ORDER BY t.finished_at, j.id`);
+  FROM taken t JOIN ${DONE_FROM} ON j.id = t.job_id ORDER BY t.finished_at, j.id`,
+);
 // After a failed batch: the jobs taken alone, then each one's data ($1) in its savepoint.
 const TAKE_IDS = sql('verify_take_ids', `WITH taken AS (${TAKEN}) SELECT job_id::text AS id FROM taken ORDER BY finished_at, job_id`);
 const LOAD = sql('verify_load', `SELECT ${DONE_COLUMNS} FROM ${DONE_FROM} WHERE j.id = $1::uuid`);
@@ -93,12 +104,15 @@ const LOCK_ORIGINALS = sql('verify_lock_originals', 'SELECT id FROM jobs WHERE i
 // (not its score checks: they carry no answer of their own, verify/scores.ts judges them; nor
 // canaries sent as its copies, judged against their reference, verify/canaries.ts); their
 // tool calls and vectors, and the request's parameters, to compare them by kind (compare.ts).
-const ANSWERS = sql('verify_answers', `SELECT j.id::text, coalesce(j.verify_of, j.id)::text AS original, j.node_id::int AS "nodeId",
+const ANSWERS = sql(
+  'verify_answers',
+  `SELECT j.id::text, coalesce(j.verify_of, j.id)::text AS original, j.node_id::int AS "nodeId",
     coalesce(j.result -> 'message' ->> 'content', '') AS content, j.result -> 'message' -> 'tool_calls' AS tool_calls,
     j.result -> 'embeddings' AS embeddings, j.request -> 'params' AS params, j.suspicion,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders
   FROM jobs j WHERE (j.id = ANY($1::uuid[]) OR j.verify_of = ANY($1::uuid[])) AND j.state = 'done'
-    AND j.request -> 'params' -> 'score' IS NULL AND NOT coalesce(j.suspicion ? 'canary', false) ORDER BY j.submitted_at, j.id`);
+    AND j.request -> 'params' -> 'score' IS NULL AND NOT coalesce(j.suspicion ? 'canary', false) ORDER BY j.submitted_at, j.id`,
+);
 
 export interface AuditReport {
   audited: number;
@@ -126,7 +140,18 @@ export interface AuditReport {
   replaysUnchecked?: number;
 }
 
-export const emptyReport = (): AuditReport => ({ audited: 0, copies: 0, agreements: 0, disagreements: 0, strikes: [], suspended: [], reversedPoints: 0, outcomes: [], setAside: [], nodeFailures: [] });
+export const emptyReport = (): AuditReport => ({
+  audited: 0,
+  copies: 0,
+  agreements: 0,
+  disagreements: 0,
+  strikes: [],
+  suspended: [],
+  reversedPoints: 0,
+  outcomes: [],
+  setAside: [],
+  nodeFailures: [],
+});
 
 function merge(into: AuditReport, r: AuditReport): void {
   into.audited += r.audited;
@@ -147,14 +172,19 @@ function merge(into: AuditReport, r: AuditReport): void {
 }
 
 export interface AuditorOptions {
-  verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue;
+  verify: VerifyConfig;
+  onlineWindow: number;
+  modelsTtl: number;
+  jobTimeout: number;
+  checks: CheckQueue;
   /** The node lifecycle's server id, announcing the strikes (issue 53; nodes/sql/standing.ts). */
   server?: string;
 }
 
 /** The key of a third copy's suspicion naming the copy whose answer replayed an earlier one. */
 const SUSPECT_JOB = 'replayed_in_job';
-const suspectJob = (suspicion: Record<string, unknown>): string | undefined => (typeof suspicion[SUSPECT_JOB] === 'string' ? suspicion[SUSPECT_JOB] : undefined);
+const suspectJob = (suspicion: Record<string, unknown>): string | undefined =>
+  typeof suspicion[SUSPECT_JOB] === 'string' ? suspicion[SUSPECT_JOB] : undefined;
 /** The nodes a copy must not go to: the one judged first (replay strikes name exclude[0]), then every other that held a lease. */
 const holdersFirst = (judged: number, holders: readonly number[]): number[] => [judged, ...new Set(holders.filter((n) => n !== judged))];
 
@@ -215,19 +245,31 @@ class Batch {
   /** Third copies asked for a replay another node contradicted: the strike to give when no node can run one. */
   private readonly contested = new Map<CopyPlan, (typeof this.struck)[number]>();
 
-  constructor(private readonly tx: Queryable, private readonly opts: AuditorOptions) {}
+  constructor(
+    private readonly tx: Queryable,
+    private readonly opts: AuditorOptions,
+  ) {}
 
   async audit(done: Done[]): Promise<void> {
     const v = this.opts.verify;
     this.report.audited = done.length;
     for (const d of done) {
       const fast = tooFast(d.model, outputTokens(d.content, d.completion_tokens), d.lease_seconds, v);
-      if (fast) this.struck.push({ nodeId: d.node_id, jobId: d.id, kind: 'too_fast', evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds } });
+      if (fast)
+        this.struck.push({
+          nodeId: d.node_id,
+          jobId: d.id,
+          kind: 'too_fast',
+          evidence: { tokens_per_second: Math.round(fast.rate), cap: fast.cap, seconds: d.lease_seconds },
+        });
     }
     const { suspects, copyReplays } = await this.replays(done);
     const copies = done.filter((d) => d.kind === 'verify');
     const checks = copies.filter((d) => !auditsClaim(d) && !auditsFailure(d));
-    await this.judge(checks.filter((d) => !isScoreCheck(d.request) && !isCanaryAnswer(d.suspicion, d.request)), copyReplays);
+    await this.judge(
+      checks.filter((d) => !isScoreCheck(d.request) && !isCanaryAnswer(d.suspicion, d.request)),
+      copyReplays,
+    );
     await this.judgeScores(checks.filter((d) => isScoreCheck(d.request)));
     await this.judgeCanaries(checks.filter((d) => isCanaryAnswer(d.suspicion, d.request)));
     // A copy that audits a node's request-error claim (verify/request-errors.ts), answered: the claim was false.
@@ -260,7 +302,11 @@ class Batch {
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + scores.scored.length;
     this.plans.splice(0, this.plans.length, ...scores.rest);
     const { outcome, made } = await queueCopies(this.tx, this.plans, { ...this.opts, deadline: this.opts.jobTimeout });
-    await countChecks(this.tx, scores.scored, made.filter((p) => !p.suspicion));
+    await countChecks(
+      this.tx,
+      scores.scored,
+      made.filter((p) => !p.suspicion),
+    );
     if (outcome) this.report.outcomes.push(outcome);
     this.report.copies = made.length;
     // A suspected replay nobody else can check stays a suspicion: counted, never struck. The
@@ -279,15 +325,29 @@ class Batch {
    * (`suspects`: each is copied to another node), and the copies' (compared anyway; the
    * evidence names the strike if the majority contradicts them).
    */
-  private async replays(done: Done[]): Promise<{ suspects: Map<string, Record<string, unknown>>; copyReplays: Map<string, Record<string, unknown>> }> {
+  private async replays(
+    done: Done[],
+  ): Promise<{ suspects: Map<string, Record<string, unknown>>; copyReplays: Map<string, Record<string, unknown>> }> {
     const v = this.opts.verify;
     const long = done.map((d) => ({ d, words: wordCount(d.content) })).filter((x) => x.words >= v.minWordsForReplay);
-    const matches = await rememberAndMatch(this.tx, long.map(({ d, words }) => ({
-      nodeId: d.node_id, jobId: d.id, promptHash: textHash(promptText(d)), answerHash: textHash(d.content), simhash: simhash(d.content),
-      nearToo: words >= 3 * v.minWordsForReplay,
-    })), v.evidenceWindow, NEAR_BITS);
+    const matches = await rememberAndMatch(
+      this.tx,
+      long.map(({ d, words }) => ({
+        nodeId: d.node_id,
+        jobId: d.id,
+        promptHash: textHash(promptText(d)),
+        answerHash: textHash(d.content),
+        simhash: simhash(d.content),
+        nearToo: words >= 3 * v.minWordsForReplay,
+      })),
+      v.evidenceWindow,
+      NEAR_BITS,
+    );
     const kinds = new Map(done.map((d) => [d.id, d.kind]));
-    const evidence = (m: (typeof matches)[number]): [string, Record<string, unknown>] => [m.jobId, { same_as_job: m.sameAs, exact: m.exact, simhash_distance: m.distance }];
+    const evidence = (m: (typeof matches)[number]): [string, Record<string, unknown>] => [
+      m.jobId,
+      { same_as_job: m.sameAs, exact: m.exact, simhash_distance: m.distance },
+    ];
     const replayed = matches.filter((m) => !m.stock);
     return {
       suspects: new Map(replayed.filter((m) => kinds.get(m.jobId) !== 'verify').map(evidence)),
@@ -325,8 +385,12 @@ class Batch {
         // replay if it is the original). With none, the two signals are a strike.
         if (copy.suspicion) {
           const evidence = { ...copy.suspicion, contradicted_by_job: copy.id };
-          const third = { of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(rows[0].nodeId, [copy.nodeId, ...rows[0].holders, ...copy.holders]),
-            suspicion: { ...evidence, [SUSPECT_JOB]: original } };
+          const third = {
+            of: original,
+            modelId: modelOf.get(original)!,
+            exclude: holdersFirst(rows[0].nodeId, [copy.nodeId, ...rows[0].holders, ...copy.holders]),
+            suspicion: { ...evidence, [SUSPECT_JOB]: original },
+          };
           this.plans.push(third);
           this.contested.set(third, { nodeId: rows[0].nodeId, jobId: original, kind: 'replay', evidence });
         } else {
@@ -334,13 +398,22 @@ class Batch {
           // answer's verdict on it is a replay, and with no third node, its own evidence is.
           const replayed = copyReplays.get(copy.id);
           const suspect = replayed ? copy.nodeId : rows[0].nodeId;
-          this.plans.push({ of: original, modelId: modelOf.get(original)!, exclude: holdersFirst(suspect, [rows[0].nodeId, copy.nodeId, ...rows[0].holders, ...copy.holders]),
-            suspicion: replayed ? { ...replayed, [SUSPECT_JOB]: copy.id } : null });
+          this.plans.push({
+            of: original,
+            modelId: modelOf.get(original)!,
+            exclude: holdersFirst(suspect, [rows[0].nodeId, copy.nodeId, ...rows[0].holders, ...copy.holders]),
+            suspicion: replayed ? { ...replayed, [SUSPECT_JOB]: copy.id } : null,
+          });
         }
       } else if (v.kind === 'odd') {
         // The odd answer is a replay when it copied an earlier answer of its node (the suspect a third copy names).
         const replay = rows.find((r) => r.suspicion && suspectJob(r.suspicion) === v.odd.id)?.suspicion;
-        this.struck.push({ nodeId: v.odd.nodeId, jobId: v.odd.id, kind: replay ? 'replay' : 'disagreement', evidence: { job: original, majority_jobs: v.majority.map((m) => m.id), similarity: v.similarity, ...replay } });
+        this.struck.push({
+          nodeId: v.odd.nodeId,
+          jobId: v.odd.id,
+          kind: replay ? 'replay' : 'disagreement',
+          evidence: { job: original, majority_jobs: v.majority.map((m) => m.id), similarity: v.similarity, ...replay },
+        });
         this.agreed.push(...v.majority.map((m) => m.nodeId));
       }
     }
@@ -349,14 +422,19 @@ class Batch {
   /** Score checks are done: their statistics move the audited nodes' tests (verify/scores.ts). */
   private async judgeScores(checks: Done[]): Promise<void> {
     if (checks.length === 0) return;
-    const verdicts = await judgeScores(this.tx, checks.map((c) => c.id), this.scoreOptions());
+    const verdicts = await judgeScores(
+      this.tx,
+      checks.map((c) => c.id),
+      this.scoreOptions(),
+    );
     if (verdicts.outcome) this.report.outcomes.push(verdicts.outcome);
     this.report.scoresJudged = verdicts.judged;
     this.report.scorersDisagreed = verdicts.disagreed;
     this.report.scoresUnconfirmed = verdicts.unconfirmed;
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
     this.agreed.push(...verdicts.agreed);
-    for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
+    for (const f of verdicts.flagged)
+      this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
     // A scorer two others contradicted (verify/scores.ts): its check's point goes with the strike.
     for (const f of verdicts.falseScores) this.struck.push({ ...f, kind: 'false_score' });
   }
@@ -364,10 +442,14 @@ class Batch {
   /** Canaries answered as ordinary jobs (verify/canaries.ts): each against its reference's answer. */
   private async judgeCanaries(answers: Done[]): Promise<void> {
     if (answers.length === 0) return;
-    const verdicts = await judgeCanaryAnswers(this.tx, answers.map((d) => d.id));
+    const verdicts = await judgeCanaryAnswers(
+      this.tx,
+      answers.map((d) => d.id),
+    );
     this.report.scoresJudged = (this.report.scoresJudged ?? 0) + verdicts.judged;
     this.agreed.push(...verdicts.agreed);
-    for (const f of verdicts.flagged) this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
+    for (const f of verdicts.flagged)
+      this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
   }
 
   private scoreOptions() {
@@ -380,7 +462,16 @@ class Batch {
     const suspended: number[] = [];
     for (const s of this.struck) {
       // An impostor flag is a sequential test at its threshold: it suspends at once (verify/scores.ts).
-      const { before, after } = await strike(this.tx, s.nodeId, s.jobId, s.kind, s.evidence, v.evidenceWindow, s.kind === 'impostor' ? 1 : v.strikesToSuspend, this.opts.server);
+      const { before, after } = await strike(
+        this.tx,
+        s.nodeId,
+        s.jobId,
+        s.kind,
+        s.evidence,
+        v.evidenceWindow,
+        s.kind === 'impostor' ? 1 : v.strikesToSuspend,
+        this.opts.server,
+      );
       this.report.strikes.push({ kind: s.kind, nodeId: s.nodeId });
       if (after === 'suspended' && before !== 'suspended') suspended.push(s.nodeId);
     }

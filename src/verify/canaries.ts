@@ -35,19 +35,27 @@ export const CANARIES_PER_MODEL = 32;
 // $1..$6 parallel: the jobs, their models, requests and answers, the nodes vouching for each
 // (array literals: the answering node and the scorer), the nodes that saw each (array literals).
 // The quantisation is the one the answering node's session declared when it ran the job.
-const REMEMBER = sql('verify_canaries_remember', `INSERT INTO canaries (job_id, model_id, quantization, request, answer, vouched, seen, gaps)
+const REMEMBER = sql(
+  'verify_canaries_remember',
+  `INSERT INTO canaries (job_id, model_id, quantization, request, answer, vouched, seen, gaps)
   SELECT u.job_id, u.model_id,
     ${doneQuantization('u.job_id', 'u.model_id')},
     u.request, u.answer, u.vouched::bigint[], u.seen::bigint[], u.gaps::jsonb
   FROM unnest($1::uuid[], $2::int[], $3::jsonb[], $4::text[], $5::text[], $6::text[], $7::text[]) AS u(job_id, model_id, request, answer, vouched, seen, gaps)
-  ON CONFLICT (job_id) DO NOTHING`);
+  ON CONFLICT (job_id) DO NOTHING`,
+);
 // The models' ($1) references beyond the newest $2.
-const FORGET = sql('verify_canaries_forget', `DELETE FROM canaries c WHERE c.model_id = ANY($1::int[]) AND c.job_id NOT IN (
-  SELECT x.job_id FROM canaries x WHERE x.model_id = c.model_id ORDER BY x.at DESC, x.job_id LIMIT $2::int)`);
+const FORGET = sql(
+  'verify_canaries_forget',
+  `DELETE FROM canaries c WHERE c.model_id = ANY($1::int[]) AND c.job_id NOT IN (
+  SELECT x.job_id FROM canaries x WHERE x.model_id = c.model_id ORDER BY x.at DESC, x.job_id LIMIT $2::int)`,
+);
 // For each model $1 and the lone node $2 serving it: one reference that node never saw, whose
 // job is still kept (retention) and whose vouching nodes are in good standing — preferably one
 // of the node's own declared quantisation, else any — marked as seen by the node.
-const PICK = sql('verify_canaries_pick', `WITH picked AS (
+const PICK = sql(
+  'verify_canaries_pick',
+  `WITH picked AS (
   SELECT DISTINCT ON (u.model_id) c.job_id, c.model_id, c.request, c.answer, c.gaps, c.seen, u.node_id
   FROM unnest($1::int[], $2::bigint[]) AS u(model_id, node_id)
   JOIN canaries c ON c.model_id = u.model_id AND NOT (u.node_id = ANY(c.seen))
@@ -58,10 +66,19 @@ const PICK = sql('verify_canaries_pick', `WITH picked AS (
   ORDER BY u.model_id, (c.quantization IS NOT DISTINCT FROM q.quantization) DESC, random()
 ),
 marked AS (UPDATE canaries c SET seen = c.seen || p.node_id FROM picked p WHERE c.job_id = p.job_id)
-SELECT p.job_id::text, p.model_id, p.request, p.answer, p.gaps, p.seen::int[] AS seen FROM picked p`);
+SELECT p.job_id::text, p.model_id, p.request, p.answer, p.gaps, p.seen::int[] AS seen FROM picked p`,
+);
 
 /** An answer a score check found in line: a reference to keep. */
-export interface Reference { jobId: string; modelId: number; request: JobRequest; answer: string; vouched: number[]; seen: number[]; gaps: number[] | null }
+export interface Reference {
+  jobId: string;
+  modelId: number;
+  request: JobRequest;
+  answer: string;
+  vouched: number[];
+  seen: number[];
+  gaps: number[] | null;
+}
 
 const literal = (ids: readonly number[]): string => `{${[...new Set(ids)].join(',')}}`;
 
@@ -71,8 +88,15 @@ export async function remember(db: Queryable, refs: readonly Reference[]): Promi
   for (const r of refs) perModel.set(r.modelId, [...(perModel.get(r.modelId) ?? []), r].slice(-CANARIES_PER_MODEL));
   const kept = [...perModel.values()].flat();
   if (kept.length === 0) return;
-  await db.query(REMEMBER, [kept.map((r) => r.jobId), kept.map((r) => r.modelId), kept.map((r) => JSON.stringify(r.request)), kept.map((r) => r.answer),
-    kept.map((r) => literal(r.vouched)), kept.map((r) => literal(r.seen)), kept.map((r) => (r.gaps ? JSON.stringify(r.gaps.map((g) => Math.round(g * 1000) / 1000)) : null))]);
+  await db.query(REMEMBER, [
+    kept.map((r) => r.jobId),
+    kept.map((r) => r.modelId),
+    kept.map((r) => JSON.stringify(r.request)),
+    kept.map((r) => r.answer),
+    kept.map((r) => literal(r.vouched)),
+    kept.map((r) => literal(r.seen)),
+    kept.map((r) => (r.gaps ? JSON.stringify(r.gaps.map((g) => Math.round(g * 1000) / 1000)) : null)),
+  ]);
   await db.query(FORGET, [[...perModel.keys()], CANARIES_PER_MODEL]);
 }
 
@@ -86,10 +110,20 @@ export async function remember(db: Queryable, refs: readonly Reference[]): Promi
  */
 export async function canaries(db: Queryable, lone: readonly { modelId: number; nodeId: number }[]): Promise<{ checks: Check[]; models: number[] }> {
   if (lone.length === 0) return { checks: [], models: [] };
-  const rows = await db.query<{ job_id: string; model_id: number; request: JobRequest; answer: string; gaps: number[] | null; seen: number[] }>(PICK, [lone.map((l) => l.modelId), lone.map((l) => l.nodeId)]);
+  const rows = await db.query<{ job_id: string; model_id: number; request: JobRequest; answer: string; gaps: number[] | null; seen: number[] }>(
+    PICK,
+    [lone.map((l) => l.modelId), lone.map((l) => l.nodeId)],
+  );
   return {
     // Never to a node that saw the request.
-    checks: rows.map((r) => ({ kind: 'verify' as const, id: randomUUID(), of: r.job_id, exclude: r.seen, suspicion: { canary: r.job_id, answer: r.answer, gaps: r.gaps }, request: r.request })),
+    checks: rows.map((r) => ({
+      kind: 'verify' as const,
+      id: randomUUID(),
+      of: r.job_id,
+      exclude: r.seen,
+      suspicion: { canary: r.job_id, answer: r.answer, gaps: r.gaps },
+      request: r.request,
+    })),
     models: rows.map((r) => r.model_id),
   };
 }
@@ -106,7 +140,11 @@ export const CANARY_CONFIDENT = MARGIN * TEMPERATURE_FLOOR;
  * nothing; a match takes half an answer's worth off (the test is floored at 0), so that rare
  * unlucky partings of an honest node do not add up over months.
  */
-export function canaryVerdict(answer: string, reference: string, gaps: readonly number[] | null): { agree: boolean; evidence: number; at: number | null; gap: number | null } {
+export function canaryVerdict(
+  answer: string,
+  reference: string,
+  gaps: readonly number[] | null,
+): { agree: boolean; evidence: number; at: number | null; gap: number | null } {
   const n = Math.min(answer.length, reference.length);
   let k = 0;
   while (k < n && answer[k] === reference[k]) k++;
@@ -130,6 +168,8 @@ export function referenceGaps(answer: string, tokens: readonly WireToken[] | und
   else return null;
   if (lengths.length > n) return null;
   const out: number[] = [];
-  lengths.forEach((len, i) => { for (let j = 0; j < len; j++) out.push(confidence(i)); });
+  lengths.forEach((len, i) => {
+    for (let j = 0; j < len; j++) out.push(confidence(i));
+  });
   return out.length === answer.length ? out : null;
 }

@@ -23,14 +23,14 @@ import { normalise, similarity } from './text.js';
 import type { ChatParams } from '../jobs/request.js';
 
 /** What a request's answers are compared as. */
-export type AnswerKind =
-  | { kind: 'text' }
-  | { kind: 'tools' }
-  | { kind: 'json'; schema?: Record<string, unknown> }
-  | { kind: 'embeddings' };
+export type AnswerKind = { kind: 'text' } | { kind: 'tools' } | { kind: 'json'; schema?: Record<string, unknown> } | { kind: 'embeddings' };
 
 /** An answer as the audit reads it: the message's text, and its tool calls or vectors when it has them (as the node reported them). */
-export interface AnswerParts { content: string; tool_calls?: unknown; embeddings?: unknown }
+export interface AnswerParts {
+  content: string;
+  tool_calls?: unknown;
+  embeddings?: unknown;
+}
 
 /** Embeddings agree at this cosine similarity or above (see above). */
 export const MIN_COSINE = 0.99;
@@ -61,22 +61,34 @@ export const deterministic = (request: { temperature: number; params?: ChatParam
   request.temperature === 0 || Array.isArray(request.params?.input);
 
 /** How far two answers agree: `same` and a score in [0, 1] for the evidence (word similarity, cosine, or 1/0). */
-export interface Comparison { same: boolean; score: number }
+export interface Comparison {
+  same: boolean;
+  score: number;
+}
 
 export function compare(a: AnswerParts, b: AnswerParts, kind: AnswerKind, threshold: number): Comparison {
   switch (kind.kind) {
-    case 'text': return text(a.content, b.content, threshold);
-    case 'tools': return tools(a, b, threshold);
+    case 'text':
+      return text(a.content, b.content, threshold);
+    case 'tools':
+      return tools(a, b, threshold);
     // A job with tools and a response_format: an answer that calls tools is compared as calls.
-    case 'json': return canonicalCalls(a.tool_calls) || canonicalCalls(b.tool_calls) ? tools(a, b, threshold) : json(a.content, b.content, kind.schema, threshold);
-    case 'embeddings': return embeddings(a.embeddings, b.embeddings);
+    case 'json':
+      return canonicalCalls(a.tool_calls) || canonicalCalls(b.tool_calls)
+        ? tools(a, b, threshold)
+        : json(a.content, b.content, kind.schema, threshold);
+    case 'embeddings':
+      return embeddings(a.embeddings, b.embeddings);
   }
 }
 
 /** Two texts agree: the same (whitespace and case aside), or similar enough. */
 export const agreeing = (a: string, b: string, threshold: number): boolean => normalise(a) === normalise(b) || similarity(a, b) >= threshold;
 
-const text = (a: string, b: string, threshold: number): Comparison => ({ same: agreeing(a, b, threshold), score: Math.round(similarity(a, b) * 100) / 100 });
+const text = (a: string, b: string, threshold: number): Comparison => ({
+  same: agreeing(a, b, threshold),
+  score: Math.round(similarity(a, b) * 100) / 100,
+});
 const verdictOf = (same: boolean): Comparison => ({ same, score: same ? 1 : 0 });
 
 // --- tools ---
@@ -84,21 +96,23 @@ const verdictOf = (same: boolean): Comparison => ({ same, score: same ? 1 : 0 })
 /** An answer's tool calls as canonical strings (name and arguments), sorted; undefined when it calls none. */
 export function canonicalCalls(calls: unknown): string[] | undefined {
   if (!Array.isArray(calls) || calls.length === 0) return undefined;
-  return calls.map((c: unknown) => {
-    const f = isObject(c) && isObject(c.function) ? c.function : {};
-    const name = typeof f.name === 'string' ? f.name : '';
-    // Arguments come as a JSON string (OpenAI's form) or, from some backends, as an object.
-    const raw: unknown = f.arguments ?? {};
-    let args = raw;
-    if (typeof raw === 'string') {
-      try {
-        args = JSON.parse(raw);
-      } catch {
-        args = { unparsed: raw.trim() };
+  return calls
+    .map((c: unknown) => {
+      const f = isObject(c) && isObject(c.function) ? c.function : {};
+      const name = typeof f.name === 'string' ? f.name : '';
+      // Arguments come as a JSON string (OpenAI's form) or, from some backends, as an object.
+      const raw: unknown = f.arguments ?? {};
+      let args = raw;
+      if (typeof raw === 'string') {
+        try {
+          args = JSON.parse(raw);
+        } catch {
+          args = { unparsed: raw.trim() };
+        }
       }
-    }
-    return JSON.stringify([name, canonical(args)]);
-  }).sort();
+      return JSON.stringify([name, canonical(args)]);
+    })
+    .sort();
 }
 
 function tools(a: AnswerParts, b: AnswerParts, threshold: number): Comparison {
@@ -112,7 +126,12 @@ function tools(a: AnswerParts, b: AnswerParts, threshold: number): Comparison {
 /** The value with every object's keys sorted (for a stable JSON string). */
 export function canonical(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(canonical);
-  if (isObject(v)) return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical(v[k])]));
+  if (isObject(v))
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, canonical(v[k])]),
+    );
   return v;
 }
 

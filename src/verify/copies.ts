@@ -12,19 +12,32 @@ import type { Outcome } from '../jobs/outcome.js';
 import { chatsSql } from '../jobs/capabilities.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 
-export interface CopyPlan { of: string; modelId: number; exclude: number[]; suspicion: Record<string, unknown> | null }
+export interface CopyPlan {
+  of: string;
+  modelId: number;
+  exclude: number[];
+  suspicion: Record<string, unknown> | null;
+}
 
 // Online nodes in good standing serving each of the models $1 (NULL: every model) for chat ($2
 // the online window, $3 MODELS_TTL, in seconds): which models a probe — a chat job — can check
 // (verify/probes.ts), and on which nodes. A node serving the model as an embedding model only
 // (jobs/capabilities.ts chatsSql) would answer a probe with its backend's error, not a text.
-export const ELIGIBLE = sql('verify_eligible_nodes', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+export const ELIGIBLE = sql(
+  'verify_eligible_nodes',
+  `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
   WHERE ($1::int[] IS NULL OR d.model_id = ANY($1::int[])) AND ${chatsSql('d.caps')} AND ${servingSession('s', 'n', '$2', '$3')}
-  GROUP BY d.model_id`);
+  GROUP BY d.model_id`,
+);
 
 /** The nodes that may run jobs of each model (all models when `modelIds` is null). */
-export async function eligibleNodes(db: Queryable, modelIds: number[] | null, onlineWindow: number, modelsTtl: number): Promise<Map<number, number[]>> {
+export async function eligibleNodes(
+  db: Queryable,
+  modelIds: number[] | null,
+  onlineWindow: number,
+  modelsTtl: number,
+): Promise<Map<number, number[]>> {
   const rows = await db.query<{ model_id: number; nodes: number[] }>(ELIGIBLE, [modelIds, onlineWindow, modelsTtl]);
   return new Map(rows.map((r) => [r.model_id, r.nodes]));
 }
@@ -36,7 +49,9 @@ export async function eligibleNodes(db: Queryable, modelIds: number[] | null, on
 // can lease would only wait out its deadline — and among them those that declared the same
 // quantisation for the model as the judged node's live session did (issue 31,
 // repositories/model-builds.ts; none when the judged node declared none).
-export const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
+export const CHECKERS = sql(
+  'verify_copy_checkers',
+  `WITH p AS (
     SELECT p.of, p.judged, j.model_id, j.needs | $5::int AS needs FROM unnest($1::uuid[], $2::bigint[]) AS p(of, judged) JOIN jobs j ON j.id = p.of),
   live AS (
     SELECT s.node_id, d.model_id, coalesce(s.model_caps[d.i::int], 0) AS caps, b.quantization
@@ -48,7 +63,8 @@ export const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
     coalesce(array_agg(DISTINCT l.node_id::int) FILTER (WHERE p.needs & ~l.caps = 0 AND l.quantization = q.quantization), '{}') AS same_quantization
   FROM p JOIN live l ON l.model_id = p.model_id
     LEFT JOIN LATERAL (SELECT x.quantization FROM live x WHERE x.node_id = p.judged AND x.model_id = p.model_id AND x.quantization IS NOT NULL LIMIT 1) q ON true
-  GROUP BY p.of`);
+  GROUP BY p.of`,
+);
 
 /**
  * Where each plan's copy (or score check: `extraNeeds` the `score` bit) may go: the nodes
@@ -60,7 +76,12 @@ export const CHECKERS = sql('verify_copy_checkers', `WITH p AS (
 export async function placeCopies(db: Queryable, plans: CopyPlan[], onlineWindow: number, modelsTtl: number, extraNeeds = 0): Promise<CopyPlan[]> {
   if (plans.length === 0) return [];
   const rows = await db.query<{ of: string; able: number[]; same_quantization: number[] }>(CHECKERS, [
-    plans.map((p) => p.of), plans.map((p) => p.exclude[0] ?? null), onlineWindow, modelsTtl, extraNeeds]);
+    plans.map((p) => p.of),
+    plans.map((p) => p.exclude[0] ?? null),
+    onlineWindow,
+    modelsTtl,
+    extraNeeds,
+  ]);
   const by = new Map(rows.map((r) => [r.of, r]));
   return plans.flatMap((p) => {
     const r = by.get(p.of);
@@ -72,9 +93,16 @@ export async function placeCopies(db: Queryable, plans: CopyPlan[], onlineWindow
 }
 
 /** Where checks are queued: the job lifecycle (jobs/lifecycle.ts queueChecks). */
-export interface CheckQueue { queueChecks(tx: Queryable, checks: readonly Check[], deadlineSeconds: number): Promise<Outcome> }
+export interface CheckQueue {
+  queueChecks(tx: Queryable, checks: readonly Check[], deadlineSeconds: number): Promise<Outcome>;
+}
 
-export interface CopyOptions { onlineWindow: number; modelsTtl: number; deadline: number; checks: CheckQueue }
+export interface CopyOptions {
+  onlineWindow: number;
+  modelsTtl: number;
+  deadline: number;
+  checks: CheckQueue;
+}
 
 /** The plans some node outside their exclusions can run, queued; answers the plans made and the outcome to apply once the transaction commits. */
 export async function queueCopies(db: Queryable, plans: CopyPlan[], opts: CopyOptions): Promise<{ outcome: Outcome | undefined; made: CopyPlan[] }> {
@@ -83,6 +111,10 @@ export async function queueCopies(db: Queryable, plans: CopyPlan[], opts: CopyOp
   // `made` holds the plans themselves (the auditor asks which of its plans were made).
   const made = plans.filter((p) => placed.has(p.of));
   if (made.length === 0) return { outcome: undefined, made };
-  const outcome = await opts.checks.queueChecks(db, made.map((p) => ({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: placed.get(p.of)!.exclude, suspicion: p.suspicion })), opts.deadline);
+  const outcome = await opts.checks.queueChecks(
+    db,
+    made.map((p) => ({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: placed.get(p.of)!.exclude, suspicion: p.suspicion })),
+    opts.deadline,
+  );
   return { outcome, made };
 }

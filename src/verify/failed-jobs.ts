@@ -18,7 +18,12 @@ import type { DoneCopy } from './request-errors.js';
 /** What a copy made to audit a failed job carries in jobs.suspicion: the nodes whose endings it judges. */
 const FAILED_BY = 'failed_by';
 
-export interface FailedJobOptions { onlineWindow: number; modelsTtl: number; jobTimeout: number; checks: CheckQueue }
+export interface FailedJobOptions {
+  onlineWindow: number;
+  modelsTtl: number;
+  jobTimeout: number;
+  checks: CheckQueue;
+}
 
 /**
  * SQL: lease `l` of job `j` was held until the deadline for at least half the time the job's
@@ -33,20 +38,39 @@ export const heldHalf = (l: string, j: string): string =>
 // and an error report or a lease held until the deadline (heldHalf), with every node that held
 // a lease of each (the copy goes to none of them) and the nodes whose endings the copy judges.
 // (A lease that ran out counts without a copy.)
-const FAILED = sql('verify_failed_jobs', `SELECT j.id::text AS id, j.model_id,
+const FAILED = sql(
+  'verify_failed_jobs',
+  `SELECT j.id::text AS id, j.model_id,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id AND (h.outcome = 'error' OR ${heldHalf('h', 'j')})) AS failed_by
   FROM jobs j WHERE j.id = ANY($1::uuid[]) AND j.state IN ('failed', 'expired') AND j.verify_of IS NULL AND j.error IS NULL
-    AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = j.id)`);
+    AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.verify_of = j.id)`,
+);
 
 /** Copies the jobs their nodes failed to another node each, where one is online; answers the outcome to apply once committed, and how many copies were made. */
-export async function auditFailedJobs(db: Database, jobIds: readonly string[], o: FailedJobOptions): Promise<{ outcome: Outcome | undefined; copies: number }> {
+export async function auditFailedJobs(
+  db: Database,
+  jobIds: readonly string[],
+  o: FailedJobOptions,
+): Promise<{ outcome: Outcome | undefined; copies: number }> {
   if (jobIds.length === 0) return { outcome: undefined, copies: 0 };
   return db.transaction(async (tx) => {
-    const jobs = (await tx.query<{ id: string; model_id: number; holders: number[]; failed_by: number[] }>(FAILED, [jobIds])).filter((j) => j.failed_by.length > 0);
+    const jobs = (await tx.query<{ id: string; model_id: number; holders: number[]; failed_by: number[] }>(FAILED, [jobIds])).filter(
+      (j) => j.failed_by.length > 0,
+    );
     // exclude[0] is the node judged (copies.ts placeCopies prefers its quantisation): the first that failed it.
-    const plans = jobs.map((j) => ({ of: j.id, modelId: j.model_id, exclude: [...new Set([...j.failed_by, ...j.holders])], suspicion: { [FAILED_BY]: j.failed_by } }));
-    const { outcome, made } = await queueCopies(tx, plans, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, checks: o.checks });
+    const plans = jobs.map((j) => ({
+      of: j.id,
+      modelId: j.model_id,
+      exclude: [...new Set([...j.failed_by, ...j.holders])],
+      suspicion: { [FAILED_BY]: j.failed_by },
+    }));
+    const { outcome, made } = await queueCopies(tx, plans, {
+      onlineWindow: o.onlineWindow,
+      modelsTtl: o.modelsTtl,
+      deadline: o.jobTimeout,
+      checks: o.checks,
+    });
     return { outcome, copies: made.length };
   });
 }
@@ -56,7 +80,11 @@ export const auditsFailure = (c: DoneCopy): boolean => Array.isArray(c.suspicion
 
 /** The failures the done audits show to be their nodes': another node answered the job they failed. */
 export function failuresShown(copies: readonly DoneCopy[]): { nodeId: number; jobId: string }[] {
-  return copies.filter(auditsFailure).flatMap((c) => (c.suspicion![FAILED_BY] as unknown[])
-    .filter((n): n is number => typeof n === 'number' && n !== c.node_id)
-    .map((nodeId) => ({ nodeId, jobId: c.verify_of! })));
+  return copies
+    .filter(auditsFailure)
+    .flatMap((c) =>
+      (c.suspicion![FAILED_BY] as unknown[])
+        .filter((n): n is number => typeof n === 'number' && n !== c.node_id)
+        .map((nodeId) => ({ nodeId, jobId: c.verify_of! })),
+    );
 }

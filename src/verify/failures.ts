@@ -32,7 +32,9 @@ import { heldHalf } from './failed-jobs.js';
 // $1 node, $2 window (s): its node-owned endings since its last failure strike (or its
 // reinstatement) within the window. Leases are found through job_leases_node (node_id,
 // leased_at), copies through jobs_verify_of.
-const FAILURES = sql('verify_failures_since', `WITH since AS (
+const FAILURES = sql(
+  'verify_failures_since',
+  `WITH since AS (
     SELECT greatest(now() - make_interval(secs => $2::float8),
       coalesce((SELECT max(s.at) FROM node_strikes s WHERE s.node_id = $1::bigint AND s.kind = 'failure'), '-infinity'),
       coalesce((SELECT r.reinstated_at FROM node_standing r WHERE r.node_id = $1::bigint), '-infinity')) AS at)
@@ -42,14 +44,20 @@ const FAILURES = sql('verify_failures_since', `WITH since AS (
       OR l.outcome = 'error' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.state = 'done' AND j.node_id <> l.node_id AND j.finished_at > since.at)
       OR l.outcome IN ('error', 'deadline') AND EXISTS (SELECT 1 FROM jobs o JOIN jobs c ON c.verify_of = o.id
         WHERE o.id = l.job_id AND o.state <> 'done' AND c.state = 'done' AND c.node_id <> l.node_id AND c.finished_at > since.at
-          AND (l.outcome = 'error' OR ${heldHalf('l', 'o')} AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at)))`);
+          AND (l.outcome = 'error' OR ${heldHalf('l', 'o')} AND 2 * (c.finished_at - c.submitted_at) <= o.deadline_at - o.submitted_at)))`,
+);
 // One judgement of a node's failures at a time across servers: the count and its strike in one
 // transaction, so two servers told of the same failures strike once. The lock's class (any
 // constant the service uses for nothing else) and the node.
 const FAILURES_LOCK = 0x696e7374;
 const LOCK_NODE = sql('verify_failures_lock', `SELECT pg_advisory_xact_lock(${FAILURES_LOCK}, $1::int)`);
 
-export async function strikeFailures(db: Database, failures: readonly { nodeId: number; jobId: string }[], v: VerifyConfig, server = ''): Promise<AuditReport> {
+export async function strikeFailures(
+  db: Database,
+  failures: readonly { nodeId: number; jobId: string }[],
+  v: VerifyConfig,
+  server = '',
+): Promise<AuditReport> {
   return db.transaction(async (tx) => {
     const report = emptyReport();
     if (v.failuresPerStrike <= 0) return report;
@@ -59,7 +67,16 @@ export async function strikeFailures(db: Database, failures: readonly { nodeId: 
       await tx.query(LOCK_NODE, [nodeId]);
       const [{ n }] = (await tx.query<{ n: number }>(FAILURES, [nodeId, v.evidenceWindow])) as [{ n: number }];
       if (n < v.failuresPerStrike) continue;
-      const { before, after } = await strike(tx, nodeId, jobId, 'failure', { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow }, v.evidenceWindow, v.strikesToSuspend, server);
+      const { before, after } = await strike(
+        tx,
+        nodeId,
+        jobId,
+        'failure',
+        { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow },
+        v.evidenceWindow,
+        v.strikesToSuspend,
+        server,
+      );
       report.strikes.push({ kind: 'failure', nodeId });
       if (after === 'suspended' && before !== 'suspended') {
         const r = await reverse(tx, { nodes: [{ nodeId, seconds: v.evidenceWindow }] }, 'suspended');

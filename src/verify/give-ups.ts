@@ -9,11 +9,25 @@ import { strike } from './standing.js';
 import { reverse } from './reversal.js';
 import { emptyReport, type AuditReport } from './auditor.js';
 
-export async function strikeGiveUps(db: Database, giveUps: readonly { nodeId: number; jobId: string }[], v: VerifyConfig, server = ''): Promise<AuditReport> {
+export async function strikeGiveUps(
+  db: Database,
+  giveUps: readonly { nodeId: number; jobId: string }[],
+  v: VerifyConfig,
+  server = '',
+): Promise<AuditReport> {
   return db.transaction(async (tx) => {
     const report = emptyReport();
     for (const g of giveUps) {
-      const { before, after } = await strike(tx, g.nodeId, g.jobId, 'give_up', { job_id: g.jobId, gave_up: 'the same job a second time' }, v.evidenceWindow, v.strikesToSuspend, server);
+      const { before, after } = await strike(
+        tx,
+        g.nodeId,
+        g.jobId,
+        'give_up',
+        { job_id: g.jobId, gave_up: 'the same job a second time' },
+        v.evidenceWindow,
+        v.strikesToSuspend,
+        server,
+      );
       report.strikes.push({ kind: 'give_up', nodeId: g.nodeId });
       if (after === 'suspended' && before !== 'suspended') {
         const r = await reverse(tx, { nodes: [{ nodeId: g.nodeId, seconds: v.evidenceWindow }] }, 'suspended');

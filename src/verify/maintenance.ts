@@ -19,14 +19,27 @@ const TRY_LOCK = sql('verify_try_lock', `SELECT pg_try_advisory_xact_lock(${LOCK
 // by statement_timeout); the window leaves a round that long after it to find it, even with
 // every server down meanwhile. Older suspensions are not looked at again: without the bound,
 // every round reversed every node ever suspended, a cost growing with the network's history.
-const SUSPENDED = sql('verify_suspended', `SELECT node_id::int AS "nodeId", extract(epoch FROM now() - changed_at)::float8 + $1::float8 AS seconds
-  FROM node_standing WHERE state = 'suspended' AND changed_at > now() - make_interval(secs => $1::float8)`);
+const SUSPENDED = sql(
+  'verify_suspended',
+  `SELECT node_id::int AS "nodeId", extract(epoch FROM now() - changed_at)::float8 + $1::float8 AS seconds
+  FROM node_standing WHERE state = 'suspended' AND changed_at > now() - make_interval(secs => $1::float8)`,
+);
 const STALE = sql('verify_drop_stale', 'DELETE FROM job_audits WHERE finished_at < now() - make_interval(secs => $1::float8)');
 
-export interface MaintenanceOptions { verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; tickSeconds: number; checks: CheckQueue }
+export interface MaintenanceOptions {
+  verify: VerifyConfig;
+  onlineWindow: number;
+  modelsTtl: number;
+  jobTimeout: number;
+  tickSeconds: number;
+  checks: CheckQueue;
+}
 
 /** One round, if this server gets the lock: answers the models probed (with the outcome to apply), and the points taken back. */
-export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ probed: number[]; canaries: number[]; outcome: Outcome | undefined; reversed: number } | undefined> {
+export async function maintain(
+  db: Database,
+  o: MaintenanceOptions,
+): Promise<{ probed: number[]; canaries: number[]; outcome: Outcome | undefined; reversed: number } | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
@@ -34,9 +47,16 @@ export async function maintain(db: Database, o: MaintenanceOptions): Promise<{ p
     const late = await reverse(tx, { nodes: await tx.query<{ nodeId: number; seconds: number }>(SUSPENDED, [v.evidenceWindow]) }, 'suspended');
     await pruneAnswers(tx, v.evidenceWindow);
     await tx.query(STALE, [v.evidenceWindow]);
-    const probed = v.probeInterval > 0
-      ? await probe(tx, { onlineWindow: o.onlineWindow, modelsTtl: o.modelsTtl, deadline: o.jobTimeout, chance: Math.min(1, o.tickSeconds / v.probeInterval), checks: o.checks })
-      : { models: [], canaries: [], outcome: undefined };
+    const probed =
+      v.probeInterval > 0
+        ? await probe(tx, {
+            onlineWindow: o.onlineWindow,
+            modelsTtl: o.modelsTtl,
+            deadline: o.jobTimeout,
+            chance: Math.min(1, o.tickSeconds / v.probeInterval),
+            checks: o.checks,
+          })
+        : { models: [], canaries: [], outcome: undefined };
     return { probed: probed.models, canaries: probed.canaries, outcome: probed.outcome, reversed: late.points };
   });
 }

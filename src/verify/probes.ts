@@ -18,12 +18,70 @@ import type { Check } from '../jobs/sql/queue-checks.js';
 import { eligibleNodes, type CheckQueue } from './copies.js';
 import { canaries } from './canaries.js';
 
-const TOPICS = ['the ocean', 'a lighthouse', 'bread', 'winter', 'a bicycle', 'the moon', 'a library', 'rivers', 'volcanoes', 'a garden', 'trains',
-  'honey bees', 'a violin', 'mountains', 'coffee', 'a desert', 'clocks', 'rain', 'a market', 'glaciers', 'paper', 'owls', 'a bridge', 'salt',
-  'the first computers', 'tides', 'a city at night', 'maps', 'mushrooms', 'a harbour', 'thunderstorms', 'chess', 'letters by post', 'wool'];
-const STYLES = ['one sentence', 'two short sentences', 'a short paragraph', 'three bullet points', 'a haiku', 'one question and its answer',
-  'a list of four facts', 'a short dialogue', 'five words', 'a limerick'];
-const WORDS = ['quiet', 'bright', 'ancient', 'small', 'heavy', 'gentle', 'distant', 'careful', 'golden', 'narrow', 'patient', 'sudden', 'curious', 'hollow'];
+const TOPICS = [
+  'the ocean',
+  'a lighthouse',
+  'bread',
+  'winter',
+  'a bicycle',
+  'the moon',
+  'a library',
+  'rivers',
+  'volcanoes',
+  'a garden',
+  'trains',
+  'honey bees',
+  'a violin',
+  'mountains',
+  'coffee',
+  'a desert',
+  'clocks',
+  'rain',
+  'a market',
+  'glaciers',
+  'paper',
+  'owls',
+  'a bridge',
+  'salt',
+  'the first computers',
+  'tides',
+  'a city at night',
+  'maps',
+  'mushrooms',
+  'a harbour',
+  'thunderstorms',
+  'chess',
+  'letters by post',
+  'wool',
+];
+const STYLES = [
+  'one sentence',
+  'two short sentences',
+  'a short paragraph',
+  'three bullet points',
+  'a haiku',
+  'one question and its answer',
+  'a list of four facts',
+  'a short dialogue',
+  'five words',
+  'a limerick',
+];
+const WORDS = [
+  'quiet',
+  'bright',
+  'ancient',
+  'small',
+  'heavy',
+  'gentle',
+  'distant',
+  'careful',
+  'golden',
+  'narrow',
+  'patient',
+  'sudden',
+  'curious',
+  'hollow',
+];
 const TEMPLATES = [
   (t: string, s: string, w: string) => `Write ${s} about ${t}. Use the word "${w}".`,
   (t: string, s: string, w: string) => `Describe ${t} in ${s}, and make it feel ${w}.`,
@@ -44,7 +102,10 @@ export function probePrompt(): string {
 /** A probe's request: the job_data fields a user's job has, streamed for a share of them. */
 export function probeRequest(): JobRequest {
   return {
-    messages: [{ role: 'user', content: probePrompt() }], max_output: pick(MAX_OUTPUTS), temperature: 0, seed: randomSeed(),
+    messages: [{ role: 'user', content: probePrompt() }],
+    max_output: pick(MAX_OUTPUTS),
+    temperature: 0,
+    seed: randomSeed(),
     ...(Math.random() < STREAMED_SHARE ? { stream: true } : {}),
   };
 }
@@ -54,12 +115,21 @@ export function probeRequest(): JobRequest {
 // model only (jobs/capabilities.ts chatsSql). A probe is a plain job, which the lease round
 // offers any node of its model: without this, such a node could take it and fail it with its
 // backend's error, a failure counted against an honest node.
-const UNFIT = sql('verify_probe_unfit_nodes', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+const UNFIT = sql(
+  'verify_probe_unfit_nodes',
+  `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
   WHERE d.model_id = ANY($1::int[]) AND NOT ${chatsSql('d.caps')} AND ${servingSession('s', 'n', '$2', '$3')}
-  GROUP BY d.model_id`);
+  GROUP BY d.model_id`,
+);
 
-export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadline: number; chance: number; checks: CheckQueue }
+export interface ProbeOptions {
+  onlineWindow: number;
+  modelsTtl: number;
+  deadline: number;
+  chance: number;
+  checks: CheckQueue;
+}
 
 /**
  * Each model two or more good nodes serve gets a probe with probability `chance`, and each one
@@ -67,12 +137,17 @@ export interface ProbeOptions { onlineWindow: number; modelsTtl: number; deadlin
  * transaction commits.
  */
 export async function probe(db: Queryable, o: ProbeOptions): Promise<{ models: number[]; canaries: number[]; outcome: Outcome | undefined }> {
-  const drawn = [...await eligibleNodes(db, null, o.onlineWindow, o.modelsTtl)].filter(() => Math.random() < o.chance);
+  const drawn = [...(await eligibleNodes(db, null, o.onlineWindow, o.modelsTtl))].filter(() => Math.random() < o.chance);
   const models = drawn.filter(([, nodes]) => nodes.length >= 2).map(([model]) => model);
   const lone = drawn.filter(([, nodes]) => nodes.length === 1).map(([modelId, [nodeId]]) => ({ modelId, nodeId: nodeId! }));
   const sent = await canaries(db, lone);
-  const unfit = models.length ? new Map((await db.query<{ model_id: number; nodes: number[] }>(UNFIT, [models, o.onlineWindow, o.modelsTtl])).map((r) => [r.model_id, r.nodes])) : new Map<number, number[]>();
-  const checks: Check[] = [...models.map((modelId) => ({ kind: 'probe' as const, id: randomUUID(), modelId, request: probeRequest(), exclude: unfit.get(modelId) ?? [] })), ...sent.checks];
+  const unfit = models.length
+    ? new Map((await db.query<{ model_id: number; nodes: number[] }>(UNFIT, [models, o.onlineWindow, o.modelsTtl])).map((r) => [r.model_id, r.nodes]))
+    : new Map<number, number[]>();
+  const checks: Check[] = [
+    ...models.map((modelId) => ({ kind: 'probe' as const, id: randomUUID(), modelId, request: probeRequest(), exclude: unfit.get(modelId) ?? [] })),
+    ...sent.checks,
+  ];
   if (checks.length === 0) return { models, canaries: [], outcome: undefined };
   return { models, canaries: sent.models, outcome: await o.checks.queueChecks(db, checks, o.deadline) };
 }

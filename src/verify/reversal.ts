@@ -33,7 +33,9 @@ const CHOSEN = `SELECT r.job_id FROM unnest($1::bigint[], $2::float8[]) AS t(nod
 // created later today. Left: a node with no success in the window, one of whose reports
 // commits between this statement and REVERSE while a second is in flight (two reports inside
 // one round trip of the moment a node with nothing to take back is suspended).
-const LOCK = sql('verify_reverse_lock', `WITH chosen AS (${CHOSEN}),
+const LOCK = sql(
+  'verify_reverse_lock',
+  `WITH chosen AS (${CHOSEN}),
   hit AS (
     SELECT r.node_id, r.model_id, (r.received_at AT TIME ZONE 'UTC')::date AS day
     FROM job_results r JOIN chosen c ON r.job_id = c.job_id WHERE r.status = 'success'),
@@ -52,11 +54,15 @@ const LOCK = sql('verify_reverse_lock', `WITH chosen AS (${CHOSEN}),
   -- The roster rows are counted only so that their locking CTEs run (one not read never does).
   SELECT coalesce(array_agg(node_id), '{}') AS nodes, coalesce(array_agg(day::text), '{}') AS days,
     (SELECT count(*) FROM overall)::int + (SELECT count(*) FROM days)::int AS roster_rows
-  FROM daily`);
+  FROM daily`,
+);
 // Last, a daily row the lock made that nothing filled goes ($1 node ids, $2 days): no row holds nothing.
-const LOCKED_EMPTY = sql('verify_reverse_empty', `DELETE FROM node_daily_points d
+const LOCKED_EMPTY = sql(
+  'verify_reverse_empty',
+  `DELETE FROM node_daily_points d
   USING unnest($1::bigint[], $2::date[]) AS k(node_id, day)
-  WHERE d.node_id = k.node_id AND d.day = k.day AND d.points = 0 AND d.successes = 0`);
+  WHERE d.node_id = k.node_id AND d.day = k.day AND d.points = 0 AND d.successes = 0`,
+);
 
 // Same $1..$3, and $4 the reason. The statement's snapshot still shows the victims as successes, so what
 // remains of each touched (model, node) and (model, node, day) sets them aside by job id; rows
@@ -64,7 +70,9 @@ const LOCKED_EMPTY = sql('verify_reverse_empty', `DELETE FROM node_daily_points 
 // results/credit.ts does, so the two never wait on each other in a cycle. A (node, day) row
 // lowered by a late reversal is upserted (it may not exist yet today), never deleted, so it
 // cannot race with a credit creating it; rows of open days lose exactly their own successes.
-const REVERSE = sql('verify_reverse', `WITH chosen AS (${CHOSEN}),
+const REVERSE = sql(
+  'verify_reverse',
+  `WITH chosen AS (${CHOSEN}),
   victims AS (
     UPDATE job_results r SET status = 'reversed' FROM chosen c WHERE r.job_id = c.job_id AND r.status = 'success'
     RETURNING r.job_id, r.node_id, r.model_id, r.points, (r.received_at AT TIME ZONE 'UTC')::date AS day),
@@ -120,15 +128,23 @@ const REVERSE = sql('verify_reverse', `WITH chosen AS (${CHOSEN}),
   bumped AS (SELECT id FROM models WHERE id IN (SELECT model_id FROM victims) ORDER BY id FOR NO KEY UPDATE),
   roster AS (UPDATE models SET roster_version = roster_version + 1 WHERE id IN (SELECT id FROM bumped)),
   history AS (UPDATE points_history SET version = version + 1 WHERE EXISTS (SELECT 1 FROM victims))
-  SELECT count(*)::int AS results, coalesce(sum(points), 0)::float8 AS points FROM victims`);
+  SELECT count(*)::int AS results, coalesce(sum(points), 0)::float8 AS points FROM victims`,
+);
 
-export interface Reversed { results: number; points: number }
+export interface Reversed {
+  results: number;
+  points: number;
+}
 
 /**
  * Reverses each node's successes of the last `seconds`, and those of the given jobs; answers how
  * many and how many points. Three statements: `db` must be a transaction.
  */
-export async function reverse(db: Queryable, which: { nodes?: { nodeId: number; seconds: number }[]; jobIds?: string[] }, reason: string): Promise<Reversed> {
+export async function reverse(
+  db: Queryable,
+  which: { nodes?: { nodeId: number; seconds: number }[]; jobIds?: string[] },
+  reason: string,
+): Promise<Reversed> {
   const nodes = which.nodes ?? [];
   const jobIds = which.jobIds ?? [];
   if (nodes.length === 0 && jobIds.length === 0) return { results: 0, points: 0 };

@@ -32,7 +32,10 @@ export function tooFast(model: string, tokens: number, leaseSeconds: number | nu
 }
 
 /** An answer the verdict weighs: its text, and its tool calls or vectors when it has them (compare.ts). */
-export interface Answered extends AnswerParts { id: string; nodeId: number }
+export interface Answered extends AnswerParts {
+  id: string;
+  nodeId: number;
+}
 
 /**
  * The verdict on a job's answers (the original first, then its copies, in order), each pair

@@ -10,5 +10,8 @@ import { CAPABILITIES } from '../jobs/capabilities.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { WireToken } from '../validation/answer-tokens.js';
 
-export const scoreRequest = (request: JobRequest, answer: string, tokens?: WireToken[]): JobRequest =>
-  ({ ...request, needs: CAPABILITIES.score, params: { ...request.params, score: { answer, ...(tokens ? { tokens } : {}) } } });
+export const scoreRequest = (request: JobRequest, answer: string, tokens?: WireToken[]): JobRequest => ({
+  ...request,
+  needs: CAPABILITIES.score,
+  params: { ...request.params, score: { answer, ...(tokens ? { tokens } : {}) } },
+});

@@ -19,9 +19,12 @@ export interface TokenChecks {
   flagged_at: string | null;
 }
 
-const VIEW = sql('verify_token_view', `SELECT m.name AS model, e.scored, e.copied, e.answers, e.positions::float8 AS positions, e.mismatches::float8 AS mismatches,
+const VIEW = sql(
+  'verify_token_view',
+  `SELECT m.name AS model, e.scored, e.copied, e.answers, e.positions::float8 AS positions, e.mismatches::float8 AS mismatches,
     e.cusum, e.flags, to_char(e.flagged_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS flagged_at
-  FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id JOIN models m ON m.id = e.model_id WHERE n.name = $1::text ORDER BY m.name`);
+  FROM node_token_evidence e JOIN nodes n ON n.id = e.node_id JOIN models m ON m.id = e.model_id WHERE n.name = $1::text ORDER BY m.name`,
+);
 
 export async function nodeTokenChecks(db: Queryable, name: string): Promise<TokenChecks[]> {
   const rows = await db.query<Omit<TokenChecks, 'threshold'>>(VIEW, [name]);

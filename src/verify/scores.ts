@@ -38,23 +38,32 @@ import type { WireToken } from '../validation/answer-tokens.js';
 // Online nodes in good standing that declared `score` for each of the models $1 ($2 the online
 // window, $3 MODELS_TTL, in seconds; $4 the score bit). model_caps is aligned with models (and
 // empty for a session that declared no capabilities: unnest pads it with NULL).
-export const SCORERS = sql('verify_scorers', `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
+export const SCORERS = sql(
+  'verify_scorers',
+  `SELECT d.model_id, array_agg(DISTINCT s.node_id)::int[] AS nodes
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps) AS d(model_id, caps)
   WHERE d.model_id = ANY($1::int[]) AND coalesce(d.caps, 0) & $4::int <> 0 AND ${servingSession('s', 'n', '$2', '$3')}
-  GROUP BY d.model_id`);
+  GROUP BY d.model_id`,
+);
 
 // The audited jobs $1 as a score check needs them: the whole request, the whole answer, its
 // tokens as the node reported them (issue 53; NULL: none), and whether the node that finished it
 // continued another's beginning (then a copy judges it).
-const AUDITED = sql('verify_scorable', `SELECT j.id::text, j.node_id::int, j.model_id, j.request,
+const AUDITED = sql(
+  'verify_scorable',
+  `SELECT j.id::text, j.node_id::int, j.model_id, j.request,
     coalesce(j.result -> 'message' ->> 'content', '') AS content, j.tokens,
     EXISTS (SELECT 1 FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' AND l.prefix <> '') AS continued
-  FROM jobs j WHERE j.id = ANY($1::uuid[])`);
+  FROM jobs j WHERE j.id = ANY($1::uuid[])`,
+);
 
 // Counts the node's audited jobs checked each way ($1 nodes, $2 models, $3 scored, $4 copied; one row per pair).
-const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence AS e (node_id, model_id, scored, copied)
+const COUNT_CHECKS = sql(
+  'verify_count_checks',
+  `INSERT INTO node_token_evidence AS e (node_id, model_id, scored, copied)
   SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[]) ORDER BY 1, 2
-  ON CONFLICT (node_id, model_id) DO UPDATE SET scored = e.scored + EXCLUDED.scored, copied = e.copied + EXCLUDED.copied, updated_at = now()`);
+  ON CONFLICT (node_id, model_id) DO UPDATE SET scored = e.scored + EXCLUDED.scored, copied = e.copied + EXCLUDED.copied, updated_at = now()`,
+);
 
 // The score checks $1 done, with the audited job's node, model and request (a reference for
 // canaries), the checker's scores, and what a confirming check needs (its request, the nodes it
@@ -64,35 +73,56 @@ const COUNT_CHECKS = sql('verify_count_checks', `INSERT INTO node_token_evidence
 // session that did its part (the done lease): the audited job's node, the checker, and for a
 // confirming check the first scorer (its check is `suspicion.confirms`; its scores are read with
 // the batch's other checks' scores, OTHER_SCORES: do the two scorers run one model?).
-const CHECKS = sql('verify_score_checks', `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
+const CHECKS = sql(
+  'verify_score_checks',
+  `SELECT c.id::text AS check_id, c.verify_of::text AS job_id, o.node_id::int AS node_id, c.model_id, c.node_id::int AS checker_id,
     (coalesce(o.request, c.request) ->> 'temperature')::float8 AS temperature, c.result -> 'scores' AS scores, c.request, o.request AS original,
     c.exclude_nodes::int[] AS exclude, c.suspicion,
     ${doneQuantization('c.verify_of', 'c.model_id')} AS quantization, ${doneQuantization('c.id', 'c.model_id')} AS checker_quantization,
     ${doneQuantization("(c.suspicion ->> 'confirms')::uuid", 'c.model_id')} AS scorer_quantization
   FROM jobs c LEFT JOIN jobs o ON o.id = c.verify_of
-  WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`);
+  WHERE c.id = ANY($1::uuid[]) ORDER BY c.id`,
+);
 
 // The tests of the pairs ($1 nodes, $2 models), made if new, locked in order: one server moves a node's test at a time.
-const ENSURE = sql('verify_token_evidence_ensure', `INSERT INTO node_token_evidence (node_id, model_id)
-  SELECT * FROM unnest($1::bigint[], $2::int[]) ORDER BY 1, 2 ON CONFLICT DO NOTHING`);
-const LOCK = sql('verify_token_evidence_lock', `SELECT node_id::int, model_id, cusum, answers, flagged_at FROM node_token_evidence
-  WHERE (node_id, model_id) IN (SELECT * FROM unnest($1::bigint[], $2::int[])) ORDER BY node_id, model_id FOR UPDATE`);
+const ENSURE = sql(
+  'verify_token_evidence_ensure',
+  `INSERT INTO node_token_evidence (node_id, model_id)
+  SELECT * FROM unnest($1::bigint[], $2::int[]) ORDER BY 1, 2 ON CONFLICT DO NOTHING`,
+);
+const LOCK = sql(
+  'verify_token_evidence_lock',
+  `SELECT node_id::int, model_id, cusum, answers, flagged_at FROM node_token_evidence
+  WHERE (node_id, model_id) IN (SELECT * FROM unnest($1::bigint[], $2::int[])) ORDER BY node_id, model_id FOR UPDATE`,
+);
 // The tests after the batch's answers ($1..$7 parallel: node, model, cusum, answers, positions, mismatches, flags added).
-const SAVE = sql('verify_token_evidence_save', `UPDATE node_token_evidence e SET cusum = u.cusum, answers = u.answers,
+const SAVE = sql(
+  'verify_token_evidence_save',
+  `UPDATE node_token_evidence e SET cusum = u.cusum, answers = u.answers,
     positions = e.positions + u.positions, mismatches = e.mismatches + u.mismatches, flags = e.flags + u.flags,
     flagged_at = CASE WHEN u.flags > 0 THEN now() ELSE e.flagged_at END, updated_at = now()
   FROM unnest($1::bigint[], $2::int[], $3::float8[], $4::int[], $5::bigint[], $6::bigint[], $7::int[]) AS u(node_id, model_id, cusum, answers, positions, mismatches, flags)
-  WHERE e.node_id = u.node_id AND e.model_id = u.model_id`);
+  WHERE e.node_id = u.node_id AND e.model_id = u.model_id`,
+);
 // Each judged check's summary.
-const RECORD = sql('verify_token_checks_record', `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, quantization)
+const RECORD = sql(
+  'verify_token_checks_record',
+  `INSERT INTO token_checks (check_id, job_id, node_id, model_id, checker_id, method, positions, top1, mismatches, evidence, cusum, quantization)
   SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::int[], $5::bigint[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[], $11::float8[], $12::text[])
-  ON CONFLICT (check_id) DO NOTHING`);
+  ON CONFLICT (check_id) DO NOTHING`,
+);
 // The node's jobs whose answers moved its test towards H since it last started from 0 ($1 node, $2 model, $3 since).
-const COVERED = sql('verify_token_covered', `SELECT DISTINCT t.job_id::text FROM token_checks t JOIN jobs j ON j.id = t.job_id AND j.node_id = t.node_id
-  WHERE t.node_id = $1::bigint AND t.model_id = $2::int AND t.evidence > 0 AND t.at > coalesce($3::timestamptz, '-infinity')`);
+const COVERED = sql(
+  'verify_token_covered',
+  `SELECT DISTINCT t.job_id::text FROM token_checks t JOIN jobs j ON j.id = t.job_id AND j.node_id = t.node_id
+  WHERE t.node_id = $1::bigint AND t.model_id = $2::int AND t.evidence > 0 AND t.at > coalesce($3::timestamptz, '-infinity')`,
+);
 
 export interface ScoreOptions {
-  onlineWindow: number; modelsTtl: number; deadline: number; checks: CheckQueue;
+  onlineWindow: number;
+  modelsTtl: number;
+  deadline: number;
+  checks: CheckQueue;
   /** VERIFY_SPOT_SHARE: the share of answers a scorer found in line that a second scorer scores again. */
   spotShare: number;
 }
@@ -111,10 +141,24 @@ const isPlain = (r: JobRequest): boolean => !r.needs && r.params?.prompt === und
  * Queues score checks for the plans of `picked` jobs a scorer can take. `sampledOnly`: plans
  * picked only because a scorer might check them (temperature > 0): dropped when none can.
  */
-export async function queueScores(db: Queryable, plans: CopyPlan[], picked: ReadonlySet<string>, sampledOnly: ReadonlySet<string>, o: ScoreOptions): Promise<ScorePlans> {
+export async function queueScores(
+  db: Queryable,
+  plans: CopyPlan[],
+  picked: ReadonlySet<string>,
+  sampledOnly: ReadonlySet<string>,
+  o: ScoreOptions,
+): Promise<ScorePlans> {
   const candidates = plans.filter((p) => p.suspicion === null && picked.has(p.of));
   if (candidates.length === 0) return { scored: [], rest: plans.filter((p) => !sampledOnly.has(p.of)), outcome: undefined };
-  const rows = await db.query<{ id: string; node_id: number; model_id: number; request: JobRequest; content: string; tokens: WireToken[] | null; continued: boolean }>(AUDITED, [candidates.map((p) => p.of)]);
+  const rows = await db.query<{
+    id: string;
+    node_id: number;
+    model_id: number;
+    request: JobRequest;
+    content: string;
+    tokens: WireToken[] | null;
+    continued: boolean;
+  }>(AUDITED, [candidates.map((p) => p.of)]);
   const audited = new Map(rows.map((r) => [r.id, r]));
   const scorable = candidates.filter((p) => {
     const a = audited.get(p.of);
@@ -130,7 +174,14 @@ export async function queueScores(db: Queryable, plans: CopyPlan[], picked: Read
     if (!place) continue;
     const a = audited.get(p.of)!;
     scored.push(p);
-    checks.push({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: place.exclude, suspicion: null, request: scoreRequest(a.request, a.content, a.tokens ?? undefined) });
+    checks.push({
+      kind: 'verify' as const,
+      id: randomUUID(),
+      of: p.of,
+      exclude: place.exclude,
+      suspicion: null,
+      request: scoreRequest(a.request, a.content, a.tokens ?? undefined),
+    });
   }
   const rest = plans.filter((p) => !scored.includes(p) && !sampledOnly.has(p.of));
   const outcome = checks.length ? await o.checks.queueChecks(db, checks, o.deadline) : undefined;
@@ -187,16 +238,31 @@ export interface ScoreVerdicts {
  * - `decides`: a third scorer's, when the first two disagreed: which side it takes wins.
  */
 interface Suspicion {
-  canary?: string; confirms?: string; spot?: string; evidence?: number; checker?: number;
+  canary?: string;
+  confirms?: string;
+  spot?: string;
+  evidence?: number;
+  checker?: number;
   decides?: { foreign: string; foreign_checker: number; foreign_evidence: number; in_line: string; in_line_checker: number };
 }
 
 interface DoneCheck {
   /** node_id: the audited job's node (null when that job is gone: only a canary's may be). */
-  check_id: string; job_id: string; node_id: number | null; model_id: number; checker_id: number; temperature: number | null; scores: Scores | null;
-  request: JobRequest; original: JobRequest | null; exclude: number[]; suspicion: Suspicion | null;
+  check_id: string;
+  job_id: string;
+  node_id: number | null;
+  model_id: number;
+  checker_id: number;
+  temperature: number | null;
+  scores: Scores | null;
+  request: JobRequest;
+  original: JobRequest | null;
+  exclude: number[];
+  suspicion: Suspicion | null;
   /** What the audited job's node, the checker, and (a confirming check) the first scorer declared for the model. */
-  quantization: string | null; checker_quantization: string | null; scorer_quantization: string | null;
+  quantization: string | null;
+  checker_quantization: string | null;
+  scorer_quantization: string | null;
 }
 
 // The scores other checks of the same answers reported ($1 their jobs): what a second or third
@@ -204,7 +270,16 @@ interface DoneCheck {
 const OTHER_SCORES = sql('verify_other_scores', `SELECT id::text, result -> 'scores' AS scores FROM jobs WHERE id = ANY($1::uuid[])`);
 
 /** Evidence to add to one node's test, from one check, about one job of that node's (its answer, a scorer's check job, or a canary it scored). */
-interface Move { nodeId: number; jobId: string; modelId: number; check: DoneCheck; evidence: number; stats: ReturnType<typeof answerStats>; quantization: string | null; canary?: boolean }
+interface Move {
+  nodeId: number;
+  jobId: string;
+  modelId: number;
+  check: DoneCheck;
+  evidence: number;
+  stats: ReturnType<typeof answerStats>;
+  quantization: string | null;
+  canary?: boolean;
+}
 
 /**
  * Did the scorer force the tokens the node generated (`params.score.tokens`, reported with the
@@ -237,12 +312,24 @@ export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray(re
  * besides its answering node, so the lone node that scores it is judged on its scores.
  */
 export async function judgeScores(db: Queryable, checkIds: readonly string[], o: ScoreOptions): Promise<ScoreVerdicts> {
-  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], falseScores: [], confirmations: 0, disagreed: 0, unconfirmed: 0, outcome: undefined };
+  const out: ScoreVerdicts = {
+    judged: 0,
+    agreed: [],
+    flagged: [],
+    falseScores: [],
+    confirmations: 0,
+    disagreed: 0,
+    unconfirmed: 0,
+    outcome: undefined,
+  };
   if (checkIds.length === 0) return out;
   const all = await db.query<DoneCheck>(CHECKS, [checkIds]);
   // Each check is judged with the thresholds of its group: its model, its scores' method, and
   // the judged node's quantisation (the audited node's; a canary's scorer's).
-  const thresholds = await thresholdsOf(db, all.map((c) => c.model_id));
+  const thresholds = await thresholdsOf(
+    db,
+    all.map((c) => c.model_id),
+  );
   const statsOf = (c: DoneCheck, quantization: string | null) =>
     answerStats(positionsOf(c.scores), c.temperature ?? 1, thresholds(c.model_id, c.scores?.method ?? 'none', quantization));
   const moves: Move[] = [];
@@ -252,14 +339,25 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     out.judged++;
     const stats = statsOf(c, c.checker_quantization);
     if (stats.positions > 0 && stats.evidence <= 0) out.agreed.push(c.checker_id);
-    moves.push({ nodeId: c.checker_id, jobId: c.check_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.checker_quantization, canary: true });
+    moves.push({
+      nodeId: c.checker_id,
+      jobId: c.check_id,
+      modelId: c.model_id,
+      check: c,
+      evidence: stats.evidence,
+      stats,
+      quantization: c.checker_quantization,
+      canary: true,
+    });
   }
   const checks = all.filter((c) => c.suspicion?.canary === undefined && c.node_id !== null);
   const otherIds = checks.flatMap((c) => {
     const s = c.suspicion;
     return [s?.confirms, s?.spot, s?.decides?.foreign, s?.decides?.in_line].filter((x): x is string => typeof x === 'string');
   });
-  const others = new Map(otherIds.length ? (await db.query<{ id: string; scores: Scores | null }>(OTHER_SCORES, [otherIds])).map((r) => [r.id, r.scores]) : []);
+  const others = new Map(
+    otherIds.length ? (await db.query<{ id: string; scores: Scores | null }>(OTHER_SCORES, [otherIds])).map((r) => [r.id, r.scores]) : [],
+  );
   /** Two scorers' scores of one answer from different models (compared only when scored the same way: a replay scorer's positions are not a prefill's). */
   const apart = (a: Scores | null | undefined, b: Scores | null | undefined) =>
     !!a && !!b && a.method === b.method && !scorersAgree(positionsOf(a), positionsOf(b));
@@ -285,11 +383,24 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
    */
   const copy = (c: DoneCheck, allowed: readonly number[], siding: readonly number[] = []) => {
     if (c.temperature !== 0) out.unconfirmed++;
-    else copies.push({ of: c.job_id, modelId: c.model_id, exclude: [...new Set([...c.exclude.filter((n) => !allowed.includes(n)), ...siding])], suspicion: null });
+    else
+      copies.push({
+        of: c.job_id,
+        modelId: c.model_id,
+        exclude: [...new Set([...c.exclude.filter((n) => !allowed.includes(n)), ...siding])],
+        suspicion: null,
+      });
   };
   /** A majority of scorers found c's answer foreign: its node's test moves when they forced its tokens; else a text copy decides. */
-  const foreign = (c: DoneCheck, evidence: number, stats: ReturnType<typeof answerStats>, allowed: readonly number[], siding: readonly number[] = []) => {
-    if (scoredOnTokens(c.request)) moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence, stats, quantization: c.quantization });
+  const foreign = (
+    c: DoneCheck,
+    evidence: number,
+    stats: ReturnType<typeof answerStats>,
+    allowed: readonly number[],
+    siding: readonly number[] = [],
+  ) => {
+    if (scoredOnTokens(c.request))
+      moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence, stats, quantization: c.quantization });
     else copy(c, allowed, siding);
   };
   for (const c of checks) {
@@ -306,7 +417,15 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
       } else {
         if (inLine) out.agreed.push(c.node_id!);
         if (inLine && spot.has(c.check_id)) ask(c, exclude, { spot: c.check_id, checker: c.checker_id, evidence: stats.evidence });
-        moves.push({ nodeId: c.node_id!, jobId: c.job_id, modelId: c.model_id, check: c, evidence: stats.evidence, stats, quantization: c.quantization });
+        moves.push({
+          nodeId: c.node_id!,
+          jobId: c.job_id,
+          modelId: c.model_id,
+          check: c,
+          evidence: stats.evidence,
+          stats,
+          quantization: c.quantization,
+        });
       }
     } else if (s.confirms !== undefined && s.checker !== undefined) {
       // A second scorer of an answer the first found foreign.
@@ -314,21 +433,50 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
       if (stats.evidence > 0) {
         if (apart(others.get(s.confirms), c.scores)) out.disagreed++;
         else foreign(c, Math.min(first, stats.evidence), stats, [s.checker, c.checker_id]);
-      } else if (inLine && !ask(c, exclude, { decides: { foreign: s.confirms, foreign_checker: s.checker, foreign_evidence: first, in_line: c.check_id, in_line_checker: c.checker_id } })) {
+      } else if (
+        inLine &&
+        !ask(c, exclude, {
+          decides: { foreign: s.confirms, foreign_checker: s.checker, foreign_evidence: first, in_line: c.check_id, in_line_checker: c.checker_id },
+        })
+      ) {
         out.unconfirmed++;
       }
     } else if (s.spot !== undefined && s.checker !== undefined) {
       // A second scorer of an answer the first found in line.
       if (stats.evidence > 0) {
-        if (!ask(c, exclude, { decides: { foreign: c.check_id, foreign_checker: c.checker_id, foreign_evidence: stats.evidence, in_line: s.spot, in_line_checker: s.checker } })) out.unconfirmed++;
-      } else if (inLine && stats.positions >= MIN_POSITIONS && c.temperature === 0 && c.original && typeof c.request.params?.score?.answer === 'string'
-        && !apart(others.get(s.spot), c.scores)) {
+        if (
+          !ask(c, exclude, {
+            decides: {
+              foreign: c.check_id,
+              foreign_checker: c.checker_id,
+              foreign_evidence: stats.evidence,
+              in_line: s.spot,
+              in_line_checker: s.checker,
+            },
+          })
+        )
+          out.unconfirmed++;
+      } else if (
+        inLine &&
+        stats.positions >= MIN_POSITIONS &&
+        c.temperature === 0 &&
+        c.original &&
+        typeof c.request.params?.score?.answer === 'string' &&
+        !apart(others.get(s.spot), c.scores)
+      ) {
         // Its node and two scorers agree on it: a reference for canaries (only answers at
         // temperature 0: the one answer a model gives its request).
         const answer = c.request.params.score.answer;
         const first = others.get(s.spot);
-        references.push({ jobId: c.job_id, modelId: c.model_id, request: c.original, answer, vouched: [c.node_id!, s.checker, c.checker_id], seen: exclude,
-          gaps: first && c.scores ? referenceGaps(answer, c.request.params.score.tokens, first, c.scores) : null });
+        references.push({
+          jobId: c.job_id,
+          modelId: c.model_id,
+          request: c.original,
+          answer,
+          vouched: [c.node_id!, s.checker, c.checker_id],
+          seen: exclude,
+          gaps: first && c.scores ? referenceGaps(answer, c.request.params.score.tokens, first, c.scores) : null,
+        });
       }
     } else if (s.decides) {
       // A third scorer: the side it takes wins, the scorer it contradicts is struck.
@@ -336,16 +484,33 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
       if (stats.evidence > 0) {
         if (apart(others.get(d.foreign), c.scores)) out.disagreed++;
         else {
-          out.falseScores.push({ nodeId: d.in_line_checker, jobId: d.in_line, evidence: { job: c.job_id, found: 'in_line', contradicted_by_jobs: [d.foreign, c.check_id], model_id: c.model_id } });
+          out.falseScores.push({
+            nodeId: d.in_line_checker,
+            jobId: d.in_line,
+            evidence: { job: c.job_id, found: 'in_line', contradicted_by_jobs: [d.foreign, c.check_id], model_id: c.model_id },
+          });
           foreign(c, Math.min(d.foreign_evidence, stats.evidence), stats, [d.foreign_checker, c.checker_id], [d.in_line_checker]);
         }
       } else if (inLine) {
         if (apart(others.get(d.in_line), c.scores)) out.disagreed++;
-        else out.falseScores.push({ nodeId: d.foreign_checker, jobId: d.foreign, evidence: { job: c.job_id, found: 'foreign', contradicted_by_jobs: [d.in_line, c.check_id], model_id: c.model_id } });
+        else
+          out.falseScores.push({
+            nodeId: d.foreign_checker,
+            jobId: d.foreign,
+            evidence: { job: c.job_id, found: 'foreign', contradicted_by_jobs: [d.in_line, c.check_id], model_id: c.model_id },
+          });
       }
     }
   }
-  const made = copies.length ? (await placeCopies(db, copies, o.onlineWindow, o.modelsTtl)).map((p) => ({ kind: 'verify' as const, id: randomUUID(), of: p.of, exclude: p.exclude, suspicion: null })) : [];
+  const made = copies.length
+    ? (await placeCopies(db, copies, o.onlineWindow, o.modelsTtl)).map((p) => ({
+        kind: 'verify' as const,
+        id: randomUUID(),
+        of: p.of,
+        exclude: p.exclude,
+        suspicion: null,
+      }))
+    : [];
   out.unconfirmed += copies.length - made.length;
   if (queued.length + made.length) {
     out.outcome = await o.checks.queueChecks(db, [...queued, ...made], o.deadline);
@@ -358,10 +523,13 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
 
 // The canary answers done ($1): the lone node's answer, what it answered, the reference it is
 // judged against (in the check's suspicion), and the quantisation it declared for the model.
-const CANARY_ANSWERS = sql('verify_canary_answers', `SELECT j.id::text AS check_id, j.verify_of::text AS job_id, j.node_id::int AS node_id, j.model_id,
+const CANARY_ANSWERS = sql(
+  'verify_canary_answers',
+  `SELECT j.id::text AS check_id, j.verify_of::text AS job_id, j.node_id::int AS node_id, j.model_id,
     coalesce(j.result -> 'message' ->> 'content', '') AS content, j.suspicion ->> 'answer' AS reference, j.suspicion -> 'gaps' AS gaps,
     ${doneQuantization('j.id', 'j.model_id')} AS quantization
-  FROM jobs j WHERE j.id = ANY($1::uuid[]) ORDER BY j.id`);
+  FROM jobs j WHERE j.id = ANY($1::uuid[]) ORDER BY j.id`,
+);
 
 /** Is this done job a canary sent as an ordinary job (canaries.ts): its answer is judged against the reference's, not by copies. */
 export const isCanaryAnswer = (suspicion: Record<string, unknown> | null, request: unknown): boolean =>
@@ -374,20 +542,60 @@ export const isCanaryAnswer = (suspicion: Record<string, unknown> | null, reques
  * own job: a flag covers it like any answer of its.
  */
 export async function judgeCanaryAnswers(db: Queryable, ids: readonly string[]): Promise<ScoreVerdicts> {
-  const out: ScoreVerdicts = { judged: 0, agreed: [], flagged: [], falseScores: [], confirmations: 0, disagreed: 0, unconfirmed: 0, outcome: undefined };
+  const out: ScoreVerdicts = {
+    judged: 0,
+    agreed: [],
+    flagged: [],
+    falseScores: [],
+    confirmations: 0,
+    disagreed: 0,
+    unconfirmed: 0,
+    outcome: undefined,
+  };
   if (ids.length === 0) return out;
-  const rows = await db.query<{ check_id: string; job_id: string; node_id: number; model_id: number; content: string; reference: string | null; gaps: number[] | null; quantization: string | null }>(CANARY_ANSWERS, [ids]);
+  const rows = await db.query<{
+    check_id: string;
+    job_id: string;
+    node_id: number;
+    model_id: number;
+    content: string;
+    reference: string | null;
+    gaps: number[] | null;
+    quantization: string | null;
+  }>(CANARY_ANSWERS, [ids]);
   const moves: Move[] = [];
   for (const r of rows) {
     if (r.reference === null) continue;
     out.judged++;
     const v = canaryVerdict(r.content, r.reference, Array.isArray(r.gaps) ? r.gaps : null);
     if (v.agree) out.agreed.push(r.node_id);
-    const check: DoneCheck = { check_id: r.check_id, job_id: r.job_id, node_id: r.node_id, model_id: r.model_id, checker_id: r.node_id, temperature: 0, scores: null,
-      request: { messages: [] } as unknown as JobRequest, original: null, exclude: [], suspicion: { canary: r.job_id }, quantization: r.quantization, checker_quantization: r.quantization,
-      scorer_quantization: null };
+    const check: DoneCheck = {
+      check_id: r.check_id,
+      job_id: r.job_id,
+      node_id: r.node_id,
+      model_id: r.model_id,
+      checker_id: r.node_id,
+      temperature: 0,
+      scores: null,
+      request: { messages: [] } as unknown as JobRequest,
+      original: null,
+      exclude: [],
+      suspicion: { canary: r.job_id },
+      quantization: r.quantization,
+      checker_quantization: r.quantization,
+      scorer_quantization: null,
+    };
     const stats = { positions: 0, top1: 0, outsideTopK: 0, confidentMismatches: v.evidence > 0 ? 1 : 0, evidence: v.evidence };
-    moves.push({ nodeId: r.node_id, jobId: r.check_id, modelId: r.model_id, check, evidence: v.evidence, stats, quantization: r.quantization, canary: true });
+    moves.push({
+      nodeId: r.node_id,
+      jobId: r.check_id,
+      modelId: r.model_id,
+      check,
+      evidence: v.evidence,
+      stats,
+      quantization: r.quantization,
+      canary: true,
+    });
   }
   await move(db, moves, out);
   return out;
@@ -402,25 +610,57 @@ export async function scorersOf(db: Queryable, modelIds: number[], o: { onlineWi
 /** Moves the nodes' tests (locked in order), records each check's summary, and lists the nodes brought to H. */
 async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<void> {
   if (moves.length === 0) return;
-  const pairs = [...new Map(moves.map((m) => [`${m.nodeId}:${m.modelId}`, [m.nodeId, m.modelId] as const])).values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const pairs = [...new Map(moves.map((m) => [`${m.nodeId}:${m.modelId}`, [m.nodeId, m.modelId] as const])).values()].sort(
+    (a, b) => a[0] - b[0] || a[1] - b[1],
+  );
   await db.query(ENSURE, [pairs.map((p) => p[0]), pairs.map((p) => p[1])]);
-  const tests = new Map((await db.query<{ node_id: number; model_id: number; cusum: number; answers: number; flagged_at: string | null }>(LOCK, [pairs.map((p) => p[0]), pairs.map((p) => p[1])]))
-    .map((r) => [`${r.node_id}:${r.model_id}`, { row: r, test: { ...freshTest(), sum: r.cusum, answers: r.answers }, positions: 0, mismatches: 0, flags: 0 }]));
+  const tests = new Map(
+    (
+      await db.query<{ node_id: number; model_id: number; cusum: number; answers: number; flagged_at: string | null }>(LOCK, [
+        pairs.map((p) => p[0]),
+        pairs.map((p) => p[1]),
+      ])
+    ).map((r) => [
+      `${r.node_id}:${r.model_id}`,
+      { row: r, test: { ...freshTest(), sum: r.cusum, answers: r.answers }, positions: 0, mismatches: 0, flags: 0 },
+    ]),
+  );
   const records: unknown[][] = Array.from({ length: 12 }, () => []);
   for (const m of moves) {
     const t = tests.get(`${m.nodeId}:${m.modelId}`)!;
     t.test = observe(t.test, { ...m.stats, evidence: m.evidence });
     t.positions += m.stats.positions;
     t.mismatches += m.stats.confidentMismatches;
-    [m.check.check_id, m.jobId, m.nodeId, m.modelId, m.check.checker_id, m.check.scores?.method ?? 'none', m.stats.positions, m.stats.top1, m.stats.confidentMismatches, m.evidence, t.test.sum, m.quantization]
-      .forEach((v, i) => records[i]!.push(v));
+    [
+      m.check.check_id,
+      m.jobId,
+      m.nodeId,
+      m.modelId,
+      m.check.checker_id,
+      m.check.scores?.method ?? 'none',
+      m.stats.positions,
+      m.stats.top1,
+      m.stats.confidentMismatches,
+      m.evidence,
+      t.test.sum,
+      m.quantization,
+    ].forEach((v, i) => records[i]!.push(v));
     if (!t.test.flagged) continue;
     out.flagged.push({
-      nodeId: m.nodeId, jobId: m.jobId, covers: [],
+      nodeId: m.nodeId,
+      jobId: m.jobId,
+      covers: [],
       evidence: {
-        cusum: Math.round(t.test.sum * 1000) / 1000, threshold: Math.round(H * 1000) / 1000, answers: t.test.answers, model_id: m.modelId,
+        cusum: Math.round(t.test.sum * 1000) / 1000,
+        threshold: Math.round(H * 1000) / 1000,
+        answers: t.test.answers,
+        model_id: m.modelId,
         check: m.check.check_id,
-        ...(m.canary ? { canary_of_job: m.check.job_id } : m.jobId === m.check.job_id ? { checked_by: m.check.checker_id } : { as_scorer_of_job: m.check.job_id, contradicted_by: m.check.checker_id }),
+        ...(m.canary
+          ? { canary_of_job: m.check.job_id }
+          : m.jobId === m.check.job_id
+            ? { checked_by: m.check.checker_id }
+            : { as_scorer_of_job: m.check.job_id, contradicted_by: m.check.checker_id }),
       },
     });
     // The test starts again from 0 (token_checks keeps what brought it to H).
@@ -429,8 +669,15 @@ async function move(db: Queryable, moves: Move[], out: ScoreVerdicts): Promise<v
   }
   await db.query(RECORD, records);
   const saved = [...tests.values()];
-  await db.query(SAVE, [saved.map((t) => t.row.node_id), saved.map((t) => t.row.model_id), saved.map((t) => t.test.sum), saved.map((t) => t.test.answers),
-    saved.map((t) => t.positions), saved.map((t) => t.mismatches), saved.map((t) => t.flags)]);
+  await db.query(SAVE, [
+    saved.map((t) => t.row.node_id),
+    saved.map((t) => t.row.model_id),
+    saved.map((t) => t.test.sum),
+    saved.map((t) => t.test.answers),
+    saved.map((t) => t.positions),
+    saved.map((t) => t.mismatches),
+    saved.map((t) => t.flags),
+  ]);
   for (const f of out.flagged) {
     const t = tests.get(`${f.nodeId}:${f.evidence.model_id as number}`)!;
     // The node's own jobs that moved its test: its answers, and as a scorer its contradicted checks.

@@ -12,7 +12,10 @@ export function normalise(text: string): string {
 
 /** Words of a text, case folded, punctuation aside. */
 export function words(text: string): string[] {
-  return text.toLowerCase().split(/[^\p{L}\p{N}']+/u).filter(Boolean);
+  return text
+    .toLowerCase()
+    .split(/[^\p{L}\p{N}']+/u)
+    .filter(Boolean);
 }
 
 /** |A ∩ B| / |A ∪ B| over the two answers' word sets; 1 for two answers without words. */

@@ -41,7 +41,9 @@ const READ = sql('verify_thresholds_read', `SELECT model_id, method, quantizatio
 // window ($1 seconds) of at least $2 scored positions (fewer count for nothing in the test) whose
 // judged node is trusted and was never flagged (on any model), and whose checker was never
 // flagged and is not suspended.
-const CALIBRATION = sql('verify_thresholds_calibration', `SELECT t.model_id, m.name AS model, t.method, coalesce(t.quantization, '') AS quantization,
+const CALIBRATION = sql(
+  'verify_thresholds_calibration',
+  `SELECT t.model_id, m.name AS model, t.method, coalesce(t.quantization, '') AS quantization,
     count(*)::int AS answers, sum(t.positions)::float8 AS positions, sum(t.mismatches)::float8 AS mismatches
   FROM token_checks t JOIN models m ON m.id = t.model_id
   WHERE t.at > now() - make_interval(secs => $1::float8) AND t.positions >= $2::int
@@ -49,20 +51,26 @@ const CALIBRATION = sql('verify_thresholds_calibration', `SELECT t.model_id, m.n
     AND NOT ${nodeSuspended('t.checker_id')}
     AND NOT EXISTS (SELECT 1 FROM node_token_evidence e WHERE e.node_id IN (t.node_id, t.checker_id) AND e.flags > 0)
   GROUP BY t.model_id, m.name, t.method, coalesce(t.quantization, '')
-  ORDER BY m.name, t.method, 4`);
+  ORDER BY m.name, t.method, 4`,
+);
 
 // The proposals applied ($1..$8 parallel: model, method, quantisation, p0, p1, answers, positions, mismatches).
-const UPSERT = sql('verify_thresholds_upsert', `INSERT INTO token_thresholds AS t (model_id, method, quantization, p0, p1, answers, positions, mismatches)
+const UPSERT = sql(
+  'verify_thresholds_upsert',
+  `INSERT INTO token_thresholds AS t (model_id, method, quantization, p0, p1, answers, positions, mismatches)
   SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::int[], $7::bigint[], $8::bigint[])
   ON CONFLICT (model_id, method, quantization) DO UPDATE SET p0 = EXCLUDED.p0, p1 = EXCLUDED.p1, answers = EXCLUDED.answers,
-    positions = EXCLUDED.positions, mismatches = EXCLUDED.mismatches, set_at = now()`);
+    positions = EXCLUDED.positions, mismatches = EXCLUDED.mismatches, set_at = now()`,
+);
 
 /** A check's group: quantisation null (none declared) falls back like ''. */
 export type ThresholdPicker = (modelId: number, method: string, quantization: string | null) => Thresholds;
 
 /** The thresholds of the models' groups (one statement), as a picker: the group's, else (model, method, ''), else the defaults. */
 export async function thresholdsOf(db: Queryable, modelIds: readonly number[]): Promise<ThresholdPicker> {
-  const rows = modelIds.length ? await db.query<{ model_id: number; method: string; quantization: string; p0: number; p1: number }>(READ, [[...new Set(modelIds)]]) : [];
+  const rows = modelIds.length
+    ? await db.query<{ model_id: number; method: string; quantization: string; p0: number; p1: number }>(READ, [[...new Set(modelIds)]])
+    : [];
   if (rows.length === 0) return () => DEFAULT_THRESHOLDS;
   const set = new Map(rows.map((r) => [`${r.model_id}\u0000${r.method}\u0000${r.quantization}`, { p0: r.p0, p1: r.p1 }]));
   return (modelId, method, quantization) =>
@@ -74,7 +82,7 @@ export function upperBound(k: number, n: number, z = Z): number {
   if (n <= 0) return 1;
   const p = k / n;
   const z2 = z * z;
-  return Math.min(1, (p + z2 / (2 * n) + z * Math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))) / (1 + z2 / n));
+  return Math.min(1, (p + z2 / (2 * n) + z * Math.sqrt((p * (1 - p)) / n + z2 / (4 * n * n))) / (1 + z2 / n));
 }
 
 /** Rounded up to 3 decimals (a hair of float error is not a step up). */
@@ -98,7 +106,12 @@ export interface CalibrationGroup {
 }
 
 /** The proposal for an observed group (pure). */
-export function propose(answers: number, positions: number, mismatches: number, minAnswers: number): { rate: number; upper: number; status: CalibrationStatus; proposed: Thresholds | null } {
+export function propose(
+  answers: number,
+  positions: number,
+  mismatches: number,
+  minAnswers: number,
+): { rate: number; upper: number; status: CalibrationStatus; proposed: Thresholds | null } {
   const rate = positions > 0 ? mismatches / positions : 0;
   const upper = upperBound(mismatches, positions);
   const p0 = ceil3(Math.max(P0, P0_MARGIN * upper));
@@ -108,18 +121,36 @@ export function propose(answers: number, positions: number, mismatches: number, 
   return { rate, upper, status: 'proposed', proposed: { p0, p1 } };
 }
 
-interface Row { model_id: number; model: string; method: string; quantization: string; answers: number; positions: number; mismatches: number }
+interface Row {
+  model_id: number;
+  model: string;
+  method: string;
+  quantization: string;
+  answers: number;
+  positions: number;
+  mismatches: number;
+}
 
 /** The calibration of every group with honest checks within the window; with `apply`, the proposals upserted in one transaction. */
-export async function calibrate(db: Database, o: { windowSeconds: number; minAnswers: number; apply: boolean }): Promise<{ groups: CalibrationGroup[]; applied: number }> {
+export async function calibrate(
+  db: Database,
+  o: { windowSeconds: number; minAnswers: number; apply: boolean },
+): Promise<{ groups: CalibrationGroup[]; applied: number }> {
   const rows = await db.query<Row>(CALIBRATION, [o.windowSeconds, MIN_POSITIONS]);
   // What judges each group now (the same fallback as judging's).
-  const current = await thresholdsOf(db, rows.map((r) => r.model_id));
+  const current = await thresholdsOf(
+    db,
+    rows.map((r) => r.model_id),
+  );
   const groups = rows.map((r) => ({
     row: r,
     group: {
-      model: r.model, method: r.method, quantization: r.quantization === '' ? null : r.quantization,
-      answers: r.answers, positions: r.positions, mismatches: r.mismatches,
+      model: r.model,
+      method: r.method,
+      quantization: r.quantization === '' ? null : r.quantization,
+      answers: r.answers,
+      positions: r.positions,
+      mismatches: r.mismatches,
       ...propose(r.answers, r.positions, r.mismatches, o.minAnswers),
       current: current(r.model_id, r.method, r.quantization),
     } satisfies CalibrationGroup,
@@ -128,8 +159,16 @@ export async function calibrate(db: Database, o: { windowSeconds: number; minAns
   if (applying.length) {
     const col = <T>(f: (g: (typeof groups)[number]) => T) => applying.map(f);
     await db.transaction(async (tx) => {
-      await tx.query(UPSERT, [col((g) => g.row.model_id), col((g) => g.row.method), col((g) => g.row.quantization), col((g) => g.group.proposed!.p0), col((g) => g.group.proposed!.p1),
-        col((g) => g.row.answers), col((g) => g.row.positions), col((g) => g.row.mismatches)]);
+      await tx.query(UPSERT, [
+        col((g) => g.row.model_id),
+        col((g) => g.row.method),
+        col((g) => g.row.quantization),
+        col((g) => g.group.proposed!.p0),
+        col((g) => g.group.proposed!.p1),
+        col((g) => g.row.answers),
+        col((g) => g.row.positions),
+        col((g) => g.row.mismatches),
+      ]);
     });
   }
   return { groups: groups.map((g) => g.group), applied: applying.length };

@@ -71,7 +71,10 @@ export function confidentMismatch(p: ScoredPosition, temperature: number): boole
 }
 
 /** The test's rates per scored position: an honest node's confident mismatches (p0) against an impostor's (p1); 0 < p0 < p1 < 1. */
-export interface Thresholds { p0: number; p1: number }
+export interface Thresholds {
+  p0: number;
+  p1: number;
+}
 
 export const DEFAULT_THRESHOLDS: Thresholds = Object.freeze({ p0: P0, p1: P1 });
 

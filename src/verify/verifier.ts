@@ -29,10 +29,17 @@ export interface VerifierEvents {
 }
 
 /** The lifecycle, as verification uses it: queue checks, and apply their outcome once committed. */
-export interface JobChecks extends CheckQueue { apply(outcome: Outcome): void }
+export interface JobChecks extends CheckQueue {
+  apply(outcome: Outcome): void;
+}
 
 export interface VerifierOptions {
-  verify: VerifyConfig; onlineWindow: number; modelsTtl: number; jobTimeout: number; jobs: JobChecks; events: VerifierEvents;
+  verify: VerifyConfig;
+  onlineWindow: number;
+  modelsTtl: number;
+  jobTimeout: number;
+  jobs: JobChecks;
+  events: VerifierEvents;
   /** The node lifecycle's apply() (nodes/lifecycle.ts): suspensions reach its consumers once committed. */
   nodes: { apply(outcome: NodeOutcome): void; readonly server: string };
 }
@@ -47,10 +54,16 @@ export class Verifier implements LiveConsumer {
   private striking: Promise<void> = Promise.resolve();
   private closed = false;
 
-  constructor(private readonly db: Database, private readonly opts: VerifierOptions) {
+  constructor(
+    private readonly db: Database,
+    private readonly opts: VerifierOptions,
+  ) {
     if (!opts.verify.enabled) return;
     const tickSeconds = Math.min(5, opts.verify.probeInterval || 5);
-    this.timers.push(setInterval(() => this.wake(), FALLBACK_MS), setInterval(() => this.maintain(tickSeconds), tickSeconds * 1000));
+    this.timers.push(
+      setInterval(() => this.wake(), FALLBACK_MS),
+      setInterval(() => this.maintain(tickSeconds), tickSeconds * 1000),
+    );
     for (const t of this.timers) t.unref();
   }
 
@@ -64,19 +77,24 @@ export class Verifier implements LiveConsumer {
     if ([...o.finished.values()].some((f) => f.state === 'done')) this.jobsDone();
     const giveUps = o.local?.repeatGiveUps;
     if (giveUps?.length) {
-      this.striking = this.striking.then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify, this.opts.nodes.server))).catch(this.opts.events.error);
+      this.striking = this.striking
+        .then(async () => this.told(await strikeGiveUps(this.db, giveUps, this.opts.verify, this.opts.nodes.server)))
+        .catch(this.opts.events.error);
     }
     if (o.local?.nodeFailures?.length) this.strikeFailures(o.local.nodeFailures);
     const claims = o.local?.requestErrors;
     if (claims?.length) this.copyToAudit(() => auditRequestErrors(this.db, claims, { ...this.opts, checks: this.opts.jobs }));
     // Failed and expired jobs (a request's own error among them: the query leaves those to the claims' audit).
     const failed = [...o.finished].filter(([, f]) => f.state === 'failed' || f.state === 'expired').map(([id]) => id);
-    if (failed.length > 0 && this.opts.verify.failuresPerStrike > 0) this.copyToAudit(() => auditFailedJobs(this.db, failed, { ...this.opts, checks: this.opts.jobs }));
+    if (failed.length > 0 && this.opts.verify.failuresPerStrike > 0)
+      this.copyToAudit(() => auditFailedJobs(this.db, failed, { ...this.opts, checks: this.opts.jobs }));
   }
 
   private strikeFailures(failures: readonly { nodeId: number; jobId: string }[]): void {
     if (this.opts.verify.failuresPerStrike <= 0) return;
-    this.striking = this.striking.then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify, this.opts.nodes.server))).catch(this.opts.events.error);
+    this.striking = this.striking
+      .then(async () => this.told(await strikeFailures(this.db, failures, this.opts.verify, this.opts.nodes.server)))
+      .catch(this.opts.events.error);
   }
 
   /**
@@ -92,10 +110,12 @@ export class Verifier implements LiveConsumer {
   }
 
   private copyToAudit(audit: () => Promise<{ outcome: Outcome | undefined; copies: number }>): void {
-    this.striking = this.striking.then(async () => {
-      const { outcome, copies } = await audit();
-      this.told({ ...emptyReport(), copies, outcomes: outcome ? [outcome] : [] });
-    }).catch(this.opts.events.error);
+    this.striking = this.striking
+      .then(async () => {
+        const { outcome, copies } = await audit();
+        this.told({ ...emptyReport(), copies, outcomes: outcome ? [outcome] : [] });
+      })
+      .catch(this.opts.events.error);
   }
 
   async close(): Promise<void> {
@@ -117,7 +137,11 @@ export class Verifier implements LiveConsumer {
 
   private wake(): void {
     if (this.closed || this.running) return;
-    this.running = this.drain().catch(this.opts.events.error).finally(() => { this.running = undefined; });
+    this.running = this.drain()
+      .catch(this.opts.events.error)
+      .finally(() => {
+        this.running = undefined;
+      });
   }
 
   private async drain(): Promise<void> {
@@ -154,6 +178,8 @@ export class Verifier implements LiveConsumer {
         if (r?.probed.length || r?.canaries.length) this.opts.events.probed(r.probed, r.canaries);
         if (r?.reversed) this.opts.events.reversed(r.reversed);
       }, this.opts.events.error)
-      .finally(() => { this.maintaining = undefined; });
+      .finally(() => {
+        this.maintaining = undefined;
+      });
   }
 }

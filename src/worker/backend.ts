@@ -20,7 +20,10 @@ export interface BackendJob {
 }
 
 /** A model as the node runs it: its file's digest and its quantisation, each when known. */
-export interface ModelBuild { digest?: string; quantization?: string }
+export interface ModelBuild {
+  digest?: string;
+  quantization?: string;
+}
 
 export interface BackendAnswer {
   /** The text this call generated: with a prefix, only what follows it. */
@@ -75,7 +78,13 @@ export interface Backend {
 
 /** The backend failed the call; `status` is its HTTP status when it answered one, `detail` its own error message. */
 export class BackendError extends Error {
-  constructor(message: string, readonly status?: number, readonly detail?: string) { super(message); }
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly detail?: string,
+  ) {
+    super(message);
+  }
 }
 
 /** The backend's own message in an error body: OpenAI's {error: {message}}, vLLM's {message}, Ollama's {error}. */
@@ -83,7 +92,8 @@ function backendMessage(text: string): string | undefined {
   try {
     const b = JSON.parse(text) as { error?: unknown; message?: unknown };
     if (typeof b.error === 'string') return b.error;
-    if (typeof b.error === 'object' && b.error !== null && typeof (b.error as { message?: unknown }).message === 'string') return (b.error as { message: string }).message;
+    if (typeof b.error === 'object' && b.error !== null && typeof (b.error as { message?: unknown }).message === 'string')
+      return (b.error as { message: string }).message;
     if (typeof b.message === 'string') return b.message;
   } catch {
     // not JSON
@@ -100,7 +110,8 @@ export function requestErrorOf(err: unknown): { code: string | null; message: st
   if (!(err instanceof BackendError) || err.status === undefined) return undefined;
   if (![400, 413, 422].includes(err.status)) return undefined;
   const message = (err.detail ?? err.message).slice(0, 1_000);
-  const context = /context (length|window)|maximum context|too many tokens|prompt is too long|exceeds? (the )?(model'?s? )?(maximum|max|context)/i.test(message);
+  const context =
+    /context (length|window)|maximum context|too many tokens|prompt is too long|exceeds? (the )?(model'?s? )?(maximum|max|context)/i.test(message);
   return { code: context ? 'context_length_exceeded' : null, message };
 }
 
@@ -124,7 +135,10 @@ const PROBE_TIMEOUT_MS = 10_000;
 export async function probe(url: string, body?: unknown): Promise<unknown> {
   try {
     const signal = AbortSignal.timeout(PROBE_TIMEOUT_MS);
-    const res = await http(url, body === undefined ? { signal } : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal });
+    const res = await http(
+      url,
+      body === undefined ? { signal } : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal },
+    );
     const text = await res.text();
     return res.status === 200 ? (JSON.parse(text) as unknown) : undefined;
   } catch {
@@ -133,7 +147,8 @@ export async function probe(url: string, body?: unknown): Promise<unknown> {
 }
 
 /** The backend's own end of an answer, when it says `stop` or `length` (the report carries it: docs/openai.md). */
-export const finishOf = (reason: unknown): { finish_reason?: 'stop' | 'length' } => (reason === 'stop' || reason === 'length' ? { finish_reason: reason } : {});
+export const finishOf = (reason: unknown): { finish_reason?: 'stop' | 'length' } =>
+  reason === 'stop' || reason === 'length' ? { finish_reason: reason } : {};
 
 export const count = (v: unknown): number | undefined => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
 
@@ -150,7 +165,11 @@ export const prefixed = <M>(messages: M[], prefix: string | undefined): (M | { r
 
 /** `version` ("0.6.3", "0.6.3.post1", "v0.10.1rc1", "0.11.0+cu128") is at least `least` ("0.6.3"); false when it is not a version. */
 export function versionAtLeast(version: string, least: string): boolean {
-  const parse = (v: string) => /^v?(\d+)\.(\d+)(?:\.(\d+))?/.exec(v.trim())?.slice(1, 4).map((n) => Number(n ?? 0));
+  const parse = (v: string) =>
+    /^v?(\d+)\.(\d+)(?:\.(\d+))?/
+      .exec(v.trim())
+      ?.slice(1, 4)
+      .map((n) => Number(n ?? 0));
   const a = parse(version);
   const b = parse(least)!;
   if (!a) return false;
@@ -166,7 +185,8 @@ export function versionAtLeast(version: string, least: string): boolean {
 export function vectorsOf(v: unknown, inputs: number, what: string): string[] {
   if (!Array.isArray(v) || v.length !== inputs) throw new BackendError(`${what}: ${Array.isArray(v) ? v.length : 0} vectors for ${inputs} inputs`);
   return v.map((vector: unknown) => {
-    if (!Array.isArray(vector) || vector.length === 0 || !vector.every((x) => typeof x === 'number' && Number.isFinite(x))) throw new BackendError(`${what}: a vector is not a list of numbers`);
+    if (!Array.isArray(vector) || vector.length === 0 || !vector.every((x) => typeof x === 'number' && Number.isFinite(x)))
+      throw new BackendError(`${what}: a vector is not a list of numbers`);
     const bytes = Buffer.alloc(vector.length * 4);
     (vector as number[]).forEach((x, i) => bytes.writeFloatLE(x, i * 4));
     return bytes.toString('base64');

@@ -14,7 +14,13 @@ export { BackendError, type Backend, type BackendAnswer, type BackendJob } from 
  * mayContinue: false (--continue off) keeps the worker from continuing answers whatever the backend. gguf: the file, the name it serves, jobs at once.
  * quantization: --quantization, what an OpenAI-compatible server runs (such servers do not say).
  */
-export function createBackend(kind: BackendKind, url: string, mayContinue = true, gguf?: { file: string; name: string; concurrency: number; threads?: number }, quantization?: string): Backend {
+export function createBackend(
+  kind: BackendKind,
+  url: string,
+  mayContinue = true,
+  gguf?: { file: string; name: string; concurrency: number; threads?: number },
+  quantization?: string,
+): Backend {
   if (kind === 'gguf') {
     if (!gguf) throw new Error('--backend gguf needs a model file and a name');
     return new Gguf(gguf.file, gguf.name, mayContinue, gguf.concurrency, gguf.threads);

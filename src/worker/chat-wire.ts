@@ -4,10 +4,20 @@
 import type { WireToken } from '../validation/answer-tokens.js';
 
 /** An OpenAI tool call, as in an assistant message or an answer. */
-export interface ToolCall { id: string; type: 'function'; function: { name: string; arguments: string } }
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
 
 /** An OpenAI chat message whole: an assistant's tool calls, a tool's answer. */
-export interface ChatMessage { role: string; content: string | null; tool_calls?: ToolCall[]; tool_call_id?: string; name?: string }
+export interface ChatMessage {
+  role: string;
+  content: string | null;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+  name?: string;
+}
 
 /**
  * The OpenAI chat parameters a job carries beyond the seed system's fields, as the client gave
@@ -21,7 +31,9 @@ export interface ChatParams {
   stop?: string[];
   presence_penalty?: number;
   frequency_penalty?: number;
-  response_format?: { type: 'json_object' } | { type: 'json_schema'; json_schema: { name: string; schema?: Record<string, unknown>; strict?: boolean | null; description?: string } };
+  response_format?:
+    | { type: 'json_object' }
+    | { type: 'json_schema'; json_schema: { name: string; schema?: Record<string, unknown>; strict?: boolean | null; description?: string } };
   logprobs?: boolean;
   top_logprobs?: number;
   tools?: { type: 'function'; function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null } }[];
@@ -35,4 +47,3 @@ export interface ChatParams {
   /** A score check (issue 31): score this answer of another node instead of generating (src/worker/score-job.ts). */
   score?: { answer: string; tokens?: WireToken[] };
 }
-

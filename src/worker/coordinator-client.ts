@@ -25,8 +25,13 @@ export interface Job {
 }
 
 export interface Report {
-  status: 'success' | 'error'; content: string; usage: { prompt_tokens?: number; completion_tokens?: number } | null; error?: string;
-  tool_calls?: ToolCall[]; logprobs?: unknown[]; finish_reason?: 'stop' | 'length' | 'tool_calls';
+  status: 'success' | 'error';
+  content: string;
+  usage: { prompt_tokens?: number; completion_tokens?: number } | null;
+  error?: string;
+  tool_calls?: ToolCall[];
+  logprobs?: unknown[];
+  finish_reason?: 'stop' | 'length' | 'tool_calls';
   /** An embeddings job's vectors, one per input, base64 of little-endian float32s (result.embeddings, docs/openai.md). */
   embeddings?: string[];
   /** A score check's scores (score-job.ts), reported as result.scores beside an empty message. */
@@ -39,16 +44,30 @@ export interface Report {
 
 /** An answer the worker must act on (not retried): 401 (register again), 400 (the lease ended), others. */
 export class CoordinatorError extends Error {
-  constructor(readonly status: number, readonly detail: string) { super(`HTTP ${status}: ${detail}`); }
+  constructor(
+    readonly status: number,
+    readonly detail: string,
+  ) {
+    super(`HTTP ${status}: ${detail}`);
+  }
 }
 
-export interface ClientEvents { retrying: (what: string, attempt: number, reason: string) => void }
+export interface ClientEvents {
+  retrying: (what: string, attempt: number, reason: string) => void;
+}
 
 export class CoordinatorClient {
   token = '';
 
   /** retryMaxMs: the longest pause between tries while the server is away (--retry-max). */
-  constructor(private readonly server: string, private readonly node: string, private readonly key: string, private readonly events: ClientEvents, private readonly stopped: AbortSignal, private readonly retryMaxMs = 30_000) {}
+  constructor(
+    private readonly server: string,
+    private readonly node: string,
+    private readonly key: string,
+    private readonly events: ClientEvents,
+    private readonly stopped: AbortSignal,
+    private readonly retryMaxMs = 30_000,
+  ) {}
 
   /**
    * One call, retried while the server is unreachable, overloaded or failing (5xx, 429).
@@ -57,12 +76,22 @@ export class CoordinatorClient {
    * (a poll, a declaration, a registration: one answered just as the stop came leaves a session
    * until it goes stale). A report is never cut: its try runs to its end.
    */
-  private async call<T>(what: string, method: 'GET' | 'POST', path: string, opts: { body?: unknown; auth?: string; signal?: AbortSignal; retry?: boolean; stoppable?: boolean } = {}): Promise<T> {
+  private async call<T>(
+    what: string,
+    method: 'GET' | 'POST',
+    path: string,
+    opts: { body?: unknown; auth?: string; signal?: AbortSignal; retry?: boolean; stoppable?: boolean } = {},
+  ): Promise<T> {
     const attempt = async (): Promise<T> => {
       const headers: Record<string, string> = {};
       if (opts.body !== undefined) headers['content-type'] = 'application/json';
       if (opts.auth) headers.authorization = `Bearer ${opts.auth}`;
-      const res = await http(`${this.server}${path}`, { method, headers, signal: opts.signal, ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}) });
+      const res = await http(`${this.server}${path}`, {
+        method,
+        headers,
+        signal: opts.signal,
+        ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}),
+      });
       const text = await res.text();
       if (res.status < 300) return JSON.parse(text) as T;
       const detail = (() => {
@@ -76,26 +105,38 @@ export class CoordinatorClient {
       throw new CoordinatorError(res.status, detail.slice(0, 300));
     };
     if (opts.retry === false) return attempt();
-    const retried = (err: Error) => !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429);
+    const retried = (err: Error) =>
+      !this.stopped.aborted && !opts.signal?.aborted && (!(err instanceof CoordinatorError) || err.status >= 500 || err.status === 429);
     return pRetry(attempt, {
-      forever: true, minTimeout: Math.min(500, this.retryMaxMs), maxTimeout: this.retryMaxMs, factor: 2, randomize: true,
+      forever: true,
+      minTimeout: Math.min(500, this.retryMaxMs),
+      maxTimeout: this.retryMaxMs,
+      factor: 2,
+      randomize: true,
       // A worker told to stop while the server is away stops at once, not after its next pause
       // (up to --retry-max): the call rejects with the stop's AbortError.
       ...(opts.stoppable ? { signal: this.stopped } : {}),
       shouldRetry: retried,
       // p-retry calls this for an error it does not retry too (a poll aborted by the stop, a
       // 4xx): only a retried one is worth the operator's "retrying".
-      onFailedAttempt: (err) => { if (retried(err)) this.events.retrying(what, err.attemptNumber, err.message); },
+      onFailedAttempt: (err) => {
+        if (retried(err)) this.events.retrying(what, err.attemptNumber, err.message);
+      },
     });
   }
 
   async register(capacity: number): Promise<void> {
     const r = await this.call<{ access_token: string }>('register_node', 'POST', '/worker/register_node', {
-      auth: this.key, body: { node_url: this.node, node_version: `ins-worker`, stats: {}, capacity }, stoppable: true,
+      auth: this.key,
+      body: { node_url: this.node, node_version: `ins-worker`, stats: {}, capacity },
+      stoppable: true,
     }).catch((err: unknown) => {
       // A coordinator always has the path: a 404 is another server at that URL.
       if (err instanceof CoordinatorError && err.status === 404) {
-        throw new CoordinatorError(404, `${err.detail.slice(0, 100)} (${this.server} has no /worker/register_node: is --server this network's coordinator, without a path?)`);
+        throw new CoordinatorError(
+          404,
+          `${err.detail.slice(0, 100)} (${this.server} has no /worker/register_node: is --server this network's coordinator, without a path?)`,
+        );
       }
       throw err;
     });
@@ -103,32 +144,57 @@ export class CoordinatorClient {
   }
 
   /** capabilities: per model, what the backend can do beyond plain chat (jobs/capabilities.ts names); builds: what it runs (issue 31), sent when known; contexts: the context length of each (issue 53, update_models `limits`), sent when known. */
-  async declare(models: string[], capabilities: Record<string, string[]> = {}, builds: Record<string, ModelBuild> = {}, contexts: Record<string, number> = {}): Promise<number> {
+  async declare(
+    models: string[],
+    capabilities: Record<string, string[]> = {},
+    builds: Record<string, ModelBuild> = {},
+    contexts: Record<string, number> = {},
+  ): Promise<number> {
     const limits = Object.fromEntries(Object.entries(contexts).map(([m, n]) => [m, { context_length: n }]));
-    const body = { node_url: this.node, models, capabilities, ...(Object.keys(builds).length ? { builds } : {}), ...(Object.keys(limits).length ? { limits } : {}) };
+    const body = {
+      node_url: this.node,
+      models,
+      capabilities,
+      ...(Object.keys(builds).length ? { builds } : {}),
+      ...(Object.keys(limits).length ? { limits } : {}),
+    };
     const r = await this.call<{ expires_in: number }>('update_models', 'POST', '/worker/update_models', { auth: this.token, body, stoppable: true });
     return r.expires_in;
   }
 
   async nextJob(wait: number, signal: AbortSignal): Promise<Job | null> {
-    const r = await this.call<{ job_data: Job | null }>('get_job', 'GET', `/worker/get_job?node_version=ins-worker&wait=${wait}`, { auth: this.token, signal, stoppable: true });
+    const r = await this.call<{ job_data: Job | null }>('get_job', 'GET', `/worker/get_job?node_version=ins-worker&wait=${wait}`, {
+      auth: this.token,
+      signal,
+      stoppable: true,
+    });
     return r.job_data;
   }
 
   /** The job's report with its job key; resolves with the points credited, or throws CoordinatorError (400: the lease ended). */
   async report(job: Job, r: Report): Promise<number> {
-    const result = r.status === 'success'
-      ? {
-        message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
-        ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}), ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
-        ...(r.embeddings ? { embeddings: r.embeddings } : {}), ...(r.scores ? { scores: r.scores } : {}),
-        ...(r.tokens ? { tokens: r.tokens } : {}),
-      }
-      : r.requestError
-        // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).
-        ? { message: r.requestError.message, error: { type: 'invalid_request_error', code: r.requestError.code, message: r.requestError.message } }
-        : { message: '', error: r.error ?? 'backend error' };
-    const body = { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result, status: r.status, ...(r.usage ? { usage: r.usage } : {}) };
+    const result =
+      r.status === 'success'
+        ? {
+            message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
+            ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}),
+            ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
+            ...(r.embeddings ? { embeddings: r.embeddings } : {}),
+            ...(r.scores ? { scores: r.scores } : {}),
+            ...(r.tokens ? { tokens: r.tokens } : {}),
+          }
+        : r.requestError
+          ? // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).
+            { message: r.requestError.message, error: { type: 'invalid_request_error', code: r.requestError.code, message: r.requestError.message } }
+          : { message: '', error: r.error ?? 'backend error' };
+    const body = {
+      job_id: job.job_id,
+      api_key: job.api_key,
+      model_name: job.model,
+      result,
+      status: r.status,
+      ...(r.usage ? { usage: r.usage } : {}),
+    };
     return (await this.call<{ points: number }>('update_result', 'POST', '/worker/update_result', { body })).points;
   }
 
@@ -137,7 +203,11 @@ export class CoordinatorClient {
    * Throws CoordinatorError 400 once the lease has ended (canceled, expired, finished elsewhere).
    */
   async progress(job: Job, delta: string, signal?: AbortSignal): Promise<void> {
-    await this.call('job_progress', 'POST', '/worker/job_progress', { body: { job_id: job.job_id, api_key: job.api_key, delta }, retry: false, signal });
+    await this.call('job_progress', 'POST', '/worker/job_progress', {
+      body: { job_id: job.job_id, api_key: job.api_key, delta },
+      retry: false,
+      signal,
+    });
   }
 
   async deregister(): Promise<void> {
@@ -153,7 +223,11 @@ export class CoordinatorClient {
 
   /** Today's points (UTC), for the status line. */
   async pointsToday(): Promise<number> {
-    const res = await http(`${this.server}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: this.key }, body: JSON.stringify({ node_name: this.node, last_days: 1 }) });
+    const res = await http(`${this.server}/daily_points`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', api_key: this.key },
+      body: JSON.stringify({ node_name: this.node, last_days: 1 }),
+    });
     if (res.status >= 300) throw new CoordinatorError(res.status, 'daily_points');
     return ((await res.json()) as { points: number }[])[0]?.points ?? 0;
   }

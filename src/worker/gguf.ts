@@ -39,14 +39,27 @@ export function llamaRuntime(): Promise<Llama> {
   return runtime;
 }
 
-type Loaded = { model: LlamaModel; context: LlamaContext; chatWrapper: import('node-llama-cpp').ChatWrapper; fileTypes: Record<number, string>; vocab: Vocabulary | undefined };
+type Loaded = {
+  model: LlamaModel;
+  context: LlamaContext;
+  chatWrapper: import('node-llama-cpp').ChatWrapper;
+  fileTypes: Record<number, string>;
+  vocab: Vocabulary | undefined;
+};
 
 /** Each token id's bytes (undefined: a control token, or none known), and the id of each byte string. */
-export interface Vocabulary { bytes: (Buffer | undefined)[]; ids: Map<string, Token> }
+export interface Vocabulary {
+  bytes: (Buffer | undefined)[];
+  ids: Map<string, Token>;
+}
 
 // GPT-2's byte-level BPE writes each byte as a printable character (bytes_to_unicode in its encoder.py).
 const gpt2Bytes = (): Map<string, number> => {
-  const printable = [...Array.from({ length: 94 }, (_, i) => 33 + i), ...Array.from({ length: 12 }, (_, i) => 161 + i), ...Array.from({ length: 82 }, (_, i) => 174 + i)];
+  const printable = [
+    ...Array.from({ length: 94 }, (_, i) => 33 + i),
+    ...Array.from({ length: 12 }, (_, i) => 161 + i),
+    ...Array.from({ length: 82 }, (_, i) => 174 + i),
+  ];
   const map = new Map<string, number>();
   let n = 0;
   for (let b = 0; b < 256; b++) map.set(String.fromCodePoint(printable.includes(b) ? b : 256 + n++), b);
@@ -91,7 +104,13 @@ export class Gguf implements Backend {
   private digest: Promise<string | undefined> | undefined;
 
   /** threads: llama.cpp's CPU threads (undefined: node-llama-cpp's default, every core; busy-waiting threads on a shared machine slow everything). */
-  constructor(private readonly file: string, private readonly modelName: string, mayContinue: boolean, private readonly sequences = 1, private readonly threads?: number) {
+  constructor(
+    private readonly file: string,
+    private readonly modelName: string,
+    mayContinue: boolean,
+    private readonly sequences = 1,
+    private readonly threads?: number,
+  ) {
     this.name = `GGUF ${file} (llama.cpp on the CPU)`;
     this.continues = mayContinue;
   }
@@ -102,7 +121,9 @@ export class Gguf implements Backend {
       try {
         lib = await import('node-llama-cpp');
       } catch (err) {
-        throw new BackendError(`--backend gguf needs ${NODE_LLAMA_CPP}, which this install lacks (${(err as Error).message.split('\n')[0]}): run \`npm install ${NODE_LLAMA_CPP}\` where ins is installed`);
+        throw new BackendError(
+          `--backend gguf needs ${NODE_LLAMA_CPP}, which this install lacks (${(err as Error).message.split('\n')[0]}): run \`npm install ${NODE_LLAMA_CPP}\` where ins is installed`,
+        );
       }
       const llama = await llamaRuntime();
       let model: LlamaModel;
@@ -111,13 +132,20 @@ export class Gguf implements Backend {
       } catch (err) {
         throw new BackendError(`cannot load ${this.file}: ${(err as Error).message}`);
       }
-      const context = await model.createContext({ sequences: this.sequences, contextSize: { max: 4096 }, ...(this.threads ? { threads: this.threads } : {}) });
-      const tokenizer = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: unknown; tokens?: unknown; token_type?: unknown } } }).tokenizer?.ggml;
+      const context = await model.createContext({
+        sequences: this.sequences,
+        contextSize: { max: 4096 },
+        ...(this.threads ? { threads: this.threads } : {}),
+      });
+      const tokenizer = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: unknown; tokens?: unknown; token_type?: unknown } } }).tokenizer
+        ?.ggml;
       const vocab = vocabularyBytes(tokenizer?.model, tokenizer?.tokens, tokenizer?.token_type);
       return { model, context, chatWrapper: lib.resolveChatWrapper(model), fileTypes: lib.GgufFileType as unknown as Record<number, string>, vocab };
     })();
     // A failed load is tried again at the next call (the file may appear).
-    this.loaded.catch(() => { this.loaded = undefined; });
+    this.loaded.catch(() => {
+      this.loaded = undefined;
+    });
     return this.loaded;
   }
 
@@ -178,7 +206,12 @@ export class Gguf implements Backend {
   /** The prompt's tokens: the conversation through the model's template, its assistant turn left open. */
   private prompt(l: Loaded, messages: BackendJob['messages']): Token[] {
     const history: ChatHistoryItem[] = messages.map((m) =>
-      m.role === 'assistant' ? { type: 'model', response: [m.content] } : m.role === 'system' ? { type: 'system', text: m.content } : { type: 'user', text: m.content });
+      m.role === 'assistant'
+        ? { type: 'model', response: [m.content] }
+        : m.role === 'system'
+          ? { type: 'system', text: m.content }
+          : { type: 'user', text: m.content },
+    );
     history.push({ type: 'model', response: [] });
     return l.chatWrapper.generateContextState({ chatHistory: history }).contextText.tokenize(l.model.tokenizer);
   }
@@ -189,7 +222,11 @@ export class Gguf implements Backend {
     const prefix = job.prefix ? l.model.tokenize(job.prefix, false) : [];
     const room = l.context.contextSize - prompt.length - prefix.length;
     // Worded so that requestErrorOf (backend.ts) codes it context_length_exceeded, as the other backends' are.
-    if (room <= 0) throw new BackendError(`gguf: the prompt (${prompt.length + prefix.length} tokens) exceeds the model's context length (${l.context.contextSize} tokens)`, 400);
+    if (room <= 0)
+      throw new BackendError(
+        `gguf: the prompt (${prompt.length + prefix.length} tokens) exceeds the model's context length (${l.context.contextSize} tokens)`,
+        400,
+      );
     const max = job.max_output > 0 ? Math.min(job.max_output, room) : room;
     const seq = l.context.getSequence();
     const out: Token[] = [];
@@ -222,7 +259,12 @@ export class Gguf implements Backend {
     const content = l.model.detokenize(out);
     if (onDelta && content.length > sent.length) onDelta(content.slice(sent.length));
     const tokens = generatedTokens(l.vocab, out, content);
-    return { content, usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length }, finish_reason: finish, ...(tokens ? { tokens } : {}) };
+    return {
+      content,
+      usage: { prompt_tokens: prompt.length + prefix.length, completion_tokens: out.length },
+      finish_reason: finish,
+      ...(tokens ? { tokens } : {}),
+    };
   }
 
   /**
@@ -243,8 +285,9 @@ export class Gguf implements Backend {
       const input = [...prompt, ...tokens];
       // The distribution at input i is the next token's, i.e. answer position i - prompt.length + 1.
       const first = prompt.length - 1;
-      const results = await seq.controlledEvaluate(input.map((t, i) =>
-        (i >= first && i < first + tokens.length ? [t, { generateNext: { probabilities: true } }] : t)));
+      const results = await seq.controlledEvaluate(
+        input.map((t, i) => (i >= first && i < first + tokens.length ? [t, { generateNext: { probabilities: true } }] : t)),
+      );
       const positions: PositionScore[] = tokens.map((token, k) => {
         const probs = results[first + k]?.next.probabilities;
         if (!probs) throw new BackendError('gguf: no distribution at an answer position');

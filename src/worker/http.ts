@@ -13,7 +13,10 @@ export interface HttpResponse {
   chunks(): AsyncIterable<string>;
 }
 
-export async function http(url: string, init: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {}): Promise<HttpResponse> {
+export async function http(
+  url: string,
+  init: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {},
+): Promise<HttpResponse> {
   const res = await request(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal, dispatcher: agent });
   return {
     status: res.statusCode,

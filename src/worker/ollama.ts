@@ -13,7 +13,23 @@
 // it is, no template), for models whose /api/show `capabilities` lists `completion`; the answer
 // is `response`, streamed as NDJSON lines too. Embeddings: POST /api/embed (`input` an array,
 // `embeddings` back, `prompt_eval_count`), for models whose /api/show lists `embedding`.
-import { answerTokens, call, count, pieceOf, finishOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import {
+  answerTokens,
+  call,
+  count,
+  pieceOf,
+  finishOf,
+  prefixed,
+  probe,
+  vectorsOf,
+  versionAtLeast,
+  withPrefix,
+  BackendError,
+  type Backend,
+  type BackendAnswer,
+  type BackendJob,
+  type ModelBuild,
+} from './backend.js';
 import { logprobEntry, ollamaFields, ollamaMessages, toolCallsFromOllama } from './params.js';
 import { OLLAMA_LOGPROBS_SINCE, scoreOllama } from './score-http.js';
 import type { HttpResponse } from './http.js';
@@ -40,7 +56,10 @@ export class Ollama implements Backend {
   /** What /api/tags says each model is (issue 31). */
   private tags = new Map<string, ModelBuild>();
 
-  constructor(readonly url: string, private readonly mayContinue: boolean) {}
+  constructor(
+    readonly url: string,
+    private readonly mayContinue: boolean,
+  ) {}
 
   /** Issue 31: resync replay on Ollama's logprobs (score-http.ts); none before 0.12.11, or when the version is unknown. */
   get score(): Backend['score'] {
@@ -75,10 +94,14 @@ export class Ollama implements Backend {
 
   /** Issue 31: what /api/tags said of each model at the last models(): its digest and details.quantization_level. */
   builds(models: string[]): Promise<Record<string, ModelBuild>> {
-    return Promise.resolve(Object.fromEntries(models.flatMap((m) => {
-      const b = this.tags.get(m);
-      return b && (b.digest || b.quantization) ? [[m, b]] : [];
-    })));
+    return Promise.resolve(
+      Object.fromEntries(
+        models.flatMap((m) => {
+          const b = this.tags.get(m);
+          return b && (b.digest || b.quantization) ? [[m, b]] : [];
+        }),
+      ),
+    );
   }
 
   /**
@@ -106,18 +129,45 @@ export class Ollama implements Backend {
     // sampling, JSON or logprobs job. A plain chat job of it still fails on Ollama's 400 ("does
     // not support chat"), as the request's error (worker.ts), as Ollama itself answers.
     if (listed.includes('embedding') && !listed.includes('completion')) return ['embeddings'];
-    return ['sampling', 'json', ...(listed.includes('tools') ? ['tools'] : []), ...(recent ? ['logprobs'] : []), ...(listed.includes('completion') ? ['completions'] : []), ...(listed.includes('embedding') ? ['embeddings'] : [])];
+    return [
+      'sampling',
+      'json',
+      ...(listed.includes('tools') ? ['tools'] : []),
+      ...(recent ? ['logprobs'] : []),
+      ...(listed.includes('completion') ? ['completions'] : []),
+      ...(listed.includes('embedding') ? ['embeddings'] : []),
+    ];
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
     const messages = job.params?.messages ? prefixed(ollamaMessages(job.params.messages), job.prefix) : withPrefix(job);
-    const res = await call(`${this.url}/api/chat`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      // Issue 53: logprobs asked for the answer's tokens too (the job's own fields win where it
-      // asked); not for a continued answer, whose beginning is another node's.
-      body: JSON.stringify({ model: job.model, messages, stream: onDelta !== undefined, ...(this.logprobs && !job.prefix ? { logprobs: true } : {}), ...ollamaFields(job) }),
-    }, 'ollama /api/chat');
-    type Line = { message?: { content?: string; tool_calls?: unknown }; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string; logprobs?: unknown };
+    const res = await call(
+      `${this.url}/api/chat`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        signal,
+        // Issue 53: logprobs asked for the answer's tokens too (the job's own fields win where it
+        // asked); not for a continued answer, whose beginning is another node's.
+        body: JSON.stringify({
+          model: job.model,
+          messages,
+          stream: onDelta !== undefined,
+          ...(this.logprobs && !job.prefix ? { logprobs: true } : {}),
+          ...ollamaFields(job),
+        }),
+      },
+      'ollama /api/chat',
+    );
+    type Line = {
+      message?: { content?: string; tool_calls?: unknown };
+      done?: boolean;
+      done_reason?: string;
+      prompt_eval_count?: number;
+      eval_count?: number;
+      error?: string;
+      logprobs?: unknown;
+    };
     const usage = (l: Line) => ({ prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) });
     const calls: BackendAnswer['tool_calls'] = [];
     const logprobs: unknown[] = [];
@@ -135,7 +185,8 @@ export class Ollama implements Backend {
       const tokens = calls.length || job.prefix ? undefined : answerTokens(pieces, content);
       return {
         ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(l.done_reason)),
-        ...(job.params?.logprobs ? { logprobs } : {}), ...(tokens ? { tokens } : {}),
+        ...(job.params?.logprobs ? { logprobs } : {}),
+        ...(tokens ? { tokens } : {}),
       };
     };
     if (!onDelta) {
@@ -159,13 +210,21 @@ export class Ollama implements Backend {
 
   async complete(job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
     const { options } = ollamaFields(job);
-    const res = await call(`${this.url}/api/generate`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      body: JSON.stringify({ model: job.model, prompt, raw: true, stream: onDelta !== undefined, options }),
-    }, 'ollama /api/generate');
+    const res = await call(
+      `${this.url}/api/generate`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        signal,
+        body: JSON.stringify({ model: job.model, prompt, raw: true, stream: onDelta !== undefined, options }),
+      },
+      'ollama /api/generate',
+    );
     type Line = { response?: string; done?: boolean; done_reason?: string; prompt_eval_count?: number; eval_count?: number; error?: string };
     const answer = (content: string, l: Line): BackendAnswer => ({
-      content, usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) }, ...finishOf(l.done_reason),
+      content,
+      usage: { prompt_tokens: count(l.prompt_eval_count), completion_tokens: count(l.eval_count) },
+      ...finishOf(l.done_reason),
     });
     if (!onDelta) {
       const body = (await res.json()) as Line;
@@ -183,13 +242,23 @@ export class Ollama implements Backend {
   }
 
   async embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer> {
-    const res = await call(`${this.url}/api/embed`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      body: JSON.stringify({ model: job.model, input }),
-    }, 'ollama /api/embed');
+    const res = await call(
+      `${this.url}/api/embed`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        signal,
+        body: JSON.stringify({ model: job.model, input }),
+      },
+      'ollama /api/embed',
+    );
     const body = (await res.json()) as { embeddings?: unknown; prompt_eval_count?: number; error?: string };
     if (body.error) throw new BackendError(`ollama: ${body.error}`);
-    return { content: '', usage: { prompt_tokens: count(body.prompt_eval_count), completion_tokens: 0 }, embeddings: vectorsOf(body.embeddings, input.length, 'ollama /api/embed') };
+    return {
+      content: '',
+      usage: { prompt_tokens: count(body.prompt_eval_count), completion_tokens: 0 },
+      embeddings: vectorsOf(body.embeddings, input.length, 'ollama /api/embed'),
+    };
   }
 }
 

@@ -26,12 +26,31 @@
 // The logprobs reach the answer only where the job asked for them. Another server (`plain`) is
 // asked for nothing it may refuse: its answers carry no tokens.
 import { createParser } from 'eventsource-parser';
-import { answerTokens, call, count, finishOf, pieceOf, prefixed, probe, vectorsOf, versionAtLeast, withPrefix, BackendError, type Backend, type BackendAnswer, type BackendJob, type ModelBuild } from './backend.js';
+import {
+  answerTokens,
+  call,
+  count,
+  finishOf,
+  pieceOf,
+  prefixed,
+  probe,
+  vectorsOf,
+  versionAtLeast,
+  withPrefix,
+  BackendError,
+  type Backend,
+  type BackendAnswer,
+  type BackendJob,
+  type ModelBuild,
+} from './backend.js';
 import { logprobEntry, newCallId, temperatureOf } from './params.js';
 import type { ToolCall } from './chat-wire.js';
 import { scoreVllm } from './score-http.js';
 
-const PROBE_TOOL = { type: 'function', function: { name: 'ins_probe', description: 'A probe of tool support.', parameters: { type: 'object', properties: {} } } };
+const PROBE_TOOL = {
+  type: 'function',
+  function: { name: 'ins_probe', description: 'A probe of tool support.', parameters: { type: 'object', properties: {} } },
+};
 
 export type Dialect = 'vllm' | 'llamacpp' | 'plain';
 
@@ -60,7 +79,12 @@ export class OpenAICompatible implements Backend {
   private readonly caps = new Map<string, Promise<string[]>>();
 
   /** stated: the server named by --backend (vllm, llamacpp), else found by detect(). */
-  constructor(url: string, private readonly stated: Dialect | undefined, private readonly mayContinue: boolean, private readonly quantization?: string) {
+  constructor(
+    url: string,
+    private readonly stated: Dialect | undefined,
+    private readonly mayContinue: boolean,
+    private readonly quantization?: string,
+  ) {
     this.url = serverRoot(url);
     this.dialect = stated ?? 'plain';
     this.name = stated === 'vllm' ? 'vLLM' : stated === 'llamacpp' ? "llama.cpp's server" : 'an OpenAI-compatible server';
@@ -83,10 +107,13 @@ export class OpenAICompatible implements Backend {
       return;
     }
     const models = await this.models().catch(() => []);
-    const rendered = await probe(`${this.url}/apply-template`, {
+    const rendered = (await probe(`${this.url}/apply-template`, {
       ...(models[0] ? { model: models[0] } : {}),
-      messages: [{ role: 'user', content: 'Say something.' }, { role: 'assistant', content: SENTINEL }],
-    }) as { prompt?: unknown } | undefined;
+      messages: [
+        { role: 'user', content: 'Say something.' },
+        { role: 'assistant', content: SENTINEL },
+      ],
+    })) as { prompt?: unknown } | undefined;
     if (typeof rendered?.prompt === 'string') {
       this.dialect = 'llamacpp';
       const prefills = rendered.prompt.endsWith(SENTINEL);
@@ -100,10 +127,18 @@ export class OpenAICompatible implements Backend {
   }
 
   async models(): Promise<string[]> {
-    const body = (await (await call(`${this.url}/v1/models`, {}, 'openai /v1/models')).json()) as { data?: { id?: unknown; max_model_len?: unknown }[] };
+    const body = (await (await call(`${this.url}/v1/models`, {}, 'openai /v1/models')).json()) as {
+      data?: { id?: unknown; max_model_len?: unknown }[];
+    };
     const data = body.data ?? [];
     // vLLM lists each model's context length as max_model_len (its OpenAI server's ModelCard); others say nothing.
-    this.lengths = new Map(data.flatMap((m) => (typeof m.id === 'string' && typeof m.max_model_len === 'number' && Number.isInteger(m.max_model_len) && m.max_model_len > 0 ? [[m.id, m.max_model_len] as [string, number]] : [])));
+    this.lengths = new Map(
+      data.flatMap((m) =>
+        typeof m.id === 'string' && typeof m.max_model_len === 'number' && Number.isInteger(m.max_model_len) && m.max_model_len > 0
+          ? [[m.id, m.max_model_len] as [string, number]]
+          : [],
+      ),
+    );
     return data.map((m) => m.id).filter((n): n is string => typeof n === 'string');
   }
 
@@ -121,11 +156,22 @@ export class OpenAICompatible implements Backend {
   capabilities(model: string): Promise<string[]> {
     let known = this.caps.get(model);
     if (!known) {
-      known = probe(`${this.url}/v1/chat/completions`, { model, messages: [{ role: 'user', content: 'ping' }], tools: [PROBE_TOOL], max_tokens: 1 })
-        .then(async (answer) => {
-          const embeds = await probe(`${this.url}/v1/embeddings`, { model, input: 'ping' });
-          return ['sampling', 'json', 'logprobs', ...(answer !== undefined ? ['tools', 'tool_choice'] : []), 'completions', ...(embeds !== undefined ? ['embeddings'] : [])];
-        });
+      known = probe(`${this.url}/v1/chat/completions`, {
+        model,
+        messages: [{ role: 'user', content: 'ping' }],
+        tools: [PROBE_TOOL],
+        max_tokens: 1,
+      }).then(async (answer) => {
+        const embeds = await probe(`${this.url}/v1/embeddings`, { model, input: 'ping' });
+        return [
+          'sampling',
+          'json',
+          'logprobs',
+          ...(answer !== undefined ? ['tools', 'tool_choice'] : []),
+          'completions',
+          ...(embeds !== undefined ? ['embeddings'] : []),
+        ];
+      });
       this.caps.set(model, known);
     }
     return known;
@@ -136,13 +182,27 @@ export class OpenAICompatible implements Backend {
   }
 
   async embed(job: BackendJob, input: string[], signal?: AbortSignal): Promise<BackendAnswer> {
-    const res = await call(`${this.url}/v1/embeddings`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      body: JSON.stringify({ model: job.model, input, encoding_format: 'float' }),
-    }, 'openai /v1/embeddings');
+    const res = await call(
+      `${this.url}/v1/embeddings`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        signal,
+        body: JSON.stringify({ model: job.model, input, encoding_format: 'float' }),
+      },
+      'openai /v1/embeddings',
+    );
     const body = (await res.json()) as { data?: { index?: number; embedding?: unknown }[]; usage?: Usage };
     const data = [...(body.data ?? [])].sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
-    return { content: '', usage: { prompt_tokens: usageOf(body.usage)?.prompt_tokens, completion_tokens: 0 }, embeddings: vectorsOf(data.map((d) => d.embedding), input.length, 'openai /v1/embeddings') };
+    return {
+      content: '',
+      usage: { prompt_tokens: usageOf(body.usage)?.prompt_tokens, completion_tokens: 0 },
+      embeddings: vectorsOf(
+        data.map((d) => d.embedding),
+        input.length,
+        'openai /v1/embeddings',
+      ),
+    };
   }
 
   async chat(job: BackendJob, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
@@ -153,19 +213,34 @@ export class OpenAICompatible implements Backend {
     // The tokens' logprobs, asked of a server known to give them, beside what the job asked (not
     // for a continued answer: its beginning is another node's, so its tokens are not reported).
     const asked = job.params?.logprobs === true;
-    const tokenLogprobs = this.dialect === 'plain' || asked || continuing ? {} : { logprobs: true, top_logprobs: this.dialect === 'llamacpp' ? 1 : 0 };
-    const res = await call(`${this.url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-      body: JSON.stringify({
-        ...params, ...tokenLogprobs,
-        model: job.model, messages: whole ? prefixed(whole, job.prefix) : withPrefix(job), ...(temperature !== undefined ? { temperature } : {}),
-        ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
-        ...(job.seed !== undefined ? { seed: job.seed } : {}),
-        ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
-        ...(continuing && this.dialect === 'vllm' ? { continue_final_message: true, add_generation_prompt: false } : {}),
-      }),
-    }, 'openai /v1/chat/completions');
-    type Choice = { message?: { content?: string | null; tool_calls?: unknown }; delta?: { content?: string | null; tool_calls?: unknown }; finish_reason?: string | null; logprobs?: { content?: unknown } | null };
+    const tokenLogprobs =
+      this.dialect === 'plain' || asked || continuing ? {} : { logprobs: true, top_logprobs: this.dialect === 'llamacpp' ? 1 : 0 };
+    const res = await call(
+      `${this.url}/v1/chat/completions`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        signal,
+        body: JSON.stringify({
+          ...params,
+          ...tokenLogprobs,
+          model: job.model,
+          messages: whole ? prefixed(whole, job.prefix) : withPrefix(job),
+          ...(temperature !== undefined ? { temperature } : {}),
+          ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
+          ...(job.seed !== undefined ? { seed: job.seed } : {}),
+          ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+          ...(continuing && this.dialect === 'vllm' ? { continue_final_message: true, add_generation_prompt: false } : {}),
+        }),
+      },
+      'openai /v1/chat/completions',
+    );
+    type Choice = {
+      message?: { content?: string | null; tool_calls?: unknown };
+      delta?: { content?: string | null; tool_calls?: unknown };
+      finish_reason?: string | null;
+      logprobs?: { content?: unknown } | null;
+    };
     const logprobs: unknown[] = [];
     const pieces: Buffer[] = [];
     const gatherLogprobs = (c: Choice | undefined) => {
@@ -179,7 +254,8 @@ export class OpenAICompatible implements Backend {
       const tokens = calls.length || continuing ? undefined : answerTokens(pieces, content);
       return {
         ...(calls.length ? { tool_calls: calls, finish_reason: 'tool_calls' as const } : finishOf(finish)),
-        ...(asked ? { logprobs } : {}), ...(tokens ? { tokens } : {}),
+        ...(asked ? { logprobs } : {}),
+        ...(tokens ? { tokens } : {}),
       };
     };
     if (!stream) {
@@ -228,25 +304,44 @@ export class OpenAICompatible implements Backend {
     for await (const text of res.chunks()) parser.feed(text);
     if (failure) throw new BackendError(`openai: ${failure}`);
     if (!ended) throw new BackendError('openai: the answer ended before its finish_reason');
-    const calls = streamed.flatMap((c): ToolCall[] => (c.name ? [{ id: c.id ?? newCallId(), type: 'function', function: { name: c.name, arguments: c.arguments } }] : []));
+    const calls = streamed.flatMap((c): ToolCall[] =>
+      c.name ? [{ id: c.id ?? newCallId(), type: 'function', function: { name: c.name, arguments: c.arguments } }] : [],
+    );
     return { content, usage: usageOf(last), ...extras(content, calls, finish) };
   }
 }
 
 /** POST /v1/completions: the prompt as it is, the job's sampling parameters as OpenAI names them. */
-export async function completeOpenAI(url: string, job: BackendJob, prompt: string, onDelta?: (delta: string) => void, signal?: AbortSignal): Promise<BackendAnswer> {
+export async function completeOpenAI(
+  url: string,
+  job: BackendJob,
+  prompt: string,
+  onDelta?: (delta: string) => void,
+  signal?: AbortSignal,
+): Promise<BackendAnswer> {
   const p = job.params ?? {};
   const temperature = temperatureOf(job);
-  const res = await call(`${url}/v1/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, signal,
-    body: JSON.stringify({
-      model: job.model, prompt, ...(temperature !== undefined ? { temperature } : {}),
-      ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}), ...(job.seed !== undefined ? { seed: job.seed } : {}),
-      ...(p.top_p !== undefined ? { top_p: p.top_p } : {}), ...(p.stop ? { stop: p.stop } : {}),
-      ...(p.presence_penalty !== undefined ? { presence_penalty: p.presence_penalty } : {}), ...(p.frequency_penalty !== undefined ? { frequency_penalty: p.frequency_penalty } : {}),
-      ...(onDelta ? { stream: true, stream_options: { include_usage: true } } : {}),
-    }),
-  }, 'openai /v1/completions');
+  const res = await call(
+    `${url}/v1/completions`,
+    {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      signal,
+      body: JSON.stringify({
+        model: job.model,
+        prompt,
+        ...(temperature !== undefined ? { temperature } : {}),
+        ...(job.max_output > 0 ? { max_tokens: job.max_output } : {}),
+        ...(job.seed !== undefined ? { seed: job.seed } : {}),
+        ...(p.top_p !== undefined ? { top_p: p.top_p } : {}),
+        ...(p.stop ? { stop: p.stop } : {}),
+        ...(p.presence_penalty !== undefined ? { presence_penalty: p.presence_penalty } : {}),
+        ...(p.frequency_penalty !== undefined ? { frequency_penalty: p.frequency_penalty } : {}),
+        ...(onDelta ? { stream: true, stream_options: { include_usage: true } } : {}),
+      }),
+    },
+    'openai /v1/completions',
+  );
   type Body = { choices?: { text?: string; finish_reason?: string | null }[]; usage?: Usage; error?: { message?: string } };
   if (!onDelta) {
     const body = (await res.json()) as Body;
@@ -283,7 +378,18 @@ export async function completeOpenAI(url: string, job: BackendJob, prompt: strin
 /** OpenAI's tool calls from an answer's message. */
 function toolCalls(v: unknown): ToolCall[] {
   if (!Array.isArray(v)) return [];
-  return v.flatMap((c: { id?: unknown; function?: { name?: unknown; arguments?: unknown } }): ToolCall[] => (typeof c?.function?.name === 'string'
-    ? [{ id: typeof c.id === 'string' && c.id ? c.id : newCallId(), type: 'function', function: { name: c.function.name, arguments: typeof c.function.arguments === 'string' ? c.function.arguments : JSON.stringify(c.function.arguments ?? {}) } }]
-    : []));
+  return v.flatMap((c: { id?: unknown; function?: { name?: unknown; arguments?: unknown } }): ToolCall[] =>
+    typeof c?.function?.name === 'string'
+      ? [
+          {
+            id: typeof c.id === 'string' && c.id ? c.id : newCallId(),
+            type: 'function',
+            function: {
+              name: c.function.name,
+              arguments: typeof c.function.arguments === 'string' ? c.function.arguments : JSON.stringify(c.function.arguments ?? {}),
+            },
+          },
+        ]
+      : [],
+  );
 }

@@ -41,13 +41,33 @@ const FLAGS: [flag: string, env: string, help: string][] = [
   ['server', 'INS_SERVER', 'the coordinator, e.g. http://coordinator:8000'],
   ['node', 'INS_NODE', "this node's name (as `ins node add NAME` made it)"],
   ['key', 'INS_NODE_KEY', "the node's key, nk_…"],
-  ['backend', 'INS_BACKEND', 'ollama, vllm, llamacpp, openai (any OpenAI-compatible server; vLLM and llama.cpp are recognised), or gguf (a model file run by the worker itself)'],
-  ['backend-url', 'INS_BACKEND_URL', 'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible; with or without /v1); not with gguf'],
+  [
+    'backend',
+    'INS_BACKEND',
+    'ollama, vllm, llamacpp, openai (any OpenAI-compatible server; vLLM and llama.cpp are recognised), or gguf (a model file run by the worker itself)',
+  ],
+  [
+    'backend-url',
+    'INS_BACKEND_URL',
+    'the backend, e.g. http://127.0.0.1:11434 (Ollama) or http://127.0.0.1:8001 (OpenAI-compatible; with or without /v1); not with gguf',
+  ],
   ['model-file', 'INS_MODEL_FILE', 'gguf: the GGUF file to serve (needs node-llama-cpp, docs/worker.md)'],
   ['threads', 'INS_THREADS', 'gguf: CPU threads for the model (default: every core)'],
-  ['quantization', 'INS_QUANTIZATION', 'openai, vllm, llamacpp: the quantisation the server runs (e.g. Q4_K_M, awq, fp16), declared for its models; Ollama and gguf say it themselves'],
-  ['context-length', 'INS_CONTEXT_LENGTH', 'the context length (tokens) to declare for every model, over what the backend says (gguf: the loaded context; vLLM: max_model_len; Ollama: a Modelfile\'s num_ctx); a job longer is not given to the node'],
-  ['models', 'INS_MODELS', 'serve only these of the backend\'s models, comma-separated (default: all; a name without a tag is its :latest, as in Ollama); gguf: the one name the file is served as'],
+  [
+    'quantization',
+    'INS_QUANTIZATION',
+    'openai, vllm, llamacpp: the quantisation the server runs (e.g. Q4_K_M, awq, fp16), declared for its models; Ollama and gguf say it themselves',
+  ],
+  [
+    'context-length',
+    'INS_CONTEXT_LENGTH',
+    "the context length (tokens) to declare for every model, over what the backend says (gguf: the loaded context; vLLM: max_model_len; Ollama: a Modelfile's num_ctx); a job longer is not given to the node",
+  ],
+  [
+    'models',
+    'INS_MODELS',
+    "serve only these of the backend's models, comma-separated (default: all; a name without a tag is its :latest, as in Ollama); gguf: the one name the file is served as",
+  ],
   ['concurrency', 'INS_CONCURRENCY', 'jobs at once (default 1)'],
   ['metrics-port', 'INS_METRICS_PORT', 'serve Prometheus metrics on this port (default: off)'],
   ['grace', 'INS_GRACE_SECONDS', 'on SIGTERM/SIGINT, seconds to finish the jobs in flight (default 60)'],
@@ -88,11 +108,17 @@ On a terminal it keeps one status line; otherwise it logs JSON lines. SIGTERM or
 taking jobs, finishes those in flight (up to --grace), deregisters and exits 0.`;
 
 export class WorkerUsageError extends Error {
-  constructor(readonly problems: string[]) { super(problems.join('\n')); }
+  constructor(readonly problems: string[]) {
+    super(problems.join('\n'));
+  }
 }
 
 export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): WorkerOptions | 'help' {
-  const { values } = parseArgs({ args: argv, strict: true, options: { ...Object.fromEntries(FLAGS.map(([f]) => [f, { type: 'string' as const }])), help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: { ...Object.fromEntries(FLAGS.map(([f]) => [f, { type: 'string' as const }])), help: { type: 'boolean', short: 'h' } },
+  });
   if (values.help) return 'help';
   const problems: string[] = [];
   const get = (flag: string): string | undefined => {
@@ -121,19 +147,26 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const node = required('node');
   const key = required('key');
   const backend = required('backend');
-  if (backend && !KINDS.includes(backend as BackendKind)) problems.push(`--backend must be ${KINDS.slice(0, -1).join(', ')} or ${KINDS.at(-1)!}, got "${backend}"`);
+  if (backend && !KINDS.includes(backend as BackendKind))
+    problems.push(`--backend must be ${KINDS.slice(0, -1).join(', ')} or ${KINDS.at(-1)!}, got "${backend}"`);
   const gguf = backend === 'gguf';
   const backendUrl = gguf ? '' : url('backend-url');
-  if (gguf && get('backend-url') !== undefined) problems.push('--backend-url is not for --backend gguf (the model runs in the worker): give --model-file');
+  if (gguf && get('backend-url') !== undefined)
+    problems.push('--backend-url is not for --backend gguf (the model runs in the worker): give --model-file');
   const modelFile = gguf ? required('model-file') : undefined;
   if (!gguf && get('model-file') !== undefined) problems.push('--model-file is only for --backend gguf');
   const threads = get('threads') === undefined ? undefined : int('threads', 0, 1, 256);
   if (!gguf && threads !== undefined) problems.push('--threads is only for --backend gguf');
   const quantization = get('quantization');
-  if (quantization !== undefined && (backend === 'ollama' || gguf)) problems.push(`--quantization is for OpenAI-compatible servers: ${backend} says what it runs itself`);
-  if (quantization !== undefined && !/^[\x21-\x7e]{1,32}$/.test(quantization)) problems.push(`--quantization must be 1 to 32 printable characters without spaces, got "${quantization}"`);
+  if (quantization !== undefined && (backend === 'ollama' || gguf))
+    problems.push(`--quantization is for OpenAI-compatible servers: ${backend} says what it runs itself`);
+  if (quantization !== undefined && !/^[\x21-\x7e]{1,32}$/.test(quantization))
+    problems.push(`--quantization must be 1 to 32 printable characters without spaces, got "${quantization}"`);
   const contextLength = get('context-length') === undefined ? undefined : int('context-length', 0, 1, 100_000_000);
-  const models = (get('models') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
+  const models = (get('models') ?? '')
+    .split(',')
+    .map((m) => m.trim())
+    .filter(Boolean);
   if (gguf && models.length !== 1) problems.push('--backend gguf serves its file under one name: give it as --models NAME');
   const concurrency = int('concurrency', 1, 1, 64);
   const metricsPort = get('metrics-port') === undefined ? undefined : int('metrics-port', 0, 0, 65535);
@@ -142,5 +175,22 @@ export function parseWorkerOptions(argv: string[], env: NodeJS.ProcessEnv): Work
   const continueMode = get('continue') ?? 'auto';
   if (continueMode !== 'auto' && continueMode !== 'off') problems.push(`--continue must be auto or off, got "${continueMode}"`);
   if (problems.length > 0) throw new WorkerUsageError(problems);
-  return { server, node, key, backend: backend as BackendKind, backendUrl, ...(modelFile ? { modelFile } : {}), ...(threads ? { threads } : {}), ...(quantization ? { quantization } : {}), ...(contextLength ? { contextLength } : {}), continueAnswers: continueMode === 'auto', models, concurrency, metricsPort, graceMs, pollWait: 25, retryMaxMs };
+  return {
+    server,
+    node,
+    key,
+    backend: backend as BackendKind,
+    backendUrl,
+    ...(modelFile ? { modelFile } : {}),
+    ...(threads ? { threads } : {}),
+    ...(quantization ? { quantization } : {}),
+    ...(contextLength ? { contextLength } : {}),
+    continueAnswers: continueMode === 'auto',
+    models,
+    concurrency,
+    metricsPort,
+    graceMs,
+    pollWait: 25,
+    retryMaxMs,
+  };
 }

@@ -44,9 +44,18 @@ export function ollamaMessages(messages: ChatMessage[]): Record<string, unknown>
   return messages.map((m) => {
     if (m.tool_calls) {
       for (const c of m.tool_calls) names.set(c.id, c.function.name);
-      return { role: m.role, content: m.content ?? '', tool_calls: m.tool_calls.map((c) => ({ function: { name: c.function.name, arguments: parseArguments(c.function.arguments) } })) };
+      return {
+        role: m.role,
+        content: m.content ?? '',
+        tool_calls: m.tool_calls.map((c) => ({ function: { name: c.function.name, arguments: parseArguments(c.function.arguments) } })),
+      };
     }
-    if (m.role === 'tool') return { role: 'tool', content: m.content ?? '', ...(m.tool_call_id && names.has(m.tool_call_id) ? { tool_name: names.get(m.tool_call_id) } : {}) };
+    if (m.role === 'tool')
+      return {
+        role: 'tool',
+        content: m.content ?? '',
+        ...(m.tool_call_id && names.has(m.tool_call_id) ? { tool_name: names.get(m.tool_call_id) } : {}),
+      };
     return { role: m.role, content: m.content ?? '' };
   });
 }
@@ -65,7 +74,13 @@ export function toolCallsFromOllama(v: unknown): ToolCall[] {
   return v.flatMap((c): ToolCall[] => {
     if (!isObject(c) || !isObject(c.function) || typeof c.function.name !== 'string') return [];
     const args = c.function.arguments;
-    return [{ id: typeof c.id === 'string' && c.id ? c.id : newCallId(), type: 'function', function: { name: c.function.name, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) } }];
+    return [
+      {
+        id: typeof c.id === 'string' && c.id ? c.id : newCallId(),
+        type: 'function',
+        function: { name: c.function.name, arguments: typeof args === 'string' ? args : JSON.stringify(args ?? {}) },
+      },
+    ];
   });
 }
 
@@ -73,7 +88,12 @@ export function toolCallsFromOllama(v: unknown): ToolCall[] {
 export function logprobEntry(v: unknown): unknown[] {
   if (!isObject(v) || typeof v.token !== 'string' || typeof v.logprob !== 'number') return [];
   const bytes = Array.isArray(v.bytes) ? v.bytes : [...Buffer.from(v.token, 'utf8')];
-  const top = Array.isArray(v.top_logprobs) ? v.top_logprobs.flatMap((t) => (isObject(t) && typeof t.token === 'string' && typeof t.logprob === 'number'
-    ? [{ token: t.token, logprob: t.logprob, bytes: Array.isArray(t.bytes) ? t.bytes : [...Buffer.from(t.token, 'utf8')] }] : [])) : [];
+  const top = Array.isArray(v.top_logprobs)
+    ? v.top_logprobs.flatMap((t) =>
+        isObject(t) && typeof t.token === 'string' && typeof t.logprob === 'number'
+          ? [{ token: t.token, logprob: t.logprob, bytes: Array.isArray(t.bytes) ? t.bytes : [...Buffer.from(t.token, 'utf8')] }]
+          : [],
+      )
+    : [];
   return [{ token: v.token, logprob: v.logprob, bytes, top_logprobs: top }];
 }

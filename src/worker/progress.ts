@@ -25,7 +25,11 @@ export class LeaseLink {
   private lastSent = Date.now();
   private stopped = false;
 
-  constructor(private readonly client: Pick<CoordinatorClient, 'progress'>, private readonly job: Job, private readonly onEnded: (detail: string) => void) {}
+  constructor(
+    private readonly client: Pick<CoordinatorClient, 'progress'>,
+    private readonly job: Job,
+    private readonly onEnded: (detail: string) => void,
+  ) {}
 
   /** From now on, a heartbeat at least every HEARTBEAT_MS. */
   start(): void {
@@ -72,18 +76,21 @@ export class LeaseLink {
     const delta = this.pending.slice(0, cut);
     this.pending = this.pending.slice(cut);
     this.lastSent = Date.now();
-    this.sending = this.client.progress(this.job, delta, AbortSignal.timeout(CALL_TIMEOUT_MS)).then(
-      () => {},
-      (err: unknown) => {
-        if (err instanceof CoordinatorError && err.status === 400 && this.ended === undefined) {
-          this.ended = err.detail;
-          this.onEnded(err.detail);
-        }
-      },
-    ).finally(() => {
-      this.sending = undefined;
-      this.schedule(this.pending ? 0 : Math.max(0, this.lastSent + HEARTBEAT_MS - Date.now()));
-    });
+    this.sending = this.client
+      .progress(this.job, delta, AbortSignal.timeout(CALL_TIMEOUT_MS))
+      .then(
+        () => {},
+        (err: unknown) => {
+          if (err instanceof CoordinatorError && err.status === 400 && this.ended === undefined) {
+            this.ended = err.detail;
+            this.onEnded(err.detail);
+          }
+        },
+      )
+      .finally(() => {
+        this.sending = undefined;
+        this.schedule(this.pending ? 0 : Math.max(0, this.lastSent + HEARTBEAT_MS - Date.now()));
+      });
   }
 }
 

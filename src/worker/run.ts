@@ -17,7 +17,10 @@ export async function runWorker(opts: WorkerOptions): Promise<number> {
     } catch (err) {
       // One line, as for the worker's other start-up failures (EADDRINUSE: another worker's port).
       const code = (err as NodeJS.ErrnoException).code;
-      display.log('error', `--metrics-port ${opts.metricsPort}: ${code === 'EADDRINUSE' ? 'the port is in use (another worker\'s? give each worker its own)' : (err as Error).message}`);
+      display.log(
+        'error',
+        `--metrics-port ${opts.metricsPort}: ${code === 'EADDRINUSE' ? "the port is in use (another worker's? give each worker its own)" : (err as Error).message}`,
+      );
       return 1;
     }
   }

@@ -33,16 +33,32 @@ const post = async (url: string, body: unknown, what: string): Promise<unknown> 
 type VllmLogprob = { logprob: number; rank?: number | null; decoded_token?: string | null };
 
 export async function scoreVllm(url: string, job: BackendJob, answer: string, reported?: WireToken[]): Promise<AnswerScore> {
-  const open = (await post(`${url}/tokenize`, { model: job.model, messages: job.messages, add_generation_prompt: true }, 'vllm /tokenize')) as { count?: number; tokens?: number[] };
+  const open = (await post(`${url}/tokenize`, { model: job.model, messages: job.messages, add_generation_prompt: true }, 'vllm /tokenize')) as {
+    count?: number;
+    tokens?: number[];
+  };
   if (reported?.length && Array.isArray(open.tokens)) return scoreVllmTokens(url, job, open.tokens, reported);
   const withAnswer = [...job.messages, { role: 'assistant', content: answer }];
-  const all = (await post(`${url}/tokenize`, { model: job.model, messages: withAnswer, add_generation_prompt: false, continue_final_message: true }, 'vllm /tokenize')) as { tokens?: number[] };
+  const all = (await post(
+    `${url}/tokenize`,
+    { model: job.model, messages: withAnswer, add_generation_prompt: false, continue_final_message: true },
+    'vllm /tokenize',
+  )) as { tokens?: number[] };
   const start = open.count ?? open.tokens?.length ?? 0;
   const tokens = all.tokens ?? [];
-  const body = (await post(`${url}/v1/chat/completions`, {
-    model: job.model, messages: withAnswer, add_generation_prompt: false, continue_final_message: true,
-    max_tokens: 1, temperature: 0, prompt_logprobs: TOP_K,
-  }, 'vllm /v1/chat/completions')) as { prompt_logprobs?: (Record<string, VllmLogprob> | null)[] };
+  const body = (await post(
+    `${url}/v1/chat/completions`,
+    {
+      model: job.model,
+      messages: withAnswer,
+      add_generation_prompt: false,
+      continue_final_message: true,
+      max_tokens: 1,
+      temperature: 0,
+      prompt_logprobs: TOP_K,
+    },
+    'vllm /v1/chat/completions',
+  )) as { prompt_logprobs?: (Record<string, VllmLogprob> | null)[] };
   const end = Math.min(tokens.length, start + MAX_POSITIONS);
   const positions = positionsOf(body.prompt_logprobs ?? [], tokens, start, end);
   return { method: 'prefill', positions, unscored: Math.max(0, tokens.length - end) };
@@ -58,7 +74,10 @@ async function forcedIds(url: string, model: string, reported: readonly WireToke
   const texts: string[] = [];
   for (let i = 0; i < reported.length; i++) {
     const t = reported[i]!;
-    if (typeof t === 'string') { texts.push(t); continue; }
+    if (typeof t === 'string') {
+      texts.push(t);
+      continue;
+    }
     const run: Buffer[] = [];
     while (i < reported.length && typeof reported[i] !== 'string') run.push(tokenBytes(reported[i++]!));
     i--;
@@ -74,9 +93,17 @@ async function scoreVllmTokens(url: string, job: BackendJob, open: number[], rep
   // Tokens beyond the cap are not even asked about: at most MAX_POSITIONS /tokenize calls.
   const all = await forcedIds(url, job.model, reported.slice(0, MAX_POSITIONS));
   const ids = all.slice(0, MAX_POSITIONS);
-  const body = (await post(`${url}/v1/completions`, {
-    model: job.model, prompt: [...open, ...ids], max_tokens: 1, temperature: 0, prompt_logprobs: TOP_K,
-  }, 'vllm /v1/completions')) as { choices?: { prompt_logprobs?: (Record<string, VllmLogprob> | null)[] }[]; prompt_logprobs?: (Record<string, VllmLogprob> | null)[] };
+  const body = (await post(
+    `${url}/v1/completions`,
+    {
+      model: job.model,
+      prompt: [...open, ...ids],
+      max_tokens: 1,
+      temperature: 0,
+      prompt_logprobs: TOP_K,
+    },
+    'vllm /v1/completions',
+  )) as { choices?: { prompt_logprobs?: (Record<string, VllmLogprob> | null)[] }[]; prompt_logprobs?: (Record<string, VllmLogprob> | null)[] };
   // vLLM puts a completion's prompt_logprobs in its choice (a chat completion's at the top).
   const lists = body.choices?.[0]?.prompt_logprobs ?? body.prompt_logprobs ?? [];
   const positions = positionsOf(lists, [...open, ...ids], open.length, open.length + ids.length);
@@ -84,7 +111,12 @@ async function scoreVllmTokens(url: string, job: BackendJob, open: number[], rep
 }
 
 /** Each scored position's rank, log-probability and the top's, from vLLM's prompt_logprobs lists for tokens[from, to). */
-function positionsOf(lists: readonly (Record<string, VllmLogprob> | null | undefined)[], tokens: readonly number[], from: number, to: number): PositionScore[] {
+function positionsOf(
+  lists: readonly (Record<string, VllmLogprob> | null | undefined)[],
+  tokens: readonly number[],
+  from: number,
+  to: number,
+): PositionScore[] {
   const positions: PositionScore[] = [];
   for (let i = from; i < to; i++) {
     const entry = lists[i];
@@ -94,19 +126,31 @@ function positionsOf(lists: readonly (Record<string, VllmLogprob> | null | undef
     const top = byRank[0]!;
     const second = byRank.find((e) => e !== top && (e.rank ?? 0) === 2) ?? byRank[1];
     positions.push({
-      token: actual.decoded_token ?? '', logprob: actual.logprob, rank: actual.rank ?? TOP_K + 1,
-      top: top.decoded_token ?? '', top_logprob: top.logprob, gap: second ? top.logprob - second.logprob : 1e3,
+      token: actual.decoded_token ?? '',
+      logprob: actual.logprob,
+      rank: actual.rank ?? TOP_K + 1,
+      top: top.decoded_token ?? '',
+      top_logprob: top.logprob,
+      gap: second ? top.logprob - second.logprob : 1e3,
     });
   }
   return positions;
 }
 
 export async function scoreOllama(url: string, job: BackendJob, answer: string): Promise<AnswerScore> {
-  return replay(async (prefix) => {
-    const messages = prefix ? [...job.messages, { role: 'assistant', content: prefix }] : job.messages;
-    const options: Record<string, number> = { temperature: 0, num_predict: REPLAY_STEP };
-    if (job.seed !== undefined) options.seed = job.seed;
-    const body = (await post(`${url}/api/chat`, { model: job.model, messages, stream: false, logprobs: true, top_logprobs: TOP_K, options }, 'ollama /api/chat')) as { logprobs?: GeneratedToken[] };
-    return body.logprobs ?? [];
-  }, answer, MAX_POSITIONS);
+  return replay(
+    async (prefix) => {
+      const messages = prefix ? [...job.messages, { role: 'assistant', content: prefix }] : job.messages;
+      const options: Record<string, number> = { temperature: 0, num_predict: REPLAY_STEP };
+      if (job.seed !== undefined) options.seed = job.seed;
+      const body = (await post(
+        `${url}/api/chat`,
+        { model: job.model, messages, stream: false, logprobs: true, top_logprobs: TOP_K, options },
+        'ollama /api/chat',
+      )) as { logprobs?: GeneratedToken[] };
+      return body.logprobs ?? [];
+    },
+    answer,
+    MAX_POSITIONS,
+  );
 }

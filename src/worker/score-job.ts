@@ -15,9 +15,12 @@ const round = (x: number): number => (Number.isFinite(x) ? Math.round(x * 1e4) /
 
 export function compact(s: AnswerScore): CompactScore {
   return {
-    method: s.method, unscored: s.unscored,
-    rank: s.positions.map((p) => p.rank), logprob: s.positions.map((p) => round(p.logprob)),
-    top_logprob: s.positions.map((p) => round(p.top_logprob)), gap: s.positions.map((p) => round(p.gap)),
+    method: s.method,
+    unscored: s.unscored,
+    rank: s.positions.map((p) => p.rank),
+    logprob: s.positions.map((p) => round(p.logprob)),
+    top_logprob: s.positions.map((p) => round(p.top_logprob)),
+    gap: s.positions.map((p) => round(p.gap)),
   };
 }
 
@@ -25,6 +28,16 @@ export function compact(s: AnswerScore): CompactScore {
 export async function scoreJob(backend: Backend, job: BackendJob, answer: string, tokens?: WireToken[]): Promise<BackendAnswer> {
   // Not declared without it (worker.ts), so only a coordinator that ignored the declaration sends one: the job's fault.
   if (!backend.score) throw new BackendError('this backend cannot score answers', 422, 'this backend cannot score answers');
-  const scored = await backend.score({ model: job.model, messages: job.messages, max_output: job.max_output, temperature: job.temperature, ...(job.seed !== undefined ? { seed: job.seed } : {}) }, answer, tokens);
+  const scored = await backend.score(
+    {
+      model: job.model,
+      messages: job.messages,
+      max_output: job.max_output,
+      temperature: job.temperature,
+      ...(job.seed !== undefined ? { seed: job.seed } : {}),
+    },
+    answer,
+    tokens,
+  );
   return { content: '', usage: { prompt_tokens: scored.positions.length, completion_tokens: 0 }, scores: compact(scored) };
 }

@@ -55,14 +55,24 @@ export function rankOf<T>(probs: Map<T, number>, token: T, text: (t: T) => strin
   let p2 = 0;
   for (const [t, p] of probs) {
     i++;
-    if (i === 1) { top = t; p1 = p; }
+    if (i === 1) {
+      top = t;
+      p1 = p;
+    }
     if (i === 2) p2 = p;
     if (t === token) rank = i;
     if (rank && i >= 2) break;
   }
   const p = probs.get(token) ?? 0;
   const log = (x: number) => Math.log(Math.max(x, 1e-30));
-  return { token: text(token), logprob: log(p), rank: rank || probs.size + 1, top: top === undefined ? '' : text(top), top_logprob: log(p1), gap: log(p1) - log(p2) };
+  return {
+    token: text(token),
+    logprob: log(p),
+    rank: rank || probs.size + 1,
+    top: top === undefined ? '' : text(top),
+    top_logprob: log(p1),
+    gap: log(p1) - log(p2),
+  };
 }
 
 /** A generated token with the alternatives the backend listed (OpenAI's and Ollama's `logprobs` entries). */
@@ -101,14 +111,23 @@ export async function replay(generate: Generate, answer: string, maxPositions = 
       }
       // The generation left the answer here: rank the answer's token, force it, generate again.
       let found = -1;
-      alts.forEach((a, i) => { if (a.token.length > 0 && rest.startsWith(a.token) && (found < 0 || a.token.length > alts[found]!.token.length)) found = i; });
+      alts.forEach((a, i) => {
+        if (a.token.length > 0 && rest.startsWith(a.token) && (found < 0 || a.token.length > alts[found]!.token.length)) found = i;
+      });
       if (found >= 0) {
         const a = alts[found]!;
         positions.push({ token: a.token, logprob: a.logprob, rank: found + 1, top: top.token, top_logprob: top.logprob, gap: Math.min(gap, 1e3) });
         at += a.token.length;
       } else {
         const last = alts.at(-1)?.logprob ?? g.logprob;
-        positions.push({ token: rest.slice(0, 1), logprob: last, rank: TOP_K + 1, top: top.token, top_logprob: top.logprob, gap: Math.min(gap, 1e3) });
+        positions.push({
+          token: rest.slice(0, 1),
+          logprob: last,
+          rank: TOP_K + 1,
+          top: top.token,
+          top_logprob: top.logprob,
+          gap: Math.min(gap, 1e3),
+        });
         at += 1;
       }
       break;

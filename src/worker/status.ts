@@ -29,13 +29,20 @@ export function terminalDisplay(out: NodeJS.WriteStream): Display {
     return `[${worker.state}] jobs done: ${worker.jobsDone}${canceled} · points today: ${points ?? '…'}${jobs.length ? ` · now: ${jobs.join(', ')}` : ''}`;
   };
   const draw = () => out.write(`\r\x1b[2K${line()}`);
-  const log: WorkerEvents['log'] = (level, msg) => out.write(`\r\x1b[2K${new Date().toISOString().slice(11, 19)} ${level === 'info' ? '' : `${level}: `}${msg}\n${line()}`);
+  const log: WorkerEvents['log'] = (level, msg) =>
+    out.write(`\r\x1b[2K${new Date().toISOString().slice(11, 19)} ${level === 'info' ? '' : `${level}: `}${msg}\n${line()}`);
   return {
     log,
     jobDone: () => draw(),
     start(w, pointsToday) {
       worker = w;
-      const refresh = () => void pointsToday().then((p) => { points = p; }, () => undefined);
+      const refresh = () =>
+        void pointsToday().then(
+          (p) => {
+            points = p;
+          },
+          () => undefined,
+        );
       refresh();
       timer = setInterval(draw, 500);
       pointsTimer = setInterval(refresh, 30_000);
@@ -63,14 +70,39 @@ export function logDisplay(level = process.env.LOG_LEVEL ?? 'info'): Display {
 export async function serveMetrics(port: number, worker: Worker, display: Display): Promise<{ display: Display; close: () => Promise<void> }> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  const jobs = new Counter({ name: 'ins_worker_jobs_total', help: 'Jobs run, by outcome (success, error, refused; canceled: the lease ended while it ran, so it was aborted and not reported)', labelNames: ['outcome'], registers: [registry] });
-  const duration = new Histogram({ name: 'ins_worker_job_seconds', help: 'From a job taken to its report', buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 180], registers: [registry] });
-  const points = new Counter({ name: 'ins_worker_points_total', help: 'Points credited for this worker\'s reports', registers: [registry] });
-  const overhead = new Histogram({ name: 'ins_worker_overhead_seconds', help: 'The worker\'s own time per job: from the job taken to its report sent, less the backend\'s time', buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.05], registers: [registry] });
-  new Gauge({ name: 'ins_worker_jobs_running', help: 'Jobs running now', registers: [registry], collect() { this.set(worker.current.size); } });
+  const jobs = new Counter({
+    name: 'ins_worker_jobs_total',
+    help: 'Jobs run, by outcome (success, error, refused; canceled: the lease ended while it ran, so it was aborted and not reported)',
+    labelNames: ['outcome'],
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: 'ins_worker_job_seconds',
+    help: 'From a job taken to its report',
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 180],
+    registers: [registry],
+  });
+  const points = new Counter({ name: 'ins_worker_points_total', help: "Points credited for this worker's reports", registers: [registry] });
+  const overhead = new Histogram({
+    name: 'ins_worker_overhead_seconds',
+    help: "The worker's own time per job: from the job taken to its report sent, less the backend's time",
+    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.05],
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'ins_worker_jobs_running',
+    help: 'Jobs running now',
+    registers: [registry],
+    collect() {
+      this.set(worker.current.size);
+    },
+  });
   const server: Server = createServer((req, res) => {
     if (req.url !== '/metrics') return void res.writeHead(404).end();
-    registry.metrics().then((text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text), () => res.writeHead(500).end());
+    registry.metrics().then(
+      (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
+      () => res.writeHead(500).end(),
+    );
   });
   await new Promise<void>((resolve, reject) => server.once('error', reject).listen(port, resolve));
   return {

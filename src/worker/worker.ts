@@ -57,7 +57,7 @@ const MODELS_CHECK_MS = 60_000;
  * continued answer as a whole stays near max_tokens rather than running past it by the prefix.
  */
 const leftAfter = (job: Job, prefix: string): Job =>
-  (job.max_output > 0 && prefix ? { ...job, max_output: Math.max(1, job.max_output - Math.ceil(Buffer.byteLength(prefix, 'utf8') / 4)) } : job);
+  job.max_output > 0 && prefix ? { ...job, max_output: Math.max(1, job.max_output - Math.ceil(Buffer.byteLength(prefix, 'utf8') / 4)) } : job;
 const BACKEND_RETRY_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
 
 export class Worker {
@@ -80,12 +80,29 @@ export class Worker {
   readonly client: CoordinatorClient;
   private readonly backend: Backend;
 
-  constructor(private readonly opts: WorkerOptions, private readonly events: WorkerEvents) {
-    this.backend = createBackend(opts.backend, opts.backendUrl, opts.continueAnswers,
-      opts.modelFile === undefined ? undefined : { file: opts.modelFile, name: opts.models[0] ?? '', concurrency: opts.concurrency, threads: opts.threads }, opts.quantization);
-    this.client = new CoordinatorClient(opts.server, opts.node, opts.key, {
-      retrying: (what, attempt, reason) => events.log('warn', `${what} failed (${reason}); retrying`, { attempt }),
-    }, this.stopping.signal, opts.retryMaxMs);
+  constructor(
+    private readonly opts: WorkerOptions,
+    private readonly events: WorkerEvents,
+  ) {
+    this.backend = createBackend(
+      opts.backend,
+      opts.backendUrl,
+      opts.continueAnswers,
+      opts.modelFile === undefined
+        ? undefined
+        : { file: opts.modelFile, name: opts.models[0] ?? '', concurrency: opts.concurrency, threads: opts.threads },
+      opts.quantization,
+    );
+    this.client = new CoordinatorClient(
+      opts.server,
+      opts.node,
+      opts.key,
+      {
+        retrying: (what, attempt, reason) => events.log('warn', `${what} failed (${reason}); retrying`, { attempt }),
+      },
+      this.stopping.signal,
+      opts.retryMaxMs,
+    );
     // Listeners on the stop: one per slot's poll, one per job in flight, a declaration; at
     // --concurrency 64 well past Node's warning at 10, none of them a leak (each is removed).
     setMaxListeners(0, this.stopping.signal);
@@ -117,7 +134,9 @@ export class Worker {
         });
         await this.checkStanding();
       };
-      this.timer = setInterval(() => { check().catch(() => undefined); }, this.opts.checkEveryMs ?? MODELS_CHECK_MS);
+      this.timer = setInterval(() => {
+        check().catch(() => undefined);
+      }, this.opts.checkEveryMs ?? MODELS_CHECK_MS);
       this.timer.unref();
       await Promise.all(Array.from({ length: this.opts.concurrency }, (_, slot) => this.slot(slot)));
       clearInterval(this.timer);
@@ -185,8 +204,14 @@ export class Worker {
     const was = this.standing;
     this.standing = standing;
     const record = `GET /network/nodes/${this.opts.node} with the node's key shows its strikes counting; the network's operator sees their evidence with \`ins node audit ${this.opts.node}\``;
-    if (standing === 'suspended') this.events.log('error', `node ${this.opts.node} is suspended: its answers failed verification, and it gets no jobs until the network's operator reinstates it (${record})`, { standing });
-    else if (standing === 'probation') this.events.log('warn', `node ${this.opts.node} is on probation: another node checks its temperature-0 answers (${record})`, { standing });
+    if (standing === 'suspended')
+      this.events.log(
+        'error',
+        `node ${this.opts.node} is suspended: its answers failed verification, and it gets no jobs until the network's operator reinstates it (${record})`,
+        { standing },
+      );
+    else if (standing === 'probation')
+      this.events.log('warn', `node ${this.opts.node} is on probation: another node checks its temperature-0 answers (${record})`, { standing });
     else if (was !== 'trusted') this.events.log('info', `node ${this.opts.node} is ${standing} again`, { standing });
   }
 
@@ -194,8 +219,11 @@ export class Worker {
   private async detectBackend(): Promise<void> {
     await this.backend.detect();
     const at = this.backend.url;
-    this.events.log('info', `backend: ${this.backend.name}; ${this.backend.continues ? 'continues answers another node began' : 'runs answers another node began from the start'}${at ? `; reached at ${at}` : ''}`,
-      { backend: this.backend.name, continues: this.backend.continues, ...(at ? { url: at } : {}) });
+    this.events.log(
+      'info',
+      `backend: ${this.backend.name}; ${this.backend.continues ? 'continues answers another node began' : 'runs answers another node began from the start'}${at ? `; reached at ${at}` : ''}`,
+      { backend: this.backend.name, continues: this.backend.continues, ...(at ? { url: at } : {}) },
+    );
   }
 
   /** The backend's models, those of --models alone when given (a name without a tag is its `:latest`, as Ollama reads it). */
@@ -216,7 +244,10 @@ export class Worker {
     await this.declare(models);
     if (models.length === 0) {
       const has = this.offered.length ? `; it has ${this.offered.slice(0, 20).join(', ')}${this.offered.length > 20 ? ', …' : ''}` : '; it has none';
-      this.events.log('warn', `the backend serves none of the models${this.opts.models.length ? ` (${this.opts.models.join(', ')})` : ''}${has}: no jobs until it does`);
+      this.events.log(
+        'warn',
+        `the backend serves none of the models${this.opts.models.length ? ` (${this.opts.models.join(', ')})` : ''}${has}: no jobs until it does`,
+      );
     }
   }
 
@@ -225,7 +256,9 @@ export class Worker {
     const scores: string[] = this.backend.score ? ['score'] : [];
     // An embedding model (its backend declares `embeddings` alone) generates nothing, so it scores nothing either.
     const withScores = (declared: string[]) => (declared.length === 1 && declared[0] === 'embeddings' ? declared : [...declared, ...scores]);
-    const caps = Object.fromEntries(await Promise.all(models.map(async (m) => [m, withScores(await this.backend.capabilities(m))] as [string, string[]])));
+    const caps = Object.fromEntries(
+      await Promise.all(models.map(async (m) => [m, withScores(await this.backend.capabilities(m))] as [string, string[]])),
+    );
     const builds = (await this.backend.builds?.(models)) ?? {};
     // Issue 53: the context each model holds (--context-length over what the backend says): a longer job is not given to this node.
     const given = this.opts.contextLength;
@@ -262,9 +295,12 @@ export class Worker {
       } catch (err) {
         if (poll.signal.aborted || this.stopping.signal.aborted) break;
         if (err instanceof CoordinatorError && err.status === 401) {
-          await this.reregister().then(() => this.refreshModels(true)).catch((e: unknown) => { if (!this.stopping.signal.aborted) throw e; });
-        }
-        else this.events.log('error', `get_job: ${String(err)}`);
+          await this.reregister()
+            .then(() => this.refreshModels(true))
+            .catch((e: unknown) => {
+              if (!this.stopping.signal.aborted) throw e;
+            });
+        } else this.events.log('error', `get_job: ${String(err)}`);
         continue;
       } finally {
         this.polls.delete(poll);
@@ -298,9 +334,14 @@ export class Worker {
       const { prefix, answer } = await this.runJob(job, link, abort.signal);
       backendMs = performance.now() - b0;
       report = {
-        status: 'success', content: prefix + answer.content, usage: answer.usage,
-        ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}), ...(answer.logprobs ? { logprobs: answer.logprobs } : {}), ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
-        ...(answer.embeddings ? { embeddings: answer.embeddings } : {}), ...(answer.scores ? { scores: answer.scores } : {}),
+        status: 'success',
+        content: prefix + answer.content,
+        usage: answer.usage,
+        ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}),
+        ...(answer.logprobs ? { logprobs: answer.logprobs } : {}),
+        ...(answer.finish_reason ? { finish_reason: answer.finish_reason } : {}),
+        ...(answer.embeddings ? { embeddings: answer.embeddings } : {}),
+        ...(answer.scores ? { scores: answer.scores } : {}),
         // Issue 53: the answer's tokens, for a plain text answer this node wrote whole (a continued one's beginning is another's).
         ...(answer.tokens && prefix === '' && !answer.tool_calls?.length ? { tokens: answer.tokens } : {}),
       };
@@ -315,7 +356,10 @@ export class Worker {
         // The request's own error: the job fails with it; the backend is fine.
         outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: refused.message.slice(0, 300), requestError: refused };
-        this.events.log('warn', `job ${job.job_id}: the backend refused the request (${refused.code ?? 'invalid request'}): ${refused.message.slice(0, 200)}`);
+        this.events.log(
+          'warn',
+          `job ${job.job_id}: the backend refused the request (${refused.code ?? 'invalid request'}): ${refused.message.slice(0, 200)}`,
+        );
       } else if (link.ended === undefined) {
         outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
@@ -331,7 +375,10 @@ export class Worker {
       // The lease ended while the job ran (whatever the backend gave is no one's to report), or
       // the worker gave it back at its grace's end.
       this.jobsCanceled++;
-      if (link.ended !== undefined) this.events.log('warn', `job ${job.job_id}: the lease ended (${link.ended}); its backend request was aborted and it is not reported`, { job: job.job_id });
+      if (link.ended !== undefined)
+        this.events.log('warn', `job ${job.job_id}: the lease ended (${link.ended}); its backend request was aborted and it is not reported`, {
+          job: job.job_id,
+        });
       const overhead = (performance.now() - t0 - backendMs) / 1000;
       return () => Promise.resolve(this.events.jobDone(job, 'canceled', (Date.now() - started) / 1000, 0, overhead));
     }
@@ -355,9 +402,12 @@ export class Worker {
         } else {
           outcome = 'refused';
           // A status is the coordinator's refusal; anything else (a stop while it was away) never reached it.
-          this.events.log('warn', err instanceof CoordinatorError
-            ? `the report of job ${job.job_id} was refused: ${String(err)}`
-            : `the report of job ${job.job_id} did not reach the coordinator (${String(err)}): the job goes back to the queue when its lease runs out`);
+          this.events.log(
+            'warn',
+            err instanceof CoordinatorError
+              ? `the report of job ${job.job_id} was refused: ${String(err)}`
+              : `the report of job ${job.job_id} did not reach the coordinator (${String(err)}): the job goes back to the queue when its lease runs out`,
+          );
         }
       }
       if (outcome === 'success') this.jobsDone++;
@@ -366,9 +416,11 @@ export class Worker {
   }
 
   private async reportTooLarge(job: Job): Promise<void> {
-    const message = 'The answer is larger than the service accepts in one report (its BODY_LIMIT): ask for less in one request (fewer inputs, or fewer tokens).';
+    const message =
+      'The answer is larger than the service accepts in one report (its BODY_LIMIT): ask for less in one request (fewer inputs, or fewer tokens).';
     this.events.log('warn', `job ${job.job_id}: ${message}`);
-    await this.client.report(job, { status: 'error', content: '', usage: null, error: message, requestError: { code: 'answer_too_large', message } })
+    await this.client
+      .report(job, { status: 'error', content: '', usage: null, error: message, requestError: { code: 'answer_too_large', message } })
       .catch((e: unknown) => this.events.log('warn', `the report of job ${job.job_id} was refused: ${String(e)}`));
   }
 
@@ -379,12 +431,16 @@ export class Worker {
    */
   private async runJob(job: Job, link: LeaseLink, signal: AbortSignal): Promise<{ prefix: string; answer: BackendAnswer }> {
     const relay = (delta: string) => link.push(delta);
-    if (job.params?.score !== undefined) return { prefix: '', answer: await scoreJob(this.backend, job, job.params.score.answer, tokensOf(job.params.score.tokens)) };
+    if (job.params?.score !== undefined)
+      return { prefix: '', answer: await scoreJob(this.backend, job, job.params.score.answer, tokensOf(job.params.score.tokens)) };
     if (job.params?.input !== undefined) return { prefix: '', answer: await this.backend.embed(job, job.params.input, signal) };
     // A text completion: the raw prompt; an answer another node began is continued by appending it to the prompt, which any backend can.
     if (job.params?.prompt !== undefined) {
       const prefix = job.answer_prefix ?? '';
-      return { prefix, answer: await this.backend.complete(leftAfter(job, prefix), job.params.prompt + prefix, job.stream ? relay : undefined, signal) };
+      return {
+        prefix,
+        answer: await this.backend.complete(leftAfter(job, prefix), job.params.prompt + prefix, job.stream ? relay : undefined, signal),
+      };
     }
     const fromStart = async () => ({
       prefix: '',
@@ -393,7 +449,16 @@ export class Worker {
     if (!job.answer_prefix || !this.backend.continues) return fromStart();
     let relayed = false;
     try {
-      const answer = await this.backend.chat({ ...leftAfter(job, job.answer_prefix), prefix: job.answer_prefix }, job.stream ? (d) => { relayed = true; relay(d); } : undefined, signal);
+      const answer = await this.backend.chat(
+        { ...leftAfter(job, job.answer_prefix), prefix: job.answer_prefix },
+        job.stream
+          ? (d) => {
+              relayed = true;
+              relay(d);
+            }
+          : undefined,
+        signal,
+      );
       return { prefix: job.answer_prefix, answer };
     } catch (err) {
       // The backend refused the continuation itself (llama.cpp refuses one for a thinking model): run it from the start.

@@ -23,20 +23,35 @@ const CLAUDE = join(BIN, 'claude');
 const CODEX = join(BIN, 'codex');
 const KINDS = ['ollama', 'vllm'] as const;
 
-interface Run { code: number | null; stdout: string; stderr: string }
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 /** Runs a client with nothing of this process's environment but PATH, in a throwaway HOME, its stdin closed. */
 function run(bin: string, args: string[], env: Record<string, string>, home: string): Promise<Run> {
   return new Promise((done, fail) => {
-    const child = spawn(bin, args, { cwd: join(home, 'work'), env: { PATH: process.env.PATH ?? '', HOME: home, TERM: 'dumb', LANG: 'C.UTF-8', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(bin, args, {
+      cwd: join(home, 'work'),
+      env: { PATH: process.env.PATH ?? '', HOME: home, TERM: 'dumb', LANG: 'C.UTF-8', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += String(d); });
-    child.stderr.on('data', (d: Buffer) => { stderr += String(d); });
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += String(d);
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += String(d);
+    });
     // A guard against a client that hangs (its own retries), not a latency check.
     const guard = setTimeout(() => child.kill('SIGKILL'), 150_000);
     child.on('error', fail);
-    child.on('close', (code) => { clearTimeout(guard); done({ code, stdout, stderr }); });
+    child.on('close', (code) => {
+      clearTimeout(guard);
+      done({ code, stdout, stderr });
+    });
   });
 }
 
@@ -46,19 +61,67 @@ function home(): string {
   return dir;
 }
 
-const claude = (url: string, key: string, model: string, prompt: string, dir: string, extra: string[] = []) => run(CLAUDE, ['-p', prompt, '--model', model, '--output-format', 'text', ...extra], {
-  ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: key, ANTHROPIC_MODEL: model, ANTHROPIC_SMALL_FAST_MODEL: model, ANTHROPIC_DEFAULT_HAIKU_MODEL: model,
-  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_TELEMETRY: '1', DISABLE_AUTOUPDATER: '1', DISABLE_ERROR_REPORTING: '1', CLAUDE_CODE_MAX_RETRIES: '0',
-}, dir);
+const claude = (url: string, key: string, model: string, prompt: string, dir: string, extra: string[] = []) =>
+  run(
+    CLAUDE,
+    ['-p', prompt, '--model', model, '--output-format', 'text', ...extra],
+    {
+      ANTHROPIC_BASE_URL: url,
+      ANTHROPIC_API_KEY: key,
+      ANTHROPIC_MODEL: model,
+      ANTHROPIC_SMALL_FAST_MODEL: model,
+      ANTHROPIC_DEFAULT_HAIKU_MODEL: model,
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+      DISABLE_TELEMETRY: '1',
+      DISABLE_AUTOUPDATER: '1',
+      DISABLE_ERROR_REPORTING: '1',
+      CLAUDE_CODE_MAX_RETRIES: '0',
+    },
+    dir,
+  );
 
 function codex(url: string, key: string, model: string, prompt: string, dir: string): Promise<Run> {
   mkdirSync(join(dir, '.codex'));
-  writeFileSync(join(dir, '.codex', 'config.toml'), [
-    'model_provider = "ins"', `model = "${model}"`, 'check_for_update_on_startup = false', '', '[analytics]', 'enabled = false', '',
-    '[model_providers.ins]', 'name = "Inference Network"', `base_url = "${url}/v1"`, 'env_key = "INS_API_KEY"', 'wire_api = "responses"',
-    'request_max_retries = 0', 'stream_max_retries = 0',
-  ].join('\n'));
-  return run(CODEX, ['exec', '--skip-git-repo-check', '--ephemeral', '-s', 'read-only', '--color', 'never', '--disable', 'plugins', '--disable', 'remote_plugin', '--disable', 'apps', prompt], { CODEX_HOME: join(dir, '.codex'), INS_API_KEY: key }, dir);
+  writeFileSync(
+    join(dir, '.codex', 'config.toml'),
+    [
+      'model_provider = "ins"',
+      `model = "${model}"`,
+      'check_for_update_on_startup = false',
+      '',
+      '[analytics]',
+      'enabled = false',
+      '',
+      '[model_providers.ins]',
+      'name = "Inference Network"',
+      `base_url = "${url}/v1"`,
+      'env_key = "INS_API_KEY"',
+      'wire_api = "responses"',
+      'request_max_retries = 0',
+      'stream_max_retries = 0',
+    ].join('\n'),
+  );
+  return run(
+    CODEX,
+    [
+      'exec',
+      '--skip-git-repo-check',
+      '--ephemeral',
+      '-s',
+      'read-only',
+      '--color',
+      'never',
+      '--disable',
+      'plugins',
+      '--disable',
+      'remote_plugin',
+      '--disable',
+      'apps',
+      prompt,
+    ],
+    { CODEX_HOME: join(dir, '.codex'), INS_API_KEY: key },
+    dir,
+  );
 }
 
 describe.runIf(existsSync(CLAUDE) && existsSync(CODEX)).each(backends)('Claude Code and Codex through the network on $name', (db) => {
@@ -67,7 +130,11 @@ describe.runIf(existsSync(CLAUDE) && existsSync(CODEX)).each(backends)('Claude C
   let key: string;
   let fakes: TestNetwork<(typeof KINDS)[number]>['fakes'];
   const homes: string[] = [];
-  const dir = () => { const d = home(); homes.push(d); return d; };
+  const dir = () => {
+    const d = home();
+    homes.push(d);
+    return d;
+  };
 
   beforeAll(async () => {
     net = await startNetwork(db, KINDS, 'coder');

@@ -32,15 +32,27 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted while workers
     server = await startServerProcess({ DATABASE_URL: created.url, SHUTDOWN_TIMEOUT_MS: '2000' });
     const url = server.url;
     const call = async (p: string, init: RequestInit = {}) => {
-      const res = await fetch(`${url}${p}`, { ...init, headers: { 'content-type': 'application/json', ...init.headers }, signal: AbortSignal.timeout(15_000) });
+      const res = await fetch(`${url}${p}`, {
+        ...init,
+        headers: { 'content-type': 'application/json', ...init.headers },
+        signal: AbortSignal.timeout(15_000),
+      });
       return { status: res.status, body: (await res.json()) as Record<string, unknown> };
     };
-    const reg = await call('/worker/register_node', { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ node_url: 'steady', capacity: 6 }) });
+    const reg = await call('/worker/register_node', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}` },
+      body: JSON.stringify({ node_url: 'steady', capacity: 6 }),
+    });
     const auth = { authorization: `Bearer ${String(reg.body.access_token)}` };
     await call('/worker/update_models', { method: 'POST', headers: auth, body: JSON.stringify({ models: ['m'] }) });
     const jobs: { job_id: string; api_key: string }[] = [];
     for (let i = 0; i < 5; i++) {
-      await call('/submit_job', { method: 'POST', headers: { api_key: userKey }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `q${i}` }] }) });
+      await call('/submit_job', {
+        method: 'POST',
+        headers: { api_key: userKey },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `q${i}` }] }),
+      });
       const got = await call('/worker/get_job', { headers: auth });
       jobs.push(got.body.job_data as { job_id: string; api_key: string });
     }
@@ -48,7 +60,12 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted while workers
     pgctl('stop -m fast');
     // Reports (and a poll for the one free slot) sent while the database is away: they wait for it, then succeed.
     const during = [
-      ...jobs.map((j) => call('/worker/update_result', { method: 'POST', body: JSON.stringify({ job_id: j.job_id, api_key: j.api_key, model_name: 'm', result: { message: 'ok' }, status: 'success' }) })),
+      ...jobs.map((j) =>
+        call('/worker/update_result', {
+          method: 'POST',
+          body: JSON.stringify({ job_id: j.job_id, api_key: j.api_key, model_name: 'm', result: { message: 'ok' }, status: 'success' }),
+        }),
+      ),
       call('/worker/get_job', { headers: auth }),
     ];
     await sleep(2000);

@@ -64,7 +64,12 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', 
     const reader = (async () => {
       while (!stop) {
         try {
-          const res = await fetch(`${server!.url}/daily_points`, { method: 'POST', headers: { 'content-type': 'application/json', api_key: key }, body: JSON.stringify({ node_name: 'steady', last_days: 1 }), signal: AbortSignal.timeout(10_000) });
+          const res = await fetch(`${server!.url}/daily_points`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', api_key: key },
+            body: JSON.stringify({ node_name: 'steady', last_days: 1 }),
+            signal: AbortSignal.timeout(10_000),
+          });
           const tag = `${phase}:${res.status}`;
           reads.set(tag, (reads.get(tag) ?? 0) + 1);
           if (res.status !== 200 && res.status !== 503) failures.push(`daily_points: ${res.status} ${await res.text()}`);
@@ -94,12 +99,19 @@ describe.runIf(TEST_DATABASE_URL && cluster)('PostgreSQL restarted under load', 
 
     const check = openPostgres({ connectionString: created.url });
     try {
-      const [stored] = await check.query<{ n: number }>(sql('t_acked', 'SELECT count(*)::int AS n FROM job_results WHERE job_id = ANY($1::text[])'), [acked]);
+      const [stored] = await check.query<{ n: number }>(sql('t_acked', 'SELECT count(*)::int AS n FROM job_results WHERE job_id = ANY($1::text[])'), [
+        acked,
+      ]);
       expect(stored!.n).toBe(acked.length);
       // Exactly once: the aggregates hold one point per stored success, no more.
-      const [sums] = await check.query<{ results: number; points: number }>(sql('t_sums', `SELECT
+      const [sums] = await check.query<{ results: number; points: number }>(
+        sql(
+          't_sums',
+          `SELECT
           (SELECT count(*)::int FROM job_results WHERE status = 'success') AS results,
-          (SELECT coalesce(sum(points), 0)::int FROM node_daily_points) AS points`));
+          (SELECT coalesce(sum(points), 0)::int FROM node_daily_points) AS points`,
+        ),
+      );
       expect(sums!.points).toBe(sums!.results);
     } finally {
       await check.close();

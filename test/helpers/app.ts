@@ -14,7 +14,21 @@ export type TestApp = Awaited<ReturnType<typeof buildApp>>;
 // so that other tests count exactly the jobs they submit. Turned on, it audits 20 ms after jobs
 // are done rather than VERIFY_AUDIT_DELAY's 250 ms: tests that wait on audit after audit spent
 // most of their time in that pause (docs/benchmarks.md).
-export async function startApp(backend: Backend, opts: { bodyLimit?: number; defaultPointsPerJob?: number; coordinator?: Partial<CoordinatorConfig>; dispatch?: AppOptions['dispatch']; verify?: Partial<VerifyConfig>; ledger?: LedgerOptions; retention?: RetentionOptions; rateLimits?: AppOptions['rateLimits']; keepAliveTimeoutMs?: number; closingLingerMs?: number } = {}) {
+export async function startApp(
+  backend: Backend,
+  opts: {
+    bodyLimit?: number;
+    defaultPointsPerJob?: number;
+    coordinator?: Partial<CoordinatorConfig>;
+    dispatch?: AppOptions['dispatch'];
+    verify?: Partial<VerifyConfig>;
+    ledger?: LedgerOptions;
+    retention?: RetentionOptions;
+    rateLimits?: AppOptions['rateLimits'];
+    keepAliveTimeoutMs?: number;
+    closingLingerMs?: number;
+  } = {},
+) {
   const db: Database = await backend.open();
   const app = await buildApp({ db, ...opts, verify: { enabled: false, auditDelay: 0.02, ...opts.verify } });
   return {

@@ -11,7 +11,10 @@ import { aggregatesAndRecomputation } from './aggregates.js';
 export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?: () => Promise<string> } = {}) {
   const q = async <T>(name: string, text: string, values: unknown[] = []) => db().query<T>(sql(name, text), values);
   /** No job queued or leased, and none waiting for its audit. */
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
+  const settled = async () =>
+    (
+      await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs WHERE state IN ('queued', 'leased') OR EXISTS (SELECT 1 FROM job_audits)`)
+    )[0]!.n === 0;
   const until = (what: string, ok: () => Promise<boolean>, ms = o.timeoutMs ?? 60_000) => waitFor(what, ok, ms, o.detail);
   return { q, settled, until, ...nodeRecords(db) };
 }
@@ -25,10 +28,20 @@ export function auditWaits(db: () => Database, o: { timeoutMs?: number; detail?:
  */
 export function tokenAudits(db: () => Database) {
   const q = async <T>(name: string, text: string, values: unknown[] = []) => db().query<T>(sql(name, text), values);
-  const settled = async () => (await q<{ n: number }>('t_open', `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
+  const settled = async () =>
+    (
+      await q<{ n: number }>(
+        't_open',
+        `SELECT count(*)::int AS n FROM jobs j WHERE j.state = 'leased' OR (j.state = 'queued'
       AND EXISTS (SELECT 1 FROM nodes n WHERE n.id <> ALL(j.exclude_nodes) AND NOT EXISTS (SELECT 1 FROM node_standing s WHERE s.node_id = n.id AND s.state = 'suspended')))
-    OR EXISTS (SELECT 1 FROM job_audits)`))[0]!.n === 0;
-  const strikes = async () => q<{ name: string; kind: string; evidence: Record<string, unknown> }>('t_strikes', 'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id');
+    OR EXISTS (SELECT 1 FROM job_audits)`,
+      )
+    )[0]!.n === 0;
+  const strikes = async () =>
+    q<{ name: string; kind: string; evidence: Record<string, unknown> }>(
+      't_strikes',
+      'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id',
+    );
   const pointsExact = async () => {
     const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
     expect(await totalPoints(db())).toBe(done!.n);
@@ -41,10 +54,24 @@ export function tokenAudits(db: () => Database) {
 /** What the verifier left of a node, by name: its standing ('trusted' while it has none) and its points. `db` is read at each call. */
 export function nodeRecords(db: () => Database) {
   const q = async <T>(name: string, text: string, values: unknown[] = []) => db().query<T>(sql(name, text), values);
-  const standing = async (node: string) => (await q<{ state: string }>('t_standing', `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
-    FROM nodes n WHERE n.name = $1::text`, [node]))[0]!.state;
-  const pointsOf = async (node: string) => (await q<{ p: number }>('t_points', `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
-    WHERE n.name = $1::text`, [node]))[0]!.p;
+  const standing = async (node: string) =>
+    (
+      await q<{ state: string }>(
+        't_standing',
+        `SELECT coalesce((SELECT s.state FROM node_standing s WHERE s.node_id = n.id), 'trusted') AS state
+    FROM nodes n WHERE n.name = $1::text`,
+        [node],
+      )
+    )[0]!.state;
+  const pointsOf = async (node: string) =>
+    (
+      await q<{ p: number }>(
+        't_points',
+        `SELECT coalesce(sum(d.points), 0)::float8 AS p FROM node_daily_points d JOIN nodes n ON n.id = d.node_id
+    WHERE n.name = $1::text`,
+        [node],
+      )
+    )[0]!.p;
   return { standing, pointsOf };
 }
 

@@ -112,9 +112,28 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
   const version = o.version ?? (kind === 'ollama' ? '0.11.10' : '0.10.2');
   const sockets = new Set<Socket>();
   const b: FakeBackend = {
-    url: '', kind, models, calls: 0, requests: [], delayMs: 0, answer: answerOf, failAfter: undefined, stallAfter: undefined, hungUp: 0,
-    toolCall: undefined, showCapabilities: ['completion', 'tools'], contextLimit: undefined, maxModelLen: undefined, embeds: false,
-    prefillAssistant: true, rejectPrefill: false, pauseAfter: undefined, paused: 0, resume: () => {}, kill: async () => {}, close: async () => {},
+    url: '',
+    kind,
+    models,
+    calls: 0,
+    requests: [],
+    delayMs: 0,
+    answer: answerOf,
+    failAfter: undefined,
+    stallAfter: undefined,
+    hungUp: 0,
+    toolCall: undefined,
+    showCapabilities: ['completion', 'tools'],
+    contextLimit: undefined,
+    maxModelLen: undefined,
+    embeds: false,
+    prefillAssistant: true,
+    rejectPrefill: false,
+    pauseAfter: undefined,
+    paused: 0,
+    resume: () => {},
+    kill: async () => {},
+    close: async () => {},
   };
   let resume = () => {};
   let resumed = new Promise<void>((r) => (resume = r));
@@ -124,38 +143,73 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
   };
   const openAi = kind !== 'ollama';
   const render = (messages: Message[], open: boolean) =>
-    messages.map((m, i) => `<|im_start|>${m.role}\n${m.content}${open && i === messages.length - 1 ? '' : '<|im_end|>\n'}`).join('') + (open ? '' : '<|im_start|>assistant\n');
+    messages.map((m, i) => `<|im_start|>${m.role}\n${m.content}${open && i === messages.length - 1 ? '' : '<|im_end|>\n'}`).join('') +
+    (open ? '' : '<|im_start|>assistant\n');
   const llamaPrefills = (messages: Message[]) => b.prefillAssistant && messages.at(-1)?.role === 'assistant';
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const json = (status: number, v: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(v));
-    const refuse = (message: string) => json(400, kind === 'ollama' ? { error: message } : { object: 'error', error: { message, type: 'invalid_request_error', code: 400 }, message });
+    const refuse = (message: string) =>
+      json(400, kind === 'ollama' ? { error: message } : { object: 'error', error: { message, type: 'invalid_request_error', code: 400 }, message });
     if (kind === 'ollama' && req.method === 'GET' && req.url === '/api/tags') {
-      return json(200, { models: b.models.map((name) => ({ name, model: name, modified_at: '2026-01-01T00:00:00Z', size: 1, digest: 'sha256:0', details: { format: 'gguf', family: 'llama', parameter_size: '3B', quantization_level: 'Q4_K_M' } })) });
+      return json(200, {
+        models: b.models.map((name) => ({
+          name,
+          model: name,
+          modified_at: '2026-01-01T00:00:00Z',
+          size: 1,
+          digest: 'sha256:0',
+          details: { format: 'gguf', family: 'llama', parameter_size: '3B', quantization_level: 'Q4_K_M' },
+        })),
+      });
     }
     if (kind === 'ollama' && req.method === 'GET' && req.url === '/api/version') return json(200, { version });
     if (kind === 'ollama' && req.method === 'POST' && req.url === '/api/show') {
       const shown = await body(req);
-      return b.models.includes(String(shown.model)) ? json(200, { details: { family: 'llama' }, model_info: {}, capabilities: b.showCapabilities }) : json(404, { error: `model '${String(shown.model)}' not found` });
+      return b.models.includes(String(shown.model))
+        ? json(200, { details: { family: 'llama' }, model_info: {}, capabilities: b.showCapabilities })
+        : json(404, { error: `model '${String(shown.model)}' not found` });
     }
     if (openAi && req.method === 'GET' && req.url === '/v1/models') {
-      return json(200, { object: 'list', data: b.models.map((id) => ({ id, object: 'model', created: 1700000000, owned_by: kind === 'llamacpp' ? 'llamacpp' : 'test', ...(b.maxModelLen !== undefined ? { max_model_len: b.maxModelLen } : {}) })) });
+      return json(200, {
+        object: 'list',
+        data: b.models.map((id) => ({
+          id,
+          object: 'model',
+          created: 1700000000,
+          owned_by: kind === 'llamacpp' ? 'llamacpp' : 'test',
+          ...(b.maxModelLen !== undefined ? { max_model_len: b.maxModelLen } : {}),
+        })),
+      });
     }
     if (kind === 'vllm' && req.method === 'GET' && req.url === '/version') return json(200, { version });
     if (kind === 'llamacpp' && req.method === 'GET' && req.url === '/props') {
-      return json(200, { default_generation_settings: { n_ctx: 4096 }, total_slots: 1, model_path: `/models/${b.models[0] ?? 'model'}.gguf`, chat_template: '...', build_info: 'b6500-0000000' });
+      return json(200, {
+        default_generation_settings: { n_ctx: 4096 },
+        total_slots: 1,
+        model_path: `/models/${b.models[0] ?? 'model'}.gguf`,
+        chat_template: '...',
+        build_info: 'b6500-0000000',
+      });
     }
     if (kind === 'llamacpp' && req.method === 'POST' && req.url === '/apply-template') {
       const messages = (await body(req)).messages as Message[];
       return json(200, { prompt: render(messages, llamaPrefills(messages)) });
     }
     if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/generate' : '/v1/completions')) return complete(await body(req), res, json);
-    if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/embed' : '/v1/embeddings') && (kind === 'ollama' || b.embeds)) return embed(await body(req), json);
+    if (req.method === 'POST' && req.url === (kind === 'ollama' ? '/api/embed' : '/v1/embeddings') && (kind === 'ollama' || b.embeds))
+      return embed(await body(req), json);
     const chat = kind === 'ollama' ? '/api/chat' : '/v1/chat/completions';
     if (req.method !== 'POST' || req.url !== chat) return json(404, { error: 'not found' });
     const r = await body(req);
     const model = String(r.model);
-    if (!b.models.includes(model)) return json(404, kind === 'ollama' ? { error: `model "${model}" not found, try pulling it first` } : { error: { message: 'model not found', type: 'invalid_request_error' } });
+    if (!b.models.includes(model))
+      return json(
+        404,
+        kind === 'ollama'
+          ? { error: `model "${model}" not found, try pulling it first` }
+          : { error: { message: 'model not found', type: 'invalid_request_error' } },
+      );
     const messages = r.messages as Message[];
     const last = messages.at(-1);
     // Does it continue the last (assistant) message, as its documentation says?
@@ -163,7 +217,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     if (kind === 'ollama') continues = last?.role === 'assistant' && atLeast(version, '0.2.8');
     if (kind === 'vllm' && r.continue_final_message === true && atLeast(version, '0.6.3')) {
       if (r.add_generation_prompt !== false) return refuse('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
-      if (last?.role !== 'assistant') return refuse('continue_final_message is set but the final message is not the assistant\'s');
+      if (last?.role !== 'assistant') return refuse("continue_final_message is set but the final message is not the assistant's");
       continues = true;
     }
     if (kind === 'llamacpp' && llamaPrefills(messages)) {
@@ -175,7 +229,9 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     if (b.contextLimit !== undefined && promptWords > b.contextLimit) {
       b.calls++;
       b.requests.push(r);
-      return refuse(`This model's maximum context length is ${b.contextLimit} tokens. However, you requested ${promptWords} tokens in the messages. Please reduce the length of the messages.`);
+      return refuse(
+        `This model's maximum context length is ${b.contextLimit} tokens. However, you requested ${promptWords} tokens in the messages. Please reduce the length of the messages.`,
+      );
     }
     b.calls++;
     b.requests.push(r);
@@ -186,19 +242,35 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     } else {
       generated = b.answer(model, messages);
     }
-    const jsonKind = kind === 'ollama' ? r.format !== undefined : ['json_object', 'json_schema'].includes(String((r.response_format as { type?: unknown } | undefined)?.type));
+    const jsonKind =
+      kind === 'ollama'
+        ? r.format !== undefined
+        : ['json_object', 'json_schema'].includes(String((r.response_format as { type?: unknown } | undefined)?.type));
     if (jsonKind) generated = JSON.stringify({ answer: generated });
     const call = Array.isArray(r.tools) && r.tools.length > 0 && b.toolCall && messages.at(-1)?.role !== 'tool' ? b.toolCall : undefined;
     if (call) generated = '';
     const wantsLogprobs = r.logprobs === true;
-    const logprobsOf = (piece: string) => [{ token: piece, logprob: -0.5, bytes: [...Buffer.from(piece)], top_logprobs: Array.from({ length: Number(r.top_logprobs ?? 0) }, (_, i) => ({ token: `${piece}${i}`, logprob: -1 - i, bytes: [...Buffer.from(`${piece}${i}`)] })) }];
+    const logprobsOf = (piece: string) => [
+      {
+        token: piece,
+        logprob: -0.5,
+        bytes: [...Buffer.from(piece)],
+        top_logprobs: Array.from({ length: Number(r.top_logprobs ?? 0) }, (_, i) => ({
+          token: `${piece}${i}`,
+          logprob: -1 - i,
+          bytes: [...Buffer.from(`${piece}${i}`)],
+        })),
+      },
+    ];
     // vLLM's echo: the continued message's text comes first.
     const echoed = kind === 'vllm' && r.echo === true && last?.role === 'assistant' ? last.content : '';
     const prompt = promptWords;
     const usage = { prompt_tokens: prompt, completion_tokens: words(generated), total_tokens: prompt + words(generated) };
     const pieces = piecesOf(generated);
     let finished = false;
-    res.on('close', () => { if (!finished) b.hungUp++; });
+    res.on('close', () => {
+      if (!finished) b.hungUp++;
+    });
     const hangUp = () => new Promise<void>((resolve) => (res.destroyed ? resolve() : res.once('close', () => resolve())));
     if (!r.stream) {
       if (b.stallAfter !== undefined) return hangUp();
@@ -211,17 +283,44 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       finished = true;
       if (kind === 'ollama') {
         return json(200, {
-          model, created_at: new Date().toISOString(), message: { role: 'assistant', content: generated, ...(call ? { tool_calls: [{ function: { name: call.name, arguments: call.arguments } }] } : {}) },
+          model,
+          created_at: new Date().toISOString(),
+          message: {
+            role: 'assistant',
+            content: generated,
+            ...(call ? { tool_calls: [{ function: { name: call.name, arguments: call.arguments } }] } : {}),
+          },
           ...(wantsLogprobs ? { logprobs: piecesOf(generated).flatMap(logprobsOf) } : {}),
-          done_reason: 'stop', done: true, total_duration: 1, prompt_eval_count: prompt, eval_count: words(generated),
+          done_reason: 'stop',
+          done: true,
+          total_duration: 1,
+          prompt_eval_count: prompt,
+          eval_count: words(generated),
         });
       }
       return json(200, {
-        id: 'chatcmpl-fake', object: 'chat.completion', created: 0, model,
-        choices: [{
-          index: 0, message: { role: 'assistant', content: call ? null : echoed + generated, ...(call ? { tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } }] } : {}) },
-          logprobs: wantsLogprobs ? { content: piecesOf(generated).flatMap(logprobsOf) } : null, finish_reason: call ? 'tool_calls' : 'stop',
-        }],
+        id: 'chatcmpl-fake',
+        object: 'chat.completion',
+        created: 0,
+        model,
+        choices: [
+          {
+            index: 0,
+            message: {
+              role: 'assistant',
+              content: call ? null : echoed + generated,
+              ...(call
+                ? {
+                    tool_calls: [
+                      { id: 'chatcmpl-tool-1', type: 'function', function: { name: call.name, arguments: JSON.stringify(call.arguments) } },
+                    ],
+                  }
+                : {}),
+            },
+            logprobs: wantsLogprobs ? { content: piecesOf(generated).flatMap(logprobsOf) } : null,
+            finish_reason: call ? 'tool_calls' : 'stop',
+          },
+        ],
         usage,
       });
     }
@@ -252,13 +351,26 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     };
     if (kind === 'ollama') {
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
-      if (!(await stream((piece) => res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: piece }, ...(wantsLogprobs ? { logprobs: logprobsOf(piece) } : {}), done: false })}\n`)))) return;
-      if (call) res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: '', tool_calls: [{ function: { name: call.name, arguments: call.arguments } }] }, done: false })}\n`);
+      if (
+        !(await stream((piece) =>
+          res.write(
+            `${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: piece }, ...(wantsLogprobs ? { logprobs: logprobsOf(piece) } : {}), done: false })}\n`,
+          ),
+        ))
+      )
+        return;
+      if (call)
+        res.write(
+          `${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: '', tool_calls: [{ function: { name: call.name, arguments: call.arguments } }] }, done: false })}\n`,
+        );
       finished = true;
-      return res.end(`${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: '' }, done_reason: 'stop', done: true, prompt_eval_count: prompt, eval_count: words(generated) })}\n`);
+      return res.end(
+        `${JSON.stringify({ model, created_at: new Date().toISOString(), message: { role: 'assistant', content: '' }, done_reason: 'stop', done: true, prompt_eval_count: prompt, eval_count: words(generated) })}\n`,
+      );
     }
     res.writeHead(200, { 'content-type': 'text/event-stream' });
-    const chunk = (delta: Record<string, unknown>, finish: string | null, logprobs: unknown = null) => `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`;
+    const chunk = (delta: Record<string, unknown>, finish: string | null, logprobs: unknown = null) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`;
     res.write(chunk({ role: 'assistant', content: '' }, null));
     if (echoed) res.write(chunk({ content: echoed }, null));
     if (!(await stream((piece) => res.write(chunk({ content: piece }, null, wantsLogprobs ? { content: logprobsOf(piece) } : null))))) return;
@@ -269,7 +381,8 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     }
     res.write(chunk({}, call ? 'tool_calls' : 'stop'));
     const wantsUsage = (r.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
-    if (wantsUsage) res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [], usage })}\n\n`);
+    if (wantsUsage)
+      res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [], usage })}\n\n`);
     finished = true;
     res.end('data: [DONE]\n\n');
   };
@@ -284,18 +397,34 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     const generated = b.answer(model, [{ content: prompt }]);
     const usage = { prompt_tokens: words(prompt), completion_tokens: words(generated), total_tokens: words(prompt) + words(generated) };
     if (kind === 'ollama') {
-      const done = { model, created_at: new Date().toISOString(), response: '', done: true, done_reason: 'stop', prompt_eval_count: usage.prompt_tokens, eval_count: usage.completion_tokens };
+      const done = {
+        model,
+        created_at: new Date().toISOString(),
+        response: '',
+        done: true,
+        done_reason: 'stop',
+        prompt_eval_count: usage.prompt_tokens,
+        eval_count: usage.completion_tokens,
+      };
       if (!r.stream) return json(200, { ...done, response: generated });
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
-      for (const piece of piecesOf(generated)) res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), response: piece, done: false })}\n`);
+      for (const piece of piecesOf(generated))
+        res.write(`${JSON.stringify({ model, created_at: new Date().toISOString(), response: piece, done: false })}\n`);
       return res.end(`${JSON.stringify(done)}\n`);
     }
-    const of = (text: string, finish: string | null) => ({ id: 'cmpl-fake', object: 'text_completion', created: 0, model, choices: [{ index: 0, text, logprobs: null, finish_reason: finish }] });
+    const of = (text: string, finish: string | null) => ({
+      id: 'cmpl-fake',
+      object: 'text_completion',
+      created: 0,
+      model,
+      choices: [{ index: 0, text, logprobs: null, finish_reason: finish }],
+    });
     if (!r.stream) return json(200, { ...of(generated, 'stop'), usage });
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     for (const piece of piecesOf(generated)) res.write(`data: ${JSON.stringify(of(piece, null))}\n\n`);
     res.write(`data: ${JSON.stringify(of('', 'stop'))}\n\n`);
-    if ((r.stream_options as { include_usage?: boolean } | undefined)?.include_usage) res.write(`data: ${JSON.stringify({ ...of('', null), choices: [], usage })}\n\n`);
+    if ((r.stream_options as { include_usage?: boolean } | undefined)?.include_usage)
+      res.write(`data: ${JSON.stringify({ ...of('', null), choices: [], usage })}\n\n`);
     res.end('data: [DONE]\n\n');
   };
   // Embeddings: Ollama's POST /api/embed (`embeddings`, `prompt_eval_count`), OpenAI's POST
@@ -307,17 +436,27 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     b.requests.push(r);
     const input = typeof r.input === 'string' ? [r.input] : (r.input as string[]);
     const tokens = input.reduce((n, text) => n + words(text), 0);
-    if (kind === 'ollama') return json(200, { model, embeddings: input.map(vectorOf), total_duration: 1, load_duration: 1, prompt_eval_count: tokens });
-    return json(200, { object: 'list', model, data: input.map((text, index) => ({ object: 'embedding', index, embedding: vectorOf(text) })), usage: { prompt_tokens: tokens, total_tokens: tokens } });
+    if (kind === 'ollama')
+      return json(200, { model, embeddings: input.map(vectorOf), total_duration: 1, load_duration: 1, prompt_eval_count: tokens });
+    return json(200, {
+      object: 'list',
+      model,
+      data: input.map((text, index) => ({ object: 'embedding', index, embedding: vectorOf(text) })),
+      usage: { prompt_tokens: tokens, total_tokens: tokens },
+    });
   };
   const server: Server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
-  server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
   await new Promise<void>((resolve) => server.listen(o.port ?? 0, '127.0.0.1', resolve));
   b.url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-  b.kill = () => new Promise((resolve) => {
-    server.close(() => resolve());
-    for (const s of sockets) s.destroy();
-  });
+  b.kill = () =>
+    new Promise((resolve) => {
+      server.close(() => resolve());
+      for (const s of sockets) s.destroy();
+    });
   b.close = b.kill;
   return b;
 }

@@ -3,17 +3,33 @@
 // jobs and reports with the job key; a user that submits and reads results.
 import type { TestApp } from './app.js';
 
-export interface Job { job_id: string; api_key: string; model: string; messages: { role: string; content: string }[]; max_output: number; temperature: number }
+export interface Job {
+  job_id: string;
+  api_key: string;
+  model: string;
+  messages: { role: string; content: string }[];
+  max_output: number;
+  temperature: number;
+}
 
 export class TestWorker {
   token = '';
-  constructor(private readonly app: TestApp, readonly node: string, private readonly key: string, private readonly address = '127.0.0.1') {}
+  constructor(
+    private readonly app: TestApp,
+    readonly node: string,
+    private readonly key: string,
+    private readonly address = '127.0.0.1',
+  ) {}
 
   /** check_node_secret, then register_node with no credential, then update_models: the real worker's start. */
   async start(models: string[]): Promise<this> {
     const check = await this.post('/check_node_secret', { node_id: this.node, secret: this.key });
     if (check.statusCode !== 200) throw new Error(`check_node_secret: ${check.statusCode} ${check.body}`);
-    const reg = await this.post('/worker/register_node', { node_url: this.node, node_version: '0.1.0', stats: { ram: 64, cpu: 16, vram: 24, gpu: 'test', os: 'linux' } });
+    const reg = await this.post('/worker/register_node', {
+      node_url: this.node,
+      node_version: '0.1.0',
+      stats: { ram: 64, cpu: 16, vram: 24, gpu: 'test', os: 'linux' },
+    });
     if (reg.statusCode !== 200) throw new Error(`register_node: ${reg.statusCode} ${reg.body}`);
     this.token = (reg.json() as { access_token: string }).access_token;
     const upd = await this.post('/worker/update_models', { node_url: this.node, models }, true);
@@ -22,11 +38,22 @@ export class TestWorker {
   }
 
   post(url: string, payload: object, auth = false) {
-    return this.app.inject({ method: 'POST', url, payload, remoteAddress: this.address, headers: auth ? { authorization: `Bearer ${this.token}` } : {} });
+    return this.app.inject({
+      method: 'POST',
+      url,
+      payload,
+      remoteAddress: this.address,
+      headers: auth ? { authorization: `Bearer ${this.token}` } : {},
+    });
   }
 
   getJobRaw(wait = 0) {
-    return this.app.inject({ method: 'GET', url: `/worker/get_job?node_version=0.1.0${wait ? `&wait=${wait}` : ''}`, remoteAddress: this.address, headers: { authorization: `Bearer ${this.token}` } });
+    return this.app.inject({
+      method: 'GET',
+      url: `/worker/get_job?node_version=0.1.0${wait ? `&wait=${wait}` : ''}`,
+      remoteAddress: this.address,
+      headers: { authorization: `Bearer ${this.token}` },
+    });
   }
 
   async getJob(wait = 0): Promise<Job | null> {
@@ -36,7 +63,13 @@ export class TestWorker {
   }
 
   report(job: Job, content = `answer to ${job.job_id}`, status: 'success' | 'error' = 'success') {
-    return this.post('/worker/update_result', { job_id: job.job_id, api_key: job.api_key, model_name: job.model, result: { message: { role: 'assistant', content } }, status });
+    return this.post('/worker/update_result', {
+      job_id: job.job_id,
+      api_key: job.api_key,
+      model_name: job.model,
+      result: { message: { role: 'assistant', content } },
+      status,
+    });
   }
 
   deregister() {
@@ -45,10 +78,18 @@ export class TestWorker {
 }
 
 export class TestUser {
-  constructor(private readonly app: TestApp, readonly key: string) {}
+  constructor(
+    private readonly app: TestApp,
+    readonly key: string,
+  ) {}
 
   async submit(model: string, content = 'Hello', extra: Record<string, unknown> = {}): Promise<string> {
-    const res = await this.app.inject({ method: 'POST', url: '/submit_job', headers: { api_key: this.key }, payload: { model, messages: [{ role: 'user', content }], max_output: 0, temperature: 0, ...extra } });
+    const res = await this.app.inject({
+      method: 'POST',
+      url: '/submit_job',
+      headers: { api_key: this.key },
+      payload: { model, messages: [{ role: 'user', content }], max_output: 0, temperature: 0, ...extra },
+    });
     if (res.statusCode !== 200) throw new Error(`submit_job: ${res.statusCode} ${res.body}`);
     return (res.json() as { job_id: string }).job_id;
   }

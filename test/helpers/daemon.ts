@@ -6,7 +6,10 @@ import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { until } from './wait.js';
 
-export interface Daemon { logs(): string; stop(): Promise<void> }
+export interface Daemon {
+  logs(): string;
+  stop(): Promise<void>;
+}
 
 /** Runs `program args`; resolves once 127.0.0.1:`port` accepts connections. stop() also removes `dir`. */
 export async function startDaemon(name: string, program: string, args: string[], port: number, dir: string): Promise<Daemon> {
@@ -17,13 +20,21 @@ export async function startDaemon(name: string, program: string, args: string[],
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const orphan = () => child.kill('SIGKILL');
   process.once('exit', orphan);
-  await until(`${name} to listen on ${port}`, () => {
-    if (child.exitCode !== null) throw new Error(`${name} exited:\n${logs}`);
-    return new Promise<boolean>((resolve) => {
-      const s = connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
-      s.on('error', () => resolve(false));
-    });
-  }, 15_000, async () => `\n${logs}`);
+  await until(
+    `${name} to listen on ${port}`,
+    () => {
+      if (child.exitCode !== null) throw new Error(`${name} exited:\n${logs}`);
+      return new Promise<boolean>((resolve) => {
+        const s = connect(port, '127.0.0.1', () => {
+          s.end();
+          resolve(true);
+        });
+        s.on('error', () => resolve(false));
+      });
+    },
+    15_000,
+    async () => `\n${logs}`,
+  );
   return {
     logs: () => logs,
     async stop() {

@@ -111,7 +111,12 @@ const postgres: Backend = {
     const db = openTestPostgres(url, 10);
     await migrate(db);
     const close = db.close.bind(db);
-    return Object.assign(db, { close: async () => { await close(); await drop(); } });
+    return Object.assign(db, {
+      close: async () => {
+        await close();
+        await drop();
+      },
+    });
   },
 };
 

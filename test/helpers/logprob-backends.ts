@@ -40,7 +40,11 @@ export interface LogprobBackend {
 class TinyRunner {
   private queue: Promise<unknown> = Promise.resolve();
   private readonly vocab: Vocabulary;
-  constructor(readonly model: LlamaModel, private readonly context: LlamaContext, private readonly chat: import('node-llama-cpp').ChatWrapper) {
+  constructor(
+    readonly model: LlamaModel,
+    private readonly context: LlamaContext,
+    private readonly chat: import('node-llama-cpp').ChatWrapper,
+  ) {
     const g = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: unknown; tokens?: unknown; token_type?: unknown } } }).tokenizer?.ggml;
     this.vocab = vocabularyBytes(g?.model, g?.tokens, g?.token_type)!;
   }
@@ -62,7 +66,12 @@ class TinyRunner {
     const last = messages.at(-1);
     const base = continueLast && last?.role === 'assistant' ? messages.slice(0, -1) : messages;
     const history: ChatHistoryItem[] = base.map((m) =>
-      m.role === 'assistant' ? { type: 'model', response: [m.content] } : m.role === 'system' ? { type: 'system', text: m.content } : { type: 'user', text: m.content });
+      m.role === 'assistant'
+        ? { type: 'model', response: [m.content] }
+        : m.role === 'system'
+          ? { type: 'system', text: m.content }
+          : { type: 'user', text: m.content },
+    );
     history.push({ type: 'model', response: [] });
     const open = this.chat.generateContextState({ chatHistory: history }).contextText.tokenize(this.model.tokenizer);
     const tail = continueLast && last?.role === 'assistant' ? this.model.tokenize(last.content, false) : [];
@@ -95,7 +104,9 @@ class TinyRunner {
       const seq = this.context.getSequence();
       const out: { token: Token; probs: Map<Token, number> }[] = [];
       try {
-        let input: Parameters<typeof seq.controlledEvaluate>[0] = tokens.map((t, i) => (i === tokens.length - 1 ? [t, { generateNext: { probabilities: true } }] : t));
+        let input: Parameters<typeof seq.controlledEvaluate>[0] = tokens.map((t, i) =>
+          i === tokens.length - 1 ? [t, { generateNext: { probabilities: true } }] : t,
+        );
         while (out.length < max) {
           const res = await seq.controlledEvaluate(input);
           const probs = res.at(-1)!.next.probabilities!;
@@ -119,24 +130,35 @@ class TinyRunner {
 
 const log = (p: number) => Math.log(Math.max(p, 1e-30));
 
-export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string, model: string, opts: { version?: string } = {}): Promise<LogprobBackend> {
+export async function startLogprobBackend(
+  kind: 'vllm' | 'ollama',
+  file: string,
+  model: string,
+  opts: { version?: string } = {},
+): Promise<LogprobBackend> {
   const m = await TinyRunner.load(file);
   const version = opts.version ?? (kind === 'vllm' ? '0.10.2' : '0.12.11');
   const ollamaLogprobs = kind === 'ollama' && !/^0\.(\d|1[01])\.|^0\.12\.(\d|10)$/.test(version);
   const requests: LogprobBackend['requests'] = [];
-  const json = (res: import('node:http').ServerResponse, status: number, body: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  const json = (res: import('node:http').ServerResponse, status: number, body: unknown) =>
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   const topList = (probs: Map<Token, number>, k: number) => [...probs].slice(0, k).map(([t, p]) => ({ token: m.text(t), logprob: log(p) }));
   /** vLLM's prompt_logprobs: null for the first token, then per token {id: {logprob, rank, decoded_token}}, the actual token with its rank and the top k. */
   const promptLogprobs = async (tokens: Token[], k: number) => {
     const dists = await m.distributions(tokens, 1);
-    return [null, ...tokens.slice(1).map((t, i) => {
-      const probs = dists[i]!;
-      const ranked = [...probs.keys()];
-      const entry: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
-      ranked.slice(0, k).forEach((c, r) => { entry[String(c)] = { logprob: log(probs.get(c)!), rank: r + 1, decoded_token: m.text(c) }; });
-      entry[String(t)] = { logprob: log(probs.get(t) ?? 0), rank: ranked.indexOf(t) + 1, decoded_token: m.text(t) };
-      return entry;
-    })];
+    return [
+      null,
+      ...tokens.slice(1).map((t, i) => {
+        const probs = dists[i]!;
+        const ranked = [...probs.keys()];
+        const entry: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
+        ranked.slice(0, k).forEach((c, r) => {
+          entry[String(c)] = { logprob: log(probs.get(c)!), rank: r + 1, decoded_token: m.text(c) };
+        });
+        entry[String(t)] = { logprob: log(probs.get(t) ?? 0), rank: ranked.indexOf(t) + 1, decoded_token: m.text(t) };
+        return entry;
+      }),
+    ];
   };
 
   const server: Server = createServer((req, res) => {
@@ -151,9 +173,11 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
         if (path === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: model, object: 'model' }] });
         const messages = body.messages as Message[];
         const cont = body.continue_final_message === true;
-        if (cont && body.add_generation_prompt !== false) return json(res, 400, { object: 'error', message: 'continue_final_message and add_generation_prompt cannot both be true' });
+        if (cont && body.add_generation_prompt !== false)
+          return json(res, 400, { object: 'error', message: 'continue_final_message and add_generation_prompt cannot both be true' });
         if (path === '/tokenize') {
-          const tokens = typeof body.prompt === 'string' ? m.model.tokenize(body.prompt, body.add_special_tokens !== false) : m.tokens(messages, cont).tokens;
+          const tokens =
+            typeof body.prompt === 'string' ? m.model.tokenize(body.prompt, body.add_special_tokens !== false) : m.tokens(messages, cont).tokens;
           return json(res, 200, { count: tokens.length, tokens, max_model_len: 1024 });
         }
         if (path === '/v1/completions') {
@@ -161,8 +185,17 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
           const k = typeof body.prompt_logprobs === 'number' ? body.prompt_logprobs : undefined;
           const gen = await m.greedy(tokens, typeof body.max_tokens === 'number' ? body.max_tokens : 16);
           return json(res, 200, {
-            id: 'cmpl-2', object: 'text_completion', model,
-            choices: [{ index: 0, text: m.model.detokenize(gen.map((g) => g.token)), finish_reason: 'length', ...(k !== undefined ? { prompt_logprobs: await promptLogprobs(tokens, k) } : {}) }],
+            id: 'cmpl-2',
+            object: 'text_completion',
+            model,
+            choices: [
+              {
+                index: 0,
+                text: m.model.detokenize(gen.map((g) => g.token)),
+                finish_reason: 'length',
+                ...(k !== undefined ? { prompt_logprobs: await promptLogprobs(tokens, k) } : {}),
+              },
+            ],
             usage: { prompt_tokens: tokens.length, completion_tokens: gen.length },
           });
         }
@@ -175,7 +208,9 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
           const finish = gen.length >= max ? 'length' : 'stop';
           const top = typeof body.top_logprobs === 'number' ? body.top_logprobs : 0;
           const entry = (g: { token: Token; probs: Map<Token, number> }) => ({
-            token: m.text(g.token), logprob: log(g.probs.get(g.token)!), bytes: m.bytes(g.token),
+            token: m.text(g.token),
+            logprob: log(g.probs.get(g.token)!),
+            bytes: m.bytes(g.token),
             top_logprobs: [...g.probs].slice(0, top).map(([t, p]) => ({ token: m.text(t), logprob: log(p), bytes: m.bytes(t) })),
           });
           const withLogprobs = body.logprobs === true;
@@ -192,7 +227,10 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
               const whole = !text.endsWith('\uFFFD');
               const delta = whole ? text.slice(sent.length) : '';
               if (whole) sent = text;
-              send({ ...base, choices: [{ index: 0, delta: { content: delta }, logprobs: withLogprobs ? { content: [entry(g)] } : null, finish_reason: null }] });
+              send({
+                ...base,
+                choices: [{ index: 0, delta: { content: delta }, logprobs: withLogprobs ? { content: [entry(g)] } : null, finish_reason: null }],
+              });
             });
             send({ ...base, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: finish }] });
             if ((body.stream_options as { include_usage?: boolean } | undefined)?.include_usage) send({ ...base, choices: [], usage });
@@ -200,8 +238,17 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
             return;
           }
           return json(res, 200, {
-            id: 'cmpl-1', object: 'chat.completion', model,
-            choices: [{ index: 0, message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) }, logprobs: withLogprobs ? { content: gen.map(entry) } : null, finish_reason: finish }],
+            id: 'cmpl-1',
+            object: 'chat.completion',
+            model,
+            choices: [
+              {
+                index: 0,
+                message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) },
+                logprobs: withLogprobs ? { content: gen.map(entry) } : null,
+                finish_reason: finish,
+              },
+            ],
             usage,
             ...(promptLp ? { prompt_logprobs: promptLp } : {}),
           });
@@ -216,11 +263,21 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
           const gen = await m.greedy(tokens, options.num_predict ?? 64);
           const k = typeof body.top_logprobs === 'number' ? body.top_logprobs : 0;
           return json(res, 200, {
-            model, done: true, message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) },
-            prompt_eval_count: tokens.length, eval_count: gen.length,
-            ...(ollamaLogprobs && body.logprobs === true ? {
-              logprobs: gen.map((g) => ({ token: m.text(g.token), logprob: log(g.probs.get(g.token)!), bytes: m.bytes(g.token), top_logprobs: topList(g.probs, k) })),
-            } : {}),
+            model,
+            done: true,
+            message: { role: 'assistant', content: m.model.detokenize(gen.map((g) => g.token)) },
+            prompt_eval_count: tokens.length,
+            eval_count: gen.length,
+            ...(ollamaLogprobs && body.logprobs === true
+              ? {
+                  logprobs: gen.map((g) => ({
+                    token: m.text(g.token),
+                    logprob: log(g.probs.get(g.token)!),
+                    bytes: m.bytes(g.token),
+                    top_logprobs: topList(g.probs, k),
+                  })),
+                }
+              : {}),
           });
         }
       }
@@ -232,7 +289,10 @@ export async function startLogprobBackend(kind: 'vllm' | 'ollama', file: string,
     url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
     requests,
     close: async () => {
-      await new Promise<void>((resolve) => { server.close(() => resolve()); server.closeAllConnections(); });
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
       await m.dispose();
     },
   };

@@ -15,7 +15,12 @@ export interface TestNetwork<K extends FakeKind> {
 }
 
 /** `setUp` adjusts each test backend before its worker starts (and asks the backend what it serves). */
-export async function startNetwork<K extends FakeKind>(db: Backend, kinds: readonly K[], suffix = 'model', setUp?: (fake: FakeBackend) => void): Promise<TestNetwork<K>> {
+export async function startNetwork<K extends FakeKind>(
+  db: Backend,
+  kinds: readonly K[],
+  suffix = 'model',
+  setUp?: (fake: FakeBackend) => void,
+): Promise<TestNetwork<K>> {
   const t = await startApp(db, { coordinator: { sweepInterval: 0.2 } });
   const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
   const fakes = {} as Record<K, FakeBackend>;
@@ -23,10 +28,15 @@ export async function startNetwork<K extends FakeKind>(db: Backend, kinds: reado
   for (const kind of kinds) {
     fakes[kind] = await startFakeBackend(kind, [`${kind}-${suffix}`]);
     setUp?.(fakes[kind]);
-    workers.push(await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }));
+    workers.push(
+      await startWorker({ server: url, node: `${kind}-node`, key: await t.addNode(`${kind}-node`), backend: kind, backendUrl: fakes[kind].url }),
+    );
   }
   return {
-    t, url, fakes, workers,
+    t,
+    url,
+    fakes,
+    workers,
     async close() {
       for (const w of workers) await w.stop();
       for (const f of Object.values<FakeBackend>(fakes)) await f.close();

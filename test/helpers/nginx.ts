@@ -9,7 +9,12 @@ import { freePort, ROOT } from './process.js';
 
 export const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
-export interface Nginx { url: string; port: number; logs(): string; stop(): Promise<void> }
+export interface Nginx {
+  url: string;
+  port: number;
+  logs(): string;
+  stop(): Promise<void>;
+}
 
 /** deploy/nginx/ins.conf in front of `servers` (host:port each), listening on 127.0.0.1. */
 export async function startNginx(servers: string[]): Promise<Nginx> {
@@ -28,15 +33,22 @@ export async function startNginx(servers: string[]): Promise<Nginx> {
     .replace(/^(\s*)listen 80;$/m, `$1listen 127.0.0.1:${port};`);
   writeFileSync(path.join(dir, 'ins.conf'), site);
   // What deploy/nginx/nginx.conf sets for a container, here for a process of the test.
-  writeFileSync(path.join(dir, 'nginx.conf'), [
-    'worker_processes 1;', 'daemon off;', `pid ${dir}/nginx.pid;`, 'error_log stderr warn;',
-    'events { worker_connections 1024; }',
-    'http {',
-    '  access_log off;',
-    ...['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `  ${t}_temp_path ${dir}/${t};`),
-    `  include ${dir}/ins.conf;`,
-    '}', '',
-  ].join('\n'));
+  writeFileSync(
+    path.join(dir, 'nginx.conf'),
+    [
+      'worker_processes 1;',
+      'daemon off;',
+      `pid ${dir}/nginx.pid;`,
+      'error_log stderr warn;',
+      'events { worker_connections 1024; }',
+      'http {',
+      '  access_log off;',
+      ...['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `  ${t}_temp_path ${dir}/${t};`),
+      `  include ${dir}/ins.conf;`,
+      '}',
+      '',
+    ].join('\n'),
+  );
   // SIGTERM on stop: nginx's fast shutdown, which does not wait for long polls still open.
   const daemon = await startDaemon('nginx', NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], port, dir);
   return { url: `http://127.0.0.1:${port}`, port, logs: daemon.logs, stop: daemon.stop };

@@ -16,11 +16,16 @@ export const cluster = (() => {
 export const pgctl = (action: string) => execSync(`pg_ctlcluster --skip-systemctl-redirect ${cluster} main ${action}`, { stdio: 'ignore' });
 
 /** Resolves once PostgreSQL accepts connections on 127.0.0.1:5432 again. */
-export const pgReady = () => until('PostgreSQL to come back', () => {
-  try {
-    execSync('pg_isready -h 127.0.0.1 -p 5432 -q');
-    return true;
-  } catch {
-    return false;
-  }
-}, 20_000);
+export const pgReady = () =>
+  until(
+    'PostgreSQL to come back',
+    () => {
+      try {
+        execSync('pg_isready -h 127.0.0.1 -p 5432 -q');
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    20_000,
+  );

@@ -46,12 +46,26 @@ export async function startPgBouncer(databaseUrl: string, overrides: Record<stri
   chmodSync(dir, 0o755);
   const settings = deploySettings();
   for (const [k, v] of Object.entries({
-    listen_addr: '127.0.0.1', listen_port: String(port), unix_socket_dir: '',
-    auth_type: 'trust', auth_file: path.join(dir, 'userlist.txt'), logfile: '', pidfile: '', syslog: '0',
+    listen_addr: '127.0.0.1',
+    listen_port: String(port),
+    unix_socket_dir: '',
+    auth_type: 'trust',
+    auth_file: path.join(dir, 'userlist.txt'),
+    logfile: '',
+    pidfile: '',
+    syslog: '0',
     ...overrides,
-  })) settings.set(k, v);
+  }))
+    settings.set(k, v);
   writeFileSync(path.join(dir, 'userlist.txt'), `"${user}" ""\n`, { mode: 0o644 });
-  const ini = ['[databases]', `* = host=${server.hostname} port=${server.port || 5432}`, '', '[pgbouncer]', ...[...settings].map(([k, v]) => `${k} = ${v}`), ''].join('\n');
+  const ini = [
+    '[databases]',
+    `* = host=${server.hostname} port=${server.port || 5432}`,
+    '',
+    '[pgbouncer]',
+    ...[...settings].map(([k, v]) => `${k} = ${v}`),
+    '',
+  ].join('\n');
   writeFileSync(path.join(dir, 'pgbouncer.ini'), ini, { mode: 0o644 });
 
   const asRoot = process.getuid?.() === 0;

@@ -16,7 +16,9 @@ import { migrate } from '../../src/db/migrate.js';
 import { createPglite, wrapPglite } from '../../src/db/pglite.js';
 
 const SCHEMAS = `n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')`;
-const FINGERPRINT = sql('t_schema_fingerprint', `SELECT md5(string_agg(x, E'\\n' ORDER BY x)) AS f FROM (
+const FINGERPRINT = sql(
+  't_schema_fingerprint',
+  `SELECT md5(string_agg(x, E'\\n' ORDER BY x)) AS f FROM (
     SELECT 'schema ' || n.nspname AS x FROM pg_namespace n WHERE ${SCHEMAS} AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast_temp%'
     UNION ALL SELECT format('rel %s.%s %s %s %s', n.nspname, c.relname, c.relkind, c.relpersistence, coalesce(c.reloptions::text, ''))
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE ${SCHEMAS}
@@ -39,11 +41,18 @@ const FINGERPRINT = sql('t_schema_fingerprint', `SELECT md5(string_agg(x, E'\\n'
     UNION ALL SELECT 'migration ' || m::text FROM schema_migrations m
     UNION ALL SELECT 'database ' || datname FROM pg_database
     UNION ALL SELECT 'role ' || rolname FROM pg_roles
-  ) fingerprint`);
-const TABLES = sql('t_tables', `SELECT format('%I.%I', schemaname, tablename) AS name FROM pg_tables
-  WHERE schemaname NOT IN ('pg_catalog', 'information_schema') AND tablename <> 'schema_migrations' ORDER BY 1`);
-const SEQUENCES = sql('t_sequences', `SELECT format('%I.%I', schemaname, sequencename) AS name, start_value::text AS start FROM pg_sequences
-  WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`);
+  ) fingerprint`,
+);
+const TABLES = sql(
+  't_tables',
+  `SELECT format('%I.%I', schemaname, tablename) AS name FROM pg_tables
+  WHERE schemaname NOT IN ('pg_catalog', 'information_schema') AND tablename <> 'schema_migrations' ORDER BY 1`,
+);
+const SEQUENCES = sql(
+  't_sequences',
+  `SELECT format('%I.%I', schemaname, sequencename) AS name, start_value::text AS start FROM pg_sequences
+  WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`,
+);
 
 interface New {
   fingerprint: string;
@@ -66,10 +75,14 @@ async function readNew(db: Database): Promise<New> {
   }
   const sequences = await db.query<{ name: string; start: string }>(SEQUENCES);
   return {
-    fingerprint: f, tables, seeds,
+    fingerprint: f,
+    tables,
+    seeds,
     holdingRows: sql('', `SELECT ${tables.map((t, i) => `EXISTS (SELECT 1 FROM ${t}) AS "${i}"`).join(', ')}`),
-    restartSequences: sequences.length === 0 ? undefined
-      : sql('', `SELECT ${sequences.map((q) => `setval('${q.name.replace(/'/g, "''")}'::regclass, ${BigInt(q.start)}, false)`).join(', ')}`),
+    restartSequences:
+      sequences.length === 0
+        ? undefined
+        : sql('', `SELECT ${sequences.map((q) => `setval('${q.name.replace(/'/g, "''")}'::regclass, ${BigInt(q.start)}, false)`).join(', ')}`),
   };
 }
 
@@ -96,7 +109,9 @@ async function reset(pg: PGlite, n: New): Promise<boolean> {
     const full = n.tables.filter((_, i) => holding?.[String(i)]);
     if (full.length > 0) await pg.exec(`TRUNCATE ${full.join(', ')} CASCADE`);
     for (const s of n.seeds) {
-      await db.query(sql('', `INSERT INTO ${s.table} OVERRIDING SYSTEM VALUE SELECT * FROM json_populate_recordset(NULL::${s.table}, $1::json)`), [s.rows]);
+      await db.query(sql('', `INSERT INTO ${s.table} OVERRIDING SYSTEM VALUE SELECT * FROM json_populate_recordset(NULL::${s.table}, $1::json)`), [
+        s.rows,
+      ]);
     }
     // Every sequence, used or not: a rolled-back insert moves one on and leaves no row.
     if (n.restartSequences) await db.query(n.restartSequences);
@@ -112,17 +127,18 @@ async function reset(pg: PGlite, n: New): Promise<boolean> {
 export async function openReusedPglite(): Promise<Database> {
   const idleOne = idle.pop();
   if (idleOne) reuses.count++;
-  const pg = idleOne ?? await createPglite();
+  const pg = idleOne ?? (await createPglite());
   const db = wrapPglite(pg, 'embedded PGlite in memory');
   await migrate(db);
   asNew ??= await readNew(db);
   let closed = false;
   // A subscription left running would still hear this PGlite's notifications after reuse.
   let listening = 0;
-  const alive = <F extends (...args: never[]) => Promise<unknown>>(fn: F): F => ((...args: Parameters<F>) => {
-    if (closed) return Promise.reject(new Error('PGlite is closed'));
-    return fn(...args);
-  }) as F;
+  const alive = <F extends (...args: never[]) => Promise<unknown>>(fn: F): F =>
+    ((...args: Parameters<F>) => {
+      if (closed) return Promise.reject(new Error('PGlite is closed'));
+      return fn(...args);
+    }) as F;
   return {
     ...db,
     query: alive(db.query),
@@ -141,7 +157,7 @@ export async function openReusedPglite(): Promise<Database> {
     close: async () => {
       if (closed) return;
       closed = true;
-      if (listening === 0 && idle.length < 2 && await reset(pg, asNew!)) idle.push(pg);
+      if (listening === 0 && idle.length < 2 && (await reset(pg, asNew!))) idle.push(pg);
       else if (!pg.closed) await pg.close();
     },
   };

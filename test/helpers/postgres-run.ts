@@ -24,24 +24,32 @@ function client(run?: string): pg.Client {
  */
 export async function dropDatabases(names: string[], atOnce = 8): Promise<void> {
   const queue = [...names];
-  await Promise.all(Array.from({ length: Math.min(atOnce, queue.length) }, async () => {
-    const c = client();
-    await c.connect();
-    try {
-      for (let n = queue.shift(); n; n = queue.shift()) await c.query(`DROP DATABASE IF EXISTS "${n}" WITH (FORCE)`);
-    } finally {
-      await c.end();
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(atOnce, queue.length) }, async () => {
+      const c = client();
+      await c.connect();
+      try {
+        for (let n = queue.shift(); n; n = queue.shift()) await c.query(`DROP DATABASE IF EXISTS "${n}" WITH (FORCE)`);
+      } finally {
+        await c.end();
+      }
+    }),
+  );
 }
 
 /** The marked databases of runs that hold no connection any more, or of `run`. */
 async function leftBy(admin: pg.Client, run?: string): Promise<string[]> {
-  const live = new Set((await admin.query<{ name: string }>(`SELECT application_name AS name FROM pg_stat_activity WHERE application_name LIKE 'ins\\_test\\_r%'`)).rows.map((r) => r.name));
-  return (await admin.query<{ datname: string }>(MARKED)).rows.map((r) => r.datname).filter((name) => {
-    const mark = /^ins_test_(r[0-9a-z]+)_/.exec(name)?.[1];
-    return mark !== undefined && (run ? mark === run : !live.has(`ins_test_${mark}`));
-  });
+  const live = new Set(
+    (
+      await admin.query<{ name: string }>(`SELECT application_name AS name FROM pg_stat_activity WHERE application_name LIKE 'ins\\_test\\_r%'`)
+    ).rows.map((r) => r.name),
+  );
+  return (await admin.query<{ datname: string }>(MARKED)).rows
+    .map((r) => r.datname)
+    .filter((name) => {
+      const mark = /^ins_test_(r[0-9a-z]+)_/.exec(name)?.[1];
+      return mark !== undefined && (run ? mark === run : !live.has(`ins_test_${mark}`));
+    });
 }
 
 export default async function setup(): Promise<(() => Promise<void>) | undefined> {

@@ -13,13 +13,25 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 /** With INS_TEST_CPU_LOG, each process started logs its CPU at exit (bench/suite-cpu/report.ts). */
 const CPU_LOG = process.env.INS_TEST_CPU_LOG ? ['--import', path.join(ROOT, 'bench', 'suite-cpu', 'preload.mjs')] : [];
 /** The node arguments that run `ins`. */
-export const INS = [...CPU_LOG, ...(process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')])];
+export const INS = [
+  ...CPU_LOG,
+  ...(process.env.INS_TEST_CLI ? [process.env.INS_TEST_CLI] : ['--import', 'tsx', path.join(ROOT, 'src', 'cli', 'entry.ts')]),
+];
 
 export function cleanEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
   // Load-style tests drive one key from one address: rate limits are off unless a test sets them.
   // Verification (a random share of jobs run twice) is off unless a test turns it on, so that
   // tests count exactly the jobs they submit.
-  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LEVEL: 'info', VERIFY: 'off', RATE_LIMIT_PER_IP: '0', RATE_LIMIT_REPORTS_PER_KEY: '0', RATE_LIMIT_READS_PER_KEY: '0', RATE_LIMIT_COMPLETIONS_PER_USER: '0', RATE_LIMIT_CONCURRENT_PER_USER: '0' };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    LOG_LEVEL: 'info',
+    VERIFY: 'off',
+    RATE_LIMIT_PER_IP: '0',
+    RATE_LIMIT_REPORTS_PER_KEY: '0',
+    RATE_LIMIT_READS_PER_KEY: '0',
+    RATE_LIMIT_COMPLETIONS_PER_USER: '0',
+    RATE_LIMIT_CONCURRENT_PER_USER: '0',
+  };
   for (const k of ['DATABASE_URL', 'DATA_DIR', 'PORT', 'HOST']) delete env[k];
   for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
   if (CPU_LOG.length) env.INS_TEST_CPU_FILE = expect.getState().testPath ?? '';
@@ -44,7 +56,11 @@ function ended(child: ChildProcess): Promise<number | null> {
   return new Promise((resolve) => child.on('close', (code) => resolve(code)));
 }
 
-export interface CliResult { code: number | null; stdout: string; stderr: string }
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 export function runCli(args: string[], env: Record<string, string | undefined>): Promise<CliResult> {
   return new Promise((resolve, reject) => {
@@ -104,7 +120,7 @@ const SERVER_FLAGS = ['--liftoff-only'];
 export async function startServerProcess(env: Record<string, string | undefined>, fixedPort?: number): Promise<ServerProcess> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await startServerOn(env, fixedPort ?? await freePort());
+      return await startServerOn(env, fixedPort ?? (await freePort()));
     } catch (err) {
       if (fixedPort !== undefined || attempt >= 5 || !(err instanceof PortTaken)) throw err;
     }
@@ -126,7 +142,14 @@ function listensOn(pid: number, port: number): boolean {
   }
   const local = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
   // Columns: sl local_address rem_address st(0A: LISTEN) tx:rx tr:when retrnsmt uid timeout inode
-  const inodes = new Set(table.split('\n').slice(1).map((l) => l.trim().split(/\s+/)).filter((f) => f[1]?.endsWith(local) && f[3] === '0A').map((f) => f[9]));
+  const inodes = new Set(
+    table
+      .split('\n')
+      .slice(1)
+      .map((l) => l.trim().split(/\s+/))
+      .filter((f) => f[1]?.endsWith(local) && f[3] === '0A')
+      .map((f) => f[9]),
+  );
   try {
     return readdirSync(`/proc/${pid}/fd`).some((fd) => {
       try {
@@ -153,21 +176,26 @@ async function startServerOn(env: Record<string, string | undefined>, port: numb
   const url = `http://127.0.0.1:${port}`;
   // Generous: a loaded machine starts processes slowly; a server that never gets there is killed, not left behind.
   try {
-    await until('the server to become ready', async () => {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        await exited; // its last lines (why it exited) read
-        if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
-        throw new Error(`server exited early:\n${logs}`);
-      }
-      try {
-        // Ready, and the one that answered is this child: when the port was taken before the child
-        // bound it, the process holding it (another test's server) answers /readyz long before the
-        // child gets to listen and exits saying the port is in use.
-        return (await fetch(`${url}/readyz`)).status === 200 && listensOn(child.pid!, port);
-      } catch {
-        return false; // not listening yet
-      }
-    }, 90_000, async () => `\n${logs}`);
+    await until(
+      'the server to become ready',
+      async () => {
+        if (child.exitCode !== null || child.signalCode !== null) {
+          await exited; // its last lines (why it exited) read
+          if (/port \d+ is already in use/.test(logs)) throw new PortTaken(`server exited early:\n${logs}`);
+          throw new Error(`server exited early:\n${logs}`);
+        }
+        try {
+          // Ready, and the one that answered is this child: when the port was taken before the child
+          // bound it, the process holding it (another test's server) answers /readyz long before the
+          // child gets to listen and exits saying the port is in use.
+          return (await fetch(`${url}/readyz`)).status === 200 && listensOn(child.pid!, port);
+        } catch {
+          return false; // not listening yet
+        }
+      },
+      90_000,
+      async () => `\n${logs}`,
+    );
   } catch (err) {
     child.kill('SIGKILL'); // (a no-op when it exited)
     throw err;

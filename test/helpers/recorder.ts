@@ -1,6 +1,9 @@
 // A consumer of a lifecycle's outcomes (jobs/lifecycle.ts, nodes/lifecycle.ts) for tests: it
 // records what it is given, and lets a test wait for an outcome.
-export interface Seen<O> { outcome: O; local: boolean }
+export interface Seen<O> {
+  outcome: O;
+  local: boolean;
+}
 
 export class Recorder<O> {
   readonly seen: Seen<O>[] = [];

@@ -4,10 +4,12 @@
 // The log-probabilities vary by position, the same for every stub scorer (scorers of one model,
 // whose scores of an answer rise and fall together: src/verify/token-stats.ts scorersAgree).
 export const workerScores = (foreign: boolean, positions: number, mismatched = foreign ? positions : 0) => ({
-  method: 'prefill', unscored: 0,
+  method: 'prefill',
+  unscored: 0,
   rank: Array.from({ length: positions }, (_, i) => (i < mismatched ? 11 : 1)),
   logprob: Array.from({ length: positions }, (_, i) => (i < mismatched ? -9 - (i % 5) : -0.1 - (i % 3) / 100)),
-  top_logprob: Array(positions).fill(-0.1), gap: Array(positions).fill(2),
+  top_logprob: Array(positions).fill(-0.1),
+  gap: Array(positions).fill(2),
 });
 
 /**

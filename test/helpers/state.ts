@@ -2,8 +2,20 @@
 // nothing.
 import { sql, type Database } from '../../src/db/database.js';
 
-const TABLES = ['nodes', 'api_keys', 'models', 'job_results', 'node_daily_points', 'model_nodes', 'model_node_days', 'points_history',
-  'node_sessions', 'node_secret_checks', 'jobs', 'job_leases'];
+const TABLES = [
+  'nodes',
+  'api_keys',
+  'models',
+  'job_results',
+  'node_daily_points',
+  'model_nodes',
+  'model_node_days',
+  'points_history',
+  'node_sessions',
+  'node_secret_checks',
+  'jobs',
+  'job_leases',
+];
 // Written in the background, not by the request itself (jobs/presence.ts).
 const BACKGROUND: Record<string, string> = { node_sessions: 'last_seen_at' };
 

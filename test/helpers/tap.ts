@@ -22,8 +22,14 @@ export async function startTap(target: string): Promise<Tap> {
       let body = '';
       for await (const chunk of req) body += String(chunk);
       const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && !['host', 'content-length', 'connection'].includes(k)) headers[k] = v;
-      const r = await fetch(`${target}${req.url}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : body, signal: upstream.signal });
+      for (const [k, v] of Object.entries(req.headers))
+        if (typeof v === 'string' && !['host', 'content-length', 'connection'].includes(k)) headers[k] = v;
+      const r = await fetch(`${target}${req.url}`, {
+        method: req.method,
+        headers,
+        body: req.method === 'GET' ? undefined : body,
+        signal: upstream.signal,
+      });
       let text = await r.text();
       const path = (req.url ?? '').split('?')[0];
       if (path === '/worker/get_job' && r.status === 200 && tap.jobData) {
@@ -36,16 +42,22 @@ export async function startTap(target: string): Promise<Tap> {
       }
       if (path === '/worker/update_result') {
         const b = JSON.parse(body) as { job_id: string; result: { message: { content?: unknown } | string }; usage?: unknown };
-        tap.reports.push({ job_id: b.job_id, content: typeof b.result.message === 'object' ? b.result.message.content : b.result.message, usage: b.usage, status: r.status });
+        tap.reports.push({
+          job_id: b.job_id,
+          content: typeof b.result.message === 'object' ? b.result.message.content : b.result.message,
+          usage: b.usage,
+          status: r.status,
+        });
       }
       res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' }).end(text);
     })().catch(() => res.destroy());
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   tap.url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-  tap.close = () => new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
+  tap.close = () =>
+    new Promise((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
   return tap;
 }

@@ -23,11 +23,14 @@ export async function startTcpGate(targetHost: string, targetPort: number): Prom
       gate.refused = 0;
       for (const s of carried) s.destroy();
     },
-    open: () => { shut = false; },
-    close: () => new Promise((resolve) => {
-      for (const s of carried) s.destroy();
-      server.close(() => resolve());
-    }),
+    open: () => {
+      shut = false;
+    },
+    close: () =>
+      new Promise((resolve) => {
+        for (const s of carried) s.destroy();
+        server.close(() => resolve());
+      }),
   };
   const server = createServer((client) => {
     if (shut) {
@@ -39,7 +42,10 @@ export async function startTcpGate(targetHost: string, targetPort: number): Prom
     for (const s of [client, upstream]) {
       carried.add(s);
       s.on('close', () => carried.delete(s));
-      s.on('error', () => { client.destroy(); upstream.destroy(); });
+      s.on('error', () => {
+        client.destroy();
+        upstream.destroy();
+      });
     }
     client.pipe(upstream);
     upstream.pipe(client);

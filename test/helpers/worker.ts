@@ -19,19 +19,34 @@ export interface InProcessWorker {
 }
 
 /** Starts a worker and resolves once it declared its models (it polls from then on). */
-export async function startWorker(o: { server: string; node: string; key: string; backend: BackendKind; backendUrl: string } & Partial<WorkerOptions>): Promise<InProcessWorker> {
+export async function startWorker(
+  o: { server: string; node: string; key: string; backend: BackendKind; backendUrl: string } & Partial<WorkerOptions>,
+): Promise<InProcessWorker> {
   const logs: string[] = [];
   const outcomes: InProcessWorker['outcomes'] = [];
-  const worker = new Worker({ models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true, ...o }, {
-    log: (level, msg, fields) => logs.push(`${level}: ${msg}${fields ? ` ${JSON.stringify(fields)}` : ''}`),
-    jobDone: (job, outcome) => outcomes.push({ job, outcome }),
-  });
+  const worker = new Worker(
+    { models: [], concurrency: 1, metricsPort: undefined, graceMs: 5_000, pollWait: 25, retryMaxMs: 30_000, continueAnswers: true, ...o },
+    {
+      log: (level, msg, fields) => logs.push(`${level}: ${msg}${fields ? ` ${JSON.stringify(fields)}` : ''}`),
+      jobDone: (job, outcome) => outcomes.push({ job, outcome }),
+    },
+  );
   const running = worker.run();
   let failed: unknown;
-  running.catch((err: unknown) => { failed = err; });
+  running.catch((err: unknown) => {
+    failed = err;
+  });
   await until(`${o.node} to declare its models`, () => {
     if (failed) throw failed as Error;
     return logs.some((l) => l.includes('models declared'));
   });
-  return { worker, logs, outcomes, stop: async () => { worker.stop(); await running; } };
+  return {
+    worker,
+    logs,
+    outcomes,
+    stop: async () => {
+      worker.stop();
+      await running;
+    },
+  };
 }

@@ -12,12 +12,26 @@ import type { Difference } from '../../src/ledger-format/day.js';
 import { subtractDecimal } from '../../src/ledger-format/decimal.js';
 import { compareEntries, fromHex, type Entry, type NodeLeaf } from '../../src/ledger-format/encoding.js';
 
-interface Proof { index: number; size: number; path: string[] }
+interface Proof {
+  index: number;
+  size: number;
+  path: string[];
+}
 interface NodeDay {
-  day: SignedDay; node: (NodeLeaf & { points: string }) | null; proof: Proof | null; digests: string; entries: Entry[];
+  day: SignedDay;
+  node: (NodeLeaf & { points: string }) | null;
+  proof: Proof | null;
+  digests: string;
+  entries: Entry[];
   absence: { left: { node: NodeLeaf; proof: Proof } | null; right: { node: NodeLeaf; proof: Proof } | null } | null;
 }
-export interface VerifiedDay { day: string; points: string; entries: number; verified: boolean; problem?: string }
+export interface VerifiedDay {
+  day: string;
+  points: string;
+  entries: number;
+  verified: boolean;
+  problem?: string;
+}
 
 const $ = (id: string): HTMLElement => document.getElementById(id)!;
 const fromBase64 = (s: string): Uint8Array<ArrayBuffer> => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
@@ -41,7 +55,8 @@ export async function verifyDays(node: string, key: string, lastDays: number): P
   const days = listing.days.filter((d) => d.day >= oldest);
   const before = listing.days.filter((d) => d.day < oldest).at(-1);
   const problems = new Map<string, Difference[]>();
-  for (const d of await checkChain(days, published.key_id, verify, before, listing.first_day ?? undefined)) problems.set(d.day, [...(problems.get(d.day) ?? []), d]);
+  for (const d of await checkChain(days, published.key_id, verify, before, listing.first_day ?? undefined))
+    problems.set(d.day, [...(problems.get(d.day) ?? []), d]);
   const out: VerifiedDay[] = [];
   for (const d of [...days].reverse()) {
     const r = await json<NodeDay>(`ledger/days/${d.day}/nodes/${encodeURIComponent(node)}`, key);
@@ -61,8 +76,11 @@ export async function verifyDays(node: string, key: string, lastDays: number): P
       found.push(...checkNodeEntries(sha256, d.day, undefined, { name: node, entries }));
     }
     out.push({
-      day: d.day, points: r.node ? subtractDecimal(r.node.credited, r.node.reversed) : '0', entries: entries.length,
-      verified: found.length === 0, ...(found.length ? { problem: `${found[0]!.entry ? `entry ${found[0]!.entry}: ` : ''}${found[0]!.what}` } : {}),
+      day: d.day,
+      points: r.node ? subtractDecimal(r.node.credited, r.node.reversed) : '0',
+      entries: entries.length,
+      verified: found.length === 0,
+      ...(found.length ? { problem: `${found[0]!.entry ? `entry ${found[0]!.entry}: ` : ''}${found[0]!.what}` } : {}),
     });
   }
   return { keyId: published.key_id, days: out };
@@ -74,24 +92,33 @@ export async function showVerifiedDays(node: string, key: string, lastDays: numb
   const body = $('ledger-table').querySelector('tbody')!;
   try {
     const { keyId, days } = await verifyDays(node, key, lastDays);
-    const cell = (text: string, className?: string) => Object.assign(document.createElement('td'), { textContent: text, ...(className ? { className } : {}) });
+    const cell = (text: string, className?: string) =>
+      Object.assign(document.createElement('td'), { textContent: text, ...(className ? { className } : {}) });
     // The signed total must also be what daily_points says today.
     for (const d of days) {
       const points = served.get(d.day);
-      if (!d.problem && points !== undefined && points !== Number(d.points)) Object.assign(d, { verified: false, problem: `daily_points says ${fmt.format(points)}, the signed total ${d.points}` });
+      if (!d.problem && points !== undefined && points !== Number(d.points))
+        Object.assign(d, { verified: false, problem: `daily_points says ${fmt.format(points)}, the signed total ${d.points}` });
     }
-    body.replaceChildren(...days.map((d) => {
-      const problem = d.problem;
-      const tr = document.createElement('tr');
-      tr.dataset.day = d.day;
-      tr.dataset.verified = String(!problem);
-      tr.append(cell(d.day), cell(fmt.format(Number(d.points))), cell(String(d.entries)),
-        cell(problem ? `✗ ${problem}` : '✓ verified', problem ? 'bad' : 'good'));
-      return tr;
-    }));
-    $('ledger-summary').textContent = days.length === 0
-      ? 'No day in this range is closed yet: a day closes once it ended and the window in which verification may still take credits back has passed.'
-      : `${days.filter((d) => d.verified).length} of ${days.length} closed days verified in this browser, signed by key ${keyId}.`;
+    body.replaceChildren(
+      ...days.map((d) => {
+        const problem = d.problem;
+        const tr = document.createElement('tr');
+        tr.dataset.day = d.day;
+        tr.dataset.verified = String(!problem);
+        tr.append(
+          cell(d.day),
+          cell(fmt.format(Number(d.points))),
+          cell(String(d.entries)),
+          cell(problem ? `✗ ${problem}` : '✓ verified', problem ? 'bad' : 'good'),
+        );
+        return tr;
+      }),
+    );
+    $('ledger-summary').textContent =
+      days.length === 0
+        ? 'No day in this range is closed yet: a day closes once it ended and the window in which verification may still take credits back has passed.'
+        : `${days.filter((d) => d.verified).length} of ${days.length} closed days verified in this browser, signed by key ${keyId}.`;
     section.hidden = false;
   } catch {
     section.hidden = true;

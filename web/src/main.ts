@@ -9,15 +9,28 @@ import { showNodeStatus, startNetworkView } from './network.js';
 import { showVerifiedDays } from './ledger.js';
 import { startUsageForm } from './usage.js';
 
-interface DayPoints { date: string; points: number }
-interface UniqueNodes { model_name: string; start_date: string | null; end_date: string | null; count: number; nodes: string[] }
+interface DayPoints {
+  date: string;
+  points: number;
+}
+interface UniqueNodes {
+  model_name: string;
+  start_date: string | null;
+  end_date: string | null;
+  count: number;
+  nodes: string[];
+}
 
 const KEY_STORE = 'ins.dashboard.key';
 const NAME_STORE = 'ins.dashboard.node';
 const $ = <T extends HTMLElement>(id: string): T => document.getElementById(id) as T;
 
 class ApiError extends Error {
-  constructor(readonly status: number, readonly detail: unknown, readonly retryAfter: string | null) {
+  constructor(
+    readonly status: number,
+    readonly detail: unknown,
+    readonly retryAfter: string | null,
+  ) {
     super(typeof detail === 'string' ? detail : 'request failed');
   }
 }
@@ -39,21 +52,32 @@ function explain(err: unknown, context: { node?: string }): string {
   if (!(err instanceof ApiError)) return 'Something went wrong; please try again.';
   const detail = typeof err.detail === 'string' ? err.detail : '';
   switch (err.status) {
-    case 0: return 'The service could not be reached. Check your connection and try again.';
-    case 401: return detail === 'Not authenticated' ? 'Enter the node key (nk_…) or a reader key (rk_…).' : 'This key is not valid. Check it for typos, or ask the network operator for a new one.';
+    case 0:
+      return 'The service could not be reached. Check your connection and try again.';
+    case 401:
+      return detail === 'Not authenticated'
+        ? 'Enter the node key (nk_…) or a reader key (rk_…).'
+        : 'This key is not valid. Check it for typos, or ask the network operator for a new one.';
     case 403:
       if (detail === 'Node is disabled') return 'This node is disabled. Ask the network operator to enable it.';
       // A user key (an application's) reads no node's points: the server says so in these words (routes/authenticate.ts).
-      if (detail === "This key cannot read nodes' data") return 'This key is an application\'s (uk_…): it reads no node\'s points. Enter the node key (nk_…) or a reader key (rk_…).';
+      if (detail === "This key cannot read nodes' data")
+        return "This key is an application's (uk_…): it reads no node's points. Enter the node key (nk_…) or a reader key (rk_…).";
       return `This key belongs to another node, so it cannot show the points of “${context.node ?? ''}”.`;
-    case 404: return `No node is named “${context.node ?? ''}”. Node names are case-sensitive.`;
+    case 404:
+      return `No node is named “${context.node ?? ''}”. Node names are case-sensitive.`;
     case 422: {
       const first = Array.isArray(err.detail) ? (err.detail[0] as { loc?: unknown[]; msg?: string }) : undefined;
-      return first ? `Please check ${String((first.loc?.at(-1) as string | number | undefined) ?? 'the form').replace('_', ' ')}: ${first.msg ?? 'invalid value'}.` : 'Please check the form.';
+      return first
+        ? `Please check ${String((first.loc?.at(-1) as string | number | undefined) ?? 'the form').replace('_', ' ')}: ${first.msg ?? 'invalid value'}.`
+        : 'Please check the form.';
     }
-    case 429: return `Too many requests. Try again in ${err.retryAfter ?? 'a few'} seconds.`;
-    case 503: return 'The service is temporarily unavailable. Try again in a moment.';
-    default: return 'The service had a problem. Try again later.';
+    case 429:
+      return `Too many requests. Try again in ${err.retryAfter ?? 'a few'} seconds.`;
+    case 503:
+      return 'The service is temporarily unavailable. Try again in a moment.';
+    default:
+      return 'The service had a problem. Try again later.';
   }
 }
 
@@ -75,18 +99,37 @@ function drawChart(days: DayPoints[]): void {
   const ys = days.map((d) => d.points);
   const width = Math.max(280, host.clientWidth);
   chart?.destroy();
-  chart = new uPlot({
-    width,
-    height: 240,
-    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
-    legend: { show: false },
-    cursor: { drag: { x: false, y: false } },
-    // Half a day of room on each side, so the first and last bars are not cut in half.
-    scales: { x: { time: true, range: (_u, min, max) => [min - 43_200, max + 43_200] }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
-    // Ticks on whole days, as dates: uPlot's own time ticks put "12pm" between the days of a per-day chart (outside probe, 1280 px).
-    axes: [{ incrs: DAY_TICKS, values: (_u, vals) => vals.map((v) => dayLabel.format(new Date(v * 1000))) }, { size: 50, values: (_u, vals) => vals.map((v) => fmt.format(v)) }],
-    series: [{}, { label: 'Points', fill: 'rgba(37, 99, 235, 0.75)', stroke: '#1d4ed8', paths: uPlot.paths.bars!({ size: [0.7, 40] }), points: { show: false } }],
-  }, [xs, ys], host);
+  chart = new uPlot(
+    {
+      width,
+      height: 240,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
+      legend: { show: false },
+      cursor: { drag: { x: false, y: false } },
+      // Half a day of room on each side, so the first and last bars are not cut in half.
+      scales: {
+        x: { time: true, range: (_u, min, max) => [min - 43_200, max + 43_200] },
+        y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+      },
+      // Ticks on whole days, as dates: uPlot's own time ticks put "12pm" between the days of a per-day chart (outside probe, 1280 px).
+      axes: [
+        { incrs: DAY_TICKS, values: (_u, vals) => vals.map((v) => dayLabel.format(new Date(v * 1000))) },
+        { size: 50, values: (_u, vals) => vals.map((v) => fmt.format(v)) },
+      ],
+      series: [
+        {},
+        {
+          label: 'Points',
+          fill: 'rgba(37, 99, 235, 0.75)',
+          stroke: '#1d4ed8',
+          paths: uPlot.paths.bars!({ size: [0.7, 40] }),
+          points: { show: false },
+        },
+      ],
+    },
+    [xs, ys],
+    host,
+  );
   // A debugging hook: the chart as drawn (its data is what the tests compare with the API).
   (window as unknown as { insDashboard: { chart: uPlot } }).insDashboard = { chart };
 }
@@ -97,20 +140,28 @@ function renderPoints(node: string, days: DayPoints[]): void {
   $('stat-total').textContent = fmt.format(total);
   const bestEl = $('stat-best');
   if (best) {
-    bestEl.replaceChildren(fmt.format(best.points), Object.assign(document.createElement('span'), { className: 'sub', textContent: `on ${best.date}` }));
+    bestEl.replaceChildren(
+      fmt.format(best.points),
+      Object.assign(document.createElement('span'), { className: 'sub', textContent: `on ${best.date}` }),
+    );
   } else {
     bestEl.textContent = 'no points yet';
   }
   $('stat-active').textContent = `${days.filter((d) => d.points > 0).length} of ${days.length}`;
   $('chart-caption').textContent = `Points per UTC day for ${node}, ${days[0]?.date} to ${days.at(-1)?.date}.`;
   const body = $('points-table').querySelector('tbody')!;
-  body.replaceChildren(...days.map((d) => {
-    const tr = document.createElement('tr');
-    tr.dataset.date = d.date;
-    tr.dataset.points = String(d.points);
-    tr.append(Object.assign(document.createElement('td'), { textContent: d.date, className: 'nowrap' }), Object.assign(document.createElement('td'), { textContent: fmt.format(d.points) }));
-    return tr;
-  }));
+  body.replaceChildren(
+    ...days.map((d) => {
+      const tr = document.createElement('tr');
+      tr.dataset.date = d.date;
+      tr.dataset.points = String(d.points);
+      tr.append(
+        Object.assign(document.createElement('td'), { textContent: d.date, className: 'nowrap' }),
+        Object.assign(document.createElement('td'), { textContent: fmt.format(d.points) }),
+      );
+      return tr;
+    }),
+  );
   $('node-result').hidden = false;
   drawChart(days);
 }
@@ -161,10 +212,12 @@ async function onModelSubmit(e: Event): Promise<void> {
   if (!params.get('model_name')) return showError('model-error', 'Enter a model name, e.g. llama3.2:latest.');
   try {
     const r = await call<UniqueNodes>(`unique_nodes?${params}`, { method: 'GET' });
-    const span = r.start_date || r.end_date ? ` between ${r.start_date?.slice(0, 10) ?? 'the beginning'} and ${r.end_date?.slice(0, 10) ?? 'now'}` : '';
-    $('model-summary').textContent = r.count === 0
-      ? `No node reported a successful job for ${r.model_name}${span}.`
-      : `${r.count} node${r.count === 1 ? '' : 's'} served ${r.model_name}${span}:`;
+    const span =
+      r.start_date || r.end_date ? ` between ${r.start_date?.slice(0, 10) ?? 'the beginning'} and ${r.end_date?.slice(0, 10) ?? 'now'}` : '';
+    $('model-summary').textContent =
+      r.count === 0
+        ? `No node reported a successful job for ${r.model_name}${span}.`
+        : `${r.count} node${r.count === 1 ? '' : 's'} served ${r.model_name}${span}:`;
     $('model-nodes').replaceChildren(...r.nodes.map((n) => Object.assign(document.createElement('li'), { textContent: n })));
     $('model-result').hidden = false;
   } catch (err) {

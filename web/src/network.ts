@@ -1,18 +1,65 @@
 // The network view (GET /network, refreshed every 5 s) and a node's status (GET
 // /network/nodes/{name}, with the key its operator entered). No prompts, no answers.
 /** nodes: absent for a caller without a user or reader key (issue 53): shown as "–". */
-interface NetworkModel { name: string; nodes?: number; queued: number; jobs_per_minute: number }
-interface Recent { model: string; node: string | null; finished_at: string; seconds: number }
-interface Verification { checked_share: number; strikes_24h: { disagreement: number; replay: number; too_fast: number; give_up: number; failure: number; impostor: number; false_request_error: number; false_score: number }; nodes_on_probation: number; nodes_suspended: number }
-interface Network { active_nodes: number; jobs_per_minute: number; queued: number; models: NetworkModel[]; recent: Recent[]; verification: Verification }
-interface NodeJob { model: string; attempt: number; leased_at: string; ended_at: string | null; outcome: string | null; seconds: number | null; reversed: string | null }
+interface NetworkModel {
+  name: string;
+  nodes?: number;
+  queued: number;
+  jobs_per_minute: number;
+}
+interface Recent {
+  model: string;
+  node: string | null;
+  finished_at: string;
+  seconds: number;
+}
+interface Verification {
+  checked_share: number;
+  strikes_24h: {
+    disagreement: number;
+    replay: number;
+    too_fast: number;
+    give_up: number;
+    failure: number;
+    impostor: number;
+    false_request_error: number;
+    false_score: number;
+  };
+  nodes_on_probation: number;
+  nodes_suspended: number;
+}
+interface Network {
+  active_nodes: number;
+  jobs_per_minute: number;
+  queued: number;
+  models: NetworkModel[];
+  recent: Recent[];
+  verification: Verification;
+}
+interface NodeJob {
+  model: string;
+  attempt: number;
+  leased_at: string;
+  ended_at: string | null;
+  outcome: string | null;
+  seconds: number | null;
+  reversed: string | null;
+}
 export interface NodeView {
-  name: string; online: boolean; last_seen_at: string | null; models: string[]; open_leases: number; jobs: NodeJob[];
-  standing: 'trusted' | 'probation' | 'suspended'; strikes_counting: number; points_reversed: number;
+  name: string;
+  online: boolean;
+  last_seen_at: string | null;
+  models: string[];
+  open_leases: number;
+  jobs: NodeJob[];
+  standing: 'trusted' | 'probation' | 'suspended';
+  strikes_counting: number;
+  points_reversed: number;
 }
 
 const $ = (id: string): HTMLElement => document.getElementById(id)!;
-const cell = (text: string, className?: string) => Object.assign(document.createElement('td'), { textContent: text, ...(className ? { className } : {}) });
+const cell = (text: string, className?: string) =>
+  Object.assign(document.createElement('td'), { textContent: text, ...(className ? { className } : {}) });
 const row = (...cells: HTMLElement[]) => {
   const tr = document.createElement('tr');
   tr.append(...cells);
@@ -44,21 +91,38 @@ function renderNetwork(n: Network): void {
   $('net-active').textContent = String(n.active_nodes);
   $('net-rate').textContent = String(n.jobs_per_minute);
   $('net-queued').textContent = String(n.queued);
-  $('net-models').querySelector('tbody')!.replaceChildren(...(n.models.length
-    ? n.models.map((m) => row(modelCell(m.name), cell(m.nodes === undefined ? '–' : String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))))
-    : [row(Object.assign(cell('No node is online yet.'), { colSpan: 4 }))]));
-  $('net-recent').replaceChildren(...(n.recent.length
-    ? n.recent.map((r) => {
-      const li = document.createElement('li');
-      li.append(...breakable(r.model), ' · ', r.node ?? '?', ' · ', span(seconds(r.seconds), 'nowrap'), ' · ', span(ago(r.finished_at), 'nowrap'));
-      return li;
-    })
-    : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]));
+  $('net-models')
+    .querySelector('tbody')!
+    .replaceChildren(
+      ...(n.models.length
+        ? n.models.map((m) =>
+            row(modelCell(m.name), cell(m.nodes === undefined ? '–' : String(m.nodes)), cell(String(m.queued)), cell(String(m.jobs_per_minute))),
+          )
+        : [row(Object.assign(cell('No node is online yet.'), { colSpan: 4 }))]),
+    );
+  $('net-recent').replaceChildren(
+    ...(n.recent.length
+      ? n.recent.map((r) => {
+          const li = document.createElement('li');
+          li.append(
+            ...breakable(r.model),
+            ' · ',
+            r.node ?? '?',
+            ' · ',
+            span(seconds(r.seconds), 'nowrap'),
+            ' · ',
+            span(ago(r.finished_at), 'nowrap'),
+          );
+          return li;
+        })
+      : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]),
+  );
   const v = n.verification;
   $('net-checked').textContent = `${(v.checked_share * 100).toFixed(1)} %`;
   $('net-suspended').textContent = String(v.nodes_suspended);
   const s = v.strikes_24h;
-  $('net-strikes').textContent = `Strikes in the last 24 h: ${s.disagreement} disagreeing, ${s.replay} replayed, ${s.too_fast} too fast, ${s.give_up} given up, ${s.failure} for failed attempts, ${s.impostor} impostor, ${s.false_request_error} false request errors, ${s.false_score} false scores · nodes on probation: ${v.nodes_on_probation}`;
+  $('net-strikes').textContent =
+    `Strikes in the last 24 h: ${s.disagreement} disagreeing, ${s.replay} replayed, ${s.too_fast} too fast, ${s.give_up} given up, ${s.failure} for failed attempts, ${s.impostor} impostor, ${s.false_request_error} false request errors, ${s.false_score} false scores · nodes on probation: ${v.nodes_on_probation}`;
   $('net-updated').textContent = `Updated ${new Date().toISOString().slice(11, 19)} UTC`;
 }
 
@@ -97,12 +161,24 @@ export async function showNodeStatus(node: string, key: string): Promise<NodeVie
   const standing = $('node-standing');
   standing.textContent = v.standing === 'probation' ? 'on probation' : v.standing;
   standing.className = `badge ${v.standing === 'trusted' ? 'on' : 'off'}`;
-  $('node-strikes').textContent = `${v.strikes_counting} strike${v.strikes_counting === 1 ? '' : 's'} counting` +
+  $('node-strikes').textContent =
+    `${v.strikes_counting} strike${v.strikes_counting === 1 ? '' : 's'} counting` +
     (v.points_reversed > 0 ? ` · ${v.points_reversed} points taken back` : '') +
     (v.standing === 'trusted' ? '' : ' · ask the network operator for the evidence (ins node audit)');
-  $('node-jobs').querySelector('tbody')!.replaceChildren(...(v.jobs.length
-    ? v.jobs.map((j) => row(modelCell(j.model), j.reversed ? cell(`${j.outcome ?? 'done'}, points taken back (${j.reversed})`, 'bad') : cell(j.outcome ?? 'running'), nowrap(seconds(j.seconds)), nowrap(ago(j.leased_at))))
-    : [row(Object.assign(cell('No job yet.'), { colSpan: 4 }))]));
+  $('node-jobs')
+    .querySelector('tbody')!
+    .replaceChildren(
+      ...(v.jobs.length
+        ? v.jobs.map((j) =>
+            row(
+              modelCell(j.model),
+              j.reversed ? cell(`${j.outcome ?? 'done'}, points taken back (${j.reversed})`, 'bad') : cell(j.outcome ?? 'running'),
+              nowrap(seconds(j.seconds)),
+              nowrap(ago(j.leased_at)),
+            ),
+          )
+        : [row(Object.assign(cell('No job yet.'), { colSpan: 4 }))]),
+    );
   $('node-status').hidden = false;
   return v;
 }

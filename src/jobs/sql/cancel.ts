@@ -8,7 +8,9 @@ import type { JobState } from '../states.js';
 // $1 job id, $2 the owner's key id (NULL: an operator, any owner), $3 why, $4 this server's id.
 // The lease ends first (the lock order of sql/lease.ts); a leased job is canceled only if this
 // statement ended its lease, so a report that ended it first wins.
-export const CANCEL = sql('jobs_cancel', `WITH job AS (
+export const CANCEL = sql(
+  'jobs_cancel',
+  `WITH job AS (
   SELECT id, state FROM jobs WHERE id = $1::uuid AND ($2::bigint IS NULL OR owner_key_id = $2::bigint)
 ),
 lease AS (
@@ -26,10 +28,17 @@ canceled AS (
 announced AS (
   SELECT jobs_announce($4::text, '{}', '{}', ARRAY(SELECT id FROM canceled), ARRAY(SELECT 'canceled' FROM canceled), ARRAY(SELECT model_id FROM canceled), '{}', '{}') AS items
 )
-SELECT a.items AS announced, (SELECT state FROM job) AS before, EXISTS (SELECT 1 FROM canceled) AS canceled FROM announced a`);
+SELECT a.items AS announced, (SELECT state FROM job) AS before, EXISTS (SELECT 1 FROM canceled) AS canceled FROM announced a`,
+);
 
 /** The job's state before (undefined: no such job of this owner), whether it is now canceled, and the outcome. */
-export async function cancelJob(db: Queryable, jobId: string, ownerKeyId: number | null, why: string, server: string): Promise<{ before: JobState | undefined; canceled: boolean; outcome: Outcome }> {
+export async function cancelJob(
+  db: Queryable,
+  jobId: string,
+  ownerKeyId: number | null,
+  why: string,
+  server: string,
+): Promise<{ before: JobState | undefined; canceled: boolean; outcome: Outcome }> {
   const [row] = await db.query<{ announced: string; before: JobState | null; canceled: boolean }>(CANCEL, [jobId, ownerKeyId, why, server]);
   return { before: row!.before ?? undefined, canceled: row!.canceled, outcome: parseItems(row!.announced) };
 }

@@ -9,7 +9,15 @@ import { sql, type Queryable } from '../../db/database.js';
 import { CREDIT_PART } from '../../results/credit.js';
 import { nodeSuspended } from '../../db/rules/suspended.js';
 import { parseItems, type DoneJob, type Outcome } from '../outcome.js';
-import { estimateAnswerTokens, mostCompletionTokens, OTHER_REQUEST_ERROR, REQUEST_ERROR_MESSAGES, type Answer, type RequestError, type Usage } from '../answer.js';
+import {
+  estimateAnswerTokens,
+  mostCompletionTokens,
+  OTHER_REQUEST_ERROR,
+  REQUEST_ERROR_MESSAGES,
+  type Answer,
+  type RequestError,
+  type Usage,
+} from '../answer.js';
 import type { JobState } from '../states.js';
 import type { WireToken } from '../../validation/answer-tokens.js';
 import { coversSql } from '../context.js';
@@ -63,12 +71,16 @@ import { coversSql } from '../context.js';
 /** A constant of this file as an SQL string literal (never input). */
 const literal = (text: string): string => `'${text.replace(/'/g, "''")}'`;
 /** The CASE arms giving a request error's fixed message by its code (jobs/answer.ts publicRequestError). */
-const REQUEST_ERROR_DETAIL = `${Object.entries(REQUEST_ERROR_MESSAGES).map(([code, m]) => `WHEN ${literal(code)} THEN ${literal(m)}`).join(' ')} ELSE ${literal(OTHER_REQUEST_ERROR)}`;
+const REQUEST_ERROR_DETAIL = `${Object.entries(REQUEST_ERROR_MESSAGES)
+  .map(([code, m]) => `WHEN ${literal(code)} THEN ${literal(m)}`)
+  .join(' ')} ELSE ${literal(OTHER_REQUEST_ERROR)}`;
 
 /** Prompt tokens a node may count beyond one per byte of the request (its backend's chat template and system prompt). */
 export const PROMPT_ALLOWANCE = 4096;
 
-export const COMPLETE = sql('jobs_complete', `WITH reports AS (
+export const COMPLETE = sql(
+  'jobs_complete',
+  `WITH reports AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[], $14::bigint[], $15::jsonb[])
     AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate, most, tokens)
 ),
@@ -145,7 +157,8 @@ input AS (
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
   e.request_error IS NOT NULL AS request_error, coalesce(e.covered, false) AS covered, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
-FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`);
+FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`,
+);
 
 export interface JobReport {
   keyHash: string;
@@ -163,21 +176,56 @@ export interface JobReport {
 }
 
 /** A report the statement took: its lease ended, and how. */
-export interface Completed { status: 'success' | 'error'; points: number; state: JobState; modelId: number; nodeId: number }
-
-interface Row {
-  key_hash: string; status: 'success' | 'error'; points: number; state: JobState; model_id: number; node_id: number; queued_seconds: number | null; usage: Usage | null; cut: boolean;
-  request_error: boolean; covered: boolean; copy: boolean; failed_by: number[] | null; announced: string;
+export interface Completed {
+  status: 'success' | 'error';
+  points: number;
+  state: JobState;
+  modelId: number;
+  nodeId: number;
 }
 
-export interface CompleteOptions { defaultPoints: number; maxAttempts: number; server: string; audit: boolean }
+interface Row {
+  key_hash: string;
+  status: 'success' | 'error';
+  points: number;
+  state: JobState;
+  model_id: number;
+  node_id: number;
+  queued_seconds: number | null;
+  usage: Usage | null;
+  cut: boolean;
+  request_error: boolean;
+  covered: boolean;
+  copy: boolean;
+  failed_by: number[] | null;
+  announced: string;
+}
+
+export interface CompleteOptions {
+  defaultPoints: number;
+  maxAttempts: number;
+  server: string;
+  audit: boolean;
+}
 
 /** Completes the reports (each lease once: callers de-duplicate); answers those the statement took, by job key hash, and the outcome. */
-export async function completeJobs(db: Queryable, reports: readonly JobReport[], o: CompleteOptions): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
+export async function completeJobs(
+  db: Queryable,
+  reports: readonly JobReport[],
+  o: CompleteOptions,
+): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
   const rows = await db.query<Row>(COMPLETE, [
-    reports.map((r) => r.keyHash), reports.map((r) => r.jobId), reports.map((r) => r.modelName), reports.map((r) => r.status),
-    reports.map((r) => JSON.stringify(r.result)), reports.map((r) => JSON.stringify(r.answer)), reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
-    o.defaultPoints, o.maxAttempts, o.server, o.audit,
+    reports.map((r) => r.keyHash),
+    reports.map((r) => r.jobId),
+    reports.map((r) => r.modelName),
+    reports.map((r) => r.status),
+    reports.map((r) => JSON.stringify(r.result)),
+    reports.map((r) => JSON.stringify(r.answer)),
+    reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
+    o.defaultPoints,
+    o.maxAttempts,
+    o.server,
+    o.audit,
     reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
     reports.map((r) => (r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0)),
     reports.map((r) => mostCompletionTokens(r.answer)),
@@ -191,20 +239,34 @@ export async function completeJobs(db: Queryable, reports: readonly JobReport[],
     completed.set(row.key_hash, { status: row.status, points: row.points, state: row.state, modelId: row.model_id, nodeId: row.node_id });
     const r = byKey.get(row.key_hash)!;
     // Its count reached max_output beyond what it wrote (cut): the statement said so in the answer, as here.
-    if (row.state === 'done') done.set(r.jobId, { state: 'done', result: row.cut ? { ...r.answer, finish_reason: 'length' } : r.answer, usage: row.usage, queuedSeconds: row.queued_seconds });
+    if (row.state === 'done')
+      done.set(r.jobId, {
+        state: 'done',
+        result: row.cut ? { ...r.answer, finish_reason: 'length' } : r.answer,
+        usage: row.usage,
+        queuedSeconds: row.queued_seconds,
+      });
   }
   // Error reports are their nodes' failures (a request's own error, issue 28, is the request's),
   // which count against a node once another node finished the job (verify/failures.ts): told
   // when the failure happens and when that job is done.
   const failures = [
-    ...rows.filter((row) => row.status === 'error' && !row.request_error).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId })),
+    ...rows
+      .filter((row) => row.status === 'error' && !row.request_error)
+      .map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId })),
     ...rows.flatMap((row) => (row.failed_by ?? []).map((nodeId) => ({ nodeId: Number(nodeId), jobId: byKey.get(row.key_hash)!.jobId }))),
   ];
   // The claim is audited (verify/request-errors.ts) when the node's declared context held the
   // request; a copy's own request error is that audit's answer, not audited again.
-  const requestErrors = rows.filter((row) => row.request_error && row.covered && !row.copy).map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
+  const requestErrors = rows
+    .filter((row) => row.request_error && row.covered && !row.copy)
+    .map((row) => ({ nodeId: row.node_id, jobId: byKey.get(row.key_hash)!.jobId }));
   if (done.size > 0 || failures.length > 0 || requestErrors.length > 0) {
-    outcome.local = { ...(done.size > 0 ? { done } : {}), ...(failures.length > 0 ? { nodeFailures: failures } : {}), ...(requestErrors.length > 0 ? { requestErrors } : {}) };
+    outcome.local = {
+      ...(done.size > 0 ? { done } : {}),
+      ...(failures.length > 0 ? { nodeFailures: failures } : {}),
+      ...(requestErrors.length > 0 ? { requestErrors } : {}),
+    };
   }
   return { completed, outcome };
 }

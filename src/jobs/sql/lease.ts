@@ -11,20 +11,36 @@ import type { JobRequest } from '../request.js';
 import { fitsSql } from '../context.js';
 
 /** One waiting poll: the session asking, its model set's group and its slot in the group. */
-export interface Ask { group: number; slot: number; sessionId: number; nodeId: number; keyHash: string; rank: number }
+export interface Ask {
+  group: number;
+  slot: number;
+  sessionId: number;
+  nodeId: number;
+  keyHash: string;
+  rank: number;
+}
 /**
  * Asks with the same model set (and the same capabilities for each, `caps` aligned with
  * `models`: jobs/capabilities.ts bits, absent: none) form a group; it leases at most `count`
  * jobs, first in fair order.
  */
 export interface Group {
-  group: number; models: number[]; count: number; caps?: number[];
+  group: number;
+  models: number[];
+  count: number;
+  caps?: number[];
   /** The context length the group's sessions declared for each of `models` (aligned; 0 or absent: none; jobs/context.ts). */
   contexts?: number[];
 }
 
 export interface LeasedJob {
-  group: number; slot: number; jobId: string; model: string; request: JobRequest; attempt: number; queuedSeconds: number;
+  group: number;
+  slot: number;
+  jobId: string;
+  model: string;
+  request: JobRequest;
+  attempt: number;
+  queuedSeconds: number;
   /** The answer's beginning an earlier attempt streamed to the client (jobs.streamed): the node continues it. */
   prefix: string;
 }
@@ -75,7 +91,9 @@ ${name}_second AS (
 // behind it; $11 the groups' capabilities (array literals aligned with their models).
 // Context (issue 53): a job whose estimated length exceeds the context the group declared for its
 // model ($12, aligned likewise; 0: none declared) is skipped the same way (jobs/context.ts fitsSql).
-export const LEASE = sql('jobs_lease', `WITH asks AS (
+export const LEASE = sql(
+  'jobs_lease',
+  `WITH asks AS (
   SELECT a.*, s.capacity,
     (SELECT count(*) FROM job_leases l WHERE l.session_id = a.session_id AND l.ended_at IS NULL) AS open
   FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::text[], $6::int[]) AS a(g, k, session_id, node_id, key_hash, rank)
@@ -159,29 +177,63 @@ SELECT a.g, a.k, 'over_capacity', NULL, NULL, NULL, NULL, NULL, NULL FROM asks a
 UNION ALL
 SELECT c.g, 0, 'jobs_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.jobs
 UNION ALL
-SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`, { plan: 'generic' });
+SELECT c.g, 0, 'copies_left', NULL, NULL, NULL, NULL, NULL, NULL FROM left_over c WHERE c.copies`,
+  { plan: 'generic' },
+);
 // (A suspended node's asks are in neither part: they get nothing, and wait.)
 
 interface Row {
-  g: number; k: number; row: 'leased' | 'over_capacity' | 'jobs_left' | 'copies_left';
-  job_id: string | null; model: string | null; request: JobRequest | null; attempt: number | null; queued_seconds: number | null; prefix: string | null;
+  g: number;
+  k: number;
+  row: 'leased' | 'over_capacity' | 'jobs_left' | 'copies_left';
+  job_id: string | null;
+  model: string | null;
+  request: JobRequest | null;
+  attempt: number | null;
+  queued_seconds: number | null;
+  prefix: string | null;
 }
 
 /** A round's leases, and the groups whose models still have queued jobs, or copies, it did not hand out. */
-export interface LeaseRound { rows: LeaseRow[]; jobsLeft: Set<number>; copiesLeft: Set<number> }
+export interface LeaseRound {
+  rows: LeaseRow[];
+  jobsLeft: Set<number>;
+  copiesLeft: Set<number>;
+}
 
 export async function leaseJobs(db: Queryable, asks: readonly Ask[], groups: readonly Group[], leaseSeconds: number): Promise<LeaseRound> {
   const rows = await db.query<Row>(LEASE, [
-    asks.map((a) => a.group), asks.map((a) => a.slot), asks.map((a) => a.sessionId), asks.map((a) => a.nodeId), asks.map((a) => a.keyHash), asks.map((a) => a.rank),
-    groups.map((g) => g.group), groups.map((g) => `{${g.models.join(',')}}`), groups.map((g) => g.count),
+    asks.map((a) => a.group),
+    asks.map((a) => a.slot),
+    asks.map((a) => a.sessionId),
+    asks.map((a) => a.nodeId),
+    asks.map((a) => a.keyHash),
+    asks.map((a) => a.rank),
+    groups.map((g) => g.group),
+    groups.map((g) => `{${g.models.join(',')}}`),
+    groups.map((g) => g.count),
     leaseSeconds,
     groups.map((g) => `{${(g.caps ?? []).join(',')}}`),
     groups.map((g) => `{${(g.contexts ?? []).join(',')}}`),
   ]);
   return {
-    rows: rows.filter((r) => r.row === 'leased' || r.row === 'over_capacity').map((r): LeaseRow => (r.row === 'over_capacity'
-      ? { group: r.g, slot: r.k, overCapacity: true }
-      : { group: r.g, slot: r.k, jobId: r.job_id!, model: r.model!, request: r.request!, attempt: r.attempt!, queuedSeconds: r.queued_seconds!, prefix: r.prefix ?? '' })),
+    rows: rows
+      .filter((r) => r.row === 'leased' || r.row === 'over_capacity')
+      .map(
+        (r): LeaseRow =>
+          r.row === 'over_capacity'
+            ? { group: r.g, slot: r.k, overCapacity: true }
+            : {
+                group: r.g,
+                slot: r.k,
+                jobId: r.job_id!,
+                model: r.model!,
+                request: r.request!,
+                attempt: r.attempt!,
+                queuedSeconds: r.queued_seconds!,
+                prefix: r.prefix ?? '',
+              },
+      ),
     jobsLeft: new Set(rows.filter((r) => r.row === 'jobs_left').map((r) => r.g)),
     copiesLeft: new Set(rows.filter((r) => r.row === 'copies_left').map((r) => r.g)),
   };

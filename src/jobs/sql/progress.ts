@@ -11,7 +11,9 @@ import { sql, type Queryable } from '../../db/database.js';
 // beginning of what it generated: at the cap, the text is cut there and nothing later is kept
 // (a gap would make the rest look like it followed on). Text of a job no client streams is taken
 // but neither kept nor relayed.
-export const KEEP_PROGRESS = sql('jobs_progress_keep', `WITH lease AS (
+export const KEEP_PROGRESS = sql(
+  'jobs_progress_keep',
+  `WITH lease AS (
   SELECT l.key_hash, l.attempt, char_length(l.prefix) + char_length(l.partial) AS at,
     CASE WHEN coalesce((j.request ->> 'stream')::boolean, false)
       THEN greatest(0, least(char_length($3::text), $4::int - char_length(l.partial))) ELSE 0 END AS kept
@@ -23,20 +25,27 @@ stored AS (
   UPDATE job_leases l SET partial = l.partial || left($3::text, x.kept) FROM lease x WHERE l.key_hash = x.key_hash AND x.kept > 0
   RETURNING l.key_hash
 )
-SELECT x.attempt, x.at, x.kept, (SELECT count(*)::int FROM stored) AS stored FROM lease x`);
+SELECT x.attempt, x.at, x.kept, (SELECT count(*)::int FROM stored) AS stored FROM lease x`,
+);
 
 // $1 the job key's hash, $2 the job id: the lease is open (a heartbeat: progress without text).
-export const LEASE_OPEN = sql('jobs_progress_lease', `SELECT attempt FROM job_leases
-  WHERE key_hash = $1::text AND ended_at IS NULL AND job_id::text = $2::text`);
+export const LEASE_OPEN = sql(
+  'jobs_progress_lease',
+  `SELECT attempt FROM job_leases
+  WHERE key_hash = $1::text AND ended_at IS NULL AND job_id::text = $2::text`,
+);
 
 // $1 the job key's hash, $2 LEASE_TIMEOUT, $3 HEARTBEAT_TIMEOUT (seconds). A worker that sends
 // progress (text or heartbeats) holds its lease while it does: the lease now ends $3 seconds from
 // now, and never later than it would have without heartbeats (LEASE_TIMEOUT after it began, the
 // job's deadline: sql/lease.ts). A worker that dies gives its job back within $3 seconds and the
 // next sweep; one that never sends any (the seed's) keeps the whole LEASE_TIMEOUT.
-export const RENEW_LEASE = sql('jobs_progress_renew', `UPDATE job_leases l
+export const RENEW_LEASE = sql(
+  'jobs_progress_renew',
+  `UPDATE job_leases l
   SET expires_at = least(j.deadline_at, l.leased_at + make_interval(secs => $2::float8 + l.paused_seconds), now() + make_interval(secs => $3::float8))
-  FROM jobs j WHERE l.key_hash = $1::text AND l.ended_at IS NULL AND j.id = l.job_id`);
+  FROM jobs j WHERE l.key_hash = $1::text AND l.ended_at IS NULL AND j.id = l.job_id`,
+);
 
 /** Renews the open lease of this job key (RENEW_LEASE). */
 export async function renewLease(db: Queryable, keyHash: string, leaseSeconds: number, heartbeatSeconds: number): Promise<void> {
@@ -44,7 +53,11 @@ export async function renewLease(db: Queryable, keyHash: string, leaseSeconds: n
 }
 
 /** What an open lease kept of the text: its attempt, the offset of the text in the answer and how many of its characters (from the start) it kept. */
-export interface Kept { attempt: number; at: number; kept: number }
+export interface Kept {
+  attempt: number;
+  at: number;
+  kept: number;
+}
 
 /** Keeps the text with its open lease; undefined when that lease is not open. */
 export async function keepProgress(db: Queryable, keyHash: string, jobId: string, text: string, cap: number): Promise<Kept | undefined> {

@@ -13,7 +13,9 @@ import { parseItems, type Outcome } from '../outcome.js';
 // every open one of node $3's sessions. $5 the outcome; $6 true when the lease never reached the
 // worker: its row goes (the next lease takes its attempt number, and (job_id, attempt) is
 // unique); $7 this server's id.
-export const RELEASE = sql('jobs_release', `WITH chosen AS (
+export const RELEASE = sql(
+  'jobs_release',
+  `WITH chosen AS (
   SELECT key_hash FROM job_leases
   WHERE ended_at IS NULL AND (key_hash = ANY($1::text[]) OR session_id = $2::bigint OR node_id = $3::bigint)
   ORDER BY leased_at LIMIT $4::int
@@ -45,15 +47,28 @@ announced AS (
     '{}', '{}', '{}', ARRAY(SELECT id FROM back), ARRAY(SELECT attempt FROM back)) AS items
 )
 SELECT a.items AS announced, coalesce((SELECT json_agg(json_build_object('nodeId', node_id, 'jobId', job_id)) FROM repeated), '[]') AS repeated
-FROM announced a`);
+FROM announced a`,
+);
 
-export interface ReleaseWhich { keyHashes?: string[]; sessionId?: number; nodeId?: number; most?: number }
+export interface ReleaseWhich {
+  keyHashes?: string[];
+  sessionId?: number;
+  nodeId?: number;
+  most?: number;
+}
 export type GiveUp = 'released' | 'abandoned';
 
 /** Ends the chosen open leases as given up (`undelivered`: undone, no attempt); their jobs go back to the queue. */
 export async function releaseLeases(db: Queryable, which: ReleaseWhich, outcome: GiveUp, undelivered: boolean, server: string): Promise<Outcome> {
   const [row] = await db.query<{ announced: string; repeated: { nodeId: number; jobId: string }[] }>(RELEASE, [
-    which.keyHashes ?? [], which.sessionId ?? null, which.nodeId ?? null, which.most ?? 1_000_000, outcome, undelivered, server]);
+    which.keyHashes ?? [],
+    which.sessionId ?? null,
+    which.nodeId ?? null,
+    which.most ?? 1_000_000,
+    outcome,
+    undelivered,
+    server,
+  ]);
   const o = parseItems(row!.announced);
   if (row!.repeated.length > 0) o.local = { repeatGiveUps: row!.repeated.map((r) => ({ nodeId: Number(r.nodeId), jobId: r.jobId })) };
   return o;

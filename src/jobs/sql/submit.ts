@@ -36,7 +36,9 @@ import type { JobRequest } from '../request.js';
 // queued), and never more than one step past the owner's last queued job of the model (or past
 // the virtual time when none is queued). n jobs of one owner and model in a batch take n
 // consecutive keys.
-export const SUBMIT = sql('jobs_submit', `WITH input AS (
+export const SUBMIT = sql(
+  'jobs_submit',
+  `WITH input AS (
   SELECT q.*, row_number() OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS r,
     sum(q.reserve) OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS cum
   FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::jsonb[], $5::float8[], $6::bigint[], $7::bigint[], $8::text[], $9::int[], $12::bigint[])
@@ -117,7 +119,8 @@ SELECT s.id::text AS id, s.state = 'leased' AS handed, NULL AS refused, a.items 
 UNION ALL
 SELECT i.id::text, false, CASE WHEN l.qt IS NOT NULL AND i.reserve > l.qt THEN 'reserve' WHEN l.qj IS NOT NULL AND c.prev_jobs + c.fit >= l.qj THEN 'jobs'
     WHEN i.reserve <= l.qt - c.tokens THEN 'retry' ELSE 'tokens' END, a.items
-FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id CROSS JOIN announced a WHERE i.r > c.fit`);
+FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id CROSS JOIN announced a WHERE i.r > c.fit`,
+);
 
 // Before a long job is submitted (jobs/submit.ts): $1 its model, $2 its request, $3 the
 // capabilities it needs, $4 the online window, $5 MODELS_TTL (seconds). The nodes serving the
@@ -125,14 +128,21 @@ FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_
 // request by its estimate (jobs/context.ts: bytes as stored, BYTES_PER_TOKEN a token; a session
 // that declared no context could), and the longest context declared. No node at all is no
 // refusal: the job waits for one, as any job does.
-export const CONTEXT_ROOM = sql('jobs_context_room', `SELECT count(*)::int AS nodes,
+export const CONTEXT_ROOM = sql(
+  'jobs_context_room',
+  `SELECT count(*)::int AS nodes,
     count(*) FILTER (WHERE coalesce(d.ctx, 0) <= 0 OR octet_length(($2::jsonb - 'front')::text) / ${BYTES_PER_TOKEN} <= d.ctx)::int AS fit,
     coalesce(max(d.ctx), 0)::int AS longest, (octet_length(($2::jsonb - 'front')::text) / ${BYTES_PER_TOKEN})::int AS estimate
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id CROSS JOIN LATERAL unnest(s.models, s.model_caps, s.model_contexts) AS d(model_id, caps, ctx)
-  WHERE d.model_id = $1::int AND $3::int & ~coalesce(d.caps, 0) = 0 AND ${servingSession('s', 'n', '$4', '$5')}`);
+  WHERE d.model_id = $1::int AND $3::int & ~coalesce(d.caps, 0) = 0 AND ${servingSession('s', 'n', '$4', '$5')}`,
+);
 
 export interface SubmitRow {
-  id: string; ownerKeyId: number; modelId: number; request: JobRequest; timeout: number;
+  id: string;
+  ownerKeyId: number;
+  modelId: number;
+  request: JobRequest;
+  timeout: number;
   /** Output tokens the job reserves of its owner's daily quota until the node reports its count. */
   reserve: number;
   /** A waiting worker to hand the job to, if its session can take it. */
@@ -140,7 +150,10 @@ export interface SubmitRow {
 }
 
 /** The daily quotas of keys without their own (null: none). */
-export interface QuotaDefaults { jobs: number | null; tokens: number | null }
+export interface QuotaDefaults {
+  jobs: number | null;
+  tokens: number | null;
+}
 
 /**
  * Why the statement did not take a job: which quota refused it ('reserve': its reservation alone
@@ -150,11 +163,28 @@ export interface QuotaDefaults { jobs: number | null; tokens: number | null }
 export type Refusal = 'jobs' | 'tokens' | 'reserve' | 'retry';
 
 /** Submits the jobs; answers which were handed off, which were not taken (over their owner's quota, or to submit again), and the outcome. */
-export async function submitJobs(db: Queryable, rows: readonly SubmitRow[], leaseSeconds: number, server: string, quota: QuotaDefaults = { jobs: null, tokens: null }): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
+export async function submitJobs(
+  db: Queryable,
+  rows: readonly SubmitRow[],
+  leaseSeconds: number,
+  server: string,
+  quota: QuotaDefaults = { jobs: null, tokens: null },
+): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
   const out = await db.query<{ id: string; handed: boolean; refused: Refusal | null; announced: string }>(SUBMIT, [
-    rows.map((r) => r.id), rows.map((r) => r.ownerKeyId), rows.map((r) => r.modelId), rows.map((r) => JSON.stringify(r.request)), rows.map((r) => r.timeout),
-    rows.map((r) => r.handOff?.sessionId ?? null), rows.map((r) => r.handOff?.nodeId ?? null), rows.map((r) => r.handOff?.keyHash ?? null), rows.map((r) => r.handOff?.rank ?? null),
-    leaseSeconds, server, rows.map((r) => r.reserve), quota.jobs, quota.tokens,
+    rows.map((r) => r.id),
+    rows.map((r) => r.ownerKeyId),
+    rows.map((r) => r.modelId),
+    rows.map((r) => JSON.stringify(r.request)),
+    rows.map((r) => r.timeout),
+    rows.map((r) => r.handOff?.sessionId ?? null),
+    rows.map((r) => r.handOff?.nodeId ?? null),
+    rows.map((r) => r.handOff?.keyHash ?? null),
+    rows.map((r) => r.handOff?.rank ?? null),
+    leaseSeconds,
+    server,
+    rows.map((r) => r.reserve),
+    quota.jobs,
+    quota.tokens,
   ]);
   const handed = new Set(out.filter((o) => o.handed).map((o) => o.id));
   const refused = new Map(out.filter((o) => o.refused).map((o) => [o.id, o.refused!]));

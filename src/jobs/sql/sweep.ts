@@ -18,7 +18,9 @@ export const TRY_LOCK = sql('sweep_try_lock', `SELECT pg_try_advisory_xact_lock(
 // node's fault (docs/coordinator.md, "Whose fault an attempt's end is"), as an error report is
 // (sql/complete.ts): the node is kept off the job, the job fails only once MAX_ATTEMPTS
 // distinct nodes failed it, and the node's failure is counted against it (verify/failures.ts).
-export const SWEEP = sql('sweep', `WITH ended AS (
+export const SWEEP = sql(
+  'sweep',
+  `WITH ended AS (
   UPDATE job_leases l SET ended_at = now(), outcome = CASE WHEN j.deadline_at <= now() THEN 'deadline' ELSE 'expired' END
   FROM jobs j WHERE l.ended_at IS NULL AND l.expires_at <= now() AND j.id = l.job_id
   RETURNING l.job_id, l.node_id, l.outcome, l.attempt, l.prefix || l.partial AS streamed
@@ -98,7 +100,8 @@ announced AS (
 )
 SELECT a.items AS announced, (SELECT count(*)::int FROM ended) AS leases_ended,
   coalesce((SELECT json_agg(json_build_object('nodeId', node_id, 'jobId', id)) FROM requeued), '[]') AS failures
-FROM announced a`);
+FROM announced a`,
+);
 
 // Before the sweep: the time since the last one ended ($1 seconds at least: longer than any
 // sweep's own delay) was time no server swept — the service or its database was down — and no
@@ -106,30 +109,49 @@ FROM announced a`);
 // one taken since (a server that starts after a long stop leases at once) has lost nothing.
 // The clock is the last sweep's end (TICK, after it): a slow sweep is no gap, since the next
 // one starts only after it (jobs/sweeper.ts).
-export const PAUSE = sql('sweep_pause', `WITH t AS (
+export const PAUSE = sql(
+  'sweep_pause',
+  `WITH t AS (
   SELECT extract(epoch FROM now() - swept_at)::float8 AS gap, swept_at AS since FROM sweep_clock FOR UPDATE
 )
 UPDATE job_leases l SET expires_at = least(j.deadline_at, l.expires_at + make_interval(secs => t.gap)), paused_seconds = l.paused_seconds + t.gap
 FROM t, jobs j
-WHERE t.gap > $1::float8 AND l.ended_at IS NULL AND l.leased_at <= t.since AND l.expires_at > t.since AND j.id = l.job_id`);
+WHERE t.gap > $1::float8 AND l.ended_at IS NULL AND l.leased_at <= t.since AND l.expires_at > t.since AND j.id = l.job_id`,
+);
 export const TICK = sql('sweep_tick', `UPDATE sweep_clock SET swept_at = greatest(swept_at, clock_timestamp())`);
 
 /** The gap between sweeps past which it is given back to leases (PAUSE): longer than a sweep's delay on a loaded machine, five intervals and at least 5 s. */
 export const pauseAfter = (sweepIntervalSeconds: number): number => Math.max(5, 5 * sweepIntervalSeconds);
 
 /** When a queued job some node failed has no node left that may take it (seconds). */
-export interface Stranding { onlineWindow: number; modelsTtl: number; grace: number }
+export interface Stranding {
+  onlineWindow: number;
+  modelsTtl: number;
+  grace: number;
+}
 
 /**
  * One sweep, if this server gets the lock; undefined when another server is sweeping. `pauseAfter`
  * (seconds): a longer time since the last sweep is given back to the leases open then (PAUSE).
  */
-export async function sweep(db: Database, maxAttempts: number, server: string, stranding: Stranding, pauseAfter: number): Promise<Outcome | undefined> {
+export async function sweep(
+  db: Database,
+  maxAttempts: number,
+  server: string,
+  stranding: Stranding,
+  pauseAfter: number,
+): Promise<Outcome | undefined> {
   return db.transaction(async (tx) => {
     const [lock] = await tx.query<{ got: boolean }>(TRY_LOCK);
     if (!lock!.got) return undefined;
     await tx.query(PAUSE, [pauseAfter]);
-    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [maxAttempts, server, stranding.onlineWindow, stranding.modelsTtl, stranding.grace]);
+    const [r] = await tx.query<{ announced: string; leases_ended: number; failures: { nodeId: number; jobId: string }[] }>(SWEEP, [
+      maxAttempts,
+      server,
+      stranding.onlineWindow,
+      stranding.modelsTtl,
+      stranding.grace,
+    ]);
     await tx.query(TICK);
     const o = parseItems(r!.announced);
     if (r!.leases_ended > 0) o.local = { leasesExpired: r!.leases_ended };

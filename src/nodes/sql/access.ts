@@ -5,9 +5,12 @@
 // docs/coordinator.md); its leases go back to the queue (nodes/lifecycle.ts).
 import { sql } from '../../db/database.js';
 
-export const SET_ACCESS = sql('nodes_set_access', `WITH changed AS (
+export const SET_ACCESS = sql(
+  'nodes_set_access',
+  `WITH changed AS (
   UPDATE nodes SET disabled_at = CASE WHEN $2::boolean THEN coalesce(disabled_at, now()) END
   WHERE name = $1::text RETURNING id),
 ended AS (
   UPDATE node_sessions s SET ended_at = now() FROM changed c WHERE $2::boolean AND s.node_id = c.id AND s.ended_at IS NULL)
-SELECT id, nodes_announce($3::text, CASE WHEN $2::boolean THEN 'disabled' ELSE 'enabled' END, id, NULL) AS announced FROM changed`);
+SELECT id, nodes_announce($3::text, CASE WHEN $2::boolean THEN 'disabled' ELSE 'enabled' END, id, NULL) AS announced FROM changed`,
+);

@@ -5,12 +5,18 @@ import { sql } from '../../db/database.js';
 
 // $1 node, $2 token hash, $3 the node key's hash it began with, $4 version, $5 stats, $6
 // capacity, $7 this server's id.
-export const REGISTER = sql('nodes_register', `WITH opened AS (
+export const REGISTER = sql(
+  'nodes_register',
+  `WITH opened AS (
   INSERT INTO node_sessions (node_id, token_hash, node_key_hash, node_version, stats, capacity)
   VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::int) RETURNING id, node_id)
-SELECT id, nodes_announce($7::text, 'registered', node_id, id) AS announced FROM opened`);
+SELECT id, nodes_announce($7::text, 'registered', node_id, id) AS announced FROM opened`,
+);
 
 // $1 session, $2 this server's id. A session ended already: no row, nothing announced.
-export const DEREGISTER = sql('nodes_deregister', `WITH ended AS (
+export const DEREGISTER = sql(
+  'nodes_deregister',
+  `WITH ended AS (
   UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id, node_id)
-SELECT id, node_id, nodes_announce($2::text, 'deregistered', node_id, id) AS announced FROM ended`);
+SELECT id, node_id, nodes_announce($2::text, 'deregistered', node_id, id) AS announced FROM ended`,
+);

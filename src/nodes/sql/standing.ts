@@ -9,7 +9,9 @@ import type { Standing, StrikeKind } from '../states.js';
 // server's id (empty: unknown). Strikes count within the window and since the node was last
 // reinstated. Answers the standing before and after; announces `suspended` when this strike
 // suspended the node, else `struck`.
-export const STRIKE = sql('nodes_strike', `WITH recorded AS (
+export const STRIKE = sql(
+  'nodes_strike',
+  `WITH recorded AS (
     INSERT INTO node_strikes (node_id, job_id, kind, evidence) VALUES ($1::bigint, $2::uuid, $3::text, $4::jsonb) RETURNING node_id),
   prior AS (SELECT state, reinstated_at FROM node_standing WHERE node_id = $1::bigint),
   counted AS (SELECT count(*)::int + 1 AS n FROM node_strikes s WHERE s.node_id = $1::bigint
@@ -22,13 +24,17 @@ export const STRIKE = sql('nodes_strike', `WITH recorded AS (
       changed_at = CASE WHEN r.state <> (SELECT state FROM next) THEN now() ELSE r.changed_at END
     RETURNING coalesce((SELECT state FROM prior), 'trusted') AS before, r.state AS after)
 SELECT before, after, nodes_announce($7::text, CASE WHEN after = 'suspended' AND before <> 'suspended' THEN 'suspended' ELSE 'struck' END, $1::bigint, NULL) AS announced
-FROM standing`);
+FROM standing`,
+);
 
 // $1 the node's name, $2 this server's id. A node trusted already: no row, nothing announced.
-export const RESTORE = sql('nodes_restore', `WITH restored AS (
+export const RESTORE = sql(
+  'nodes_restore',
+  `WITH restored AS (
   UPDATE node_standing r SET state = 'trusted', clean_streak = 0, changed_at = now(), reinstated_at = now()
   FROM nodes n WHERE n.id = r.node_id AND n.name = $1::text AND r.state <> 'trusted' RETURNING r.node_id)
-SELECT node_id, nodes_announce($2::text, 'restored', node_id, NULL) AS announced FROM restored`);
+SELECT node_id, nodes_announce($2::text, 'restored', node_id, NULL) AS announced FROM restored`,
+);
 
 /**
  * strike (and suspend, at VERIFY_STRIKES strikes), inside verification's transaction `q`
@@ -38,7 +44,24 @@ SELECT node_id, nodes_announce($2::text, 'restored', node_id, NULL) AS announced
  * outcome itself, as for every other transition, so that its metrics count the strike as its
  * own. Empty: unknown — every lifecycle applies it as another's.
  */
-export async function strikeNode(q: Queryable, nodeId: number, jobId: string, kind: StrikeKind, evidence: Record<string, unknown>, windowSeconds: number, strikesToSuspend: number, server = ''): Promise<{ before: Standing; after: Standing; outcome: NodeOutcome }> {
-  const [row] = await q.query<{ before: Standing; after: Standing; announced: string }>(STRIKE, [nodeId, jobId, kind, JSON.stringify(evidence), windowSeconds, strikesToSuspend, server]);
+export async function strikeNode(
+  q: Queryable,
+  nodeId: number,
+  jobId: string,
+  kind: StrikeKind,
+  evidence: Record<string, unknown>,
+  windowSeconds: number,
+  strikesToSuspend: number,
+  server = '',
+): Promise<{ before: Standing; after: Standing; outcome: NodeOutcome }> {
+  const [row] = await q.query<{ before: Standing; after: Standing; announced: string }>(STRIKE, [
+    nodeId,
+    jobId,
+    kind,
+    JSON.stringify(evidence),
+    windowSeconds,
+    strikesToSuspend,
+    server,
+  ]);
   return { before: row!.before, after: row!.after, outcome: parseItem(row!.announced) };
 }

@@ -23,7 +23,11 @@ const INPUT_PIECE = 32;
 
 type StopReason = 'end_turn' | 'max_tokens' | 'tool_use';
 
-const STOP_REASONS: Readonly<Record<ReturnType<typeof finishReason>, StopReason>> = Object.freeze({ stop: 'end_turn', length: 'max_tokens', tool_calls: 'tool_use' });
+const STOP_REASONS: Readonly<Record<ReturnType<typeof finishReason>, StopReason>> = Object.freeze({
+  stop: 'end_turn',
+  length: 'max_tokens',
+  tool_calls: 'tool_use',
+});
 
 /** A tool call's arguments as the object Anthropic's `input` is (a node's text that is no JSON object: an empty input). */
 function inputOf(args: string): Record<string, unknown> {
@@ -37,7 +41,11 @@ function inputOf(args: string): Record<string, unknown> {
 
 /** The request's estimated input tokens (its texts' UTF-8 bytes / 4, jobs/answer.ts), before a node counts them. */
 export function estimateInput(job: ChatRequest): number {
-  const texts = [...job.messages.map((m) => m.content), ...(job.params.messages ?? []).flatMap((m) => (m.tool_calls ?? []).map((c) => c.function.arguments)), JSON.stringify(job.params.tools ?? [])];
+  const texts = [
+    ...job.messages.map((m) => m.content),
+    ...(job.params.messages ?? []).flatMap((m) => (m.tool_calls ?? []).map((c) => c.function.arguments)),
+    JSON.stringify(job.params.tools ?? []),
+  ];
   return texts.reduce((n, t) => n + estimateTokens(t), 0);
 }
 
@@ -67,11 +75,32 @@ function messagesWire(job: ChatRequest, jobId: string): Wire {
     body: (done) => {
       const content: Record<string, unknown>[] = [];
       if (done.answer.message.content) content.push({ type: 'text', text: done.answer.message.content });
-      for (const call of done.answer.message.tool_calls ?? []) content.push({ type: 'tool_use', id: call.id, name: call.function.name, input: inputOf(call.function.arguments) });
-      return { id, type: 'message', role: 'assistant', model: job.model, content, stop_reason: stopReason(done), stop_sequence: null, usage: usageOf(job, done) };
+      for (const call of done.answer.message.tool_calls ?? [])
+        content.push({ type: 'tool_use', id: call.id, name: call.function.name, input: inputOf(call.function.arguments) });
+      return {
+        id,
+        type: 'message',
+        role: 'assistant',
+        model: job.model,
+        content,
+        stop_reason: stopReason(done),
+        stop_sequence: null,
+        usage: usageOf(job, done),
+      };
     },
     begin: () => [
-      event('message_start', { message: { id, type: 'message', role: 'assistant', model: job.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: estimateInput(job), output_tokens: 0 } } }),
+      event('message_start', {
+        message: {
+          id,
+          type: 'message',
+          role: 'assistant',
+          model: job.model,
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage: { input_tokens: estimateInput(job), output_tokens: 0 },
+        },
+      }),
       event('ping', {}),
     ],
     // Anthropic's keep-alive while the job waits for its node, and where it stands as a comment.
@@ -84,7 +113,8 @@ function messagesWire(job: ChatRequest, jobId: string): Wire {
         const index = next++;
         events.push(event('content_block_start', { index, content_block: { type: 'tool_use', id: call.id, name: call.function.name, input: {} } }));
         const args = JSON.stringify(inputOf(call.function.arguments));
-        for (let at = 0; at < args.length; at += INPUT_PIECE) events.push(event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: args.slice(at, at + INPUT_PIECE) } }));
+        for (let at = 0; at < args.length; at += INPUT_PIECE)
+          events.push(event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: args.slice(at, at + INPUT_PIECE) } }));
         events.push(event('content_block_stop', { index }));
       }
       events.push(event('message_delta', { delta: { stop_reason: stopReason(done), stop_sequence: null }, usage: usageOf(job, done) }));
@@ -97,15 +127,24 @@ function messagesWire(job: ChatRequest, jobId: string): Wire {
 
 const paramNeeding: ParamNeeding = (job, cap) => {
   switch (cap) {
-    case 'sampling': return { param: job.params.stop ? 'stop_sequences' : 'top_p' };
-    case 'tool_choice': return { param: 'tool_choice' };
-    case 'json': return { param: 'output_config.format' };
-    default: return { param: job.params.tools ? 'tools' : 'messages' };
+    case 'sampling':
+      return { param: job.params.stop ? 'stop_sequences' : 'top_p' };
+    case 'tool_choice':
+      return { param: 'tool_choice' };
+    case 'json':
+      return { param: 'output_config.format' };
+    default:
+      return { param: job.params.tools ? 'tools' : 'messages' };
   }
 };
 
 export function messagesRoutes(app: FastifyInstance, deps: Deps, served: ServedModels): void {
-  const { limiters, service: { options: { coordinator: c } } } = deps;
+  const {
+    limiters,
+    service: {
+      options: { coordinator: c },
+    },
+  } = deps;
   const limits = { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout };
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const { owner, job } = await admit(deps, served, req, () => parseMessagesRequest(req.body, limits), paramNeeding, true);

@@ -52,21 +52,33 @@ function plainText(v: unknown, param: string): string {
     return v;
   }
   if (!Array.isArray(v)) throw invalidRequest(`${param}: Input should be a valid string or a list of content blocks`, param);
-  return v.map((b, k) => {
-    if (!isObject(b)) throw invalidRequest(`${param}.${k}: Input should be an object`, `${param}.${k}`);
-    if (b.type === 'text') return textOf(b, `${param}.${k}`);
-    throw unreadable(b, `${param}.${k}`);
-  }).join('');
+  return v
+    .map((b, k) => {
+      if (!isObject(b)) throw invalidRequest(`${param}.${k}: Input should be an object`, `${param}.${k}`);
+      if (b.type === 'text') return textOf(b, `${param}.${k}`);
+      throw unreadable(b, `${param}.${k}`);
+    })
+    .join('');
 }
 
 const unreadable = (b: Record<string, unknown>, param: string) => {
   const kind = typeof b.type === 'string' ? b.type : 'unknown';
   return UNREADABLE.has(kind)
-    ? invalidRequest(`${param}: content blocks of type '${kind}' are not supported: no node serving a model here declared vision or documents. Send text only.`, param, 'unsupported_content')
-    : invalidRequest(`${param}.type: Input tag '${kind}' found using 'type' does not match any of the expected tags: 'text', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'`, param);
+    ? invalidRequest(
+        `${param}: content blocks of type '${kind}' are not supported: no node serving a model here declared vision or documents. Send text only.`,
+        param,
+        'unsupported_content',
+      )
+    : invalidRequest(
+        `${param}.type: Input tag '${kind}' found using 'type' does not match any of the expected tags: 'text', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking'`,
+        param,
+      );
 };
 
-interface Converted { messages: ChatMessage[]; system: string[] }
+interface Converted {
+  messages: ChatMessage[];
+  system: string[];
+}
 
 /** Anthropic's turns as chat messages (see the file's head); system texts apart, to go first. */
 function conversation(v: unknown): Converted {
@@ -85,7 +97,8 @@ function conversation(v: unknown): Converted {
     }
     if (m.role !== 'user' && m.role !== 'assistant') throw invalidRequest(`${at}.role: Input should be 'user' or 'assistant'`, `${at}.role`);
     const blocks: unknown[] = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : Array.isArray(m.content) ? m.content : [];
-    if (!Array.isArray(m.content) && typeof m.content !== 'string') throw invalidRequest(`${at}.content: Input should be a valid string or a list of content blocks`, `${at}.content`);
+    if (!Array.isArray(m.content) && typeof m.content !== 'string')
+      throw invalidRequest(`${at}.content: Input should be a valid string or a list of content blocks`, `${at}.content`);
     let text = '';
     const calls: ToolCall[] = [];
     blocks.forEach((b, k) => {
@@ -94,12 +107,16 @@ function conversation(v: unknown): Converted {
       if (b.type === 'text') text += textOf(b, param);
       else if (typeof b.type === 'string' && DROPPED.has(b.type)) return;
       else if (b.type === 'tool_use' && m.role === 'assistant') {
-        if (typeof b.id !== 'string' || !b.id || typeof b.name !== 'string' || !isObject(b.input)) throw invalidRequest(`${param}: a tool_use block needs an id, a name and an input object`, param);
+        if (typeof b.id !== 'string' || !b.id || typeof b.name !== 'string' || !isObject(b.input))
+          throw invalidRequest(`${param}: a tool_use block needs an id, a name and an input object`, param);
         storableDeep([b.id, b.name, b.input], param);
         calls.push({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input) } });
       } else if (b.type === 'tool_result' && m.role === 'user') {
         if (typeof b.tool_use_id !== 'string' || !unanswered.delete(b.tool_use_id)) {
-          throw invalidRequest(`${param}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(b.tool_use_id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`, param);
+          throw invalidRequest(
+            `${param}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(b.tool_use_id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`,
+            param,
+          );
         }
         const result = given(b.content) ? plainText(b.content, `${param}.content`) : '';
         // is_error: the tool failed; the model reads that from its answer, as Anthropic's own template says it.
@@ -107,14 +124,22 @@ function conversation(v: unknown): Converted {
       } else throw unreadable(b, param);
     });
     if (m.role === 'assistant') {
-      if (unanswered.size) throw invalidRequest(`${at}: tool_use ids were found without tool_result blocks immediately after: ${[...unanswered].join(', ')}. Each tool_use block must have a corresponding tool_result block in the next message.`, at);
+      if (unanswered.size)
+        throw invalidRequest(
+          `${at}: tool_use ids were found without tool_result blocks immediately after: ${[...unanswered].join(', ')}. Each tool_use block must have a corresponding tool_result block in the next message.`,
+          at,
+        );
       if (calls.length) {
         out.messages.push({ role: 'assistant', content: text || null, tool_calls: calls });
         unanswered = new Set(calls.map((c) => c.id));
       } else out.messages.push({ role: 'assistant', content: text });
       return;
     }
-    if (unanswered.size) throw invalidRequest(`${at}: tool_use ids were found without tool_result blocks immediately after: ${[...unanswered].join(', ')}. Each tool_use block must have a corresponding tool_result block in the next message.`, at);
+    if (unanswered.size)
+      throw invalidRequest(
+        `${at}: tool_use ids were found without tool_result blocks immediately after: ${[...unanswered].join(', ')}. Each tool_use block must have a corresponding tool_result block in the next message.`,
+        at,
+      );
     // The user's text after its tool results (a turn of tool results alone adds no user message).
     if (text || !blocks.some((b) => isObject(b) && b.type === 'tool_result')) out.messages.push({ role: 'user', content: text });
   });
@@ -130,22 +155,39 @@ function tools(v: unknown): ChatParams['tools'] {
     const param = `tools.${i}`;
     if (!isObject(t)) throw invalidRequest(`${param}: Input should be an object`, param);
     // Server tools (web_search_…, bash_…, text_editor_…, code_execution_…) run at Anthropic; none runs here.
-    if (given(t.type) && t.type !== 'custom') throw invalidRequest(`${param}.type: the tool type '${String(t.type)}' is not supported: only custom tools (name, description, input_schema) are (docs/anthropic.md).`, `${param}.type`, 'unsupported_parameter');
-    if (typeof t.name !== 'string' || !TOOL_NAME.test(t.name)) throw invalidRequest(`${param}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`, `${param}.name`);
+    if (given(t.type) && t.type !== 'custom')
+      throw invalidRequest(
+        `${param}.type: the tool type '${String(t.type)}' is not supported: only custom tools (name, description, input_schema) are (docs/anthropic.md).`,
+        `${param}.type`,
+        'unsupported_parameter',
+      );
+    if (typeof t.name !== 'string' || !TOOL_NAME.test(t.name))
+      throw invalidRequest(`${param}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`, `${param}.name`);
     if (!isObject(t.input_schema)) throw invalidRequest(`${param}.input_schema: Field required`, `${param}.input_schema`);
-    if (given(t.description) && typeof t.description !== 'string') throw invalidRequest(`${param}.description: Input should be a valid string`, `${param}.description`);
+    if (given(t.description) && typeof t.description !== 'string')
+      throw invalidRequest(`${param}.description: Input should be a valid string`, `${param}.description`);
     if (given(t.strict) && typeof t.strict !== 'boolean') throw invalidRequest(`${param}.strict: Input should be a valid boolean`, `${param}.strict`);
     storableDeep([t.name, t.description, t.input_schema], param);
     // strict: the tool's calls keep its input_schema, as Anthropic guarantees them: checked as chat's strict functions are (answer-shape.ts).
     if (t.strict === true) compileStrict(t.input_schema, `${param}.input_schema`);
-    return { type: 'function' as const, function: { name: t.name, ...(typeof t.description === 'string' ? { description: t.description } : {}), parameters: t.input_schema, ...(t.strict === true ? { strict: true } : {}) } };
+    return {
+      type: 'function' as const,
+      function: {
+        name: t.name,
+        ...(typeof t.description === 'string' ? { description: t.description } : {}),
+        parameters: t.input_schema,
+        ...(t.strict === true ? { strict: true } : {}),
+      },
+    };
   });
 }
 
 function toolChoice(v: unknown, names: Set<string>, params: ChatParams): number {
   if (!given(v)) return 0;
-  if (!isObject(v) || typeof v.type !== 'string') throw invalidRequest("tool_choice: Input should be an object with a type ('auto', 'any', 'tool' or 'none')", 'tool_choice');
-  if (given(v.disable_parallel_tool_use) && typeof v.disable_parallel_tool_use !== 'boolean') throw invalidRequest('tool_choice.disable_parallel_tool_use: Input should be a valid boolean', 'tool_choice.disable_parallel_tool_use');
+  if (!isObject(v) || typeof v.type !== 'string')
+    throw invalidRequest("tool_choice: Input should be an object with a type ('auto', 'any', 'tool' or 'none')", 'tool_choice');
+  if (given(v.disable_parallel_tool_use) && typeof v.disable_parallel_tool_use !== 'boolean')
+    throw invalidRequest('tool_choice.disable_parallel_tool_use: Input should be a valid boolean', 'tool_choice.disable_parallel_tool_use');
   if (names.size === 0) {
     // tool_choice none (or auto) without tools asks for nothing.
     if (v.type === 'none' || v.type === 'auto') return 0;
@@ -153,15 +195,27 @@ function toolChoice(v: unknown, names: Set<string>, params: ChatParams): number 
   }
   let needs = 0;
   switch (v.type) {
-    case 'auto': params.tool_choice = 'auto'; break;
-    case 'none': params.tool_choice = 'none'; break;
-    case 'any': params.tool_choice = 'required'; needs |= CAPABILITIES.tool_choice; break;
+    case 'auto':
+      params.tool_choice = 'auto';
+      break;
+    case 'none':
+      params.tool_choice = 'none';
+      break;
+    case 'any':
+      params.tool_choice = 'required';
+      needs |= CAPABILITIES.tool_choice;
+      break;
     case 'tool':
-      if (typeof v.name !== 'string' || !names.has(v.name)) throw invalidRequest(`tool_choice.name: no tool named '${String(v.name)}' in tools`, 'tool_choice.name');
+      if (typeof v.name !== 'string' || !names.has(v.name))
+        throw invalidRequest(`tool_choice.name: no tool named '${String(v.name)}' in tools`, 'tool_choice.name');
       params.tool_choice = { type: 'function', function: { name: v.name } };
       needs |= CAPABILITIES.tool_choice;
       break;
-    default: throw invalidRequest(`tool_choice.type: Input tag '${v.type}' found using 'type' does not match any of the expected tags: 'auto', 'any', 'tool', 'none'`, 'tool_choice.type');
+    default:
+      throw invalidRequest(
+        `tool_choice.type: Input tag '${v.type}' found using 'type' does not match any of the expected tags: 'auto', 'any', 'tool', 'none'`,
+        'tool_choice.type',
+      );
   }
   if (v.disable_parallel_tool_use === true && params.tool_choice !== 'none') {
     params.parallel_tool_calls = false;
@@ -172,7 +226,8 @@ function toolChoice(v: unknown, names: Set<string>, params: ChatParams): number 
 
 function stopSequences(v: unknown): string[] | undefined {
   if (!given(v)) return undefined;
-  if (!Array.isArray(v) || !v.every((s) => typeof s === 'string' && s.length > 0)) throw invalidRequest('stop_sequences: Input should be a list of non-empty strings', 'stop_sequences');
+  if (!Array.isArray(v) || !v.every((s) => typeof s === 'string' && s.length > 0))
+    throw invalidRequest('stop_sequences: Input should be a list of non-empty strings', 'stop_sequences');
   if (v.length > MAX_STOP) throw invalidRequest(`stop_sequences: at most ${MAX_STOP}`, 'stop_sequences');
   storableDeep(v, 'stop_sequences');
   return v.length ? (v as string[]) : undefined;
@@ -184,10 +239,17 @@ function stopSequences(v: unknown): string[] | undefined {
  * checked: answer-shape.ts); undefined when the request sets none.
  */
 function outputFormat(body: Record<string, unknown>): ChatParams['response_format'] {
-  if (given(body.output_config) && !isObject(body.output_config)) throw invalidRequest('output_config: Input should be a valid dictionary', 'output_config');
-  const [format, param] = given(body.output_format) ? [body.output_format, 'output_format'] : [(body.output_config as Record<string, unknown> | undefined)?.format, 'output_config.format'];
+  if (given(body.output_config) && !isObject(body.output_config))
+    throw invalidRequest('output_config: Input should be a valid dictionary', 'output_config');
+  const [format, param] = given(body.output_format)
+    ? [body.output_format, 'output_format']
+    : [(body.output_config as Record<string, unknown> | undefined)?.format, 'output_config.format'];
   if (!given(format)) return undefined;
-  if (!isObject(format) || format.type !== 'json_schema') throw invalidRequest(`${param}.type: Input tag '${isObject(format) ? String(format.type) : 'unknown'}' found using 'type' does not match any of the expected tags: 'json_schema'`, `${param}.type`);
+  if (!isObject(format) || format.type !== 'json_schema')
+    throw invalidRequest(
+      `${param}.type: Input tag '${isObject(format) ? String(format.type) : 'unknown'}' found using 'type' does not match any of the expected tags: 'json_schema'`,
+      `${param}.type`,
+    );
   if (!isObject(format.schema)) throw invalidRequest(`${param}.schema: Field required`, `${param}.schema`);
   storableDeep(format.schema, `${param}.schema`);
   compileStrict(format.schema, `${param}.schema`);

@@ -33,11 +33,21 @@ export interface RunOptions {
 }
 
 /** The key's id once the request is read and its model checked: what every front door does before its job. */
-export async function admit(deps: Deps, served: ServedModels, req: FastifyRequest, parse: (owner: number) => ChatRequest | Promise<ChatRequest>, paramNeeding: ParamNeeding, chat: boolean): Promise<{ owner: number; job: ChatRequest }> {
+export async function admit(
+  deps: Deps,
+  served: ServedModels,
+  req: FastifyRequest,
+  parse: (owner: number) => ChatRequest | Promise<ChatRequest>,
+  paramNeeding: ParamNeeding,
+  chat: boolean,
+): Promise<{ owner: number; job: ChatRequest }> {
   const { metrics } = deps;
   const owner = await authenticateUser(deps, req);
   const job = await parse(owner);
-  const counted = (outcome: string, model = job.model) => () => metrics.completions.inc({ model, outcome });
+  const counted =
+    (outcome: string, model = job.model) =>
+    () =>
+      metrics.completions.inc({ model, outcome });
   // Not a model the network serves: one series for all such names, however many are made up.
   await served.requireServed(job.model, counted('model_not_found', 'other'));
   if (chat) await served.requireChat(job.model, counted('capability_missing'));
@@ -47,7 +57,13 @@ export async function admit(deps: Deps, served: ServedModels, req: FastifyReques
     counted('capability_missing')();
     const [name] = namesOf(missing);
     const { param, what } = paramNeeding(job, name!);
-    throw new OpenAIError(400, `Unsupported parameter: ${what ?? `'${param}' needs`} the capability '${name}', which no node serving '${job.model}' has now (GET /v1/models lists each model's capabilities).`, 'invalid_request_error', param, 'unsupported_parameter');
+    throw new OpenAIError(
+      400,
+      `Unsupported parameter: ${what ?? `'${param}' needs`} the capability '${name}', which no node serving '${job.model}' has now (GET /v1/models lists each model's capabilities).`,
+      'invalid_request_error',
+      param,
+      'unsupported_parameter',
+    );
   }
   await served.requireTogether(job.model, job.needs, paramNeeding(job, namesOf(job.needs).at(-1)!).param, counted('capability_missing'));
   return { owner, job };
@@ -58,8 +74,19 @@ export async function admit(deps: Deps, served: ServedModels, req: FastifyReques
  * that ends without an answer is thrown as an OpenAIError (each door's error handler puts it in
  * its own shape) or, once a stream has begun, sent as the wire's error event.
  */
-export async function runJob(deps: Deps, reply: FastifyReply, owner: number, job: ChatRequest, wireOf: (jobId: string) => Wire, o: RunOptions): Promise<unknown> {
-  const { limiters, metrics, service: { coordinator } } = deps;
+export async function runJob(
+  deps: Deps,
+  reply: FastifyReply,
+  owner: number,
+  job: ChatRequest,
+  wireOf: (jobId: string) => Wire,
+  o: RunOptions,
+): Promise<unknown> {
+  const {
+    limiters,
+    metrics,
+    service: { coordinator },
+  } = deps;
   const slot = enterSlot(deps, owner);
   const started = performance.now();
   const gone = hangUp(reply);
@@ -92,8 +119,18 @@ export async function runJob(deps: Deps, reply: FastifyReply, owner: number, job
  * on its own node), in one slot of the key: submitted together, waited for together; the body
  * once every one is done, else the first failure, thrown.
  */
-export async function runBatch(deps: Deps, reply: FastifyReply, owner: number, jobs: ChatRequest[], body: (done: Done[], jobIds: string[]) => unknown): Promise<unknown> {
-  const { limiters, metrics, service: { coordinator } } = deps;
+export async function runBatch(
+  deps: Deps,
+  reply: FastifyReply,
+  owner: number,
+  jobs: ChatRequest[],
+  body: (done: Done[], jobIds: string[]) => unknown,
+): Promise<unknown> {
+  const {
+    limiters,
+    metrics,
+    service: { coordinator },
+  } = deps;
   const slot = enterSlot(deps, owner);
   const started = performance.now();
   const gone = hangUp(reply);
@@ -127,33 +164,57 @@ function observeDone(metrics: Deps['metrics'], model: string, done: Done, second
 /** The key's slot among its completions running at once (429 when it has none left); left by the caller. */
 function enterSlot({ limiters }: Deps, owner: number): string {
   const slot = `user:${owner}`;
-  if (!limiters.concurrent.enter(slot)) throw new OpenAIError(429, 'Too many completions running at once for this key; retry when one has finished.', 'requests', null, 'rate_limit_exceeded', { 'retry-after': '1' });
+  if (!limiters.concurrent.enter(slot))
+    throw new OpenAIError(
+      429,
+      'Too many completions running at once for this key; retry when one has finished.',
+      'requests',
+      null,
+      'rate_limit_exceeded',
+      { 'retry-after': '1' },
+    );
   return slot;
 }
 
 /** Aborted when the client hangs up before its answer: its jobs are canceled (openai/completion.ts). */
 function hangUp(reply: FastifyReply): AbortController {
   const gone = new AbortController();
-  reply.raw.on('close', () => { if (!reply.raw.writableFinished) gone.abort(); });
+  reply.raw.on('close', () => {
+    if (!reply.raw.writableFinished) gone.abort();
+  });
   return gone;
 }
 
-async function stream(deps: Deps, reply: FastifyReply, job: ChatRequest, wire: Wire, jobId: string, owner: number, started: number, wait: () => Promise<Outcome>, record: (o: Outcome) => void): Promise<void> {
-  const { metrics, service: { coordinator } } = deps;
+async function stream(
+  deps: Deps,
+  reply: FastifyReply,
+  job: ChatRequest,
+  wire: Wire,
+  jobId: string,
+  owner: number,
+  started: number,
+  wait: () => Promise<Outcome>,
+  record: (o: Outcome) => void,
+): Promise<void> {
+  const {
+    metrics,
+    service: { coordinator },
+  } = deps;
   const sse = reply.sse;
   let sending = Promise.resolve();
   const emit = (events: Event[]) => {
-    sending = sending.then(async () => {
-      for (const e of events) {
-        if (!sse.isConnected) return;
-        if (typeof e === 'object' && 'comment' in e) {
-          // The stream's headers first, where no event has sent them yet (a text completion's stream opens with its text).
-          sse.sendHeaders();
-          reply.raw.write(`: ${e.comment}\n\n`);
+    sending = sending
+      .then(async () => {
+        for (const e of events) {
+          if (!sse.isConnected) return;
+          if (typeof e === 'object' && 'comment' in e) {
+            // The stream's headers first, where no event has sent them yet (a text completion's stream opens with its text).
+            sse.sendHeaders();
+            reply.raw.write(`: ${e.comment}\n\n`);
+          } else await sse.send(e);
         }
-        else await sse.send(e);
-      }
-    }).catch(() => undefined);
+      })
+      .catch(() => undefined);
   };
   emit(wire.begin());
   await sending;
@@ -202,7 +263,17 @@ async function stream(deps: Deps, reply: FastifyReply, job: ChatRequest, wire: W
   const content = outcome.answer.message.content;
   if (sentUnits > 0 && createHash('sha256').update(content.slice(0, sentUnits)).digest('hex') !== sentHash.digest('hex')) {
     metrics.completions.inc({ model: job.model, outcome: 'diverged' });
-    return end(wire.fail(new OpenAIError(502, 'A node failed mid-answer and the node that finished the job could not continue the text streamed so far; the job\'s answer is another text. Read it whole with a non-streaming request or GET /get_result.', 'server_error', null, 'answer_diverged')));
+    return end(
+      wire.fail(
+        new OpenAIError(
+          502,
+          "A node failed mid-answer and the node that finished the job could not continue the text streamed so far; the job's answer is another text. Read it whole with a non-streaming request or GET /get_result.",
+          'server_error',
+          null,
+          'answer_diverged',
+        ),
+      ),
+    );
   }
   // A node that relayed nothing (the seed's workers send no partial output): its first token reaches the client now.
   if (sentUnits === 0 && content) metrics.timeToFirstToken.observe({ model: job.model }, (performance.now() - started) / 1000);

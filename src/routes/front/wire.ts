@@ -12,7 +12,11 @@ export type Done = Extract<Outcome, { kind: 'done' }>;
 export type Failed = Exclude<Outcome, { kind: 'done' }>;
 
 /** Where a job waiting for its node stands (jobs/open-jobs.ts). */
-export interface Standing { state: string; position: number | null; eta_seconds: number | null }
+export interface Standing {
+  state: string;
+  position: number | null;
+  eta_seconds: number | null;
+}
 
 /**
  * The request's field that needs a capability no node has, for the 400 that names it; `what`
@@ -39,4 +43,11 @@ export interface Wire {
 export const queueComment = (s: Standing): Event => ({ comment: `queue ${JSON.stringify(s)}` });
 
 /** The wire of a door that never streams (embeddings): its body alone. */
-export const unstreamed = (body: Wire['body']): Wire => ({ body, begin: () => [], waiting: () => [], text: () => [], finish: () => [], fail: () => [] });
+export const unstreamed = (body: Wire['body']): Wire => ({
+  body,
+  begin: () => [],
+  waiting: () => [],
+  text: () => [],
+  finish: () => [],
+  fail: () => [],
+});

@@ -19,7 +19,8 @@ import { strictMismatch } from './strict-schema.js';
 const isBytes = (v: unknown): boolean => v === null || (Array.isArray(v) && v.every((b) => Number.isInteger(b) && b >= 0 && b <= 255));
 const isTop = (v: unknown): boolean =>
   isObject(v) && typeof v.token === 'string' && typeof v.logprob === 'number' && Number.isFinite(v.logprob) && isBytes(v.bytes ?? null);
-const isEntry = (v: unknown): boolean => isTop(v) && Array.isArray((v as Record<string, unknown>).top_logprobs) && ((v as Record<string, unknown>).top_logprobs as unknown[]).every(isTop);
+const isEntry = (v: unknown): boolean =>
+  isTop(v) && Array.isArray((v as Record<string, unknown>).top_logprobs) && ((v as Record<string, unknown>).top_logprobs as unknown[]).every(isTop);
 
 /** The tool calls the request allows of those the node made. */
 function allowedCalls(chat: ChatRequest, calls: NonNullable<Answer['message']['tool_calls']>): typeof calls {
@@ -70,7 +71,8 @@ export function brokenPromise(chat: ChatRequest, answer: Answer): string | undef
     if (why) return `the arguments of its call to '${call.function.name}' do not match the tool's strict schema: ${why}`;
   }
   const mustCall = typeof p.tool_choice === 'object' || p.tool_choice === 'required';
-  if (mustCall && !answer.message.tool_calls?.length) return `it calls no tool, where tool_choice ${typeof p.tool_choice === 'object' ? `named '${p.tool_choice.function.name}'` : 'was required'}`;
+  if (mustCall && !answer.message.tool_calls?.length)
+    return `it calls no tool, where tool_choice ${typeof p.tool_choice === 'object' ? `named '${p.tool_choice.function.name}'` : 'was required'}`;
   const rf = p.response_format;
   if (!rf || answer.message.tool_calls?.length) return undefined;
   const content = parsed(answer.message.content);

@@ -19,14 +19,22 @@ import { queueComment, type Event, type Wire } from '../front/wire.js';
 function paramNeeding(chat: ChatRequest, cap: Capability): string {
   const p = chat.params;
   switch (cap) {
-    case 'sampling': return samplingField(p) ?? 'stop';
-    case 'tools': return p.tools ? 'tools' : 'messages';
-    case 'tool_choice': return p.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice';
-    case 'json': return 'response_format';
-    case 'logprobs': return 'logprobs';
-    case 'completions': return 'prompt';
-    case 'embeddings': return 'input';
-    case 'score': return 'messages'; // never needed by a user's request: only score checks (verify/scores.ts) need it
+    case 'sampling':
+      return samplingField(p) ?? 'stop';
+    case 'tools':
+      return p.tools ? 'tools' : 'messages';
+    case 'tool_choice':
+      return p.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice';
+    case 'json':
+      return 'response_format';
+    case 'logprobs':
+      return 'logprobs';
+    case 'completions':
+      return 'prompt';
+    case 'embeddings':
+      return 'input';
+    case 'score':
+      return 'messages'; // never needed by a user's request: only score checks (verify/scores.ts) need it
   }
 }
 
@@ -45,14 +53,29 @@ export function chatWire(chat: ChatRequest, jobId: string): Wire {
   const ids = { id: `chatcmpl-${jobId}`, created: Math.floor(Date.now() / 1000), model: chat.model };
   const usageField = chat.includeUsage ? { usage: null } : {};
   const chunk = (delta: Record<string, unknown>, finish: string | null, logprobs: unknown = null): Event => ({
-    data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [{ index: 0, delta, logprobs, finish_reason: finish }], ...usageField },
+    data: {
+      ...ids,
+      object: 'chat.completion.chunk',
+      system_fingerprint: null,
+      choices: [{ index: 0, delta, logprobs, finish_reason: finish }],
+      ...usageField,
+    },
   });
   return {
     body: (done) => {
       const usage = usageOf(done.usage);
       return {
-        ...ids, object: 'chat.completion', system_fingerprint: null,
-        choices: [{ index: 0, message: messageOf(done.answer), logprobs: done.answer.logprobs ? { content: done.answer.logprobs.content, refusal: null } : null, finish_reason: finishReason(chat, done.usage, done.answer) }],
+        ...ids,
+        object: 'chat.completion',
+        system_fingerprint: null,
+        choices: [
+          {
+            index: 0,
+            message: messageOf(done.answer),
+            logprobs: done.answer.logprobs ? { content: done.answer.logprobs.content, refusal: null } : null,
+            finish_reason: finishReason(chat, done.usage, done.answer),
+          },
+        ],
         ...(usage ? { usage } : {}),
       };
     },
@@ -64,13 +87,22 @@ export function chatWire(chat: ChatRequest, jobId: string): Wire {
       // Tool calls as OpenAI streams them: per call, a delta with its index, id and name, then its arguments in pieces.
       for (const [index, call] of (done.answer.message.tool_calls ?? []).entries()) {
         events.push(chunk({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.function.name, arguments: '' } }] }, null));
-        for (const piece of piecesOf(call.function.arguments, ARGUMENT_PIECE)) events.push(chunk({ tool_calls: [{ index, function: { arguments: piece } }] }, null));
+        for (const piece of piecesOf(call.function.arguments, ARGUMENT_PIECE))
+          events.push(chunk({ tool_calls: [{ index, function: { arguments: piece } }] }, null));
       }
       // Logprobs come with the answer of record (the relayed pieces carry none): in one chunk before the finish.
       if (done.answer.logprobs) events.push(chunk({}, null, { content: done.answer.logprobs.content, refusal: null }));
       events.push(chunk({}, finishReason(chat, done.usage, done.answer)));
       if (chat.includeUsage) {
-        events.push({ data: { ...ids, object: 'chat.completion.chunk', system_fingerprint: null, choices: [], usage: usageOf(done.usage) ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } } });
+        events.push({
+          data: {
+            ...ids,
+            object: 'chat.completion.chunk',
+            system_fingerprint: null,
+            choices: [],
+            usage: usageOf(done.usage) ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+          },
+        });
       }
       return [...events, '[DONE]'];
     },
@@ -79,9 +111,21 @@ export function chatWire(chat: ChatRequest, jobId: string): Wire {
 }
 
 export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const { limiters, service: { options: { coordinator: c } } } = deps;
+  const {
+    limiters,
+    service: {
+      options: { coordinator: c },
+    },
+  } = deps;
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
-    const { owner, job } = await admit(deps, served, req, () => parseChatRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout }), (chat, cap) => ({ param: paramNeeding(chat, cap) }), true);
+    const { owner, job } = await admit(
+      deps,
+      served,
+      req,
+      () => parseChatRequest(req.body, { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout }),
+      (chat, cap) => ({ param: paramNeeding(chat, cap) }),
+      true,
+    );
     return runJob(deps, reply, owner, job, (jobId) => chatWire(job, jobId), { shaped: true });
   };
   const route = { sse: { kind: 'manual' as const }, ...(limiters.completions ? { preHandler: limiters.completions } : {}) };

@@ -52,7 +52,8 @@ export function requestBody(body: unknown): Record<string, unknown> & { model: s
   if (body instanceof MalformedJson || !isObject(body)) {
     throw invalidRequest('We could not parse the JSON body of your request. The API expects a JSON object.', null);
   }
-  if (typeof body.model !== 'string' || body.model.length === 0) throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
+  if (typeof body.model !== 'string' || body.model.length === 0)
+    throw invalidRequest('You must provide a model parameter.', 'model', 'missing_required_parameter');
   if ([...body.model].length > 256) throw invalidRequest("Invalid 'model': at most 256 characters.", 'model', 'invalid_value');
   storableDeep(body.model, 'model');
   return body as Record<string, unknown> & { model: string };
@@ -78,7 +79,8 @@ function boolean(body: Record<string, unknown>, name: string): boolean | undefin
 export function stop(v: unknown): string[] | undefined {
   if (!given(v)) return undefined;
   const list = typeof v === 'string' ? [v] : v;
-  if (!Array.isArray(list) || !list.every((s) => typeof s === 'string' && s.length > 0)) throw invalidRequest("Invalid type for 'stop': expected a string or an array of non-empty strings.", 'stop', 'invalid_type');
+  if (!Array.isArray(list) || !list.every((s) => typeof s === 'string' && s.length > 0))
+    throw invalidRequest("Invalid type for 'stop': expected a string or an array of non-empty strings.", 'stop', 'invalid_type');
   if (list.length > MAX_STOP) throw invalidRequest(`Invalid 'stop': at most ${MAX_STOP} sequences.`, 'stop', 'array_above_max_length');
   storableDeep(list, 'stop');
   return list.length ? (list as string[]) : undefined;
@@ -86,15 +88,30 @@ export function stop(v: unknown): string[] | undefined {
 
 function responseFormat(v: unknown): ChatParams['response_format'] {
   if (!given(v)) return undefined;
-  if (!isObject(v) || typeof v.type !== 'string') throw invalidRequest("Invalid type for 'response_format': expected an object with a type.", 'response_format', 'invalid_type');
+  if (!isObject(v) || typeof v.type !== 'string')
+    throw invalidRequest("Invalid type for 'response_format': expected an object with a type.", 'response_format', 'invalid_type');
   if (v.type === 'text') return undefined;
   if (v.type === 'json_object') return { type: 'json_object' };
-  if (v.type !== 'json_schema') throw invalidRequest(`Invalid value for 'response_format.type': '${v.type}'; expected text, json_object or json_schema.`, 'response_format.type', 'invalid_value');
+  if (v.type !== 'json_schema')
+    throw invalidRequest(
+      `Invalid value for 'response_format.type': '${v.type}'; expected text, json_object or json_schema.`,
+      'response_format.type',
+      'invalid_value',
+    );
   const js = v.json_schema;
   if (!isObject(js) || typeof js.name !== 'string' || !TOOL_NAME.test(js.name)) {
-    throw invalidRequest("Invalid 'response_format.json_schema': expected an object with a name (a-z, A-Z, 0-9, _ and -, at most 64).", 'response_format.json_schema', 'invalid_value');
+    throw invalidRequest(
+      "Invalid 'response_format.json_schema': expected an object with a name (a-z, A-Z, 0-9, _ and -, at most 64).",
+      'response_format.json_schema',
+      'invalid_value',
+    );
   }
-  if (given(js.schema) && !isObject(js.schema)) throw invalidRequest("Invalid type for 'response_format.json_schema.schema': expected an object.", 'response_format.json_schema.schema', 'invalid_type');
+  if (given(js.schema) && !isObject(js.schema))
+    throw invalidRequest(
+      "Invalid type for 'response_format.json_schema.schema': expected an object.",
+      'response_format.json_schema.schema',
+      'invalid_type',
+    );
   storableDeep(js, 'response_format');
   if (js.strict === true && isObject(js.schema)) compileStrict(js.schema, 'response_format.json_schema.schema');
   return {
@@ -115,12 +132,21 @@ function tools(v: unknown): ChatParams['tools'] {
   const out = v.map((t, i) => {
     const param = `tools[${i}]`;
     // Another kind of tool (OpenAI's 'custom': free-form input, a grammar) is a field the network cannot honour.
-    if (isObject(t) && typeof t.type === 'string' && t.type !== 'function') throw invalidRequest(`Unsupported parameter: '${param}.type' '${t.type}': only tools of type 'function' are supported.`, `${param}.type`, 'unsupported_parameter');
-    if (!isObject(t) || t.type !== 'function' || !isObject(t.function)) throw invalidRequest(`Invalid '${param}': only tools of type 'function' are supported.`, param, 'invalid_value');
+    if (isObject(t) && typeof t.type === 'string' && t.type !== 'function')
+      throw invalidRequest(
+        `Unsupported parameter: '${param}.type' '${t.type}': only tools of type 'function' are supported.`,
+        `${param}.type`,
+        'unsupported_parameter',
+      );
+    if (!isObject(t) || t.type !== 'function' || !isObject(t.function))
+      throw invalidRequest(`Invalid '${param}': only tools of type 'function' are supported.`, param, 'invalid_value');
     const f = t.function;
-    if (typeof f.name !== 'string' || !TOOL_NAME.test(f.name)) throw invalidRequest(`Invalid '${param}.function.name': a-z, A-Z, 0-9, _ and -, at most 64.`, `${param}.function.name`, 'invalid_value');
-    if (given(f.parameters) && !isObject(f.parameters)) throw invalidRequest(`Invalid type for '${param}.function.parameters': expected an object.`, `${param}.function.parameters`, 'invalid_type');
-    if (given(f.description) && typeof f.description !== 'string') throw invalidRequest(`Invalid type for '${param}.function.description': expected a string.`, `${param}.function.description`, 'invalid_type');
+    if (typeof f.name !== 'string' || !TOOL_NAME.test(f.name))
+      throw invalidRequest(`Invalid '${param}.function.name': a-z, A-Z, 0-9, _ and -, at most 64.`, `${param}.function.name`, 'invalid_value');
+    if (given(f.parameters) && !isObject(f.parameters))
+      throw invalidRequest(`Invalid type for '${param}.function.parameters': expected an object.`, `${param}.function.parameters`, 'invalid_type');
+    if (given(f.description) && typeof f.description !== 'string')
+      throw invalidRequest(`Invalid type for '${param}.function.description': expected a string.`, `${param}.function.description`, 'invalid_type');
     storableDeep(f, param);
     if (f.strict === true && isObject(f.parameters)) compileStrict(f.parameters, `${param}.function.parameters`);
     return {
@@ -133,7 +159,12 @@ function tools(v: unknown): ChatParams['tools'] {
       },
     };
   });
-  if (out.length === 0) throw invalidRequest("Invalid 'tools': empty array. Expected an array with minimum length 1, but got an empty array instead.", 'tools', 'empty_array');
+  if (out.length === 0)
+    throw invalidRequest(
+      "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+      'tools',
+      'empty_array',
+    );
   return out;
 }
 
@@ -142,14 +173,20 @@ function toolChoice(v: unknown, names: Set<string>): ChatParams['tool_choice'] {
   if (names.size === 0) throw onlyWithTools('tool_choice');
   if (v === 'none' || v === 'auto' || v === 'required') return v;
   if (isObject(v) && v.type === 'function' && isObject(v.function) && typeof v.function.name === 'string') {
-    if (!names.has(v.function.name)) throw invalidRequest(`Invalid 'tool_choice': no tool named '${v.function.name}' in 'tools'.`, 'tool_choice', 'invalid_value');
+    if (!names.has(v.function.name))
+      throw invalidRequest(`Invalid 'tool_choice': no tool named '${v.function.name}' in 'tools'.`, 'tool_choice', 'invalid_value');
     return { type: 'function', function: { name: v.function.name } };
   }
-  throw invalidRequest("Invalid 'tool_choice': expected none, auto, required or {type: 'function', function: {name}}.", 'tool_choice', 'invalid_value');
+  throw invalidRequest(
+    "Invalid 'tool_choice': expected none, auto, required or {type: 'function', function: {name}}.",
+    'tool_choice',
+    'invalid_value',
+  );
 }
 
 /** OpenAI's 400 for a field that means something only beside `tools`, given without them. */
-const onlyWithTools = (name: string): Error => invalidRequest(`Invalid value for '${name}': '${name}' is only allowed when 'tools' are specified.`, name);
+const onlyWithTools = (name: string): Error =>
+  invalidRequest(`Invalid value for '${name}': '${name}' is only allowed when 'tools' are specified.`, name);
 
 const SERVICE_TIERS = new Set(['auto', 'default', 'flex', 'scale', 'priority']);
 const METADATA_PAIRS = 16;
@@ -171,21 +208,31 @@ const CACHE_RETENTIONS = new Set(['in_memory', '24h']);
 function acceptedFields(body: Record<string, unknown>): void {
   userField(body);
   for (const name of ['prompt_cache_key', 'safety_identifier']) {
-    if (given(body[name]) && typeof body[name] !== 'string') throw invalidRequest(`Invalid type for '${name}': expected a string.`, name, 'invalid_type');
+    if (given(body[name]) && typeof body[name] !== 'string')
+      throw invalidRequest(`Invalid type for '${name}': expected a string.`, name, 'invalid_type');
   }
   const retention = body.prompt_cache_retention;
   if (given(retention) && !(typeof retention === 'string' && CACHE_RETENTIONS.has(retention))) {
-    throw invalidRequest(`Invalid value for 'prompt_cache_retention': expected one of ${[...CACHE_RETENTIONS].join(', ')}.`, 'prompt_cache_retention', 'invalid_value');
+    throw invalidRequest(
+      `Invalid value for 'prompt_cache_retention': expected one of ${[...CACHE_RETENTIONS].join(', ')}.`,
+      'prompt_cache_retention',
+      'invalid_value',
+    );
   }
   const obfuscation = isObject(body.stream_options) ? body.stream_options.include_obfuscation : undefined;
   if (given(obfuscation) && typeof obfuscation !== 'boolean') {
-    throw invalidRequest("Invalid type for 'stream_options.include_obfuscation': expected a boolean.", 'stream_options.include_obfuscation', 'invalid_type');
+    throw invalidRequest(
+      "Invalid type for 'stream_options.include_obfuscation': expected a boolean.",
+      'stream_options.include_obfuscation',
+      'invalid_type',
+    );
   }
   const metadata = body.metadata;
   if (given(metadata)) {
     if (!isObject(metadata)) throw invalidRequest("Invalid type for 'metadata': expected an object.", 'metadata', 'invalid_type');
     const pairs = Object.entries(metadata);
-    if (pairs.length > METADATA_PAIRS) throw invalidRequest(`Invalid 'metadata': at most ${METADATA_PAIRS} key-value pairs.`, 'metadata', 'object_above_max_properties');
+    if (pairs.length > METADATA_PAIRS)
+      throw invalidRequest(`Invalid 'metadata': at most ${METADATA_PAIRS} key-value pairs.`, 'metadata', 'object_above_max_properties');
     for (const [k, v] of pairs) {
       if (k.length > 64) throw invalidRequest("Invalid 'metadata': keys are at most 64 characters.", 'metadata', 'invalid_value');
       if (typeof v !== 'string') throw invalidRequest(`Invalid type for 'metadata.${k}': expected a string.`, `metadata.${k}`, 'invalid_type');
@@ -203,7 +250,8 @@ function acceptedFields(body: Record<string, unknown>): void {
  * with `stream: true` (OpenAI's 400 otherwise). Chat and text completions alike.
  */
 export function streamFields(body: Record<string, unknown>): { stream: boolean; includeUsage: boolean } {
-  if (given(body.stream) && typeof body.stream !== 'boolean') throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
+  if (given(body.stream) && typeof body.stream !== 'boolean')
+    throw invalidRequest("Invalid type for 'stream': expected a boolean.", 'stream', 'invalid_type');
   const options = body.stream_options;
   if (given(options)) {
     if (!isObject(options)) throw invalidRequest("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
@@ -219,7 +267,11 @@ export function streamFields(body: Record<string, unknown>): { stream: boolean; 
 export function refuseFields(body: Record<string, unknown>, refused: Readonly<Record<string, (v: unknown) => boolean>>): void {
   for (const [name, isRefused] of Object.entries(refused)) {
     if (given(body[name]) && isRefused(body[name])) {
-      throw invalidRequest(`Unsupported parameter: '${name}' is not supported by this network (docs/openai.md lists what is).`, name, 'unsupported_parameter');
+      throw invalidRequest(
+        `Unsupported parameter: '${name}' is not supported by this network (docs/openai.md lists what is).`,
+        name,
+        'unsupported_parameter',
+      );
     }
   }
 }
@@ -228,7 +280,8 @@ export function refuseFields(body: Record<string, unknown>, refused: Readonly<Re
 const SAMPLING_FIELDS = ['stop', 'top_p', 'presence_penalty', 'frequency_penalty'] as const;
 
 /** The first field of the request that needs the `sampling` capability (an error's `param`); undefined: none. */
-export const samplingField = (params: ChatParams): (typeof SAMPLING_FIELDS)[number] | undefined => SAMPLING_FIELDS.find((k) => params[k] !== undefined);
+export const samplingField = (params: ChatParams): (typeof SAMPLING_FIELDS)[number] | undefined =>
+  SAMPLING_FIELDS.find((k) => params[k] !== undefined);
 
 /**
  * The sampling fields chat and text completions share, into `params`: `temperature` when given
@@ -274,7 +327,8 @@ export function parseChatParams(body: Record<string, unknown>, toolMessages: boo
   }
   const logprobs = boolean(body, 'logprobs');
   const top = number(body, 'top_logprobs', 0, 20, true);
-  if (top !== undefined && logprobs !== true) throw invalidRequest("Invalid 'top_logprobs': requires 'logprobs' to be true.", 'top_logprobs', 'invalid_value');
+  if (top !== undefined && logprobs !== true)
+    throw invalidRequest("Invalid 'top_logprobs': requires 'logprobs' to be true.", 'top_logprobs', 'invalid_value');
   if (logprobs) {
     params.logprobs = true;
     if (top !== undefined) params.top_logprobs = top;

@@ -26,15 +26,27 @@ export async function submitCompletion(coordinator: Coordinator, owner: number, 
     model: chat.model,
     // params always (even empty): it tells nodes that read it that an absent temperature is the model's default.
     request: {
-      messages: chat.messages, max_output: chat.maxTokens, temperature: chat.temperature, ...(chat.seed !== undefined ? { seed: chat.seed } : {}), ...(chat.stream ? { stream: true } : {}),
-      params: chat.params, ...(chat.needs ? { needs: chat.needs } : {}), ...(chat.front ? { front: chat.front } : {}),
+      messages: chat.messages,
+      max_output: chat.maxTokens,
+      temperature: chat.temperature,
+      ...(chat.seed !== undefined ? { seed: chat.seed } : {}),
+      ...(chat.stream ? { stream: true } : {}),
+      params: chat.params,
+      ...(chat.needs ? { needs: chat.needs } : {}),
+      ...(chat.front ? { front: chat.front } : {}),
     },
     timeoutSeconds: chat.timeoutSeconds,
   });
 }
 
 /** Waits for the job's end; `gone` aborts when the client hangs up. */
-export async function awaitCompletion(coordinator: Coordinator, owner: number, jobId: string, chat: ChatRequest, gone: AbortSignal): Promise<Outcome> {
+export async function awaitCompletion(
+  coordinator: Coordinator,
+  owner: number,
+  jobId: string,
+  chat: ChatRequest,
+  gone: AbortSignal,
+): Promise<Outcome> {
   const finished = await coordinator.waitFinal(jobId, chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS, gone);
   if (finished?.done) return { kind: 'done', answer: finished.done.result, usage: finished.done.usage, queuedSeconds: finished.done.queuedSeconds };
   if (gone.aborted) {
@@ -49,17 +61,26 @@ export async function awaitCompletion(coordinator: Coordinator, owner: number, j
   }
   const job = await coordinator.ownJob(jobId, owner);
   switch (job?.state) {
-    case 'done': return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
-    case 'failed': return job.error
-      ? { kind: 'request_error', detail: job.detail ?? job.error.message, error: job.error }
-      : { kind: 'failed', detail: job.detail ?? 'no node could finish the job' };
-    case 'expired': return { kind: 'expired', detail: job.detail ?? 'the deadline passed' };
-    case 'canceled': return { kind: 'canceled', detail: job.detail ?? 'canceled' };
-    default: return { kind: 'timeout', detail: 'no node finished the job before its deadline' };
+    case 'done':
+      return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
+    case 'failed':
+      return job.error
+        ? { kind: 'request_error', detail: job.detail ?? job.error.message, error: job.error }
+        : { kind: 'failed', detail: job.detail ?? 'no node could finish the job' };
+    case 'expired':
+      return { kind: 'expired', detail: job.detail ?? 'the deadline passed' };
+    case 'canceled':
+      return { kind: 'canceled', detail: job.detail ?? 'canceled' };
+    default:
+      return { kind: 'timeout', detail: 'no node finished the job before its deadline' };
   }
 }
 
-export interface CompletionIds { id: string; created: number; model: string }
+export interface CompletionIds {
+  id: string;
+  created: number;
+  model: string;
+}
 
 /** Why the completion ended without an answer, as an OpenAI error (thrown, or sent as a stream's last event). */
 export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError {
@@ -68,7 +89,14 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
     case 'timeout':
       // The job had its whole time: the SDKs' default retries (twice, for a 5xx) would queue it
       // again and make the client wait three times as long. x-should-retry: false, as for 409.
-      return new OpenAIError(504, `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.`, 'timeout', null, 'timeout', { 'x-should-retry': 'false' });
+      return new OpenAIError(
+        504,
+        `The request timed out: ${o.detail}. Raise request_timeout_time, or retry when more nodes serve the model.`,
+        'timeout',
+        null,
+        'timeout',
+        { 'x-should-retry': 'false' },
+      );
     case 'request_error':
       // The request's own error (context length, invalid schema): 400 with a fixed message by its
       // code, never the node's own words, which its operator reads (jobs/answer.ts publicRequestError).
@@ -88,7 +116,14 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
       return new OpenAIError(502, `The node's answer is not what the request asked for: ${o.detail}.`, 'server_error', null, 'invalid_answer');
     case 'shutdown':
       // Retried by the SDKs (a 503), on another server or this one restarted: the job was canceled.
-      return new OpenAIError(503, 'The server is stopping: send the request again (its job was canceled).', 'server_error', null, 'server_shutting_down', { 'retry-after': '1' });
+      return new OpenAIError(
+        503,
+        'The server is stopping: send the request again (its job was canceled).',
+        'server_error',
+        null,
+        'server_shutting_down',
+        { 'retry-after': '1' },
+      );
     default:
       // MAX_ATTEMPTS nodes failed it already: the SDKs' automatic retry would queue it again for
       // as many more. x-should-retry: false, as for 504 and 409; an app may still retry on purpose.
@@ -104,7 +139,9 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
 export function finishReason(chat: ChatRequest, usage: Usage | null, answer?: Answer): 'stop' | 'length' | 'tool_calls' {
   if (answer?.message.tool_calls?.length) return 'tool_calls';
   if (answer?.finish_reason === 'length' || answer?.finish_reason === 'stop') return answer.finish_reason;
-  return chat.maxTokens > 0 && !usage?.estimated && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens ? 'length' : 'stop';
+  return chat.maxTokens > 0 && !usage?.estimated && usage?.completion_tokens !== undefined && usage.completion_tokens >= chat.maxTokens
+    ? 'length'
+    : 'stop';
 }
 
 export function usageOf(usage: Usage | null): { prompt_tokens: number; completion_tokens: number; total_tokens: number } | undefined {

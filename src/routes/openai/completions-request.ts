@@ -31,12 +31,21 @@ function prompts(v: unknown, stream: boolean): string[] {
   if (!given(v)) throw invalidRequest("Missing required parameter: 'prompt'.", 'prompt', 'missing_required_parameter');
   const list = typeof v === 'string' ? [v] : v;
   if (!Array.isArray(list) || !list.every((p) => typeof p === 'string')) {
-    throw invalidRequest("Invalid type for 'prompt': expected a string or an array of strings (token arrays are not supported).", 'prompt', 'invalid_type');
+    throw invalidRequest(
+      "Invalid type for 'prompt': expected a string or an array of strings (token arrays are not supported).",
+      'prompt',
+      'invalid_type',
+    );
   }
   if (list.length === 0) throw invalidRequest("Invalid 'prompt': empty array. Expected an array with minimum length 1.", 'prompt', 'empty_array');
-  if (list.length > MAX_PROMPTS) throw invalidRequest(`Invalid 'prompt': at most ${MAX_PROMPTS} prompts per request (each is a job).`, 'prompt', 'array_above_max_length');
+  if (list.length > MAX_PROMPTS)
+    throw invalidRequest(`Invalid 'prompt': at most ${MAX_PROMPTS} prompts per request (each is a job).`, 'prompt', 'array_above_max_length');
   if (list.length > 1 && stream) {
-    throw invalidRequest('Unsupported parameter: a streamed request takes one prompt (each prompt is a job on its own node); send the prompts as separate requests, or without stream.', 'prompt', 'unsupported_parameter');
+    throw invalidRequest(
+      'Unsupported parameter: a streamed request takes one prompt (each prompt is a job on its own node); send the prompts as separate requests, or without stream.',
+      'prompt',
+      'unsupported_parameter',
+    );
   }
   storableDeep(list, 'prompt');
   return list;
@@ -47,7 +56,8 @@ export function parseCompletionsRequest(raw: unknown, limits: { defaultTimeout: 
   const body = requestBody(raw);
   const texts = prompts(body.prompt, body.stream === true);
   const n = number(body, 'n', 1, 128, true);
-  if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
+  if (n !== undefined && n !== 1)
+    throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
   refuseFields(body, REFUSED);
   userField(body);
   const { stream, includeUsage } = streamFields(body);

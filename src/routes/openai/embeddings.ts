@@ -20,22 +20,35 @@ import type { OpenAIApp } from './context.js';
 /** OpenAI's limit on inputs per request. */
 const MAX_INPUTS = 2048;
 
-export interface EmbeddingsRequest { job: ChatRequest; base64: boolean }
+export interface EmbeddingsRequest {
+  job: ChatRequest;
+  base64: boolean;
+}
 
 export function parseEmbeddingsRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }): EmbeddingsRequest {
   const body = requestBody(raw);
   if (!given(body.input)) throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
   const input = typeof body.input === 'string' ? [body.input] : body.input;
   if (!Array.isArray(input) || !input.every((s) => typeof s === 'string')) {
-    throw invalidRequest("Invalid type for 'input': expected a string or an array of strings (token arrays are not supported).", 'input', 'invalid_type');
+    throw invalidRequest(
+      "Invalid type for 'input': expected a string or an array of strings (token arrays are not supported).",
+      'input',
+      'invalid_type',
+    );
   }
-  if (input.length === 0 || input.length > MAX_INPUTS) throw invalidRequest(`Invalid 'input': expected 1 to ${MAX_INPUTS} strings.`, 'input', 'invalid_value');
+  if (input.length === 0 || input.length > MAX_INPUTS)
+    throw invalidRequest(`Invalid 'input': expected 1 to ${MAX_INPUTS} strings.`, 'input', 'invalid_value');
   if (input.some((s) => s.length === 0)) throw invalidRequest("Invalid 'input': an empty string cannot be embedded.", 'input', 'invalid_value');
   storableDeep(input, 'input');
   const format = body.encoding_format ?? 'float';
-  if (format !== 'float' && format !== 'base64') throw invalidRequest("Invalid value for 'encoding_format': expected 'float' or 'base64'.", 'encoding_format', 'invalid_value');
+  if (format !== 'float' && format !== 'base64')
+    throw invalidRequest("Invalid value for 'encoding_format': expected 'float' or 'base64'.", 'encoding_format', 'invalid_value');
   if (given(body.dimensions)) {
-    throw invalidRequest("Unsupported parameter: 'dimensions' is not supported by this network (the nodes' backends do not all honour it); vectors come in the model's own size.", 'dimensions', 'unsupported_parameter');
+    throw invalidRequest(
+      "Unsupported parameter: 'dimensions' is not supported by this network (the nodes' backends do not all honour it); vectors come in the model's own size.",
+      'dimensions',
+      'unsupported_parameter',
+    );
   }
   userField(body);
   const timeout = number(body, 'request_timeout_time', 1, limits.maxTimeout, false);
@@ -68,13 +81,25 @@ function embeddingsBody(job: ChatRequest, base64: boolean, done: Done): unknown 
   const vectors = done.answer.embeddings;
   if (vectors?.length !== job.messages.length) {
     // The node's report has no vector per input (jobs/answer.ts keeps only well-formed ones).
-    throw new OpenAIError(502, `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`, 'server_error', null, 'job_failed');
+    throw new OpenAIError(
+      502,
+      `The node that ran the job answered ${vectors?.length ?? 0} vectors for ${job.messages.length} inputs.`,
+      'server_error',
+      null,
+      'job_failed',
+    );
   }
   // One model's vectors: all of one size, every number finite (JSON has no NaN: it became null).
   const bytes = vectors.map((v) => Buffer.from(v, 'base64'));
   const numbers = bytes.map(floats);
   if (new Set(bytes.map((b) => b.length)).size !== 1 || bytes[0]!.length % 4 !== 0 || numbers.some((n) => n.some((x) => !Number.isFinite(x)))) {
-    throw new OpenAIError(502, 'The node that ran the job answered vectors of different sizes, or with numbers that are not finite.', 'server_error', null, 'job_failed');
+    throw new OpenAIError(
+      502,
+      'The node that ran the job answered vectors of different sizes, or with numbers that are not finite.',
+      'server_error',
+      null,
+      'job_failed',
+    );
   }
   const prompt = done.usage?.prompt_tokens ?? 0;
   return {
@@ -86,7 +111,12 @@ function embeddingsBody(job: ChatRequest, base64: boolean, done: Done): unknown 
 }
 
 export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const { limiters, service: { options: { coordinator: c } } } = deps;
+  const {
+    limiters,
+    service: {
+      options: { coordinator: c },
+    },
+  } = deps;
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     let base64 = false;
     const parse = () => {

@@ -36,7 +36,14 @@ export function toOpenAIError(err: unknown, body?: unknown): OpenAIError {
   // x-should-retry: false, since the SDKs retry a 429 after its Retry-After without a cap: here
   // the hours to 00:00 UTC, twice, with the application hanging meanwhile (openai-node).
   if (err instanceof QuotaExceeded) {
-    return new OpenAIError(429, `You exceeded your current quota: ${err.message}. GET /usage shows it.`, 'insufficient_quota', null, 'insufficient_quota', { 'retry-after': String(err.retryAfterSeconds), 'x-should-retry': 'false' });
+    return new OpenAIError(
+      429,
+      `You exceeded your current quota: ${err.message}. GET /usage shows it.`,
+      'insufficient_quota',
+      null,
+      'insufficient_quota',
+      { 'retry-after': String(err.retryAfterSeconds), 'x-should-retry': 'false' },
+    );
   }
   // A job its key's whole token quota cannot hold: retrying never helps, so not a 429.
   // The parameter to lower: max_completion_tokens where the request set it (it wins), else max_tokens,
@@ -48,19 +55,36 @@ export function toOpenAIError(err: unknown, body?: unknown): OpenAIError {
     switch (err.statusCode) {
       case 401:
         return err.detail === 'Not authenticated'
-          ? new OpenAIError(401, "You didn't provide an API key. You need to provide your user key (uk_…) in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", 'invalid_request_error')
-          : new OpenAIError(401, 'Incorrect API key provided. A user key (uk_…) is made with `ins key add-user LABEL`.', 'invalid_request_error', null, 'invalid_api_key');
-      case 403: return new OpenAIError(403, err.detail, 'permission_error', null, 'permission_denied');
-      case 413: return new OpenAIError(413, err.detail, 'invalid_request_error', null, 'request_too_large');
-      case 429: return new OpenAIError(429, err.detail, 'requests', null, 'rate_limit_exceeded', err.headers);
-      case 503: return new OpenAIError(503, 'The service is temporarily unavailable; retry shortly.', 'server_error', null, 'service_unavailable');
-      default: return new OpenAIError(err.statusCode, err.detail, err.statusCode >= 500 ? 'server_error' : 'invalid_request_error');
+          ? new OpenAIError(
+              401,
+              "You didn't provide an API key. You need to provide your user key (uk_…) in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+              'invalid_request_error',
+            )
+          : new OpenAIError(
+              401,
+              'Incorrect API key provided. A user key (uk_…) is made with `ins key add-user LABEL`.',
+              'invalid_request_error',
+              null,
+              'invalid_api_key',
+            );
+      case 403:
+        return new OpenAIError(403, err.detail, 'permission_error', null, 'permission_denied');
+      case 413:
+        return new OpenAIError(413, err.detail, 'invalid_request_error', null, 'request_too_large');
+      case 429:
+        return new OpenAIError(429, err.detail, 'requests', null, 'rate_limit_exceeded', err.headers);
+      case 503:
+        return new OpenAIError(503, 'The service is temporarily unavailable; retry shortly.', 'server_error', null, 'service_unavailable');
+      default:
+        return new OpenAIError(err.statusCode, err.detail, err.statusCode >= 500 ? 'server_error' : 'invalid_request_error');
     }
   }
   if (isUnavailable(err)) return toOpenAIError(new HttpError(503, 'unavailable'));
   const status = (err as FastifyError).statusCode;
   if (status !== undefined && status >= 400 && status < 500) {
-    return status === 413 ? toOpenAIError(new HttpError(413, 'Request body is too large')) : new OpenAIError(status, 'The request could not be read.', 'invalid_request_error');
+    return status === 413
+      ? toOpenAIError(new HttpError(413, 'Request body is too large'))
+      : new OpenAIError(status, 'The request could not be read.', 'invalid_request_error');
   }
   return new OpenAIError(500, 'The server had an error while processing your request.', 'server_error');
 }
@@ -71,11 +95,14 @@ export function logClientClosed(req: FastifyRequest): void {
 }
 
 const maxTokensParam = (body: unknown): string =>
-  typeof body === 'object' && body !== null && (body as Record<string, unknown>).max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+  typeof body === 'object' && body !== null && (body as Record<string, unknown>).max_completion_tokens != null
+    ? 'max_completion_tokens'
+    : 'max_tokens';
 
 export function openAIErrorHandler(err: Error, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   const e = toOpenAIError(err, req.body);
-  if (e.status >= 500) req.log[e.status === 500 ? 'error' : 'warn']({ err: { message: err.message, code: (err as FastifyError).code } }, 'openai api error');
+  if (e.status >= 500)
+    req.log[e.status === 500 ? 'error' : 'warn']({ err: { message: err.message, code: (err as FastifyError).code } }, 'openai api error');
   else if (e.status === 499) logClientClosed(req);
   return reply.code(e.status).headers(e.headers).send(e.body());
 }

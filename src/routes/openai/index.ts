@@ -44,12 +44,15 @@ export async function openAIRoutes(app: App, deps: Deps): Promise<void> {
   // first, as OpenAI does: a made-up key gets 401 on every /v1 path, and no path tells a caller
   // without a key what is served. A preflight (OPTIONS) carries no key by design: not asked for
   // one. (CORS, preflights included, is http/cors.ts, at the root.)
-  await app.register((v1, _opts, done) => {
-    v1.setErrorHandler(openAIErrorHandler);
-    v1.setNotFoundHandler(async (req, reply) => {
-      if (req.method !== 'OPTIONS') await authenticateKey(deps, req);
-      return openAINotFound(req, reply);
-    });
-    done();
-  }, { prefix: '/v1' });
+  await app.register(
+    (v1, _opts, done) => {
+      v1.setErrorHandler(openAIErrorHandler);
+      v1.setNotFoundHandler(async (req, reply) => {
+        if (req.method !== 'OPTIONS') await authenticateKey(deps, req);
+        return openAINotFound(req, reply);
+      });
+      done();
+    },
+    { prefix: '/v1' },
+  );
 }

@@ -17,13 +17,21 @@ import type { OpenAIApp } from './context.js';
 const FRESH_MS = 1_000;
 
 /** The served models: what some node can do with each (capability bits), and those some node answers chat for (all but embedding models). */
-interface Served { at: number; caps: Map<string, number>; chat: Set<string>; combos: Map<string, number[]> }
+interface Served {
+  at: number;
+  caps: Map<string, number>;
+  chat: Set<string>;
+  combos: Map<string, number[]>;
+}
 
 export class ServedModels {
   private cached: Served | undefined;
   private loading: Promise<Served> | undefined;
 
-  constructor(private readonly db: Queryable, private readonly config: CoordinatorConfig) {}
+  constructor(
+    private readonly db: Queryable,
+    private readonly config: CoordinatorConfig,
+  ) {}
 
   /** The served models, read at most once in `freshMs`: one snapshot, so a list and its capabilities agree. */
   async now(freshMs = FRESH_MS): Promise<Served> {
@@ -31,12 +39,16 @@ export class ServedModels {
     this.loading ??= availableModels(this.db, this.config.onlineWindow, this.config.modelsTtl)
       .then((rows) => {
         this.cached = {
-          at: performance.now(), caps: new Map(rows.map((r) => [r.name, r.caps])), chat: new Set(rows.filter((r) => r.chat).map((r) => r.name)),
+          at: performance.now(),
+          caps: new Map(rows.map((r) => [r.name, r.caps])),
+          chat: new Set(rows.filter((r) => r.chat).map((r) => r.name)),
           combos: new Map(rows.map((r) => [r.name, r.combos.map(Number)])),
         };
         return this.cached;
       })
-      .finally(() => { this.loading = undefined; });
+      .finally(() => {
+        this.loading = undefined;
+      });
     return this.loading;
   }
 
@@ -56,7 +68,13 @@ export class ServedModels {
   async requireServed(model: string, counted: () => void): Promise<void> {
     if (await this.has(model)) return;
     counted();
-    throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now (GET /v1/models lists those that do).`, 'invalid_request_error', 'model', 'model_not_found');
+    throw new OpenAIError(
+      404,
+      `The model '${model}' does not exist or no node serves it now (GET /v1/models lists those that do).`,
+      'invalid_request_error',
+      'model',
+      'model_not_found',
+    );
   }
 
   /**
@@ -66,7 +84,13 @@ export class ServedModels {
   async requireChat(model: string, counted: () => void): Promise<void> {
     if (await this.eventually((s) => s.chat.has(model))) return;
     counted();
-    throw new OpenAIError(404, `The model '${model}' is an embedding model: no node serving it answers chat (POST /v1/embeddings takes it; GET /v1/models lists each model's capabilities).`, 'invalid_request_error', 'model', 'model_not_chat');
+    throw new OpenAIError(
+      404,
+      `The model '${model}' is an embedding model: no node serving it answers chat (POST /v1/embeddings takes it; GET /v1/models lists each model's capabilities).`,
+      'invalid_request_error',
+      'model',
+      'model_not_chat',
+    );
   }
 
   /** The capabilities (bits) of `needs` that no online node serving the model has; 0: some node has each. */
@@ -86,17 +110,34 @@ export class ServedModels {
     const one = (s: Served) => (s.combos.get(model) ?? []).some((c) => (needs & ~c) === 0);
     if (needs === 0 || one(await this.now()) || one(await this.now(0))) return;
     counted();
-    throw new OpenAIError(400, `Unsupported parameter: '${param}' with the rest of this request needs the capabilities ${namesOf(needs).map((n) => `'${n}'`).join(', ')} on one node, and no node serving '${model}' has them all now (GET /v1/models lists what some node of each model can do).`, 'invalid_request_error', param, 'unsupported_parameter');
+    throw new OpenAIError(
+      400,
+      `Unsupported parameter: '${param}' with the rest of this request needs the capabilities ${namesOf(needs)
+        .map((n) => `'${n}'`)
+        .join(', ')} on one node, and no node serving '${model}' has them all now (GET /v1/models lists what some node of each model can do).`,
+      'invalid_request_error',
+      param,
+      'unsupported_parameter',
+    );
   }
 }
 
 // `score` is verification's (score checks, verify/scores.ts), nothing a client can ask for: not listed.
-const entry = (id: string, caps: number, chat: boolean) => ({ id, object: 'model', created: 0, owned_by: 'inference-network', capabilities: [...(chat ? ['chat'] : []), ...namesOf(caps & ~CAPABILITIES.score)] });
+const entry = (id: string, caps: number, chat: boolean) => ({
+  id,
+  object: 'model',
+  created: 0,
+  owned_by: 'inference-network',
+  capabilities: [...(chat ? ['chat'] : []), ...namesOf(caps & ~CAPABILITIES.score)],
+});
 
 export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
   const list = async () => {
     const s = await served.now();
-    return { object: 'list', data: [...s.caps].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps, s.chat.has(id))) };
+    return {
+      object: 'list',
+      data: [...s.caps].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, caps]) => entry(id, caps, s.chat.has(id))),
+    };
   };
   app.get('/v1/models', list);
   app.get('/models', list);
@@ -104,7 +145,14 @@ export function modelRoutes(app: OpenAIApp, served: ServedModels): void {
   // are found whether a client escapes it (%2F) or not.
   const one = async (req: { params: unknown }) => {
     const model = (req.params as { '*': string })['*'];
-    if (!(await served.has(model))) throw new OpenAIError(404, `The model '${model}' does not exist or no node serves it now.`, 'invalid_request_error', 'model', 'model_not_found');
+    if (!(await served.has(model)))
+      throw new OpenAIError(
+        404,
+        `The model '${model}' does not exist or no node serves it now.`,
+        'invalid_request_error',
+        'model',
+        'model_not_found',
+      );
     const s = await served.now();
     return entry(model, s.caps.get(model) ?? 0, s.chat.has(model));
   };

@@ -35,7 +35,6 @@ export const OPENAI_DEFAULT_TEMPERATURE = 1;
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
 const MAX_MESSAGES = 1000;
 
-
 const storable = (text: string, param: string): string => {
   if (isUnstorable(text)) throw invalidRequest(`Invalid '${param}': ${NUL_ERROR}.`, param, 'invalid_value');
   return text;
@@ -45,23 +44,45 @@ function content(v: unknown, i: number, role: string): string {
   if (typeof v === 'string') return storable(v, `messages[${i}].content`);
   if (Array.isArray(v)) {
     // Content parts: text is joined; anything else (images, audio, files) cannot be run here.
-    return v.map((part, k) => {
-      if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return storable(part.text, `messages[${i}].content`);
-      // An assistant's refusal, as OpenAI answered it earlier in the conversation: its words are that turn's text.
-      if (role === 'assistant' && isObject(part) && part.type === 'refusal' && typeof part.refusal === 'string') return storable(part.refusal, `messages[${i}].content`);
-      const kind = isObject(part) && typeof part.type === 'string' ? part.type : 'non-text';
-      throw invalidRequest(`Content parts of type '${kind}' are not supported: the nodes run text models. Send text only.`, `messages[${i}].content[${k}]`, 'unsupported_content');
-    }).join('');
+    return v
+      .map((part, k) => {
+        if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return storable(part.text, `messages[${i}].content`);
+        // An assistant's refusal, as OpenAI answered it earlier in the conversation: its words are that turn's text.
+        if (role === 'assistant' && isObject(part) && part.type === 'refusal' && typeof part.refusal === 'string')
+          return storable(part.refusal, `messages[${i}].content`);
+        const kind = isObject(part) && typeof part.type === 'string' ? part.type : 'non-text';
+        throw invalidRequest(
+          `Content parts of type '${kind}' are not supported: the nodes run text models. Send text only.`,
+          `messages[${i}].content[${k}]`,
+          'unsupported_content',
+        );
+      })
+      .join('');
   }
-  throw invalidRequest(`Invalid type for 'messages[${i}].content': expected a string or an array of text parts.`, `messages[${i}].content`, 'invalid_type');
+  throw invalidRequest(
+    `Invalid type for 'messages[${i}].content': expected a string or an array of text parts.`,
+    `messages[${i}].content`,
+    'invalid_type',
+  );
 }
 
 function toolCalls(v: unknown, i: number): ToolCall[] {
   const param = `messages[${i}].tool_calls`;
   if (!Array.isArray(v) || v.length === 0) throw invalidRequest(`Invalid '${param}': expected a non-empty array.`, param, 'invalid_type');
   return v.map((c, k) => {
-    if (!isObject(c) || c.type !== 'function' || typeof c.id !== 'string' || !isObject(c.function) || typeof c.function.name !== 'string' || typeof c.function.arguments !== 'string') {
-      throw invalidRequest(`Invalid '${param}[${k}]': expected {id, type: 'function', function: {name, arguments}}.`, `${param}[${k}]`, 'invalid_value');
+    if (
+      !isObject(c) ||
+      c.type !== 'function' ||
+      typeof c.id !== 'string' ||
+      !isObject(c.function) ||
+      typeof c.function.name !== 'string' ||
+      typeof c.function.arguments !== 'string'
+    ) {
+      throw invalidRequest(
+        `Invalid '${param}[${k}]': expected {id, type: 'function', function: {name, arguments}}.`,
+        `${param}[${k}]`,
+        'invalid_value',
+      );
     }
     return { id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } };
   });
@@ -79,24 +100,44 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
   let unanswered = new Set<string>();
   const answeredBefore = (i: number): void => {
     if (unanswered.size === 0) return;
-    throw invalidRequest(`An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${[...unanswered].join(', ')}`, `messages[${i}].role`);
+    throw invalidRequest(
+      `An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${[...unanswered].join(', ')}`,
+      `messages[${i}].role`,
+    );
   };
   const whole = v.map((m, i): ChatMessage => {
     if (!isObject(m)) throw invalidRequest(`Invalid type for 'messages[${i}]': expected an object.`, `messages[${i}]`, 'invalid_type');
     // `name` (a participant's name) is accepted without effect (docs/openai.md), as a string.
-    if (given(m.name) && typeof m.name !== 'string') throw invalidRequest(`Invalid type for 'messages[${i}].name': expected a string.`, `messages[${i}].name`, 'invalid_type');
+    if (given(m.name) && typeof m.name !== 'string')
+      throw invalidRequest(`Invalid type for 'messages[${i}].name': expected a string.`, `messages[${i}].name`, 'invalid_type');
     if (m.role === 'function' || given(m.function_call)) {
-      throw invalidRequest("Unsupported parameter: legacy function calling ('function' messages, function_call); use tools and tool_calls.", `messages[${i}]`, 'unsupported_parameter');
+      throw invalidRequest(
+        "Unsupported parameter: legacy function calling ('function' messages, function_call); use tools and tool_calls.",
+        `messages[${i}]`,
+        'unsupported_parameter',
+      );
     }
     if (typeof m.role !== 'string' || !ROLES.has(m.role)) {
-      throw invalidRequest(`Invalid value for 'messages[${i}].role': expected one of system, developer, user, assistant, tool.`, `messages[${i}].role`, 'invalid_value');
+      throw invalidRequest(
+        `Invalid value for 'messages[${i}].role': expected one of system, developer, user, assistant, tool.`,
+        `messages[${i}].role`,
+        'invalid_value',
+      );
     }
     const role = m.role === 'developer' ? 'system' : m.role;
     if (role === 'tool') {
-      if (typeof m.tool_call_id !== 'string' || m.tool_call_id.length === 0) throw invalidRequest(`Missing required parameter: 'messages[${i}].tool_call_id'.`, `messages[${i}].tool_call_id`, 'missing_required_parameter');
+      if (typeof m.tool_call_id !== 'string' || m.tool_call_id.length === 0)
+        throw invalidRequest(
+          `Missing required parameter: 'messages[${i}].tool_call_id'.`,
+          `messages[${i}].tool_call_id`,
+          'missing_required_parameter',
+        );
       storableDeep(m.tool_call_id, `messages[${i}].tool_call_id`);
       if (!unanswered.delete(m.tool_call_id)) {
-        throw invalidRequest("Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'.", `messages[${i}].role`);
+        throw invalidRequest(
+          "Invalid parameter: messages with role 'tool' must be a response to a preceding message with 'tool_calls'.",
+          `messages[${i}].role`,
+        );
       }
       tools = true;
       return { role, content: content(m.content, i, role), tool_call_id: m.tool_call_id };
@@ -119,7 +160,8 @@ function messages(v: unknown): { plain: PlainMessage[]; whole: ChatMessage[] | u
 export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }): ChatRequest {
   const body = requestBody(raw);
   const n = number(body, 'n', 1, 128, true);
-  if (n !== undefined && n !== 1) throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
+  if (n !== undefined && n !== 1)
+    throw invalidRequest('Only n = 1 is supported: each completion is one job on one node.', 'n', 'unsupported_parameter');
   const { stream, includeUsage } = streamFields(body);
   // Both checked when both are given, as OpenAI does; max_completion_tokens is the one that counts.
   const maxCompletionTokens = number(body, 'max_completion_tokens', 1, 10_000_000, true);
@@ -149,7 +191,17 @@ export function parseChatRequest(raw: unknown, limits: { defaultTimeout: number;
  * some message is more than role and text, `params.messages` keeps it whole and the job needs the
  * `tools` capability. `params` and `needs` are the request's other parameters, as parsed.
  */
-export function conversationJob(body: Record<string, unknown> & { model: string }, whole: ChatMessage[], o: { params: ChatParams; needs: number; maxTokens: number | undefined; defaultTemperature: number; limits: { defaultTimeout: number; maxTimeout: number } }): ChatRequest {
+export function conversationJob(
+  body: Record<string, unknown> & { model: string },
+  whole: ChatMessage[],
+  o: {
+    params: ChatParams;
+    needs: number;
+    maxTokens: number | undefined;
+    defaultTemperature: number;
+    limits: { defaultTimeout: number; maxTimeout: number };
+  },
+): ChatRequest {
   let needs = o.needs;
   if (whole.some((m) => m.tool_calls || m.role === 'tool')) {
     o.params.messages = whole;

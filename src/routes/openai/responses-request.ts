@@ -56,7 +56,8 @@ export interface ResponsesFront {
   top_p: number;
 }
 
-const refuse = (name: string, why: string) => invalidRequest(`Unsupported parameter: ${why} (docs/responses.md lists what is supported).`, name, 'unsupported_parameter');
+const refuse = (name: string, why: string) =>
+  invalidRequest(`Unsupported parameter: ${why} (docs/responses.md lists what is supported).`, name, 'unsupported_parameter');
 
 /** A message's content as text: a string, or text parts (input_text, output_text, refusal). */
 function textOf(v: unknown, param: string): string {
@@ -65,20 +66,25 @@ function textOf(v: unknown, param: string): string {
     return v;
   }
   if (!Array.isArray(v)) throw invalidRequest(`Invalid type for '${param}': expected a string or an array of content parts.`, param, 'invalid_type');
-  return v.map((part, k) => {
-    const p = `${param}[${k}]`;
-    if (isObject(part) && (part.type === 'input_text' || part.type === 'output_text' || part.type === 'text') && typeof part.text === 'string') {
-      storableDeep(part.text, p);
-      return part.text;
-    }
-    if (isObject(part) && part.type === 'refusal' && typeof part.refusal === 'string') return part.refusal;
-    const kind = isObject(part) && typeof part.type === 'string' ? part.type : 'non-text';
-    throw invalidRequest(`Content parts of type '${kind}' are not supported: the nodes run text models. Send text only.`, p, 'unsupported_content');
-  }).join('');
+  return v
+    .map((part, k) => {
+      const p = `${param}[${k}]`;
+      if (isObject(part) && (part.type === 'input_text' || part.type === 'output_text' || part.type === 'text') && typeof part.text === 'string') {
+        storableDeep(part.text, p);
+        return part.text;
+      }
+      if (isObject(part) && part.type === 'refusal' && typeof part.refusal === 'string') return part.refusal;
+      const kind = isObject(part) && typeof part.type === 'string' ? part.type : 'non-text';
+      throw invalidRequest(`Content parts of type '${kind}' are not supported: the nodes run text models. Send text only.`, p, 'unsupported_content');
+    })
+    .join('');
 }
 
 /** A conversation: its system and developer texts apart (they go first, joined), its turns in order. */
-export interface Conversation { system: string[]; messages: ChatMessage[] }
+export interface Conversation {
+  system: string[];
+  messages: ChatMessage[];
+}
 
 /**
  * The output items of stored responses that `item_reference` items name, by their ids (`msg_…`, `fc_…`), as the
@@ -87,7 +93,11 @@ export interface Conversation { system: string[]; messages: ChatMessage[] }
 export type ReferencedItems = ReadonlyMap<string, Record<string, unknown>>;
 
 /** The input items as chat messages after `earlier`'s (a previous response's); system and developer texts apart, to go first. */
-export function conversationOf(input: unknown, earlier: Conversation = { system: [], messages: [] }, referenced: ReferencedItems = new Map()): Conversation {
+export function conversationOf(
+  input: unknown,
+  earlier: Conversation = { system: [], messages: [] },
+  referenced: ReferencedItems = new Map(),
+): Conversation {
   const messages = [...earlier.messages];
   const system = [...earlier.system];
   if (!given(input)) throw invalidRequest("Missing required parameter: 'input'.", 'input', 'missing_required_parameter');
@@ -105,7 +115,12 @@ export function conversationOf(input: unknown, earlier: Conversation = { system:
     switch (type) {
       case 'message': {
         const role = item.role;
-        if (role !== 'user' && role !== 'assistant' && role !== 'system' && role !== 'developer') throw invalidRequest(`Invalid value for '${param}.role': expected one of user, assistant, system, developer.`, `${param}.role`, 'invalid_value');
+        if (role !== 'user' && role !== 'assistant' && role !== 'system' && role !== 'developer')
+          throw invalidRequest(
+            `Invalid value for '${param}.role': expected one of user, assistant, system, developer.`,
+            `${param}.role`,
+            'invalid_value',
+          );
         const text = textOf(item.content, `${param}.content`);
         if (role === 'system' || role === 'developer') system.push(text);
         else messages.push({ role, content: text });
@@ -125,18 +140,30 @@ export function conversationOf(input: unknown, earlier: Conversation = { system:
         return;
       }
       case 'function_call_output': {
-        if (typeof item.call_id !== 'string' || !calls.has(item.call_id)) throw invalidRequest(`No tool call found for function call output with call_id ${String(item.call_id)}.`, `${param}.call_id`, 'invalid_value');
+        if (typeof item.call_id !== 'string' || !calls.has(item.call_id))
+          throw invalidRequest(
+            `No tool call found for function call output with call_id ${String(item.call_id)}.`,
+            `${param}.call_id`,
+            'invalid_value',
+          );
         messages.push({ role: 'tool', content: textOf(item.output, `${param}.output`), tool_call_id: item.call_id });
         return;
       }
-      case 'reasoning': return;
+      case 'reasoning':
+        return;
       // An output item of a stored response, by its id: what the Vercel AI SDK sends for an earlier answer's text while `store` is true (its default).
       case 'item_reference': {
         const found = typeof item.id === 'string' ? referenced.get(item.id) : undefined;
-        if (!found) throw invalidRequest(`Item with id '${String(item.id)}' not found: an item_reference names an output item (msg_…, fc_…) of a completed response this key stored (store: true) and did not delete, within the network's retention of jobs (JOB_RETENTION).`, `${param}.id`, 'item_not_found');
+        if (!found)
+          throw invalidRequest(
+            `Item with id '${String(item.id)}' not found: an item_reference names an output item (msg_…, fc_…) of a completed response this key stored (store: true) and did not delete, within the network's retention of jobs (JOB_RETENTION).`,
+            `${param}.id`,
+            'item_not_found',
+          );
         return add(found, param);
       }
-      default: throw refuse(`${param}.type`, `input items of type '${typeof type === 'string' ? type : JSON.stringify(type)}'`);
+      default:
+        throw refuse(`${param}.type`, `input items of type '${typeof type === 'string' ? type : JSON.stringify(type)}'`);
     }
   };
   input.forEach((item, i) => add(item, `input[${i}]`));
@@ -151,17 +178,26 @@ function tools(v: unknown): { list: ChatParams['tools']; echo: unknown[] } {
   const echo: unknown[] = [];
   v.forEach((t, i) => {
     const param = `tools[${i}]`;
-    if (!isObject(t) || typeof t.type !== 'string') throw invalidRequest(`Invalid '${param}': expected an object with a type.`, param, 'invalid_value');
+    if (!isObject(t) || typeof t.type !== 'string')
+      throw invalidRequest(`Invalid '${param}': expected an object with a type.`, param, 'invalid_value');
     if (LEFT_OUT_TOOLS.has(t.type)) return;
     if (t.type !== 'function') throw refuse(`${param}.type`, `tools of type '${t.type}' (only 'function' tools run on the nodes)`);
-    if (typeof t.name !== 'string' || !TOOL_NAME.test(t.name)) throw invalidRequest(`Invalid '${param}.name': a-z, A-Z, 0-9, _ and -, at most 64.`, `${param}.name`, 'invalid_value');
-    if (given(t.parameters) && !isObject(t.parameters)) throw invalidRequest(`Invalid type for '${param}.parameters': expected an object.`, `${param}.parameters`, 'invalid_type');
-    if (given(t.description) && typeof t.description !== 'string') throw invalidRequest(`Invalid type for '${param}.description': expected a string.`, `${param}.description`, 'invalid_type');
+    if (typeof t.name !== 'string' || !TOOL_NAME.test(t.name))
+      throw invalidRequest(`Invalid '${param}.name': a-z, A-Z, 0-9, _ and -, at most 64.`, `${param}.name`, 'invalid_value');
+    if (given(t.parameters) && !isObject(t.parameters))
+      throw invalidRequest(`Invalid type for '${param}.parameters': expected an object.`, `${param}.parameters`, 'invalid_type');
+    if (given(t.description) && typeof t.description !== 'string')
+      throw invalidRequest(`Invalid type for '${param}.description': expected a string.`, `${param}.description`, 'invalid_type');
     storableDeep(t, param);
     if (t.strict === true && isObject(t.parameters)) compileStrict(t.parameters, `${param}.parameters`);
     list.push({
       type: 'function',
-      function: { name: t.name, ...(typeof t.description === 'string' ? { description: t.description } : {}), ...(isObject(t.parameters) ? { parameters: t.parameters } : {}), ...(typeof t.strict === 'boolean' ? { strict: t.strict } : {}) },
+      function: {
+        name: t.name,
+        ...(typeof t.description === 'string' ? { description: t.description } : {}),
+        ...(isObject(t.parameters) ? { parameters: t.parameters } : {}),
+        ...(typeof t.strict === 'boolean' ? { strict: t.strict } : {}),
+      },
     });
     echo.push({ type: 'function', name: t.name, description: t.description ?? null, parameters: t.parameters ?? null, strict: t.strict ?? null });
   });
@@ -172,7 +208,8 @@ function toolChoice(v: unknown, names: Set<string>): ChatParams['tool_choice'] {
   if (!given(v)) return undefined;
   if (v === 'none' || v === 'auto' || v === 'required') return v;
   if (isObject(v) && v.type === 'function' && typeof v.name === 'string') {
-    if (!names.has(v.name)) throw invalidRequest(`Invalid 'tool_choice': no function tool named '${v.name}' in 'tools'.`, 'tool_choice', 'invalid_value');
+    if (!names.has(v.name))
+      throw invalidRequest(`Invalid 'tool_choice': no function tool named '${v.name}' in 'tools'.`, 'tool_choice', 'invalid_value');
     return { type: 'function', function: { name: v.name } };
   }
   throw refuse('tool_choice', "tool_choice other than 'none', 'auto', 'required' or {type: 'function', name}");
@@ -185,31 +222,58 @@ function format(v: unknown): { rf: ChatParams['response_format']; echo: Record<s
   if (given(v.verbosity) && v.verbosity !== 'medium') throw refuse('text.verbosity', "'text.verbosity' (the nodes' models take no verbosity)");
   const f = v.format;
   if (!given(f)) return { rf: undefined, echo: { type: 'text' } };
-  if (!isObject(f) || typeof f.type !== 'string') throw invalidRequest("Invalid type for 'text.format': expected an object with a type.", 'text.format', 'invalid_type');
+  if (!isObject(f) || typeof f.type !== 'string')
+    throw invalidRequest("Invalid type for 'text.format': expected an object with a type.", 'text.format', 'invalid_type');
   if (f.type === 'text') return { rf: undefined, echo: { type: 'text' } };
   if (f.type === 'json_object') return { rf: { type: 'json_object' }, echo: { type: 'json_object' } };
-  if (f.type !== 'json_schema') throw invalidRequest(`Invalid value for 'text.format.type': '${f.type}'; expected text, json_object or json_schema.`, 'text.format.type', 'invalid_value');
-  if (typeof f.name !== 'string' || !TOOL_NAME.test(f.name)) throw invalidRequest("Invalid 'text.format.name': a-z, A-Z, 0-9, _ and -, at most 64.", 'text.format.name', 'invalid_value');
-  if (!isObject(f.schema)) throw invalidRequest("Missing required parameter: 'text.format.schema'.", 'text.format.schema', 'missing_required_parameter');
+  if (f.type !== 'json_schema')
+    throw invalidRequest(
+      `Invalid value for 'text.format.type': '${f.type}'; expected text, json_object or json_schema.`,
+      'text.format.type',
+      'invalid_value',
+    );
+  if (typeof f.name !== 'string' || !TOOL_NAME.test(f.name))
+    throw invalidRequest("Invalid 'text.format.name': a-z, A-Z, 0-9, _ and -, at most 64.", 'text.format.name', 'invalid_value');
+  if (!isObject(f.schema))
+    throw invalidRequest("Missing required parameter: 'text.format.schema'.", 'text.format.schema', 'missing_required_parameter');
   storableDeep(f, 'text.format');
   if (f.strict === true) compileStrict(f.schema, 'text.format.schema');
   return {
-    rf: { type: 'json_schema', json_schema: { name: f.name, schema: f.schema, ...(typeof f.strict === 'boolean' ? { strict: f.strict } : {}), ...(typeof f.description === 'string' ? { description: f.description } : {}) } },
-    echo: { type: 'json_schema', name: f.name, schema: f.schema, strict: f.strict ?? null, ...(typeof f.description === 'string' ? { description: f.description } : {}) },
+    rf: {
+      type: 'json_schema',
+      json_schema: {
+        name: f.name,
+        schema: f.schema,
+        ...(typeof f.strict === 'boolean' ? { strict: f.strict } : {}),
+        ...(typeof f.description === 'string' ? { description: f.description } : {}),
+      },
+    },
+    echo: {
+      type: 'json_schema',
+      name: f.name,
+      schema: f.schema,
+      strict: f.strict ?? null,
+      ...(typeof f.description === 'string' ? { description: f.description } : {}),
+    },
   };
 }
 
 function accepted(body: Record<string, unknown>): Record<string, string> {
   for (const name of ['user', 'safety_identifier', 'prompt_cache_key', 'previous_response_id', 'instructions']) {
-    if (given(body[name]) && typeof body[name] !== 'string') throw invalidRequest(`Invalid type for '${name}': expected a string.`, name, 'invalid_type');
+    if (given(body[name]) && typeof body[name] !== 'string')
+      throw invalidRequest(`Invalid type for '${name}': expected a string.`, name, 'invalid_type');
   }
   for (const name of ['store', 'parallel_tool_calls', 'stream']) {
-    if (given(body[name]) && typeof body[name] !== 'boolean') throw invalidRequest(`Invalid type for '${name}': expected a boolean.`, name, 'invalid_type');
+    if (given(body[name]) && typeof body[name] !== 'boolean')
+      throw invalidRequest(`Invalid type for '${name}': expected a boolean.`, name, 'invalid_type');
   }
-  if (given(body.truncation) && body.truncation !== 'auto' && body.truncation !== 'disabled') throw invalidRequest("Invalid value for 'truncation': expected 'auto' or 'disabled'.", 'truncation', 'invalid_value');
-  if (given(body.reasoning) && !isObject(body.reasoning)) throw invalidRequest("Invalid type for 'reasoning': expected an object.", 'reasoning', 'invalid_type');
+  if (given(body.truncation) && body.truncation !== 'auto' && body.truncation !== 'disabled')
+    throw invalidRequest("Invalid value for 'truncation': expected 'auto' or 'disabled'.", 'truncation', 'invalid_value');
+  if (given(body.reasoning) && !isObject(body.reasoning))
+    throw invalidRequest("Invalid type for 'reasoning': expected an object.", 'reasoning', 'invalid_type');
   if (given(body.include)) {
-    if (!Array.isArray(body.include) || !body.include.every((x) => typeof x === 'string')) throw invalidRequest("Invalid type for 'include': expected an array of strings.", 'include', 'invalid_type');
+    if (!Array.isArray(body.include) || !body.include.every((x) => typeof x === 'string'))
+      throw invalidRequest("Invalid type for 'include': expected an array of strings.", 'include', 'invalid_type');
     if (body.include.includes('message.output_text.logprobs')) throw refuse('include', "'include' of message.output_text.logprobs");
   }
   const metadata = body.metadata;
@@ -226,7 +290,12 @@ function accepted(body: Record<string, unknown>): Record<string, string> {
  * previous_response_id, its answer last (the caller reads it: the key's own stored job);
  * `referenced`: the items its `item_reference` items name (the caller reads them too).
  */
-export function parseResponsesRequest(raw: unknown, limits: { defaultTimeout: number; maxTimeout: number }, earlier?: Conversation, referenced?: ReferencedItems): ChatRequest & { front: ResponsesFront } {
+export function parseResponsesRequest(
+  raw: unknown,
+  limits: { defaultTimeout: number; maxTimeout: number },
+  earlier?: Conversation,
+  referenced?: ReferencedItems,
+): ChatRequest & { front: ResponsesFront } {
   const body = requestBody(raw);
   for (const [name, isRefused] of Object.entries(REFUSED)) {
     if (given(body[name]) && isRefused(body[name])) throw refuse(name, `'${name}'`);
@@ -256,11 +325,13 @@ export function parseResponsesRequest(raw: unknown, limits: { defaultTimeout: nu
   }
   const { rf, echo: formatEcho } = format(body.text);
   if (rf) {
-    if (rf.type === 'json_object' && !/json/i.test(JSON.stringify(whole))) throw invalidRequest("Response input messages must contain the word 'json' in some form to use 'text.format' of type 'json_object'.", 'input');
+    if (rf.type === 'json_object' && !/json/i.test(JSON.stringify(whole)))
+      throw invalidRequest("Response input messages must contain the word 'json' in some form to use 'text.format' of type 'json_object'.", 'input');
     params.response_format = rf;
     needs |= CAPABILITIES.json;
   }
-  if (whole.length === 0 || !whole.some((m) => m.role !== 'system')) throw invalidRequest("Invalid 'input': no message to answer.", 'input', 'invalid_value');
+  if (whole.length === 0 || !whole.some((m) => m.role !== 'system'))
+    throw invalidRequest("Invalid 'input': no message to answer.", 'input', 'invalid_value');
   return {
     ...conversationJob(body, whole, { params, needs, maxTokens, defaultTemperature: OPENAI_DEFAULT_TEMPERATURE, limits }),
     front: {

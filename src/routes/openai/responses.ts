@@ -40,12 +40,23 @@ const jobOf = (id: string): string | undefined => (/^resp_[0-9a-f]{32}$/.test(id
 
 type Status = 'completed' | 'incomplete' | 'failed' | 'cancelled' | 'in_progress' | 'queued';
 
-interface Shape { id: string; created: number; model: string; front: ResponsesFront }
+interface Shape {
+  id: string;
+  created: number;
+  model: string;
+  front: ResponsesFront;
+}
 
 function usageOf(usage: Usage | null) {
   const input = usage?.prompt_tokens ?? 0;
   const output = usage?.completion_tokens ?? 0;
-  return { input_tokens: input, input_tokens_details: { cached_tokens: 0 }, output_tokens: output, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + output };
+  return {
+    input_tokens: input,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: output,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: input + output,
+  };
 }
 
 /** The answer's output items: its text as a message (also when it is empty and calls nothing), then each function call. */
@@ -58,23 +69,56 @@ function outputOf(s: Shape, answer: Answer): Record<string, unknown>[] {
 }
 
 const messageItem = (s: Shape, text: string, status: string) => ({
-  id: `msg_${s.id.slice(5)}`, type: 'message', status, role: 'assistant',
+  id: `msg_${s.id.slice(5)}`,
+  type: 'message',
+  status,
+  role: 'assistant',
   content: status === 'in_progress' ? [] : [{ type: 'output_text', text, annotations: [], logprobs: [] }],
 });
-const callItem = (s: Shape, i: number, callId: string, name: string, args: string, status: string) => ({ id: `fc_${s.id.slice(5)}_${i}`, type: 'function_call', status, call_id: callId, name, arguments: args });
+const callItem = (s: Shape, i: number, callId: string, name: string, args: string, status: string) => ({
+  id: `fc_${s.id.slice(5)}_${i}`,
+  type: 'function_call',
+  status,
+  call_id: callId,
+  name,
+  arguments: args,
+});
 
 /** The response object (OpenAI's `Response`), in any status. */
-function responseObject(s: Shape, status: Status, o: { output?: Record<string, unknown>[]; usage?: Usage | null; error?: OpenAIError; incomplete?: boolean } = {}) {
+function responseObject(
+  s: Shape,
+  status: Status,
+  o: { output?: Record<string, unknown>[]; usage?: Usage | null; error?: OpenAIError; incomplete?: boolean } = {},
+) {
   const f = s.front;
   return {
-    id: s.id, object: 'response', created_at: s.created, status, background: false,
+    id: s.id,
+    object: 'response',
+    created_at: s.created,
+    status,
+    background: false,
     error: o.error ? { code: o.error.code ?? 'server_error', message: o.error.message } : null,
     incomplete_details: o.incomplete ? { reason: 'max_output_tokens' } : null,
-    instructions: f.instructions, max_output_tokens: f.max_output_tokens, max_tool_calls: null, model: s.model,
-    output: o.output ?? [], parallel_tool_calls: f.parallel_tool_calls, previous_response_id: f.previous_response_id,
-    reasoning: { effort: null, summary: null }, service_tier: 'default', store: f.store, temperature: f.temperature,
-    text: f.text, tool_choice: f.tool_choice, tools: f.tools, top_logprobs: 0, top_p: f.top_p, truncation: 'disabled',
-    usage: status === 'completed' || status === 'incomplete' ? usageOf(o.usage ?? null) : null, user: null, metadata: f.metadata,
+    instructions: f.instructions,
+    max_output_tokens: f.max_output_tokens,
+    max_tool_calls: null,
+    model: s.model,
+    output: o.output ?? [],
+    parallel_tool_calls: f.parallel_tool_calls,
+    previous_response_id: f.previous_response_id,
+    reasoning: { effort: null, summary: null },
+    service_tier: 'default',
+    store: f.store,
+    temperature: f.temperature,
+    text: f.text,
+    tool_choice: f.tool_choice,
+    tools: f.tools,
+    top_logprobs: 0,
+    top_p: f.top_p,
+    truncation: 'disabled',
+    usage: status === 'completed' || status === 'incomplete' ? usageOf(o.usage ?? null) : null,
+    user: null,
+    metadata: f.metadata,
   };
 }
 
@@ -106,8 +150,16 @@ function responsesWire(job: ChatRequest & { front: ResponsesFront }, jobId: stri
   };
   const failed = (error: OpenAIError) => [event('response.failed', { response: responseObject(s, 'failed', { error }) })];
   return {
-    body: (done) => responseObject(s, incomplete(job, done) ? 'incomplete' : 'completed', { output: outputOf(s, done.answer), usage: done.usage, incomplete: incomplete(job, done) }),
-    begin: () => [event('response.created', { response: responseObject(s, 'in_progress') }), event('response.in_progress', { response: responseObject(s, 'in_progress') })],
+    body: (done) =>
+      responseObject(s, incomplete(job, done) ? 'incomplete' : 'completed', {
+        output: outputOf(s, done.answer),
+        usage: done.usage,
+        incomplete: incomplete(job, done),
+      }),
+    begin: () => [
+      event('response.created', { response: responseObject(s, 'in_progress') }),
+      event('response.in_progress', { response: responseObject(s, 'in_progress') }),
+    ],
     waiting: (standing) => [queueComment(standing)],
     text: delta,
     finish: (done, rest) => {
@@ -125,13 +177,30 @@ function responsesWire(job: ChatRequest & { front: ResponsesFront }, jobId: stri
         const item = callItem(s, i, c.id, c.function.name, c.function.arguments, 'completed');
         events.push(event('response.output_item.added', { output_index: at, item: { ...item, status: 'in_progress', arguments: '' } }));
         for (let k = 0; k < c.function.arguments.length; k += ARGUMENT_PIECE) {
-          events.push(event('response.function_call_arguments.delta', { item_id: item.id, output_index: at, delta: c.function.arguments.slice(k, k + ARGUMENT_PIECE) }));
+          events.push(
+            event('response.function_call_arguments.delta', {
+              item_id: item.id,
+              output_index: at,
+              delta: c.function.arguments.slice(k, k + ARGUMENT_PIECE),
+            }),
+          );
         }
-        events.push(event('response.function_call_arguments.done', { item_id: item.id, output_index: at, name: c.function.name, arguments: c.function.arguments }));
+        events.push(
+          event('response.function_call_arguments.done', {
+            item_id: item.id,
+            output_index: at,
+            name: c.function.name,
+            arguments: c.function.arguments,
+          }),
+        );
         events.push(event('response.output_item.done', { output_index: at, item }));
       });
       const cut = incomplete(job, done);
-      events.push(event(cut ? 'response.incomplete' : 'response.completed', { response: responseObject(s, cut ? 'incomplete' : 'completed', { output: outputOf(s, done.answer), usage: done.usage, incomplete: cut }) }));
+      events.push(
+        event(cut ? 'response.incomplete' : 'response.completed', {
+          response: responseObject(s, cut ? 'incomplete' : 'completed', { output: outputOf(s, done.answer), usage: done.usage, incomplete: cut }),
+        }),
+      );
       return events;
     },
     fail: failed,
@@ -140,10 +209,14 @@ function responsesWire(job: ChatRequest & { front: ResponsesFront }, jobId: stri
 
 const paramNeeding: ParamNeeding = (job, cap) => {
   switch (cap) {
-    case 'sampling': return { param: samplingField(job.params) ?? 'top_p' };
-    case 'json': return { param: 'text.format' };
-    case 'tool_choice': return { param: job.params.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice' };
-    default: return { param: job.params.tools ? 'tools' : 'input' };
+    case 'sampling':
+      return { param: samplingField(job.params) ?? 'top_p' };
+    case 'json':
+      return { param: 'text.format' };
+    case 'tool_choice':
+      return { param: job.params.parallel_tool_calls === false ? 'parallel_tool_calls' : 'tool_choice' };
+    default:
+      return { param: job.params.tools ? 'tools' : 'input' };
   }
 };
 
@@ -153,7 +226,13 @@ function carriedOn(job: StoredJob, front: ResponsesFront): Conversation {
   const turns = all[0]?.role === 'system' && (front.instructions || front.system.length) ? all.slice(1) : all;
   const answer = job.result!.message;
   const calls = answer.tool_calls ?? [];
-  return { system: front.system, messages: [...turns, calls.length ? { role: 'assistant', content: answer.content || null, tool_calls: calls } : { role: 'assistant', content: answer.content }] };
+  return {
+    system: front.system,
+    messages: [
+      ...turns,
+      calls.length ? { role: 'assistant', content: answer.content || null, tool_calls: calls } : { role: 'assistant', content: answer.content },
+    ],
+  };
 }
 
 /** The key's stored response `id` with its front, or undefined (none, another key's, deleted, or not stored). */
@@ -175,23 +254,41 @@ function storedObject(job: StoredJob, front: ResponsesFront) {
       const cut = cutAt(front.max_output_tokens ?? 0, job.usage, job.result!);
       return responseObject(s, cut ? 'incomplete' : 'completed', { output: outputOf(s, job.result!), usage: job.usage, incomplete: cut });
     }
-    case 'canceled': return responseObject(s, 'cancelled');
-    case 'queued': return responseObject(s, 'queued');
-    case 'leased': return responseObject(s, 'in_progress');
+    case 'canceled':
+      return responseObject(s, 'cancelled');
+    case 'queued':
+      return responseObject(s, 'queued');
+    case 'leased':
+      return responseObject(s, 'in_progress');
     default: {
-      const outcome: Outcome = job.error ? { kind: 'request_error', detail: job.detail ?? job.error.message, error: job.error } : { kind: job.state === 'expired' ? 'expired' : 'failed', detail: job.detail ?? 'no node could finish the job' };
+      const outcome: Outcome = job.error
+        ? { kind: 'request_error', detail: job.detail ?? job.error.message, error: job.error }
+        : { kind: job.state === 'expired' ? 'expired' : 'failed', detail: job.detail ?? 'no node could finish the job' };
       return responseObject(s, 'failed', { error: failureError(outcome) });
     }
   }
 }
 
 export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const { limiters, service: { coordinator, options: { coordinator: c } } } = deps;
+  const {
+    limiters,
+    service: {
+      coordinator,
+      options: { coordinator: c },
+    },
+  } = deps;
   const limits = { defaultTimeout: c.jobTimeout, maxTimeout: c.maxJobTimeout };
 
   const create = async (req: FastifyRequest, reply: FastifyReply) => {
     let job!: ChatRequest & { front: ResponsesFront };
-    const { owner } = await admit(deps, served, req, async (key) => (job = parseResponsesRequest(req.body, limits, await previousOf(req.body, key), await referencedBy(req.body, key))), paramNeeding, true);
+    const { owner } = await admit(
+      deps,
+      served,
+      req,
+      async (key) => (job = parseResponsesRequest(req.body, limits, await previousOf(req.body, key), await referencedBy(req.body, key))),
+      paramNeeding,
+      true,
+    );
     return runJob(deps, reply, owner, job, (jobId) => responsesWire(job, jobId), { shaped: true });
   };
 
@@ -201,9 +298,18 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
     if (typeof previous !== 'string') return undefined;
     const found = await stored(deps, previous, owner);
     if (!found || found.job.state !== 'done') {
-      throw invalidRequest(`Previous response with id '${previous}' not found: it is not this key's, was deleted, did not complete, or is past the network's retention of jobs (JOB_RETENTION).`, 'previous_response_id', 'previous_response_not_found');
+      throw invalidRequest(
+        `Previous response with id '${previous}' not found: it is not this key's, was deleted, did not complete, or is past the network's retention of jobs (JOB_RETENTION).`,
+        'previous_response_id',
+        'previous_response_not_found',
+      );
     }
-    if (!found.front.store) throw invalidRequest(`Previous response with id '${previous}' was created with store: false, so it cannot be continued; send the whole conversation as input instead.`, 'previous_response_id', 'previous_response_not_stored');
+    if (!found.front.store)
+      throw invalidRequest(
+        `Previous response with id '${previous}' was created with store: false, so it cannot be continued; send the whole conversation as input instead.`,
+        'previous_response_id',
+        'previous_response_not_stored',
+      );
     return carriedOn(found.job, found.front);
   }
   /**
@@ -212,7 +318,18 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
    */
   async function referencedBy(body: unknown, owner: number): Promise<ReferencedItems> {
     const input = typeof body === 'object' && body !== null ? (body as Record<string, unknown>).input : undefined;
-    const ids = new Set(Array.isArray(input) ? input.flatMap((i) => (typeof i === 'object' && i !== null && (i as Record<string, unknown>).type === 'item_reference' && typeof (i as Record<string, unknown>).id === 'string' ? [(i as { id: string }).id] : [])) : []);
+    const ids = new Set(
+      Array.isArray(input)
+        ? input.flatMap((i) =>
+            typeof i === 'object' &&
+            i !== null &&
+            (i as Record<string, unknown>).type === 'item_reference' &&
+            typeof (i as Record<string, unknown>).id === 'string'
+              ? [(i as { id: string }).id]
+              : [],
+          )
+        : [],
+    );
     const items = new Map<string, Record<string, unknown>>();
     const responses = new Map<string, Awaited<ReturnType<typeof stored>>>();
     for (const id of ids) {
@@ -220,7 +337,12 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
       if (!m) continue;
       const rid = `resp_${m[2]!}`;
       if (!responses.has(rid)) {
-        if (responses.size >= MAX_REFERENCED) throw invalidRequest(`Invalid 'input': item_reference items name more than ${MAX_REFERENCED} responses; send the items themselves (store: false) or previous_response_id.`, 'input', 'invalid_value');
+        if (responses.size >= MAX_REFERENCED)
+          throw invalidRequest(
+            `Invalid 'input': item_reference items name more than ${MAX_REFERENCED} responses; send the items themselves (store: false) or previous_response_id.`,
+            'input',
+            'invalid_value',
+          );
         responses.set(rid, await stored(deps, rid, owner));
       }
       const found = responses.get(rid);
@@ -228,7 +350,8 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
       const answer = found.job.result!;
       const calls = answer.message.tool_calls ?? [];
       // As outputOf shows them: the message item when the answer has text or calls nothing, then each call.
-      if (m[1] === 'msg' && m[3] === undefined && (answer.message.content || calls.length === 0)) items.set(id, { type: 'message', role: 'assistant', content: answer.message.content });
+      if (m[1] === 'msg' && m[3] === undefined && (answer.message.content || calls.length === 0))
+        items.set(id, { type: 'message', role: 'assistant', content: answer.message.content });
       const call = m[1] === 'fc' && m[3] !== undefined ? calls[Number(m[3])] : undefined;
       if (call) items.set(id, { type: 'function_call', call_id: call.id, name: call.function.name, arguments: call.function.arguments });
     }
@@ -261,6 +384,10 @@ export function responsesRoutes(app: OpenAIApp, deps: Deps, served: ServedModels
       return storedObject(after?.job ?? found.job, found.front);
     }
     if (found.job.state === 'canceled') return storedObject(found.job, found.front);
-    throw invalidRequest(`Cannot cancel a response that has already ended (status ${String(storedObject(found.job, found.front).status)}).`, 'response_id', 'response_not_cancellable');
+    throw invalidRequest(
+      `Cannot cancel a response that has already ended (status ${String(storedObject(found.job, found.front).status)}).`,
+      'response_id',
+      'response_not_cancellable',
+    );
   });
 }

@@ -54,7 +54,12 @@ function compile(schema: Record<string, unknown>): ValidateFunction {
 export function compileStrict(schema: Record<string, unknown>, param: string): void {
   if (bySchema.has(schema)) return;
   const text = JSON.stringify(schema);
-  if (text.length > MAX_SCHEMA_BYTES) throw invalidRequest(`Invalid schema for '${param}' (strict): at most ${MAX_SCHEMA_BYTES} bytes as JSON, to be checked here.`, param, 'invalid_value');
+  if (text.length > MAX_SCHEMA_BYTES)
+    throw invalidRequest(
+      `Invalid schema for '${param}' (strict): at most ${MAX_SCHEMA_BYTES} bytes as JSON, to be checked here.`,
+      param,
+      'invalid_value',
+    );
   let validate = byText.get(text);
   if (validate) {
     byText.delete(text);

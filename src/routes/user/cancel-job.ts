@@ -16,8 +16,11 @@ export function cancelJobRoute(app: App, deps: Deps): void {
     const { before, canceled } = await coordinator.cancel(job_id, owner, 'canceled by its owner');
     if (before === undefined) throw new HttpError(404, 'Job not found');
     if (canceled || before === 'canceled') return { status: 'canceled' as const, job_id, was: before as 'queued' | 'leased' | 'canceled' };
-    throw new HttpError(409, before === 'queued' || before === 'leased'
-      ? `Job ${job_id} finished before it could be canceled`
-      : `Job ${job_id} is ${before}: it cannot be canceled`);
+    throw new HttpError(
+      409,
+      before === 'queued' || before === 'leased'
+        ? `Job ${job_id} finished before it could be canceled`
+        : `Job ${job_id} is ${before}: it cannot be canceled`,
+    );
   });
 }

@@ -29,12 +29,19 @@ const WAIT_OVER = 'wait over';
 // none, jobs/answer.ts) is charged but not shown here, so that the seed's jobs keep the seed's
 // body field for field. /v1 and GET /usage show it.
 function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: string | null }, jobId: string) {
-  if (job.state === 'done') return { status: 'success' as const, job_id: jobId, result: job.result!, ...(job.usage && !job.usage.estimated ? { usage: job.usage } : {}) };
-  return { status: job.state as 'failed' | 'expired' | 'canceled', job_id: jobId, detail: job.detail ?? job.state, result: { message: { role: 'assistant', content: '' } } };
+  if (job.state === 'done')
+    return { status: 'success' as const, job_id: jobId, result: job.result!, ...(job.usage && !job.usage.estimated ? { usage: job.usage } : {}) };
+  return {
+    status: job.state as 'failed' | 'expired' | 'canceled',
+    job_id: jobId,
+    detail: job.detail ?? job.state,
+    result: { message: { role: 'assistant', content: '' } },
+  };
 }
 
 /** The 404 of an open job: `detail` as the seed's clients know it, and where the job stands. */
-const pending = (reply: FastifyReply, s: Standing) => reply.code(404).send({ detail: 'Job not finished', state: s.state, position: s.position ?? null, eta_seconds: s.eta_seconds ?? null });
+const pending = (reply: FastifyReply, s: Standing) =>
+  reply.code(404).send({ detail: 'Job not finished', state: s.state, position: s.position ?? null, eta_seconds: s.eta_seconds ?? null });
 
 export function getResultRoutes(app: App, deps: Deps): void {
   const { limiters } = deps;
@@ -52,7 +59,8 @@ export function getResultRoutes(app: App, deps: Deps): void {
     getResult(req, reply, req.params.job_id, req.query.wait).catch((err: unknown) => {
       if (!isUnavailable(err)) throw err;
       void reply.code(404).header('retry-after', '1').send({ detail: 'Job status unknown for now: the database is unavailable; retry later' });
-    }));
+    }),
+  );
 
   async function getResult(req: FastifyRequest, reply: FastifyReply, job_id: string, wait: number | undefined) {
     const asked = (wait ?? 0) * 1000;

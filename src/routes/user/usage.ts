@@ -8,7 +8,10 @@ import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 
 export function usageRoute(app: App, deps: Deps): void {
-  const { usage: settler, options: { coordinator: c } } = deps.service;
+  const {
+    usage: settler,
+    options: { coordinator: c },
+  } = deps.service;
   app.get('/usage', { schema: { response: UsageResponses } }, async (req) => {
     const owner = await authenticateUser(deps, req);
     const usage = await settler.today(owner, { jobs: c.quotaJobs ?? null, tokens: c.quotaTokens ?? null });

@@ -7,11 +7,13 @@ import { rideOutage } from '../../db/outage.js';
 
 export function deregisterNodeRoute(app: App, deps: Deps): void {
   const { nodes } = deps.service;
-  app.post('/worker/deregister_node', { schema: { body: DeregisterNodeRequest, response: DeregisterNodeResponses } }, (req) => rideOutage(async () => {
-    const session = await authenticateSession(deps, req);
-    // Ended, then its leases go back (the order is the node lifecycle's).
-    await nodes.deregister(session.id);
-    return { status: 'success' };
-  }));
+  app.post('/worker/deregister_node', { schema: { body: DeregisterNodeRequest, response: DeregisterNodeResponses } }, (req) =>
+    rideOutage(async () => {
+      const session = await authenticateSession(deps, req);
+      // Ended, then its leases go back (the order is the node lifecycle's).
+      await nodes.deregister(session.id);
+      return { status: 'success' };
+    }),
+  );
   app.get('/worker/ping', { schema: { response: PingResponses } }, () => Promise.resolve({ status: 'ok' }));
 }

@@ -15,29 +15,40 @@ import { rideOutage } from '../../db/outage.js';
 export function getJobRoute(app: App, deps: Deps): void {
   const { limiters } = deps;
   const { coordinator } = deps.service;
-  app.get('/worker/get_job', { schema: { querystring: GetJobQuery, response: GetJobResponses } }, (req, reply) => rideOutage(async () => {
-    if (req.query.wait) reply.header('x-accel-buffering', 'no');
-    const session = await authenticateSession(deps, req);
-    const gone = () => req.raw.socket.destroyed;
-    const asked = (req.query.wait ?? 0) * 1000;
-    const release = asked > 0 ? limiters.longPolls.enter(`session:${session.id}`, req.ip) : undefined;
-    let job;
-    try {
-      job = await coordinator.next(session, release ? asked : 0, gone);
-    } finally {
-      release?.();
-    }
-    if (!job) return { job_data: null };
-    if (gone()) {
-      // Nobody is there to get it: the lease goes back, and counts as no attempt.
-      await coordinator.undeliver(job);
-      return { job_data: null };
-    }
-    const { messages, max_output, temperature, seed, stream, params } = job.request;
-    return { job_data: {
-      job_id: job.jobId, api_key: job.jobKey, model: job.model, messages, max_output, temperature,
-      ...(seed !== undefined ? { seed } : {}), ...(stream ? { stream } : {}), ...(job.prefix ? { answer_prefix: job.prefix } : {}),
-      ...(params && session.capable ? { params } : {}),
-    } };
-  }));
+  app.get('/worker/get_job', { schema: { querystring: GetJobQuery, response: GetJobResponses } }, (req, reply) =>
+    rideOutage(async () => {
+      if (req.query.wait) reply.header('x-accel-buffering', 'no');
+      const session = await authenticateSession(deps, req);
+      const gone = () => req.raw.socket.destroyed;
+      const asked = (req.query.wait ?? 0) * 1000;
+      const release = asked > 0 ? limiters.longPolls.enter(`session:${session.id}`, req.ip) : undefined;
+      let job;
+      try {
+        job = await coordinator.next(session, release ? asked : 0, gone);
+      } finally {
+        release?.();
+      }
+      if (!job) return { job_data: null };
+      if (gone()) {
+        // Nobody is there to get it: the lease goes back, and counts as no attempt.
+        await coordinator.undeliver(job);
+        return { job_data: null };
+      }
+      const { messages, max_output, temperature, seed, stream, params } = job.request;
+      return {
+        job_data: {
+          job_id: job.jobId,
+          api_key: job.jobKey,
+          model: job.model,
+          messages,
+          max_output,
+          temperature,
+          ...(seed !== undefined ? { seed } : {}),
+          ...(stream ? { stream } : {}),
+          ...(job.prefix ? { answer_prefix: job.prefix } : {}),
+          ...(params && session.capable ? { params } : {}),
+        },
+      };
+    }),
+  );
 }

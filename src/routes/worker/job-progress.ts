@@ -55,23 +55,27 @@ export class SplitPairs {
 
 export function jobProgressRoute(app: App, { service: { coordinator }, limiters }: Deps): void {
   const pairs = new SplitPairs();
-  app.post('/worker/job_progress', {
-    schema: { body: JobProgressRequest, response: JobProgressResponses },
-    ...(limiters.progress ? { preHandler: limiters.progress } : {}),
-    // As a job key's report (routes/update-result.ts): a NUL or an unpaired surrogate becomes
-    // U+FFFD — but for a pair split between two pieces, which is joined (SplitPairs).
-    preValidation: (req, _reply, done) => {
-      const body = req.body as Record<string, unknown> | null;
-      if (typeof body === 'object' && body !== null && typeof body.delta === 'string') {
-        body.delta = storableText(typeof body.api_key === 'string' ? pairs.join(body.api_key, body.delta) : body.delta);
-      }
-      done();
+  app.post(
+    '/worker/job_progress',
+    {
+      schema: { body: JobProgressRequest, response: JobProgressResponses },
+      ...(limiters.progress ? { preHandler: limiters.progress } : {}),
+      // As a job key's report (routes/update-result.ts): a NUL or an unpaired surrogate becomes
+      // U+FFFD — but for a pair split between two pieces, which is joined (SplitPairs).
+      preValidation: (req, _reply, done) => {
+        const body = req.body as Record<string, unknown> | null;
+        if (typeof body === 'object' && body !== null && typeof body.delta === 'string') {
+          body.delta = storableText(typeof body.api_key === 'string' ? pairs.join(body.api_key, body.delta) : body.delta);
+        }
+        done();
+      },
     },
-  }, async (req) => {
-    const { job_id, api_key, delta } = req.body;
-    if (!(await coordinator.publishProgress(hashKey(api_key), job_id, delta))) {
-      throw new HttpError(400, `No open lease of job ${job_id} for this job key: it was canceled, expired or finished; stop working on it`);
-    }
-    return { status: 'success' };
-  });
+    async (req) => {
+      const { job_id, api_key, delta } = req.body;
+      if (!(await coordinator.publishProgress(hashKey(api_key), job_id, delta))) {
+        throw new HttpError(400, `No open lease of job ${job_id} for this job key: it was canceled, expired or finished; stop working on it`);
+      }
+      return { status: 'success' };
+    },
+  );
 }

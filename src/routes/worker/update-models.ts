@@ -22,32 +22,39 @@ export { MODELS_PER_NODE, NEW_MODELS_PER_NODE_PER_DAY } from '../../nodes/declar
 export function updateModelsRoute(app: App, deps: Deps): void {
   const { nodes } = deps.service;
   const coordinatorConfig = deps.service.options.coordinator;
-  app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, (req) => rideOutage(async () => {
-    const session = await authenticateSession(deps, req);
-    const { node_url, models } = req.body;
-    const declared = req.body.capabilities as Record<string, unknown> | undefined;
-    for (const [model, list] of Object.entries(declared ?? {})) {
-      if (!Array.isArray(list) || list.length > 16 || !list.every((c) => typeof c === 'string' && c.length <= 32)) {
-        throw invalid(['capabilities', model], 'capabilities: expected an array of at most 16 capability names of at most 32 characters', list);
+  app.post('/worker/update_models', { schema: { body: UpdateModelsRequest, response: UpdateModelsResponses } }, (req) =>
+    rideOutage(async () => {
+      const session = await authenticateSession(deps, req);
+      const { node_url, models } = req.body;
+      const declared = req.body.capabilities as Record<string, unknown> | undefined;
+      for (const [model, list] of Object.entries(declared ?? {})) {
+        if (!Array.isArray(list) || list.length > 16 || !list.every((c) => typeof c === 'string' && c.length <= 32)) {
+          throw invalid(['capabilities', model], 'capabilities: expected an array of at most 16 capability names of at most 32 characters', list);
+        }
       }
-    }
-    const builds = buildsOf(req.body.builds);
-    const limits = limitsOf(req.body.limits);
-    if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
-    if (session.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
-    const caps = declared ? new Map(Object.entries(declared).map(([m, list]) => [m, bitsOf(list as string[])])) : undefined;
-    let out;
-    try {
-      out = await nodes.declareModels({ id: session.id, nodeId: session.node.id }, { models, caps, builds, contexts: limits }, coordinatorConfig);
-    } catch (err) {
-      // 400, not 429: the seed's worker stops for hours on any other 4xx here.
-      if (err instanceof DeclarationRefused) throw new HttpError(400, err.message);
-      throw err;
-    }
-    if (!out) throw new HttpError(401, 'Invalid session token: register the node first');
-    const { names, ignored } = out;
-    return { status: 'success', models: names, expires_in: Math.round(coordinatorConfig.modelsTtl), ...(ignored.length ? { ignored: ignored.slice(0, 10).map((m) => m.slice(0, 300)) } : {}) };
-  }));
+      const builds = buildsOf(req.body.builds);
+      const limits = limitsOf(req.body.limits);
+      if (node_url !== undefined && node_url !== session.node.name) throw new HttpError(400, `node_url "${node_url}" is not this session's node`);
+      if (session.node.suspended) throw new HttpError(403, SUSPENDED_DETAIL);
+      const caps = declared ? new Map(Object.entries(declared).map(([m, list]) => [m, bitsOf(list as string[])])) : undefined;
+      let out;
+      try {
+        out = await nodes.declareModels({ id: session.id, nodeId: session.node.id }, { models, caps, builds, contexts: limits }, coordinatorConfig);
+      } catch (err) {
+        // 400, not 429: the seed's worker stops for hours on any other 4xx here.
+        if (err instanceof DeclarationRefused) throw new HttpError(400, err.message);
+        throw err;
+      }
+      if (!out) throw new HttpError(401, 'Invalid session token: register the node first');
+      const { names, ignored } = out;
+      return {
+        status: 'success',
+        models: names,
+        expires_in: Math.round(coordinatorConfig.modelsTtl),
+        ...(ignored.length ? { ignored: ignored.slice(0, 10).map((m) => m.slice(0, 300)) } : {}),
+      };
+    }),
+  );
 }
 
 /**
@@ -55,7 +62,12 @@ export function updateModelsRoute(app: App, deps: Deps): void {
  * ignored later), each entry read by `each` (undefined: nothing declared for it); 422 when
  * malformed, with `shape` saying what was expected.
  */
-function perModel<T>(field: string, v: unknown, shape: { whole: string; entry: string }, each: (model: string, entry: Record<string, unknown>) => T | undefined): Map<string, T> {
+function perModel<T>(
+  field: string,
+  v: unknown,
+  shape: { whole: string; entry: string },
+  each: (model: string, entry: Record<string, unknown>) => T | undefined,
+): Map<string, T> {
   const out = new Map<string, T>();
   if (v === undefined) return out;
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid([field], `${field}: expected an object of ${shape.whole}`, v);
@@ -69,14 +81,15 @@ function perModel<T>(field: string, v: unknown, shape: { whole: string; entry: s
 }
 
 /** The declared context lengths by model name; 422 when malformed. */
-const limitsOf = (v: unknown): Map<string, number> => perModel('limits', v, { whole: 'model → {context_length}', entry: 'an optional context_length' }, (model, l) => {
-  const c = l.context_length;
-  if (c === undefined || c === null) return undefined;
-  if (typeof c !== 'number' || !Number.isInteger(c) || c < 1 || c > MAX_DECLARED_CONTEXT) {
-    throw invalid(['limits', model, 'context_length'], `limits: context_length must be an integer from 1 to ${MAX_DECLARED_CONTEXT} (tokens)`, c);
-  }
-  return c;
-});
+const limitsOf = (v: unknown): Map<string, number> =>
+  perModel('limits', v, { whole: 'model → {context_length}', entry: 'an optional context_length' }, (model, l) => {
+    const c = l.context_length;
+    if (c === undefined || c === null) return undefined;
+    if (typeof c !== 'number' || !Number.isInteger(c) || c < 1 || c > MAX_DECLARED_CONTEXT) {
+      throw invalid(['limits', model, 'context_length'], `limits: context_length must be an integer from 1 to ${MAX_DECLARED_CONTEXT} (tokens)`, c);
+    }
+    return c;
+  });
 
 const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 
@@ -84,16 +97,17 @@ const BUILD_FIELDS = { digest: 128, quantization: 32 } as const;
 const invalid = (loc: (string | number)[], error: string, input: unknown) => new RequestValidationError([valueError(['body', ...loc], error, input)]);
 
 /** The declared builds by model name; 422 when malformed. */
-const buildsOf = (v: unknown): Map<string, ModelBuild> => perModel('builds', v, { whole: 'model → {digest, quantization}', entry: 'optional digest and quantization' }, (model, b) => {
-  const build: ModelBuild = {};
-  for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
-    const x = b[field];
-    if (x === undefined || x === null) continue;
-    // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
-    if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
-      throw invalid(['builds', model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
+const buildsOf = (v: unknown): Map<string, ModelBuild> =>
+  perModel('builds', v, { whole: 'model → {digest, quantization}', entry: 'optional digest and quantization' }, (model, b) => {
+    const build: ModelBuild = {};
+    for (const [field, max] of Object.entries(BUILD_FIELDS) as [keyof ModelBuild, number][]) {
+      const x = b[field];
+      if (x === undefined || x === null) continue;
+      // Printable ASCII only: these are identifiers (sha256:…, Q4_K_M), shown as they are on /network.
+      if (typeof x !== 'string' || x.length === 0 || x.length > max || !/^[\x21-\x7e]+$/.test(x)) {
+        throw invalid(['builds', model, field], `builds: ${field} must be a string of 1 to ${max} printable ASCII characters without spaces`, x);
+      }
+      build[field] = x;
     }
-    build[field] = x;
-  }
-  return build.digest !== undefined || build.quantization !== undefined ? build : undefined;
-});
+    return build.digest !== undefined || build.quantization !== undefined ? build : undefined;
+  });
