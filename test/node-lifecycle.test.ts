@@ -15,7 +15,7 @@ import { TestUser, TestWorker } from './helpers/coordinator.js';
 import { buildApp } from '../src/app.js';
 import { sql } from '../src/db/database.js';
 import type { NodeOutcome } from '../src/nodes/outcome.js';
-import { strikeNode } from '../src/nodes/sql/standing.js';
+import { agreeNodes, strikeNode } from '../src/nodes/sql/standing.js';
 import { runCommand } from '../src/cli/commands.js';
 import { Recorder } from './helpers/recorder.js';
 
@@ -252,6 +252,27 @@ describe.each(backends)('node lifecycle on $name', (backend) => {
           models: [],
           standing: 'suspended',
         });
+        await cancel(job);
+      },
+    },
+    {
+      name: 'agree (a probation ended by agreements, verification): announced as the strike is, applied once committed, counted here',
+      run: async () => {
+        const { id } = await started();
+        const job = await user.submit(MODEL, 'a job the strike names');
+        await t.db.transaction((tx) => strikeNode(tx, id, job, 'give_up', { job_id: job }, 3600, 3, t.app.service.nodes.server));
+        // One agreement short of the two that end it: still on probation, nothing announced.
+        expect(await t.db.transaction((tx) => agreeNodes(tx, [id], 2, t.app.service.nodes.server))).toEqual([]);
+        const counted = await metric(t.app, 'cleared');
+        // Two agreements in one batch (a node once per agreement), and a node never judged: only the probation ended is announced.
+        const unjudged = (await started()).id;
+        const m = mark();
+        const outcomes = await t.db.transaction((tx) => agreeNodes(tx, [id, unjudged, id], 2, t.app.service.nodes.server));
+        expect(outcomes).toEqual([{ change: 'cleared', nodeId: id, sessionId: null }]);
+        for (const o of outcomes) t.app.service.nodes.apply(o);
+        await both(m, is('cleared', id));
+        expect(await metric(t.app, 'cleared')).toBe(counted + 1);
+        expect((await q<{ state: string }>('SELECT state FROM node_standing WHERE node_id = $1', [id]))[0]!.state).toBe('trusted');
         await cancel(job);
       },
     },

@@ -8,7 +8,7 @@ import { bufferIo } from '../src/cli/io.js';
 import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
 import { auditBatch } from '../src/verify/auditor.js';
 import { reverse } from '../src/verify/reversal.js';
-import { strike } from '../src/verify/standing.js';
+import { strikeNode } from '../src/nodes/sql/standing.js';
 import { backends } from './helpers/db.js';
 import { auditWaits, copiesCounted, ownRound } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
@@ -229,7 +229,7 @@ describe.each(backends)('verification on $name', (backend) => {
     await user.submit(MODEL, 'a job held by bad');
     const held = (await bad.getJob())!;
     for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++)
-      await strike(t.db, id, held.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
+      await strikeNode(t.db, id, held.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
     await runCommand(t.db, ['node', 'audit', 'bad'], bufferIo()); // readable while suspended
     // Before the caches hear of it, its session still names models: its poll gets nothing, and
     // does not hide the queued job from the others.
@@ -331,7 +331,8 @@ describe.each(backends)('verification on $name', (backend) => {
     const job = (await racer.getJob())!;
     expect((await racer.report(job, prose(MODEL, prompt(job)))).json()).toMatchObject({ status: 'success' });
     expect(await pointsOf('racer')).toBe(1);
-    for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++) await strike(t.db, id, job.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
+    for (let i = 0; i < DEFAULT_VERIFY.strikesToSuspend; i++)
+      await strikeNode(t.db, id, job.job_id, 'replay', {}, 3600, DEFAULT_VERIFY.strikesToSuspend);
     expect(await standing('racer')).toBe('suspended');
     // Its audit comes after (the completing statement queues it; VERIFY is off here, so the test does).
     await q('t_queue', 'INSERT INTO job_audits (job_id, finished_at) VALUES ($1::uuid, now())', [job.job_id]);

@@ -1,6 +1,6 @@
 // The node lifecycle: every state change of a node runs here, as one named statement of
 // src/nodes/sql/ (add, access: disable/enable, rotate, sessions: register/deregister,
-// standing: strike/restore), each announcing what it changed inside its own transaction
+// standing: strike/agree/restore), each announcing what it changed inside its own transaction
 // (nodes_announce(), migrations/0016_node_lifecycle.sql), and every statement's outcome
 // (nodes/outcome.ts) goes through one function, apply(), to every consumer of this server —
 // the key and session cache (auth/authenticate.ts), the dispatcher (its waiting polls), the

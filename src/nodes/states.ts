@@ -8,7 +8,8 @@
 //          sql/add.ts            ▲  ▲        sql/standing.ts            │       strikes (the strike
 //                                │  │                                   │       that reaches them:
 //                                │  └─── VERIFY_PROBATION_AGREEMENTS ───┘       "suspend")
-//                                │       agreements (verify/standing.ts)          │
+//                                │       agreements: agree ("cleared"),           │
+//                                │       sql/standing.ts                          │
 //                                └────────── restore (ins node reinstate) ◀───────┘
 //                                            sql/standing.ts
 //
@@ -60,6 +61,7 @@ export const NODE_CHANGES = Object.freeze([
   'declared',
   'struck',
   'suspended',
+  'cleared',
   'restored',
   'keys',
 ] as const);

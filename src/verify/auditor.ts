@@ -29,6 +29,7 @@
 // audited. Values a node sent are read defensively (its token count is clamped to an int).
 import { sql, type Database, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
+import type { NodeOutcome } from '../nodes/outcome.js';
 import { isRetryable, isUnavailable } from '../db/errors.js';
 import type { VerifyConfig } from '../config-verify.js';
 import { simhash, textHash } from './text.js';
@@ -120,6 +121,8 @@ export interface AuditReport {
   agreements: number;
   disagreements: number;
   strikes: { kind: StrikeKind; nodeId: number }[];
+  /** The node lifecycle's outcomes of the batch's strikes and agreements (struck, suspended, cleared): applied once committed. */
+  nodes: NodeOutcome[];
   suspended: { nodeId: number; results: number; points: number }[];
   /** Points taken back by this batch (strikes' jobs and suspensions). */
   reversedPoints: number;
@@ -146,6 +149,7 @@ export const emptyReport = (): AuditReport => ({
   agreements: 0,
   disagreements: 0,
   strikes: [],
+  nodes: [],
   suspended: [],
   reversedPoints: 0,
   outcomes: [],
@@ -159,6 +163,7 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.agreements += r.agreements;
   into.disagreements += r.disagreements;
   into.strikes.push(...r.strikes);
+  into.nodes.push(...r.nodes);
   into.suspended.push(...r.suspended);
   into.reversedPoints += r.reversedPoints;
   into.outcomes.push(...r.outcomes);
@@ -315,7 +320,7 @@ class Batch {
     // user suspend the one node of a model (two outside probes).
     this.report.replaysUnchecked = this.plans.filter((p) => p.suspicion && !made.includes(p) && !this.contested.has(p)).length;
     for (const [plan, s] of this.contested) if (!made.includes(plan)) this.struck.push(s);
-    await agree(this.tx, this.agreed, v.probationAgreements);
+    await agree(this.tx, this.agreed, v.probationAgreements, this.report, this.opts.server);
     this.report.agreements = this.agreed.length;
     await this.strikes();
   }
@@ -462,18 +467,8 @@ class Batch {
     const suspended: number[] = [];
     for (const s of this.struck) {
       // An impostor flag is a sequential test at its threshold: it suspends at once (verify/scores.ts).
-      const { before, after } = await strike(
-        this.tx,
-        s.nodeId,
-        s.jobId,
-        s.kind,
-        s.evidence,
-        v.evidenceWindow,
-        s.kind === 'impostor' ? 1 : v.strikesToSuspend,
-        this.opts.server,
-      );
-      this.report.strikes.push({ kind: s.kind, nodeId: s.nodeId });
-      if (after === 'suspended' && before !== 'suspended') suspended.push(s.nodeId);
+      const limits = { windowSeconds: v.evidenceWindow, strikesToSuspend: s.kind === 'impostor' ? 1 : v.strikesToSuspend, server: this.opts.server };
+      if (await strike(this.tx, s, limits, this.report)) suspended.push(s.nodeId);
     }
     this.report.reversedPoints += (await reverse(this.tx, { jobIds: this.struck.flatMap((s) => [s.jobId, ...(s.covers ?? [])]) }, 'strike')).points;
     for (const nodeId of suspended) {

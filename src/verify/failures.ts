@@ -24,8 +24,7 @@
 // LEASE_TIMEOUT after it began, counts always.)
 import { sql, type Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
-import { strike } from './standing.js';
-import { reverse } from './reversal.js';
+import { strikeAndReverse } from './standing.js';
 import { emptyReport, type AuditReport } from './auditor.js';
 import { heldHalf } from './failed-jobs.js';
 
@@ -67,22 +66,8 @@ export async function strikeFailures(
       await tx.query(LOCK_NODE, [nodeId]);
       const [{ n }] = (await tx.query<{ n: number }>(FAILURES, [nodeId, v.evidenceWindow])) as [{ n: number }];
       if (n < v.failuresPerStrike) continue;
-      const { before, after } = await strike(
-        tx,
-        nodeId,
-        jobId,
-        'failure',
-        { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow },
-        v.evidenceWindow,
-        v.strikesToSuspend,
-        server,
-      );
-      report.strikes.push({ kind: 'failure', nodeId });
-      if (after === 'suspended' && before !== 'suspended') {
-        const r = await reverse(tx, { nodes: [{ nodeId, seconds: v.evidenceWindow }] }, 'suspended');
-        report.suspended.push({ nodeId, ...r });
-        report.reversedPoints += r.points;
-      }
+      const evidence = { job_id: jobId, failed_attempts: n, within_seconds: v.evidenceWindow };
+      await strikeAndReverse(tx, { nodeId, jobId, kind: 'failure', evidence }, v, server, report);
     }
     return report;
   });

@@ -5,8 +5,7 @@
 // points back (a job given up earned the node nothing).
 import type { Database } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
-import { strike } from './standing.js';
-import { reverse } from './reversal.js';
+import { strikeAndReverse } from './standing.js';
 import { emptyReport, type AuditReport } from './auditor.js';
 
 export async function strikeGiveUps(
@@ -18,22 +17,8 @@ export async function strikeGiveUps(
   return db.transaction(async (tx) => {
     const report = emptyReport();
     for (const g of giveUps) {
-      const { before, after } = await strike(
-        tx,
-        g.nodeId,
-        g.jobId,
-        'give_up',
-        { job_id: g.jobId, gave_up: 'the same job a second time' },
-        v.evidenceWindow,
-        v.strikesToSuspend,
-        server,
-      );
-      report.strikes.push({ kind: 'give_up', nodeId: g.nodeId });
-      if (after === 'suspended' && before !== 'suspended') {
-        const r = await reverse(tx, { nodes: [{ nodeId: g.nodeId, seconds: v.evidenceWindow }] }, 'suspended');
-        report.suspended.push({ nodeId: g.nodeId, ...r });
-        report.reversedPoints += r.points;
-      }
+      const evidence = { job_id: g.jobId, gave_up: 'the same job a second time' };
+      await strikeAndReverse(tx, { nodeId: g.nodeId, jobId: g.jobId, kind: 'give_up', evidence }, v, server, report);
     }
     return report;
   });

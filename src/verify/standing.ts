@@ -9,27 +9,20 @@
 //        │   in a row                                                         │
 //        └──────────────────────────── ins node reinstate ◀───────────────────┘
 //
-// Strikes and reinstating are transitions of the node lifecycle (src/nodes/states.ts).
+// Strikes, agreements and reinstating are transitions of the node lifecycle (src/nodes/states.ts).
 //
 // On probation every temperature-0 job of the node is run again by another node. A suspended
 // node gets no jobs and its answers are not taken; its points of the evidence window are
 // reversed (verify/reversal.ts). Reinstating forgets the strikes before it, not the reversals.
 import { sql, type Queryable } from '../db/database.js';
-import { strikeNode } from '../nodes/sql/standing.js';
+import type { VerifyConfig } from '../config-verify.js';
+import type { NodeOutcome } from '../nodes/outcome.js';
+import { reverse, type Reversed } from './reversal.js';
+import { agreeNodes, strikeNode } from '../nodes/sql/standing.js';
 
 // The standings and strike kinds are the node lifecycle's (src/nodes/states.ts).
 import type { Standing, StrikeKind } from '../nodes/states.js';
 export { STANDINGS, STRIKE_KINDS, type Standing, type StrikeKind } from '../nodes/states.js';
-
-// $1 node ids (a node once per agreement), $2 agreements in a row that end a probation.
-const AGREE = sql(
-  'verify_agree',
-  `INSERT INTO node_standing AS r (node_id, agreements, clean_streak)
-  SELECT node_id, count(*)::int, count(*)::int FROM unnest($1::bigint[]) AS a(node_id) GROUP BY node_id ORDER BY node_id
-  ON CONFLICT (node_id) DO UPDATE SET agreements = r.agreements + EXCLUDED.agreements, clean_streak = r.clean_streak + EXCLUDED.clean_streak,
-    state = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int THEN 'trusted' ELSE r.state END,
-    changed_at = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int THEN now() ELSE r.changed_at END`,
-);
 
 // Nodes never judged are trusted.
 const COUNTS = sql(
@@ -39,28 +32,51 @@ const COUNTS = sql(
   GROUP BY s.state`,
 );
 
+/** Where verification keeps what its node transitions did, to apply and count once committed (verify/auditor.ts AuditReport). */
+export interface StandingLog {
+  strikes: { kind: StrikeKind; nodeId: number }[];
+  /** The node lifecycle's outcomes of the strikes and agreements, as their statements announced them. */
+  nodes: NodeOutcome[];
+}
+
 /**
  * A strike (the node lifecycle's transition, src/nodes/sql/standing.ts), announced as server
- * `server`'s: the standing before and after. The verifier applies it (struck, or suspended) to
- * that server's node lifecycle once the caller's transaction commits (verifier.ts told()).
+ * `server`'s and logged with its outcome (struck, or suspended); the verifier applies that to
+ * the server's node lifecycle once the caller's transaction commits (verifier.ts told()). True
+ * when this strike suspended the node.
  */
 export async function strike(
   db: Queryable,
-  nodeId: number,
-  jobId: string,
-  kind: StrikeKind,
-  evidence: Record<string, unknown>,
-  windowSeconds: number,
-  strikesToSuspend: number,
-  server = '',
-): Promise<{ before: Standing; after: Standing }> {
-  const { before, after } = await strikeNode(db, nodeId, jobId, kind, evidence, windowSeconds, strikesToSuspend, server);
-  return { before, after };
+  s: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown> },
+  limits: { windowSeconds: number; strikesToSuspend: number; server?: string },
+  log: StandingLog,
+): Promise<boolean> {
+  const { outcome } = await strikeNode(db, s.nodeId, s.jobId, s.kind, s.evidence, limits.windowSeconds, limits.strikesToSuspend, limits.server);
+  log.strikes.push({ kind: s.kind, nodeId: s.nodeId });
+  log.nodes.push(outcome);
+  return outcome.change === 'suspended';
 }
 
-/** One agreement per entry of nodeIds (a node may appear several times). */
-export async function agree(db: Queryable, nodeIds: number[], probationAgreements: number): Promise<void> {
-  if (nodeIds.length > 0) await db.query(AGREE, [nodeIds, probationAgreements]);
+/**
+ * A strike at the configured limits that takes the node's points of the evidence window back
+ * when it suspends the node (verify/reversal.ts): the give-ups' and failures' strikes.
+ */
+export async function strikeAndReverse(
+  db: Queryable,
+  s: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown> },
+  v: VerifyConfig,
+  server: string,
+  log: StandingLog & { suspended: ({ nodeId: number } & Reversed)[]; reversedPoints: number },
+): Promise<void> {
+  if (!(await strike(db, s, { windowSeconds: v.evidenceWindow, strikesToSuspend: v.strikesToSuspend, server }, log))) return;
+  const r = await reverse(db, { nodes: [{ nodeId: s.nodeId, seconds: v.evidenceWindow }] }, 'suspended');
+  log.suspended.push({ nodeId: s.nodeId, ...r });
+  log.reversedPoints += r.points;
+}
+
+/** One agreement per entry of nodeIds (a node may appear several times); the probations it ends are logged as strikes are. */
+export async function agree(db: Queryable, nodeIds: number[], probationAgreements: number, log: StandingLog, server = ''): Promise<void> {
+  log.nodes.push(...(await agreeNodes(db, nodeIds, probationAgreements, server)));
 }
 
 /** How many nodes stand where. */

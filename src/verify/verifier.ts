@@ -3,9 +3,10 @@
 // it also looks for jobs done elsewhere and left unaudited), nodes that gave a job up twice get a
 // strike, jobs failed by a node's request-error claim are copied to check the claim, and every few seconds the maintenance round runs (verify/maintenance.ts). Copies and
 // probes are queued through the lifecycle, whose outcome is applied once their transaction
-// commits. What it finds is told to the metrics (events); a suspension, a transition of the
-// node lifecycle (announced by its strike statement), is applied to that lifecycle's consumers
-// here once committed, since sessions and keys are cached with their node's standing.
+// commits. What it finds is told to the metrics (events); strikes, suspensions and probations
+// ended, transitions of the node lifecycle (announced by their statements), are applied to that
+// lifecycle's consumers here once committed, since sessions and keys are cached with their
+// node's standing.
 import type { Database, Queryable } from '../db/database.js';
 import type { VerifyConfig } from '../config-verify.js';
 import type { Outcome } from '../jobs/outcome.js';
@@ -40,7 +41,7 @@ export interface VerifierOptions {
   jobTimeout: number;
   jobs: JobChecks;
   events: VerifierEvents;
-  /** The node lifecycle's apply() (nodes/lifecycle.ts): suspensions reach its consumers once committed. */
+  /** The node lifecycle's apply() (nodes/lifecycle.ts): strikes, suspensions and probations ended reach its consumers once committed. */
   nodes: { apply(outcome: NodeOutcome): void; readonly server: string };
 }
 
@@ -158,15 +159,10 @@ export class Verifier implements LiveConsumer {
   private told(report: AuditReport): void {
     for (const outcome of report.outcomes) this.opts.jobs.apply(outcome);
     this.opts.events.audited(report);
-    // The strikes were announced as the node lifecycle's own (nodes/sql/standing.ts), which it
-    // therefore does not hear: each is applied here — `suspended` for the one that suspended its
-    // node, `struck` for the others — and counted once, by this server (issue 53).
-    const suspending = new Set(report.suspended.map((s) => s.nodeId));
-    for (const { nodeId } of report.strikes) {
-      if (suspending.delete(nodeId)) continue;
-      this.opts.nodes.apply({ change: 'struck', nodeId, sessionId: null });
-    }
-    for (const { nodeId } of report.suspended) this.opts.nodes.apply({ change: 'suspended', nodeId, sessionId: null });
+    // The strikes and agreements were announced as the node lifecycle's own (nodes/sql/standing.ts),
+    // which it therefore does not hear: their statements' outcomes are applied here, and counted
+    // once, by this server (issue 53).
+    for (const outcome of report.nodes) this.opts.nodes.apply(outcome);
     if (report.nodeFailures.length > 0 && !this.closed) this.strikeFailures(report.nodeFailures);
   }
 

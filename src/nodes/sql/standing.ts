@@ -1,6 +1,7 @@
 // Transitions of a node's standing (src/verify/standing.ts has the states and when the auditor
 // strikes): strike (trusted or probation → probation, or → suspended at VERIFY_STRIKES strikes:
-// "suspend"), restore (probation or suspended → trusted: ins node reinstate).
+// "suspend"), agree (probation → trusted after VERIFY_PROBATION_AGREEMENTS agreements in a row:
+// "cleared"), restore (probation or suspended → trusted: ins node reinstate).
 import { sql, type Queryable } from '../../db/database.js';
 import { parseItem, type NodeOutcome } from '../outcome.js';
 import type { Standing, StrikeKind } from '../states.js';
@@ -25,6 +26,24 @@ export const STRIKE = sql(
     RETURNING coalesce((SELECT state FROM prior), 'trusted') AS before, r.state AS after)
 SELECT before, after, nodes_announce($7::text, CASE WHEN after = 'suspended' AND before <> 'suspended' THEN 'suspended' ELSE 'struck' END, $1::bigint, NULL) AS announced
 FROM standing`,
+);
+
+// $1 node ids (a node once per agreement), $2 agreements in a row that end a probation, $3 this
+// server's id. Every agreement counts; a node whose probation this ends is announced
+// (`cleared`), one row each: on probation in the statement's snapshot (`prior`, as the strike
+// reads it) and trusted after the upsert.
+export const AGREE = sql(
+  'nodes_agree',
+  `WITH agreed AS (SELECT node_id, count(*)::int AS n FROM unnest($1::bigint[]) AS a(node_id) GROUP BY node_id),
+  prior AS (SELECT node_id, state FROM node_standing WHERE node_id IN (SELECT node_id FROM agreed)),
+  standing AS (
+    INSERT INTO node_standing AS r (node_id, agreements, clean_streak) SELECT node_id, n, n FROM agreed ORDER BY node_id
+    ON CONFLICT (node_id) DO UPDATE SET agreements = r.agreements + EXCLUDED.agreements, clean_streak = r.clean_streak + EXCLUDED.clean_streak,
+      state = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int THEN 'trusted' ELSE r.state END,
+      changed_at = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int THEN now() ELSE r.changed_at END
+    RETURNING r.node_id, r.state)
+SELECT nodes_announce($3::text, 'cleared', s.node_id, NULL) AS announced
+FROM standing s JOIN prior p USING (node_id) WHERE p.state = 'probation' AND s.state = 'trusted' ORDER BY s.node_id`,
 );
 
 // $1 the node's name, $2 this server's id. A node trusted already: no row, nothing announced.
@@ -64,4 +83,15 @@ export async function strikeNode(
     server,
   ]);
   return { before: row!.before, after: row!.after, outcome: parseItem(row!.announced) };
+}
+
+/**
+ * One agreement per entry of nodeIds (a node may appear several times), inside verification's
+ * transaction `q`, announced as server `server`'s as a strike is: the outcomes (`cleared`) of the
+ * nodes whose probation this ended, for its caller to apply once that commits.
+ */
+export async function agreeNodes(q: Queryable, nodeIds: readonly number[], probationAgreements: number, server = ''): Promise<NodeOutcome[]> {
+  if (nodeIds.length === 0) return [];
+  const rows = await q.query<{ announced: string }>(AGREE, [nodeIds, probationAgreements, server]);
+  return rows.map((r) => parseItem(r.announced));
 }
