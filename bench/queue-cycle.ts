@@ -13,7 +13,8 @@ import { DEFAULT_COORDINATOR } from '../src/config.js';
 import { Coordinator } from '../src/jobs/coordinator.js';
 import { createNode, NodeLifecycle } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/repositories/api-keys.js';
-import { declareModels, findSessionByTokenHash, type SessionRow } from '../src/repositories/sessions.js';
+import { findSessionByTokenHash, type SessionRow } from '../src/repositories/sessions.js';
+import { declareSet } from '../src/nodes/sql/declare.js';
 import { ensureModelId } from '../src/repositories/models.js';
 import { hashKey } from '../src/keys.js';
 
@@ -85,7 +86,7 @@ export async function ourQueueCycle(serverUrl: string, pairs: number, seconds: n
       });
       if ('refused' in s) throw new Error(`register: ${s.refused}`);
       const session = (await findSessionByTokenHash(db, hashKey(s.token), 3600))!;
-      await declareModels(db, session.id, [modelId]);
+      await declareSet(db, session.id, [modelId]);
       sessions.push((await findSessionByTokenHash(db, hashKey(s.token), 3600))!);
     }
     const c = await Coordinator.start(db, { ...DEFAULT_COORDINATOR, defaultPointsPerJob: 1, audit: false, onError: (e) => console.error(e) });

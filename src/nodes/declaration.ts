@@ -4,11 +4,11 @@
 // over one odd entry of its backend's list, an outside probe); a node brings at most
 // NEW_MODELS_PER_NODE_PER_DAY new names into being a UTC day and serves at most MODELS_PER_NODE
 // over its sessions, checked before any name is made, so a refused declaration changes nothing
-// (concurrent ones race past by at most their number). Then the session's set (announced when it
-// changed: sessions are cached with their models) and its builds.
+// (concurrent ones race past by at most their number). Then the session's set and its builds, one
+// statement (sql/declare.ts; announced when the set changed: sessions are cached with their models).
 import type { Database } from '../db/database.js';
 import { ensureModelIdFor, newModelsForNode } from '../repositories/models.js';
-import { declareBuilds, type ModelBuild } from '../repositories/model-builds.js';
+import type { DeclaredSet, ModelBuild } from './sql/declare.js';
 
 export type { ModelBuild };
 
@@ -37,12 +37,7 @@ const tooManyNames = (unknown: number, today: number) =>
   );
 
 /** The session's step of the node lifecycle (nodes/lifecycle.ts declare): whether the set changed; undefined: no live session. */
-export type DeclareSet = (
-  sessionId: number,
-  modelIds: number[],
-  caps?: Map<number, number>,
-  contexts?: Map<number, number>,
-) => Promise<boolean | undefined>;
+export type DeclareSet = (sessionId: number, modelIds: number[], d: DeclaredSet) => Promise<boolean | undefined>;
 
 /**
  * Declares the session's models; the names declared (sorted) and those left out, or undefined
@@ -80,7 +75,6 @@ export async function declareSession(
     if (d.builds.has(name)) built.set(id, d.builds.get(name)!);
     if (d.contexts.has(name)) contexts.set(id, d.contexts.get(name)!);
   }
-  if ((await set(session.id, ids, caps, contexts)) === undefined) return undefined;
-  await declareBuilds(db, session.id, built);
+  if ((await set(session.id, ids, { caps, contexts, builds: built })) === undefined) return undefined;
   return { names, ignored };
 }

@@ -17,7 +17,8 @@ import type { Database, Queryable } from '../db/database.js';
 import { pgCode, UNIQUE_VIOLATION } from '../db/errors.js';
 import { newKey } from '../keys.js';
 import { LOCAL_KEY_EVENT } from '../repositories/key-events.js';
-import { declareModels, findNodeForRegistration, type RegistrationNode } from '../repositories/sessions.js';
+import { findNodeForRegistration, type RegistrationNode } from '../repositories/sessions.js';
+import { declareSet, type DeclaredSet } from './sql/declare.js';
 import { recordSecretCheck, REGISTER_AFTER_CHECK_SECONDS } from './secret-checks.js';
 import { isKeyOf } from '../keys.js';
 import { declareSession, type Declaration } from './declaration.js';
@@ -211,12 +212,12 @@ export class NodeLifecycle {
   }
 
   /**
-   * declare: the session's models (repositories/sessions.ts declareModels, whose statement
-   * announces a changed set: sessions are cached with their models). Whether the set changed;
-   * undefined: no live session.
+   * declare: the session's models and builds (sql/declare.ts, whose statement announces a
+   * changed set: sessions are cached with their models). Whether the set changed; undefined: no
+   * live session.
    */
-  async declare(sessionId: number, modelIds: number[], caps?: Map<number, number>, contexts?: Map<number, number>): Promise<boolean | undefined> {
-    const announced = await declareModels(this.db, sessionId, modelIds, caps, this.server, contexts);
+  async declare(sessionId: number, modelIds: number[], d: DeclaredSet = {}): Promise<boolean | undefined> {
+    const announced = await declareSet(this.db, sessionId, modelIds, d, this.server);
     if (announced) this.apply(parseItem(announced));
     return announced === undefined ? undefined : announced !== null;
   }
@@ -230,7 +231,7 @@ export class NodeLifecycle {
     d: Declaration,
     windows: { onlineWindow: number; modelsTtl: number },
   ): Promise<{ names: string[]; ignored: string[] } | undefined> {
-    return declareSession(this.db, (id, models, caps, contexts) => this.declare(id, models, caps, contexts), session, d, windows);
+    return declareSession(this.db, (id, models, set) => this.declare(id, models, set), session, d, windows);
   }
 
   /** restore (ins node reinstate): back to trusted, strikes so far forgotten; false when the node is trusted already or unknown. */

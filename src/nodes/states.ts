@@ -18,7 +18,7 @@
 // Beside the state, two transitions that leave it as it is:
 //   rotate key (sql/rotate.ts): the old key, its sessions and its secret checks stop working;
 //   register / deregister (sql/sessions.ts): a worker session of the node opens or ends, and
-//   declare (repositories/sessions.ts sessions_declare_models) changes the models a session serves.
+//   declare (sql/declare.ts) changes the models a session serves.
 //
 // What each state allows: trusted and probation nodes register, declare models and take jobs
 // (on probation, their answers are checked: docs/verification.md); a suspended node's key

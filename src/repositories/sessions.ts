@@ -1,7 +1,7 @@
 // Worker sessions (node_sessions): register_node opens one and hands out its token (ns_),
 // which the worker sends on every later call; update_models declares the session's models;
-// deregister_node ends it (opening, ending and announcing are the node lifecycle's:
-// src/nodes/lifecycle.ts). A session is live while not ended, its node not disabled, and the
+// deregister_node ends it (opening, declaring, ending and announcing are the node lifecycle's:
+// src/nodes/lifecycle.ts, src/nodes/sql/). A session is live while not ended, its node not disabled, and the
 // node's key the one it began with (rotating the key voids every session of the node).
 import { sql, type Queryable } from '../db/database.js';
 import { NODE_SUSPENDED, type NodeRow } from './nodes.js';
@@ -47,20 +47,6 @@ const BY_TOKEN = sql(
     s.model_caps, s.model_contexts
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE s.token_hash = $1::text AND ${sessionHolds('s', 'n')}`,
-);
-// $3: the capabilities of each model of $2 (aligned; '{}' when the worker declared none); $4
-// the server's id; $5 the context length of each model of $2 (aligned; 0: none declared, '{}'
-// when the worker declared none: jobs/context.ts). A new set is the node lifecycle's transition
-// `declared` (src/nodes/states.ts), announced by this statement (nodes_announce(),
-// migrations/0016_node_lifecycle.sql): sessions are cached with their models, capabilities and contexts.
-const DECLARE = sql(
-  'sessions_declare_models',
-  `WITH old AS (
-    SELECT models, model_caps, model_contexts FROM node_sessions WHERE id = $1::bigint AND ended_at IS NULL FOR NO KEY UPDATE)
-  UPDATE node_sessions s SET models = $2::int[], model_caps = $3::int[], model_contexts = $5::int[], models_declared_at = now(), last_seen_at = now()
-  FROM old WHERE s.id = $1::bigint RETURNING old.models AS before, old.model_caps AS caps_before,
-    CASE WHEN old.models IS DISTINCT FROM $2::int[] OR old.model_caps IS DISTINCT FROM $3::int[] OR old.model_contexts IS DISTINCT FROM $5::int[]
-      THEN nodes_announce($4::text, 'declared', s.node_id, s.id) END AS announced`,
 );
 const TOUCH = sql(
   'sessions_touch',
@@ -111,27 +97,6 @@ export async function findSessionByTokenHash(db: Queryable, hash: string, models
     contexts,
     capable: row.model_caps.length > 0,
   };
-}
-
-/**
- * Sets the session's models, with their capabilities when the worker declared some (`caps`, by
- * model id; undefined: none, as the seed's worker): a changed set is announced as server
- * `server`'s (nodes/lifecycle.ts declare() applies it). Answers the announcement's item, null
- * when nothing changed; undefined: no live session.
- */
-export async function declareModels(
-  db: Queryable,
-  sessionId: number,
-  modelIds: number[],
-  caps?: Map<number, number>,
-  server = '',
-  contexts?: Map<number, number>,
-): Promise<string | null | undefined> {
-  const sorted = [...new Set(modelIds)].sort((a, b) => a - b);
-  const aligned = caps ? sorted.map((m) => caps.get(m) ?? 0) : [];
-  const lengths = contexts && contexts.size > 0 ? sorted.map((m) => contexts.get(m) ?? 0) : [];
-  const [row] = await db.query<{ announced: string | null }>(DECLARE, [sessionId, sorted, aligned, server, lengths]);
-  return row ? row.announced : undefined;
 }
 
 export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {

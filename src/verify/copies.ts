@@ -48,7 +48,7 @@ export async function eligibleNodes(
 // they declared every capability it needs (jobs.needs, jobs/capabilities.ts): a copy no node
 // can lease would only wait out its deadline — and among them those that declared the same
 // quantisation for the model as the judged node's live session did (issue 31,
-// repositories/model-builds.ts; none when the judged node declared none).
+// nodes/sql/declare.ts; none when the judged node declared none).
 export const CHECKERS = sql(
   'verify_copy_checkers',
   `WITH p AS (

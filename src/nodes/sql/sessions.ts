@@ -1,6 +1,5 @@
 // Transitions of a node's worker sessions (the node's state stays): register opens one,
-// deregister ends it. (declare, a session's new set of models, is repositories/sessions.ts
-// sessions_declare_models, which announces it itself.)
+// deregister ends it. (declare, a session's new set of models, is sql/declare.ts.)
 import { sql } from '../../db/database.js';
 
 // $1 node, $2 token hash, $3 the node key's hash it began with, $4 version, $5 stats, $6

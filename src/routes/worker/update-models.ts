@@ -2,7 +2,7 @@
 // these, until the declaration lapses (MODELS_TTL) unless sent again. `capabilities` (ours,
 // `ins worker`): per model, what the node can do beyond plain chat (jobs/capabilities.ts); a
 // worker that sends none (the seed's) is offered plain jobs only. `builds` (ours, issue 31): per
-// model, the digest and quantisation the node runs (repositories/model-builds.ts); optional too.
+// model, the digest and quantisation the node runs (nodes/sql/declare.ts); optional too.
 // `limits` (ours, issue 53): per model, the context length the node holds (jobs/context.ts);
 // optional: a worker that sends none is given any job, and its request errors are not struck.
 import { UpdateModelsRequest, UpdateModelsResponses } from '../../generated/schemas.js';
