@@ -21,6 +21,7 @@ import {
 import type { JobState } from '../states.js';
 import type { WireToken } from '../../validation/answer-tokens.js';
 import { coversSql } from '../context.js';
+import { requeueOrFail } from './requeue.js';
 
 // $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
 // job_results), answers (what the owner reads), usages; $8 the default points of a success; $9
@@ -29,11 +30,9 @@ import { coversSql } from '../context.js';
 // (src/verify/standing.ts): its lease ends as an error and the job goes back to the queue for
 // another node.
 //
-// An error report is the node's fault (docs/coordinator.md, "Whose fault an attempt's end is"):
-// the node is kept off the job (exclude_nodes), so each failure is another node's: the job fails
-// only once MAX_ATTEMPTS distinct nodes failed it, and otherwise waits in the queue for a node
-// that may take it, until its deadline. The node's id comes back so that repeated failures
-// count against it (verify/failures.ts).
+// An error report is the node's fault, as a lease that ran out is (sql/sweep.ts): its job is
+// requeued or failed by the one rule of both (sql/requeue.ts). The node's id comes back so that
+// repeated failures count against it (verify/failures.ts).
 //
 // Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
@@ -118,38 +117,41 @@ usages AS (
     FROM job_leases p WHERE e.prefix <> '' AND p.job_id = e.job_id AND p.attempt < e.attempt AND p.partial <> '' AND p.usage IS NOT NULL) u
   WHERE e.status = 'success' GROUP BY e.job_id, e.counted, e.estimate, j.reserved_tokens, j.request, j.owner_key_id
 ),
+-- A success, or the request's own error (failed at once); a plain error report is a failed attempt: requeued.
 finished AS (
   UPDATE jobs j SET
-    state = CASE WHEN e.status = 'success' THEN 'done' WHEN e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN 'failed' ELSE 'queued' END,
+    state = CASE WHEN e.status = 'success' THEN 'done' ELSE 'failed' END,
     failures = j.failures + CASE WHEN e.status = 'error' THEN 1 ELSE 0 END,
     exclude_nodes = CASE WHEN e.status = 'error' AND NOT (e.node_id = ANY(j.exclude_nodes)) THEN j.exclude_nodes || e.node_id ELSE j.exclude_nodes END,
     result = CASE WHEN e.status = 'success' THEN CASE WHEN u.cut THEN e.answer || '{"finish_reason": "length"}'::jsonb ELSE e.answer END END,
     usage = u.usage,
     node_id = CASE WHEN e.status = 'success' THEN e.node_id END,
-    streamed = CASE WHEN e.status = 'error' AND e.request_error IS NULL AND j.failures + 1 < $9::int THEN e.streamed ELSE '' END,
-    lease_expires_at = NULL,
-    finished_at = CASE WHEN e.status = 'success' OR e.request_error IS NOT NULL OR j.failures + 1 >= $9::int THEN now() END,
-    detail = CASE WHEN e.request_error IS NOT NULL THEN CASE e.request_error ->> 'code' ${REQUEST_ERROR_DETAIL} END
-      WHEN e.status = 'error' AND j.failures + 1 >= $9::int THEN 'no node finished it in ' || $9::int || ' attempts' END,
+    streamed = '', lease_expires_at = NULL, finished_at = now(),
+    detail = CASE WHEN e.request_error IS NOT NULL THEN CASE e.request_error ->> 'code' ${REQUEST_ERROR_DETAIL} END END,
     error = e.request_error,
     tokens = CASE WHEN e.status = 'success' THEN e.tokens END
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
-  WHERE j.id = e.job_id
+  WHERE j.id = e.job_id AND (e.status = 'success' OR e.request_error IS NOT NULL)
   RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, coalesce(u.cut, false) AS cut, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
     -- A job done after other nodes failed it: their failures are now shown to be theirs (verify/failures.ts).
     CASE WHEN j.state = 'done' AND j.failures > 0 THEN ARRAY(SELECT DISTINCT l.node_id::int FROM job_leases l
       WHERE l.job_id = j.id AND l.outcome IN ('error', 'expired') AND l.node_id <> e.node_id) END AS failed_by
+),
+${requeueOrFail('ended', "e.status = 'error' AND e.request_error IS NULL", '$9::int')},
+settled AS (
+  SELECT id, state, model_id, verify_of, usage, cut, attempt, queued_seconds, failed_by FROM finished
+  UNION ALL SELECT id, state, model_id, verify_of, NULL, false, attempt, NULL, NULL FROM requeued
 ),
 -- The owner's daily usage (key_usage) is not touched here: the settler (src/usage/sql.ts) folds a
 -- finished job's usage, as this statement leaves it in jobs.usage, into the owner's counters
 -- within about a second (issue 30: the owner's hot row left this statement).
 announced AS (
   SELECT jobs_announce($10::text,
-    ARRAY(SELECT model_id FROM finished WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM finished WHERE state = 'queued' AND verify_of IS NOT NULL),
-    ARRAY(SELECT id FROM finished WHERE state <> 'queued'), ARRAY(SELECT state FROM finished WHERE state <> 'queued'), ARRAY(SELECT model_id FROM finished WHERE state <> 'queued'),
-    ARRAY(SELECT id FROM finished WHERE state = 'queued'), ARRAY(SELECT attempt FROM finished WHERE state = 'queued')) AS items
+    ARRAY(SELECT model_id FROM settled WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM settled WHERE state = 'queued' AND verify_of IS NOT NULL),
+    ARRAY(SELECT id FROM settled WHERE state <> 'queued'), ARRAY(SELECT state FROM settled WHERE state <> 'queued'), ARRAY(SELECT model_id FROM settled WHERE state <> 'queued'),
+    ARRAY(SELECT id FROM settled WHERE state = 'queued'), ARRAY(SELECT attempt FROM settled WHERE state = 'queued')) AS items
 ),
-audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM finished WHERE state = 'done' AND $11::boolean),
+audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM settled WHERE state = 'done' AND $11::boolean),
 input AS (
   SELECT e.job_id::text AS job_id, e.node_id, e.model_id, 'success'::text AS status, e.result,
     coalesce(m.points_per_job, $8::numeric) AS points, now() AS received_at, false AS explicit
@@ -157,7 +159,7 @@ input AS (
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
   e.request_error IS NOT NULL AS request_error, coalesce(e.covered, false) AS covered, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
-FROM ended e JOIN finished f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`,
+FROM ended e JOIN settled f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`,
 );
 
 export interface JobReport {

@@ -7,6 +7,7 @@
 import { sql, type Database } from '../../db/database.js';
 import { servingSession } from '../../db/rules/live.js';
 import { parseItems, type Outcome } from '../outcome.js';
+import { requeueOrFail } from './requeue.js';
 
 // Any constant shared by all servers: "ins_sw" in ASCII.
 export const LOCK_KEY = 0x696e735f7377;
@@ -15,9 +16,9 @@ export const TRY_LOCK = sql('sweep_try_lock', `SELECT pg_try_advisory_xact_lock(
 // $1 MAX_ATTEMPTS, $2 this server's id. A lease ends before its job changes (the lock order of
 // sql/lease.ts); `requeued` and `late` touch disjoint jobs: a lease past the job's deadline
 // ends as 'deadline' and its job expires with the queued ones. A lease that ran out is its
-// node's fault (docs/coordinator.md, "Whose fault an attempt's end is"), as an error report is
-// (sql/complete.ts): the node is kept off the job, the job fails only once MAX_ATTEMPTS
-// distinct nodes failed it, and the node's failure is counted against it (verify/failures.ts).
+// node's fault, as an error report is (sql/complete.ts): its job is requeued or failed by the
+// one rule of both (sql/requeue.ts), and the node's failure is counted against it
+// (verify/failures.ts).
 export const SWEEP = sql(
   'sweep',
   `WITH ended AS (
@@ -25,18 +26,7 @@ export const SWEEP = sql(
   FROM jobs j WHERE l.ended_at IS NULL AND l.expires_at <= now() AND j.id = l.job_id
   RETURNING l.job_id, l.node_id, l.outcome, l.attempt, l.prefix || l.partial AS streamed
 ),
-requeued AS (
-  UPDATE jobs j SET
-    state = CASE WHEN j.failures + 1 >= $1::int THEN 'failed' ELSE 'queued' END,
-    failures = j.failures + 1,
-    exclude_nodes = CASE WHEN e.node_id = ANY(j.exclude_nodes) THEN j.exclude_nodes ELSE j.exclude_nodes || e.node_id END,
-    finished_at = CASE WHEN j.failures + 1 >= $1::int THEN now() END,
-    detail = CASE WHEN j.failures + 1 >= $1::int THEN 'no node finished it in ' || $1::int || ' attempts' END,
-    streamed = CASE WHEN j.failures + 1 >= $1::int THEN '' ELSE e.streamed END,
-    node_id = NULL, lease_expires_at = NULL
-  FROM ended e WHERE j.id = e.job_id AND e.outcome = 'expired' AND j.state = 'leased'
-  RETURNING j.id, j.state, j.model_id, j.verify_of, e.attempt, e.node_id
-),
+${requeueOrFail('ended', "e.outcome = 'expired'", '$1::int')},
 -- A job some node failed fails when no node that may take it remains (issue 29): no live session
 -- ($3 the online window, $4 MODELS_TTL) of a node that serves its model, declared the
 -- capabilities it needs, is not suspended and did not fail it (exclude_nodes). Only after $5
