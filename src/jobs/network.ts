@@ -2,7 +2,7 @@
 // minute per model (its queue and throughput, and the quantisations serving it), jobs per minute, recent completions — and a node's own status and last jobs for its operator. Never a
 // prompt or an answer.
 import { sql, type Queryable } from '../db/database.js';
-import { liveSession, modelsDeclared, servingSession } from '../db/rules/live.js';
+import { liveSession, modelsDeclared, servingSession, sessionHolds } from '../db/rules/live.js';
 
 export interface NetworkView {
   active_nodes: number;
@@ -82,16 +82,15 @@ const VIEW = sql(
       WHERE j.finished_at IS NOT NULL AND j.state = 'done' ORDER BY j.finished_at DESC LIMIT 20) r), '[]') AS recent`,
 );
 
-// A session of node n that holds its current declaration (its models, and their builds): open,
-// of the node's current key, declared within $2 seconds.
-const DECLARING = `s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash AND ${modelsDeclared('s', '$2')}`;
+// A session of node n that holds its current declaration (its models, and their builds): one that
+// holds (db/rules/live.ts), declared within $2 seconds.
+const DECLARING = `s.node_id = n.id AND ${sessionHolds('s', 'n')} AND ${modelsDeclared('s', '$2')}`;
 
 // $3 the node's name.
 const NODE = sql(
   'network_node',
   `SELECT n.name,
-    coalesce((SELECT max(s.last_seen_at) > now() - make_interval(secs => $1::float8) FROM node_sessions s
-      WHERE s.node_id = n.id AND s.ended_at IS NULL AND s.node_key_hash = n.key_hash), false) AND n.disabled_at IS NULL AS online,
+    EXISTS (SELECT 1 FROM node_sessions s WHERE s.node_id = n.id AND ${liveSession('s', 'n', '$1')}) AS online,
     (SELECT ${ISO('max(s.last_seen_at)')} FROM node_sessions s WHERE s.node_id = n.id) AS last_seen_at,
     ARRAY(SELECT DISTINCT m.name FROM node_sessions s CROSS JOIN LATERAL unnest(s.models) AS d(model_id) JOIN models m ON m.id = d.model_id
       WHERE ${DECLARING} ORDER BY m.name) AS models,

@@ -2,6 +2,7 @@
 // lifecycle's (src/nodes/lifecycle.ts).
 import { sql, type Queryable } from '../db/database.js';
 import { nodeSuspended } from '../db/rules/suspended.js';
+import { modelsDeclared, sessionHolds } from '../db/rules/live.js';
 
 /** suspended: its answers failed verification (src/verify/standing.ts). */
 export interface NodeRow {
@@ -31,22 +32,21 @@ const BY_KEY = sql(
   `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended FROM nodes n WHERE n.key_hash = $1::text`,
 );
 const COUNT = sql('nodes_count', 'SELECT count(*)::int AS n FROM nodes');
-// $1 the online window, $2 MODELS_TTL, both in seconds. A node's live sessions: not ended,
-// begun with its current key (repositories/sessions.ts).
+// $1 the online window, $2 MODELS_TTL, both in seconds. A node's live sessions: those that hold
+// (db/rules/live.ts), seen within the window.
 const LIST = sql(
   'nodes_list',
   `SELECT n.name, n.disabled_at IS NOT NULL AS disabled, to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at,
     (SELECT max(day)::text FROM node_daily_points p WHERE p.node_id = n.id) AS last_day_with_points,
     coalesce((SELECT sum(points) FROM node_daily_points p WHERE p.node_id = n.id), 0)::float8 AS total_points,
-    n.disabled_at IS NULL AND coalesce(s.live_seen_at > now() - make_interval(secs => $1::float8), false) AS online,
+    coalesce(s.live_seen_at > now() - make_interval(secs => $1::float8), false) AS online,
     to_char(s.last_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS last_seen_at,
     ARRAY(SELECT DISTINCT m.name FROM node_sessions x CROSS JOIN LATERAL unnest(x.models) AS d(model_id) JOIN models m ON m.id = d.model_id
-      WHERE x.node_id = n.id AND x.ended_at IS NULL AND x.node_key_hash = n.key_hash
-        AND x.models_declared_at > now() - make_interval(secs => $2::float8) AND NOT ${nodeSuspended('n.id')} ORDER BY m.name) AS models,
+      WHERE x.node_id = n.id AND ${sessionHolds('x', 'n')} AND ${modelsDeclared('x', '$2')} AND NOT ${nodeSuspended('n.id')} ORDER BY m.name) AS models,
     (SELECT count(*)::int FROM job_leases l WHERE l.node_id = n.id AND l.ended_at IS NULL) AS open_leases,
     coalesce((SELECT r.state FROM node_standing r WHERE r.node_id = n.id), 'trusted') AS standing
   FROM nodes n
-  LEFT JOIN LATERAL (SELECT max(x.last_seen_at) FILTER (WHERE x.ended_at IS NULL AND x.node_key_hash = n.key_hash) AS live_seen_at,
+  LEFT JOIN LATERAL (SELECT max(x.last_seen_at) FILTER (WHERE ${sessionHolds('x', 'n')}) AS live_seen_at,
       max(x.last_seen_at) AS last_seen_at
     FROM node_sessions x WHERE x.node_id = n.id) s ON true
   ORDER BY n.name COLLATE "C"`,

@@ -23,6 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
 import { doneQuantization } from '../db/rules/declared-build.js';
 import { nodeSuspended } from '../db/rules/suspended.js';
+import { sessionHolds } from '../db/rules/live.js';
 import type { Check } from '../jobs/sql/queue-checks.js';
 import type { JobRequest } from '../jobs/request.js';
 import type { Scores } from '../jobs/answer.js';
@@ -59,8 +60,9 @@ const PICK = sql(
   SELECT DISTINCT ON (u.model_id) c.job_id, c.model_id, c.request, c.answer, c.gaps, c.seen, u.node_id
   FROM unnest($1::int[], $2::bigint[]) AS u(model_id, node_id)
   JOIN canaries c ON c.model_id = u.model_id AND NOT (u.node_id = ANY(c.seen))
-  LEFT JOIN LATERAL (SELECT b.quantization FROM node_sessions s JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = u.model_id
-    WHERE s.node_id = u.node_id AND s.ended_at IS NULL ORDER BY s.last_seen_at DESC LIMIT 1) q ON true
+  LEFT JOIN LATERAL (SELECT b.quantization FROM node_sessions s JOIN nodes n ON n.id = s.node_id
+      JOIN session_model_builds b ON b.session_id = s.id AND b.model_id = u.model_id
+    WHERE s.node_id = u.node_id AND ${sessionHolds('s', 'n')} ORDER BY s.last_seen_at DESC LIMIT 1) q ON true
   WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id)
     AND NOT EXISTS (SELECT 1 FROM unnest(c.vouched) AS v(node_id) WHERE ${nodeSuspended('v.node_id')})
   ORDER BY u.model_id, (c.quantization IS NOT DISTINCT FROM q.quantization) DESC, random()

@@ -2,7 +2,9 @@
 // reason: a SQL function with a subquery is never inlined) by every statement that asks which
 // nodes are online now: the network's and /v1/models' counts (src/jobs/network.ts, read.ts),
 // who may run a copy or a score check (src/verify/copies.ts, scores.ts), and whether a queued
-// job still has a node that may take it (src/jobs/sql/sweep.ts). A session is live when it has
+// job still has a node that may take it (src/jobs/sql/sweep.ts); and, through sessionHolds, the
+// sessions a token finds (src/repositories/sessions.ts), a node's listing (repositories/nodes.ts,
+// jobs/network.ts) and a canary's build (verify/canaries.ts). No statement writes it by hand. A session is live when it has
 // not ended, its node is enabled and still has the key the session was opened with, and it was
 // seen within the online window (NODE_ONLINE_WINDOW; workers poll or send a heartbeat well
 // within it). The arguments are SQL expressions: the session's and the node's aliases, and the
