@@ -23,10 +23,11 @@ import type { WireToken } from '../../validation/answer-tokens.js';
 import { coversSql } from '../context.js';
 import { requeueOrFail } from './requeue.js';
 
-// $1..$7 the reports: job key hashes, job ids, model names, statuses, results (as sent, kept in
-// job_results), answers (what the owner reads), usages; $8 the default points of a success; $9
-// MAX_ATTEMPTS; $10 this server's id; $11 whether done jobs wait for the auditor (job_audits,
-// src/verify/; not while VERIFY=off). A suspended node's answer is not taken
+// $1 the reports, one JSON array (completeJobs below writes it; each report's fields are those of
+// `reports`, named by the comments below): key_hash, job_id, model_name, status, result (as
+// sent, kept in job_results), answer (what the owner reads), usage, request_error, estimate,
+// most, tokens. $2 the default points of a success; $3 MAX_ATTEMPTS; $4 this server's id; $5
+// whether done jobs wait for the auditor (job_audits, src/verify/; not while VERIFY=off). A suspended node's answer is not taken
 // (src/verify/standing.ts): its lease ends as an error and the job goes back to the queue for
 // another node.
 //
@@ -36,14 +37,14 @@ import { requeueOrFail } from './requeue.js';
 //
 // Usage: a done job's usage is its finishing lease's own report — plus, for a continued job,
 // the reports of the earlier leases whose streamed text is the kept prefix (each at most one
-// token per byte it streamed; the finishing lease, of a job with an owner, at most $14: a token
+// token per byte it streamed; the finishing lease, of a job with an owner, at most `most`: a token
 // per byte of its answer and an allowance, jobs/answer.ts mostCompletionTokens) — with
 // completion_tokens clamped at the job's reservation (its
 // max_output, or the reserve of a job that set none: reserved_tokens, sql/submit.ts; at least 1,
 // QUOTA_RESERVE_TOKENS in config.ts; an embeddings job's is 0: it generates none). Copies and
 // probes reserve nothing and are no one's to charge: theirs stays the node's own count,
 // unclamped. Other
-// error reports' usage is never charged. $13 per report, the answer's estimated output tokens
+// error reports' usage is never charged. `estimate`, the answer's estimated output tokens
 // (jobs/answer.ts estimateAnswerTokens): a success whose finishing report counts no
 // completion_tokens (the seed's workers count none) is charged that estimate, clamped as a count
 // would be, rather than its whole reservation, and its prompt, unless counted, is estimated from
@@ -54,7 +55,7 @@ import { requeueOrFail } from './requeue.js';
 // charged nowhere, but a node may not claim more than its request could hold: at most one token
 // per byte of the request as stored, plus PROMPT_ALLOWANCE for what the backend adds (its chat
 // template, a Modelfile's system prompt). Before, a node's 2,000,000,000 reached the client.
-// $12 (issue 28) per report, the request's own error the worker claims (jobs/answer.ts
+// `request_error` (issue 28), the request's own error the worker claims (jobs/answer.ts
 // requestErrorOf; NULL: none): such a job fails at once with that error kept (jobs.error, /v1
 // answers 400 with it) — no retry on another node, which would only fail the same way — and its
 // lease ends as 'request_error' (no failure of the node: it is counted per node instead, since a
@@ -65,7 +66,7 @@ import { requeueOrFail } from './requeue.js';
 // the refusing session's declared context held the request (issue 53, jobs/context.ts
 // coversSql: only such a claim is audited; a node that declared nothing, or less than the
 // request's upper bound, may have refused it honestly).
-// $15 (issue 53) per report, the answer's tokens as the node reported them (checked by the route:
+// `tokens` (issue 53), the answer's tokens as the node reported them (checked by the route:
 // src/validation/answer-tokens.ts; NULL: none), kept in jobs.tokens for score checks only.
 /** A constant of this file as an SQL string literal (never input). */
 const literal = (text: string): string => `'${text.replace(/'/g, "''")}'`;
@@ -80,8 +81,8 @@ export const PROMPT_ALLOWANCE = 4096;
 export const COMPLETE = sql(
   'jobs_complete',
   `WITH reports AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[], $12::jsonb[], $13::bigint[], $14::bigint[], $15::jsonb[])
-    AS q(key_hash, job_id, model_name, status, result, answer, usage, request_error, estimate, most, tokens)
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS q(key_hash text, job_id text, model_name text, status text, result jsonb, answer jsonb,
+    usage jsonb, request_error jsonb, estimate bigint, most bigint, tokens jsonb)
 ),
 ended AS (
   UPDATE job_leases l SET ended_at = now(), usage = q.usage, outcome = CASE
@@ -137,7 +138,7 @@ finished AS (
     CASE WHEN j.state = 'done' AND j.failures > 0 THEN ARRAY(SELECT DISTINCT l.node_id::int FROM job_leases l
       WHERE l.job_id = j.id AND l.outcome IN ('error', 'expired') AND l.node_id <> e.node_id) END AS failed_by
 ),
-${requeueOrFail('ended', "e.status = 'error' AND e.request_error IS NULL", '$9::int')},
+${requeueOrFail('ended', "e.status = 'error' AND e.request_error IS NULL", '$3::int')},
 settled AS (
   SELECT id, state, model_id, verify_of, usage, cut, attempt, queued_seconds, failed_by FROM finished
   UNION ALL SELECT id, state, model_id, verify_of, NULL, false, attempt, NULL, NULL FROM requeued
@@ -146,15 +147,15 @@ settled AS (
 -- finished job's usage, as this statement leaves it in jobs.usage, into the owner's counters
 -- within about a second (issue 30: the owner's hot row left this statement).
 announced AS (
-  SELECT jobs_announce($10::text,
+  SELECT jobs_announce($4::text,
     ARRAY(SELECT model_id FROM settled WHERE state = 'queued' AND verify_of IS NULL), ARRAY(SELECT model_id FROM settled WHERE state = 'queued' AND verify_of IS NOT NULL),
     ARRAY(SELECT id FROM settled WHERE state <> 'queued'), ARRAY(SELECT state FROM settled WHERE state <> 'queued'), ARRAY(SELECT model_id FROM settled WHERE state <> 'queued'),
     ARRAY(SELECT id FROM settled WHERE state = 'queued'), ARRAY(SELECT attempt FROM settled WHERE state = 'queued')) AS items
 ),
-audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM settled WHERE state = 'done' AND $11::boolean),
+audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM settled WHERE state = 'done' AND $5::boolean),
 input AS (
   SELECT e.job_id::text AS job_id, e.node_id, e.model_id, 'success'::text AS status, e.result,
-    coalesce(m.points_per_job, $8::numeric) AS points, now() AS received_at, false AS explicit
+    coalesce(m.points_per_job, $2::numeric) AS points, now() AS received_at, false AS explicit
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
@@ -216,23 +217,20 @@ export async function completeJobs(
   reports: readonly JobReport[],
   o: CompleteOptions,
 ): Promise<{ completed: Map<string, Completed>; outcome: Outcome }> {
-  const rows = await db.query<Row>(COMPLETE, [
-    reports.map((r) => r.keyHash),
-    reports.map((r) => r.jobId),
-    reports.map((r) => r.modelName),
-    reports.map((r) => r.status),
-    reports.map((r) => JSON.stringify(r.result)),
-    reports.map((r) => JSON.stringify(r.answer)),
-    reports.map((r) => (r.usage ? JSON.stringify(r.usage) : null)),
-    o.defaultPoints,
-    o.maxAttempts,
-    o.server,
-    o.audit,
-    reports.map((r) => (r.requestError ? JSON.stringify(r.requestError) : null)),
-    reports.map((r) => (r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0)),
-    reports.map((r) => mostCompletionTokens(r.answer)),
-    reports.map((r) => (r.tokens ? JSON.stringify(r.tokens) : null)),
-  ]);
+  const batch = reports.map((r) => ({
+    key_hash: r.keyHash,
+    job_id: r.jobId,
+    model_name: r.modelName,
+    status: r.status,
+    result: r.result,
+    answer: r.answer,
+    usage: r.usage,
+    request_error: r.requestError ?? null,
+    estimate: r.status === 'success' && r.usage?.completion_tokens === undefined ? estimateAnswerTokens(r.answer) : 0,
+    most: mostCompletionTokens(r.answer),
+    tokens: r.tokens ?? null,
+  }));
+  const rows = await db.query<Row>(COMPLETE, [JSON.stringify(batch), o.defaultPoints, o.maxAttempts, o.server, o.audit]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));
   const completed = new Map<string, Completed>();
