@@ -12,7 +12,7 @@ import { migrate } from '../src/db/migrate.js';
 import { DEFAULT_COORDINATOR } from '../src/config.js';
 import { Coordinator } from '../src/jobs/coordinator.js';
 import { createNode, NodeLifecycle } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { findSessionByTokenHash, type SessionRow } from '../src/repositories/sessions.js';
 import { declareSet } from '../src/nodes/sql/declare.js';
 import { ensureModelId } from '../src/repositories/models.js';

@@ -4,7 +4,7 @@
 // presence flush, the dispatcher's once-a-second check, the refresh of where polled jobs stand.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import type { Database } from '../src/db/database.js';
 import { backends, beforeEachQuery } from './helpers/db.js';

@@ -7,7 +7,7 @@ import { buildApp } from '../src/app.js';
 import { sql, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
 import { createNode } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
 import type { Outcome } from '../src/jobs/outcome.js';

@@ -10,7 +10,7 @@ import { sql, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
 import { buildApp } from '../src/app.js';
 import { NO_RATE_LIMITS } from '../src/config.js';
-import { addApiKey, setKeyPriority, setKeyQuota } from '../src/repositories/api-keys.js';
+import { addApiKey, setKeyPriority, setKeyQuota } from '../src/nodes/api-keys.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { secondsToUtcMidnight } from '../src/jobs/submit.js';
 import { ensureModelIdFor } from '../src/repositories/models.js';

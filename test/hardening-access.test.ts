@@ -17,7 +17,7 @@ import type { Database } from '../src/db/database.js';
 import { openPglite } from '../src/db/pglite.js';
 import { sql } from '../src/db/database.js';
 import { createNode, rotateNodeKey } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { backends } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import type { Database } from '../src/db/database.js';
 import { loadConfig } from '../src/config.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { backends } from './helpers/db.js';
 import { TestWorker } from './helpers/coordinator.js';

@@ -106,7 +106,7 @@ describe.each(backends)('lifecycle attacks on $name', (backend) => {
     const { buildApp } = await import('../src/app.js');
     const app = await buildApp({ db, verify: { enabled: false }, rateLimits: { ...NO_RATE_LIMITS, progressPerKey: 5 } });
     try {
-      const { addApiKey } = await import('../src/repositories/api-keys.js');
+      const { addApiKey } = await import('../src/nodes/api-keys.js');
       const { createNode } = await import('../src/nodes/lifecycle.js');
       const u = new TestUser(app, (await addApiKey(db, 'user', 'u')).key);
       const w = await new TestWorker(app, 'limited', (await createNode(db, 'limited')).key).start(['m']);

@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { bitsOf } from '../src/jobs/capabilities.js';
-import { setKeyQuota } from '../src/repositories/api-keys.js';
+import { setKeyQuota } from '../src/nodes/api-keys.js';
 import { eligibleNodes } from '../src/verify/copies.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';

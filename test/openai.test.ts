@@ -13,7 +13,7 @@ import { startApp } from './helpers/app.js';
 import { TestWorker, type Job } from './helpers/coordinator.js';
 import { buildApp } from '../src/app.js';
 import { createNode } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 
 const MODEL = 'llama3.2:latest';
 
@@ -479,7 +479,7 @@ describe('OpenAI-compatible API limits', () => {
     const app = await buildApp({ db, rateLimits: { ...NO_RATE_LIMITS, completionsPerUser: 2, concurrentPerUser: 1 } });
     try {
       const url = await app.listen({ port: 0, host: '127.0.0.1' });
-      const { addApiKey } = await import('../src/repositories/api-keys.js');
+      const { addApiKey } = await import('../src/nodes/api-keys.js');
       const key = (await addApiKey(db, 'user', 'limited')).key;
       const client = new OpenAI({ apiKey: key, baseURL: `${url}/v1`, maxRetries: 0 });
       const create = () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);

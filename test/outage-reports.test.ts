@@ -7,7 +7,7 @@ import { buildApp } from '../src/app.js';
 import { migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/pg.js';
 import { createNode } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { createPostgresDatabase, templateName, TEST_DATABASE_URL } from './helpers/db.js';
 import { report } from './helpers/app.js';
 import { startTcpGate, type TcpGate } from './helpers/tcp-gate.js';

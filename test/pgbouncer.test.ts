@@ -10,7 +10,7 @@ import { sql, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/pg.js';
 import { createNode } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 import { PGBOUNCER, startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';

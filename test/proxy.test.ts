@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { openPostgres } from '../src/db/pg.js';
 import { createNode } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from './helpers/db.js';
 import { NGINX, startNginx, type Nginx } from './helpers/nginx.js';
 import { PGBOUNCER, startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';

@@ -6,7 +6,7 @@ import { buildApp } from '../src/app.js';
 import { DEFAULT_RATE_LIMITS, loadConfig, NO_RATE_LIMITS, type RateLimits } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
 import { createNode } from '../src/nodes/lifecycle.js';
-import { addApiKey } from '../src/repositories/api-keys.js';
+import { addApiKey } from '../src/nodes/api-keys.js';
 import { backends } from './helpers/db.js';
 import { report } from './helpers/app.js';
 import { resetDuration } from '../src/http/rate-limit.js';

@@ -2,7 +2,7 @@
 // written every few seconds in one statement, not once per poll: thousands of workers
 // polling every few seconds would otherwise be thousands of writes a second.
 import type { Database } from '../db/database.js';
-import { touchSessions } from '../repositories/sessions.js';
+import { touchSessions } from '../nodes/sql/sessions.js';
 
 export class Presence {
   private seen = new Map<number, Date>();

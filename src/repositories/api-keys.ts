@@ -1,7 +1,7 @@
 // API keys that belong to no node: reader keys (rk_, dashboards: read any node's daily points,
-// cannot report) and user keys (uk_, applications: submit jobs, read their own results).
+// cannot report) and user keys (uk_, applications: submit jobs, read their own results). Reads
+// only: every write to api_keys is a statement of src/nodes/sql/keys.ts (src/nodes/api-keys.ts).
 import { sql, type Queryable } from '../db/database.js';
-import { newKey } from '../keys.js';
 
 export type ApiKeyKind = 'reader' | 'user';
 export interface ApiKeyListing {
@@ -12,7 +12,6 @@ export interface ApiKeyListing {
   created_at: string;
 }
 
-const INSERT = sql('api_keys_insert', 'INSERT INTO api_keys (kind, label, key_hash) VALUES ($1::text, $2::text, $3::text) RETURNING id');
 const ACTIVE_BY_KEY = sql('api_keys_by_key', 'SELECT id, kind FROM api_keys WHERE key_hash = $1::text AND revoked_at IS NULL');
 const LIST = sql(
   'api_keys_list',
@@ -21,12 +20,6 @@ const LIST = sql(
   FROM api_keys ORDER BY id`,
 );
 const BY_LABEL = sql('api_keys_by_label', 'SELECT id FROM api_keys WHERE label = $1::text AND revoked_at IS NULL');
-
-export async function addApiKey(db: Queryable, kind: ApiKeyKind, label: string): Promise<{ id: number; key: string }> {
-  const { key, hash } = newKey(kind);
-  const [row] = await db.query<{ id: number }>(INSERT, [kind, label, hash]);
-  return { id: Number(row!.id), key };
-}
 
 /** The active key with this hash, or undefined. */
 export async function findActiveApiKey(db: Queryable, hash: string): Promise<{ id: number; kind: ApiKeyKind } | undefined> {
@@ -44,47 +37,6 @@ export async function resolveKey(db: Queryable, idOrLabel: string, verb: string)
   const rows = await db.query<{ id: number }>(BY_LABEL, [idOrLabel]);
   if (rows.length > 1) return { error: `${rows.length} active keys are labelled "${idOrLabel}"; ${verb} by id (see: ins key list)` };
   return { id: rows[0] ? Number(rows[0].id) : undefined };
-}
-
-const SET_QUOTA = sql(
-  'api_keys_set_quota',
-  `UPDATE api_keys SET quota_jobs = CASE WHEN $2::boolean THEN $3::bigint ELSE quota_jobs END,
-    quota_tokens = CASE WHEN $4::boolean THEN $5::bigint ELSE quota_tokens END
-  WHERE id = $1::bigint AND kind = 'user' RETURNING id, quota_jobs::float8 AS jobs, quota_tokens::float8 AS tokens`,
-);
-const SET_PRIORITY = sql('api_keys_set_priority', `UPDATE api_keys SET priority = $2::real WHERE id = $1::bigint AND kind = 'user' RETURNING id`);
-
-/**
- * Sets a user key's daily quotas (by id or label): a number, null (back to the configured
- * default), or undefined (unchanged). Counted from the next submission on. Answers the key's
- * quotas as they now are.
- */
-export async function setKeyQuota(
-  db: Queryable,
-  idOrLabel: string,
-  jobs: number | null | undefined,
-  tokens: number | null | undefined,
-): Promise<KeyQuota | { error: string }> {
-  const r = await resolveKey(db, idOrLabel, 'set it');
-  if ('error' in r) return r;
-  const [row] =
-    r.id === undefined ? [] : await db.query<KeyQuota>(SET_QUOTA, [r.id, jobs !== undefined, jobs ?? null, tokens !== undefined, tokens ?? null]);
-  return row ? { id: Number(row.id), jobs: row.jobs, tokens: row.tokens } : { error: `no user key "${idOrLabel}"` };
-}
-
-/** A user key's own daily quotas after a change: null where the configured default applies. */
-export interface KeyQuota {
-  id: number;
-  jobs: number | null;
-  tokens: number | null;
-}
-
-/** Sets a user key's priority (its weight in each model's fair queue; 1 by default). */
-export async function setKeyPriority(db: Queryable, idOrLabel: string, priority: number): Promise<{ id: number } | { error: string }> {
-  const r = await resolveKey(db, idOrLabel, 'set it');
-  if ('error' in r) return r;
-  if (r.id === undefined || (await db.query(SET_PRIORITY, [r.id, priority])).length === 0) return { error: `no user key "${idOrLabel}"` };
-  return { id: r.id };
 }
 
 /** A user key's usage today (UTC) against its quota: the counters the submit statement checks (key_usage, sql/submit.ts). */

@@ -48,11 +48,6 @@ const BY_TOKEN = sql(
   FROM node_sessions s JOIN nodes n ON n.id = s.node_id
   WHERE s.token_hash = $1::text AND ${sessionHolds('s', 'n')}`,
 );
-const TOUCH = sql(
-  'sessions_touch',
-  `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
-  FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`,
-);
 // Live sessions, with their node, models and open leases.
 const LIST = sql(
   'sessions_list',
@@ -97,11 +92,6 @@ export async function findSessionByTokenHash(db: Queryable, hash: string, models
     contexts,
     capable: row.model_caps.length > 0,
   };
-}
-
-export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {
-  if (seen.size === 0) return;
-  await db.query(TOUCH, [[...seen.keys()], [...seen.values()].map((d) => d.toISOString())]);
 }
 
 export async function listSessions(db: Queryable): Promise<SessionListing[]> {

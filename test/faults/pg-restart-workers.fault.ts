@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/pg.js';
 import { createNode } from '../../src/nodes/lifecycle.js';
-import { addApiKey } from '../../src/repositories/api-keys.js';
+import { addApiKey } from '../../src/nodes/api-keys.js';
 import { createPostgresDatabase, TEST_DATABASE_URL } from '../helpers/db.js';
 import { startServerProcess, type ServerProcess } from '../helpers/process.js';
 import { cluster, pgctl } from '../helpers/pg-cluster.js';

@@ -5,7 +5,7 @@ import type { CoordinatorConfig } from '../../src/config.js';
 import type { VerifyConfig } from '../../src/config-verify.js';
 import { buildApp, type AppOptions, type LedgerOptions, type RetentionOptions } from '../../src/app.js';
 import { createNode } from '../../src/nodes/lifecycle.js';
-import { addApiKey } from '../../src/repositories/api-keys.js';
+import { addApiKey } from '../../src/nodes/api-keys.js';
 import type { Backend } from './db.js';
 
 export type TestApp = Awaited<ReturnType<typeof buildApp>>;

@@ -1,6 +1,6 @@
 // Transitions of a node's worker sessions (the node's state stays): register opens one,
 // deregister ends it. (declare, a session's new set of models, is sql/declare.ts.)
-import { sql } from '../../db/database.js';
+import { sql, type Queryable } from '../../db/database.js';
 
 // $1 node, $2 token hash, $3 the node key's hash it began with, $4 version, $5 stats, $6
 // capacity, $7 this server's id.
@@ -19,3 +19,17 @@ export const DEREGISTER = sql(
   UPDATE node_sessions SET ended_at = now() WHERE id = $1::bigint AND ended_at IS NULL RETURNING id, node_id)
 SELECT id, node_id, nodes_announce($2::text, 'deregistered', node_id, id) AS announced FROM ended`,
 );
+
+// Not a transition: when each session was last seen (jobs/presence.ts writes it every few seconds
+// for the sessions that called), $1 the sessions, $2 when. A later time only; announced to nobody.
+export const TOUCH = sql(
+  'sessions_touch',
+  `UPDATE node_sessions s SET last_seen_at = greatest(s.last_seen_at, t.at)
+  FROM unnest($1::bigint[], $2::timestamptz[]) AS t(id, at) WHERE s.id = t.id`,
+);
+
+/** The sessions' last seen times (jobs/presence.ts), in one statement. */
+export async function touchSessions(db: Queryable, seen: Map<number, Date>): Promise<void> {
+  if (seen.size === 0) return;
+  await db.query(TOUCH, [[...seen.keys()], [...seen.values()].map((d) => d.toISOString())]);
+}
