@@ -65,12 +65,7 @@ export async function auditFailedJobs(
       exclude: [...new Set([...j.failed_by, ...j.holders])],
       suspicion: { [FAILED_BY]: j.failed_by },
     }));
-    const { outcome, made } = await queueCopies(tx, plans, {
-      onlineWindow: o.onlineWindow,
-      modelsTtl: o.modelsTtl,
-      deadline: o.jobTimeout,
-      checks: o.checks,
-    });
+    const { outcome, made } = await queueCopies(tx, plans, { ...o, deadline: o.jobTimeout });
     return { outcome, copies: made.length };
   });
 }

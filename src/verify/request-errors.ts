@@ -56,12 +56,7 @@ export async function queueClaimAudits(
     const nodeId = claimer.get(j.id)!;
     return { of: j.id, modelId: j.model_id, exclude: [nodeId, ...new Set(j.holders.filter((n) => n !== nodeId))], suspicion: { [CLAIMER]: nodeId } };
   });
-  const { outcome, made } = await queueCopies(tx, plans, {
-    onlineWindow: o.onlineWindow,
-    modelsTtl: o.modelsTtl,
-    deadline: o.jobTimeout,
-    checks: o.checks,
-  });
+  const { outcome, made } = await queueCopies(tx, plans, { ...o, deadline: o.jobTimeout });
   return { outcome, copies: made.length };
 }
 

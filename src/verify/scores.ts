@@ -289,6 +289,18 @@ interface Move {
  */
 export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray(request.params?.score?.tokens);
 
+/** Verdicts before any is found. */
+const noVerdicts = (): ScoreVerdicts => ({
+  judged: 0,
+  agreed: [],
+  flagged: [],
+  falseScores: [],
+  confirmations: 0,
+  disagreed: 0,
+  unconfirmed: 0,
+  outcome: undefined,
+});
+
 /**
  * Judges the score checks done (their ids). No node is convicted on one party's word
  * (docs/verification.md "Token-level checks"):
@@ -312,16 +324,7 @@ export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray(re
  * besides its answering node, so the lone node that scores it is judged on its scores.
  */
 export async function judgeScores(db: Queryable, checkIds: readonly string[], o: ScoreOptions): Promise<ScoreVerdicts> {
-  const out: ScoreVerdicts = {
-    judged: 0,
-    agreed: [],
-    flagged: [],
-    falseScores: [],
-    confirmations: 0,
-    disagreed: 0,
-    unconfirmed: 0,
-    outcome: undefined,
-  };
+  const out = noVerdicts();
   if (checkIds.length === 0) return out;
   const all = await db.query<DoneCheck>(CHECKS, [checkIds]);
   // Each check is judged with the thresholds of its group: its model, its scores' method, and
@@ -542,16 +545,7 @@ export const isCanaryAnswer = (suspicion: Record<string, unknown> | null, reques
  * own job: a flag covers it like any answer of its.
  */
 export async function judgeCanaryAnswers(db: Queryable, ids: readonly string[]): Promise<ScoreVerdicts> {
-  const out: ScoreVerdicts = {
-    judged: 0,
-    agreed: [],
-    flagged: [],
-    falseScores: [],
-    confirmations: 0,
-    disagreed: 0,
-    unconfirmed: 0,
-    outcome: undefined,
-  };
+  const out = noVerdicts();
   if (ids.length === 0) return out;
   const rows = await db.query<{
     check_id: string;

@@ -4,10 +4,8 @@
 // exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
 import pRetry from 'p-retry';
 import { http } from './http.js';
-import type { ChatParams, ToolCall } from './chat-wire.js';
-import type { CompactScore } from './scoring.js';
-import type { WireToken } from '../validation/answer-tokens.js';
-import type { ModelBuild } from './backend.js';
+import type { ChatParams } from './chat-wire.js';
+import type { BackendAnswer, ModelBuild } from './backend.js';
 
 export interface Job {
   job_id: string;
@@ -24,20 +22,10 @@ export interface Job {
   params?: ChatParams;
 }
 
-export interface Report {
+/** A job's report: the backend's answer (`content` whole, any answer prefix included), or an error. */
+export interface Report extends BackendAnswer {
   status: 'success' | 'error';
-  content: string;
-  usage: { prompt_tokens?: number; completion_tokens?: number } | null;
   error?: string;
-  tool_calls?: ToolCall[];
-  logprobs?: unknown[];
-  finish_reason?: 'stop' | 'length' | 'tool_calls';
-  /** An embeddings job's vectors, one per input, base64 of little-endian float32s (result.embeddings, docs/openai.md). */
-  embeddings?: string[];
-  /** A score check's scores (score-job.ts), reported as result.scores beside an empty message. */
-  scores?: CompactScore;
-  /** Issue 53: the answer's tokens as the model generated them (result.tokens, src/validation/answer-tokens.ts). */
-  tokens?: WireToken[];
   /** The backend refused the request itself (a 4xx about it): reported as the request's error, not the node's. */
   requestError?: { code: string | null; message: string };
 }

@@ -82,14 +82,9 @@ export async function runJob(
   wireOf: (jobId: string) => Wire,
   o: RunOptions,
 ): Promise<unknown> {
-  const {
-    limiters,
-    metrics,
-    service: { coordinator },
-  } = deps;
-  const slot = enterSlot(deps, owner);
-  const started = performance.now();
-  const gone = hangUp(reply);
+  const { limiters, metrics } = deps;
+  const { coordinator } = deps.service;
+  const { slot, started, gone } = begin(deps, reply, owner);
   const record = (outcome: Outcome) => {
     metrics.completions.inc({ model: job.model, outcome: outcome.kind });
     if (outcome.kind === 'done') observeDone(metrics, job.model, outcome, (performance.now() - started) / 1000);
@@ -126,14 +121,9 @@ export async function runBatch(
   jobs: ChatRequest[],
   body: (done: Done[], jobIds: string[]) => unknown,
 ): Promise<unknown> {
-  const {
-    limiters,
-    metrics,
-    service: { coordinator },
-  } = deps;
-  const slot = enterSlot(deps, owner);
-  const started = performance.now();
-  const gone = hangUp(reply);
+  const { limiters, metrics } = deps;
+  const { coordinator } = deps.service;
+  const { slot, started, gone } = begin(deps, reply, owner);
   try {
     const ids = await Promise.all(jobs.map((job) => submitCompletion(coordinator, owner, job)));
     const outcomes = await Promise.all(ids.map((id, i) => awaitCompletion(coordinator, owner, id, jobs[i]!, gone.signal)));
@@ -159,6 +149,11 @@ function observeDone(metrics: Deps['metrics'], model: string, done: Done, second
   const tokens = done.usage?.estimated ? undefined : done.usage?.completion_tokens;
   const generating = seconds - done.queuedSeconds;
   if (tokens && generating > 0) metrics.outputTokensPerSecond.observe({ model }, tokens / generating);
+}
+
+/** A run begins: the key's slot taken (left by the caller), the clock started, the client's hang-up watched. */
+function begin(deps: Deps, reply: FastifyReply, owner: number): { slot: string; started: number; gone: AbortController } {
+  return { slot: enterSlot(deps, owner), started: performance.now(), gone: hangUp(reply) };
 }
 
 /** The key's slot among its completions running at once (429 when it has none left); left by the caller. */

@@ -111,12 +111,8 @@ export function chatWire(chat: ChatRequest, jobId: string): Wire {
 }
 
 export function chatCompletionRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const {
-    limiters,
-    service: {
-      options: { coordinator: c },
-    },
-  } = deps;
+  const { limiters } = deps;
+  const c = deps.service.options.coordinator;
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const { owner, job } = await admit(
       deps,

@@ -61,12 +61,8 @@ const paramNeeding: ParamNeeding = (request, cap) =>
   cap === 'completions' ? { param: 'prompt', what: 'text completions need' } : { param: samplingField(request.params) ?? 'stop' };
 
 export function completionsRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const {
-    limiters,
-    service: {
-      options: { coordinator: c },
-    },
-  } = deps;
+  const { limiters } = deps;
+  const c = deps.service.options.coordinator;
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     let jobs: ChatRequest[] = [];
     const { owner, job } = await admit(

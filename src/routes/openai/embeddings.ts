@@ -111,12 +111,8 @@ function embeddingsBody(job: ChatRequest, base64: boolean, done: Done): unknown 
 }
 
 export function embeddingsRoutes(app: OpenAIApp, deps: Deps, served: ServedModels): void {
-  const {
-    limiters,
-    service: {
-      options: { coordinator: c },
-    },
-  } = deps;
+  const { limiters } = deps;
+  const c = deps.service.options.coordinator;
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     let base64 = false;
     const parse = () => {
