@@ -7,6 +7,10 @@ export interface VerifyConfig {
   enabled: boolean;
   /** Share of temperature-0 jobs also run by another node (0: none but probes, replay suspects and probation). */
   share: number;
+  /** The least share a trusted node with a long run of agreements is checked at (verify/check-rate.ts; at most `share`). */
+  floor: number;
+  /** Share of a generated answer's points a score check earns per token it scored (the answer's own tokens): measured, docs/verification.md. */
+  checkPrice: number;
   /** Two answers agree at this word-set similarity or above (after normalising). */
   similarity: number;
   /** Output tokens per second of lease time above which an answer is implausible (0: off). */
@@ -36,6 +40,8 @@ export interface VerifyConfig {
 export const DEFAULT_VERIFY: VerifyConfig = {
   enabled: true,
   share: 0.05,
+  floor: 0.01,
+  checkPrice: 0.5,
   similarity: 0.5,
   maxTokensPerSecond: 1000,
   modelMaxTokensPerSecond: {},
@@ -54,6 +60,16 @@ const d = DEFAULT_VERIFY;
 export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
   ['VERIFY_SHARE', String(d.share), 'share of temperature-0 jobs also run by a second node (0 to 1)'],
+  [
+    'VERIFY_FLOOR',
+    String(d.floor),
+    "the least share of a trusted node's jobs that is checked: the share falls from VERIFY_SHARE as its run of agreements grows, never below this (0 to 1; docs/verification.md)",
+  ],
+  [
+    'VERIFY_CHECK_PRICE',
+    String(d.checkPrice),
+    "a score check's points per token it scored, as a share of what a generated answer earns per token of it (0 to 1; measured on the gguf backend, docs/verification.md)",
+  ],
   ['VERIFY_SIMILARITY', String(d.similarity), 'two answers agree at this word-set similarity or above (0 to 1)'],
   [
     'VERIFY_MAX_TOKENS_PER_SECOND',
@@ -105,6 +121,8 @@ export function readVerifyConfig(r: EnvReader): VerifyConfig {
   return {
     enabled: r.bool('VERIFY', d.enabled),
     share: r.fraction('VERIFY_SHARE', d.share),
+    floor: r.fraction('VERIFY_FLOOR', d.floor),
+    checkPrice: r.fraction('VERIFY_CHECK_PRICE', d.checkPrice),
     similarity: r.fraction('VERIFY_SIMILARITY', d.similarity),
     maxTokensPerSecond: r.int('VERIFY_MAX_TOKENS_PER_SECOND', d.maxTokensPerSecond, 0, 10_000_000),
     modelMaxTokensPerSecond: modelCaps(r),

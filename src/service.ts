@@ -90,6 +90,7 @@ export class Service {
     const coordinator = await Coordinator.start(db, {
       ...c,
       defaultPointsPerJob: options.defaultPointsPerJob,
+      checkPrice: options.verify.checkPrice,
       audit: options.verify.enabled,
       onError: (err) => observers.error(err, 'coordinator'),
       ...options.dispatch,

@@ -166,7 +166,11 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(await pointsOf('impostor')).toBe(0);
     expect(await strikes('scorer-1')).toEqual([]);
     expect(await strikes('scorer-2')).toEqual([]);
-    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
+    // A point per answer left, and each score check its priced share (issue 55).
+    const [done] = await q<{ n: number }>(
+      't_done',
+      "SELECT (count(*) FILTER (WHERE NOT is_check) + coalesce(sum(points) FILTER (WHERE is_check), 0))::float8 AS n FROM job_results WHERE status = 'success'",
+    );
     expect(await totalPoints(t.db)).toBe(done!.n);
     const { stored, recomputed } = await aggregatesAndRecomputation(t.db);
     expect(stored).toEqual(recomputed);

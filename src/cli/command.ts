@@ -41,6 +41,7 @@ export function operatorJobs(db: Database, opts: RunOptions): Lifecycle {
       maxAttempts: opts.coordinator.maxAttempts,
       leaseTimeout: opts.coordinator.leaseTimeout,
       defaultPoints: 0,
+      checkPrice: opts.verify.checkPrice,
       audit: false,
       onError: () => {},
       stranding: { onlineWindow: opts.coordinator.onlineWindow, modelsTtl: opts.coordinator.modelsTtl, grace: opts.coordinator.noNodeGrace },

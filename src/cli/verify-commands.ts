@@ -17,14 +17,17 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
     summary: "a node's verification record: standing, strikes with their evidence, points taken back, jobs checked",
     args: ['NAME'],
     async run(db, [name], { json, verify }, io) {
-      const a = await nodeAudit(db, name!, verify.evidenceWindow);
+      const a = await nodeAudit(db, name!, verify);
       if (!a) throw new CommandError(`no node named "${name}"`);
       const tokens = await nodeTokenChecks(db, name!);
       if (json) return io.out(JSON.stringify({ ...a, token_checks: tokens }));
       io.out(`node: ${a.name}`);
       io.out(`standing: ${a.standing}${a.since ? ` since ${a.since}` : ''}${a.reinstated_at ? ` (reinstated ${a.reinstated_at})` : ''}`);
       io.out(`strikes counting: ${a.strikes_counting} of ${verify.strikesToSuspend} (within ${verify.evidenceWindow / 3600} h)`);
-      io.out(`agreements: ${a.agreements} (${a.clean_streak} since the last strike); jobs checked by another node (window): ${a.checked_jobs}`);
+      io.out(`agreements: ${a.agreements} (${a.clean_streak} in a row); jobs checked by another node (window): ${a.checked_jobs}`);
+      io.out(
+        `check rate: ${(a.check_rate * 100).toFixed(2)} % of its jobs (${a.standing === 'probation' ? 'every job: on probation' : a.clean_streak < verify.probationAgreements ? `VERIFY_SHARE until ${verify.probationAgreements} agreements in a row` : `falling with its run, floor ${verify.floor}`})`,
+      );
       for (const k of tokens) {
         io.out(
           `token-level checks of ${k.model}: ${k.scored} jobs scored, ${k.copied} checked the weaker way (a copy compared as text); test ${k.cusum} of ${k.threshold} over ${k.answers} answers (${k.mismatches} confident mismatches in ${k.positions} positions)${k.flags ? `; flagged ${k.flags}× (last ${k.flagged_at})` : ''}`,
@@ -53,7 +56,7 @@ export const VERIFY_COMMANDS: Record<string, Command> = {
       const { json } = opts;
       // Servers cache keys and sessions with the node's standing: the lifecycle announces it.
       if (!(await operatorNodes(db, opts).restore(name!))) {
-        const a = await nodeStanding(db, name!, 0);
+        const a = await nodeStanding(db, name!, { ...opts.verify, evidenceWindow: 0 });
         throw new CommandError(a ? `node "${name}" is ${a.standing} already` : `no node named "${name}"`);
       }
       io.out(json ? JSON.stringify({ name, standing: 'trusted' }) : `node "${name}" reinstated: trusted again`);

@@ -312,6 +312,15 @@ export const NodeJob = Type.Object({
 }, { title: "NodeJob" });
 export type NodeJob = Static<typeof NodeJob>;
 
+export const NodePointsDay = Type.Object({
+  day: Type.String({ format: "date" }),
+  points: Type.Number({ description: "All its points of the day, as `daily_points` gives them (after reversals)." }),
+  answers: Type.Number({ description: "Of them, the points of jobs it answered (users' jobs, probes, copies, canaries)." }),
+  checks: Type.Number({ description: "Of them, the points of score checks it ran: the tokens scored at `VERIFY_CHECK_PRICE` of the answer's rate." }),
+  check_jobs: Type.Integer({ description: "Score checks credited that day (after reversals)." }),
+}, { title: "NodePointsDay", description: "*Ours* (issue 55): a node's points of one UTC day, split by the work that earned them (docs/verification.md, \"Checks priced by their work\")." });
+export type NodePointsDay = Static<typeof NodePointsDay>;
+
 export const NodeViewResponse = Type.Object({
   name: Type.String(),
   online: Type.Boolean(),
@@ -323,6 +332,9 @@ export const NodeViewResponse = Type.Object({
   standing: Type.Union([Type.Literal("trusted"), Type.Literal("probation"), Type.Literal("suspended")], { description: "*Ours*: the node's standing in verification; on probation every temperature-0 job it runs is checked by another node; suspended, it gets no jobs (its operator sees why with `ins node audit NAME`)." }),
   strikes_counting: Type.Integer({ description: "Strikes within the evidence window (`VERIFY_STRIKES` of them suspend the node)." }),
   points_reversed: Type.Number({ description: "Points taken back from this node, ever (strikes and suspensions)." }),
+  agreements_in_a_row: Type.Integer({ description: "*Ours* (issue 55): checks the node passed in a row, as the answering or the checking node, since its last strike, disagreement or reinstatement." }),
+  check_rate: Type.Number({ description: "*Ours* (issue 55): the share of the node's jobs checked now: `VERIFY_SHARE` while new or back from a strike or disagreement, then `VERIFY_SHARE` × `VERIFY_PROBATION_AGREEMENTS` / `agreements_in_a_row`, never below `VERIFY_FLOOR`; 1 on probation, 0 suspended (docs/verification.md, \"Adaptive checking\")." }),
+  points_days: Type.Array(NodePointsDay, { description: "*Ours* (issue 55): the node's points of the last 7 UTC days, oldest first, answers and checks apart: what `daily_points` sums as `points`." }),
 }, { title: "NodeViewResponse" });
 export type NodeViewResponse = Static<typeof NodeViewResponse>;
 

@@ -46,7 +46,7 @@ function checkRow(f: Record<string, string>): (string | number | null)[] | strin
 export const CREDIT_IMPORT = sql(
   'import_results_credit',
   `WITH input AS (
-  SELECT s.job_id, n.id AS node_id, m.id AS model_id, s.status, s.result, s.points, s.received_at, true AS explicit
+  SELECT s.job_id, n.id AS node_id, m.id AS model_id, s.status, s.result, s.points, s.received_at, true AS explicit, false AS is_check
   FROM import_results s JOIN nodes n ON n.name = s.node_name JOIN models m ON m.name = s.model_name
 ),
 ${CREDIT_PART}SELECT count(*)::int AS n FROM credited`,

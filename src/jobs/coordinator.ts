@@ -5,6 +5,7 @@
 // use() (the verifier, the metrics).
 import type { Database } from '../db/database.js';
 import type { CoordinatorConfig } from '../config.js';
+import { DEFAULT_VERIFY } from '../config-verify.js';
 import type { SessionRow } from '../repositories/sessions.js';
 import { Lifecycle, type LiveConsumer } from './lifecycle.js';
 import { Submitter, type Submission } from './submit.js';
@@ -26,6 +27,8 @@ import { endsAccess, type NodeConsumer, type NodeOutcome } from '../nodes/outcom
 
 export interface CoordinatorOptions extends CoordinatorConfig {
   defaultPointsPerJob: number;
+  /** VERIFY_CHECK_PRICE (sql/complete.ts); the documented default when not given. */
+  checkPrice?: number;
   /** Done jobs are audited (verification on). */
   audit: boolean;
   /** A background task or a consumer failed: logged and counted by the caller; the coordinator carries on. */
@@ -72,6 +75,7 @@ export class Coordinator {
       maxAttempts: opts.maxAttempts,
       leaseTimeout: opts.leaseTimeout,
       defaultPoints: opts.defaultPointsPerJob,
+      checkPrice: opts.checkPrice ?? DEFAULT_VERIFY.checkPrice,
       audit: opts.audit,
       onError: opts.onError,
       stranding: { onlineWindow: opts.onlineWindow, modelsTtl: opts.modelsTtl, grace: opts.noNodeGrace },

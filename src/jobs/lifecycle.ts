@@ -27,6 +27,8 @@ export interface LifecycleOptions {
   leaseTimeout: number;
   /** Points of a success for models without their own points_per_job. */
   defaultPoints: number;
+  /** VERIFY_CHECK_PRICE: a score check's points per token scored, as a share of the answer's (sql/complete.ts). */
+  checkPrice: number;
   /** Done jobs wait for the auditor (verification on). */
   audit: boolean;
   /** When the sweep fails a queued job because no node that may take it remains (sql/sweep.ts). */
@@ -59,7 +61,13 @@ export class Lifecycle {
     readonly db: Database,
     private readonly opts: LifecycleOptions,
   ) {
-    this.completeOptions = { defaultPoints: opts.defaultPoints, maxAttempts: opts.maxAttempts, server: this.server, audit: opts.audit };
+    this.completeOptions = {
+      defaultPoints: opts.defaultPoints,
+      checkPrice: opts.checkPrice,
+      maxAttempts: opts.maxAttempts,
+      server: this.server,
+      audit: opts.audit,
+    };
   }
 
   /** Adds a consumer of every outcome from now on. */

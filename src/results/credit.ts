@@ -12,7 +12,8 @@
 // write paths.
 // Each statement provides `input` (job_id, node_id, model_id, status, result, points,
 // received_at, explicit: the time was given, by an import or a test, rather than taken from the
-// database's clock) before the marker, and reads `credited` (the rows recorded) after it.
+// database's clock; is_check: a score check's credit, kept apart in node_daily_points
+// check_points and checks — issue 55, only jobs_complete has any) before the marker, and reads `credited` (the rows recorded) after it.
 //
 // A job id that exists already is upgraded when the stored row is an error of the same node
 // and model and the new one a success (ON CONFLICT … DO UPDATE … WHERE); otherwise it is left
@@ -31,20 +32,22 @@ import { sql } from '../db/database.js';
 // `input` and read by what follows, and each statement plans it with its own input.
 export const CREDIT_PART = `-- credit: begin
 credited AS (
-  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at)
-  SELECT job_id, node_id, model_id, status, result, points, received_at FROM input
+  INSERT INTO job_results AS r (job_id, node_id, model_id, status, result, points, received_at, is_check)
+  SELECT job_id, node_id, model_id, status, result, points, received_at, is_check FROM input
   ORDER BY job_id
   ON CONFLICT (job_id) DO UPDATE
-    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at
+    SET status = 'success', result = EXCLUDED.result, points = EXCLUDED.points, received_at = EXCLUDED.received_at, is_check = EXCLUDED.is_check
     WHERE r.status = 'error' AND EXCLUDED.status = 'success' AND r.node_id = EXCLUDED.node_id AND r.model_id = EXCLUDED.model_id
-  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day
+  RETURNING job_id, node_id, model_id, status, points, received_at, (received_at AT TIME ZONE 'UTC')::date AS day, is_check
 ),
 daily AS (
-  INSERT INTO node_daily_points (node_id, day, points, successes)
-  SELECT node_id, day, sum(points), count(*) FROM credited WHERE status = 'success'
+  INSERT INTO node_daily_points (node_id, day, points, successes, check_points, checks)
+  SELECT node_id, day, sum(points), count(*), coalesce(sum(points) FILTER (WHERE is_check), 0), count(*) FILTER (WHERE is_check)
+  FROM credited WHERE status = 'success'
   GROUP BY node_id, day ORDER BY node_id, day
   ON CONFLICT (node_id, day) DO UPDATE
-    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes
+    SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes,
+      check_points = node_daily_points.check_points + EXCLUDED.check_points, checks = node_daily_points.checks + EXCLUDED.checks
 ),
 overall AS (
   INSERT INTO model_nodes (model_id, node_id, first_success_at, last_success_at)
@@ -88,7 +91,7 @@ export const CREDIT_REPORTS = sql(
   `WITH input AS (
   SELECT q.job_id, q.node_id, q.model_id, q.status, q.result,
     CASE WHEN q.status = 'success' THEN coalesce(m.points_per_job, $6::numeric) ELSE 0 END AS points,
-    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit
+    coalesce($7::timestamptz, now()) AS received_at, $8::boolean AS explicit, false AS is_check
   FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::jsonb[]) AS q(job_id, node_id, model_id, status, result)
   JOIN models m ON m.id = q.model_id
 ),

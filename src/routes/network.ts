@@ -47,7 +47,7 @@ export function networkRoutes(app: App, deps: Deps): void {
     const { node_name } = req.params;
     await authorizeNodeRead(deps, req, node_name);
     const view = await nodeView(db, node_name, c.onlineWindow, c.modelsTtl);
-    const standing = await nodeStanding(db, node_name, verify.evidenceWindow);
+    const standing = await nodeStanding(db, node_name, verify);
     if (!view || !standing) throw new HttpError(404, 'Node not found');
     return { ...view, ...standing };
   });

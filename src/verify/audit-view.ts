@@ -3,6 +3,10 @@
 // often its work was checked and found right.
 import { sql, type Queryable } from '../db/database.js';
 import { STRIKE_KINDS, type Standing, type StrikeKind } from './standing.js';
+import { checkRate, type CheckRateConfig } from './check-rate.js';
+
+/** What the views need of the configuration: the evidence window (s) and the check rate's settings. */
+export type AuditViewConfig = CheckRateConfig & { evidenceWindow: number };
 
 export interface NodeAudit {
   name: string;
@@ -10,8 +14,10 @@ export interface NodeAudit {
   since: string | null;
   reinstated_at: string | null;
   agreements: number;
-  /** Agreements since its last strike. */
+  /** Agreements in a row: since its last strike, disagreement or reinstatement. */
   clean_streak: number;
+  /** The share of its jobs checked now (check-rate.ts): VERIFY_SHARE while new, falling with clean_streak to VERIFY_FLOOR; 1 on probation. */
+  check_rate: number;
   /** Strikes that count now (within the window, since any reinstatement). */
   strikes_counting: number;
   strikes: { at: string; kind: string; job_id: string; evidence: Record<string, unknown> }[];
@@ -42,27 +48,50 @@ const AUDIT = sql(
   FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`,
 );
 
+/** A rate as the views show it: 4 decimals. */
+const shown = (standing: Standing, run: number, c: CheckRateConfig): number => Math.round(checkRate({ standing, run }, c) * 10_000) / 10_000;
+
 /** The node's verification record; undefined when no node has that name. */
-export async function nodeAudit(db: Queryable, name: string, windowSeconds: number): Promise<NodeAudit | undefined> {
-  const [row] = await db.query<NodeAudit>(AUDIT, [name, windowSeconds]);
-  return row;
+export async function nodeAudit(db: Queryable, name: string, c: AuditViewConfig): Promise<NodeAudit | undefined> {
+  const [row] = await db.query<Omit<NodeAudit, 'check_rate'>>(AUDIT, [name, c.evidenceWindow]);
+  return row && { ...row, check_rate: shown(row.standing, row.clean_streak, c) };
 }
 
-export type NodeStanding = Pick<NodeAudit, 'standing' | 'strikes_counting'> & { points_reversed: number };
+/** A node's points of one UTC day, answers and score checks apart. */
+export interface PointsDay {
+  day: string;
+  points: number;
+  answers: number;
+  checks: number;
+  check_jobs: number;
+}
+
+export type NodeStanding = Pick<NodeAudit, 'standing' | 'strikes_counting' | 'check_rate'> & {
+  points_reversed: number;
+  agreements_in_a_row: number;
+  points_days: PointsDay[];
+};
 
 // The node view's part of the record (a page polls it): no evidence, and none of the audit's
-// scan of the node's checked jobs. $1 the node's name, $2 the evidence window (s).
+// scan of the node's checked jobs. $1 the node's name, $2 the evidence window (s). With its
+// points of the last 7 UTC days, answers and score checks apart (issue 55: checks are priced by
+// their work, docs/verification.md): seven rows of node_daily_points by its key.
 const STANDING = sql(
   'verify_node_standing',
-  `SELECT coalesce(s.state, 'trusted') AS standing, ${STRIKES_COUNTING} AS strikes_counting,
-    (SELECT coalesce(sum(r.points), 0)::float8 FROM point_reversals r WHERE r.node_id = n.id) AS points_reversed
+  `SELECT coalesce(s.state, 'trusted') AS standing, ${STRIKES_COUNTING} AS strikes_counting, coalesce(s.clean_streak, 0) AS agreements_in_a_row,
+    (SELECT coalesce(sum(r.points), 0)::float8 FROM point_reversals r WHERE r.node_id = n.id) AS points_reversed,
+    (SELECT json_agg(json_build_object('day', d.day::text, 'points', coalesce(p.points, 0)::float8,
+        'answers', coalesce(p.points - p.check_points, 0)::float8, 'checks', coalesce(p.check_points, 0)::float8, 'check_jobs', coalesce(p.checks, 0))
+      ORDER BY d.day)
+      FROM generate_series(0, 6) AS g(back) CROSS JOIN LATERAL (SELECT (now() AT TIME ZONE 'UTC')::date - g.back AS day) d
+      LEFT JOIN node_daily_points p ON p.node_id = n.id AND p.day = d.day) AS points_days
   FROM nodes n LEFT JOIN node_standing s ON s.node_id = n.id WHERE n.name = $1::text`,
 );
 
-/** The node's standing, strikes counting and points taken back; undefined when no node has that name. */
-export async function nodeStanding(db: Queryable, name: string, windowSeconds: number): Promise<NodeStanding | undefined> {
-  const [row] = await db.query<NodeStanding>(STANDING, [name, windowSeconds]);
-  return row;
+/** The node's standing, strikes counting, check rate and points taken back; undefined when no node has that name. */
+export async function nodeStanding(db: Queryable, name: string, c: AuditViewConfig): Promise<NodeStanding | undefined> {
+  const [row] = await db.query<Omit<NodeStanding, 'check_rate'>>(STANDING, [name, c.evidenceWindow]);
+  return row && { ...row, check_rate: shown(row.standing, row.agreements_in_a_row, c) };
 }
 
 export interface VerificationSummary {

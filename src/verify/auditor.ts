@@ -10,7 +10,7 @@
 //   replays is compared anyway: the majority contradicting it makes a `replay` strike rather
 //   than a `disagreement` (cheats cannot tell copies from users' jobs);
 // - redundancy: a temperature-0 or embeddings job (every probe, every job of a node on probation, else
-//   VERIFY_SHARE of them) is run again by another node (verify/copies.ts); when the two
+//   its node's check rate of them: VERIFY_SHARE, falling with its run of agreements, check-rate.ts) is run again by another node (verify/copies.ts); when the two
 //   disagree, by a third; the node the majority contradicts gets a strike, those that agree
 //   an agreement (verify/rules.ts verdict);
 // - request errors: a copy that audits a node's claim that a job's request was at fault
@@ -35,6 +35,7 @@ import type { VerifyConfig } from '../config-verify.js';
 import { simhash, textHash } from './text.js';
 import { outputTokens, tooFast, verdict, wordCount, type Answered } from './rules.js';
 import { agree, strike, type Standing, type StrikeKind } from './standing.js';
+import { checkRate } from './check-rate.js';
 import { rememberAndMatch } from './answers.js';
 import { queueCopies, type CheckQueue, type CopyPlan } from './copies.js';
 import { reverse } from './reversal.js';
@@ -58,6 +59,8 @@ interface Done {
   completion_tokens: number | null;
   lease_seconds: number | null;
   standing: Standing;
+  /** The node's agreements in a row (node_standing.clean_streak): how often its jobs are checked (check-rate.ts). */
+  run: number;
   /** Every node that held a lease of the job (the finishing one among them): none of them may run its copies. */
   holders: number[];
 }
@@ -80,10 +83,11 @@ const DONE_COLUMNS = `j.id::text, j.kind, j.verify_of::text, j.suspicion, j.node
       THEN least(greatest((l.usage ->> 'completion_tokens')::numeric, 0), 2147483647)::int END AS completion_tokens,
     extract(epoch FROM l.ended_at - l.leased_at)::float8 AS lease_seconds,
     ARRAY(SELECT DISTINCT h.node_id::int FROM job_leases h WHERE h.job_id = j.id) AS holders,
-    coalesce((SELECT r.state FROM node_standing r WHERE r.node_id = j.node_id), 'trusted') AS standing`;
+    coalesce(r.state, 'trusted') AS standing, coalesce(r.clean_streak, 0) AS run`;
 const DONE_FROM = `jobs j JOIN models m ON m.id = j.model_id
   CROSS JOIN LATERAL (SELECT coalesce(j.result -> 'message' ->> 'content', '') AS content) x
-  LEFT JOIN LATERAL (SELECT * FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' LIMIT 1) l ON true`;
+  LEFT JOIN LATERAL (SELECT * FROM job_leases l WHERE l.job_id = j.id AND l.outcome = 'done' LIMIT 1) l ON true
+  LEFT JOIN node_standing r ON r.node_id = j.node_id`;
 // $1 most jobs: the oldest done jobs waiting for the audit, taken out of the queue (the
 // transaction commits the audit with it).
 const TAKEN = `DELETE FROM job_audits a WHERE a.job_id IN (SELECT job_id FROM job_audits ORDER BY finished_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
@@ -242,6 +246,8 @@ class Batch {
   readonly report: AuditReport = emptyReport();
   private readonly plans: CopyPlan[] = [];
   private readonly agreed: number[] = [];
+  /** Nodes party to a disagreement (either side: nobody knows yet which is wrong): their run of agreements ends. */
+  private readonly doubted: number[] = [];
   private readonly struck: { nodeId: number; jobId: string; kind: StrikeKind; evidence: Record<string, unknown>; covers?: string[] }[] = [];
   /** Jobs picked only for a score check (sampled: a copy cannot judge them): not copied when no node can score them. */
   private readonly sampledOnly = new Set<string>();
@@ -291,10 +297,11 @@ class Batch {
       // that held no lease of it, and the node that finished it is the one judged.
       if (d.kind === 'verify' || d.standing === 'suspended') continue;
       const suspicion = suspects.get(d.id) ?? null;
-      if (suspicion || d.kind === 'probe' || (deterministic(d.request) && (d.standing === 'probation' || Math.random() < v.share))) {
+      const rate = this.rateOf(d);
+      if (suspicion || d.kind === 'probe' || (deterministic(d.request) && Math.random() < rate)) {
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion });
         this.picked.add(d.id);
-      } else if (d.standing === 'probation' || Math.random() < v.share) {
+      } else if (Math.random() < rate) {
         // A sampled job: only a score check can judge it (verify/scores.ts).
         this.plans.push({ of: d.id, modelId: d.model_id, exclude: holdersFirst(d.node_id, d.holders), suspicion: null });
         this.sampledOnly.add(d.id);
@@ -320,7 +327,7 @@ class Batch {
     // user suspend the one node of a model (two outside probes).
     this.report.replaysUnchecked = this.plans.filter((p) => p.suspicion && !made.includes(p) && !this.contested.has(p)).length;
     for (const [plan, s] of this.contested) if (!made.includes(plan)) this.struck.push(s);
-    await agree(this.tx, this.agreed, v.probationAgreements, this.report, this.opts.server);
+    await agree(this.tx, this.agreed, v.probationAgreements, this.report, this.opts.server, this.doubted);
     this.report.agreements = this.agreed.length;
     await this.strikes();
   }
@@ -383,6 +390,7 @@ class Batch {
       } else if (v.kind === 'third') {
         this.report.disagreements++;
         const copy = rows[1]!;
+        this.doubted.push(rows[0].nodeId, copy.nodeId);
         // An answer that copied an earlier one, and that another node contradicts: two signals. But
         // the contradicting node may be the one lying — a user can make an honest node repeat
         // itself (two prompts asking for one text), and a node working with that user answer the
@@ -438,6 +446,7 @@ class Batch {
     this.report.scoresUnconfirmed = verdicts.unconfirmed;
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
     this.agreed.push(...verdicts.agreed);
+    this.doubted.push(...verdicts.doubted);
     for (const f of verdicts.flagged)
       this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
     // A scorer two others contradicted (verify/scores.ts): its check's point goes with the strike.
@@ -453,8 +462,18 @@ class Batch {
     );
     this.report.scoresJudged = (this.report.scoresJudged ?? 0) + verdicts.judged;
     this.agreed.push(...verdicts.agreed);
+    this.doubted.push(...verdicts.doubted);
     for (const f of verdicts.flagged)
       this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
+  }
+
+  /**
+   * The probability that done job `d` is checked: its node's rate (check-rate.ts; 1 on
+   * probation). The one place the auditor decides it (a job that must be checked whatever its
+   * node's record overrides it here).
+   */
+  private rateOf(d: Done): number {
+    return checkRate(d, this.opts.verify);
   }
 
   private scoreOptions() {

@@ -70,12 +70,14 @@ const LOCKED_EMPTY = sql(
 // results/credit.ts does, so the two never wait on each other in a cycle. A (node, day) row
 // lowered by a late reversal is upserted (it may not exist yet today), never deleted, so it
 // cannot race with a credit creating it; rows of open days lose exactly their own successes.
+// A score check's credit (job_results.is_check) is taken off the day's check_points and checks
+// as well (issue 55): the checks' part of a day stays the sum of its checks' credits.
 const REVERSE = sql(
   'verify_reverse',
   `WITH chosen AS (${CHOSEN}),
   victims AS (
     UPDATE job_results r SET status = 'reversed' FROM chosen c WHERE r.job_id = c.job_id AND r.status = 'success'
-    RETURNING r.job_id, r.node_id, r.model_id, r.points, (r.received_at AT TIME ZONE 'UTC')::date AS day),
+    RETURNING r.job_id, r.node_id, r.model_id, r.points, (r.received_at AT TIME ZONE 'UTC')::date AS day, r.is_check),
   closed AS (SELECT closed_through FROM ledger_state FOR SHARE),
   placed AS (
     SELECT v.*, CASE WHEN c.closed_through IS NULL OR v.day > c.closed_through THEN v.day
@@ -85,19 +87,22 @@ const REVERSE = sql(
     INSERT INTO point_reversals (job_id, node_id, model_id, points, day, reason)
     SELECT job_id, node_id, model_id, points, ledger_day, $4::text FROM placed),
   per_day AS (
-    SELECT node_id, ledger_day AS day, sum(points) AS points, (count(*) FILTER (WHERE ledger_day = day))::int AS n, bool_or(ledger_day <> day) AS late
+    SELECT node_id, ledger_day AS day, sum(points) AS points, (count(*) FILTER (WHERE ledger_day = day))::int AS n, bool_or(ledger_day <> day) AS late,
+      coalesce(sum(points) FILTER (WHERE is_check), 0) AS check_points, (count(*) FILTER (WHERE ledger_day = day AND is_check))::int AS checks
     FROM placed GROUP BY node_id, ledger_day),
   daily_left AS (
-    UPDATE node_daily_points d SET points = d.points - p.points, successes = d.successes - p.n
+    UPDATE node_daily_points d SET points = d.points - p.points, successes = d.successes - p.n,
+      check_points = d.check_points - p.check_points, checks = d.checks - p.checks
     FROM per_day p WHERE NOT p.late AND d.node_id = p.node_id AND d.day = p.day AND NOT (d.successes = p.n AND d.points = p.points)),
   daily_gone AS (
     DELETE FROM node_daily_points d USING per_day p
     WHERE NOT p.late AND d.node_id = p.node_id AND d.day = p.day AND d.successes = p.n AND d.points = p.points),
   daily_late AS (
-    INSERT INTO node_daily_points (node_id, day, points, successes)
-    SELECT node_id, day, -points, -n FROM per_day WHERE late ORDER BY node_id, day
+    INSERT INTO node_daily_points (node_id, day, points, successes, check_points, checks)
+    SELECT node_id, day, -points, -n, -check_points, -checks FROM per_day WHERE late ORDER BY node_id, day
     ON CONFLICT (node_id, day) DO UPDATE
-      SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes),
+      SET points = node_daily_points.points + EXCLUDED.points, successes = node_daily_points.successes + EXCLUDED.successes,
+        check_points = node_daily_points.check_points + EXCLUDED.check_points, checks = node_daily_points.checks + EXCLUDED.checks),
   remaining AS (
     SELECT t.model_id, t.node_id,
       (SELECT r.received_at FROM job_results r WHERE r.model_id = t.model_id AND r.node_id = t.node_id AND r.status = 'success'

@@ -215,6 +215,8 @@ export interface ScoreVerdicts {
   judged: number;
   /** Audited nodes whose answer a scorer found in line with its model: one agreement each. */
   agreed: number[];
+  /** Audited nodes whose answer a first scorer, or a canary, found foreign: their run of agreements ends (check-rate.ts), whatever the confirmation says. */
+  doubted: number[];
   /** Nodes whose test reached H: an `impostor` strike each, on the job that brought it there, covering the jobs listed. */
   flagged: { nodeId: number; jobId: string; evidence: Record<string, unknown>; covers: string[] }[];
   /** Scorers two others contradicted (their check's job): a `false_score` strike each. */
@@ -293,6 +295,7 @@ export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray(re
 const noVerdicts = (): ScoreVerdicts => ({
   judged: 0,
   agreed: [],
+  doubted: [],
   flagged: [],
   falseScores: [],
   confirmations: 0,
@@ -415,6 +418,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     if (!s?.confirms && !s?.spot && !s?.decides) {
       // The first check of an answer.
       if (stats.evidence > 0) {
+        out.doubted.push(c.node_id!);
         // No second scorer: a text copy may still decide at temperature 0 (a third node's answer against the node's).
         if (!ask(c, exclude, { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id })) copy(c, [c.checker_id]);
       } else {
@@ -563,6 +567,7 @@ export async function judgeCanaryAnswers(db: Queryable, ids: readonly string[]):
     out.judged++;
     const v = canaryVerdict(r.content, r.reference, Array.isArray(r.gaps) ? r.gaps : null);
     if (v.agree) out.agreed.push(r.node_id);
+    if (v.evidence > 0) out.doubted.push(r.node_id);
     const check: DoneCheck = {
       check_id: r.check_id,
       job_id: r.job_id,

@@ -11,7 +11,8 @@
 //
 // Strikes, agreements and reinstating are transitions of the node lifecycle (src/nodes/states.ts).
 //
-// On probation every temperature-0 job of the node is run again by another node. A suspended
+// On probation every temperature-0 job of the node is run again by another node; trusted, a
+// share that falls with its run of agreements (check-rate.ts). A suspended
 // node gets no jobs and its answers are not taken; its points of the evidence window are
 // reversed (verify/reversal.ts). Reinstating forgets the strikes before it, not the reversals.
 import { sql, type Queryable } from '../db/database.js';
@@ -74,9 +75,20 @@ export async function strikeAndReverse(
   log.reversedPoints += r.points;
 }
 
-/** One agreement per entry of nodeIds (a node may appear several times); the probations it ends are logged as strikes are. */
-export async function agree(db: Queryable, nodeIds: number[], probationAgreements: number, log: StandingLog, server = ''): Promise<void> {
-  log.nodes.push(...(await agreeNodes(db, nodeIds, probationAgreements, server)));
+/**
+ * One agreement per entry of nodeIds (a node may appear several times), and the run of
+ * agreements of each of `doubted` ends (check-rate.ts); the probations it ends are logged as
+ * strikes are.
+ */
+export async function agree(
+  db: Queryable,
+  nodeIds: number[],
+  probationAgreements: number,
+  log: StandingLog,
+  server = '',
+  doubted: number[] = [],
+): Promise<void> {
+  log.nodes.push(...(await agreeNodes(db, nodeIds, probationAgreements, server, doubted)));
 }
 
 /** How many nodes stand where. */

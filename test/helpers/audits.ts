@@ -43,7 +43,11 @@ export function tokenAudits(db: () => Database) {
       'SELECT n.name, k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id ORDER BY k.id',
     );
   const pointsExact = async () => {
-    const [done] = await q<{ n: number }>('t_done', "SELECT count(*)::int AS n FROM job_results WHERE status = 'success'");
+    // A point per answer, and each score check its priced share (issue 55, docs/verification.md).
+    const [done] = await q<{ n: number }>(
+      't_done',
+      "SELECT (count(*) FILTER (WHERE NOT is_check) + coalesce(sum(points) FILTER (WHERE is_check), 0))::float8 AS n FROM job_results WHERE status = 'success'",
+    );
     expect(await totalPoints(db())).toBe(done!.n);
     const { stored, recomputed } = await aggregatesAndRecomputation(db());
     expect(stored).toEqual(recomputed);

@@ -68,6 +68,9 @@ import { requeueOrFail } from './requeue.js';
 // request's upper bound, may have refused it honestly).
 // `tokens` (issue 53), the answer's tokens as the node reported them (checked by the route:
 // src/validation/answer-tokens.ts; NULL: none), kept in jobs.tokens for score checks only.
+// $6 (issue 55) VERIFY_CHECK_PRICE: a score check earns the model's points per job × $6 × its
+// share of the answer's tokens it scored (check_share below), credited once like any success and
+// kept apart as a check (job_results.is_check, node_daily_points.check_points).
 /** A constant of this file as an SQL string literal (never input). */
 const literal = (text: string): string => `'${text.replace(/'/g, "''")}'`;
 /** The CASE arms giving a request error's fixed message by its code (jobs/answer.ts publicRequestError). */
@@ -98,7 +101,18 @@ ended AS (
     coalesce(q.usage ? 'completion_tokens', false) AS counted, (q.usage ->> 'completion_tokens')::bigint AS reported, q.estimate, q.most,
     CASE l.outcome WHEN 'request_error' THEN q.request_error END AS request_error,
     CASE l.outcome WHEN 'request_error' THEN coalesce((SELECT ${coversSql('s.model_contexts[array_position(s.models, j.model_id)]', 'j')}
-      FROM node_sessions s WHERE s.id = l.session_id), false) END AS covered, q.tokens
+      FROM node_sessions s WHERE s.id = l.session_id), false) END AS covered, q.tokens,
+    -- Issue 55: a score check's share of a generated answer's points (docs/verification.md,
+    -- "Checks priced by their work"): its positions scored over the answer's tokens (those the
+    -- answer's node reported, else what the scorer scored and left unscored), at most 1, at $6
+    -- (VERIFY_CHECK_PRICE) for a prefill; a replay (Ollama) generates, and is priced as generating.
+    CASE WHEN j.request -> 'params' -> 'score' IS NOT NULL THEN
+      CASE WHEN q.result -> 'scores' ->> 'method' = 'replay' THEN 1 ELSE $6::numeric END
+      * least(1, coalesce(jsonb_array_length(CASE jsonb_typeof(q.result -> 'scores' -> 'rank') WHEN 'array' THEN q.result -> 'scores' -> 'rank' END), 0)::numeric
+        / greatest(1, coalesce(jsonb_array_length(CASE jsonb_typeof(j.request -> 'params' -> 'score' -> 'tokens') WHEN 'array' THEN j.request -> 'params' -> 'score' -> 'tokens' END),
+          coalesce(jsonb_array_length(CASE jsonb_typeof(q.result -> 'scores' -> 'rank') WHEN 'array' THEN q.result -> 'scores' -> 'rank' END), 0)
+          + CASE WHEN jsonb_typeof(q.result -> 'scores' -> 'unscored') = 'number' THEN least(greatest((q.result -> 'scores' ->> 'unscored')::numeric, 0), 1e9) ELSE 0 END)))
+    END AS check_share
 ),
 usages AS (
   SELECT e.job_id, nullif(jsonb_strip_nulls(jsonb_build_object(
@@ -155,7 +169,8 @@ announced AS (
 audits AS (INSERT INTO job_audits (job_id, finished_at) SELECT id, now() FROM settled WHERE state = 'done' AND $5::boolean),
 input AS (
   SELECT e.job_id::text AS job_id, e.node_id, e.model_id, 'success'::text AS status, e.result,
-    coalesce(m.points_per_job, $2::numeric) AS points, now() AS received_at, false AS explicit
+    CASE WHEN e.check_share IS NULL THEN coalesce(m.points_per_job, $2::numeric) ELSE round(coalesce(m.points_per_job, $2::numeric) * e.check_share, 6) END AS points,
+    now() AS received_at, false AS explicit, e.check_share IS NOT NULL AS is_check
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
@@ -206,6 +221,8 @@ interface Row {
 
 export interface CompleteOptions {
   defaultPoints: number;
+  /** VERIFY_CHECK_PRICE ($6). */
+  checkPrice: number;
   maxAttempts: number;
   server: string;
   audit: boolean;
@@ -230,7 +247,7 @@ export async function completeJobs(
     most: mostCompletionTokens(r.answer),
     tokens: r.tokens ?? null,
   }));
-  const rows = await db.query<Row>(COMPLETE, [JSON.stringify(batch), o.defaultPoints, o.maxAttempts, o.server, o.audit]);
+  const rows = await db.query<Row>(COMPLETE, [JSON.stringify(batch), o.defaultPoints, o.maxAttempts, o.server, o.audit, o.checkPrice]);
   const outcome = parseItems(rows[0]?.announced ?? '');
   const byKey = new Map(reports.map((r) => [r.keyHash, r]));
   const completed = new Map<string, Completed>();

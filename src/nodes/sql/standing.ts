@@ -29,18 +29,28 @@ FROM standing`,
 );
 
 // $1 node ids (a node once per agreement), $2 agreements in a row that end a probation, $3 this
-// server's id. Every agreement counts; a node whose probation this ends is announced
-// (`cleared`), one row each: on probation in the statement's snapshot (`prior`, as the strike
-// reads it) and trusted after the upsert.
+// server's id, $4 node ids party to a disagreement (a text copy that disagreed, an answer a first
+// scorer or a canary found foreign): their run of agreements in a row ends, whatever else the
+// batch found, so their jobs are checked at the full rate again (verify/check-rate.ts). Every
+// agreement counts; a node whose probation this ends is announced (`cleared`), one row each: on
+// probation in the statement's snapshot (`prior`, as the strike reads it) and trusted after the
+// upsert. One statement per audit batch.
 export const AGREE = sql(
   'nodes_agree',
-  `WITH agreed AS (SELECT node_id, count(*)::int AS n FROM unnest($1::bigint[]) AS a(node_id) GROUP BY node_id),
+  `WITH agreed AS (
+    SELECT node_id, count(*) FILTER (WHERE agrees)::int AS n, bool_or(NOT agrees) AS doubted
+    FROM (SELECT a, true FROM unnest($1::bigint[]) a UNION ALL SELECT d, false FROM unnest($4::bigint[]) d) AS x(node_id, agrees)
+    GROUP BY node_id),
   prior AS (SELECT node_id, state FROM node_standing WHERE node_id IN (SELECT node_id FROM agreed)),
   standing AS (
-    INSERT INTO node_standing AS r (node_id, agreements, clean_streak) SELECT node_id, n, n FROM agreed ORDER BY node_id
-    ON CONFLICT (node_id) DO UPDATE SET agreements = r.agreements + EXCLUDED.agreements, clean_streak = r.clean_streak + EXCLUDED.clean_streak,
-      state = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int THEN 'trusted' ELSE r.state END,
-      changed_at = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int THEN now() ELSE r.changed_at END
+    INSERT INTO node_standing AS r (node_id, agreements, clean_streak)
+    SELECT node_id, n, CASE WHEN doubted THEN 0 ELSE n END FROM agreed ORDER BY node_id
+    ON CONFLICT (node_id) DO UPDATE SET agreements = r.agreements + EXCLUDED.agreements,
+      clean_streak = CASE WHEN r.node_id = ANY($4::bigint[]) THEN 0 ELSE r.clean_streak + EXCLUDED.clean_streak END,
+      state = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int AND NOT r.node_id = ANY($4::bigint[])
+        THEN 'trusted' ELSE r.state END,
+      changed_at = CASE WHEN r.state = 'probation' AND r.clean_streak + EXCLUDED.clean_streak >= $2::int AND NOT r.node_id = ANY($4::bigint[])
+        THEN now() ELSE r.changed_at END
     RETURNING r.node_id, r.state)
 SELECT nodes_announce($3::text, 'cleared', s.node_id, NULL) AS announced
 FROM standing s JOIN prior p USING (node_id) WHERE p.state = 'probation' AND s.state = 'trusted' ORDER BY s.node_id`,
@@ -90,8 +100,14 @@ export async function strikeNode(
  * transaction `q`, announced as server `server`'s as a strike is: the outcomes (`cleared`) of the
  * nodes whose probation this ended, for its caller to apply once that commits.
  */
-export async function agreeNodes(q: Queryable, nodeIds: readonly number[], probationAgreements: number, server = ''): Promise<NodeOutcome[]> {
-  if (nodeIds.length === 0) return [];
-  const rows = await q.query<{ announced: string }>(AGREE, [nodeIds, probationAgreements, server]);
+export async function agreeNodes(
+  q: Queryable,
+  nodeIds: readonly number[],
+  probationAgreements: number,
+  server = '',
+  doubted: readonly number[] = [],
+): Promise<NodeOutcome[]> {
+  if (nodeIds.length === 0 && doubted.length === 0) return [];
+  const rows = await q.query<{ announced: string }>(AGREE, [nodeIds, probationAgreements, server, [...new Set(doubted)]]);
   return rows.map((r) => parseItem(r.announced));
 }
