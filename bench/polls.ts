@@ -66,12 +66,16 @@ async function onePollRun(
   submitters: number,
   warmup: number,
   duration: number,
+  verify = false,
 ): Promise<PollRun> {
   const db = await freshDatabase(backend, databaseUrl, `ins_bench_polls_${process.pid}`);
   try {
     const nodes = await importBenchNodes(db.env, 'poll-worker', workers, entry);
     const userKey = (await ins(['key', 'add-user', 'bench'], db.env, entry)).trim();
-    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-polls-${backend}-${code}.log`), { VERIFY: 'off' }, entry);
+    // --verify: verification on with its defaults, as the dispatch scenario's verified runs (no speed
+    // cap: bench workers answer at once), for this checkout and the baseline alike.
+    const verifyEnv: Record<string, string> = verify ? { VERIFY: 'on', VERIFY_MAX_TOKENS_PER_SECOND: '0' } : { VERIFY: 'off' };
+    const server = await startServer(db.env, port, path.join(ROOT, 'bench-results', `server-polls-${backend}-${code}.log`), verifyEnv, entry);
     try {
       const h = http(server.url, workers + submitters + 8);
       const before = await (await fetch(`${server.url}/metrics`)).text();
@@ -134,6 +138,8 @@ export async function pollComparison(o: {
   duration: number;
   baseline: string | undefined;
   dispatch: { workers: number; submitters: number };
+  /** Verification on (VERIFY=on) in every run, this checkout's and the baseline's. */
+  verify?: boolean;
 }): Promise<PollRun[]> {
   const alternate = (mode: PollRun['mode']): [PollRun['code'], PollRun['mode'], string][] =>
     o.baseline
@@ -148,7 +154,7 @@ export async function pollComparison(o: {
   const runs: PollRun[] = [];
   for (const [code, mode, entry] of order) {
     const [workers, submitters] = mode === 'poll' ? [o.workers, o.submitters] : [o.dispatch.workers, o.dispatch.submitters];
-    const r = await onePollRun(code, mode, entry, o.backend, o.databaseUrl, o.port, workers, submitters, o.warmup, o.duration);
+    const r = await onePollRun(code, mode, entry, o.backend, o.databaseUrl, o.port, workers, submitters, o.warmup, o.duration, o.verify);
     console.log(`   ${mode === 'poll' ? 'poll mode' : 'dispatch cycle'} (${code}): ${JSON.stringify(r)}`);
     runs.push(r);
   }
@@ -162,15 +168,16 @@ export async function pollComparison(o: {
  */
 export function printPollTables(
   polls: Map<Backend, PollRun[]>,
-  o: { pollWorkers: number; pollSubmitters: number; workers: number; submitters: number; baseline: string | undefined },
+  o: { pollWorkers: number; pollSubmitters: number; workers: number; submitters: number; baseline: string | undefined; verify?: boolean },
 ): void {
+  const verification = o.verify ? 'VERIFY=on' : 'VERIFY=off';
   const table = (backend: Backend, mode: PollRun['mode']) =>
     (['baseline', 'current'] as const)
       .map((code) => [code, (polls.get(backend) ?? []).filter((r) => r.code === code && r.mode === mode)] as const)
       .filter(([, of]) => of.length > 0);
   const runs = o.baseline ? ' (baseline and current alternating: mean of two runs each)' : '';
   console.log(
-    `\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every ${POLL_EVERY_MS} ms, ${o.pollWorkers} workers, VERIFY=off${runs}; ${cpus().length} cores:`,
+    `\nthe seed's way of waiting: ${o.pollSubmitters} submitters polling get_result every ${POLL_EVERY_MS} ms, ${o.pollWorkers} workers, ${verification}${runs}; ${cpus().length} cores:`,
   );
   printRows([
     [
@@ -210,7 +217,7 @@ export function printPollTables(
   ]);
   if (!o.baseline) return;
   console.log(
-    `\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, get_result with wait, VERIFY=off; mean of two runs each, alternating):`,
+    `\nthe dispatch cycle against the baseline (${o.workers} workers, ${o.submitters} submitters, get_result with wait, ${verification}; mean of two runs each, alternating):`,
   );
   printRows([
     ['backend', 'code', 'jobs/s', 'submit→lease p50/p99 ms', 'submit→result p50/p99 ms', 'server CPU / database ms per job'],
@@ -238,6 +245,8 @@ export interface PollsOptions {
   pollSubmitters: number;
   workers: number;
   submitters: number;
+  /** --verify: verification on in every run. */
+  verify: boolean;
 }
 
 /** `--scenario polls`: the seed's way of waiting alone (and, with --baseline, against the code before; the dispatch cycle too). */
@@ -258,6 +267,7 @@ export async function pollsScenario(o: PollsOptions): Promise<void> {
         duration: o.duration,
         baseline: o.baseline,
         dispatch: { workers: o.workers, submitters: o.submitters },
+        verify: o.verify,
       }),
     );
   }

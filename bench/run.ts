@@ -51,6 +51,7 @@ const { values: flags } = parseArgs({
     'client-mode': { type: 'string', default: 'jobs' },
     analyze: { type: 'boolean', default: false },
     variants: { type: 'boolean', default: false },
+    verify: { type: 'boolean', default: false },
     idle: { type: 'string', default: '5000' },
     'fair-workers': { type: 'string', default: '16' },
     backlog: { type: 'string', default: '5000' },
@@ -84,6 +85,7 @@ if (flags.help) {
              [--variants (the dispatcher's hand-off and empty-model memory, on and off)]
   polls:     the seed's way of waiting alone (dispatch's poll mode): [--poll-workers W (32)] [--poll-submitters S (64)]
              [--baseline DIR (alternating with that checkout; then the dispatch cycle too, --workers, --submitters)]
+             [--verify (verification on, its defaults, in every run: VERIFY=off otherwise)]
   idle:      [--idle N (5000 long-polling workers)]
   fair:      [--fair-workers W (16)] [--backlog N (5000)] [--service-ms MS (20)] [--light-rate R (1/s)] [--baseline DIR] (PostgreSQL)
   worker:    [--submitters S (32)] (the first of --backends)
@@ -157,6 +159,7 @@ async function main(): Promise<void> {
         pollWorkers: num('poll-workers'),
         pollSubmitters: num('poll-submitters'),
         baseline: flags.baseline,
+        verify: flags.verify,
       });
     case 'idle':
       return idleScenario({ ...common, idle: num('idle') });
