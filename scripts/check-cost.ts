@@ -2,10 +2,11 @@
 // (docs/verification.md, "Checks priced by their work"): for each of N jobs, the time to
 // generate an answer (temperature 0.8, up to --tokens tokens) and the time to score that same
 // answer with its tokens forced (one prefill of prompt + answer, the score check's work), both on
-// one llama.cpp context of the tiny models (scripts/tiny-gguf.ts). Prints the time per token of
-// each and their ratio: the fraction of a generated answer's rate a scored token is worth.
+// one llama.cpp context of the tiny models (scripts/tiny-gguf.ts), or of the GGUF file given
+// with --file. Prints the time per token of each and their ratio: the fraction of a generated
+// answer's rate a scored token is worth (VERIFY_CHECK_PRICE).
 //
-//   npx tsx scripts/check-cost.ts [--jobs 40] [--tokens 256] [--vocab chars|wordpiece] [--threads 1]
+//   npx tsx scripts/check-cost.ts [--jobs 40] [--tokens 256] [--vocab chars|wordpiece] [--threads 1] [--file MODEL.gguf]
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,13 +20,14 @@ const { values } = parseArgs({
     tokens: { type: 'string', default: '256' },
     vocab: { type: 'string', default: 'chars' },
     threads: { type: 'string', default: '1' },
+    file: { type: 'string' },
   },
 });
 const jobs = Number(values.jobs);
 const max = Number(values.tokens);
 const dir = mkdtempSync(join(tmpdir(), 'ins-check-cost-'));
 try {
-  const file = writeTinyGguf(join(dir, 'tiny.gguf'), { seed: 1, vocab: values.vocab as TinyVocab });
+  const file = values.file ?? writeTinyGguf(join(dir, 'tiny.gguf'), { seed: 1, vocab: values.vocab as TinyVocab });
   const backend = new Gguf(file, 'tiny', false, 1, Number(values.threads));
   await backend.detect();
   let genMs = 0;
@@ -59,7 +61,7 @@ try {
   console.log(
     JSON.stringify({
       jobs,
-      vocab: values.vocab,
+      model: values.file ?? `tiny (${values.vocab})`,
       threads: Number(values.threads),
       generated_tokens: genTokens,
       generate_ms_per_token: Number(gen.toFixed(4)),

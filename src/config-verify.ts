@@ -5,7 +5,7 @@ import type { EnvReader } from './config-env.js';
 export interface VerifyConfig {
   /** VERIFY=off: no audits and no probes (suspended nodes stay suspended). */
   enabled: boolean;
-  /** Share of temperature-0 jobs also run by another node (0: none but probes, replay suspects and probation). */
+  /** Share of temperature-0 jobs also run by another node (0: none but probes, replay suspects and probation): the full rate, falling with a node's run of agreements (verify/check-rate.ts). */
   share: number;
   /** The least share a trusted node with a long run of agreements is checked at (verify/check-rate.ts; at most `share`). */
   floor: number;
@@ -59,7 +59,11 @@ export const DEFAULT_VERIFY: VerifyConfig = {
 const d = DEFAULT_VERIFY;
 export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   ['VERIFY', 'on', 'off: no audits and no probes (docs/verification.md)'],
-  ['VERIFY_SHARE', String(d.share), 'share of temperature-0 jobs also run by a second node (0 to 1)'],
+  [
+    'VERIFY_SHARE',
+    String(d.share),
+    "share of temperature-0 jobs also run by a second node (0 to 1): the full rate, a new node's; less as a node's run of agreements grows (VERIFY_FLOOR)",
+  ],
   [
     'VERIFY_FLOOR',
     String(d.floor),
