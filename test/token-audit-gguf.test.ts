@@ -75,7 +75,8 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
 
   // Replay detection off: a random tiny model gives one greedy answer to many prompts (a real
   // model does not), which verify/answers.ts rightly finds suspicious; it is not what is tested here.
-  const VERIFY = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000, spotShare: 0 };
+  // Every job checked: a floor at the full rate (fixed checking, src/verify/check-rate.ts).
+  const VERIFY = { enabled: true, share: 1, floor: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000, spotShare: 0 };
   let url = '';
   const node = async (n: { name: string; seed: number; noise?: number }) => {
     const w = await startWorker({

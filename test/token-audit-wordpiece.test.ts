@@ -134,7 +134,8 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
   });
 
   // Replay detection off: a random tiny model gives one greedy answer to many prompts (see test/token-audit-gguf.test.ts).
-  const VERIFY = { enabled: true, share: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 };
+  // Every job checked: a floor at the full rate (fixed checking, src/verify/check-rate.ts).
+  const VERIFY = { enabled: true, share: 1, floor: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 };
   const start = async (nodes: { name: string; seed: number; noise?: number }[]) => {
     t = await startApp(pglite, { verify: VERIFY });
     const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
