@@ -106,7 +106,11 @@ export class Service {
       onlineWindow: c.onlineWindow,
       modelsTtl: c.modelsTtl,
       jobTimeout: c.jobTimeout,
-      jobs: { queueChecks: (tx, checks, deadline) => lifecycle.queueChecks(tx, checks, deadline), apply: (o) => lifecycle.apply(o) },
+      jobs: {
+        queueChecks: (tx, checks, deadline) => lifecycle.queueChecks(tx, checks, deadline),
+        apply: (o) => lifecycle.apply(o),
+        delivered: (ids) => coordinator.delivered(ids),
+      },
       events: { ...observers.verification, error: (err) => observers.error(err, 'verification') },
       nodes,
     });

@@ -1,7 +1,7 @@
 // ins node …, ins key …, ins model …: the network's nodes, keys and models.
 import { listNodes } from '../repositories/nodes.js';
 import { NodeExistsError } from '../nodes/lifecycle.js';
-import { keyUsage, listApiKeys, resolveKey, type ApiKeyKind } from '../repositories/api-keys.js';
+import { keyUsage, listApiKeys, resolveKey, setKeyDelivery, type ApiKeyKind } from '../repositories/api-keys.js';
 import { addApiKey, setKeyPriority, setKeyQuota } from '../nodes/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePrice, PRICE_RULE } from '../points-value.js';
@@ -103,8 +103,8 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
     summary: 'list reader and user keys (ids, kinds and labels, never the keys)',
     load: listApiKeys,
     empty: 'no keys; create one with: npx ins key add-reader LABEL or npx ins key add-user LABEL',
-    columns: ['ID', 'KIND', 'LABEL', 'STATUS', 'CREATED'],
-    row: (k) => [String(k.id), k.kind, k.label, k.revoked ? 'revoked' : 'active', k.created_at],
+    columns: ['ID', 'KIND', 'LABEL', 'STATUS', 'DELIVERY', 'CREATED'],
+    row: (k) => [String(k.id), k.kind, k.label, k.revoked ? 'revoked' : 'active', k.kind === 'user' ? k.delivery : '-', k.created_at],
   }),
   'key revoke': {
     usage: 'key revoke ID|LABEL',
@@ -159,6 +159,18 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       io.out(json ? JSON.stringify({ id: r.id, priority: n }) : `key ${r.id}: priority ${n}`);
     },
   },
+  'key set-delivery': {
+    usage: 'key set-delivery ID|LABEL checked|immediate',
+    summary:
+      "a user key's delivery: checked gives each answer only once another node's check of it passed (a failed one is run again; docs/verification.md), immediate (the default) as soon as a node answers",
+    args: ['ID|LABEL', 'checked|immediate'],
+    async run(db, [which, raw], { json }, io) {
+      if (raw !== 'checked' && raw !== 'immediate') throw new UsageError(`delivery must be "checked" or "immediate" (got "${raw}")`);
+      const r = await setKeyDelivery(db, which!, raw);
+      if ('error' in r) throw new CommandError(r.error);
+      io.out(json ? JSON.stringify({ id: r.id, delivery: raw }) : `key ${r.id}: delivery ${raw}`);
+    },
+  },
   'key usage': {
     usage: 'key usage ID|LABEL',
     summary: "a user key's usage today (UTC) against its daily quota, in total and per model (what GET /usage shows)",
@@ -171,7 +183,11 @@ export const NETWORK_COMMANDS: Record<string, Command> = {
       if (!u) throw new CommandError(`no user key "${which}"`);
       if (json) return io.out(JSON.stringify(u));
       const of = (used: number, quota: number | null) => `${used}${quota === null ? ' (no limit)' : ` of ${quota}`}`;
-      io.out(`${u.day} (UTC): jobs ${of(u.used.jobs, u.quota.jobs)}, output tokens ${of(u.used.tokens, u.quota.tokens)}; priority ${u.priority}`);
+      io.out(
+        `${u.day} (UTC): jobs ${of(u.used.jobs, u.quota.jobs)}, output tokens ${of(u.used.tokens, u.quota.tokens)}; priority ${u.priority}; delivery ${u.delivery}`,
+      );
+      if (u.checking.jobs > 0)
+        io.out(`checked jobs ${u.checking.jobs}: ${u.checking.checks} check jobs, ${u.checking.tokens} tokens, ${u.checking.points} points`);
       for (const line of table([['MODEL', 'JOBS', 'TOKENS'], ...u.models.map((m) => [m.model, String(m.jobs), String(m.tokens)])])) io.out(line);
     },
   },

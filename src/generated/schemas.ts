@@ -107,6 +107,7 @@ export const GetResultResponse = Type.Object({
   result: JobAnswer,
   detail: Type.Optional(Type.String({ title: "Detail", description: "Why the job failed, expired or was canceled." })),
   usage: Type.Optional(Usage),
+  delivery: Type.Optional(Type.Union([Type.Literal("checked"), Type.Literal("unchecked")], { title: "Delivery", description: "*Ours*: present only under checked delivery (a key set with `ins key set-delivery NAME checked`, or `x-ins-delivery: checked` on submit_job): `checked`, the answer passed an independent check (a score check by another node, or a copy's agreement; a re-run's answer where the first failed); `unchecked`, no node could check it within the job's deadline: status `failed`, the answer withheld (docs/verification.md, \"Checked delivery\")." })),
 }, { title: "GetResultResponse" });
 export type GetResultResponse = Static<typeof GetResultResponse>;
 
@@ -131,7 +132,7 @@ export type HealthResponse = Static<typeof HealthResponse>;
 
 export const JobPending = Type.Object({
   detail: Type.String({ title: "Detail", description: "`Job not finished` while the job is open; `Job not found` for an unknown job or another user's." }),
-  state: Type.Optional(Type.Union([Type.Literal("queued"), Type.Literal("leased")], { title: "State", description: "*Ours*: queued (waiting for a node) or leased (a node is running it). Absent for an unknown job." })),
+  state: Type.Optional(Type.Union([Type.Literal("queued"), Type.Literal("leased"), Type.Literal("checking")], { title: "State", description: "*Ours*: queued (waiting for a node), leased (a node is running it) or checking (done, its answer held until a check of it passes: checked delivery, docs/verification.md). Absent for an unknown job." })),
   position: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Position", description: "*Ours*: jobs ahead of this one in its model's queue, in the order nodes take them — the fair order: owners in turn, weighted by their keys' priority, oldest first within an owner (0 when leased); null until the server has looked, within a second of the first poll." })),
   eta_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { title: "Eta Seconds", description: "*Ours*: seconds until a node is likely to take it, from the model's throughput over the last minutes (0 when leased); null when unknown (no job of the model done lately, or the position not known yet)." })),
 }, { title: "JobPending" });
@@ -457,6 +458,13 @@ export const UsageResponse = Type.Object({
   }),
   priority: Type.Number({ description: "The key's weight in each model's fair queue (1 unless set)." }),
   models: Type.Array(UsageModel, { description: "Today's counters per model." }),
+  delivery: Type.Union([Type.Literal("immediate"), Type.Literal("checked")], { description: "The key's delivery (`ins key set-delivery`): `checked` gives each answer only once an independent check of it passed (docs/verification.md, \"Checked delivery\"); `immediate` (the default) as soon as a node answers. A request may ask for checked delivery alone with the header `x-ins-delivery: checked`." }),
+  checking: Type.Object({
+    jobs: Type.Integer({ minimum: 0 }),
+    checks: Type.Integer({ minimum: 0 }),
+    tokens: Type.Integer({ minimum: 0 }),
+    points: Type.Number(),
+  }, { description: "What checked delivery cost the key today: its jobs submitted under it, and the check jobs done about them (score checks, copies, re-runs of answers that failed, and their checks), with the tokens their nodes reported and the points the network credited for them." }),
 }, { title: "UsageResponse" });
 export type UsageResponse = Static<typeof UsageResponse>;
 

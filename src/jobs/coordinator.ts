@@ -8,7 +8,8 @@ import type { CoordinatorConfig } from '../config.js';
 import { DEFAULT_VERIFY } from '../config-verify.js';
 import type { SessionRow } from '../repositories/sessions.js';
 import { Lifecycle, type LiveConsumer } from './lifecycle.js';
-import { Submitter, type Submission } from './submit.js';
+import { DeliveryWatch } from './delivery-watch.js';
+import { Submitter, type Submission, type SubmittedJob } from './submit.js';
 import { Dispatcher, type DeliveredJob } from './dispatcher.js';
 import { pauseAfter } from './sql/sweep.js';
 import { Completer, nodeLeaseOf, type Completion, type JobReport } from './complete.js';
@@ -55,6 +56,7 @@ const QUEUED_MODELS = sql(
 export class Coordinator {
   readonly lifecycle: Lifecycle;
   private readonly submitter: Submitter;
+  private readonly deliveries = new DeliveryWatch();
   private readonly dispatcher: Dispatcher;
   private readonly completer: Completer;
   private readonly sweeper: Sweeper;
@@ -136,7 +138,8 @@ export class Coordinator {
     this.lifecycle.use(consumer);
   }
 
-  submit(s: Submission): Promise<string> {
+  /** Submits a job: its id, and whether its answer is held until checked (checked delivery). */
+  submit(s: Submission): Promise<SubmittedJob> {
     return this.submitter.submit(s);
   }
 
@@ -206,6 +209,16 @@ export class Coordinator {
   /** The job if it exists and is this user key's (reads share statements). */
   ownJob(jobId: string, ownerKeyId: number): Promise<UserJob | undefined> {
     return this.reader.own(jobId, ownerKeyId);
+  }
+
+  /** Waits until this server's auditor decided the job's delivery, or at most a short while (delivery-watch.ts): then read the job again. */
+  waitDelivery(jobId: string, ms: number, signal?: AbortSignal): Promise<void> {
+    return this.deliveries.wait(jobId, ms, signal);
+  }
+
+  /** The auditor of this server decided these held jobs' deliveries (checked delivery). */
+  delivered(jobIds: readonly string[]): void {
+    this.deliveries.delivered(jobIds);
   }
 
   /** Where a job this server knows to be open stands, from memory; undefined: read the job (ownJob). */

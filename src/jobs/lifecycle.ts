@@ -101,10 +101,11 @@ export class Lifecycle {
   }
 
   /** Submits the jobs: which were handed to a waiting worker, and which were not taken (over their owner's quota, or to submit again). */
-  async submit(rows: readonly SubmitRow[]): Promise<{ handed: Set<string>; refused: Map<string, Refusal> }> {
-    const { handed, refused, outcome } = await submitJobs(this.db, rows, this.opts.leaseTimeout, this.server, this.opts.quota);
+  /** `held`: the jobs whose answer waits for a check (checked delivery, states.ts DELIVERY_STATES). */
+  async submit(rows: readonly SubmitRow[]): Promise<{ handed: Set<string>; held: Set<string>; refused: Map<string, Refusal> }> {
+    const { handed, held, refused, outcome } = await submitJobs(this.db, rows, this.opts.leaseTimeout, this.server, this.opts.quota);
     this.apply(outcome);
-    return { handed, refused };
+    return { handed, held, refused };
   }
 
   async lease(asks: readonly Ask[], groups: readonly Group[]): Promise<LeaseRound> {

@@ -2,7 +2,7 @@
 import { sql, type Queryable } from '../db/database.js';
 import { Batcher } from '../db/batcher.js';
 import { liveSession, servingSession } from '../db/rules/live.js';
-import type { JobState } from './states.js';
+import type { DeliveryState, JobState } from './states.js';
 import type { Answer, RequestError, Usage } from './answer.js';
 import { chatsSql } from './capabilities.js';
 
@@ -22,20 +22,32 @@ export interface UserJob {
   seconds: number | null;
   /** Seconds from submission to the first lease, or null before it. */
   queuedSeconds: number | null;
+  /**
+   * Checked delivery (states.ts DELIVERY_STATES): null, immediate. While `held`, `result` and
+   * `usage` are null (the answer is not the owner's yet); `checked`, they are the answer that
+   * passed its check (a re-run's where the first failed); `unchecked` (nobody could check it,
+   * or the deadline passed while held): null.
+   */
+  delivery: DeliveryState | null;
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 // Many reads at once (db/batcher.ts): $1 job ids, $2 their owners' key ids. Another user's
-// job is not found.
+// job is not found. A held answer is no answer yet (checked delivery: r, the re-run whose answer
+// is delivered in its place, docs/verification.md "Checked delivery").
 const OWN_JOBS = sql(
   'jobs_own',
-  `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.result, j.usage, j.detail, j.error,
+  `SELECT q.i::int AS i, j.id::text, m.name AS model, j.model_id AS "modelId", j.state, j.detail, j.error,
+    CASE WHEN j.delivery IS NULL THEN j.result WHEN j.delivery = 'checked' THEN coalesce(r.result, j.result) END AS result,
+    CASE WHEN j.delivery IS NULL THEN j.usage WHEN j.delivery = 'checked' THEN coalesce(r.usage, j.usage) END AS usage,
+    CASE WHEN j.delivery = 'held' AND j.deadline_at < now() THEN 'unchecked' ELSE j.delivery END AS delivery,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
     extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds,
     extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds"
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
-  JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id`,
+  JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id
+  LEFT JOIN jobs r ON r.id = j.delivery_from`,
 );
 
 // Live sessions of enabled nodes seen within $1 seconds (db/rules/live.ts), with a declaration younger than $2 seconds.

@@ -43,3 +43,21 @@ export const FINAL_STATES: ReadonlySet<JobState> = Object.freeze(new Set<JobStat
  */
 export const LEASE_OUTCOMES = Object.freeze(['done', 'error', 'expired', 'released', 'abandoned', 'deadline', 'canceled'] as const);
 export type LeaseOutcome = (typeof LEASE_OUTCOMES)[number];
+
+// A job's delivery (issue 55; migrations/0036_checked_delivery.sql, docs/verification.md
+// "Checked delivery"): orthogonal to its state. A job of a key set to checked, or sent with
+// `x-ins-delivery: checked`, is submitted `held` (jobs/sql/submit.ts); its owner reads it as
+// still open while done and held. The auditor (src/verify/delivery.ts) decides:
+//
+//                     a check of the held answer passed
+//   held ───────────────────────────────────────────────────▶ checked   its own answer, or
+//    │  ▲                                                                delivery_from's
+//    │  │ the answer failed its check: a re-run (a copy of the job) is queued and held
+//    │  └─ in its place (delivery_from), checked the same way
+//    └─────────────────────────────────────────────────────────▶ unchecked  no node could check
+//          nothing could be queued to check it; read as unchecked       it: the owner gets an
+//          too once the job's deadline passed while held                error, never the answer
+//
+// NULL: immediate delivery, as before. checked and unchecked are final.
+export const DELIVERY_STATES = Object.freeze(['held', 'checked', 'unchecked'] as const);
+export type DeliveryState = (typeof DELIVERY_STATES)[number];

@@ -18,6 +18,14 @@ export interface Submission {
   model: string;
   request: JobRequest;
   timeoutSeconds: number;
+  /** The request asked for checked delivery (`x-ins-delivery: checked`); a key set to checked holds every job anyway. */
+  checked?: boolean;
+}
+
+/** A submitted job: its id, and whether its answer is held until checked (checked delivery, jobs/states.ts). */
+export interface SubmittedJob {
+  id: string;
+  held: boolean;
 }
 
 /** A submission over its owner's daily quota (of jobs, or of output tokens): nothing was queued. */
@@ -87,7 +95,7 @@ interface Pending extends SubmitRow {
 export type Submitted = (jobId: string, ownerKeyId: number, modelId: number, handed: boolean) => void;
 
 export class Submitter {
-  private readonly batcher: Batcher<Pending, Refusal | undefined>;
+  private readonly batcher: Batcher<Pending, { refused: Refusal | undefined; held: boolean }>;
 
   /**
    * reserveTokens: what a job that sets no max_output reserves of its owner's daily token quota
@@ -123,9 +131,10 @@ export class Submitter {
           for (const list of byModel.values()) for (const c of list) handOff.settleClaim(c, null);
         }
         let handed: Set<string>;
+        let held: Set<string>;
         let refused: Map<string, Refusal>;
         try {
-          ({ handed, refused } = await lifecycle.submit(
+          ({ handed, held, refused } = await lifecycle.submit(
             rows.map((r) => {
               const c = claims.get(r);
               return c ? { ...r, handOff: { sessionId: c.sessionId, nodeId: c.nodeId, keyHash: c.keyHash, rank: c.rank } } : r;
@@ -145,7 +154,7 @@ export class Submitter {
               : null,
           );
         }
-        return rows.map((r) => refused.get(r.id));
+        return rows.map((r) => ({ refused: refused.get(r.id), held: held.has(r.id) }));
         // alone: a submission the database refuses fails alone; the others of its batch are taken.
       },
       { maxBatch: 128, maxInFlight: 1, alone: true },
@@ -158,7 +167,7 @@ export class Submitter {
    * is more than the whole token quota), and nothing was queued; a new
    * model name beyond the key's NEW_MODELS_PER_KEY_PER_DAY: TooManyModels, nothing created.
    */
-  async submit(s: Submission): Promise<string> {
+  async submit(s: Submission): Promise<SubmittedJob> {
     const id = randomUUID();
     const modelId = await ensureModelIdFor(this.db, s.model, { key: s.ownerKeyId }, NEW_MODELS_PER_KEY_PER_DAY);
     if (modelId === undefined) throw new TooManyModels(secondsToUtcMidnight());
@@ -169,12 +178,13 @@ export class Submitter {
     // An embeddings job generates no output tokens: it reserves none (and is charged none,
     // sql/complete.ts), so a key with less than the reserve left can still embed.
     const reserve = (s.request.needs ?? 0) & CAPABILITIES.embeddings ? 0 : s.request.max_output > 0 ? s.request.max_output : this.reserveTokens;
-    const job = { id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve, estimate };
-    let refused = await this.batcher.load(job);
-    for (let n = 0; refused === 'retry' && n < RETRIES; n++) refused = await this.batcher.load(job);
+    const job = { id, ownerKeyId: s.ownerKeyId, modelId, model: s.model, request, timeout: s.timeoutSeconds, reserve, estimate, checked: s.checked };
+    let taken = await this.batcher.load(job);
+    for (let n = 0; taken.refused === 'retry' && n < RETRIES; n++) taken = await this.batcher.load(job);
+    const { refused } = taken;
     if (refused === 'reserve') throw new ReserveOverQuota(reserve, s.request.max_output > 0);
     if (refused) throw new QuotaExceeded(refused === 'retry' ? 'tokens' : refused, secondsToUtcMidnight(), reserve);
-    return id;
+    return { id, held: taken.held };
   }
 
   /**

@@ -8,6 +8,8 @@ export interface ApiKeyListing {
   id: number;
   kind: ApiKeyKind;
   label: string;
+  /** A user key's delivery (immediate or checked); a reader key's is immediate (it submits nothing). */
+  delivery: string;
   revoked: boolean;
   created_at: string;
 }
@@ -15,7 +17,7 @@ export interface ApiKeyListing {
 const ACTIVE_BY_KEY = sql('api_keys_by_key', 'SELECT id, kind FROM api_keys WHERE key_hash = $1::text AND revoked_at IS NULL');
 const LIST = sql(
   'api_keys_list',
-  `SELECT id, kind, label, revoked_at IS NOT NULL AS revoked,
+  `SELECT id, kind, label, delivery, revoked_at IS NOT NULL AS revoked,
     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at
   FROM api_keys ORDER BY id`,
 );
@@ -46,9 +48,21 @@ export interface KeyUsage {
   quota: { jobs: number | null; tokens: number | null };
   priority: number;
   models: { model: string; jobs: number; tokens: number }[];
+  /** The key's delivery (`ins key set-delivery`): immediate, or checked (docs/verification.md, "Checked delivery"). */
+  delivery: KeyDelivery;
+  /**
+   * What checked delivery cost today: the key's jobs delivered checked (or withheld), and the
+   * check jobs done about them (score checks, copies, re-runs, and their own checks) with the
+   * tokens those reported and the points the network credited for them.
+   */
+  checking: { jobs: number; checks: number; tokens: number; points: number };
 }
 
-// $1 key id, $2 $3 the default quotas.
+export type KeyDelivery = 'immediate' | 'checked';
+
+// $1 key id, $2 $3 the default quotas. Checking: the key's jobs held today (h), and every job
+// done about them — a copy or score check of the job (verify_of), or a check of such a copy (a
+// re-run's score check) — with their reported tokens and credited points.
 const USAGE = sql(
   'key_usage_today',
   `WITH today AS (SELECT (now() AT TIME ZONE 'UTC')::date AS day)
@@ -57,8 +71,18 @@ SELECT to_char(t.day, 'YYYY-MM-DD') AS day, k.priority::float8 AS priority,
     coalesce((SELECT u.jobs FROM key_usage u WHERE u.key_id = k.id AND u.day = t.day AND u.model_id = 0), 0)::float8 AS jobs,
     coalesce((SELECT u.tokens FROM key_usage u WHERE u.key_id = k.id AND u.day = t.day AND u.model_id = 0), 0)::float8 AS tokens,
     coalesce((SELECT json_agg(json_build_object('model', m.name, 'jobs', u.jobs, 'tokens', u.tokens) ORDER BY m.name COLLATE "C")
-      FROM key_usage u JOIN models m ON m.id = u.model_id WHERE u.key_id = k.id AND u.day = t.day AND u.model_id <> 0), '[]') AS models
-  FROM api_keys k CROSS JOIN today t WHERE k.id = $1::bigint AND k.kind = 'user'`,
+      FROM key_usage u JOIN models m ON m.id = u.model_id WHERE u.key_id = k.id AND u.day = t.day AND u.model_id <> 0), '[]') AS models,
+    k.delivery, c.*
+  FROM api_keys k CROSS JOIN today t
+  CROSS JOIN LATERAL (
+    SELECT count(DISTINCT h.id)::float8 AS checked_jobs, count(x.id)::float8 AS checks,
+      coalesce(sum(coalesce(least((x.usage ->> 'prompt_tokens')::numeric, 2147483647), 0) + coalesce(least((x.usage ->> 'completion_tokens')::numeric, 2147483647), 0)), 0)::float8 AS check_tokens,
+      coalesce(sum(r.points), 0)::float8 AS check_points
+    FROM jobs h
+    LEFT JOIN LATERAL (SELECT y.id, y.usage FROM jobs y WHERE y.state = 'done' AND (y.verify_of = h.id OR y.verify_of IN (SELECT z.id FROM jobs z WHERE z.verify_of = h.id))) x ON true
+    LEFT JOIN job_results r ON r.job_id = x.id::text AND r.status = 'success'
+    WHERE h.owner_key_id = k.id AND h.delivery IS NOT NULL AND h.submitted_at >= t.day::timestamp AT TIME ZONE 'UTC') c
+  WHERE k.id = $1::bigint AND k.kind = 'user'`,
 );
 
 export async function keyUsage(
@@ -74,6 +98,11 @@ export async function keyUsage(
     jobs: number;
     tokens: number;
     models: { model: string; jobs: number; tokens: number }[];
+    delivery: KeyDelivery;
+    checked_jobs: number;
+    checks: number;
+    check_tokens: number;
+    check_points: number;
   }>(USAGE, [keyId, defaults.jobs, defaults.tokens]);
   if (!row) return undefined;
   return {
@@ -82,5 +111,17 @@ export async function keyUsage(
     quota: { jobs: row.quota_jobs, tokens: row.quota_tokens },
     priority: row.priority,
     models: row.models.map((m) => ({ model: m.model, jobs: Number(m.jobs), tokens: Number(m.tokens) })),
+    delivery: row.delivery,
+    checking: { jobs: row.checked_jobs, checks: row.checks, tokens: row.check_tokens, points: row.check_points },
   };
+}
+
+const SET_DELIVERY = sql('api_keys_set_delivery', `UPDATE api_keys SET delivery = $2::text WHERE id = $1::bigint AND kind = 'user' RETURNING id`);
+
+/** Sets a user key's delivery: checked holds every answer of the key until a check of it passed (from the next submission on). */
+export async function setKeyDelivery(db: Queryable, idOrLabel: string, delivery: KeyDelivery): Promise<{ id: number } | { error: string }> {
+  const r = await resolveKey(db, idOrLabel, 'set it');
+  if ('error' in r) return r;
+  if (r.id === undefined || (await db.query(SET_DELIVERY, [r.id, delivery])).length === 0) return { error: `no user key "${idOrLabel}"` };
+  return { id: r.id };
 }

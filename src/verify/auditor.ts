@@ -44,6 +44,7 @@ import { deterministic, kindOf } from './compare.js';
 import type { ChatParams } from '../jobs/request.js';
 import { auditsClaim, falseClaims } from './request-errors.js';
 import { auditsFailure, failuresShown } from './failed-jobs.js';
+import { heldAmong, pass, rerun, unchecked, type Held } from './delivery.js';
 
 interface Done {
   id: string;
@@ -145,6 +146,9 @@ export interface AuditReport {
   scoresUnconfirmed?: number;
   /** Suspected replays no other node could check: no verdict. */
   replaysUnchecked?: number;
+  /** Checked delivery (delivery.ts): held jobs whose delivery this batch decided (their waiters here are woken once it commits), and re-runs queued. */
+  delivered?: string[];
+  reruns?: number;
 }
 
 export const emptyReport = (): AuditReport => ({
@@ -178,6 +182,8 @@ function merge(into: AuditReport, r: AuditReport): void {
   into.scorersDisagreed = (into.scorersDisagreed ?? 0) + (r.scorersDisagreed ?? 0);
   into.scoresUnconfirmed = (into.scoresUnconfirmed ?? 0) + (r.scoresUnconfirmed ?? 0);
   into.replaysUnchecked = (into.replaysUnchecked ?? 0) + (r.replaysUnchecked ?? 0);
+  into.delivered = [...(into.delivered ?? []), ...(r.delivered ?? [])];
+  into.reruns = (into.reruns ?? 0) + (r.reruns ?? 0);
 }
 
 export interface AuditorOptions {
@@ -255,6 +261,11 @@ class Batch {
   private readonly picked = new Set<string>();
   /** Third copies asked for a replay another node contradicted: the strike to give when no node can run one. */
   private readonly contested = new Map<CopyPlan, (typeof this.struck)[number]>();
+  /** Checked delivery (delivery.ts): answers held for a check, among this batch's jobs and their originals (candidate → held job). */
+  private held = new Map<string, string>();
+  /** Held answers that passed (deliver: whose answer), and those that failed a check. */
+  private readonly passed: (Held & { deliver: string })[] = [];
+  private readonly failed: Held[] = [];
 
   constructor(
     private readonly tx: Queryable,
@@ -276,6 +287,8 @@ class Batch {
     }
     const { suspects, copyReplays } = await this.replays(done);
     const copies = done.filter((d) => d.kind === 'verify');
+    // Held answers among the batch, and among the originals its copies and score checks judge.
+    this.held = await heldAmong(this.tx, [...new Set([...done.map((d) => d.id), ...copies.map((d) => d.verify_of!)])]);
     const checks = copies.filter((d) => !auditsClaim(d) && !auditsFailure(d));
     await this.judge(
       checks.filter((d) => !isScoreCheck(d.request) && !isCanaryAnswer(d.suspicion, d.request)),
@@ -292,7 +305,25 @@ class Batch {
     // (Across servers, the maintenance round catches what this misses.)
     const late = done.filter((d) => d.standing === 'suspended').map((d) => d.id);
     this.report.reversedPoints += (await reverse(this.tx, { jobIds: late }, 'suspended')).points;
+    const heldPlans: CopyPlan[] = [];
     for (const d of done) {
+      // Checked delivery: a held answer is always checked, whatever its node's standing or check
+      // rate — the one hook of checked delivery into the choice of jobs to check (delivery.ts). A
+      // re-run (a copy) gets a score check only: a copy of a copy is no verdict here; as a copy of
+      // the held job, judge() compares it with the job's other answers anyway.
+      if (this.held.has(d.id) && !this.passed.some((p) => p.candidate === d.id) && !this.failed.some((f) => f.candidate === d.id)) {
+        const plan = {
+          of: d.id,
+          modelId: d.model_id,
+          exclude: holdersFirst(d.node_id, d.holders),
+          suspicion: d.kind === 'verify' ? null : (suspects.get(d.id) ?? null),
+        };
+        this.plans.push(plan);
+        heldPlans.push(plan);
+        this.picked.add(d.id);
+        if (d.kind === 'verify' || !deterministic(d.request)) this.sampledOnly.add(d.id);
+        continue;
+      }
       // A continued answer is checked like any other: its whole text against a copy by a node
       // that held no lease of it, and the node that finished it is the one judged.
       if (d.kind === 'verify' || d.standing === 'suspended') continue;
@@ -321,6 +352,9 @@ class Batch {
     );
     if (outcome) this.report.outcomes.push(outcome);
     this.report.copies = made.length;
+    // A held answer nothing could be queued to check: withheld (a re-run left to its copy's verdict, judge()).
+    const none = heldPlans.filter((p) => !scores.scored.includes(p) && !made.includes(p) && this.held.get(p.of) === p.of);
+    await this.deliveries(none.map((p) => ({ job: p.of, candidate: p.of })));
     // A suspected replay nobody else can check stays a suspicion: counted, never struck. The
     // same answer to different prompts is what an honest model gives to prompts that ask for the
     // same text (a user's "repeat this sentence", a refusal template), so on its own it let any
@@ -385,6 +419,7 @@ class Batch {
       const rows = groups.get(original) ?? [];
       if (rows[0]?.id !== original) continue;
       const v = verdict(rows, this.opts.verify.similarity, kindOf(rows[0].params));
+      this.heldVerdict(rows, v);
       if (v.kind === 'agree') {
         this.agreed.push(...v.members.map((m) => m.nodeId));
       } else if (v.kind === 'third') {
@@ -447,6 +482,13 @@ class Batch {
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
     this.agreed.push(...verdicts.agreed);
     this.doubted.push(...verdicts.doubted);
+    // Checked delivery: a held answer's first score check delivers it, or has it run again.
+    for (const f of verdicts.firsts) {
+      const job = this.held.get(f.jobId);
+      if (job === undefined) continue;
+      if (f.inLine) this.passed.push({ job, candidate: f.jobId, deliver: f.jobId });
+      else this.failed.push({ job, candidate: f.jobId });
+    }
     for (const f of verdicts.flagged)
       this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
     // A scorer two others contradicted (verify/scores.ts): its check's point goes with the strike.
@@ -474,6 +516,36 @@ class Batch {
    */
   private rateOf(d: Done): number {
     return checkRate(d, this.opts.verify);
+  }
+
+  /**
+   * A copy verdict on a group holding a held answer (the original, or its re-run among the
+   * copies): agreed with, or the majority on its side, it is delivered; the odd one out, the
+   * majority's answer is delivered in its place (two nodes agree on it) — or, for a re-run, the
+   * job runs again. No verdict yet (a third copy asked): nothing.
+   */
+  private heldVerdict(rows: readonly Answered[], v: ReturnType<typeof verdict>): void {
+    const job = rows[0]!.id;
+    const candidate = rows.map((r) => r.id).find((id) => this.held.get(id) === job);
+    if (candidate === undefined) return;
+    if (v.kind === 'agree') this.passed.push({ job, candidate, deliver: candidate });
+    else if (v.kind === 'odd' && v.odd.id !== candidate) this.passed.push({ job, candidate, deliver: candidate });
+    else if (v.kind === 'odd' && candidate === job) this.passed.push({ job, candidate, deliver: v.majority[0]!.id });
+    else if (v.kind === 'odd') this.failed.push({ job, candidate });
+  }
+
+  /** Checked delivery's decisions of this batch: deliveries, re-runs, and the answers nobody could check (delivery.ts). */
+  private async deliveries(none: readonly Held[]): Promise<void> {
+    const decided = [...(await pass(this.tx, this.passed)), ...(await unchecked(this.tx, none))];
+    const passedNow = new Set(this.passed.map((p) => p.job));
+    const r = await rerun(
+      this.tx,
+      this.failed.filter((f) => !passedNow.has(f.job)),
+      { ...this.opts, deadline: this.opts.jobTimeout },
+    );
+    if (r.outcome) this.report.outcomes.push(r.outcome);
+    this.report.delivered = [...decided, ...r.decided];
+    this.report.reruns = r.reruns;
   }
 
   private scoreOptions() {

@@ -227,6 +227,8 @@ export interface ScoreVerdicts {
   disagreed: number;
   /** A verdict one party's word would have made, with nobody online to confirm it: no verdict. */
   unconfirmed: number;
+  /** Each answer's first score check: whether it found the answer in line (checked delivery, delivery.ts, acts on it). */
+  firsts: { jobId: string; inLine: boolean }[];
   outcome: Outcome | undefined;
 }
 
@@ -297,6 +299,7 @@ const noVerdicts = (): ScoreVerdicts => ({
   agreed: [],
   doubted: [],
   flagged: [],
+  firsts: [],
   falseScores: [],
   confirmations: 0,
   disagreed: 0,
@@ -417,6 +420,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     const inLine = stats.positions > 0 && stats.evidence <= 0;
     if (!s?.confirms && !s?.spot && !s?.decides) {
       // The first check of an answer.
+      out.firsts.push({ jobId: c.job_id, inLine });
       if (stats.evidence > 0) {
         out.doubted.push(c.node_id!);
         // No second scorer: a text copy may still decide at temperature 0 (a third node's answer against the node's).

@@ -32,6 +32,8 @@ export interface VerifierEvents {
 /** The lifecycle, as verification uses it: queue checks, and apply their outcome once committed. */
 export interface JobChecks extends CheckQueue {
   apply(outcome: Outcome): void;
+  /** Checked delivery: the held jobs whose delivery a committed batch decided (their waiters on this server read them again). */
+  delivered?(jobIds: readonly string[]): void;
 }
 
 export interface VerifierOptions {
@@ -158,6 +160,7 @@ export class Verifier implements LiveConsumer {
   /** A committed batch's findings: copies to hand out, the metrics, suspensions announced. */
   private told(report: AuditReport): void {
     for (const outcome of report.outcomes) this.opts.jobs.apply(outcome);
+    if (report.delivered?.length) this.opts.jobs.delivered?.(report.delivered);
     this.opts.events.audited(report);
     // The strikes and agreements were announced as the node lifecycle's own (nodes/sql/standing.ts),
     // which it therefore does not hear: their statements' outcomes are applied here, and counted

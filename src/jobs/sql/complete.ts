@@ -147,15 +147,15 @@ finished AS (
     tokens = CASE WHEN e.status = 'success' THEN e.tokens END
   FROM ended e LEFT JOIN usages u ON u.job_id = e.job_id
   WHERE j.id = e.job_id AND (e.status = 'success' OR e.request_error IS NOT NULL)
-  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, coalesce(u.cut, false) AS cut, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
+  RETURNING j.id, j.state, j.model_id, j.verify_of, j.usage, j.delivery, coalesce(u.cut, false) AS cut, e.attempt, extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS queued_seconds,
     -- A job done after other nodes failed it: their failures are now shown to be theirs (verify/failures.ts).
     CASE WHEN j.state = 'done' AND j.failures > 0 THEN ARRAY(SELECT DISTINCT l.node_id::int FROM job_leases l
       WHERE l.job_id = j.id AND l.outcome IN ('error', 'expired') AND l.node_id <> e.node_id) END AS failed_by
 ),
 ${requeueOrFail('ended', "e.status = 'error' AND e.request_error IS NULL", '$3::int')},
 settled AS (
-  SELECT id, state, model_id, verify_of, usage, cut, attempt, queued_seconds, failed_by FROM finished
-  UNION ALL SELECT id, state, model_id, verify_of, NULL, false, attempt, NULL, NULL FROM requeued
+  SELECT id, state, model_id, verify_of, usage, delivery, cut, attempt, queued_seconds, failed_by FROM finished
+  UNION ALL SELECT id, state, model_id, verify_of, NULL, NULL, false, attempt, NULL, NULL FROM requeued
 ),
 -- The owner's daily usage (key_usage) is not touched here: the settler (src/usage/sql.ts) folds a
 -- finished job's usage, as this statement leaves it in jobs.usage, into the owner's counters
@@ -174,7 +174,8 @@ input AS (
   FROM ended e JOIN models m ON m.id = e.model_id WHERE e.status = 'success'
 ),
 ${CREDIT_PART}SELECT e.key_hash, e.status, coalesce(c.points, 0)::float8 AS points, f.state, f.model_id, e.node_id::int AS node_id, f.queued_seconds, f.usage, f.cut,
-  e.request_error IS NOT NULL AS request_error, coalesce(e.covered, false) AS covered, f.verify_of IS NOT NULL AS copy, f.failed_by, a.items AS announced
+  e.request_error IS NOT NULL AS request_error, coalesce(e.covered, false) AS covered, f.verify_of IS NOT NULL AS copy, f.failed_by,
+  f.delivery IS NOT NULL AS held, a.items AS announced
 FROM ended e JOIN settled f ON f.id = e.job_id LEFT JOIN credited c ON c.job_id = e.job_id::text CROSS JOIN announced a`,
 );
 
@@ -216,6 +217,7 @@ interface Row {
   covered: boolean;
   copy: boolean;
   failed_by: number[] | null;
+  held: boolean;
   announced: string;
 }
 
@@ -256,7 +258,8 @@ export async function completeJobs(
     completed.set(row.key_hash, { status: row.status, points: row.points, state: row.state, modelId: row.model_id, nodeId: row.node_id });
     const r = byKey.get(row.key_hash)!;
     // Its count reached max_output beyond what it wrote (cut): the statement said so in the answer, as here.
-    if (row.state === 'done')
+    // A held answer (checked delivery, jobs/states.ts) is not at hand for its waiters: they read its delivery.
+    if (row.state === 'done' && !row.held)
       done.set(r.jobId, {
         state: 'done',
         result: row.cut ? { ...r.answer, finish_reason: 'length' } : r.answer,

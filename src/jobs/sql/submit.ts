@@ -18,7 +18,9 @@ import type { JobRequest } from '../request.js';
 // hand-offs (NULL: none): session ids, node ids, job key hashes, ranks among this batch's
 // hand-offs of the same session; $10 the lease timeout in seconds; $11 this server's id; $12
 // the output tokens each job reserves; $13, $14 the default daily quotas of jobs and tokens
-// (NULL: none) for keys without their own. A hand-off holds only if the session still holds (not
+// (NULL: none) for keys without their own; $15 whether each job asked for checked delivery
+// (`x-ins-delivery: checked`: held like every job of a key set to checked, jobs/states.ts
+// DELIVERY_STATES). A hand-off holds only if the session still holds (not
 // ended, its node enabled and with the same key: db/rules/live.ts), is below its capacity and its
 // node not suspended, as in jobs_lease; otherwise the job is queued.
 //
@@ -41,11 +43,12 @@ export const SUBMIT = sql(
   `WITH input AS (
   SELECT q.*, row_number() OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS r,
     sum(q.reserve) OVER (PARTITION BY q.owner_key_id ORDER BY q.ord) AS cum
-  FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::jsonb[], $5::float8[], $6::bigint[], $7::bigint[], $8::text[], $9::int[], $12::bigint[])
-    WITH ORDINALITY AS q(id, owner_key_id, model_id, request, timeout, session_id, node_id, key_hash, rank, reserve, ord)
+  FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::jsonb[], $5::float8[], $6::bigint[], $7::bigint[], $8::text[], $9::int[], $12::bigint[], $15::boolean[])
+    WITH ORDINALITY AS q(id, owner_key_id, model_id, request, timeout, session_id, node_id, key_hash, rank, reserve, checked, ord)
 ),
 limits AS (
   SELECT o.key_id, coalesce(k.quota_jobs, $13::bigint) AS qj, coalesce(k.quota_tokens, $14::bigint) AS qt, 1.0 / coalesce(k.priority, 1)::float8 AS step,
+    coalesce(k.delivery = 'checked', false) AS key_checked,
     (now() AT TIME ZONE 'UTC')::date AS day
   FROM (SELECT DISTINCT owner_key_id AS key_id FROM input) o LEFT JOIN api_keys k ON k.id = o.key_id
 ),
@@ -62,7 +65,7 @@ counted AS (
   RETURNING u.key_id, u.day, u.jobs - u.prev_jobs AS fit, u.prev_jobs, u.prev_tokens, u.tokens
 ),
 accepted AS (
-  SELECT i.*, c.day, l.step, row_number() OVER (PARTITION BY i.owner_key_id, i.model_id ORDER BY i.ord) AS lane_r,
+  SELECT i.*, c.day, l.step, l.key_checked, row_number() OVER (PARTITION BY i.owner_key_id, i.model_id ORDER BY i.ord) AS lane_r,
     count(*) OVER (PARTITION BY i.owner_key_id, i.model_id) AS lane_n
   FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id WHERE i.r <= c.fit
 ),
@@ -101,12 +104,13 @@ q AS (
   LEFT JOIN node_sessions s ON s.id = a.session_id LEFT JOIN nodes n ON n.id = s.node_id
 ),
 submitted AS (
-  INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, first_leased_at, lease_expires_at, usage_day, reserved_tokens, fair_key)
+  INSERT INTO jobs (id, owner_key_id, model_id, state, request, deadline_at, attempts, node_id, first_leased_at, lease_expires_at, usage_day, reserved_tokens, fair_key, delivery)
   SELECT id, owner_key_id, model_id, CASE WHEN direct THEN 'leased' ELSE 'queued' END, request, now() + make_interval(secs => timeout),
     CASE WHEN direct THEN 1 ELSE 0 END, CASE WHEN direct THEN node_id END, CASE WHEN direct THEN now() END,
-    CASE WHEN direct THEN now() + make_interval(secs => least(timeout, $10::float8)) END, day, reserve, fair_key
+    CASE WHEN direct THEN now() + make_interval(secs => least(timeout, $10::float8)) END, day, reserve, fair_key,
+    CASE WHEN checked OR key_checked THEN 'held' END
   FROM q
-  RETURNING id, model_id, state, lease_expires_at
+  RETURNING id, model_id, state, lease_expires_at, delivery
 ),
 handed AS (
   INSERT INTO job_leases (key_hash, job_id, attempt, node_id, session_id, expires_at)
@@ -115,9 +119,9 @@ handed AS (
 announced AS (
   SELECT jobs_announce($11::text, ARRAY(SELECT model_id FROM submitted WHERE state = 'queued'), '{}', '{}', '{}', '{}', '{}', '{}') AS items
 )
-SELECT s.id::text AS id, s.state = 'leased' AS handed, NULL AS refused, a.items AS announced FROM submitted s CROSS JOIN announced a
+SELECT s.id::text AS id, s.state = 'leased' AS handed, s.delivery IS NOT NULL AS held, NULL AS refused, a.items AS announced FROM submitted s CROSS JOIN announced a
 UNION ALL
-SELECT i.id::text, false, CASE WHEN l.qt IS NOT NULL AND i.reserve > l.qt THEN 'reserve' WHEN l.qj IS NOT NULL AND c.prev_jobs + c.fit >= l.qj THEN 'jobs'
+SELECT i.id::text, false, false, CASE WHEN l.qt IS NOT NULL AND i.reserve > l.qt THEN 'reserve' WHEN l.qj IS NOT NULL AND c.prev_jobs + c.fit >= l.qj THEN 'jobs'
     WHEN i.reserve <= l.qt - c.tokens THEN 'retry' ELSE 'tokens' END, a.items
 FROM input i JOIN counted c ON c.key_id = i.owner_key_id JOIN limits l ON l.key_id = i.owner_key_id CROSS JOIN announced a WHERE i.r > c.fit`,
 );
@@ -145,6 +149,8 @@ export interface SubmitRow {
   timeout: number;
   /** Output tokens the job reserves of its owner's daily quota until the node reports its count. */
   reserve: number;
+  /** The request asked for checked delivery (the key's setting is read by the statement). */
+  checked?: boolean;
   /** A waiting worker to hand the job to, if its session can take it. */
   handOff?: { sessionId: number; nodeId: number; keyHash: string; rank: number };
 }
@@ -169,8 +175,8 @@ export async function submitJobs(
   leaseSeconds: number,
   server: string,
   quota: QuotaDefaults = { jobs: null, tokens: null },
-): Promise<{ handed: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
-  const out = await db.query<{ id: string; handed: boolean; refused: Refusal | null; announced: string }>(SUBMIT, [
+): Promise<{ handed: Set<string>; held: Set<string>; refused: Map<string, Refusal>; outcome: Outcome }> {
+  const out = await db.query<{ id: string; handed: boolean; held: boolean; refused: Refusal | null; announced: string }>(SUBMIT, [
     rows.map((r) => r.id),
     rows.map((r) => r.ownerKeyId),
     rows.map((r) => r.modelId),
@@ -185,10 +191,12 @@ export async function submitJobs(
     rows.map((r) => r.reserve),
     quota.jobs,
     quota.tokens,
+    rows.map((r) => r.checked === true),
   ]);
+  const held = new Set(out.filter((o) => o.held).map((o) => o.id));
   const handed = new Set(out.filter((o) => o.handed).map((o) => o.id));
   const refused = new Map(out.filter((o) => o.refused).map((o) => [o.id, o.refused!]));
   const outcome = parseItems(out[0]?.announced ?? '');
   if (handed.size > 0) outcome.local = { leased: [...handed].map(() => 0) };
-  return { handed, refused, outcome };
+  return { handed, held, refused, outcome };
 }

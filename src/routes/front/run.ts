@@ -23,6 +23,7 @@ import type { ServedModels } from '../openai/models.js';
 import { charLength } from '../../jobs/progress.js';
 import { namesOf } from '../../jobs/capabilities.js';
 import type { Done, Event, Failed, ParamNeeding, Wire } from './wire.js';
+import { asksChecked, BadDeliveryHeader, DELIVERY_HEADER, tellChecked } from './delivery.js';
 
 /** How often a streamed job waiting for a node may tell where it stands. */
 const QUEUE_TELL_MS = 1_000;
@@ -43,7 +44,16 @@ export async function admit(
 ): Promise<{ owner: number; job: ChatRequest }> {
   const { metrics } = deps;
   const owner = await authenticateUser(deps, req);
+  // Read before the body: a bad value is refused with nothing submitted (front/delivery.ts).
+  let checked: boolean;
+  try {
+    checked = asksChecked(req);
+  } catch (err) {
+    if (err instanceof BadDeliveryHeader) throw new OpenAIError(400, err.message, 'invalid_request_error', DELIVERY_HEADER, 'invalid_header');
+    throw err;
+  }
   const job = await parse(owner);
+  if (checked) job.checked = true;
   const counted =
     (outcome: string, model = job.model) =>
     () =>
@@ -91,10 +101,12 @@ export async function runJob(
     if (!job.stream) metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   };
   try {
-    const jobId = await submitCompletion(coordinator, owner, job);
+    const { id: jobId, held } = await submitCompletion(coordinator, owner, job);
     const wire = wireOf(jobId);
+    // Checked delivery (docs/verification.md): the answer is given once its check passed, and says so.
+    tellChecked(reply, held);
     const wait = async () => {
-      const outcome = await awaitCompletion(coordinator, owner, jobId, job, gone.signal);
+      const outcome = await awaitCompletion(coordinator, owner, jobId, job, gone.signal, held);
       return o.shaped ? outcomeAsRequested(job, outcome) : outcome;
     };
     if (!job.stream) {
@@ -103,7 +115,7 @@ export async function runJob(
       if (outcome.kind !== 'done') throw failureError(outcome);
       return wire.body(outcome);
     }
-    return await stream(deps, reply, job, wire, jobId, owner, started, wait, record);
+    return await stream(deps, reply, job, wire, jobId, owner, started, wait, record, held);
   } finally {
     limiters.concurrent.leave(slot);
   }
@@ -125,8 +137,14 @@ export async function runBatch(
   const { coordinator } = deps.service;
   const { slot, started, gone } = begin(deps, reply, owner);
   try {
-    const ids = await Promise.all(jobs.map((job) => submitCompletion(coordinator, owner, job)));
-    const outcomes = await Promise.all(ids.map((id, i) => awaitCompletion(coordinator, owner, id, jobs[i]!, gone.signal)));
+    // One header for the request: every prompt's job is checked alike.
+    const submitted = await Promise.all(jobs.map((job) => submitCompletion(coordinator, owner, { ...job, checked: jobs[0]!.checked })));
+    const ids = submitted.map((s) => s.id);
+    tellChecked(
+      reply,
+      submitted.every((s) => s.held),
+    );
+    const outcomes = await Promise.all(submitted.map(({ id, held }, i) => awaitCompletion(coordinator, owner, id, jobs[i]!, gone.signal, held)));
     const seconds = (performance.now() - started) / 1000;
     for (const [i, outcome] of outcomes.entries()) {
       metrics.completions.inc({ model: jobs[i]!.model, outcome: outcome.kind });
@@ -190,6 +208,7 @@ async function stream(
   started: number,
   wait: () => Promise<Outcome>,
   record: (o: Outcome) => void,
+  held: boolean,
 ): Promise<void> {
   const {
     metrics,
@@ -220,7 +239,10 @@ async function stream(
   let sentChars = 0;
   let sentUnits = 0;
   const sentHash = createHash('sha256');
+  // A held answer (checked delivery) streams whole once its check passed: no partial output of
+  // the node is relayed, so no text that fails its check is ever shown (docs/verification.md).
   const stop = coordinator.onProgress(jobId, (piece) => {
+    if (held) return;
     if (piece.at !== sentChars || piece.text === '') return;
     sentChars += charLength(piece.text);
     sentUnits += piece.text.length;

@@ -4,6 +4,7 @@
 // (its worker learns it at its next job_progress or report) and none is credited for it.
 import type { Coordinator } from '../../jobs/coordinator.js';
 import type { Answer, Usage } from '../../jobs/answer.js';
+import type { UserJob } from '../../jobs/read.js';
 import type { ChatRequest } from './request.js';
 import { publicRequestError, type RequestError } from '../../jobs/answer.js';
 import type { Event } from '../front/event.js';
@@ -15,12 +16,15 @@ export type Outcome =
   /** The node's answer breaks what the request made certain (a strict schema, JSON mode, a required tool call): answer-shape.ts. */
   | { kind: 'invalid_answer'; detail: string }
   /** The job failed on its own request (a backend's 4xx about it): the backend's error. */
-  | { kind: 'request_error'; detail: string; error: RequestError };
+  | { kind: 'request_error'; detail: string; error: RequestError }
+  /** Checked delivery: no node could check the answer within the job's deadline; the answer is withheld. */
+  | { kind: 'unchecked'; detail: string };
 
 /** How long past the deadline to wait for the sweeper's verdict before answering 504 anyway. */
 const SWEEP_GRACE_MS = 3_000;
 
-export async function submitCompletion(coordinator: Coordinator, owner: number, chat: ChatRequest): Promise<string> {
+/** Submits the job: its id, and whether its answer is held until checked (the header's opt-in, or the key's setting). */
+export async function submitCompletion(coordinator: Coordinator, owner: number, chat: ChatRequest): Promise<{ id: string; held: boolean }> {
   return coordinator.submit({
     ownerKeyId: owner,
     model: chat.model,
@@ -36,18 +40,26 @@ export async function submitCompletion(coordinator: Coordinator, owner: number, 
       ...(chat.front ? { front: chat.front } : {}),
     },
     timeoutSeconds: chat.timeoutSeconds,
+    ...(chat.checked ? { checked: true } : {}),
   });
 }
 
-/** Waits for the job's end; `gone` aborts when the client hangs up. */
+/** Why a held answer is withheld (docs/verification.md, "Checked delivery"). */
+export const UNCHECKED_DETAIL =
+  "checked delivery: no other node could check the answer within the job's deadline, so it is withheld (send it again with a longer request_timeout_time or when more nodes serve the model, or without checked delivery)";
+
+/** Waits for the job's end; `gone` aborts when the client hangs up. `held`: its answer waits for a check (checked delivery) too. */
 export async function awaitCompletion(
   coordinator: Coordinator,
   owner: number,
   jobId: string,
   chat: ChatRequest,
   gone: AbortSignal,
+  held = false,
 ): Promise<Outcome> {
+  const until = Date.now() + chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS;
   const finished = await coordinator.waitFinal(jobId, chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS, gone);
+  if (held && !gone.aborted && !coordinator.draining) return awaitDelivery(coordinator, owner, jobId, gone, until);
   if (finished?.done) return { kind: 'done', answer: finished.done.result, usage: finished.done.usage, queuedSeconds: finished.done.queuedSeconds };
   if (gone.aborted) {
     await coordinator.cancel(jobId, owner, 'the client went away');
@@ -60,7 +72,36 @@ export async function awaitCompletion(
     return { kind: 'shutdown', detail: 'the server is stopping' };
   }
   const job = await coordinator.ownJob(jobId, owner);
-  switch (job?.state) {
+  return job ? outcomeOf(job) : { kind: 'timeout', detail: 'no node finished the job before its deadline' };
+}
+
+/**
+ * A held job (checked delivery): read it until its delivery is decided — woken by this server's
+ * auditor, or reading again every delivery-watch RECHECK_MS — or its deadline (and the sweep's
+ * grace) passed; a job that ended otherwise ends as any job does.
+ */
+async function awaitDelivery(coordinator: Coordinator, owner: number, jobId: string, gone: AbortSignal, until: number): Promise<Outcome> {
+  for (;;) {
+    const job = await coordinator.ownJob(jobId, owner);
+    if (!job) return { kind: 'timeout', detail: 'no node finished the job before its deadline' };
+    if (job.state === 'done' && job.delivery === 'checked')
+      return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
+    if (job.state === 'done' && job.delivery === 'unchecked') return { kind: 'unchecked', detail: UNCHECKED_DETAIL };
+    if (job.state !== 'done' && job.state !== 'queued' && job.state !== 'leased') return outcomeOf(job);
+    if (gone.aborted) {
+      if (job.state !== 'done') await coordinator.cancel(jobId, owner, 'the client went away');
+      return { kind: 'gone', detail: 'the client went away' };
+    }
+    const left = until - Date.now();
+    if (left <= 0) return job.state === 'done' ? { kind: 'unchecked', detail: UNCHECKED_DETAIL } : outcomeOf(job);
+    if (job.state === 'done') await coordinator.waitDelivery(jobId, left, gone);
+    else await coordinator.waitFinal(jobId, left, gone);
+  }
+}
+
+/** How a job read in its final state (or still open past its wait) ended, as an outcome. */
+function outcomeOf(job: UserJob): Outcome {
+  switch (job.state) {
     case 'done':
       return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
     case 'failed':
@@ -114,6 +155,10 @@ export function failureError(o: Exclude<Outcome, { kind: 'done' }>): OpenAIError
       // The node's answer, not the request: the SDKs' default retry (a 5xx) is a new job, which may
       // go to another node.
       return new OpenAIError(502, `The node's answer is not what the request asked for: ${o.detail}.`, 'server_error', null, 'invalid_answer');
+    case 'unchecked':
+      // Checked delivery withheld an answer nobody could check: 503, so that the SDKs' retry may
+      // find a checker online; the application asked never to get an unchecked answer.
+      return new OpenAIError(503, `The answer could not be checked: ${o.detail}.`, 'server_error', null, 'answer_unchecked');
     case 'shutdown':
       // Retried by the SDKs (a 503), on another server or this one restarted: the job was canceled.
       return new OpenAIError(

@@ -28,6 +28,8 @@ export interface ChatRequest {
   timeoutSeconds: number;
   /** What a front door keeps in the job beside its request (jobs.request.front; never sent to nodes): the Responses API's stored conversation. */
   front?: object;
+  /** Checked delivery asked by the request's header (front/delivery.ts; admit() sets it). */
+  checked?: boolean;
 }
 
 /** OpenAI's default temperature. */

@@ -19,6 +19,7 @@ import { HttpError } from '../../http/http-error.js';
 import { authenticateUser } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
 import { rideOutage } from '../../db/outage.js';
+import { UNCHECKED_DETAIL } from '../openai/completion.js';
 import { isUnavailable } from '../../db/errors.js';
 
 const NOT_FOUND = 'Job not found';
@@ -28,9 +29,25 @@ const WAIT_OVER = 'wait over';
 // A done job's usage is shown when its node counted it; an estimate (the seed's workers count
 // none, jobs/answer.ts) is charged but not shown here, so that the seed's jobs keep the seed's
 // body field for field. /v1 and GET /usage show it.
-function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: string | null }, jobId: string) {
+// Checked delivery (docs/verification.md): a checked answer says so (`delivery`); one nobody
+// could check is withheld: `failed`, as a job no node finished, with `delivery: "unchecked"`.
+function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: string | null; delivery?: UserJob['delivery'] }, jobId: string) {
+  if (job.state === 'done' && job.delivery === 'unchecked')
+    return {
+      status: 'failed' as const,
+      job_id: jobId,
+      detail: UNCHECKED_DETAIL,
+      result: { message: { role: 'assistant', content: '' } },
+      delivery: 'unchecked' as const,
+    };
   if (job.state === 'done')
-    return { status: 'success' as const, job_id: jobId, result: job.result!, ...(job.usage && !job.usage.estimated ? { usage: job.usage } : {}) };
+    return {
+      status: 'success' as const,
+      job_id: jobId,
+      result: job.result!,
+      ...(job.usage && !job.usage.estimated ? { usage: job.usage } : {}),
+      ...(job.delivery === 'checked' ? { delivery: 'checked' as const } : {}),
+    };
   return {
     status: job.state as 'failed' | 'expired' | 'canceled',
     job_id: jobId,
@@ -38,6 +55,9 @@ function resultOf(job: Pick<UserJob, 'state' | 'result' | 'usage'> & { detail?: 
     result: { message: { role: 'assistant', content: '' } },
   };
 }
+
+/** The 404 of a done job whose answer waits for its check (checked delivery). */
+const checking = (reply: FastifyReply) => reply.code(404).send({ detail: 'Job not finished', state: 'checking', position: 0, eta_seconds: null });
 
 /** The 404 of an open job: `detail` as the seed's clients know it, and where the job stands. */
 const pending = (reply: FastifyReply, s: Standing) =>
@@ -92,6 +112,7 @@ export function getResultRoutes(app: App, deps: Deps): void {
       const woken = waitMs > 0 ? coordinator.waitFinal(job_id, waitMs, stop.signal) : undefined;
       const job = await readOwn(job_id, owner);
       if (!job) throw new HttpError(404, NOT_FOUND);
+      if (job.delivery === 'held' && job.state === 'done') return await whenChecked();
       if (FINAL_STATES.has(job.state)) {
         if (waitMs === 0) deps.metrics.finishedPolls.inc({ source: 'database' });
         return resultOf(job, job_id);
@@ -108,11 +129,24 @@ export function getResultRoutes(app: App, deps: Deps): void {
     async function afterWait(finished: Finished | undefined, standing: Standing) {
       if (finished?.done) return resultOf(finished.done, job_id);
       const again = finished && (await readOwn(job_id, owner));
+      if (again?.delivery === 'held' && again.state === 'done') return whenChecked();
       if (!again || !FINAL_STATES.has(again.state)) {
         deps.metrics.pendingPolls.inc({ source: 'database' });
         return pending(reply, coordinator.pendingJob(job_id, owner) ?? standing);
       }
       return resultOf(again, job_id);
+    }
+
+    /** A done job held for its check: its answer once the check passed within the wait, else still pending (state `checking`). */
+    async function whenChecked() {
+      const until = Date.now() + waitMs;
+      for (let left = waitMs; left > 0; left = until - Date.now()) {
+        await coordinator.waitDelivery(job_id, left, stop.signal);
+        const again = await readOwn(job_id, owner);
+        if (again && again.delivery !== 'held') return resultOf(again, job_id);
+      }
+      deps.metrics.pendingPolls.inc({ source: 'database' });
+      return checking(reply);
     }
   }
 

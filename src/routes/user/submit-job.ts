@@ -8,6 +8,7 @@ import { QuotaExceeded, ReserveOverQuota, TooManyModels } from '../../jobs/submi
 import { ContextTooLong } from '../../jobs/context.js';
 import { MalformedJson, valueError } from '../../validation/pydantic.js';
 import { authenticateUser } from '../authenticate.js';
+import { asksChecked, BadDeliveryHeader } from '../front/delivery.js';
 import type { App, Deps } from '../types.js';
 
 /** A job's temperature when the request gives none. */
@@ -16,6 +17,8 @@ export const DEFAULT_TEMPERATURE = 0.7;
 declare module 'fastify' {
   interface FastifyRequest {
     userKeyId?: number;
+    /** The request's x-ins-delivery asked for checked delivery. */
+    checkedDelivery?: boolean;
   }
 }
 
@@ -31,6 +34,13 @@ export function submitJobRoute(app: App, deps: Deps): void {
         // FastAPI decodes the body before any dependency: malformed JSON is its 422, key or not.
         if (req.body instanceof MalformedJson) return;
         req.userKeyId = await authenticateUser(deps, req);
+        // x-ins-delivery (checked delivery, front/delivery.ts): a bad value is 400, nothing queued.
+        try {
+          req.checkedDelivery = asksChecked(req);
+        } catch (err) {
+          if (err instanceof BadDeliveryHeader) throw new HttpError(400, err.message);
+          throw err;
+        }
       },
     },
     async (req) => {
@@ -45,7 +55,7 @@ export function submitJobRoute(app: App, deps: Deps): void {
           ),
         ]);
       }
-      const jobId = await coordinator
+      const { id: jobId } = await coordinator
         .submit({
           ownerKeyId: req.userKeyId!,
           model,
@@ -56,6 +66,7 @@ export function submitJobRoute(app: App, deps: Deps): void {
             ...(seed !== undefined ? { seed } : {}),
           },
           timeoutSeconds: timeout,
+          ...(req.checkedDelivery ? { checked: true } : {}),
         })
         .catch((err: unknown) => {
           // Over the key's daily quota: 429 until the next UTC midnight (GET /usage tells how much is left).
