@@ -419,7 +419,7 @@ class Batch {
       const rows = groups.get(original) ?? [];
       if (rows[0]?.id !== original) continue;
       const v = verdict(rows, this.opts.verify.similarity, kindOf(rows[0].params));
-      this.heldVerdict(rows, v);
+      this.heldVerdict(rows, kindOf(rows[0].params));
       if (v.kind === 'agree') {
         this.agreed.push(...v.members.map((m) => m.nodeId));
       } else if (v.kind === 'third') {
@@ -519,19 +519,21 @@ class Batch {
   }
 
   /**
-   * A copy verdict on a group holding a held answer (the original, or its re-run among the
-   * copies): agreed with, or the majority on its side, it is delivered; the odd one out, the
-   * majority's answer is delivered in its place (two nodes agree on it) — or, for a re-run, the
-   * job runs again. No verdict yet (a third copy asked): nothing.
+   * Checked delivery: a group of answers to one job (the original and its copies) that holds a
+   * held answer — the original's, or a re-run's among the copies. An answer another node's agrees
+   * with is checked: the held one if it is, else one two other nodes agree on (delivered in its
+   * place). None agreeing with another: with two answers a third is on its way (judge()); with
+   * three or more the job runs again on a node that has not answered it (delivery.ts rerun).
    */
-  private heldVerdict(rows: readonly Answered[], v: ReturnType<typeof verdict>): void {
+  private heldVerdict(rows: readonly Answered[], kind: ReturnType<typeof kindOf>): void {
     const job = rows[0]!.id;
-    const candidate = rows.map((r) => r.id).find((id) => this.held.get(id) === job);
-    if (candidate === undefined) return;
-    if (v.kind === 'agree') this.passed.push({ job, candidate, deliver: candidate });
-    else if (v.kind === 'odd' && v.odd.id !== candidate) this.passed.push({ job, candidate, deliver: candidate });
-    else if (v.kind === 'odd' && candidate === job) this.passed.push({ job, candidate, deliver: v.majority[0]!.id });
-    else if (v.kind === 'odd') this.failed.push({ job, candidate });
+    const held = rows.find((r) => this.held.get(r.id) === job);
+    if (held === undefined) return;
+    const agreed = (a: Answered) =>
+      rows.some((r) => r.id !== a.id && r.nodeId !== a.nodeId && verdict([a, r], this.opts.verify.similarity, kind).kind === 'agree');
+    const deliver = agreed(held) ? held : rows.find((r) => r.nodeId !== held.nodeId && agreed(r));
+    if (deliver) this.passed.push({ job, candidate: held.id, deliver: deliver.id });
+    else if (rows.length >= 3) this.failed.push({ job, candidate: held.id });
   }
 
   /** Checked delivery's decisions of this batch: deliveries, re-runs, and the answers nobody could check (delivery.ts). */
