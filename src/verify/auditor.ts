@@ -306,6 +306,8 @@ class Batch {
     const late = done.filter((d) => d.standing === 'suspended').map((d) => d.id);
     this.report.reversedPoints += (await reverse(this.tx, { jobIds: late }, 'suspended')).points;
     const heldPlans: CopyPlan[] = [];
+    /** Held answers only a score check can judge: sampled ones, and re-runs (a copy of a copy is judged by nobody). */
+    const scoreOnly = new Set<string>();
     for (const d of done) {
       // Checked delivery: a held answer is always checked, whatever its node's standing or check
       // rate — the one hook of checked delivery into the choice of jobs to check (delivery.ts). A
@@ -322,6 +324,7 @@ class Batch {
         heldPlans.push(plan);
         this.picked.add(d.id);
         if (d.kind === 'verify' || !deterministic(d.request)) this.sampledOnly.add(d.id);
+        if (!deterministic(d.request)) scoreOnly.add(d.id);
         continue;
       }
       // A continued answer is checked like any other: its whole text against a copy by a node
@@ -352,9 +355,10 @@ class Batch {
     );
     if (outcome) this.report.outcomes.push(outcome);
     this.report.copies = made.length;
-    // A held answer nothing could be queued to check: withheld (a re-run left to its copy's verdict, judge()).
-    const none = heldPlans.filter((p) => !scores.scored.includes(p) && !made.includes(p) && this.held.get(p.of) === p.of);
-    await this.deliveries(none.map((p) => ({ job: p.of, candidate: p.of })));
+    // A held answer nothing could be queued to check: withheld — but a re-run at temperature 0,
+    // which the held job's copies judge as text (judge(), heldVerdict) when no scorer is online.
+    const none = heldPlans.filter((p) => !scores.scored.includes(p) && !made.includes(p) && (this.held.get(p.of) === p.of || scoreOnly.has(p.of)));
+    await this.deliveries(none.map((p) => ({ job: this.held.get(p.of)!, candidate: p.of })));
     // A suspected replay nobody else can check stays a suspicion: counted, never struck. The
     // same answer to different prompts is what an honest model gives to prompts that ask for the
     // same text (a user's "repeat this sentence", a refusal template), so on its own it let any
@@ -482,12 +486,16 @@ class Batch {
     this.report.scoreChecks = (this.report.scoreChecks ?? 0) + verdicts.confirmations;
     this.agreed.push(...verdicts.agreed);
     this.doubted.push(...verdicts.doubted);
-    // Checked delivery: a held answer's first score check delivers it, or has it run again.
+    // Checked delivery: a score check that finds a held answer in line delivers it. One that finds
+    // it foreign has it run again once a second scorer agrees (judgeScores asks one where one is
+    // online; else at once): one scorer's word does not discard an answer — a scorer running
+    // another model finds every honest answer foreign, and re-running each would soon leave no
+    // node that has not answered the job.
     for (const f of verdicts.firsts) {
       const job = this.held.get(f.jobId);
       if (job === undefined) continue;
       if (f.inLine) this.passed.push({ job, candidate: f.jobId, deliver: f.jobId });
-      else this.failed.push({ job, candidate: f.jobId });
+      else if (!f.confirming) this.failed.push({ job, candidate: f.jobId });
     }
     for (const f of verdicts.flagged)
       this.struck.push({ nodeId: f.nodeId, jobId: f.jobId, kind: 'impostor', evidence: f.evidence, covers: f.covers });
@@ -540,11 +548,8 @@ class Batch {
   private async deliveries(none: readonly Held[]): Promise<void> {
     const decided = [...(await pass(this.tx, this.passed)), ...(await unchecked(this.tx, none))];
     const passedNow = new Set(this.passed.map((p) => p.job));
-    const r = await rerun(
-      this.tx,
-      this.failed.filter((f) => !passedNow.has(f.job)),
-      { ...this.opts, deadline: this.opts.jobTimeout },
-    );
+    const failed = new Map(this.failed.filter((f) => !passedNow.has(f.job)).map((f) => [f.job, f]));
+    const r = await rerun(this.tx, [...failed.values()], { ...this.opts, deadline: this.opts.jobTimeout });
     if (r.outcome) this.report.outcomes.push(r.outcome);
     this.report.delivered = [...decided, ...r.decided];
     this.report.reruns = r.reruns;

@@ -227,8 +227,12 @@ export interface ScoreVerdicts {
   disagreed: number;
   /** A verdict one party's word would have made, with nobody online to confirm it: no verdict. */
   unconfirmed: number;
-  /** Each answer's first score check: whether it found the answer in line (checked delivery, delivery.ts, acts on it). */
-  firsts: { jobId: string; inLine: boolean }[];
+  /**
+   * Each answer's first score check, and a second scorer's of an answer the first found foreign:
+   * whether it found the answer in line, and whether another scorer was asked to confirm a
+   * foreign verdict (checked delivery acts on them: auditor.ts, delivery.ts).
+   */
+  firsts: { jobId: string; inLine: boolean; confirming: boolean }[];
   outcome: Outcome | undefined;
 }
 
@@ -420,11 +424,12 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     const inLine = stats.positions > 0 && stats.evidence <= 0;
     if (!s?.confirms && !s?.spot && !s?.decides) {
       // The first check of an answer.
-      out.firsts.push({ jobId: c.job_id, inLine });
+      const confirming = stats.evidence > 0 && ask(c, exclude, { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id });
+      out.firsts.push({ jobId: c.job_id, inLine, confirming });
       if (stats.evidence > 0) {
         out.doubted.push(c.node_id!);
         // No second scorer: a text copy may still decide at temperature 0 (a third node's answer against the node's).
-        if (!ask(c, exclude, { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id })) copy(c, [c.checker_id]);
+        if (!confirming) copy(c, [c.checker_id]);
       } else {
         if (inLine) out.agreed.push(c.node_id!);
         if (inLine && spot.has(c.check_id)) ask(c, exclude, { spot: c.check_id, checker: c.checker_id, evidence: stats.evidence });
@@ -441,6 +446,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     } else if (s.confirms !== undefined && s.checker !== undefined) {
       // A second scorer of an answer the first found foreign.
       const first = s.evidence ?? 0;
+      out.firsts.push({ jobId: c.job_id, inLine, confirming: false });
       if (stats.evidence > 0) {
         if (apart(others.get(s.confirms), c.scores)) out.disagreed++;
         else foreign(c, Math.min(first, stats.evidence), stats, [s.checker, c.checker_id]);
