@@ -23,6 +23,7 @@ import { auditWaits } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { prose } from './helpers/behaviours.js';
+import { responseId } from '../src/routes/openai/responses.js';
 
 const MODEL = 'checked-model';
 const JOBS = Number(process.env.CHECKED_JOBS ?? 40);
@@ -209,6 +210,12 @@ describe.each(backends)('checked delivery on $name', (backend) => {
       headers: { authorization: `Bearer ${key}`, 'x-ins-delivery': 'checked' },
       payload: { model: MODEL, messages: [{ role: 'user', content: 'alone' }], temperature: 0 },
     });
+    const stored = t.app.inject({
+      method: 'POST',
+      url: '/v1/responses',
+      headers: { authorization: `Bearer ${key}`, 'x-ins-delivery': 'checked' },
+      payload: { model: MODEL, input: 'alone, stored', temperature: 0 },
+    });
     const id = await user.submit(MODEL, 'alone too', {});
     await runCommand(t.db, ['key', 'set-delivery', 'app', 'checked'], bufferIo());
     const held = await user.submit(MODEL, 'alone three');
@@ -217,6 +224,12 @@ describe.each(backends)('checked delivery on $name', (backend) => {
     await serve(workers, async () => answered && (await user.result(held)).statusCode === 200);
     const res = await chat;
     expect(res.statusCode).toBe(503);
+    // The Responses API's stored response does not give the withheld answer either.
+    expect((await stored).statusCode).toBe(503);
+    const [job] = await q<{ id: string }>('t_resp', "SELECT id::text FROM jobs WHERE request ? 'front' AND kind = 'user'");
+    const read = await t.app.inject({ method: 'GET', url: `/v1/responses/${responseId(job!.id)}`, headers: { authorization: `Bearer ${key}` } });
+    expect(read.json()).toMatchObject({ status: 'failed', output: [] });
+    expect(read.body).not.toContain(prose(MODEL, 'alone, stored').slice(0, 20));
     expect((res.json() as { error: { code: string } }).error.code).toBe('answer_unchecked');
     const body = (await user.result(held)).json() as { status: string; delivery: string; result: { message: { content: string } } };
     expect(body).toMatchObject({ status: 'failed', delivery: 'unchecked' });

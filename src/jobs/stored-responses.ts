@@ -23,12 +23,23 @@ export interface StoredJob {
   created: number;
 }
 
-// The key's own job, its request whole ($1 the job id, $2 the owner's key id).
+// The key's own job, its request whole ($1 the job id, $2 the owner's key id). Under checked
+// delivery (states.ts DELIVERY_STATES) an answer is the owner's only once checked, as in
+// read.ts: a held job reads as still running, one nobody could check as failed, a checked one
+// with the answer that passed (a re-run's, r, where the first failed).
 const STORED = sql(
   'jobs_stored_response',
-  `SELECT j.id::text, m.name AS model, j.state, j.request, j.result, j.usage, j.detail, j.error,
-    floor(extract(epoch FROM j.submitted_at))::int AS created
-  FROM jobs j JOIN models m ON m.id = j.model_id WHERE j.id = $1::uuid AND j.owner_key_id = $2`,
+  `SELECT j.id::text, m.name AS model,
+    CASE WHEN j.state <> 'done' OR j.delivery IS NULL OR j.delivery = 'checked' THEN j.state
+      WHEN j.delivery = 'held' AND j.deadline_at >= now() THEN 'leased' ELSE 'failed' END AS state,
+    j.request,
+    CASE WHEN j.delivery IS NULL THEN j.result WHEN j.delivery = 'checked' THEN coalesce(r.result, j.result) END AS result,
+    CASE WHEN j.delivery IS NULL THEN j.usage WHEN j.delivery = 'checked' THEN coalesce(r.usage, j.usage) END AS usage,
+    CASE WHEN j.state = 'done' AND j.delivery IN ('held', 'unchecked') THEN 'checked delivery: no other node could check the answer within the job''s deadline, so it is withheld'
+      ELSE j.detail END AS detail,
+    j.error, floor(extract(epoch FROM j.submitted_at))::int AS created
+  FROM jobs j JOIN models m ON m.id = j.model_id LEFT JOIN jobs r ON r.id = j.delivery_from
+  WHERE j.id = $1::uuid AND j.owner_key_id = $2`,
 );
 
 // Forgets a stored response ($1 the job id, $2 the owner's key id): one key of the request's
