@@ -1,8 +1,8 @@
 // ins node …, ins key …, ins model …: the network's nodes, keys and models.
 import { listNodes } from '../repositories/nodes.js';
 import { NodeExistsError } from '../nodes/lifecycle.js';
-import { keyUsage, listApiKeys, resolveKey, setKeyDelivery, type ApiKeyKind } from '../repositories/api-keys.js';
-import { addApiKey, setKeyPriority, setKeyQuota } from '../nodes/api-keys.js';
+import { keyUsage, listApiKeys, resolveKey, type ApiKeyKind } from '../repositories/api-keys.js';
+import { addApiKey, setKeyDelivery, setKeyPriority, setKeyQuota } from '../nodes/api-keys.js';
 import { listModels, setModelPoints } from '../repositories/models.js';
 import { parsePrice, PRICE_RULE } from '../points-value.js';
 import { checkName, keyCommand, listCommand, operatorNodes, type Command } from './command.js';

@@ -1,10 +1,10 @@
-// Reader and user keys' writes (the CLI's ins key add, quota, priority): statements of
+// Reader and user keys' writes (the CLI's ins key add, quota, priority, delivery): statements of
 // nodes/sql/keys.ts, the one home of every write to api_keys. Revoking is the node lifecycle's
 // transition (nodes/lifecycle.ts revokeKey): key caches forget on its announcement.
 import type { Queryable } from '../db/database.js';
 import { newKey } from '../keys.js';
-import { resolveKey, type ApiKeyKind } from '../repositories/api-keys.js';
-import { INSERT_KEY, SET_PRIORITY, SET_QUOTA } from './sql/keys.js';
+import { resolveKey, type ApiKeyKind, type KeyDelivery } from '../repositories/api-keys.js';
+import { INSERT_KEY, SET_DELIVERY, SET_PRIORITY, SET_QUOTA } from './sql/keys.js';
 
 export async function addApiKey(db: Queryable, kind: ApiKeyKind, label: string): Promise<{ id: number; key: string }> {
   const { key, hash } = newKey(kind);
@@ -42,5 +42,13 @@ export async function setKeyPriority(db: Queryable, idOrLabel: string, priority:
   const r = await resolveKey(db, idOrLabel, 'set it');
   if ('error' in r) return r;
   if (r.id === undefined || (await db.query(SET_PRIORITY, [r.id, priority])).length === 0) return { error: `no user key "${idOrLabel}"` };
+  return { id: r.id };
+}
+
+/** Sets a user key's delivery: checked holds every answer of the key until a check of it passed (from the next submission on). */
+export async function setKeyDelivery(db: Queryable, idOrLabel: string, delivery: KeyDelivery): Promise<{ id: number } | { error: string }> {
+  const r = await resolveKey(db, idOrLabel, 'set it');
+  if ('error' in r) return r;
+  if (r.id === undefined || (await db.query(SET_DELIVERY, [r.id, delivery])).length === 0) return { error: `no user key "${idOrLabel}"` };
   return { id: r.id };
 }

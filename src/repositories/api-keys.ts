@@ -115,13 +115,3 @@ export async function keyUsage(
     checking: { jobs: row.checked_jobs, checks: row.checks, tokens: row.check_tokens, points: row.check_points },
   };
 }
-
-const SET_DELIVERY = sql('api_keys_set_delivery', `UPDATE api_keys SET delivery = $2::text WHERE id = $1::bigint AND kind = 'user' RETURNING id`);
-
-/** Sets a user key's delivery: checked holds every answer of the key until a check of it passed (from the next submission on). */
-export async function setKeyDelivery(db: Queryable, idOrLabel: string, delivery: KeyDelivery): Promise<{ id: number } | { error: string }> {
-  const r = await resolveKey(db, idOrLabel, 'set it');
-  if ('error' in r) return r;
-  if (r.id === undefined || (await db.query(SET_DELIVERY, [r.id, delivery])).length === 0) return { error: `no user key "${idOrLabel}"` };
-  return { id: r.id };
-}

@@ -15,6 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Queryable } from '../db/database.js';
 import type { Outcome } from '../jobs/outcome.js';
 import { placeCopies, type CheckQueue } from './copies.js';
+import { PASS, RERUN, UNCHECKED } from '../jobs/sql/delivery.js';
 
 // The held jobs among $1, and those whose candidate answer (a re-run, delivery_from) is among $1:
 // each with its candidate (the job's own answer, or its re-run's).
@@ -23,26 +24,6 @@ const HELD = sql(
   `SELECT j.id::text AS job, coalesce(j.delivery_from, j.id)::text AS candidate FROM jobs j WHERE j.id = ANY($1::uuid[]) AND j.delivery = 'held'
   UNION ALL
   SELECT j.id::text, j.delivery_from::text FROM jobs j WHERE j.delivery = 'held' AND j.delivery_from = ANY($1::uuid[])`,
-);
-// Deliver: $1 held jobs, $2 the candidate each was holding (a decision about an older candidate
-// changes nothing), $3 the job whose answer is delivered (the job itself: NULL in delivery_from).
-const PASS = sql(
-  'verify_delivery_pass',
-  `UPDATE jobs j SET delivery = 'checked', delivery_from = CASE WHEN d.deliver = j.id THEN NULL ELSE d.deliver END
-  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) AS d(job, candidate, deliver)
-  WHERE j.id = d.job AND j.delivery = 'held' AND coalesce(j.delivery_from, j.id) = d.candidate RETURNING j.id::text`,
-);
-// Nobody could check: $1 held jobs, $2 their candidates.
-const UNCHECKED = sql(
-  'verify_delivery_unchecked',
-  `UPDATE jobs j SET delivery = 'unchecked' FROM unnest($1::uuid[], $2::uuid[]) AS d(job, candidate)
-  WHERE j.id = d.job AND j.delivery = 'held' AND coalesce(j.delivery_from, j.id) = d.candidate RETURNING j.id::text`,
-);
-// A re-run held in the failed candidate's place: $1 held jobs, $2 failed candidates, $3 re-runs.
-const RERUN = sql(
-  'verify_delivery_rerun',
-  `UPDATE jobs j SET delivery_from = d.rerun FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) AS d(job, candidate, rerun)
-  WHERE j.id = d.job AND j.delivery = 'held' AND coalesce(j.delivery_from, j.id) = d.candidate RETURNING j.id::text`,
 );
 // Who may not re-run held jobs $1 (failed candidates $2): the failed candidate's node first,
 // then every node that answered the job or a copy of it (not its score checks' scorers: they

@@ -28,3 +28,8 @@ export const SET_PRIORITY = sql(
   'api_keys_set_priority',
   `UPDATE api_keys SET priority = $2::real WHERE id = $1::bigint AND kind = 'user' RETURNING id`,
 );
+// $1 the key, $2 its delivery (immediate|checked; docs/verification.md, "Checked delivery").
+export const SET_DELIVERY = sql(
+  'api_keys_set_delivery',
+  `UPDATE api_keys SET delivery = $2::text WHERE id = $1::bigint AND kind = 'user' RETURNING id`,
+);
