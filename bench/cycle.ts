@@ -72,6 +72,12 @@ export interface CycleRun {
  * completion (openai).
  */
 export type ClientMode = 'jobs' | 'poll' | 'openai';
+/**
+ * How the workers speak: the seed's wire (get_job with `wait`, then update_result, per job), or
+ * `ins worker`'s own (POST /worker/jobs/next: the reports of the jobs it holds and its ask for up to
+ * `maxJobs` more in one call, registered with twice that capacity as `ins worker` registers).
+ */
+export type Wire = { kind: 'seed' } | { kind: 'ins'; maxJobs: number };
 export const POLL_EVERY_MS = 20;
 
 /** W workers and S clients for warmup + duration seconds; then the clients stop and the workers drain the queue. */
@@ -83,6 +89,7 @@ export async function cycle(
   warmup: number,
   duration: number,
   mode: ClientMode = 'jobs',
+  wire: Wire = { kind: 'seed' },
 ): Promise<CycleRun> {
   const submittedAt = new Map<string, number>();
   const leasedAt = new Map<string, number>();
@@ -102,7 +109,7 @@ export async function cycle(
         'POST',
         '/worker/register_node',
         { authorization: `Bearer ${w.key}` },
-        { node_url: w.name, node_version: 'bench', stats: {} },
+        { node_url: w.name, node_version: 'bench', stats: {}, ...(wire.kind === 'ins' ? { capacity: 2 * wire.maxJobs } : {}) },
       );
       if (reg.status !== 200) throw new Error(`register_node ${reg.status}`);
       const auth = { authorization: `Bearer ${reg.body.access_token}` };
@@ -132,6 +139,33 @@ export async function cycle(
         },
       );
       if (r.status === 200 && !r.body.replayed) reported.set(job.job_id, (reported.get(job.job_id) ?? 0) + 1);
+    }
+  };
+
+  // `ins worker`'s wire: each call reports every job the worker holds (answered at once, as the
+  // other workers do) and asks for up to maxJobs more; the last call reports only.
+  const insWorker = async (auth: Record<string, string>, maxJobs: number) => {
+    let held: JobData[] = [];
+    for (let last = false; !last; ) {
+      last = stopWorkers;
+      const reports = held.map((job) => ({
+        job_id: job.job_id,
+        api_key: job.api_key,
+        model_name: job.model,
+        result: { message: { role: 'assistant', content: answerTo(job.messages.at(-1)?.content ?? '') } },
+        status: 'success',
+      }));
+      const res = await h.json<{ reports: { job_id: string; accepted: boolean; replayed: boolean }[]; jobs: JobData[] }>(
+        'POST',
+        '/worker/jobs/next',
+        auth,
+        { reports, max_jobs: last ? 0 : maxJobs, wait: last ? 0 : 2 },
+      );
+      if (res.status !== 200) throw new Error(`jobs/next ${res.status}`);
+      for (const r of res.body.reports) if (r.accepted && !r.replayed) reported.set(r.job_id, (reported.get(r.job_id) ?? 0) + 1);
+      const t = now();
+      for (const job of res.body.jobs) if (!leasedAt.has(job.job_id)) leasedAt.set(job.job_id, t);
+      held = res.body.jobs;
     }
   };
 
@@ -195,7 +229,7 @@ export async function cycle(
     }
   };
 
-  const workerLoops = tokens.map(worker);
+  const workerLoops = tokens.map((auth) => (wire.kind === 'ins' ? insWorker(auth, wire.maxJobs) : worker(auth)));
   const submitterLoops = Array.from({ length: submitters }, submitter);
   await new Promise((r) => setTimeout(r, (warmup + duration) * 1000));
   stopSubmitting = true;

@@ -25,7 +25,7 @@ import {
   metricTotal,
   postgresCpuSeconds,
 } from './common.js';
-import { cycle, http, POLL_EVERY_MS, type CycleRun } from './cycle.js';
+import { cycle, http, POLL_EVERY_MS, type CycleRun, type Wire } from './cycle.js';
 
 export interface PollRun {
   code: 'current' | 'baseline';
@@ -55,7 +55,7 @@ function counter(text: string, name: string, labels: string): number {
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
 
-async function onePollRun(
+export async function onePollRun(
   code: PollRun['code'],
   mode: PollRun['mode'],
   entry: string,
@@ -67,6 +67,7 @@ async function onePollRun(
   warmup: number,
   duration: number,
   verify = false,
+  wire: Wire = { kind: 'seed' },
 ): Promise<PollRun> {
   const db = await freshDatabase(backend, databaseUrl, `ins_bench_polls_${process.pid}`);
   try {
@@ -81,12 +82,12 @@ async function onePollRun(
       const before = await (await fetch(`${server.url}/metrics`)).text();
       const postgresCpu = backend === 'postgres' ? await postgresCpuSeconds(databaseUrl) : undefined;
       const [pgBefore, benchBefore] = [postgresCpu?.(), process.cpuUsage()];
-      const run = await cycle(h, nodes, userKey, submitters, warmup, duration, mode);
+      const run = await cycle(h, nodes, userKey, submitters, warmup, duration, mode, wire);
       const [pgAfter, benchUsed] = [postgresCpu?.(), process.cpuUsage(benchBefore)];
       await h.pool.close();
       const text = await (await fetch(`${server.url}/metrics`)).text();
       // Kept for a look at every statement's count and time (ins_db_statement_duration_seconds).
-      writeFileSync(path.join(ROOT, 'bench-results', `metrics-polls-${backend}-${code}-${mode}.txt`), text);
+      writeFileSync(path.join(ROOT, 'bench-results', `metrics-polls-${backend}-${code}-${mode}-${wire.kind}.txt`), text);
       const perJob = (name: string) =>
         Math.round((((metricTotal(text, name) - metricTotal(before, name)) * 1000) / Math.max(1, run.submitted)) * 1000) / 1000;
       const pending = counter(text, 'http_requests_total', 'route="/get_result/:job_id",status="404"');

@@ -38,6 +38,7 @@ import { checkNodeSecretRoute } from './routes/worker/check-node-secret.js';
 import { registerNodeRoute } from './routes/worker/register-node.js';
 import { updateModelsRoute } from './routes/worker/update-models.js';
 import { getJobRoute } from './routes/worker/get-job.js';
+import { nextJobsRoute } from './routes/worker/next-jobs.js';
 import { deregisterNodeRoute } from './routes/worker/deregister-node.js';
 import { jobProgressRoute } from './routes/worker/job-progress.js';
 import { getPointsRoute } from './routes/get-points.js';
@@ -274,6 +275,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   registerNodeRoute(app, deps);
   updateModelsRoute(app, deps);
   getJobRoute(app, deps);
+  nextJobsRoute(app, deps);
   deregisterNodeRoute(app, deps);
   jobProgressRoute(app, deps);
   getPointsRoute(app, deps);

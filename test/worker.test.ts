@@ -253,7 +253,8 @@ describe('ins worker', () => {
             })
             .catch(() => res.destroy());
         };
-        if (hold && req.url === '/worker/update_result') held.push(forward);
+        // A report travels with the ask for the next job on the worker's own wire (jobs/next).
+        if (hold && req.url === '/worker/jobs/next' && Buffer.concat(chunks).includes('"api_key":"jk_')) held.push(forward);
         else forward();
       });
     });
@@ -340,12 +341,12 @@ describe('ins worker', () => {
     expect((await result(await submit('phoenix-model', 'before'))).status).toBe('success');
     server.child.kill('SIGKILL');
     await server.exited;
-    await until('the worker to notice the server is away', () => /(get_job|update_result) failed .*retrying/.test(w.logs()), 20_000);
+    await until('the worker to notice the server is away', () => /(get_job|update_result|jobs\/next) failed .*retrying/.test(w.logs()), 20_000);
     server = await startServerProcess(env, port);
     // The same worker process, its session intact, takes the next job.
     expect((await result(await submit('phoenix-model', 'after'))).result.message.content).toBe(answerOf('phoenix-model', [{ content: 'after' }]));
     expect(w.child.exitCode).toBeNull();
     // It noticed the server was away (a poll or a report retried) and carried on.
-    expect(w.logs()).toMatch(/(get_job|update_result) failed .*retrying/);
+    expect(w.logs()).toMatch(/(get_job|update_result|jobs\/next) failed .*retrying/);
   });
 });

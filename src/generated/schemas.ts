@@ -295,6 +295,42 @@ export const NetworkResponse = Type.Object({
 }, { title: "NetworkResponse" });
 export type NetworkResponse = Static<typeof NetworkResponse>;
 
+export const UpdateResultRequest = Type.Object({
+  job_id: Type.String({ title: "Job Id", description: "The job's id, unique across the network.", minLength: 1, maxLength: 128 }),
+  api_key: Type.String({ title: "Api Key", description: "A node key (`nk_…`, any `job_id` under `CREDIT_POLICY=reports`), or the job key (`jk_…`) that came with the job from `get_job`." }),
+  model_name: Type.String({ title: "Model Name", description: "The model that served the job, e.g. `llama3.2:latest`.", minLength: 1, maxLength: 256 }),
+  result: Type.Object({}, { title: "Result", description: "The job's output, any JSON object; workers send `{\"message\": \"…\"}` or `{\"message\": {\"role\": …, \"content\": …}}`. *Ours*: a score check's `scores` (see JobData.params) is kept when well formed. *Ours* (issue 53): a success whose answer is plain text (no `tool_calls`) may carry `tokens`, the token sequence the model generated for `message`'s content: a list whose elements are each a token's text as a string when its bytes are valid UTF-8 on their own, else the array of its byte values (0–255), each token at least one byte. Their bytes, concatenated, must be exactly the UTF-8 bytes of the content, or the report is refused with 400 and nothing is recorded (the lease runs on). They are kept for verification only (a score check forces exactly these tokens: docs/verification.md) and never shown to the job's owner; a report without them (the seed's workers, a continued answer, a backend that cannot say) is taken as before.", additionalProperties: true }),
+  status: Type.Union([Type.Literal("success"), Type.Literal("error")], { title: "Status", description: "`success` earns points, `error` earns none." }),
+  usage: Type.Optional(Type.Object({
+    prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0, maximum: 2147483647 })),
+    completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0, maximum: 2147483647 })),
+  }, { title: "Usage", description: "*Ours*: token counts of this job, kept with it (also read from `result.usage`, where counts outside 0 to 2147483647 are ignored). What the job's owner is shown and charged is clamped: `completion_tokens` at the job's `max_output` (or the quota's reserve), `prompt_tokens` at one per byte of the job's request plus 4,096 (docs/coordinator.md, \"Usage charged\")." })),
+}, { title: "UpdateResultRequest", description: "A worker's report of one job. Extra fields are ignored." });
+export type UpdateResultRequest = Static<typeof UpdateResultRequest>;
+
+export const NextJobsRequest = Type.Object({
+  reports: Type.Optional(Type.Array(UpdateResultRequest, { title: "Reports", description: "Reports of leased jobs, each as `update_result` takes it with the job key (`jk_…`) that came with the job; a node key is not taken here. Each is answered in the response's `reports`, in order, as `update_result` would answer it alone.", maxItems: 64 })),
+  max_jobs: Type.Optional(Type.Integer({ title: "Max Jobs", description: "Most jobs to lease in this call (default 1; 0: report only). The session holds at most its `capacity` (register_node) of leases: the call leases no more than the session has room for once its reports are committed, and never gives up a lease it holds (where `get_job` asked at the limit gives up the oldest).", minimum: 0, maximum: 64 })),
+  wait: Type.Optional(Type.Number({ title: "Wait", description: "Seconds to wait for a job when none is queued (default 0), as `get_job`'s `wait`: the answer comes with the first job found, or empty when the time is up. The reports are committed before the wait begins.", minimum: 0, maximum: 30 })),
+}, { title: "NextJobsRequest", description: "*Ours* (`POST /worker/jobs/next`): the reports of jobs this session finished, and how many jobs it takes next. Extra fields are ignored." });
+export type NextJobsRequest = Static<typeof NextJobsRequest>;
+
+export const ReportAnswer = Type.Object({
+  job_id: Type.String({ title: "Job Id" }),
+  accepted: Type.Boolean({ title: "Accepted", description: "True: committed (or a replay of a committed report), as `update_result`'s 200. False: refused as its 400 would refuse it (the lease has ended, or the key, `job_id` or `model_name` do not match): nothing was credited, and `detail` says why." }),
+  status: Type.Union([Type.Literal("success"), Type.Literal("error")], { title: "Status", description: "The status now recorded for the job (refused: the status reported)." }),
+  points: Type.Number({ title: "Points", description: "Points credited by this report (0 for an error, a replay or a refusal)." }),
+  replayed: Type.Boolean({ title: "Replayed", description: "True when the report changed nothing because the job was already recorded so." }),
+  detail: Type.Optional(Type.String({ title: "Detail", description: "Why a report was refused." })),
+}, { title: "ReportAnswer" });
+export type ReportAnswer = Static<typeof ReportAnswer>;
+
+export const NextJobsResponse = Type.Object({
+  reports: Type.Array(ReportAnswer, { title: "Reports", description: "One answer per report of the request, in its order." }),
+  jobs: Type.Array(JobData, { title: "Jobs", description: "The jobs leased to this session by this call (at most `max_jobs`), each as `get_job`'s `job_data`." }),
+}, { title: "NextJobsResponse" });
+export type NextJobsResponse = Static<typeof NextJobsResponse>;
+
 export const NodeBuild = Type.Object({
   model: Type.String(),
   digest: Type.Optional(Type.String({ description: "As declared, e.g. `sha256:…` (Ollama's manifest digest, a GGUF file's sha256)." })),
@@ -413,19 +449,6 @@ export const UpdateModelsResponse = Type.Object({
   ignored: Type.Optional(Type.Array(Type.String(), { title: "Ignored", description: "*Ours*: names left out because they can be no model's (at most the first 10, each cut to 300 characters); absent when none was." })),
 }, { title: "UpdateModelsResponse" });
 export type UpdateModelsResponse = Static<typeof UpdateModelsResponse>;
-
-export const UpdateResultRequest = Type.Object({
-  job_id: Type.String({ title: "Job Id", description: "The job's id, unique across the network.", minLength: 1, maxLength: 128 }),
-  api_key: Type.String({ title: "Api Key", description: "A node key (`nk_…`, any `job_id` under `CREDIT_POLICY=reports`), or the job key (`jk_…`) that came with the job from `get_job`." }),
-  model_name: Type.String({ title: "Model Name", description: "The model that served the job, e.g. `llama3.2:latest`.", minLength: 1, maxLength: 256 }),
-  result: Type.Object({}, { title: "Result", description: "The job's output, any JSON object; workers send `{\"message\": \"…\"}` or `{\"message\": {\"role\": …, \"content\": …}}`. *Ours*: a score check's `scores` (see JobData.params) is kept when well formed. *Ours* (issue 53): a success whose answer is plain text (no `tool_calls`) may carry `tokens`, the token sequence the model generated for `message`'s content: a list whose elements are each a token's text as a string when its bytes are valid UTF-8 on their own, else the array of its byte values (0–255), each token at least one byte. Their bytes, concatenated, must be exactly the UTF-8 bytes of the content, or the report is refused with 400 and nothing is recorded (the lease runs on). They are kept for verification only (a score check forces exactly these tokens: docs/verification.md) and never shown to the job's owner; a report without them (the seed's workers, a continued answer, a backend that cannot say) is taken as before.", additionalProperties: true }),
-  status: Type.Union([Type.Literal("success"), Type.Literal("error")], { title: "Status", description: "`success` earns points, `error` earns none." }),
-  usage: Type.Optional(Type.Object({
-    prompt_tokens: Type.Optional(Type.Integer({ title: "Prompt Tokens", minimum: 0, maximum: 2147483647 })),
-    completion_tokens: Type.Optional(Type.Integer({ title: "Completion Tokens", minimum: 0, maximum: 2147483647 })),
-  }, { title: "Usage", description: "*Ours*: token counts of this job, kept with it (also read from `result.usage`, where counts outside 0 to 2147483647 are ignored). What the job's owner is shown and charged is clamped: `completion_tokens` at the job's `max_output` (or the quota's reserve), `prompt_tokens` at one per byte of the job's request plus 4,096 (docs/coordinator.md, \"Usage charged\")." })),
-}, { title: "UpdateResultRequest", description: "A worker's report of one job. Extra fields are ignored." });
-export type UpdateResultRequest = Static<typeof UpdateResultRequest>;
 
 export const UpdateResultResponse = Type.Object({
   job_id: Type.String({ title: "Job Id" }),
@@ -638,6 +661,16 @@ export const UpdateModelsResponses = {
 export const GetJobResponses = {
   200: GetJobResponse,
   401: ErrorDetail,
+  422: HTTPValidationError,
+  429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const NextJobsResponses = {
+  200: NextJobsResponse,
+  400: ErrorDetail,
+  401: ErrorDetail,
+  413: ErrorDetail,
   422: HTTPValidationError,
   429: ErrorDetail,
   503: ErrorDetail,

@@ -149,6 +149,30 @@ export class Coordinator {
     return this.dispatcher.next(session, waitMs, gone);
   }
 
+  /**
+   * Up to `max` jobs for a worker session (jobs/next, `ins worker`'s own wire): one look for as
+   * many as it asks (one lease round: the dispatcher's waiters of one turn share it), and when
+   * that finds none, the wait of a single poll for the first job (waitMs; 0: look once), then one
+   * more look for the rest. Never more than the session has room for: no lease it holds is given up.
+   */
+  async take(session: SessionRow, max: number, waitMs: number, gone: () => boolean): Promise<DeliveredJob[]> {
+    if (max <= 0) return [];
+    this.presence.touch(session.id);
+    // `keep`: asks past the session's capacity get nothing; no lease it holds is given up.
+    const look = (n: number) =>
+      Promise.all(Array.from({ length: n }, () => this.dispatcher.next(session, 0, gone, true))).then((found) =>
+        found.filter((j): j is DeliveredJob => j !== null),
+      );
+    if (max > 1) {
+      const found = await look(max);
+      if (found.length > 0 || waitMs <= 0) return found;
+    }
+    const job = await this.dispatcher.next(session, waitMs, gone, true);
+    if (!job) return [];
+    // A burst woke it: what else the burst queued, in one more look (none when the model is known empty).
+    return max > 1 ? [job, ...(await look(max - 1))] : [job];
+  }
+
   /** Gives back a job whose worker could not be told about it (it hung up): no attempt. */
   undeliver(job: DeliveredJob): Promise<void> {
     return this.lifecycle.release({ keyHashes: [job.keyHash] }, 'released', true);

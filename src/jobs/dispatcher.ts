@@ -75,6 +75,8 @@ interface Waiter {
   groupKey: string;
   /** wait=0: answer after the first look. */
   once: boolean;
+  /** Over the session's capacity, answer "no job" rather than give up its oldest lease (jobs/next: the worker counts its own room). */
+  keep: boolean;
   gone: () => boolean;
   settle: (job: DeliveredJob | null) => void;
   settled: boolean;
@@ -178,9 +180,10 @@ export class Dispatcher implements LiveConsumer {
 
   /**
    * A job for the session, or null after waitMs (0: look once). `gone` tells whether the
-   * client hung up; a job found for a gone client goes back at once.
+   * client hung up; a job found for a gone client goes back at once. `keep`: a session at its
+   * capacity gets no job (get_job's poll gives up the session's oldest lease instead).
    */
-  next(session: SessionRow, waitMs: number, gone: () => boolean): Promise<DeliveredJob | null> {
+  next(session: SessionRow, waitMs: number, gone: () => boolean, keep = false): Promise<DeliveredJob | null> {
     // Stopping (close()): a poll that arrives now, on a connection still open, answers at once —
     // it would otherwise hold the stop for its whole wait, past SHUTDOWN_TIMEOUT_MS and a
     // container's 10 s stop timeout (an outside probe: exit 137 with a worker connected).
@@ -200,6 +203,7 @@ export class Dispatcher implements LiveConsumer {
         contexts,
         groupKey: `${models.join(',')}|${caps.join(',')}|${contexts.join(',')}`,
         once: waitMs <= 0,
+        keep,
         gone,
         settled: false,
         settle: () => {},
@@ -428,6 +432,10 @@ export class Dispatcher implements LiveConsumer {
       const w = g.waiters[row.slot - 1]!;
       answered.add(w);
       if ('overCapacity' in row) {
+        if (w.keep) {
+          w.settle(null);
+          continue;
+        }
         await this.store.abandonOldest(w.session.id);
         this.pend(w);
         continue;

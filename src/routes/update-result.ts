@@ -12,13 +12,11 @@
 import type { FastifyRequest } from 'fastify';
 import { UpdateResultRequest, UpdateResultResponses } from '../generated/schemas.js';
 import { hashKey, isWellFormedKey, keyKind } from '../keys.js';
-import { answerOf, hasAnswerMessage, requestErrorOf, usageOf, type Answer } from '../jobs/answer.js';
-import { answerTokensOf, type WireToken } from '../validation/answer-tokens.js';
 import { jobIdSpelled } from '../jobs/read.js';
+import { jobReportOf, storableReport } from './job-report.js';
 import type { Completion } from '../jobs/complete.js';
 import type { NodeRow } from '../auth/principal.js';
 import { rideOutage } from '../db/outage.js';
-import { storableCopy, storableText } from '../validation/pydantic.js';
 import { authenticateRequest, SUSPENDED_DETAIL } from './authenticate.js';
 import { HttpError } from '../http/http-error.js';
 import type { App, Deps } from './types.js';
@@ -31,23 +29,6 @@ interface Reply {
   replayed: boolean;
 }
 
-const KEPT = 'nothing was recorded, and the lease runs on: report again without them, or with the tokens of this very text';
-
-/**
- * The report's result without `tokens` (they are not the answer's: kept for verification only),
- * and the tokens when it is a success whose plain text answer they spell (an error report's are
- * ignored). Tokens that do not spell it: a 400 that changes nothing.
- */
-function takeTokens(body: Body, answer: Answer): { result: Record<string, unknown>; tokens?: WireToken[] } {
-  const { tokens: raw, ...result } = body.result as Record<string, unknown>;
-  if (raw === undefined || body.status !== 'success') return { result };
-  if (answer.message.tool_calls?.length)
-    throw new HttpError(400, `result.tokens are taken with a plain text answer only, not one with tool calls; ${KEPT}`);
-  const taken = answerTokensOf(raw, answer.message.content);
-  if ('error' in taken) throw new HttpError(400, `${taken.error}; ${KEPT}`);
-  return { result, tokens: taken.tokens };
-}
-
 export function updateResultRoute(app: App, deps: Deps): void {
   const { metrics, limiters } = deps;
   const {
@@ -57,27 +38,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
   } = deps.service;
 
   async function completeLease(body: Body, keyHash: string): Promise<Reply> {
-    // 400, the refusal that keeps the seed's worker polling; its lease runs on (jobs/answer.ts).
-    if (body.status === 'success' && !hasAnswerMessage(body.result)) {
-      throw new HttpError(
-        400,
-        'A success needs the answer in result.message: its text, or {"role", "content"}; nothing was recorded, and the lease runs on: report again with the answer, or the error',
-      );
-    }
-    const answer = answerOf(body.result);
-    const { result, tokens } = takeTokens(body, answer);
-    // The job under its id's own spelling, whichever the report used (capitals, braces, no hyphens).
-    const c: Completion = await coordinator.complete({
-      keyHash,
-      jobId: jobIdSpelled(body.job_id) ?? body.job_id,
-      modelName: body.model_name,
-      status: body.status,
-      result,
-      answer,
-      usage: usageOf(body.usage, result.usage),
-      requestError: requestErrorOf(body.status, result),
-      ...(tokens ? { tokens } : {}),
-    });
+    const c: Completion = await coordinator.complete(jobReportOf(body, keyHash));
     metrics.results.inc({ status: body.status, outcome: c.kind === 'completed' ? 'recorded' : c.kind === 'replayed' ? 'replayed' : 'refused' });
     if (c.kind === 'refused') throw new HttpError(400, c.detail);
     const points = c.kind === 'completed' ? c.points : 0;
@@ -135,11 +96,7 @@ export function updateResultRoute(app: App, deps: Deps): void {
       // rather than a 422 about storing it: a key is only ever hashed.
       preValidation: (req, _reply, done) => {
         const body = req.body as Record<string, unknown> | null;
-        if (typeof body === 'object' && body !== null && typeof body.api_key === 'string') {
-          const key = storableText(body.api_key);
-          body.api_key = key;
-          if (keyKind(key) === 'job') body.result = storableCopy(body.result);
-        }
+        if (typeof body === 'object' && body !== null) storableReport(body);
         done();
       },
     },

@@ -1,6 +1,6 @@
 // The worker's side of the coordinator's wire (openapi.json, workers): register with the node
 // key, declare models, long-poll get_job, send partial output and the report with the job key,
-// deregister. A server that cannot be reached (or answers 5xx/429) is tried again with
+// deregister; or, on the network's own wire, report and take the next jobs in one call (exchange). A server that cannot be reached (or answers 5xx/429) is tried again with
 // exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
 import pRetry from 'p-retry';
 import { http } from './http.js';
@@ -28,6 +28,47 @@ export interface Report extends BackendAnswer {
   error?: string;
   /** The backend refused the request itself (a 4xx about it): reported as the request's error, not the node's. */
   requestError?: { code: string | null; message: string };
+}
+
+/** One report's answer on the network's own wire (openapi.json ReportAnswer): accepted (committed, or a replay) or refused with its detail. */
+export interface ReportAnswer {
+  job_id: string;
+  accepted: boolean;
+  status: 'success' | 'error';
+  points: number;
+  replayed: boolean;
+  detail?: string;
+}
+
+export interface Exchanged {
+  reports: ReportAnswer[];
+  jobs: Job[];
+}
+
+/** A report as update_result (and each of jobs/next's reports) takes it, with the job key. */
+function reportBody(job: Job, r: Report): Record<string, unknown> {
+  const result =
+    r.status === 'success'
+      ? {
+          message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
+          ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}),
+          ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
+          ...(r.embeddings ? { embeddings: r.embeddings } : {}),
+          ...(r.scores ? { scores: r.scores } : {}),
+          ...(r.tokens ? { tokens: r.tokens } : {}),
+        }
+      : r.requestError
+        ? // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).
+          { message: r.requestError.message, error: { type: 'invalid_request_error', code: r.requestError.code, message: r.requestError.message } }
+        : { message: '', error: r.error ?? 'backend error' };
+  return {
+    job_id: job.job_id,
+    api_key: job.api_key,
+    model_name: job.model,
+    result,
+    status: r.status,
+    ...(r.usage ? { usage: r.usage } : {}),
+  };
 }
 
 /** An answer the worker must act on (not retried): 401 (register again), 400 (the lease ended), others. */
@@ -161,29 +202,19 @@ export class CoordinatorClient {
 
   /** The job's report with its job key; resolves with the points credited, or throws CoordinatorError (400: the lease ended). */
   async report(job: Job, r: Report): Promise<number> {
-    const result =
-      r.status === 'success'
-        ? {
-            message: { role: 'assistant', content: r.content, ...(r.tool_calls?.length ? { tool_calls: r.tool_calls } : {}) },
-            ...(r.logprobs ? { logprobs: { content: r.logprobs } } : {}),
-            ...(r.finish_reason ? { finish_reason: r.finish_reason } : {}),
-            ...(r.embeddings ? { embeddings: r.embeddings } : {}),
-            ...(r.scores ? { scores: r.scores } : {}),
-            ...(r.tokens ? { tokens: r.tokens } : {}),
-          }
-        : r.requestError
-          ? // The shape the coordinator reads as the request's own error (jobs/answer.ts requestErrorOf).
-            { message: r.requestError.message, error: { type: 'invalid_request_error', code: r.requestError.code, message: r.requestError.message } }
-          : { message: '', error: r.error ?? 'backend error' };
-    const body = {
-      job_id: job.job_id,
-      api_key: job.api_key,
-      model_name: job.model,
-      result,
-      status: r.status,
-      ...(r.usage ? { usage: r.usage } : {}),
-    };
-    return (await this.call<{ points: number }>('update_result', 'POST', '/worker/update_result', { body })).points;
+    return (await this.call<{ points: number }>('update_result', 'POST', '/worker/update_result', { body: reportBody(job, r) })).points;
+  }
+
+  /**
+   * The network's own wire (POST /worker/jobs/next): these reports, then up to maxJobs leases,
+   * waiting up to `wait` seconds for the first, in one round trip. Throws CoordinatorError for a
+   * call refused whole (400: a report update_result would refuse before its lease; 401: the
+   * session ended), which recorded and leased nothing. Retried while the server is away (a
+   * report is idempotent: a repeat is a replay); the signal ends it.
+   */
+  async exchange(reports: readonly { job: Job; report: Report }[], maxJobs: number, wait: number, signal?: AbortSignal): Promise<Exchanged> {
+    const body = { reports: reports.map((r) => reportBody(r.job, r.report)), max_jobs: maxJobs, ...(wait > 0 ? { wait } : {}) };
+    return this.call<Exchanged>('jobs/next', 'POST', '/worker/jobs/next', { auth: this.token, body, signal });
   }
 
   /**

@@ -20,15 +20,18 @@
 //   aborted at once, the job is not reported, and the slot takes its next job.
 // - The coordinator unreachable: every call backs off and retries for ever (coordinator-client.ts).
 //   A 401 (the session ended) registers again.
-// - A slot asks for its next job while the report of its last one is on its way (each slot
-//   holds at most two leases, so the session's capacity is twice --concurrency): the
-//   coordinator's time to take a report is not lost to the node.
-// - stop(): no new polls, the jobs in flight finish (up to the grace period), then deregister.
+// - The network's own wire (POST /worker/jobs/next, exchange()): a slot's report and its ask for
+//   the next job go in one call; one call asks for every idle slot (the others park until it
+//   answers), so a burst of jobs reaches several slots in one round trip. A call refused whole
+//   (or a 401) reports through update_result, the seed's wire, whose answers are each report's own.
+//   The session may hold twice --concurrency leases (register_node's capacity), so a call's
+//   asks never give up a lease the worker holds.
+// - stop(): no new polls, the jobs in flight finish (up to the grace period) and are reported, then deregister.
 import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BackendError, createBackend, type Backend, type BackendAnswer } from './backends.js';
 import { requestErrorOf } from './backend.js';
-import { CoordinatorClient, CoordinatorError, type Job } from './coordinator-client.js';
+import { CoordinatorClient, CoordinatorError, type Exchanged, type Job, type Report, type ReportAnswer } from './coordinator-client.js';
 import type { WorkerOptions } from './options.js';
 import { afterPrefix, LeaseLink } from './progress.js';
 import { scoreJob } from './score-job.js';
@@ -49,6 +52,21 @@ export interface WorkerEvents {
 }
 
 const MODELS_CHECK_MS = 60_000;
+/**
+ * Seconds a call that carries a report waits for the slot's next job. Under load the next job
+ * comes at once (or is handed over within milliseconds); an idle worker hears of its report
+ * after at most this long, then long-polls without one.
+ */
+const REPORT_WAIT_S = 1;
+
+/** A job run, with its report to send (the slot's next call carries it: exchange). */
+interface Done {
+  job: Job;
+  report: Report;
+  /** From the job taken to its report sent; overhead: the worker's own part of it (jobDone). */
+  seconds: number;
+  overhead: number;
+}
 
 /**
  * The job with what is left of its max_output once `prefix` (an earlier attempt's answer, which
@@ -71,6 +89,14 @@ export class Worker {
   private expiresIn = 0;
   private readonly stopping = new AbortController();
   private readonly polls = new Set<AbortController>();
+  /** Jobs a call brought beyond its slot's own, for the parked slots (exchange). */
+  private readonly ready: Job[] = [];
+  /** Slots without a job waiting for a call in flight, which asked for them too. */
+  private readonly parked = new Set<() => void>();
+  /** Calls in flight that ask for jobs, the jobs they ask for, and the reports they carry (their leases still open). */
+  private polling = 0;
+  private asked = 0;
+  private reporting = 0;
   private backendDown: Promise<void> | undefined;
   /** Every model the backend had at the last look, --models or not (for the warning when none is served). */
   private offered: string[] = [];
@@ -160,6 +186,7 @@ export class Worker {
     this.state = 'stopping';
     this.stopping.abort();
     for (const p of this.polls) p.abort();
+    this.wakeParked();
     this.events.log('info', `stopping: ${this.current.size} job(s) in flight, up to ${this.opts.graceMs / 1000} s to finish`);
   }
 
@@ -282,40 +309,96 @@ export class Worker {
   }
 
   private async slot(slot: number): Promise<void> {
-    let reporting: Promise<void> = Promise.resolve();
+    // The report of the slot's last job, sent with its ask for the next one.
+    let done: Done | undefined;
     while (!this.stopping.signal.aborted) {
-      if (this.backendDown) await this.backendDown;
-      if (this.stopping.signal.aborted) break;
-      const poll = new AbortController();
-      this.polls.add(poll);
-      let job: Job | null = null;
-      try {
-        if (this.current.size === 0) this.state = 'waiting';
-        job = await this.client.nextJob(this.opts.pollWait, poll.signal);
-      } catch (err) {
-        if (poll.signal.aborted || this.stopping.signal.aborted) break;
-        if (err instanceof CoordinatorError && err.status === 401) {
-          await this.reregister()
-            .then(() => this.refreshModels(true))
-            .catch((e: unknown) => {
-              if (!this.stopping.signal.aborted) throw e;
-            });
-        } else this.events.log('error', `get_job: ${String(err)}`);
-        continue;
-      } finally {
-        this.polls.delete(poll);
+      let job = this.ready.shift() ?? null;
+      if (done) {
+        // A job already here (another slot's call brought it), or the backend down: report only.
+        job = (await this.exchange(done, job || this.backendDown ? 0 : 1)) ?? job;
+        done = undefined;
+      } else if (!job) {
+        if (this.backendDown) {
+          await this.backendDown;
+          continue;
+        }
+        // Another call in flight asks for this slot too (exchange): wait for what it brings.
+        if (this.polling > 0) {
+          await new Promise<void>((wake) => this.parked.add(wake));
+          continue;
+        }
+        job = await this.exchange(undefined, 1);
       }
-      if (!job) continue;
-      const report = await this.work(slot, job);
-      // The last report must be answered before this one goes: at most two leases per slot.
-      await reporting;
-      reporting = report();
+      if (job) done = await this.work(slot, job);
     }
-    await reporting;
+    if (done) await this.exchange(done, 0);
   }
 
-  /** Runs the job on the backend; resolves with the function that reports it. */
-  private async work(slot: number, job: Job): Promise<() => Promise<void>> {
+  /** Wakes the parked slots: each takes a job that came, or polls when no call is in flight, or parks again. */
+  private wakeParked(): void {
+    const parked = [...this.parked];
+    this.parked.clear();
+    for (const wake of parked) wake();
+  }
+
+  /**
+   * One call of the network's own wire (POST /worker/jobs/next): the slot's report, if any, and
+   * its ask for `want` jobs (0: report only) plus one for each parked slot, within the session's
+   * room. Answers the slot's job, if one came; the others go to the parked slots. With a report
+   * the call waits REPORT_WAIT_S for a job (the report's outcome comes with the answer), without
+   * one --poll-wait. A call refused whole, or a 401, reports through update_result instead
+   * (reportAlone: the seed's wire answers each refusal as its own, a report too large included).
+   */
+  private async exchange(done: Done | undefined, want: number): Promise<Job | null> {
+    const held = this.current.size + this.ready.length + this.reporting + this.asked + (done ? 1 : 0);
+    const max = want > 0 ? Math.max(0, Math.min(want + this.parked.size, this.capacity - held)) : 0;
+    const poll = new AbortController();
+    // A call that carries a report is never cut by the stop: the report must reach the coordinator.
+    if (!done) this.polls.add(poll);
+    if (max > 0) this.polling++;
+    this.asked += max;
+    if (done) this.reporting++;
+    if (this.current.size === 0 && max > 0) this.state = 'waiting';
+    let got: Exchanged;
+    try {
+      got = await this.client.exchange(done ? [done] : [], max, max === 0 ? 0 : done ? REPORT_WAIT_S : this.opts.pollWait, poll.signal);
+      this.ready.push(...got.jobs.slice(1));
+    } catch (err) {
+      if (!done && (poll.signal.aborted || this.stopping.signal.aborted)) return null;
+      if (err instanceof CoordinatorError && err.status === 401) {
+        await this.reregister()
+          .then(() => this.refreshModels(true))
+          .catch((e: unknown) => {
+            if (!this.stopping.signal.aborted) throw e;
+          });
+      } else if (!(err instanceof CoordinatorError && done)) this.events.log('error', `jobs/next: ${String(err)}`);
+      if (done) await this.reportAlone(done);
+      return null;
+    } finally {
+      this.polls.delete(poll);
+      this.asked -= max;
+      if (max > 0) this.polling--;
+      if (done) this.reporting--;
+      // Whatever came of it, the parked slots look again: a job for them, or no call in flight now.
+      this.wakeParked();
+    }
+    if (done) this.answered(done, got.reports[0]);
+    return got.jobs[0] ?? null;
+  }
+
+  /** The coordinator's answer to a report on the network's own wire. */
+  private answered(done: Done, answer: ReportAnswer | undefined): void {
+    let outcome: JobOutcome = done.report.status;
+    if (!answer?.accepted) {
+      outcome = 'refused';
+      this.events.log('warn', `the report of job ${done.job.job_id} was refused: ${answer?.detail ?? 'no answer'}`);
+    }
+    if (outcome === 'success') this.jobsDone++;
+    this.events.jobDone(done.job, outcome, done.seconds, answer?.points ?? 0, done.overhead);
+  }
+
+  /** Runs the job on the backend; resolves with its report, or undefined when there is none (the lease ended, or --grace ran out). */
+  private async work(slot: number, job: Job): Promise<Done | undefined> {
     const started = Date.now();
     const t0 = performance.now();
     let backendMs = 0;
@@ -327,8 +410,7 @@ export class Worker {
     this.stopping.signal.addEventListener('abort', onStop, { once: true });
     const link = new LeaseLink(this.client, job, () => abort.abort());
     link.start();
-    let outcome: JobOutcome = 'success';
-    let report: Parameters<CoordinatorClient['report']>[1] | undefined;
+    let report: Report | undefined;
     try {
       const b0 = performance.now();
       const { prefix, answer } = await this.runJob(job, link, abort.signal);
@@ -354,14 +436,12 @@ export class Worker {
         this.events.log('warn', `job ${job.job_id}: --grace ran out; it goes back to the queue when this worker deregisters`, { job: job.job_id });
       } else if (link.ended === undefined && refused) {
         // The request's own error: the job fails with it; the backend is fine.
-        outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: refused.message.slice(0, 300), requestError: refused };
         this.events.log(
           'warn',
           `job ${job.job_id}: the backend refused the request (${refused.code ?? 'invalid request'}): ${refused.message.slice(0, 200)}`,
         );
       } else if (link.ended === undefined) {
-        outcome = 'error';
         report = { status: 'error', content: '', usage: null, error: `backend: ${(err as Error).message}`.slice(0, 300) };
         this.events.log('error', `job ${job.job_id} failed on the backend: ${(err as Error).message}`);
         if (!abort.signal.aborted) this.markBackendDown(err as Error);
@@ -371,6 +451,7 @@ export class Worker {
       await link.stop();
       this.current.delete(slot);
     }
+    const overhead = (performance.now() - t0 - backendMs) / 1000;
     if (link.ended !== undefined || !report) {
       // The lease ended while the job ran (whatever the backend gave is no one's to report), or
       // the worker gave it back at its grace's end.
@@ -379,40 +460,44 @@ export class Worker {
         this.events.log('warn', `job ${job.job_id}: the lease ended (${link.ended}); its backend request was aborted and it is not reported`, {
           job: job.job_id,
         });
-      const overhead = (performance.now() - t0 - backendMs) / 1000;
-      return () => Promise.resolve(this.events.jobDone(job, 'canceled', (Date.now() - started) / 1000, 0, overhead));
+      this.events.jobDone(job, 'canceled', (Date.now() - started) / 1000, 0, overhead);
+      return undefined;
     }
-    const done = report;
-    return async () => {
-      const overhead = (performance.now() - t0 - backendMs) / 1000;
-      let points = 0;
-      try {
-        points = await this.client.report(job, done).catch((err: unknown) => {
-          // The tokens made the report too large (BODY_LIMIT): the answer goes without them (issue 53).
-          if (err instanceof CoordinatorError && err.status === 413 && done.tokens) return this.client.report(job, { ...done, tokens: undefined });
-          throw err;
-        });
-      } catch (err) {
-        if (err instanceof CoordinatorError && err.status === 413 && done.status === 'success') {
-          // The answer is larger than the service takes in one report (its BODY_LIMIT): it would
-          // be so on any node, so the job fails as its request's own error, at once, and its
-          // client is told to ask for less, rather than waiting for the job's deadline.
-          outcome = 'error';
-          await this.reportTooLarge(job);
-        } else {
-          outcome = 'refused';
-          // A status is the coordinator's refusal; anything else (a stop while it was away) never reached it.
-          this.events.log(
-            'warn',
-            err instanceof CoordinatorError
-              ? `the report of job ${job.job_id} was refused: ${String(err)}`
-              : `the report of job ${job.job_id} did not reach the coordinator (${String(err)}): the job goes back to the queue when its lease runs out`,
-          );
-        }
+    // seconds: from the job taken to its report sent (the report's answer may wait for the next job: exchange).
+    return { job, report, seconds: (Date.now() - started) / 1000, overhead };
+  }
+
+  /** A report through update_result, alone (the seed's wire): after a 401, or a call of the network's wire refused whole. */
+  private async reportAlone(done: Done): Promise<void> {
+    const { job, report } = done;
+    let outcome: JobOutcome = report.status;
+    let points = 0;
+    try {
+      points = await this.client.report(job, report).catch((err: unknown) => {
+        // The tokens made the report too large (BODY_LIMIT): the answer goes without them (issue 53).
+        if (err instanceof CoordinatorError && err.status === 413 && report.tokens) return this.client.report(job, { ...report, tokens: undefined });
+        throw err;
+      });
+    } catch (err) {
+      if (err instanceof CoordinatorError && err.status === 413 && report.status === 'success') {
+        // The answer is larger than the service takes in one report (its BODY_LIMIT): it would
+        // be so on any node, so the job fails as its request's own error, at once, and its
+        // client is told to ask for less, rather than waiting for the job's deadline.
+        outcome = 'error';
+        await this.reportTooLarge(job);
+      } else {
+        outcome = 'refused';
+        // A status is the coordinator's refusal; anything else (a stop while it was away) never reached it.
+        this.events.log(
+          'warn',
+          err instanceof CoordinatorError
+            ? `the report of job ${job.job_id} was refused: ${String(err)}`
+            : `the report of job ${job.job_id} did not reach the coordinator (${String(err)}): the job goes back to the queue when its lease runs out`,
+        );
       }
-      if (outcome === 'success') this.jobsDone++;
-      this.events.jobDone(job, outcome, (Date.now() - started) / 1000, points, overhead);
-    };
+    }
+    if (outcome === 'success') this.jobsDone++;
+    this.events.jobDone(job, outcome, done.seconds, points, done.overhead);
   }
 
   private async reportTooLarge(job: Job): Promise<void> {

@@ -1,7 +1,8 @@
 // A real HTTP proxy between a worker and the coordinator (the real app), for tests of the
-// worker's side of the wire: it records what the worker sends (job_progress, update_result)
-// and what it was answered, and can add fields to the `job_data` the worker gets — as a
-// coordinator does for a job whose answer an earlier attempt began (`answer_prefix`).
+// worker's side of the wire: it records what the worker sends (job_progress, update_result, the
+// reports of jobs/next) and what it was answered, and can add fields to the `job_data` the worker
+// gets (get_job's, and each of jobs/next's `jobs`) — as a coordinator does for a job whose answer
+// an earlier attempt began (`answer_prefix`).
 import { createServer, type Server } from 'node:http';
 
 export interface Tap {
@@ -40,14 +41,22 @@ export async function startTap(target: string): Promise<Tap> {
         const b = JSON.parse(body) as { job_id: string; delta: string };
         tap.progress.push({ job_id: b.job_id, delta: b.delta, status: r.status });
       }
-      if (path === '/worker/update_result') {
-        const b = JSON.parse(body) as { job_id: string; result: { message: { content?: unknown } | string }; usage?: unknown };
+      type Sent = { job_id: string; result: { message: { content?: unknown } | string }; usage?: unknown };
+      const record = (b: Sent, status: number) =>
         tap.reports.push({
           job_id: b.job_id,
           content: typeof b.result.message === 'object' ? b.result.message.content : b.result.message,
           usage: b.usage,
-          status: r.status,
+          status,
         });
+      if (path === '/worker/update_result') record(JSON.parse(body) as Sent, r.status);
+      if (path === '/worker/jobs/next') {
+        // Each report with the status update_result would have answered it alone (accepted: 200, refused: 400).
+        const sent = (JSON.parse(body) as { reports?: Sent[] }).reports ?? [];
+        const answer = r.status === 200 ? (JSON.parse(text) as { reports: { accepted: boolean }[]; jobs: Record<string, unknown>[] }) : undefined;
+        sent.forEach((b, i) => record(b, answer ? (answer.reports[i]?.accepted ? 200 : 400) : r.status));
+        const add = tap.jobData;
+        if (answer && add) text = JSON.stringify({ ...answer, jobs: answer.jobs.map((j) => ({ ...j, ...add(j) })) });
       }
       res.writeHead(r.status, { 'content-type': r.headers.get('content-type') ?? 'application/json' }).end(text);
     })().catch(() => res.destroy());

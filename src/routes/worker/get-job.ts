@@ -7,10 +7,29 @@
 // carries that beginning (answer_prefix) for this node to continue. A session that declared
 // capabilities (`ins worker`) also gets the job's OpenAI parameters (`params`, docs/openai.md);
 // the seed's worker gets the seed's job_data, field for field.
-import { GetJobQuery, GetJobResponses } from '../../generated/schemas.js';
+import { GetJobQuery, GetJobResponses, type JobData } from '../../generated/schemas.js';
 import { authenticateSession } from '../authenticate.js';
 import type { App, Deps } from '../types.js';
+import type { SessionRow } from '../../auth/principal.js';
+import type { DeliveredJob } from '../../jobs/dispatcher.js';
 import { rideOutage } from '../../db/outage.js';
+
+/** A leased job as the worker gets it (openapi.json JobData): the seed's fields, and `params` for a session that declared capabilities. */
+export function jobData(job: DeliveredJob, session: SessionRow): JobData {
+  const { messages, max_output, temperature, seed, stream, params } = job.request;
+  return {
+    job_id: job.jobId,
+    api_key: job.jobKey,
+    model: job.model,
+    messages,
+    max_output,
+    temperature,
+    ...(seed !== undefined ? { seed } : {}),
+    ...(stream ? { stream } : {}),
+    ...(job.prefix ? { answer_prefix: job.prefix } : {}),
+    ...(params && session.capable ? { params } : {}),
+  };
+}
 
 export function getJobRoute(app: App, deps: Deps): void {
   const { limiters } = deps;
@@ -34,21 +53,7 @@ export function getJobRoute(app: App, deps: Deps): void {
         await coordinator.undeliver(job);
         return { job_data: null };
       }
-      const { messages, max_output, temperature, seed, stream, params } = job.request;
-      return {
-        job_data: {
-          job_id: job.jobId,
-          api_key: job.jobKey,
-          model: job.model,
-          messages,
-          max_output,
-          temperature,
-          ...(seed !== undefined ? { seed } : {}),
-          ...(stream ? { stream } : {}),
-          ...(job.prefix ? { answer_prefix: job.prefix } : {}),
-          ...(params && session.capable ? { params } : {}),
-        },
-      };
+      return { job_data: jobData(job, session) };
     }),
   );
 }
