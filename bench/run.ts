@@ -11,7 +11,8 @@
 // - retention: total_job_count with 0 and 3,000,000 jobs, and a soak with retention on: the database's size (bench/retention.ts);
 // - request-cost: the server's CPU per request of the job cycle's commonest requests, against another checkout (bench/request-cost.ts);
 // - cli: how long `ins node add` takes on a new and an existing embedded database and forwarded to a server (bench/cli.ts);
-// - added-latency: what the network adds to one chat completion, streamed and not, over the backend alone (bench/added-latency.ts).
+// - added-latency: what the network adds to one chat completion, streamed and not, over the backend alone (bench/added-latency.ts);
+// - worker-wire: the dispatch cycle with its workers on the seed's wire against `ins worker`'s own (bench/worker-wire.ts).
 // Every size is a flag (--help).
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -29,6 +30,7 @@ import { cliScenario } from './cli.js';
 import { requestCostScenario } from './request-cost.js';
 import { statementStatsScenario } from './statement-stats.js';
 import { addedLatencyScenario } from './added-latency.js';
+import { workerWireScenario } from './worker-wire.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -68,6 +70,8 @@ const { values: flags } = parseArgs({
     queued: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '5' },
     rounds: { type: 'string', default: '8' },
+    'max-jobs': { type: 'string', default: '4' },
+    'wire-pairs': { type: 'string', default: '1' },
     requests: { type: 'string', default: '20000' },
     current: { type: 'string' },
     profile: { type: 'string' },
@@ -77,7 +81,7 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|statement-stats|cli|added-latency] [--backends postgres,pglite] [--database-url URL]
+  console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|statement-stats|cli|added-latency|worker-wire] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
@@ -102,6 +106,8 @@ if (flags.help) {
              [--client-mode poll (the seed's get_result every 20 ms instead of waits)] [--analyze (ANALYZE after the warm-up)]
              [--current DIR (another built checkout's server in this one's place)]
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
+  worker-wire: the dispatch cycle, workers on the seed's wire (get_job + update_result) against ins worker's (jobs/next),
+             alternating: [--workers W (64)] [--submitters S (32)] [--max-jobs N (4: jobs/next's max_jobs)] [--wire-pairs N (1)]
 --statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
 = 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
 --profile DIR: every server the scenario starts writes a V8 CPU profile into DIR (node --cpu-prof), one file
@@ -236,11 +242,19 @@ async function main(): Promise<void> {
       });
     case 'cli':
       return cliScenario({ runs: num('runs'), baseline: flags.baseline, out: flags.out });
+    case 'worker-wire':
+      return workerWireScenario({
+        ...common,
+        workers: num('workers'),
+        submitters: num('submitters'),
+        maxJobs: num('max-jobs'),
+        pairs: num('wire-pairs'),
+      });
     case 'added-latency':
       return addedLatencyScenario({ backends: flags.backends, databaseUrl: flags['database-url'], rounds: num('rounds'), out: flags.out });
     default:
       throw new Error(
-        `unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats, cli or added-latency)`,
+        `unknown scenario ${flags.scenario} (endpoints, dispatch, polls, idle, worker, fair, ledger, ledger-closing, lease-plan, retention, request-cost, statement-stats, cli, added-latency or worker-wire)`,
       );
   }
 }
