@@ -6,7 +6,8 @@
 // 20 ms apart; the network is the built server and one `ins worker --backend openai` process
 // in front of the same backend (`/v1/chat/completions` → a job → the worker → the backend).
 // Measured, per database: a non-streamed answer's latency; a streamed answer's time to its
-// first token (p50, p99), and the gaps between its tokens as the application sees them.
+// first token (p50, p99), and the gaps between its tokens as the application sees them; and for
+// the non-streamed requests, each statement's time per request (where the database's part goes).
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -26,6 +27,39 @@ const MODEL = 'bench-latency';
 const WORDS = 'one two three four';
 const GAP_MS = 20;
 const ROUND = 25;
+
+/** Per label value of `label`, a summary's or histogram's sum and count (`name`_sum, `name`_count) in a /metrics text. */
+function byLabel(text: string, name: string, label: string): Map<string, { sum: number; count: number }> {
+  const out = new Map<string, { sum: number; count: number }>();
+  for (const line of text.split('\n')) {
+    const m = new RegExp(`^${name}_(sum|count)\\{.*${label}="([^"]*)"`).exec(line);
+    if (!m) continue;
+    const e = out.get(m[2]!) ?? { sum: 0, count: 0 };
+    e[m[1] as 'sum' | 'count'] += Number(line.slice(line.lastIndexOf(' ') + 1));
+    out.set(m[2]!, e);
+  }
+  return out;
+}
+
+/**
+ * Where a non-streamed request's time goes on the server, per request through the network: each
+ * statement's time (its commit included: ins_db_statement_duration_seconds) and count, between two
+ * /metrics texts. What is not in a statement is HTTP, the worker and the backend.
+ */
+function statementsPerRequest(before: string, after: string, requests: number): string[][] {
+  const [a, b] = [
+    byLabel(before, 'ins_db_statement_duration_seconds', 'statement'),
+    byLabel(after, 'ins_db_statement_duration_seconds', 'statement'),
+  ];
+  const rows: string[][] = [];
+  for (const [statement, end] of b) {
+    const start = a.get(statement) ?? { sum: 0, count: 0 };
+    const count = (end.count - start.count) / requests;
+    if (count < 0.01) continue;
+    rows.push([statement, count.toFixed(2), `${(((end.sum - start.sum) * 1000) / requests).toFixed(2)} ms`]);
+  }
+  return rows.sort((x, y) => Number.parseFloat(y[2]!) - Number.parseFloat(x[2]!));
+}
 
 const median = (xs: number[]) =>
   percentile(
@@ -71,6 +105,7 @@ async function once(pool: Pool, pathName: string, auth: string, stream: boolean)
 export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void> {
   mkdirSync(path.join(ROOT, 'bench-results'), { recursive: true });
   const rows = [['database', 'measure', 'straight to the backend', 'through the network', 'added']];
+  const breakdown = [['database', 'statement (non-streamed requests)', 'runs per request', 'time per request, commit included']];
   const fake = await startFakeBackend('vllm', [MODEL]);
   fake.answer = () => WORDS;
   const direct = new Pool(fake.url, { connections: 2 });
@@ -104,6 +139,7 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
           const medians = { direct: [] as number[], network: [] as number[] };
           const all = { direct: [] as number[], network: [] as number[] };
           const gaps: number[] = [];
+          let metricsBefore = '';
           // A warm-up round, then the measured ones, each side in turn.
           for (let round = 0; round <= o.rounds; round++) {
             for (const side of ['direct', 'network'] as const) {
@@ -116,7 +152,10 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
                 times.push(stream ? r.first : r.total);
                 if (side === 'network' && round > 0) gaps.push(...r.gaps);
               }
-              if (round === 0) continue;
+              if (round === 0) {
+                if (side === 'network') metricsBefore = await (await fetch(`${server.url}/metrics`)).text();
+                continue;
+              }
               medians[side].push(median(times));
               all[side].push(...times);
             }
@@ -129,6 +168,10 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
           const [d, n] = [median(medians.direct), median(medians.network)];
           const what = stream ? 'time to first token, p50' : 'non-streamed answer, p50';
           rows.push([backend, what, `${d.toFixed(2)} ms`, `${n.toFixed(2)} ms`, `+${(n - d).toFixed(2)} ms`]);
+          if (!stream) {
+            const metricsAfter = await (await fetch(`${server.url}/metrics`)).text();
+            for (const row of statementsPerRequest(metricsBefore, metricsAfter, o.rounds * ROUND)) breakdown.push([backend, ...row]);
+          }
           if (stream) {
             rows.push([
               backend,
@@ -161,5 +204,7 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
     await fake.close();
   }
   printRows(rows);
-  if (o.out) writeFileSync(o.out, JSON.stringify(rows));
+  console.log("\nthe database's part of a non-streamed request through the network (ins_db_statement_duration_seconds):");
+  printRows(breakdown);
+  if (o.out) writeFileSync(o.out, JSON.stringify({ rows, breakdown }));
 }
