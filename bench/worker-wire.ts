@@ -33,7 +33,20 @@ export async function workerWireScenario(o: WorkerWireOptions): Promise<void> {
   for (const backend of parseBackends(o.backends)) {
     for (let pair = 0; pair < o.pairs; pair++) {
       for (const wire of pair % 2 === 0 ? wires : [...wires].reverse()) {
-        const run = await onePollRun('current', 'jobs', ENTRY, backend, o.databaseUrl, port++, o.workers, o.submitters, o.warmup, o.duration, wire);
+        const run = await onePollRun(
+          'current',
+          'jobs',
+          ENTRY,
+          backend,
+          o.databaseUrl,
+          port++,
+          o.workers,
+          o.submitters,
+          o.warmup,
+          o.duration,
+          false,
+          wire,
+        );
         console.log(`   ${backend} ${wire.kind}: ${JSON.stringify(run)}`);
         all.push({ backend, wire: wire.kind, run });
       }
