@@ -41,6 +41,7 @@ import { getJobRoute } from './routes/worker/get-job.js';
 import { nextJobsRoute } from './routes/worker/next-jobs.js';
 import { deregisterNodeRoute } from './routes/worker/deregister-node.js';
 import { jobProgressRoute } from './routes/worker/job-progress.js';
+import { jobProgressStreamRoute } from './routes/worker/job-progress-stream.js';
 import { getPointsRoute } from './routes/get-points.js';
 import { submitJobRoute } from './routes/user/submit-job.js';
 import { getResultRoutes } from './routes/user/get-result.js';
@@ -278,6 +279,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance & { me
   nextJobsRoute(app, deps);
   deregisterNodeRoute(app, deps);
   jobProgressRoute(app, deps);
+  jobProgressStreamRoute(app, deps);
   getPointsRoute(app, deps);
   submitJobRoute(app, deps);
   getResultRoutes(app, deps);

@@ -145,6 +145,17 @@ export const JobProgressRequest = Type.Object({
 }, { title: "JobProgressRequest" });
 export type JobProgressRequest = Static<typeof JobProgressRequest>;
 
+export const JobProgressStreamAnswer = Type.Object({
+  status: Type.Union([Type.Literal("success"), Type.Literal("ended"), Type.Literal("error")], { title: "Status" }),
+  detail: Type.Optional(Type.String({ title: "Detail" })),
+}, { title: "JobProgressStreamAnswer" });
+export type JobProgressStreamAnswer = Static<typeof JobProgressStreamAnswer>;
+
+export const JobProgressStreamLine = Type.Object({
+  delta: Type.String({ title: "Delta", description: "The text generated since the stream's last line (the lines concatenate, after the first line's delta, to what follows `answer_prefix`). Empty: a heartbeat.", maxLength: 65536 }),
+}, { title: "JobProgressStreamLine" });
+export type JobProgressStreamLine = Static<typeof JobProgressStreamLine>;
+
 export const LedgerNodeLeaf = Type.Object({
   index: Type.Integer({ description: "The leaf's place in the day's tree (nodes by name, code point order)." }),
   name: Type.String({ description: "The node." }),
@@ -774,6 +785,13 @@ export const JobProgressResponses = {
   413: ErrorDetail,
   422: HTTPValidationError,
   429: ErrorDetail,
+  503: ErrorDetail,
+};
+
+export const JobProgressStreamResponses = {
+  400: ErrorDetail,
+  413: ErrorDetail,
+  422: HTTPValidationError,
   503: ErrorDetail,
 };
 

@@ -4,6 +4,7 @@
 // exponential backoff and jitter, for ever: the worker resumes by itself once it is back.
 import pRetry from 'p-retry';
 import { http } from './http.js';
+import { ProgressStream, type StreamEvents } from './progress-stream.js';
 import type { ChatParams } from './chat-wire.js';
 import type { BackendAnswer, ModelBuild } from './backend.js';
 
@@ -87,6 +88,8 @@ export interface ClientEvents {
 
 export class CoordinatorClient {
   token = '';
+  /** False once the coordinator answered that it has no progress streams (an older one): progress then goes piece by piece. */
+  streams = true;
 
   /** retryMaxMs: the longest pause between tries while the server is away (--retry-max). */
   constructor(
@@ -227,6 +230,11 @@ export class CoordinatorClient {
       retry: false,
       signal,
     });
+  }
+
+  /** A job's progress over one request (POST /worker/job_progress_stream), opened with its first piece ("" for none). */
+  progressStream(job: Job, delta: string, events: StreamEvents): ProgressStream {
+    return new ProgressStream(`${this.server}/worker/job_progress_stream`, job.job_id, job.api_key, delta, events);
   }
 
   async deregister(): Promise<void> {

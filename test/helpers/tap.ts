@@ -2,8 +2,13 @@
 // worker's side of the wire: it records what the worker sends (job_progress, update_result, the
 // reports of jobs/next) and what it was answered, and can add fields to the `job_data` the worker
 // gets (get_job's, and each of jobs/next's `jobs`) — as a coordinator does for a job whose answer
-// an earlier attempt began (`answer_prefix`).
-import { createServer, type Server } from 'node:http';
+// an earlier attempt began (`answer_prefix`). A job's progress stream (POST
+// /worker/job_progress_stream) passes line by line as it comes, each line recorded as a piece of
+// progress with the status its answer line gives it (200 taken, 400 the lease ended, 422
+// refused), as the pieces of job_progress are.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { PassThrough } from 'node:stream';
+import { request } from 'undici';
 
 export interface Tap {
   url: string;
@@ -17,6 +22,7 @@ export interface Tap {
 export async function startTap(target: string): Promise<Tap> {
   const tap: Tap = { url: '', jobData: undefined, progress: [], reports: [], close: async () => {} };
   const server: Server = createServer((req, res) => {
+    if ((req.url ?? '').split('?')[0] === '/worker/job_progress_stream') return void passStream(target, tap, req, res).catch(() => res.destroy());
     const upstream = new AbortController();
     res.on('close', () => upstream.abort());
     void (async () => {
@@ -69,4 +75,50 @@ export async function startTap(target: string): Promise<Tap> {
       server.closeAllConnections();
     });
   return tap;
+}
+
+/** A progress stream, passed on as it comes, each line recorded with the status its answer gives it. */
+async function passStream(target: string, tap: Tap, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const sent: { job_id: string; delta: string }[] = [];
+  let jobId = '';
+  let rest = '';
+  const body = new PassThrough();
+  req.on('data', (chunk: Buffer) => {
+    rest += String(chunk);
+    for (let at = rest.indexOf('\n'); at >= 0; at = rest.indexOf('\n')) {
+      const line = JSON.parse(rest.slice(0, at)) as { job_id?: string; delta?: string };
+      rest = rest.slice(at + 1);
+      jobId ||= line.job_id ?? '';
+      sent.push({ job_id: jobId, delta: line.delta ?? '' });
+    }
+    body.write(chunk);
+  });
+  req.on('end', () => body.end());
+  const upstream = new AbortController();
+  res.on('close', () => upstream.abort());
+  const r = await request(`${target}${req.url}`, {
+    method: 'POST',
+    headers: { 'content-type': req.headers['content-type'] ?? 'application/x-ndjson' },
+    body,
+    signal: upstream.signal,
+  });
+  res.writeHead(r.statusCode, { 'content-type': String(r.headers['content-type'] ?? 'application/json') });
+  if (r.statusCode !== 200) {
+    const text = await r.body.text();
+    if (sent[0]) tap.progress.push({ ...sent[0], status: r.statusCode });
+    return void res.end(text);
+  }
+  let answers = '';
+  let taken = 0;
+  for await (const chunk of r.body) {
+    answers += String(chunk);
+    for (let at = answers.indexOf('\n'); at >= 0; at = answers.indexOf('\n')) {
+      const { status } = JSON.parse(answers.slice(0, at)) as { status: string };
+      answers = answers.slice(at + 1);
+      const line = sent[taken++];
+      if (line) tap.progress.push({ ...line, status: status === 'success' ? 200 : status === 'ended' ? 400 : 422 });
+    }
+    res.write(chunk);
+  }
+  res.end();
 }
