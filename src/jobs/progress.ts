@@ -13,7 +13,8 @@
 //
 // Progress also keeps its lease alive (HEARTBEAT_TIMEOUT, config.ts): a lease that hears from its
 // worker ends HEARTBEAT_TIMEOUT after the last renewal, so a dead worker's job goes back to the
-// queue in seconds. A lease is renewed at most every third of that per server, one statement.
+// queue in seconds. A lease is renewed at most every third of that per server, by the statement
+// that checks the lease or keeps the piece (sql/progress.ts KEEP_PROGRESS), else by one of its own.
 import { sql, type Queryable } from '../db/database.js';
 import { keepProgress, openLeaseAttempt, renewLease, type Kept } from './sql/progress.js';
 import type { Outcome } from './outcome.js';
@@ -60,19 +61,24 @@ export class ProgressRelay implements LiveConsumer {
     private readonly leases: { lease: number; heartbeat: number } = { lease: 0, heartbeat: 0 },
   ) {}
 
-  /** Renews the lease when a third of HEARTBEAT_TIMEOUT has passed since this server last did. */
-  private async renew(keyHash: string): Promise<void> {
-    const { lease, heartbeat } = this.leases;
-    if (heartbeat <= 0) return;
+  /** Whether this server should renew the lease now: a third of HEARTBEAT_TIMEOUT has passed since it last did (and marks it renewed). */
+  private renewDue(keyHash: string): boolean {
+    const { heartbeat } = this.leases;
+    if (heartbeat <= 0) return false;
     const now = performance.now();
     const last = this.renewed.get(keyHash);
-    if (last !== undefined && now - last < (heartbeat * 1000) / 3) return;
+    if (last !== undefined && now - last < (heartbeat * 1000) / 3) return false;
     if (this.renewed.size >= MAX_REMEMBERED) this.renewed.delete(this.renewed.keys().next().value!);
     this.renewed.delete(keyHash);
     this.renewed.set(keyHash, now);
-    // Best effort, after the piece went out: a renewal that fails (a database blip) fails no
-    // progress; the next heartbeat tries again.
-    await renewLease(this.db, keyHash, lease, heartbeat).catch(() => {
+    return true;
+  }
+
+  /** Renews the lease when due (a heartbeat of a lease known open: no other statement). */
+  private async renew(keyHash: string): Promise<void> {
+    if (!this.renewDue(keyHash)) return;
+    // Best effort: a renewal that fails (a database blip) fails no progress; the next heartbeat tries again.
+    await renewLease(this.db, keyHash, this.leases.lease, this.leases.heartbeat).catch(() => {
       this.renewed.delete(keyHash);
     });
   }
@@ -94,20 +100,24 @@ export class ProgressRelay implements LiveConsumer {
       await this.renew(keyHash);
       return true;
     }
-    const relayed = await this.relay(keyHash, jobId, text);
-    if (relayed) await this.renew(keyHash);
-    return relayed;
+    return this.relay(keyHash, jobId, text);
   }
 
   private async relay(keyHash: string, jobId: string, text: string): Promise<boolean> {
     const check = { stale: false };
     this.checking.set(jobId, check);
     let kept: Kept | undefined;
+    // The renewal, when due, goes with the statement that checks the lease or keeps the text: one
+    // statement for a piece, not two in turn (the first piece of a lease is always due).
+    const renew = this.renewDue(keyHash);
     try {
       kept =
-        text === ''
+        text === '' && !renew
           ? await openLeaseAttempt(this.db, keyHash, jobId).then((attempt) => (attempt === undefined ? undefined : { attempt, at: 0, kept: 0 }))
-          : await keepProgress(this.db, keyHash, jobId, text, PROGRESS_CAP_CHARS);
+          : await keepProgress(this.db, keyHash, jobId, text, PROGRESS_CAP_CHARS, renew ? this.leases : undefined);
+    } catch (err) {
+      if (renew) this.renewed.delete(keyHash);
+      throw err;
     } finally {
       if (this.checking.get(jobId) === check) this.checking.delete(jobId);
     }

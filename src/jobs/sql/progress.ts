@@ -5,7 +5,9 @@
 // (the worker hears so: its lease is gone — canceled, expired, finished elsewhere).
 import { sql, type Queryable } from '../../db/database.js';
 
-// $1 the job key's hash, $2 the job id, $3 the text, $4 the most characters a lease may keep.
+// $1 the job key's hash, $2 the job id, $3 the text, $4 the most characters a lease may keep;
+// $5 whether to renew the lease as well (RENEW_LEASE's rule, with $6 LEASE_TIMEOUT and $7
+// HEARTBEAT_TIMEOUT in seconds): one statement for the text and the renewal, not two in turn.
 // The lease row is locked, so the offset (where the text starts in the whole answer, prefix
 // included, in characters) is that of the latest text. What a lease keeps is always the true
 // beginning of what it generated: at the cap, the text is cut there and nothing later is kept
@@ -16,13 +18,16 @@ export const KEEP_PROGRESS = sql(
   `WITH lease AS (
   SELECT l.key_hash, l.attempt, char_length(l.prefix) + char_length(l.partial) AS at,
     CASE WHEN coalesce((j.request ->> 'stream')::boolean, false)
-      THEN greatest(0, least(char_length($3::text), $4::int - char_length(l.partial))) ELSE 0 END AS kept
+      THEN greatest(0, least(char_length($3::text), $4::int - char_length(l.partial))) ELSE 0 END AS kept,
+    least(j.deadline_at, l.leased_at + make_interval(secs => $6::float8 + l.paused_seconds), now() + make_interval(secs => $7::float8)) AS renewed_until
   FROM job_leases l JOIN jobs j ON j.id = l.job_id
   WHERE l.key_hash = $1::text AND l.ended_at IS NULL AND l.job_id::text = $2::text
   FOR UPDATE OF l
 ),
 stored AS (
-  UPDATE job_leases l SET partial = l.partial || left($3::text, x.kept) FROM lease x WHERE l.key_hash = x.key_hash AND x.kept > 0
+  UPDATE job_leases l SET partial = l.partial || left($3::text, x.kept),
+    expires_at = CASE WHEN $5::boolean THEN x.renewed_until ELSE l.expires_at END
+  FROM lease x WHERE l.key_hash = x.key_hash AND (x.kept > 0 OR $5::boolean)
   RETURNING l.key_hash
 )
 SELECT x.attempt, x.at, x.kept, (SELECT count(*)::int FROM stored) AS stored FROM lease x`,
@@ -59,9 +64,16 @@ export interface Kept {
   kept: number;
 }
 
-/** Keeps the text with its open lease; undefined when that lease is not open. */
-export async function keepProgress(db: Queryable, keyHash: string, jobId: string, text: string, cap: number): Promise<Kept | undefined> {
-  const [row] = await db.query<Kept>(KEEP_PROGRESS, [keyHash, jobId, text, cap]);
+/** Keeps the text with its open lease, and renews the lease when `renew` gives its timeouts; undefined when that lease is not open. */
+export async function keepProgress(
+  db: Queryable,
+  keyHash: string,
+  jobId: string,
+  text: string,
+  cap: number,
+  renew?: { lease: number; heartbeat: number },
+): Promise<Kept | undefined> {
+  const [row] = await db.query<Kept>(KEEP_PROGRESS, [keyHash, jobId, text, cap, renew !== undefined, renew?.lease ?? 0, renew?.heartbeat ?? 0]);
   return row;
 }
 
