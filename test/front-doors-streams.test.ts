@@ -5,6 +5,7 @@
 // text is the job's answer of record, and the stream ends as a finished answer does); a node that
 // cannot continue ends the stream with the wire's error event, never with other text; a client
 // that hangs up cancels its job.
+import { sql } from '../src/db/database.js';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backends } from './helpers/db.js';
@@ -128,10 +129,15 @@ describe.each(backends)("every front door's stream on $name", (backend) => {
       expect(await read.done).toBe(wire.path === '/v1/messages' ? 'message_stop' : 'response.completed');
       expect(read.text).toBe(whole);
       expect(await recorded(read.jobId)).toBe(whole);
-      // The stream's time to first token, its queue time and its output rate, per model, as vLLM names them.
-      const metrics = (await t.app.inject({ method: 'GET', url: '/metrics' })).body;
+      // The stream's time to first token, its queue time and its output rate, per model and node (the one that finished it), as vLLM names them.
+      const [done] = await t.db.query<{ name: string }>(
+        sql('t_done_node', 'SELECT n.name FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.id = $1::uuid'),
+        [read.jobId],
+      );
       for (const name of ['ins_time_to_first_token_seconds', 'ins_request_queue_time_seconds', 'ins_output_tokens_per_second']) {
-        expect(metrics, name).toMatch(new RegExp(`^${name}_count\\{model="${model}"\\} 1$`, 'm'));
+        await expect
+          .poll(async () => (await t.app.inject({ method: 'GET', url: '/metrics' })).body, { timeout: 10_000 })
+          .toMatch(new RegExp(`^${name}_count\\{model="${model}",node="${done!.name}"\\} 1$`, 'm'));
       }
     });
 

@@ -5,6 +5,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { Database } from '../db/database.js';
 import { openLeases, queueDepth } from '../jobs/read.js';
 import { standingCounts } from '../verify/standing.js';
+import { nodeNameOf } from '../repositories/nodes.js';
 import type { AuditReport } from '../verify/auditor.js';
 import type { Outcome, OutcomeConsumer } from '../jobs/outcome.js';
 import type { NodeConsumer, NodeOutcome } from '../nodes/outcome.js';
@@ -24,9 +25,11 @@ export interface Metrics {
   completions: Counter<'model' | 'outcome'>;
   completionFirstByte: Histogram;
   completionQueueWait: Histogram;
-  timeToFirstToken: Histogram<'model'>;
-  requestQueueTime: Histogram<'model'>;
-  outputTokensPerSecond: Histogram<'model'>;
+  timeToFirstToken: Histogram<'model' | 'node'>;
+  requestQueueTime: Histogram<'model' | 'node'>;
+  outputTokensPerSecond: Histogram<'model' | 'node'>;
+  /** The `node` label's value for a node id (bounded: NodeLabels). */
+  nodeLabels: NodeLabels;
   verification: Counter<'event'>;
   strikes: Counter<'kind'>;
   pointsReversed: Counter;
@@ -153,27 +156,29 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
-  // Per model, named as vLLM names its own (time_to_first_token_seconds, request_queue_time_seconds)
-  // and the OpenTelemetry GenAI conventions' gen_ai.server.time_to_first_token: every front door's
-  // jobs (routes/front/run.ts).
+  // Per model and node, named as vLLM names its own (time_to_first_token_seconds,
+  // request_queue_time_seconds) and the OpenTelemetry GenAI conventions' gen_ai.server.time_to_first_token
+  // (whose metrics are not stable yet: no gen_ai_* names of our own): every front door's jobs
+  // (routes/front/run.ts). The node is the one that did the job (its first token's, unless
+  // another node continued the answer); `node` takes at most MAX_NODE_LABELS names (NodeLabels).
   const timeToFirstToken = new Histogram({
     name: 'ins_time_to_first_token_seconds',
-    help: 'Streamed completions (every front door): from the request to the first token of the answer relayed to the client, by model',
-    labelNames: ['model'],
+    help: 'Streamed completions (every front door): from the request to the first token of the answer relayed to the client, by model and node',
+    labelNames: ['model', 'node'],
     registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 120],
   });
   const requestQueueTime = new Histogram({
     name: 'ins_request_queue_time_seconds',
-    help: "Completions (every front door): from the job's submission to its first lease, by model",
-    labelNames: ['model'],
+    help: "Completions (every front door): from the job's submission to its first lease, by model and node",
+    labelNames: ['model', 'node'],
     registers: [registry],
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
   });
   const outputTokensPerSecond = new Histogram({
     name: 'ins_output_tokens_per_second',
-    help: 'Completions (every front door) whose node counted its tokens: output tokens over the time from the first lease to the answer, by model',
-    labelNames: ['model'],
+    help: 'Completions (every front door) whose node counted its tokens: output tokens over the time from the first lease to the answer, by model and node',
+    labelNames: ['model', 'node'],
     registers: [registry],
     buckets: [1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280],
   });
@@ -264,6 +269,7 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     timeToFirstToken,
     requestQueueTime,
     outputTokensPerSecond,
+    nodeLabels: new NodeLabels((id) => nodeNameOf(db, id)),
     verification,
     strikes,
     pointsReversed,
@@ -275,6 +281,37 @@ export function createMetrics(db: Database, withProcessMetrics: boolean): Metric
     retentionPruned,
     live,
   };
+}
+
+/** Most node names a `node` label takes; the nodes after them are "other" (each name is a series per model and bucket). */
+export const MAX_NODE_LABELS = 64;
+
+/**
+ * The `node` label of a job's metrics: the node's name, for the first MAX_NODE_LABELS nodes this
+ * server labels; "other" after them, so that a network of thousands of nodes cannot grow the
+ * series without bound; "none" for a job no node did. Names are read once per node.
+ */
+export class NodeLabels {
+  private readonly names = new Map<number, Promise<string>>();
+
+  constructor(private readonly nameOf: (id: number) => Promise<string | undefined>) {}
+
+  of(id: number | null): Promise<string> {
+    if (id === null) return Promise.resolve('none');
+    const known = this.names.get(id);
+    if (known) return known;
+    if (this.names.size >= MAX_NODE_LABELS) return Promise.resolve('other');
+    const name = this.nameOf(id).then(
+      (n) => n ?? 'other',
+      () => {
+        // A database blip: this time "other", the next observation asks again.
+        this.names.delete(id);
+        return 'other';
+      },
+    );
+    this.names.set(id, name);
+    return name;
+  }
 }
 
 /** What an audit batch found (verify/auditor.ts). */

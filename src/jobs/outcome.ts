@@ -17,6 +17,8 @@ export interface DoneJob {
   result: Answer;
   usage: Usage | null;
   queuedSeconds: number | null;
+  /** The node that did it (its metrics label). */
+  nodeId: number | null;
 }
 
 export interface FinishedJob {

@@ -29,6 +29,8 @@ export interface UserJob {
    * or the deadline passed while held): null.
    */
   delivery: DeliveryState | null;
+  /** While leased, the holder; once done, the node that did it. */
+  nodeId: number | null;
 }
 
 const ISO = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
@@ -44,7 +46,7 @@ const OWN_JOBS = sql(
     CASE WHEN j.delivery = 'held' AND j.deadline_at < now() THEN 'unchecked' ELSE j.delivery END AS delivery,
     ${ISO('j.submitted_at')} AS submitted_at, ${ISO('j.finished_at')} AS finished_at,
     extract(epoch FROM j.finished_at - j.submitted_at)::float8 AS seconds,
-    extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds"
+    extract(epoch FROM j.first_leased_at - j.submitted_at)::float8 AS "queuedSeconds", j.node_id::int AS "nodeId"
   FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS q(id, owner, i)
   JOIN jobs j ON j.id = q.id AND j.owner_key_id = q.owner JOIN models m ON m.id = j.model_id
   LEFT JOIN jobs r ON r.id = j.delivery_from`,

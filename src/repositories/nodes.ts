@@ -32,6 +32,7 @@ const BY_KEY = sql(
   `SELECT n.id, n.name, n.disabled_at IS NOT NULL AS disabled, ${NODE_SUSPENDED} AS suspended FROM nodes n WHERE n.key_hash = $1::text`,
 );
 const COUNT = sql('nodes_count', 'SELECT count(*)::int AS n FROM nodes');
+const NAME = sql('nodes_name', 'SELECT name FROM nodes WHERE id = $1::bigint');
 // $1 the online window, $2 MODELS_TTL, both in seconds. A node's live sessions: those that hold
 // (db/rules/live.ts), seen within the window.
 const LIST = sql(
@@ -55,6 +56,12 @@ const LIST = sql(
 export async function findNodeByKeyHash(db: Queryable, hash: string): Promise<NodeRow | undefined> {
   const [row] = await db.query<NodeRow>(BY_KEY, [hash]);
   return row ? { ...row, id: Number(row.id) } : undefined;
+}
+
+/** A node's name by its id (undefined: no such node). */
+export async function nodeNameOf(db: Queryable, id: number): Promise<string | undefined> {
+  const [row] = await db.query<{ name: string }>(NAME, [id]);
+  return row?.name;
 }
 
 export async function countNodes(db: Queryable): Promise<number> {

@@ -265,6 +265,7 @@ export async function completeJobs(
         result: row.cut ? { ...r.answer, finish_reason: 'length' } : r.answer,
         usage: row.usage,
         queuedSeconds: row.queued_seconds,
+        nodeId: row.node_id,
       });
   }
   // Error reports are their nodes' failures (a request's own error, issue 28, is the request's),

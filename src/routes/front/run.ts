@@ -95,9 +95,12 @@ export async function runJob(
   const { limiters, metrics } = deps;
   const { coordinator } = deps.service;
   const { slot, started, gone } = begin(deps, reply, owner);
-  const record = (outcome: Outcome) => {
+  /** A streamed job's time to its first token, seconds (observed with the outcome, which names the node). */
+  let firstToken: number | undefined;
+  const record = (outcome: Outcome, first?: number) => {
+    firstToken ??= first;
     metrics.completions.inc({ model: job.model, outcome: outcome.kind });
-    if (outcome.kind === 'done') observeDone(metrics, job.model, outcome, (performance.now() - started) / 1000);
+    if (outcome.kind === 'done') observeDone(metrics, job.model, outcome, (performance.now() - started) / 1000, firstToken);
     if (!job.stream) metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   };
   try {
@@ -159,14 +162,25 @@ export async function runBatch(
   }
 }
 
-/** A done job's queue time and, where its node counted them, its output tokens per second of the time after its first lease. */
-function observeDone(metrics: Deps['metrics'], model: string, done: Done, seconds: number): void {
+/**
+ * A done job's queue time, its time to first token when streamed (`firstToken`, seconds) and,
+ * where its node counted them, its output tokens per second of the time after its first lease;
+ * by model and node (the node's name is read once per node, after the answer went out).
+ */
+function observeDone(metrics: Deps['metrics'], model: string, done: Done, seconds: number, firstToken?: number): void {
   if (done.queuedSeconds === null) return;
   metrics.completionQueueWait.observe(done.queuedSeconds);
-  metrics.requestQueueTime.observe({ model }, done.queuedSeconds);
+  const queued = done.queuedSeconds;
   const tokens = done.usage?.estimated ? undefined : done.usage?.completion_tokens;
-  const generating = seconds - done.queuedSeconds;
-  if (tokens && generating > 0) metrics.outputTokensPerSecond.observe({ model }, tokens / generating);
+  metrics.nodeLabels
+    .of(done.nodeId)
+    .then((node) => {
+      metrics.requestQueueTime.observe({ model, node }, queued);
+      if (firstToken !== undefined) metrics.timeToFirstToken.observe({ model, node }, firstToken);
+      const generating = seconds - queued;
+      if (tokens && generating > 0) metrics.outputTokensPerSecond.observe({ model, node }, tokens / generating);
+    })
+    .catch(() => undefined);
 }
 
 /** A run begins: the key's slot taken (left by the caller), the clock started, the client's hang-up watched. */
@@ -207,7 +221,7 @@ async function stream(
   owner: number,
   started: number,
   wait: () => Promise<Outcome>,
-  record: (o: Outcome) => void,
+  record: (o: Outcome, firstToken?: number) => void,
   held: boolean,
 ): Promise<void> {
   const {
@@ -241,13 +255,14 @@ async function stream(
   const sentHash = createHash('sha256');
   // A held answer (checked delivery) streams whole once its check passed: no partial output of
   // the node is relayed, so no text that fails its check is ever shown (docs/verification.md).
+  let firstToken: number | undefined;
   const stop = coordinator.onProgress(jobId, (piece) => {
     if (held) return;
     if (piece.at !== sentChars || piece.text === '') return;
     sentChars += charLength(piece.text);
     sentUnits += piece.text.length;
     sentHash.update(piece.text);
-    if (sentUnits === piece.text.length) metrics.timeToFirstToken.observe({ model: job.model }, (performance.now() - started) / 1000);
+    if (sentUnits === piece.text.length) firstToken = (performance.now() - started) / 1000;
     emit(wire.text(piece.text));
   });
   // Until the answer begins, where the job stands (from memory, jobs/open-jobs.ts), each time it changes.
@@ -271,7 +286,9 @@ async function stream(
     stop();
     await sending;
   }
-  record(outcome);
+  // A node that relayed nothing (the seed's workers send no partial output): its first token reaches the client now.
+  if (firstToken === undefined && outcome.kind === 'done' && outcome.answer.message.content) firstToken = (performance.now() - started) / 1000;
+  record(outcome, firstToken);
   if (!sse.isConnected) {
     if (outcome.kind === 'gone') logClientClosed(reply.request);
     return;
@@ -292,8 +309,6 @@ async function stream(
       ),
     );
   }
-  // A node that relayed nothing (the seed's workers send no partial output): its first token reaches the client now.
-  if (sentUnits === 0 && content) metrics.timeToFirstToken.observe({ model: job.model }, (performance.now() - started) / 1000);
   return end(wire.finish(outcome, content.slice(sentUnits)));
 
   async function end(events: Event[]): Promise<void> {

@@ -11,7 +11,7 @@ import type { Event } from '../front/event.js';
 import { OpenAIError } from './errors.js';
 
 export type Outcome =
-  | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null }
+  | { kind: 'done'; answer: Answer; usage: Usage | null; queuedSeconds: number | null; nodeId: number | null }
   | { kind: 'failed' | 'expired' | 'canceled' | 'timeout' | 'gone' | 'shutdown'; detail: string }
   /** The node's answer breaks what the request made certain (a strict schema, JSON mode, a required tool call): answer-shape.ts. */
   | { kind: 'invalid_answer'; detail: string }
@@ -60,7 +60,14 @@ export async function awaitCompletion(
   const until = Date.now() + chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS;
   const finished = await coordinator.waitFinal(jobId, chat.timeoutSeconds * 1000 + SWEEP_GRACE_MS, gone);
   if (held && !gone.aborted && !coordinator.draining) return awaitDelivery(coordinator, owner, jobId, gone, until);
-  if (finished?.done) return { kind: 'done', answer: finished.done.result, usage: finished.done.usage, queuedSeconds: finished.done.queuedSeconds };
+  if (finished?.done)
+    return {
+      kind: 'done',
+      answer: finished.done.result,
+      usage: finished.done.usage,
+      queuedSeconds: finished.done.queuedSeconds,
+      nodeId: finished.done.nodeId,
+    };
   if (gone.aborted) {
     await coordinator.cancel(jobId, owner, 'the client went away');
     return { kind: 'gone', detail: 'the client went away' };
@@ -85,7 +92,7 @@ async function awaitDelivery(coordinator: Coordinator, owner: number, jobId: str
     const job = await coordinator.ownJob(jobId, owner);
     if (!job) return { kind: 'timeout', detail: 'no node finished the job before its deadline' };
     if (job.state === 'done' && job.delivery === 'checked')
-      return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
+      return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds, nodeId: job.nodeId };
     if (job.state === 'done' && job.delivery === 'unchecked') return { kind: 'unchecked', detail: UNCHECKED_DETAIL };
     if (job.state !== 'done' && job.state !== 'queued' && job.state !== 'leased') return outcomeOf(job);
     if (gone.aborted) {
@@ -103,7 +110,7 @@ async function awaitDelivery(coordinator: Coordinator, owner: number, jobId: str
 function outcomeOf(job: UserJob): Outcome {
   switch (job.state) {
     case 'done':
-      return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds };
+      return { kind: 'done', answer: job.result!, usage: job.usage, queuedSeconds: job.queuedSeconds, nodeId: job.nodeId };
     case 'failed':
       return job.error
         ? { kind: 'request_error', detail: job.detail ?? job.error.message, error: job.error }
