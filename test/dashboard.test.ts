@@ -300,6 +300,9 @@ describe.runIf(existsSync(CHROMIUM))('dashboard in Chromium', () => {
     ]); // the last column: done in the last minute
     expect(await page.locator('#net-queued').textContent()).toBe('1');
     expect(await page.locator('#net-recent li').count()).toBe(3);
+    // Its time to first token, queue time and output rate: none yet, its jobs came through /submit_job (issue 56).
+    expect(await page.locator('#net-latency thead th').allTextContents()).toEqual(['Model', 'Node', 'Done', 'First token', 'Queue', 'Tokens/s']);
+    expect(await page.locator('#net-latency tbody').textContent()).toBe('No completion answered by this server yet.');
     expect(await page.locator('#net-recent li').first().textContent()).toMatch(/^llama3\.2:latest · \? · /);
     expect(await page.locator('#net-recent li').nth(1).textContent()).toMatch(/^llama3\.2:latest · \? · /);
     // Verification at a glance: nothing checked twice here, nobody suspended.

@@ -139,6 +139,16 @@ describe.each(backends)("every front door's stream on $name", (backend) => {
           .poll(async () => (await t.app.inject({ method: 'GET', url: '/metrics' })).body, { timeout: 10_000 })
           .toMatch(new RegExp(`^${name}_count\\{model="${model}",node="${done!.name}"\\} 1$`, 'm'));
       }
+      // The network view shows them: per node to a user key, per model alone to a stranger.
+      const latency = async (headers: Record<string, string>) =>
+        ((await t.app.inject({ method: 'GET', url: '/network', headers })).json() as { latency: Record<string, unknown>[] }).latency.filter(
+          (l) => l.model === model,
+        );
+      const mine = await latency({ api_key: key });
+      expect(mine).toEqual([expect.objectContaining({ model, node: done!.name, completions: 1 })]);
+      expect(mine[0]!.time_to_first_token_seconds_p50).toBeGreaterThan(0);
+      expect(mine[0]!.request_queue_time_seconds_p50).toBeGreaterThanOrEqual(0);
+      expect(await latency({})).toEqual([expect.objectContaining({ model, node: null, completions: 1 })]);
     });
 
     it(`${wire.name}: a node that answers afresh ends the stream with the wire's error event, never other text`, async () => {

@@ -256,6 +256,16 @@ export const LedgerNodeDay = Type.Object({
 }, { title: "LedgerNodeDay" });
 export type LedgerNodeDay = Static<typeof LedgerNodeDay>;
 
+export const NetworkLatency = Type.Object({
+  model: Type.String(),
+  node: Type.Union([Type.String(), Type.Null()], { description: "The node that did the jobs (`other` past 64 nodes); null for a stranger, who sees each model's jobs together." }),
+  completions: Type.Integer({ description: "Done completions counted (their queue time)." }),
+  time_to_first_token_seconds_p50: Type.Union([Type.Number(), Type.Null()], { description: "Streamed ones: from the request to the first token relayed." }),
+  request_queue_time_seconds_p50: Type.Union([Type.Number(), Type.Null()], { description: "From submission to the first lease." }),
+  output_tokens_per_second_p50: Type.Union([Type.Number(), Type.Null()], { description: "Where the node counted its tokens." }),
+}, { title: "NetworkLatency", description: "Done completions this server answered since it started (its metrics: docs/operations.md), by model and node: the median of each, estimated from the metrics' buckets; null where none was measured." });
+export type NetworkLatency = Static<typeof NetworkLatency>;
+
 export const NetworkQuantization = Type.Object({
   quantization: Type.String({ description: "As the node's backend names it (Ollama's `details.quantization_level`, a GGUF file type such as `Q4_K_M`, `--quantization`)." }),
   nodes: Type.Optional(Type.Integer({ description: "Online nodes serving the model at this quantisation: only with a user key or a reader key, as the model's `nodes`." })),
@@ -302,6 +312,7 @@ export const NetworkResponse = Type.Object({
   queued: Type.Integer(),
   models: Type.Array(NetworkModel, { description: "Models some online node serves, or with queued jobs." }),
   recent: Type.Array(RecentCompletion, { description: "The last 20 jobs done (no prompts, no answers)." }),
+  latency: Type.Array(NetworkLatency, { description: "Time to first token, queue time and output tokens per second of the completions this server answered, by model and node (by model alone for a stranger)." }),
   verification: VerificationSummary,
 }, { title: "NetworkResponse" });
 export type NetworkResponse = Static<typeof NetworkResponse>;

@@ -359,3 +359,64 @@ export function nodeMetrics(m: Metrics): NodeConsumer {
     },
   };
 }
+
+/** A model's (and node's) medians this server measured: GET /network's `latency`. */
+export interface LatencyRow {
+  model: string;
+  node: string | null;
+  completions: number;
+  time_to_first_token_seconds_p50: number | null;
+  request_queue_time_seconds_p50: number | null;
+  output_tokens_per_second_p50: number | null;
+}
+
+type Buckets = Map<number, number>;
+
+/** The median of a histogram's cumulative buckets, interpolated within its bucket as Prometheus's histogram_quantile does. */
+function medianOf(buckets: Buckets): number | null {
+  const bounds = [...buckets.keys()].sort((a, b) => a - b);
+  const total = buckets.get(Infinity) ?? 0;
+  if (total === 0) return null;
+  let below = 0;
+  let lower = 0;
+  for (const le of bounds) {
+    const n = buckets.get(le)!;
+    if (n >= total / 2) {
+      if (le === Infinity) return lower;
+      return n === below ? le : lower + ((le - lower) * (total / 2 - below)) / (n - below);
+    }
+    below = n;
+    lower = le;
+  }
+  return null;
+}
+
+/** Per model and node (`byNode`), or per model with every node's jobs together: the medians of the three latency metrics. */
+export async function latencySummary(m: Metrics, byNode: boolean): Promise<LatencyRow[]> {
+  const groups = new Map<string, { model: string; node: string | null; h: Record<string, Buckets> }>();
+  const names = { ttft: m.timeToFirstToken, queue: m.requestQueueTime, rate: m.outputTokensPerSecond };
+  for (const [which, histogram] of Object.entries(names)) {
+    for (const v of (await histogram.get()).values) {
+      if (v.metricName?.endsWith('_bucket') !== true) continue;
+      const model = String(v.labels.model);
+      const node = byNode ? String(v.labels.node) : null;
+      const id = `${model}\u0000${node ?? ''}`;
+      let g = groups.get(id);
+      if (!g) groups.set(id, (g = { model, node, h: {} }));
+      const buckets = (g.h[which] ??= new Map());
+      const bound = (v.labels as Record<string, string | number | undefined>).le;
+      const le = bound === '+Inf' ? Infinity : Number(bound);
+      buckets.set(le, (buckets.get(le) ?? 0) + v.value);
+    }
+  }
+  return [...groups.values()]
+    .map((g) => ({
+      model: g.model,
+      node: g.node,
+      completions: g.h.queue?.get(Infinity) ?? 0,
+      time_to_first_token_seconds_p50: g.h.ttft ? medianOf(g.h.ttft) : null,
+      request_queue_time_seconds_p50: g.h.queue ? medianOf(g.h.queue) : null,
+      output_tokens_per_second_p50: g.h.rate ? medianOf(g.h.rate) : null,
+    }))
+    .sort((a, b) => (a.model === b.model ? String(a.node).localeCompare(String(b.node)) : a.model < b.model ? -1 : 1));
+}

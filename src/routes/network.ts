@@ -13,6 +13,7 @@ import { activeNodeCount, availableModels, jobCounts } from '../jobs/read.js';
 import { networkView, nodeView, strangersView } from '../jobs/network.js';
 import { nodeStanding, verificationSummary } from '../verify/audit-view.js';
 import { HttpError } from '../http/http-error.js';
+import { latencySummary } from '../http/metrics.js';
 import { authenticateRequest, authorizeNodeRead, requestKey } from './authenticate.js';
 import type { App, Deps } from './types.js';
 
@@ -38,8 +39,11 @@ export function networkRoutes(app: App, deps: Deps): void {
     const key = requestKey(req);
     const principal = key ? await authenticateRequest(deps, req, key) : undefined;
     const view = await networkView(db, c.onlineWindow, c.modelsTtl);
+    const known = principal?.kind === 'user' || principal?.kind === 'reader';
     return {
-      ...(principal?.kind === 'user' || principal?.kind === 'reader' ? view : strangersView(view)),
+      ...(known ? view : strangersView(view)),
+      // Issue 56: this server's time to first token, queue time and output rate (its metrics), per node for the same keys.
+      latency: await latencySummary(deps.metrics, known),
       verification: await verificationSummary(db),
     };
   });

@@ -34,7 +34,17 @@ interface Network {
   queued: number;
   models: NetworkModel[];
   recent: Recent[];
+  latency: Latency[];
   verification: Verification;
+}
+/** This server's medians of its done completions (GET /network `latency`, issue 56); node null for a stranger. */
+interface Latency {
+  model: string;
+  node: string | null;
+  completions: number;
+  time_to_first_token_seconds_p50: number | null;
+  request_queue_time_seconds_p50: number | null;
+  output_tokens_per_second_p50: number | null;
 }
 interface NodeJob {
   model: string;
@@ -117,6 +127,23 @@ function renderNetwork(n: Network): void {
         })
       : [Object.assign(document.createElement('li'), { textContent: 'No job done yet.' })]),
   );
+  const ms = (s: number | null) => (s === null ? '–' : `${(s * 1000).toFixed(s < 0.1 ? 1 : 0)} ms`);
+  $('net-latency')
+    .querySelector('tbody')!
+    .replaceChildren(
+      ...(n.latency.length
+        ? n.latency.map((l) =>
+            row(
+              modelCell(l.model),
+              cell(l.node ?? 'all'),
+              cell(String(l.completions)),
+              cell(ms(l.time_to_first_token_seconds_p50)),
+              cell(ms(l.request_queue_time_seconds_p50)),
+              cell(l.output_tokens_per_second_p50 === null ? '–' : l.output_tokens_per_second_p50.toFixed(0)),
+            ),
+          )
+        : [row(Object.assign(cell('No completion answered by this server yet.'), { colSpan: 6 }))]),
+    );
   const v = n.verification;
   $('net-checked').textContent = `${(v.checked_share * 100).toFixed(1)} %`;
   $('net-suspended').textContent = String(v.nodes_suspended);
