@@ -232,8 +232,13 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
         tap.jobData = streamed ? () => ({ stream: true }) : undefined;
         const jobId = await user.submit(model, PROMPT);
         await until('the backend to get the job', () => b.calls === 1);
-        // Heartbeats while it runs, streamed or not.
-        await until('a heartbeat', () => progressOf(jobId).some((p) => p.delta === '' && p.status === 200));
+        // Heartbeats while it runs, streamed or not (after its text: a streamed job's stream opens with an empty line).
+        if (streamed) await until('the first pieces', () => progressOf(jobId).filter((p) => p.delta !== '').length === 2);
+        await until('a heartbeat', () => {
+          const pieces = progressOf(jobId);
+          const lastText = pieces.map((p) => p.delta !== '').lastIndexOf(true);
+          return pieces.some((p, i) => i > lastText && p.delta === '' && p.status === 200);
+        });
         if (streamed)
           expect(
             progressOf(jobId)
