@@ -44,7 +44,7 @@ export const FINAL_STATES: ReadonlySet<JobState> = Object.freeze(new Set<JobStat
 export const LEASE_OUTCOMES = Object.freeze(['done', 'error', 'expired', 'released', 'abandoned', 'deadline', 'canceled'] as const);
 export type LeaseOutcome = (typeof LEASE_OUTCOMES)[number];
 
-// A job's delivery (issue 55; migrations/0036_checked_delivery.sql, docs/verification.md
+// A job's delivery (issue 55; migrations/0033_checked_delivery.sql, docs/verification.md
 // "Checked delivery"): orthogonal to its state. A job of a key set to checked, or sent with
 // `x-ins-delivery: checked`, is submitted `held` (jobs/sql/submit.ts); its owner reads it as
 // still open while done and held. The auditor (src/verify/delivery.ts) decides:
