@@ -2,7 +2,7 @@
 // the backend alike. It costs the worker several times less CPU per call than fetch (whose
 // WHATWG streams a worker needs not), and a worker makes three calls per job.
 import { Readable } from 'node:stream';
-import { Agent, request } from 'undici';
+import { Agent, request, type Dispatcher } from 'undici';
 
 const agent = new Agent({ keepAliveTimeout: 30_000, connections: 128 });
 
@@ -18,7 +18,12 @@ export async function http(
   url: string,
   init: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {},
 ): Promise<HttpResponse> {
-  const res = await request(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal, dispatcher: agent });
+  return responseOf(
+    await request(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal, dispatcher: agent }),
+  );
+}
+
+function responseOf(res: Dispatcher.ResponseData): HttpResponse {
   return {
     status: res.statusCode,
     text: () => res.body.text(),
@@ -36,20 +41,13 @@ export async function httpStream(
   url: string,
   init: { headers: Record<string, string>; body: AsyncIterable<string>; signal?: AbortSignal },
 ): Promise<HttpResponse> {
-  const res = await request(url, {
-    method: 'POST',
-    headers: init.headers,
-    body: Readable.from(init.body, { objectMode: false }),
-    signal: init.signal,
-    dispatcher: agent,
-  });
-  return {
-    status: res.statusCode,
-    text: () => res.body.text(),
-    json: () => res.body.json(),
-    async *chunks() {
-      const decoder = new TextDecoder();
-      for await (const chunk of res.body) yield decoder.decode(chunk as Buffer, { stream: true });
-    },
-  };
+  return responseOf(
+    await request(url, {
+      method: 'POST',
+      headers: init.headers,
+      body: Readable.from(init.body, { objectMode: false }),
+      signal: init.signal,
+      dispatcher: agent,
+    }),
+  );
 }
