@@ -494,7 +494,7 @@ class Batch {
     for (const f of verdicts.firsts) {
       const job = this.held.get(f.jobId);
       if (job === undefined) continue;
-      if (f.inLine) this.passed.push({ job, candidate: f.jobId, deliver: f.jobId });
+      if (f.passes) this.passed.push({ job, candidate: f.jobId, deliver: f.jobId });
       else if (!f.confirming) this.failed.push({ job, candidate: f.jobId });
     }
     for (const f of verdicts.flagged)

@@ -230,9 +230,10 @@ export interface ScoreVerdicts {
   /**
    * Each answer's first score check, and a second scorer's of an answer the first found foreign:
    * whether it found the answer in line, and whether another scorer was asked to confirm a
-   * foreign verdict (checked delivery acts on them: auditor.ts, delivery.ts).
+   * foreign verdict (checked delivery acts on them: auditor.ts, delivery.ts). `passes`: in line
+   * by checked delivery's stricter rule (passesHeld).
    */
-  firsts: { jobId: string; inLine: boolean; confirming: boolean }[];
+  firsts: { jobId: string; inLine: boolean; passes: boolean; confirming: boolean }[];
   outcome: Outcome | undefined;
 }
 
@@ -298,6 +299,18 @@ interface Move {
 export const scoredOnTokens = (request: JobRequest): boolean => Array.isArray(request.params?.score?.tokens);
 
 /** Verdicts before any is found. */
+/**
+ * Whether one score check lets a held answer be given (checked delivery; docs/verification.md).
+ * "In line" for the node's sequential test means only "no evidence against": an answer under
+ * MIN_POSITIONS scored positions adds none whatever its tokens, and one whose mismatches stay
+ * under the test's break-even adds none either. To give an answer on one check's word, it must
+ * have been scored at MIN_POSITIONS or more with evidence against it at or below 0, or, shorter,
+ * hold no confident mismatch at all; else the answer is treated as failed and run again (no
+ * strike: that stays the sequential test's).
+ */
+export const passesHeld = (stats: { positions: number; confidentMismatches: number; evidence: number }): boolean =>
+  stats.positions > 0 && stats.evidence <= 0 && (stats.positions >= MIN_POSITIONS || stats.confidentMismatches === 0);
+
 const noVerdicts = (): ScoreVerdicts => ({
   judged: 0,
   agreed: [],
@@ -425,7 +438,7 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     if (!s?.confirms && !s?.spot && !s?.decides) {
       // The first check of an answer.
       const confirming = stats.evidence > 0 && ask(c, exclude, { confirms: c.check_id, evidence: stats.evidence, checker: c.checker_id });
-      out.firsts.push({ jobId: c.job_id, inLine, confirming });
+      out.firsts.push({ jobId: c.job_id, inLine, passes: passesHeld(stats), confirming });
       if (stats.evidence > 0) {
         out.doubted.push(c.node_id!);
         // No second scorer: a text copy may still decide at temperature 0 (a third node's answer against the node's).
@@ -446,18 +459,19 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     } else if (s.confirms !== undefined && s.checker !== undefined) {
       // A second scorer of an answer the first found foreign.
       const first = s.evidence ?? 0;
-      out.firsts.push({ jobId: c.job_id, inLine, confirming: false });
+      // Two scorers apart on a held answer: it is given only if a third sides with "in line"
+      // (the decides branch below); with no third online it is run again.
+      let deciding = false;
       if (stats.evidence > 0) {
         if (apart(others.get(s.confirms), c.scores)) out.disagreed++;
         else foreign(c, Math.min(first, stats.evidence), stats, [s.checker, c.checker_id]);
-      } else if (
-        inLine &&
-        !ask(c, exclude, {
+      } else if (inLine) {
+        deciding = ask(c, exclude, {
           decides: { foreign: s.confirms, foreign_checker: s.checker, foreign_evidence: first, in_line: c.check_id, in_line_checker: c.checker_id },
-        })
-      ) {
-        out.unconfirmed++;
+        });
+        if (!deciding) out.unconfirmed++;
       }
+      out.firsts.push({ jobId: c.job_id, inLine, passes: false, confirming: deciding });
     } else if (s.spot !== undefined && s.checker !== undefined) {
       // A second scorer of an answer the first found in line.
       if (stats.evidence > 0) {
@@ -498,6 +512,14 @@ export async function judgeScores(db: Queryable, checkIds: readonly string[], o:
     } else if (s.decides) {
       // A third scorer: the side it takes wins, the scorer it contradicts is struck.
       const d = s.decides;
+      // A held answer the first two scorers were apart on: given when this third finds it in line
+      // (by checked delivery's rule) and scores as the "in line" scorer did; else run again.
+      out.firsts.push({
+        jobId: c.job_id,
+        inLine,
+        passes: inLine && passesHeld(stats) && !apart(others.get(d.in_line), c.scores),
+        confirming: false,
+      });
       if (stats.evidence > 0) {
         if (apart(others.get(d.foreign), c.scores)) out.disagreed++;
         else {
