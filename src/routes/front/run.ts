@@ -244,9 +244,10 @@ async function stream(
       })
       .catch(() => undefined);
   };
+  // The stream's beginning is queued first, then the job's progress is heard, and only then is
+  // the beginning awaited: a node that has the job already may send its first piece meanwhile,
+  // and a piece heard before the subscription is one the client would never be sent.
   emit(wire.begin());
-  await sending;
-  metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   // Partial output as the nodes send it (jobs/progress.ts): a piece that starts where the
   // client's text ends is sent; any other (a gap: a notification lost, or text past the cap)
   // is left to the answer of record at the end.
@@ -265,6 +266,8 @@ async function stream(
     if (sentUnits === piece.text.length) firstToken = (performance.now() - started) / 1000;
     emit(wire.text(piece.text));
   });
+  await sending;
+  metrics.completionFirstByte.observe((performance.now() - started) / 1000);
   // Until the answer begins, where the job stands (from memory, jobs/open-jobs.ts), each time it changes.
   let told = '';
   const tell = () => {
