@@ -66,6 +66,19 @@ describe.each(backends)('attempt owners on $name', (backend) => {
       )
     ).map((s) => s.kind);
   const stream = (jobId: string) => q('t_stream', 'UPDATE jobs SET request = request || \'{"stream": true}\' WHERE id = $1::uuid', [jobId]);
+  /**
+   * Jobs given 60 seconds reach their deadline leased, each lease taken `held` seconds ago: one
+   * statement, so the server's own sweep sees the jobs and their leases moved together (moved
+   * apart, a sweep in between saw a lease held 0 seconds and rightly copied nothing: a CI flake).
+   */
+  const reachDeadline = (...jobs: [id: string, held: number][]) =>
+    q(
+      't_reach_deadline',
+      `WITH h AS (SELECT * FROM unnest($1::uuid[], $2::float8[]) AS h(id, held)),
+      j AS (UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id IN (SELECT id FROM h))
+      UPDATE job_leases l SET leased_at = now() - make_interval(secs => h.held), expires_at = now() FROM h WHERE l.job_id = h.id AND l.ended_at IS NULL`,
+      [jobs.map(([id]) => id), jobs.map(([, held]) => held)],
+    );
   /** The first job a worker gets, polling until one comes (a copy is queued off the request path). */
   const nextJob = async (w: TestWorker): Promise<WireJob> => {
     let job: WireJob | null = null;
@@ -221,12 +234,7 @@ describe.each(backends)('attempt owners on $name', (backend) => {
       expect((await holder.getJob())!.job_id).toBe(id);
       // The holder never reports: the job's deadline passes with it leased (here: a job given 60
       // seconds, submitted and leased 60 seconds ago), and a sweep expires it.
-      await q('t_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = $1::uuid", [id]);
-      await q(
-        't_deadline_lease',
-        "UPDATE job_leases SET leased_at = now() - interval '60 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL",
-        [id],
-      );
+      await reachDeadline([id, 60]);
       await until(
         'the job to expire',
         async () => {
@@ -258,19 +266,7 @@ describe.each(backends)('attempt owners on $name', (backend) => {
     expect(new Set([(await slow[0]!.getJob())!.job_id, (await slow[1]!.getJob())!.job_id])).toEqual(new Set([id, late]));
     // Both were given 60 seconds and reach their deadline leased: the first was held for all of
     // them, the second taken 10 seconds before its deadline (it waited in the queue).
-    await q('t_slow_deadline', "UPDATE jobs SET submitted_at = now() - interval '60 seconds', deadline_at = now() WHERE id = ANY($1::uuid[])", [
-      [id, late],
-    ]);
-    await q(
-      't_slow_lease',
-      "UPDATE job_leases SET leased_at = now() - interval '60 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL",
-      [id],
-    );
-    await q(
-      't_late_lease',
-      "UPDATE job_leases SET leased_at = now() - interval '10 seconds', expires_at = now() WHERE job_id = $1::uuid AND ended_at IS NULL",
-      [late],
-    );
+    await reachDeadline([id, 60], [late, 10]);
     await until(
       'the jobs to expire',
       async () => {
