@@ -38,9 +38,9 @@ interface BackendResult {
   endpoints: EndpointResult[];
 }
 
-type Setup = (req: { method?: string; path?: string; headers?: Record<string, string>; body?: string }) => typeof req;
+export type Setup = (req: { method?: string; path?: string; headers?: Record<string, string>; body?: string }) => typeof req;
 
-async function load(url: string, setupRequest: Setup, method: 'GET' | 'POST', seconds: number, connections: number) {
+export async function load(url: string, setupRequest: Setup, method: 'GET' | 'POST', seconds: number, connections: number) {
   return autocannon({
     url,
     connections,
@@ -49,7 +49,7 @@ async function load(url: string, setupRequest: Setup, method: 'GET' | 'POST', se
   });
 }
 
-function scenarios(opts: HistoryOptions, runId: string): [string, 'GET' | 'POST', Setup][] {
+export function scenarios(opts: HistoryOptions, runId: string): [string, 'GET' | 'POST', Setup][] {
   const rnd = new Random(opts.seed + 99);
   let n = 0;
   const window =

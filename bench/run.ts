@@ -17,6 +17,7 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { endpointsScenario } from './endpoints.js';
+import { endpointsAgainst } from './endpoints-baseline.js';
 import { dispatchScenario } from './dispatch.js';
 import { idleScenario } from './idle.js';
 import { workerScenario } from './worker.js';
@@ -70,6 +71,7 @@ const { values: flags } = parseArgs({
     queued: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '5' },
     rounds: { type: 'string', default: '8' },
+    only: { type: 'string' },
     'max-jobs': { type: 'string', default: '4' },
     'wire-pairs': { type: 'string', default: '1' },
     requests: { type: 'string', default: '20000' },
@@ -84,6 +86,7 @@ if (flags.help) {
   console.log(`usage: npm run bench -- [--scenario endpoints|dispatch|polls|idle|worker|fair|ledger|ledger-closing|lease-plan|retention|request-cost|statement-stats|cli|added-latency|worker-wire] [--backends postgres,pglite] [--database-url URL]
        [--duration S] [--warmup S] [--out FILE]
   endpoints: [--results N] [--nodes N] [--models N] [--days N] [--success F] [--seed N] [--connections N] [--keep]
+             [--baseline DIR --rounds N [--only ENDPOINT]: against a built checkout, both up, alternating rounds (PostgreSQL)]
   dispatch:  [--workers W (64)] [--submitters S (32)] [--pairs 32,8 (queue-only runs, ours and pg-boss)]
              [--poll-workers W (32)] [--poll-submitters S (64)] [--baseline DIR (a built checkout to compare polling with)]
              [--variants (the dispatcher's hand-off and empty-model memory, on and off)]
@@ -128,8 +131,8 @@ const common = { duration: num('duration'), warmup: num('warmup'), backends: fla
 
 async function main(): Promise<void> {
   switch (flags.scenario) {
-    case 'endpoints':
-      return endpointsScenario({
+    case 'endpoints': {
+      const o = {
         ...common,
         history: {
           nodes: num('nodes'),
@@ -142,7 +145,9 @@ async function main(): Promise<void> {
         connections: num('connections'),
         dataDir: flags['data-dir'],
         keep: flags.keep,
-      });
+      };
+      return flags.baseline ? endpointsAgainst(o, flags.baseline, num('rounds'), flags.only) : endpointsScenario(o);
+    }
     case 'dispatch':
       return dispatchScenario({
         ...common,
