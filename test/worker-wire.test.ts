@@ -136,6 +136,9 @@ describe.each(backends)('the worker wire (jobs/next) on $name', (backend) => {
     // A body the schema refuses: 422, and still nothing.
     expect((await next(w, { reports: [{ job_id: a }], max_jobs: 1 })).statusCode).toBe(422);
     expect((await next(w, { max_jobs: -1 })).statusCode).toBe(422);
+    // At most 64 reports a call (docs/security.md): a 65th refuses the call, the good one among them unrecorded.
+    expect((await next(w, { reports: Array.from({ length: 65 }, () => reportOf(job!)), max_jobs: 1 })).statusCode).toBe(422);
+    expect(await stateOf(a)).toBe('leased');
     expect(await stateOf(queued)).toBe('queued');
     // Without a session token: 401.
     const anonymous = await t.app.inject({ method: 'POST', url: '/worker/jobs/next', payload: { max_jobs: 1 } });
