@@ -8,12 +8,14 @@
 // Measured, per database: a non-streamed answer's latency; a streamed answer's time to its
 // first token (p50, p99), and the gaps between its tokens as the application sees them; and for
 // the non-streamed requests, each statement's time per request (where the database's part goes).
+// On PostgreSQL also across two servers: the application on one, the worker on the other, so the
+// answer and the streamed text reach the application's server by notification.
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Pool } from 'undici';
-import { ENTRY, freshDatabase, ins, parseBackends, percentile, printRows, ROOT, startServer } from './common.js';
+import { type Backend, ENTRY, freshDatabase, ins, parseBackends, percentile, printRows, ROOT, startServer } from './common.js';
 import { startFakeBackend } from '../test/helpers/backends.js';
 
 export interface AddedLatencyOptions {
@@ -110,7 +112,18 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
   fake.answer = () => WORDS;
   const direct = new Pool(fake.url, { connections: 2 });
   try {
-    for (const backend of parseBackends(o.backends)) {
+    // PostgreSQL twice: one server, then two over the same database, the application on the
+    // first and the worker on the second (its text reaches the first by NOTIFY ins_progress).
+    const setups: [Backend, 1 | 2][] = parseBackends(o.backends).flatMap((b): [Backend, 1 | 2][] =>
+      b === 'postgres'
+        ? [
+            [b, 1],
+            [b, 2],
+          ]
+        : [[b, 1]],
+    );
+    for (const [backend, servers] of setups) {
+      const label = servers === 1 ? backend : `${backend}, 2 servers`;
       const db = await freshDatabase(backend, o.databaseUrl, `ins_bench_latency_${process.pid}`);
       const key = `nk_${randomBytes(32).toString('base64url')}`;
       const file = path.join(ROOT, 'bench-results', `latency-nodes-${process.pid}.csv`);
@@ -119,9 +132,13 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
       await ins(['import', 'nodes', file], db.env);
       const userKey = (await ins(['key', 'add-user', 'bench'], db.env)).trim();
       const server = await startServer(db.env, 19_400 + (process.pid % 90), path.join(ROOT, 'bench-results', `server-latency-${backend}.log`));
+      const workers =
+        servers === 1
+          ? server
+          : await startServer(db.env, 19_490 + (process.pid % 90), path.join(ROOT, 'bench-results', `server-latency-${backend}-2.log`));
       const worker = spawn(
         process.execPath,
-        [ENTRY, 'worker', '--server', server.url, '--node', 'bench-latency', '--key', key, '--backend', 'openai', '--backend-url', fake.url],
+        [ENTRY, 'worker', '--server', workers.url, '--node', 'bench-latency', '--key', key, '--backend', 'openai', '--backend-url', fake.url],
         { stdio: 'ignore', env: { ...process.env, LOG_LEVEL: 'warn' } },
       );
       const network = new Pool(server.url, { connections: 2 });
@@ -167,21 +184,21 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
             );
           const [d, n] = [median(medians.direct), median(medians.network)];
           const what = stream ? 'time to first token, p50' : 'non-streamed answer, p50';
-          rows.push([backend, what, `${d.toFixed(2)} ms`, `${n.toFixed(2)} ms`, `+${(n - d).toFixed(2)} ms`]);
+          rows.push([label, what, `${d.toFixed(2)} ms`, `${n.toFixed(2)} ms`, `+${(n - d).toFixed(2)} ms`]);
           if (!stream) {
             const metricsAfter = await (await fetch(`${server.url}/metrics`)).text();
-            for (const row of statementsPerRequest(metricsBefore, metricsAfter, o.rounds * ROUND)) breakdown.push([backend, ...row]);
+            for (const row of statementsPerRequest(metricsBefore, metricsAfter, o.rounds * ROUND)) breakdown.push([label, ...row]);
           }
           if (stream) {
             rows.push([
-              backend,
+              label,
               'time to first token, p99',
               `${p99(all.direct).toFixed(2)} ms`,
               `${p99(all.network).toFixed(2)} ms`,
               `+${(p99(all.network) - p99(all.direct)).toFixed(2)} ms`,
             ]);
             rows.push([
-              backend,
+              label,
               `gap between tokens (backend: ${GAP_MS} ms), p50 / p90`,
               `${GAP_MS} ms`,
               `${median(gaps).toFixed(2)} / ${percentile(
@@ -195,6 +212,7 @@ export async function addedLatencyScenario(o: AddedLatencyOptions): Promise<void
       } finally {
         await network.close();
         worker.kill('SIGTERM');
+        if (workers !== server) await workers.stop();
         await server.stop();
         await db.cleanup();
       }
