@@ -432,6 +432,34 @@ describe.each(backends)('fuzz on $name', (backend) => {
         },
         { requiredKeys: [] },
       ),
+      // `ins worker`'s wire (issue 56): reports and leases in one call, and progress by the piece.
+      // `wait` never a real wait here (a valid session would hold the call that long).
+      '/worker/jobs/next': fc.record(
+        {
+          reports: field(
+            fc.array(
+              fc.record(
+                {
+                  job_id: field(fc.constantFrom(jobId, 'x')),
+                  api_key: credential,
+                  model_name: field(fc.constantFrom('fuzz-model', 'other-model')),
+                  result: field(fc.object()),
+                  status: field(fc.constantFrom('success', 'error')),
+                },
+                { requiredKeys: [] },
+              ),
+              { maxLength: 3 },
+            ),
+          ),
+          max_jobs: field(fc.integer({ min: -1, max: 70 })),
+          wait: fc.constantFrom(0, -1, 31, 0.001, 'x', null),
+        },
+        { requiredKeys: [] },
+      ),
+      '/worker/job_progress': fc.record(
+        { job_id: field(fc.constantFrom(jobId, 'x')), api_key: credential, delta: field(fc.string({ maxLength: 20 })) },
+        { requiredKeys: [] },
+      ),
     };
     const gets = fc.oneof(
       fc.constantFrom(
@@ -469,6 +497,74 @@ describe.each(backends)('fuzz on $name', (backend) => {
       }),
       params,
     );
+  });
+
+  it('POST /worker/job_progress_stream never fails the server, whatever its lines: each answer line is JSON with a status', async () => {
+    // A job of its own, leased, so that first lines with its key are taken and the later lines read.
+    const key = await t.addNode('fuzz-stream-node');
+    const auth = {
+      authorization: `Bearer ${(await t.app.inject({ method: 'POST', url: '/worker/register_node', headers: { authorization: `Bearer ${key}` }, payload: { node_url: 'fuzz-stream-node' } })).json<{ access_token: string }>().access_token}`,
+    };
+    await t.app.inject({ method: 'POST', url: '/worker/update_models', headers: auth, payload: { models: ['fuzz-stream-model'] } });
+    const streamed = (
+      await t.app.inject({
+        method: 'POST',
+        url: '/submit_job',
+        headers: { api_key: userKey },
+        payload: { model: 'fuzz-stream-model', messages: [{ role: 'user', content: 'x' }] },
+      })
+    ).json<{ job_id: string }>().job_id;
+    const leased = (await t.app.inject({ method: 'GET', url: '/worker/get_job?node_version=1', headers: auth })).json<{
+      job_data: { job_id: string; api_key: string };
+    }>().job_data;
+    expect(leased.job_id).toBe(streamed);
+    const line = fc.oneof(
+      fc.record({ delta: field(fc.string({ maxLength: 20 })) }, { requiredKeys: [] }).map((o) => JSON.stringify(o)),
+      fc.string({ maxLength: 40 }),
+      nasty.map((v) => JSON.stringify(v) ?? ''),
+    );
+    const first = fc.oneof(
+      fc
+        .record(
+          {
+            job_id: field(fc.constantFrom(streamed, streamed, jobId)),
+            api_key: fc.constantFrom(leased.api_key, leased.api_key, 'jk_nothing', nodeKey),
+            delta: field(fc.string({ maxLength: 20 })),
+          },
+          { requiredKeys: [] },
+        )
+        .map((o) => JSON.stringify(o)),
+      fc.string({ maxLength: 40 }),
+    );
+    let taken = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        first,
+        fc.array(line, { maxLength: 4 }),
+        fc.constantFrom('application/x-ndjson', 'application/json', 'text/plain'),
+        async (head, rest, type) => {
+          const before = await snapshot(t.db);
+          const res = await t.app.inject({
+            method: 'POST',
+            url: '/worker/job_progress_stream',
+            payload: [head, ...rest].join('\n'),
+            headers: { 'content-type': type },
+          });
+          expect(res.statusCode, res.body).toBeLessThan(500);
+          if (res.statusCode >= 400) {
+            expect(JSON.parse(res.body)).toHaveProperty('detail');
+            expect(await snapshot(t.db)).toEqual(before);
+            return;
+          }
+          taken++;
+          for (const l of res.body.split('\n').filter(Boolean))
+            expect(['success', 'ended', 'error']).toContain((JSON.parse(l) as { status: string }).status);
+        },
+      ),
+      params,
+    );
+    // The lease's own key was taken in some cases: the later lines were read, not only refused at the first.
+    expect(taken).toBeGreaterThan(0);
   });
 
   it("the OpenAI-compatible API never fails the server, answers errors in OpenAI's shape, and changes nothing when it refuses", async () => {
