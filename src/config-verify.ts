@@ -67,7 +67,7 @@ export const VERIFY_CONFIG_DOC: [string, string, string][] = [
   [
     'VERIFY_FLOOR',
     String(d.floor),
-    "the least share of a trusted node's jobs that is checked: the share falls from VERIFY_SHARE as its run of agreements grows, never below this (0 to 1; docs/verification.md)",
+    "the least share of a trusted node's jobs that is checked: the share falls from VERIFY_SHARE as its run of agreements grows, never below this (0 to 1; both 1: every job checked; docs/verification.md)",
   ],
   [
     'VERIFY_CHECK_PRICE',
