@@ -8,7 +8,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ensureHistory } from './history.js';
-import { ENTRY, entryOf, freshDatabase, ins, printRows, ROOT, startServer, type Server } from './common.js';
+import { ENTRY, entryOf, freshDatabase, ins, postgresCpuSeconds, printRows, ROOT, startServer, type Server } from './common.js';
 import { load, scenarios, type EndpointsOptions } from './endpoints.js';
 
 const STMT_COUNT = 'ins_db_statement_duration_seconds_count';
@@ -76,17 +76,26 @@ export async function endpointsAgainst(o: EndpointsOptions, baseline: string, ro
     // ledger closing, 1.00 and 0.95 after it).
     for (const [i, s] of servers.entries()) console.log(`   ${checkouts[i]!.code}: caught up after ${await caughtUp(s.url)} s`);
     const seen = await Promise.all(servers.map((s) => metricsOf(s.url)));
+    const pgCpu = await postgresCpuSeconds(o.databaseUrl);
     const table = [['endpoint', 'round', 'baseline req/s (p99 ms)', 'current req/s (p99 ms)', 'current / baseline']];
-    const summary: { endpoint: string; ratios: number[]; median: number }[] = [];
+    const summary: { endpoint: string; ratios: number[]; median: number; cost: { requests: number; server: number; postgres: number }[] }[] = [];
     for (const [endpoint, method, setup] of scenarios(opts, `bench-vs-${Date.now()}`)) {
       if (endpoint.startsWith('unique_nodes') || (only && !only.split(',').some((x) => endpoint.includes(x)))) continue;
       const ratios: number[] = [];
+      // Each server's CPU and PostgreSQL's (its processes: the one database server both use, so
+      // read around each load alone) over this endpoint's rounds, per request.
+      const cost = checkouts.map(() => ({ requests: 0, server: 0, postgres: 0 }));
       for (let round = 0; round < rounds; round++) {
         const rps = [0, 0];
         const p99 = [0, 0];
         for (const i of round % 2 === 0 ? [0, 1] : [1, 0]) {
           if (warmup > 0) await load(servers[i]!.url, setup, method, warmup, connections);
+          const [cpuBefore, pgBefore] = [series(await metricsOf(servers[i]!.url), 'process_cpu_seconds_total'), pgCpu?.()];
           const r = await load(servers[i]!.url, setup, method, duration, connections);
+          const [cpuAfter, pgAfter] = [series(await metricsOf(servers[i]!.url), 'process_cpu_seconds_total'), pgCpu?.()];
+          cost[i]!.requests += r.requests.total;
+          cost[i]!.server += cpuAfter - cpuBefore;
+          cost[i]!.postgres += pgAfter !== undefined && pgBefore !== undefined ? pgAfter - pgBefore : NaN;
           if (r.errors + r.timeouts + r.non2xx > 0) throw new Error(`${checkouts[i]!.code} ${endpoint}: ${r.errors + r.timeouts + r.non2xx} errors`);
           rps[i] = Math.round(r.requests.average);
           p99[i] = r.latency.p99;
@@ -96,7 +105,11 @@ export async function endpointsAgainst(o: EndpointsOptions, baseline: string, ro
         table.push([endpoint, String(round + 1), `${rps[0]} (${p99[0]})`, `${rps[1]} (${p99[1]})`, ratio.toFixed(2)]);
         console.log(`   ${endpoint} round ${round + 1}: ${rps[0]} → ${rps[1]} (${ratio})`);
       }
-      summary.push({ endpoint, ratios, median: median(ratios) });
+      const us = (seconds: number, requests: number) => (Number.isNaN(seconds) ? 'n/a' : String(Math.round((seconds * 1e6) / Math.max(1, requests))));
+      console.log(
+        `   ${endpoint}, CPU per request (µs), server / PostgreSQL: ${checkouts.map((c, i) => `${c.code} ${us(cost[i]!.server, cost[i]!.requests)} / ${us(cost[i]!.postgres, cost[i]!.requests)}`).join(', ')}`,
+      );
+      summary.push({ endpoint, ratios, median: median(ratios), cost });
       // Where each server's time went over these rounds: key lookups by source, and the
       // statements' count and mean time (the servers' own metrics, before against after).
       for (const [i, s] of servers.entries()) {
