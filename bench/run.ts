@@ -73,6 +73,7 @@ const { values: flags } = parseArgs({
     rounds: { type: 'string', default: '8' },
     only: { type: 'string' },
     'max-jobs': { type: 'string', default: '4' },
+    'ins-workers': { type: 'string' },
     'wire-pairs': { type: 'string', default: '1' },
     requests: { type: 'string', default: '20000' },
     current: { type: 'string' },
@@ -111,6 +112,7 @@ if (flags.help) {
   cli:       [--runs N (5)] [--baseline DIR (alternating with that checkout)] (the embedded database)
   worker-wire: the dispatch cycle, workers on the seed's wire (get_job + update_result) against ins worker's (jobs/next),
              alternating: [--workers W (64)] [--submitters S (32)] [--max-jobs N (4: jobs/next's max_jobs)] [--wire-pairs N (1)]
+             [--ins-workers W (the ins wire's workers; default --workers)]
 --statement-log: PostgreSQL logs the duration of every statement in the bench's databases (log_min_duration_statement
 = 0, set on each database); \`npx tsx bench/statement-log.ts --jobs N LOGFILE\` sums PostgreSQL's log by statement.
 --profile DIR: every server the scenario starts writes a V8 CPU profile into DIR (node --cpu-prof), one file
@@ -253,6 +255,7 @@ async function main(): Promise<void> {
         workers: num('workers'),
         submitters: num('submitters'),
         maxJobs: num('max-jobs'),
+        insWorkers: flags['ins-workers'] === undefined ? undefined : num('ins-workers'),
         pairs: num('wire-pairs'),
       });
     case 'added-latency':

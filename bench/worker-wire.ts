@@ -20,6 +20,8 @@ export interface WorkerWireOptions {
   workers: number;
   submitters: number;
   maxJobs: number;
+  /** The ins wire's workers (default: `workers`): fewer, each holding up to maxJobs at once, so that one call carries several reports and leases. */
+  insWorkers?: number;
   /** Alternating pairs (seed, ins, ins, seed is two). */
   pairs: number;
   out: string | undefined;
@@ -40,7 +42,7 @@ export async function workerWireScenario(o: WorkerWireOptions): Promise<void> {
           backend,
           o.databaseUrl,
           port++,
-          o.workers,
+          wire.kind === 'ins' ? (o.insWorkers ?? o.workers) : o.workers,
           o.submitters,
           o.warmup,
           o.duration,
@@ -73,7 +75,9 @@ export async function workerWireScenario(o: WorkerWireOptions): Promise<void> {
       rate[wire] = mean(of.map((r) => r.run.jobsPerSecond));
       rows.push([
         backend,
-        wire === 'seed' ? 'seed (get_job + update_result)' : `ins (jobs/next, max_jobs ${o.maxJobs})`,
+        wire === 'seed'
+          ? `seed (get_job + update_result), ${o.workers} workers`
+          : `ins (jobs/next, max_jobs ${o.maxJobs}), ${o.insWorkers ?? o.workers} workers`,
         of.map((r) => r.run.jobsPerSecond).join(', '),
         String(rate[wire]),
         String(mean(of.map((r) => r.run.submitToResult.p50))),
