@@ -18,6 +18,8 @@ import { aggregatesAndRecomputation } from './helpers/aggregates.js';
 const MODEL = 'llama3.2:latest';
 const DAY = 86_400;
 const day = (ago: number): string => new Date(Date.now() - ago * DAY * 1000).toISOString().slice(0, 10);
+/** What a prune that found nothing to delete answers. */
+const NOTHING_PRUNED = { jobs: 0, leases: 0, results: 0, usage: 0, lanes: 0, sessions: 0, tokenChecks: 0, canaries: 0, busy: false };
 
 /** Moves every time of the finished history `days` back, consistently: as if those days had passed. */
 async function ageHistory(db: Database, days: number): Promise<void> {
@@ -51,6 +53,24 @@ describe.each(backends)('retention on $name', (backend) => {
     return { total_job_count: Object.values(byState).reduce((a, b) => a + b, 0), by_state: byState };
   };
 
+  const cancel = (user: TestUser, id: string) => t.app.inject({ method: 'POST', url: `/cancel_job/${id}`, headers: { api_key: user.key } });
+  const metricsText = async () => (await t.app.inject({ url: '/metrics' })).body;
+  /** Every stored aggregate equals its recomputation from the rows. */
+  const aggregatesExact = async () =>
+    expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
+  /** A Retention of its own on the app's database, with a window of `window` seconds, that throws what it meets. */
+  const retention = (window: number) =>
+    new Retention(
+      t.db,
+      { window },
+      {
+        pruned: () => {},
+        error: (err) => {
+          throw err;
+        },
+      },
+    );
+
   /** A node that ran three jobs (job keys), one seed-wire report (node key); a canceled job and a queued one. */
   async function start() {
     t = await startApp(backend, { retention: { window: DAY, batch: 2 } });
@@ -73,7 +93,7 @@ describe.each(backends)('retention on $name', (backend) => {
     };
     expect((await worker.post('/worker/update_result', seed)).json()).toMatchObject({ points: 1, replayed: false });
     const canceled = await user.submit(MODEL, 'canceled');
-    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${canceled}`, headers: { api_key: user.key } })).statusCode).toBe(200);
+    expect((await cancel(user, canceled)).statusCode).toBe(200);
     await ageHistory(t.db, 3);
     const open = await user.submit(MODEL, 'still queued');
     return { nodeKey, user, worker, jobs, seed, canceled, open };
@@ -102,7 +122,7 @@ describe.each(backends)('retention on $name', (backend) => {
     ]);
     expect(before.roster).toMatchObject({ count: 1, nodes: ['alpha'] });
     expect(before.totals).toEqual({ total_job_count: 5, by_state: { queued: 1, leased: 0, done: 3, failed: 0, expired: 0, canceled: 1 } });
-    expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
+    await aggregatesExact();
 
     // Canary references (a job's request and answer each) go by the jobs' bound: one kept as old as the jobs, one today.
     for (const [job, days] of [
@@ -117,37 +137,11 @@ describe.each(backends)('retention on $name', (backend) => {
       );
     }
     // The ledger has closed nothing yet: retention waits for it, whatever the rows' age.
-    expect(await t.app.service.retention.prune()).toEqual({
-      jobs: 0,
-      leases: 0,
-      results: 0,
-      usage: 0,
-      lanes: 0,
-      sessions: 0,
-      tokenChecks: 0,
-      canaries: 0,
-      busy: false,
-    });
+    expect(await t.app.service.retention.prune()).toEqual(NOTHING_PRUNED);
     expect((await t.app.ledger.closer.closeDue())!.closed).toEqual([day(3), day(2)]);
 
     // A window longer than the history's age prunes nothing either.
-    const events = {
-      pruned: () => {},
-      error: (err: unknown) => {
-        throw err;
-      },
-    };
-    expect(await new Retention(t.db, { window: 4 * DAY }, events).prune()).toEqual({
-      jobs: 0,
-      leases: 0,
-      results: 0,
-      usage: 0,
-      lanes: 0,
-      sessions: 0,
-      tokenChecks: 0,
-      canaries: 0,
-      busy: false,
-    });
+    expect(await retention(4 * DAY).prune()).toEqual(NOTHING_PRUNED);
 
     // Past both: in batches of two, the finished jobs go with their leases; the bodies become hashes.
     // The embedded database has no autovacuum nor checkpointer: retention vacuums and checkpoints after deleting.
@@ -181,17 +175,7 @@ describe.each(backends)('retention on $name', (backend) => {
       'retention_prune_token_checks',
       ...(backend.name === 'pglite' ? ['retention_vacuum', 'retention_checkpoint'] : []),
     ]);
-    expect(await t.app.service.retention.prune()).toEqual({
-      jobs: 0,
-      leases: 0,
-      results: 0,
-      usage: 0,
-      lanes: 0,
-      sessions: 0,
-      tokenChecks: 0,
-      canaries: 0,
-      busy: false,
-    });
+    expect(await t.app.service.retention.prune()).toEqual(NOTHING_PRUNED);
     expect(await q('t_jobs_left', 'SELECT id::text, state FROM jobs')).toEqual([{ id: open, state: 'queued' }]);
     expect(await q('t_canaries_left', 'SELECT job_id::text FROM canaries')).toEqual([{ job_id: jobs[1]!.job_id }]);
     expect(await q('t_leases_left', 'SELECT count(*)::int AS n FROM job_leases')).toEqual([{ n: 0 }]);
@@ -206,7 +190,7 @@ describe.each(backends)('retention on $name', (backend) => {
 
     // Points, rosters, the total of history, the aggregates and the ledger: as they were.
     expect(await looks(nodeKey, worker.token)).toEqual(before);
-    expect(await aggregatesAndRecomputation(t.db)).toSatisfy(({ stored, recomputed }) => JSON.stringify(stored) === JSON.stringify(recomputed));
+    await aggregatesExact();
     expect(await checkDatabase(t.db, 30)).toMatchObject({ days: [day(3), day(2)], differences: [] });
 
     // Replays of old reports: never a second credit.
@@ -240,7 +224,7 @@ describe.each(backends)('retention on $name', (backend) => {
     // Nothing moved.
     expect(await looks(nodeKey, worker.token)).toEqual({ ...before, totals: before.totals });
     expect(await checkDatabase(t.db, 30)).toMatchObject({ differences: [] });
-    const metrics = (await t.app.inject({ url: '/metrics' })).body;
+    const metrics = await metricsText();
     expect(metrics).toContain('ins_retention_pruned_total{what="jobs"} 4');
     expect(metrics).toContain('ins_retention_pruned_total{what="results"} 4');
   });
@@ -323,12 +307,12 @@ describe.each(backends)('retention on $name', (backend) => {
 
     // Once the job of that day is over (canceled: its tokens given back to that day's row), the
     // day goes; and its model's queue is empty: the old lane, now a step behind the clock, goes.
-    expect((await t.app.inject({ method: 'POST', url: `/cancel_job/${open}`, headers: { api_key: user.key } })).statusCode).toBe(200);
+    expect((await cancel(user, open)).statusCode).toBe(200);
     expect(await t.app.service.retention.prune()).toMatchObject({ usage: 2, lanes: 1, sessions: 0 });
     expect(await usageDays()).toEqual([day(3), day(0)]);
     expect(await lanes()).toEqual([modelId]);
     expect(await t.app.service.retention.prune()).toMatchObject({ usage: 0, lanes: 0, sessions: 0 });
-    const metrics = (await t.app.inject({ url: '/metrics' })).body;
+    const metrics = await metricsText();
     expect(metrics).toContain('ins_retention_pruned_total{what="usage"} 4');
     expect(metrics).toContain('ins_retention_pruned_total{what="sessions"} 2');
   });
@@ -336,16 +320,7 @@ describe.each(backends)('retention on $name', (backend) => {
   it('does nothing with a window of 0 (keep all)', async () => {
     await start();
     await t.app.ledger.closer.closeDue();
-    const off = new Retention(
-      t.db,
-      { window: 0 },
-      {
-        pruned: () => {},
-        error: (err) => {
-          throw err;
-        },
-      },
-    );
+    const off = retention(0);
     expect(off.enabled).toBe(false);
     expect(await off.prune()).toBeUndefined();
     expect(await q('t_all_jobs', 'SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 5 }]);
@@ -356,17 +331,7 @@ describe.each(backends)('retention on $name', (backend) => {
     await t.app.ledger.closer.closeDue();
     await t.db.transaction(async (tx) => {
       await tx.query(sql('t_hold_lock', `SELECT pg_advisory_xact_lock(${RETENTION_LOCK})`));
-      expect(await t.app.service.retention.prune()).toEqual({
-        jobs: 0,
-        leases: 0,
-        results: 0,
-        usage: 0,
-        lanes: 0,
-        sessions: 0,
-        tokenChecks: 0,
-        canaries: 0,
-        busy: true,
-      });
+      expect(await t.app.service.retention.prune()).toEqual({ ...NOTHING_PRUNED, busy: true });
     });
     expect(await t.app.service.retention.prune()).toMatchObject({ jobs: 4, results: 4, busy: false });
   });
@@ -385,7 +350,7 @@ describe.each(backends)('retention on $name', (backend) => {
         }
       }),
       ...Array.from({ length: 20 }, (_, i) => user.submit(MODEL, `more ${i}`)),
-      ...ids.slice(30).map((id) => t.app.inject({ method: 'POST', url: `/cancel_job/${id}`, headers: { api_key: user.key } })),
+      ...ids.slice(30).map((id) => cancel(user, id)),
     ]);
     const expected = await counted();
     expect(expected.total_job_count).toBe(60);
