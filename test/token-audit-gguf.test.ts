@@ -28,6 +28,7 @@ import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
+import { seededPrompts } from './helpers/prompts.js';
 import { tokenAudits, ownRound } from './helpers/audits.js';
 
 const models = tinyModels();
@@ -38,31 +39,7 @@ const HONEST_JOBS = Number(process.env.TOKEN_AUDIT_JOBS ?? 120);
 const CANARY_JOBS = 40;
 const pglite = backends.find((b) => b.name === 'pglite')!;
 
-let x = 20261126;
-const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = [
-  'river',
-  'stone',
-  'bridge',
-  'tell',
-  'me',
-  'about',
-  'the',
-  'old',
-  'city',
-  'why',
-  'how',
-  'light',
-  'write',
-  'a',
-  'poem',
-  'explain',
-  'numbers',
-  'Paris',
-  'cold',
-  'sea',
-];
-const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
+const { prompt } = seededPrompts(20261126);
 
 describe('token-level checks with real tiny models (gguf workers, embedded database)', () => {
   let t: Awaited<ReturnType<typeof startApp>>;

@@ -24,6 +24,7 @@ import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
+import { seededPrompts } from './helpers/prompts.js';
 import { startLogprobBackend, type LogprobBackend } from './helpers/logprob-backends.js';
 import { tokenAudits } from './helpers/audits.js';
 
@@ -44,31 +45,7 @@ afterAll(async () => {
   models.remove();
 });
 
-let x = 20261203;
-const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = [
-  'river',
-  'stone',
-  'bridge',
-  'tell',
-  'me',
-  'about',
-  'the',
-  'old',
-  'city',
-  'why',
-  'how',
-  'light',
-  'write',
-  'a',
-  'poem',
-  'explain',
-  'numbers',
-  'Paris',
-  'cold',
-  'sea',
-];
-const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
+const { prompt } = seededPrompts(20261203);
 const spell = (tokens: readonly (string | number[])[]) => Buffer.concat(tokens.map(tokenBytes)).toString('utf8');
 
 describe('tokens from OpenAI-faced backends, scored as generated', () => {

@@ -22,6 +22,7 @@ import { startApp } from './helpers/app.js';
 import { TestUser } from './helpers/coordinator.js';
 import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
+import { seededPrompts } from './helpers/prompts.js';
 import { tokenAudits } from './helpers/audits.js';
 
 const models = tinyModels();
@@ -34,31 +35,7 @@ const ANSWERS = Number(process.env.WORDPIECE_ANSWERS ?? 60);
 const pglite = backends.find((b) => b.name === 'pglite')!;
 const wordpiece = (seed: number, noise = 0) => models.file({ seed, noise, vocab: 'wordpiece' });
 
-let x = 20261202;
-const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = [
-  'river',
-  'stone',
-  'bridge',
-  'tell',
-  'me',
-  'about',
-  'the',
-  'old',
-  'city',
-  'why',
-  'how',
-  'light',
-  'write',
-  'a',
-  'poem',
-  'explain',
-  'numbers',
-  'Paris',
-  'cold',
-  'sea',
-];
-const prompt = () => Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
+const { prompt } = seededPrompts(20261202);
 
 const sum = (s: AnswerStats[]) => ({
   positions: s.reduce((a, b) => a + b.positions, 0),

@@ -29,35 +29,13 @@ import {
   type NodeTest,
 } from '../src/verify/token-stats.js';
 import { tinyModels } from './helpers/gguf.js';
+import { seededPrompts } from './helpers/prompts.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
 const M = 'tiny';
 
-let x = 20261125;
-const rand = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
-const WORDS = [
-  'river',
-  'stone',
-  'bridge',
-  'tell',
-  'me',
-  'about',
-  'the',
-  'old',
-  'city',
-  'why',
-  'how',
-  'light',
-  'write',
-  'a',
-  'poem',
-  'explain',
-  'numbers',
-  'Paris',
-  'cold',
-  'sea',
-];
+const { rand, prompt } = seededPrompts(20261125);
 // TOKEN_STATS_ANSWERS=2000 scores that many real honest answers (about 2 minutes on a busy 2-core machine).
 const HONEST = Number(process.env.TOKEN_STATS_ANSWERS ?? 200);
 const jobs = Array.from({ length: Math.max(HONEST, 12) }, (_, i) => ({
@@ -65,7 +43,7 @@ const jobs = Array.from({ length: Math.max(HONEST, 12) }, (_, i) => ({
   max_output: 32,
   temperature: i % 2 ? 0.8 : 0,
   seed: i,
-  messages: [{ role: 'user', content: Array.from({ length: 3 + Math.floor(rand() * 8) }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ') }],
+  messages: [{ role: 'user', content: prompt() }],
 }));
 const reorder = (s: string) => {
   const a = [...s];
