@@ -21,15 +21,13 @@
 //   the references where their scorers were sure), and an honest node alone after it answers
 //   every reference, unstruck; a 1 %-noised honest node alone answers CANARY_JOBS' references
 //   with no evidence against it (it parts from a reference only at near ties).
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_VERIFY } from '../src/config-verify.js';
-import { backends } from './helpers/db.js';
-import { startApp } from './helpers/app.js';
-import { TestUser } from './helpers/coordinator.js';
-import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
+import { until } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
+import { ownRound } from './helpers/audits.js';
 import { seededPrompts } from './helpers/prompts.js';
-import { tokenAudits, ownRound } from './helpers/audits.js';
+import { EVERY_JOB_CHECKED, tokenNodes } from './helpers/token-nodes.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -37,49 +35,53 @@ const MODEL = 'tiny:honest';
 const HONEST_JOBS = Number(process.env.TOKEN_AUDIT_JOBS ?? 120);
 /** Temperature-0 jobs whose answers become the references a noised honest node then answers alone. */
 const CANARY_JOBS = 40;
-const pglite = backends.find((b) => b.name === 'pglite')!;
-
 const { prompt } = seededPrompts(20261126);
 
 describe('token-level checks with real tiny models (gguf workers, embedded database)', () => {
-  let t: Awaited<ReturnType<typeof startApp>>;
-  let workers: InProcessWorker[] = [];
-  afterEach(async () => {
-    for (const w of workers) await w.stop();
-    workers = [];
-    await t?.close();
+  // Every job checked, no second scorer unless a test asks (VERIFY_SPOT_SHARE).
+  const VERIFY = { ...EVERY_JOB_CHECKED, spotShare: 0 };
+  const { app, start, node, stopNodes, submit, settle, submitInBatches, q, settled, strikes, standing, pointsOf, pointsExact } = tokenNodes({
+    model: MODEL,
+    prompt,
+    verify: VERIFY,
+    serve: (n) => ({ backend: 'gguf', backendUrl: '', modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), threads: 1 }),
   });
+  /** Half the jobs greedy, half sampled at 0.8 (seeded). */
+  const alternating = (i: number) => (i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 });
 
-  // Replay detection off: a random tiny model gives one greedy answer to many prompts (a real
-  // model does not), which verify/answers.ts rightly finds suspicious; it is not what is tested here.
-  // Every job checked: a floor at the full rate (fixed checking, src/verify/check-rate.ts).
-  const VERIFY = { enabled: true, share: 1, floor: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000, spotShare: 0 };
-  let url = '';
-  const node = async (n: { name: string; seed: number; noise?: number }) => {
-    const w = await startWorker({
-      server: url,
-      node: n.name,
-      key: await t.addNode(n.name),
-      backend: 'gguf',
-      backendUrl: '',
-      modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }),
-      models: [MODEL],
-      threads: 1,
+  /**
+   * A maintenance round of the test's own with probes due (the app's own makes none:
+   * VERIFY_PROBE_INTERVAL 0), so that a node alone gets a canary with chance 1; its outcome applied.
+   */
+  const round = async () => {
+    const lifecycle = app().app.service.coordinator.lifecycle;
+    const r = await ownRound(app().db, {
+      verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
+      onlineWindow: 60,
+      modelsTtl: 3600,
+      jobTimeout: 60,
+      tickSeconds: 1,
+      checks: lifecycle,
     });
-    workers.push(w);
-    return w;
+    if (r?.outcome) lifecycle.apply(r.outcome);
   };
-  const start = async (nodes: { name: string; seed: number; noise?: number }[], spotShare = 0) => {
-    t = await startApp(pglite, { verify: { ...VERIFY, spotShare } });
-    url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    for (const n of nodes) await node(n);
-    return new TestUser(t.app, await t.addUser());
-  };
-  const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
-  const submit = async (user: TestUser, n: number) => {
-    for (let i = 0; i < n; i++)
-      await user.submit(MODEL, prompt(), { max_output: 32, ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) });
-  };
+  /** Canaries one at a time to the node alone (a round whenever all is settled), until `done`. */
+  const canaries = (what: string, done: () => Promise<boolean>, ms: number) =>
+    until(
+      what,
+      async () => {
+        if (await done()) return true;
+        if (await settled()) await round();
+        return false;
+      },
+      ms,
+    );
+
+  /** `node` has answered every one of the `refs` references, and nothing is left to settle. */
+  const answeredEvery = async (node: string, refs: number) =>
+    (
+      await q<{ n: number }>('t_left', 'SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = $1::text', [node])
+    )[0]!.n === refs && settled();
 
   /** A convicted node's strikes: by its test (tokens forced: within 3 judged answers) or by text copies. */
   // `within`: the judged answers that may take (another model: 3; a heavier quantisation, whose
@@ -96,8 +98,8 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
       { name: 'honest-2', seed: 1, noise: 0.01 },
       { name: 'impostor', seed: 2 },
     ]);
-    await submit(user, 30);
-    await until('the jobs and their checks to settle', settled, 280_000);
+    await submit(user, 30, alternating);
+    await settle(280_000);
     expect(await standing('impostor')).toBe('suspended');
     const all = await strikes();
     expect(all.filter((s) => s.name !== 'impostor')).toEqual([]);
@@ -118,8 +120,8 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
       { name: 'impostor-a', seed: 2 },
       { name: 'impostor-b', seed: 3 },
     ]);
-    await submit(user, 30);
-    await until('the jobs and their checks to settle', settled, 280_000);
+    await submit(user, 30, alternating);
+    await settle(280_000);
     expect(await standing('honest')).toBe('trusted');
     expect((await strikes()).filter((s) => s.name === 'honest')).toEqual([]);
     // Not one check moved the honest node's test towards H.
@@ -129,7 +131,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
         `SELECT t.evidence FROM token_checks t JOIN nodes n ON n.id = t.node_id WHERE n.name = 'honest' AND t.evidence > 0`,
       ),
     ).toEqual([]);
-    const disagreed = (await t.app.metrics.registry.getSingleMetricAsString('ins_verification_total')).match(/event="scorers_disagreed"} (\d+)/);
+    const disagreed = (await app().app.metrics.registry.getSingleMetricAsString('ins_verification_total')).match(/event="scorers_disagreed"} (\d+)/);
     expect(Number(disagreed?.[1] ?? 0)).toBeGreaterThan(0);
     await pointsExact();
   });
@@ -140,8 +142,8 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
       { name: 'honest-2', seed: 1, noise: 0.01 },
       { name: 'noised', seed: 1, noise: 0.2 },
     ]);
-    await submit(user, 40);
-    await until('the jobs and their checks to settle', settled, 280_000);
+    await submit(user, 40, alternating);
+    await settle(280_000);
     expect(await standing('noised')).toBe('suspended');
     expect((await strikes()).filter((s) => s.name !== 'noised')).toEqual([]);
     convicted(
@@ -162,42 +164,18 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
         { name: 'honest-2', seed: 1, noise: 0.01 },
         { name: 'honest-3', seed: 1, noise: 0.01 },
       ],
-      1,
+      { spotShare: 1 },
     );
-    await submit(user, 30);
-    await until('the jobs and their checks to settle', settled, 280_000);
+    await submit(user, 30, alternating);
+    await settle(280_000);
     const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
     // (the 15 temperature-0 answers, but an empty one)
     expect(refs!.n).toBeGreaterThanOrEqual(12);
     // Each reference knows how sure its scorers were at each character (one token per character here).
     expect(await q('t_gaps', 'SELECT job_id FROM canaries WHERE gaps IS NULL OR jsonb_array_length(gaps) <> char_length(answer)')).toEqual([]);
-    for (const w of workers.splice(0)) await w.stop();
-    // The maintenance round (the app's own makes no probes: VERIFY_PROBE_INTERVAL 0), with chance 1.
-    const lifecycle = t.app.service.coordinator.lifecycle;
-    const round = async () => {
-      const r = await ownRound(t.db, {
-        verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
-        onlineWindow: 60,
-        modelsTtl: 3600,
-        jobTimeout: 60,
-        tickSeconds: 1,
-        checks: lifecycle,
-      });
-      if (r?.outcome) lifecycle.apply(r.outcome);
-    };
-    /** Canaries one at a time to the node alone, until `done`. */
-    const canaries = (what: string, done: () => Promise<boolean>) =>
-      until(
-        what,
-        async () => {
-          if (await done()) return true;
-          if (await settled()) await round();
-          return false;
-        },
-        240_000,
-      );
+    await stopNodes();
     await node({ name: 'impostor', seed: 2 });
-    await canaries('the impostor suspended', async () => (await standing('impostor')) === 'suspended');
+    await canaries('the impostor suspended', async () => (await standing('impostor')) === 'suspended', 240_000);
     const [first] = await strikes();
     expect(first).toMatchObject({ name: 'impostor', kind: 'impostor' });
     // At its 3rd canary that parted from a reference where the reference's scorers were sure (the
@@ -208,13 +186,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     expect(await pointsOf('impostor')).toBe(0);
     await node({ name: 'honest-4', seed: 1, noise: 0.01 });
     // Each reference once (those whose vouching nodes are in good standing: all of them here).
-    await canaries(
-      'the honest node to answer every reference',
-      async () =>
-        (
-          await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'honest-4'")
-        )[0]!.n === refs!.n && settled(),
-    );
+    await canaries('the honest node to answer every reference', () => answeredEvery('honest-4', refs!.n), 240_000);
     expect((await strikes()).filter((s) => s.name !== 'impostor')).toEqual([]);
     expect(await standing('honest-4')).toBe('trusted');
     const [judged] = await q<{ answers: number }>(
@@ -234,41 +206,16 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
         { name: 'honest-2', seed: 1, noise: 0.01 },
         { name: 'honest-3', seed: 1, noise: 0.01 },
       ],
-      1,
+      { spotShare: 1 },
     );
     // Temperature 0 only: each answer may become a reference (at most CANARIES_PER_MODEL kept).
-    for (let i = 0; i < CANARY_JOBS; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
-    await until('the jobs and their checks to settle', settled, 380_000);
+    await submit(user, CANARY_JOBS);
+    await settle(380_000);
     const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
     expect(refs!.n).toBeGreaterThanOrEqual(20);
-    for (const w of workers.splice(0)) await w.stop();
-    const lifecycle = t.app.service.coordinator.lifecycle;
+    await stopNodes();
     await node({ name: 'noised', seed: 1, noise: 0.01 });
-    await until(
-      'the noised node to answer every reference',
-      async () => {
-        if (
-          (
-            await q<{ n: number }>('t_left', "SELECT count(*)::int AS n FROM canaries c JOIN nodes n ON n.id = ANY(c.seen) WHERE n.name = 'noised'")
-          )[0]!.n === refs!.n &&
-          (await settled())
-        )
-          return true;
-        if (await settled()) {
-          const r = await ownRound(t.db, {
-            verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
-            onlineWindow: 60,
-            modelsTtl: 3600,
-            jobTimeout: 60,
-            tickSeconds: 1,
-            checks: lifecycle,
-          });
-          if (r?.outcome) lifecycle.apply(r.outcome);
-        }
-        return false;
-      },
-      380_000,
-    );
+    await canaries('the noised node to answer every reference', () => answeredEvery('noised', refs!.n), 380_000);
     expect(await strikes()).toEqual([]);
     const judged = await q<{ same: boolean; evidence: number }>(
       't_canaries',
@@ -289,14 +236,9 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
         { name: 'honest-2', seed: 1, noise: 0.01 },
         { name: 'honest-3', seed: 1, noise: 0.01 },
       ],
-      1,
+      { spotShare: 1 },
     );
-    // In batches that settle in turn: all at once, the last jobs of a long run would wait past
-    // their deadline (JOB_TIMEOUT) behind the others, and an expired job is not scored.
-    for (let done = 0; done < HONEST_JOBS; done += 100) {
-      await submit(user, Math.min(100, HONEST_JOBS - done));
-      await until('the jobs and their checks to settle', settled, 550_000);
-    }
+    await submitInBatches(user, HONEST_JOBS, 550_000, alternating);
     expect(await strikes()).toEqual([]);
     const [scored] = await q<{ n: number }>('t_scored', 'SELECT coalesce(sum(answers), 0)::int AS n FROM node_token_evidence');
     // (an empty answer is not scored)

@@ -13,26 +13,21 @@
 //   database), every answer checked: three honest nodes collect 0 strikes over
 //   OPENAI_WORDPIECE_JOBS jobs, their answers' tokens kept and scored; an impostor of the same
 //   vocabulary is suspended by its 5th judged answer (one long enough to judge: MIN_POSITIONS).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Gguf } from '../src/worker/gguf.js';
 import { createBackend } from '../src/worker/backends.js';
 import type { Backend } from '../src/worker/backend.js';
 import { tokenBytes } from '../src/validation/answer-tokens.js';
 import { answerStats, H, MIN_POSITIONS, P0, P1, type AnswerStats } from '../src/verify/token-stats.js';
-import { backends } from './helpers/db.js';
-import { startApp } from './helpers/app.js';
-import { TestUser } from './helpers/coordinator.js';
-import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
-import { seededPrompts } from './helpers/prompts.js';
 import { startLogprobBackend, type LogprobBackend } from './helpers/logprob-backends.js';
-import { tokenAudits } from './helpers/audits.js';
+import { seededPrompts } from './helpers/prompts.js';
+import { tokenNodes } from './helpers/token-nodes.js';
 
 const models = tinyModels();
 const MODEL = 'tiny:wordpiece';
 const JOBS = Number(process.env.OPENAI_WORDPIECE_JOBS ?? 60);
 const ANSWERS = 30;
-const pglite = backends.find((b) => b.name === 'pglite')!;
 const wordpiece = (seed: number, noise = 0) => models.file({ seed, noise, vocab: 'wordpiece' });
 const servers: LogprobBackend[] = [];
 const serve = async (kind: 'vllm' | 'ollama', seed: number, noise = 0) => {
@@ -121,38 +116,11 @@ describe('tokens from OpenAI-faced backends, scored as generated', () => {
 });
 
 describe('token-level checks with `ins worker --backend openai` on a word-piece vocabulary (embedded database)', () => {
-  let t: Awaited<ReturnType<typeof startApp>>;
-  let workers: InProcessWorker[] = [];
-  afterEach(async () => {
-    for (const w of workers) await w.stop();
-    workers = [];
-    await t?.close();
+  const { start, submit, settle, submitInBatches, q, strikes, standing, pointsOf, pointsExact } = tokenNodes({
+    model: MODEL,
+    prompt,
+    serve: async (n) => ({ backend: 'openai', backendUrl: `${(await serve('vllm', n.seed, n.noise ?? 0)).url}/v1` }),
   });
-
-  // Every job checked: a floor at the full rate (fixed checking, src/verify/check-rate.ts).
-  const VERIFY = { enabled: true, share: 1, floor: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 };
-  const start = async (nodes: { name: string; seed: number; noise?: number }[]) => {
-    t = await startApp(pglite, { verify: VERIFY });
-    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    for (const n of nodes) {
-      const backend = await serve('vllm', n.seed, n.noise ?? 0);
-      workers.push(
-        await startWorker({
-          server: url,
-          node: n.name,
-          key: await t.addNode(n.name),
-          backend: 'openai',
-          backendUrl: `${backend.url}/v1`,
-          models: [MODEL],
-        }),
-      );
-    }
-    return new TestUser(t.app, await t.addUser());
-  };
-  const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
-  const submit = async (user: TestUser, n: number) => {
-    for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
-  };
 
   it(`three honest vLLM nodes (two with 1 % weight noise), every answer checked: 0 strikes over ${JOBS} jobs`, { timeout: 1_800_000 }, async () => {
     const user = await start([
@@ -160,10 +128,7 @@ describe('token-level checks with `ins worker --backend openai` on a word-piece 
       { name: 'honest-2', seed: 1, noise: 0.01 },
       { name: 'honest-3', seed: 1, noise: 0.01 },
     ]);
-    for (let done = 0; done < JOBS; done += 100) {
-      await submit(user, Math.min(100, JOBS - done));
-      await until('the jobs and their checks to settle', settled, 1_500_000);
-    }
+    await submitInBatches(user, JOBS, 1_500_000);
     expect(await strikes()).toEqual([]);
     const [jobs] = await q<{ done: number; tokens: number }>(
       't_tokens',
@@ -190,7 +155,7 @@ describe('token-level checks with `ins worker --backend openai` on a word-piece 
       { name: 'impostor', seed: 2 },
     ]);
     await submit(user, 30);
-    await until('the jobs and their checks to settle', settled, 550_000);
+    await settle(550_000);
     expect(await standing('impostor')).toBe('suspended');
     const all = await strikes();
     expect(all.filter((s) => s.name !== 'impostor')).toEqual([]);

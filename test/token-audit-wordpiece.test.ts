@@ -14,16 +14,12 @@
 //   honest nodes (two with 1 % weight noise) collect 0 strikes over WORDPIECE_JOBS jobs, their
 //   answers' tokens reported and scored; an impostor (another seed, the same vocabulary) is
 //   suspended by its 5th judged answer.
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { Gguf } from '../src/worker/gguf.js';
 import { answerStats, freshTest, observe, P0, P1, type AnswerStats, type NodeTest } from '../src/verify/token-stats.js';
-import { backends } from './helpers/db.js';
-import { startApp } from './helpers/app.js';
-import { TestUser } from './helpers/coordinator.js';
-import { startWorker, until, type InProcessWorker } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { seededPrompts } from './helpers/prompts.js';
-import { tokenAudits } from './helpers/audits.js';
+import { tokenNodes } from './helpers/token-nodes.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -32,7 +28,6 @@ const MODEL = 'tiny:wordpiece';
 const JOBS = Number(process.env.WORDPIECE_JOBS ?? 150);
 /** Answers of the offline comparison. */
 const ANSWERS = Number(process.env.WORDPIECE_ANSWERS ?? 60);
-const pglite = backends.find((b) => b.name === 'pglite')!;
 const wordpiece = (seed: number, noise = 0) => models.file({ seed, noise, vocab: 'wordpiece' });
 
 const { prompt } = seededPrompts(20261202);
@@ -102,40 +97,11 @@ describe("a token the scorer's vocabulary lacks", () => {
 });
 
 describe('token-level checks on a word-piece vocabulary (gguf workers, embedded database)', () => {
-  let t: Awaited<ReturnType<typeof startApp>>;
-  let workers: InProcessWorker[] = [];
-  afterEach(async () => {
-    for (const w of workers) await w.stop();
-    workers = [];
-    await t?.close();
+  const { start, submit, settle, submitInBatches, q, strikes, standing, pointsOf, pointsExact } = tokenNodes({
+    model: MODEL,
+    prompt,
+    serve: (n) => ({ backend: 'gguf', backendUrl: '', modelFile: wordpiece(n.seed, n.noise ?? 0), threads: 1 }),
   });
-
-  // Replay detection off: a random tiny model gives one greedy answer to many prompts (see test/token-audit-gguf.test.ts).
-  // Every job checked: a floor at the full rate (fixed checking, src/verify/check-rate.ts).
-  const VERIFY = { enabled: true, share: 1, floor: 1, probeInterval: 0, maxTokensPerSecond: 0, minWordsForReplay: 1_000_000 };
-  const start = async (nodes: { name: string; seed: number; noise?: number }[]) => {
-    t = await startApp(pglite, { verify: VERIFY });
-    const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
-    for (const n of nodes) {
-      workers.push(
-        await startWorker({
-          server: url,
-          node: n.name,
-          key: await t.addNode(n.name),
-          backend: 'gguf',
-          backendUrl: '',
-          modelFile: wordpiece(n.seed, n.noise ?? 0),
-          models: [MODEL],
-          threads: 1,
-        }),
-      );
-    }
-    return new TestUser(t.app, await t.addUser());
-  };
-  const { q, settled, strikes, standing, pointsOf, pointsExact } = tokenAudits(() => t.db);
-  const submit = async (user: TestUser, n: number) => {
-    for (let i = 0; i < n; i++) await user.submit(MODEL, prompt(), { max_output: 32, temperature: 0 });
-  };
 
   it(`three honest nodes (two with 1 % weight noise), every answer checked on the tokens it was generated as: 0 strikes over ${JOBS} jobs`, {
     timeout: 3_600_000,
@@ -146,10 +112,7 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
       { name: 'honest-3', seed: 1, noise: 0.01 },
     ]);
     const began = Date.now();
-    for (let done = 0; done < JOBS; done += 100) {
-      await submit(user, Math.min(100, JOBS - done));
-      await until('the jobs and their checks to settle', settled, 3_000_000);
-    }
+    await submitInBatches(user, JOBS, 3_000_000);
     const seconds = (Date.now() - began) / 1000;
     expect(await strikes()).toEqual([]);
     for (const n of ['honest-1', 'honest-2', 'honest-3']) expect(await standing(n)).toBe('trusted');
@@ -179,7 +142,7 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
       { name: 'impostor', seed: 2 },
     ]);
     await submit(user, 30);
-    await until('the jobs and their checks to settle', settled, 550_000);
+    await settle(550_000);
     expect(await standing('impostor')).toBe('suspended');
     const all = await strikes();
     expect(all.filter((s) => s.name !== 'impostor')).toEqual([]);
