@@ -12,9 +12,9 @@
 // - colluders that answer garbage and find each other's answers in line plant no reference: an
 //   honest node later alone on the model gets no canary of theirs and is not struck (issue 53).
 import { afterEach, describe, expect, it } from 'vitest';
-import { DEFAULT_VERIFY, type VerifyConfig } from '../src/config-verify.js';
+import type { VerifyConfig } from '../src/config-verify.js';
 import { backends } from './helpers/db.js';
-import { auditWaits, ownRound } from './helpers/audits.js';
+import { auditWaits, ownRoundApplied } from './helpers/audits.js';
 import { workerScores } from './helpers/scores.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
@@ -40,13 +40,7 @@ describe.each(backends)('canaries on $name', (backend) => {
   let t: Awaited<ReturnType<typeof startApp>>;
   afterEach(async () => t?.close());
 
-  const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
-  const strikes = async (node: string) =>
-    q<{ kind: string; evidence: Record<string, unknown> }>(
-      't_strikes',
-      'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id',
-      [node],
-    );
+  const { q, settled, until, standing, pointsOf, strikesOf: strikes } = auditWaits(() => t.db);
   const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean, unsure = false) =>
     w.post('/worker/update_result', {
       job_id: job.job_id,
@@ -64,19 +58,7 @@ describe.each(backends)('canaries on $name', (backend) => {
     return w;
   };
   /** One maintenance round that may send a canary (chance 1): answers the models sent one. */
-  const round = async () => {
-    const lifecycle = t.app.service.coordinator.lifecycle;
-    const r = await ownRound(t.db, {
-      verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
-      onlineWindow: 60,
-      modelsTtl: 3600,
-      jobTimeout: 60,
-      tickSeconds: 1,
-      checks: lifecycle,
-    });
-    if (r?.outcome) lifecycle.apply(r.outcome);
-    return r?.canaries ?? [];
-  };
+  const round = async () => (await ownRoundApplied(t, { ...VERIFY, probeInterval: 1 })).canaries ?? [];
 
   /**
    * Node `a` answers REFERENCES jobs at temperature 0, node `b` scores each in line, node `c`

@@ -22,10 +22,9 @@
 //   every reference, unstruck; a 1 %-noised honest node alone answers CANARY_JOBS' references
 //   with no evidence against it (it parts from a reference only at near ties).
 import { afterAll, describe, expect, it } from 'vitest';
-import { DEFAULT_VERIFY } from '../src/config-verify.js';
 import { until } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
-import { ownRound } from './helpers/audits.js';
+import { ownRoundApplied } from './helpers/audits.js';
 import { seededPrompts } from './helpers/prompts.js';
 import { EVERY_JOB_CHECKED, tokenNodes } from './helpers/token-nodes.js';
 
@@ -53,18 +52,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
    * A maintenance round of the test's own with probes due (the app's own makes none:
    * VERIFY_PROBE_INTERVAL 0), so that a node alone gets a canary with chance 1; its outcome applied.
    */
-  const round = async () => {
-    const lifecycle = app().app.service.coordinator.lifecycle;
-    const r = await ownRound(app().db, {
-      verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
-      onlineWindow: 60,
-      modelsTtl: 3600,
-      jobTimeout: 60,
-      tickSeconds: 1,
-      checks: lifecycle,
-    });
-    if (r?.outcome) lifecycle.apply(r.outcome);
-  };
+  const round = () => ownRoundApplied(app(), { ...VERIFY, probeInterval: 1 });
   /** Canaries one at a time to the node alone (a round whenever all is settled), until `done`. */
   const canaries = (what: string, done: () => Promise<boolean>, ms: number) =>
     until(

@@ -52,13 +52,7 @@ describe.each(backends)('score checks on $name', (backend) => {
     }
     return { user, workers };
   };
-  const { q, settled, until, standing, pointsOf } = auditWaits(() => t.db);
-  const strikes = async (node: string) =>
-    q<{ kind: string; evidence: Record<string, unknown> }>(
-      't_strikes',
-      'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id',
-      [node],
-    );
+  const { q, settled, until, standing, pointsOf, strikesOf: strikes } = auditWaits(() => t.db);
   const evidence = async (node: string) =>
     (
       await q<{ scored: number; copied: number; answers: number; flags: number }>(

@@ -10,7 +10,7 @@ import { auditBatch } from '../src/verify/auditor.js';
 import { reverse } from '../src/verify/reversal.js';
 import { strikeNode } from '../src/nodes/sql/standing.js';
 import { backends } from './helpers/db.js';
-import { auditWaits, copiesCounted, ownRound } from './helpers/audits.js';
+import { auditWaits, copiesCounted, ownRound, ownRoundApplied } from './helpers/audits.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { aggregatesAndRecomputation } from './helpers/aggregates.js';
@@ -393,19 +393,10 @@ describe.each(backends)('verification on $name', (backend) => {
   it('probes look like any job on the wire, come from fresh prompts, and nobody can read them', async () => {
     // The app itself makes no probes here (VERIFY_PROBE_INTERVAL 0): the test makes them.
     const { user, workers } = await start({}, ['p-1', 'p-2']);
-    const lifecycle = t.app.service.coordinator.lifecycle;
-    const opts = {
-      verify: { ...DEFAULT_VERIFY, ...VERIFY, probeInterval: 1 },
-      onlineWindow: 60,
-      modelsTtl: 3600,
-      jobTimeout: 60,
-      tickSeconds: 1,
-      checks: lifecycle,
-    };
     for (let i = 0; i < 5; i++) {
-      const r = await ownRound(t.db, opts);
-      expect(r?.probed).toHaveLength(1);
-      lifecycle.apply(r!.outcome!);
+      const r = await ownRoundApplied(t, { ...VERIFY, probeInterval: 1 });
+      expect(r.probed).toHaveLength(1);
+      expect(r.outcome).toBeDefined();
     }
     await user.submit(MODEL, 'a user job', { temperature: 0 });
     const jobs: Job[] = [];

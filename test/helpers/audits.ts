@@ -1,7 +1,9 @@
 // Waiting on the verifier in tests that drive audits through the real app: a query helper, "every
 // job settled and audited", and a wait for a state (never for a time).
 import { sql, type Database } from '../../src/db/database.js';
+import { DEFAULT_VERIFY, type VerifyConfig } from '../../src/config-verify.js';
 import { maintain, type MaintenanceOptions } from '../../src/verify/maintenance.js';
+import type { startApp } from './app.js';
 import { until as waitFor } from './wait.js';
 import { expect } from 'vitest';
 import { totalPoints } from './state.js';
@@ -76,7 +78,14 @@ export function nodeRecords(db: () => Database) {
         [node],
       )
     )[0]!.p;
-  return { standing, pointsOf };
+  /** The node's strikes, oldest first. */
+  const strikesOf = async (node: string) =>
+    q<{ kind: string; evidence: Record<string, unknown> }>(
+      't_strikes_of',
+      'SELECT k.kind, k.evidence FROM node_strikes k JOIN nodes n ON n.id = k.node_id WHERE n.name = $1::text ORDER BY k.id',
+      [node],
+    );
+  return { standing, pointsOf, strikesOf };
 }
 
 /**
@@ -99,4 +108,22 @@ export async function ownRound(db: Database, o: MaintenanceOptions, ms = 60_000)
   let round: Awaited<ReturnType<typeof maintain>>;
   await waitFor('the maintenance lock', async () => (round = await maintain(db, o)) !== undefined, ms);
   return round!;
+}
+
+/**
+ * A round of the test's own (ownRound) on the app of `t` (test/helpers/app.ts), with `verify`
+ * over the defaults, its outcome applied to the app's lifecycle as the app's own rounds do.
+ */
+export async function ownRoundApplied(t: Pick<Awaited<ReturnType<typeof startApp>>, 'app' | 'db'>, verify: Partial<VerifyConfig>) {
+  const lifecycle = t.app.service.coordinator.lifecycle;
+  const r = await ownRound(t.db, {
+    verify: { ...DEFAULT_VERIFY, ...verify },
+    onlineWindow: 60,
+    modelsTtl: 3600,
+    jobTimeout: 60,
+    tickSeconds: 1,
+    checks: lifecycle,
+  });
+  if (r.outcome) lifecycle.apply(r.outcome);
+  return r;
 }
