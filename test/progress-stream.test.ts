@@ -17,6 +17,7 @@ import { addApiKey } from '../src/nodes/api-keys.js';
 import { backends, createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { readChatStream } from './helpers/chat-stream.js';
 
 type StreamJob = Job & { stream?: boolean; answer_prefix?: string };
 
@@ -50,25 +51,6 @@ async function openStream(url: string, first: unknown) {
       }
     },
   };
-}
-
-/** What the client read, and how the stream ended. */
-async function read(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>, onText?: (text: string) => void) {
-  let text = '';
-  let finish: string | null = null;
-  try {
-    for await (const c of stream) {
-      const delta = c.choices[0]?.delta.content ?? '';
-      if (delta) {
-        text += delta;
-        onText?.(text);
-      }
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
-  } catch (err) {
-    return { text, finish, error: String((err as { code?: unknown }).code ?? err) };
-  }
-  return { text, finish, error: null as string | null };
 }
 
 /** The client's text as it grows; `reached(want)` resolves once it begins with `want`. */
@@ -120,7 +102,7 @@ describe.each(backends)('job progress over one stream on $name', (backend) => {
   it('relays the lines in order as they come, answers each in order, and the per-piece job_progress goes on after it', async () => {
     const w = await worker('stream-order');
     const seen = watcher();
-    const reading = read(await ask('stream-order'), seen.onText);
+    const reading = readChatStream(await ask('stream-order'), seen.onText);
     const job = (await w.getJob(5)) as StreamJob;
     expect(job.stream).toBe(true);
     const s = await openStream(url, { job_id: job.job_id, api_key: job.api_key });
@@ -155,7 +137,7 @@ describe.each(backends)('job progress over one stream on $name', (backend) => {
       { model: 'stream-cancel', messages: [{ role: 'user', content: 'tell a story' }], stream: true },
       { signal: gone.signal },
     );
-    const reading = read(stream, seen.onText);
+    const reading = readChatStream(stream, seen.onText);
     const job = (await w.getJob(5)) as StreamJob;
     const s = await openStream(url, { job_id: job.job_id, api_key: job.api_key, delta: 'Once ' });
     expect(await s.answer()).toEqual({ status: 'success' });
@@ -177,7 +159,7 @@ describe.each(backends)('job progress over one stream on $name', (backend) => {
     const first = await worker('stream-death');
     const second = await worker('stream-death');
     const seen = watcher();
-    const reading = read(await ask('stream-death'), seen.onText);
+    const reading = readChatStream(await ask('stream-death'), seen.onText);
     const job = (await first.getJob(5)) as StreamJob;
     const s = await openStream(url, { job_id: job.job_id, api_key: job.api_key, delta: 'Once ' });
     expect(await s.answer()).toEqual({ status: 'success' });
@@ -210,7 +192,7 @@ describe.each(backends)('job progress over one stream on $name', (backend) => {
 
   it('refuses a bad first line with the status job_progress would give, and a bad later line with an error line, keeping nothing of either', async () => {
     const w = await worker('stream-bad');
-    const reading = read(await ask('stream-bad'));
+    const reading = readChatStream(await ask('stream-bad'));
     const job = (await w.getJob(5)) as StreamJob;
     const refused = async (first: unknown) => {
       const s = await openStream(url, first);
@@ -273,7 +255,7 @@ describe.runIf(TEST_DATABASE_URL)('a progress stream on one server, its client o
     const worker = await new TestWorker(a, 'node-a', (await createNode(dbs[0]!, 'node-a')).key).start(['shared-stream']);
     const client = new OpenAI({ apiKey: (await addApiKey(dbs[1]!, 'user', 'app')).key, baseURL: `${urls[1]}/v1`, maxRetries: 0 });
     const seen = watcher();
-    const reading = read(
+    const reading = readChatStream(
       await client.chat.completions.create({ model: 'shared-stream', messages: [{ role: 'user', content: 'hi' }], stream: true }),
       seen.onText,
     );

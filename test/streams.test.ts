@@ -12,33 +12,12 @@ import { sql } from '../src/db/database.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { readChatStream } from './helpers/chat-stream.js';
 import { SplitPairs } from '../src/routes/worker/job-progress.js';
 
 type StreamJob = Job & { stream?: boolean; answer_prefix?: string };
 
-/** What the client read: the text, how the stream ended (finish reason or the error's code). */
-async function read(
-  stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>,
-  onText?: (text: string) => void,
-): Promise<{ text: string; finish: string | null; error: string | null }> {
-  let text = '';
-  let finish: string | null = null;
-  try {
-    for await (const c of stream) {
-      const delta = c.choices[0]?.delta.content ?? '';
-      if (delta) {
-        text += delta;
-        onText?.(text);
-      }
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
-  } catch (err) {
-    return { text, finish, error: String((err as { code?: unknown }).code ?? err) };
-  }
-  return { text, finish, error: null };
-}
-
-/** Resolves once the client has read `want` (called from read()'s onText). */
+/** Resolves once the client has read `want` (called from readChatStream()'s onText). */
 function seen(want: string): { onText: (text: string) => void; reached: Promise<void> } {
   let resolve!: () => void;
   const reached = new Promise<void>((r) => (resolve = r));
@@ -86,7 +65,7 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     const first = await worker(model);
     const second = await worker(model);
     const reached = seen('Once upon ');
-    const reading = read(await ask(model), reached.onText);
+    const reading = readChatStream(await ask(model), reached.onText);
     const job = (await first.getJob(5)) as StreamJob;
     expect(job.stream).toBe(true);
     expect(job.answer_prefix).toBeUndefined();
@@ -126,7 +105,7 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
 
   it('relays a character split between two pieces whole (a UTF-16 pair cut by length): the text is the record, finished with stop', async () => {
     const w = await worker('story-emoji');
-    const reading = read(await ask('story-emoji'));
+    const reading = readChatStream(await ask('story-emoji'));
     const job = (await w.getJob(5)) as StreamJob;
     for (const piece of ['h\u00e9', 'llo \ud83d', '\ude00\ud83d\udc68', '\u200d\ud83d\udc69\u200d', '\ud83d\udc67 \u65e5']) {
       expect((await progress(w, job, piece)).statusCode).toBe(200);
@@ -167,7 +146,7 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
 
   it('keeps and relays at most the cap per lease, always the true beginning: the record fills in the rest', async () => {
     const w = await worker('story-long');
-    const reading = read(await ask('story-long'));
+    const reading = readChatStream(await ask('story-long'));
     const job = (await w.getJob(5))!;
     const big = 'x'.repeat(40_000);
     expect((await progress(w, job, big)).statusCode).toBe(200);
@@ -210,7 +189,7 @@ describe.each(backends)('streams that survive their node on $name', (backend) =>
     // Streamed: the first node's text is the answer's beginning, and its usage is charged with the continuer's.
     const first = await worker('story-usage');
     const second = await worker('story-usage');
-    const reading = read(await ask('story-usage'));
+    const reading = readChatStream(await ask('story-usage'));
     const a = (await first.getJob(5)) as StreamJob;
     expect((await progress(first, a, 'Once')).statusCode).toBe(200);
     await first.post('/worker/update_result', {
@@ -280,7 +259,7 @@ describe.each(backends)('a worker that stops sending progress, on $name', (backe
             [jobId],
           )
         )[0]!.s;
-      const reading = read(
+      const reading = readChatStream(
         await client.chat.completions.create({ model: 'story-heartbeat', messages: [{ role: 'user', content: 'tell a story' }], stream: true }),
       );
       const job = (await first!.getJob(5)) as StreamJob;
