@@ -2,8 +2,6 @@
 // user or stranger could do to the coordinator, each now refused without harming anyone else.
 // (Access control — register_node's keyless window, daily_points, long polls, rate-limit keys —
 // is in test/hardening-access.test.ts.)
-import { Writable } from 'node:stream';
-import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
 import { buildApp } from '../src/app.js';
@@ -12,6 +10,7 @@ import { backends } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { until } from './helpers/wait.js';
+import { loggerInto } from './helpers/log-lines.js';
 
 const MODEL = 'hardening-model';
 // Audits on, and nothing random or timed in them: no copies, no probes, no speed cap.
@@ -251,15 +250,7 @@ describe.each(backends)('finding 1 on $name: one report cannot switch verificati
 
     // Another server, auditing: what it logs is kept.
     const lines: { msg: string; jobs?: { jobId: string; error: string }[] }[] = [];
-    const logger = pino(
-      { level: 'info' },
-      new Writable({
-        write(chunk: Buffer, _enc, done) {
-          lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]);
-          done();
-        },
-      }),
-    );
+    const logger = loggerInto(lines);
     const auditor = await buildApp({ db: t.db, logger, verify: AUDIT });
     try {
       await until(

@@ -5,9 +5,7 @@
 // official SDK and fetch as a browser would send.
 import { once } from 'node:events';
 import { connect } from 'node:net';
-import { Writable } from 'node:stream';
 import OpenAI, { NotFoundError } from 'openai';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import type { Database } from '../src/db/database.js';
@@ -16,6 +14,7 @@ import { addApiKey } from '../src/nodes/api-keys.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { backends } from './helpers/db.js';
 import { TestWorker } from './helpers/coordinator.js';
+import { loggerInto } from './helpers/log-lines.js';
 
 const MODEL = 'llama3.2:latest';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -29,15 +28,7 @@ describe.each(backends)('HTTP conventions on $name', (backend) => {
 
   beforeAll(async () => {
     db = await backend.open();
-    const logger = pino(
-      { level: 'info' },
-      new Writable({
-        write(chunk: Buffer, _enc, done) {
-          lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]);
-          done();
-        },
-      }),
-    );
+    const logger = loggerInto(lines);
     app = await buildApp({ db, logger, verify: { enabled: false } });
     url = await app.listen({ port: 0, host: '127.0.0.1' });
     userKey = (await addApiKey(db, 'user', 'browser')).key;

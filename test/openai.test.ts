@@ -1,9 +1,7 @@
 // The OpenAI-compatible API driven by the real `openai` SDK against a listening server, with a
 // worker loop (the real worker's wire) answering jobs deterministically: completions plain and
 // streamed (with usage), the model list, and the errors the SDK raises as its own classes.
-import { Writable } from 'node:stream';
 import OpenAI from 'openai';
-import pino from 'pino';
 import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../src/db/database.js';
@@ -11,6 +9,7 @@ import { NO_RATE_LIMITS } from '../src/config.js';
 import { backends } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestWorker, type Job } from './helpers/coordinator.js';
+import { loggerInto } from './helpers/log-lines.js';
 import { buildApp } from '../src/app.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/nodes/api-keys.js';
@@ -423,15 +422,7 @@ describe.each(backends)('OpenAI-compatible API on $name', (backend) => {
 describe('a client that hangs up', () => {
   it('is logged as a closed request (499), not as a failed job; streaming or not', async () => {
     const lines: { msg: string; level: number; status?: number }[] = [];
-    const logger = pino(
-      { level: 'info' },
-      new Writable({
-        write(chunk: Buffer, _enc, done) {
-          lines.push(JSON.parse(String(chunk)) as (typeof lines)[number]);
-          done();
-        },
-      }),
-    );
+    const logger = loggerInto(lines);
     const db = await backends[0]!.open();
     const app = await buildApp({ db, logger, rateLimits: NO_RATE_LIMITS });
     try {
