@@ -41,14 +41,7 @@ describe.each(backends)('canaries on $name', (backend) => {
   afterEach(async () => t?.close());
 
   const { q, settled, until, standing, pointsOf, strikesOf: strikes } = auditWaits(() => t.db);
-  const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean, unsure = false) =>
-    w.post('/worker/update_result', {
-      job_id: job.job_id,
-      api_key: job.api_key,
-      model_name: job.model,
-      status: 'success',
-      result: { message: { role: 'assistant', content: '' }, scores: scores(foreign, job, unsure) },
-    });
+  const scoreReport = (w: TestWorker, job: ScoreJob, foreign: boolean, unsure = false) => w.reportScores(job, scores(foreign, job, unsure));
   const worker = async (name: string, score: boolean) => {
     const w = await new TestWorker(t.app, name, await t.addNode(name)).start([MODEL]);
     if (score)

@@ -82,13 +82,7 @@ describe.each(backends)("no conviction on one party's word, on $name", (backend)
         if (!job) continue;
         const b = nodes[name]!;
         const res = job.params?.score
-          ? await w.post('/worker/update_result', {
-              job_id: job.job_id,
-              api_key: job.api_key,
-              model_name: job.model,
-              status: 'success',
-              result: { message: { role: 'assistant', content: '' }, scores: workerScores(b.scores!(job), POSITIONS) },
-            })
+          ? await w.reportScores(job, workerScores(b.scores!(job), POSITIONS))
           : await w.report(job, (b.answer ?? honestly)(job));
         expect(res.statusCode).toBe(200);
       }

@@ -73,13 +73,7 @@ describe.each(backends)('score checks on $name', (backend) => {
         const job = (await w.getJob()) as ScoreJob | null;
         if (!job) continue;
         const res = job.params?.score
-          ? await w.post('/worker/update_result', {
-              job_id: job.job_id,
-              api_key: job.api_key,
-              model_name: job.model,
-              status: 'success',
-              result: { message: { role: 'assistant', content: '' }, scores: scores(foreign(name, job)) },
-            })
+          ? await w.reportScores(job, scores(foreign(name, job)))
           : await w.report(job, prose(MODEL, job.messages.at(-1)!.content));
         expect(res.statusCode).toBe(200);
       }

@@ -72,6 +72,17 @@ export class TestWorker {
     });
   }
 
+  /** A score check's report: no answer of its own, the scores (test/helpers/scores.ts workerScores). */
+  reportScores(job: Job, scores: object) {
+    return this.post('/worker/update_result', {
+      job_id: job.job_id,
+      api_key: job.api_key,
+      model_name: job.model,
+      status: 'success',
+      result: { message: { role: 'assistant', content: '' }, scores },
+    });
+  }
+
   deregister() {
     return this.post('/worker/deregister_node', { node_url: this.node }, true);
   }
