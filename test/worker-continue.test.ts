@@ -56,17 +56,10 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
     workers.push(w);
     return { model, next, node, b, w };
   };
-  const result = async (jobId: string) => {
-    for (;;) {
-      const r = await user.result(jobId, 20);
-      if (r.statusCode === 200)
-        return r.json() as {
-          status: string;
-          result: { message: { content: string } };
-          usage?: { prompt_tokens?: number; completion_tokens?: number };
-        };
-    }
-  };
+  const result = (jobId: string) =>
+    user.resultWhenDone<{ status: string; result: { message: { content: string } }; usage?: { prompt_tokens?: number; completion_tokens?: number } }>(
+      jobId,
+    );
   const progressOf = (jobId: string) => tap.progress.filter((p) => p.job_id === jobId);
   const relayed = (jobId: string) =>
     progressOf(jobId)

@@ -48,17 +48,10 @@ describe.each(backends)('ins worker --backend gguf and the coordinator ($name)',
     await t?.close();
   });
 
-  const result = async (jobId: string) => {
-    for (;;) {
-      const r = await user.result(jobId, 20);
-      if (r.statusCode === 200)
-        return r.json() as {
-          status: string;
-          result: { message: { content: string } };
-          usage?: { prompt_tokens?: number; completion_tokens?: number };
-        };
-    }
-  };
+  const result = (jobId: string) =>
+    user.resultWhenDone<{ status: string; result: { message: { content: string } }; usage?: { prompt_tokens?: number; completion_tokens?: number } }>(
+      jobId,
+    );
 
   it('declares the name it serves the file as, and says what it runs', () => {
     expect(w.logs.some((l) => l.includes('models declared') && l.includes(MODEL))).toBe(true);

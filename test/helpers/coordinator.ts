@@ -108,4 +108,12 @@ export class TestUser {
   result(jobId: string, wait = 0) {
     return this.app.inject({ method: 'GET', url: `/get_result/${jobId}${wait ? `?wait=${wait}` : ''}`, headers: { api_key: this.key } });
   }
+
+  /** The job's result once it has one: long polls of `wait` seconds until then (the test's timeout bounds them). */
+  async resultWhenDone<T>(jobId: string, wait = 20): Promise<T> {
+    for (;;) {
+      const r = await this.result(jobId, wait);
+      if (r.statusCode === 200) return r.json() as T;
+    }
+  }
 }
