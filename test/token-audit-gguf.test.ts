@@ -26,7 +26,7 @@ import { until } from './helpers/worker.js';
 import { tinyModels } from './helpers/gguf.js';
 import { ownRoundApplied } from './helpers/audits.js';
 import { seededPrompts } from './helpers/prompts.js';
-import { EVERY_JOB_CHECKED, tokenNodes } from './helpers/token-nodes.js';
+import { EVERY_JOB_CHECKED, HONEST_NODES, tokenNodes, WITH_IMPOSTOR } from './helpers/token-nodes.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -39,12 +39,13 @@ const { prompt } = seededPrompts(20261126);
 describe('token-level checks with real tiny models (gguf workers, embedded database)', () => {
   // Every job checked, no second scorer unless a test asks (VERIFY_SPOT_SHARE).
   const VERIFY = { ...EVERY_JOB_CHECKED, spotShare: 0 };
-  const { app, start, node, stopNodes, submit, settle, submitInBatches, q, settled, strikes, standing, pointsOf, pointsExact } = tokenNodes({
-    model: MODEL,
-    prompt,
-    verify: VERIFY,
-    serve: (n) => ({ backend: 'gguf', backendUrl: '', modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), threads: 1 }),
-  });
+  const { app, start, node, stopNodes, submit, settle, submitInBatches, q, settled, strikes, standing, pointsOf, pointsExact, evidenceTotals } =
+    tokenNodes({
+      model: MODEL,
+      prompt,
+      verify: VERIFY,
+      serve: (n) => ({ backend: 'gguf', backendUrl: '', modelFile: models.file({ seed: n.seed, noise: n.noise ?? 0 }), threads: 1 }),
+    });
   /** Half the jobs greedy, half sampled at 0.8 (seeded). */
   const alternating = (i: number) => (i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 });
 
@@ -81,11 +82,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   };
 
   it('suspends an impostor, reverses its points, and strikes no honest node', { timeout: 300_000 }, async () => {
-    const user = await start([
-      { name: 'honest-1', seed: 1 },
-      { name: 'honest-2', seed: 1, noise: 0.01 },
-      { name: 'impostor', seed: 2 },
-    ]);
+    const user = await start(WITH_IMPOSTOR);
     await submit(user, 30, alternating);
     await settle(280_000);
     expect(await standing('impostor')).toBe('suspended');
@@ -146,14 +143,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
     timeout: 300_000,
   }, async () => {
     // Three honest nodes: a reference is an answer, a scorer's "in line" and a second scorer's.
-    const user = await start(
-      [
-        { name: 'honest-1', seed: 1 },
-        { name: 'honest-2', seed: 1, noise: 0.01 },
-        { name: 'honest-3', seed: 1, noise: 0.01 },
-      ],
-      { spotShare: 1 },
-    );
+    const user = await start(HONEST_NODES, { spotShare: 1 });
     await submit(user, 30, alternating);
     await settle(280_000);
     const [refs] = await q<{ n: number }>('t_refs', 'SELECT count(*)::int AS n FROM canaries');
@@ -188,14 +178,7 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   it('canaries: a 1 %-noised honest node alone parts from the references only where their scorers were unsure: never struck', {
     timeout: 400_000,
   }, async () => {
-    const user = await start(
-      [
-        { name: 'honest-1', seed: 1 },
-        { name: 'honest-2', seed: 1, noise: 0.01 },
-        { name: 'honest-3', seed: 1, noise: 0.01 },
-      ],
-      { spotShare: 1 },
-    );
+    const user = await start(HONEST_NODES, { spotShare: 1 });
     // Temperature 0 only: each answer may become a reference (at most CANARIES_PER_MODEL kept).
     await submit(user, CANARY_JOBS);
     await settle(380_000);
@@ -218,19 +201,11 @@ describe('token-level checks with real tiny models (gguf workers, embedded datab
   });
 
   it(`honest nodes checking each other: 0 strikes over ${HONEST_JOBS} jobs`, { timeout: 600_000 }, async () => {
-    const user = await start(
-      [
-        { name: 'honest-1', seed: 1 },
-        { name: 'honest-2', seed: 1, noise: 0.01 },
-        { name: 'honest-3', seed: 1, noise: 0.01 },
-      ],
-      { spotShare: 1 },
-    );
+    const user = await start(HONEST_NODES, { spotShare: 1 });
     await submitInBatches(user, HONEST_JOBS, 550_000, alternating);
     expect(await strikes()).toEqual([]);
-    const [scored] = await q<{ n: number }>('t_scored', 'SELECT coalesce(sum(answers), 0)::int AS n FROM node_token_evidence');
     // (an empty answer is not scored)
-    expect(scored!.n).toBeGreaterThanOrEqual(HONEST_JOBS * 0.9);
+    expect((await evidenceTotals()).answers).toBeGreaterThanOrEqual(HONEST_JOBS * 0.9);
     await pointsExact();
   });
 });

@@ -22,7 +22,7 @@ import { answerStats, H, MIN_POSITIONS, P0, P1, type AnswerStats } from '../src/
 import { tinyModels } from './helpers/gguf.js';
 import { startLogprobBackend, type LogprobBackend } from './helpers/logprob-backends.js';
 import { seededPrompts } from './helpers/prompts.js';
-import { tokenNodes } from './helpers/token-nodes.js';
+import { HONEST_NODES, tokenNodes, WITH_IMPOSTOR } from './helpers/token-nodes.js';
 
 const models = tinyModels();
 const MODEL = 'tiny:wordpiece';
@@ -116,44 +116,29 @@ describe('tokens from OpenAI-faced backends, scored as generated', () => {
 });
 
 describe('token-level checks with `ins worker --backend openai` on a word-piece vocabulary (embedded database)', () => {
-  const { start, submit, settle, submitInBatches, q, strikes, standing, pointsOf, pointsExact } = tokenNodes({
+  const { start, submit, settle, submitInBatches, q, strikes, standing, pointsOf, pointsExact, doneWithTokens, evidenceTotals } = tokenNodes({
     model: MODEL,
     prompt,
     serve: async (n) => ({ backend: 'openai', backendUrl: `${(await serve('vllm', n.seed, n.noise ?? 0)).url}/v1` }),
   });
 
   it(`three honest vLLM nodes (two with 1 % weight noise), every answer checked: 0 strikes over ${JOBS} jobs`, { timeout: 1_800_000 }, async () => {
-    const user = await start([
-      { name: 'honest-1', seed: 1 },
-      { name: 'honest-2', seed: 1, noise: 0.01 },
-      { name: 'honest-3', seed: 1, noise: 0.01 },
-    ]);
+    const user = await start(HONEST_NODES);
     await submitInBatches(user, JOBS, 1_500_000);
     expect(await strikes()).toEqual([]);
-    const [jobs] = await q<{ done: number; tokens: number }>(
-      't_tokens',
-      "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'",
-    );
-    expect(jobs!.tokens).toBe(jobs!.done);
-    const [e] = await q<{ answers: number; positions: number; mismatches: number }>(
-      't_scored',
-      `SELECT coalesce(sum(answers), 0)::int AS answers,
-      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`,
-    );
-    expect(e!.answers).toBeGreaterThanOrEqual(JOBS * 0.9);
-    expect(e!.mismatches / e!.positions).toBeLessThan(P0);
+    const jobs = await doneWithTokens();
+    expect(jobs.tokens).toBe(jobs.done);
+    const e = await evidenceTotals();
+    expect(e.answers).toBeGreaterThanOrEqual(JOBS * 0.9);
+    expect(e.mismatches / e.positions).toBeLessThan(P0);
     process.stdout.write(
-      `vLLM word-piece honest run: ${JOBS} jobs; ${e!.answers} answers judged, ${e!.positions} positions, ${e!.mismatches} confident mismatches\n`,
+      `vLLM word-piece honest run: ${JOBS} jobs; ${e.answers} answers judged, ${e.positions} positions, ${e.mismatches} confident mismatches\n`,
     );
     await pointsExact();
   });
 
   it('suspends an impostor of the same vocabulary by its 5th judged answer and strikes no honest node', { timeout: 600_000 }, async () => {
-    const user = await start([
-      { name: 'honest-1', seed: 1 },
-      { name: 'honest-2', seed: 1, noise: 0.01 },
-      { name: 'impostor', seed: 2 },
-    ]);
+    const user = await start(WITH_IMPOSTOR);
     await submit(user, 30);
     await settle(550_000);
     expect(await standing('impostor')).toBe('suspended');

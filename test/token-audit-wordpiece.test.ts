@@ -19,7 +19,7 @@ import { Gguf } from '../src/worker/gguf.js';
 import { answerStats, freshTest, observe, P0, P1, type AnswerStats, type NodeTest } from '../src/verify/token-stats.js';
 import { tinyModels } from './helpers/gguf.js';
 import { seededPrompts } from './helpers/prompts.js';
-import { tokenNodes } from './helpers/token-nodes.js';
+import { HONEST_NODES, tokenNodes, WITH_IMPOSTOR } from './helpers/token-nodes.js';
 
 const models = tinyModels();
 afterAll(() => models.remove());
@@ -97,7 +97,7 @@ describe("a token the scorer's vocabulary lacks", () => {
 });
 
 describe('token-level checks on a word-piece vocabulary (gguf workers, embedded database)', () => {
-  const { start, submit, settle, submitInBatches, q, strikes, standing, pointsOf, pointsExact } = tokenNodes({
+  const { start, submit, settle, submitInBatches, strikes, standing, pointsOf, pointsExact, doneWithTokens, evidenceTotals } = tokenNodes({
     model: MODEL,
     prompt,
     serve: (n) => ({ backend: 'gguf', backendUrl: '', modelFile: wordpiece(n.seed, n.noise ?? 0), threads: 1 }),
@@ -106,41 +106,26 @@ describe('token-level checks on a word-piece vocabulary (gguf workers, embedded 
   it(`three honest nodes (two with 1 % weight noise), every answer checked on the tokens it was generated as: 0 strikes over ${JOBS} jobs`, {
     timeout: 3_600_000,
   }, async () => {
-    const user = await start([
-      { name: 'honest-1', seed: 1 },
-      { name: 'honest-2', seed: 1, noise: 0.01 },
-      { name: 'honest-3', seed: 1, noise: 0.01 },
-    ]);
+    const user = await start(HONEST_NODES);
     const began = Date.now();
     await submitInBatches(user, JOBS, 3_000_000);
     const seconds = (Date.now() - began) / 1000;
     expect(await strikes()).toEqual([]);
     for (const n of ['honest-1', 'honest-2', 'honest-3']) expect(await standing(n)).toBe('trusted');
     // Every done user job's answer came with its tokens, and each check scored them.
-    const [jobs] = await q<{ done: number; tokens: number }>(
-      't_tokens',
-      "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'",
-    );
-    expect(jobs!.tokens).toBe(jobs!.done);
-    const [e] = await q<{ answers: number; positions: number; mismatches: number }>(
-      't_scored',
-      `SELECT coalesce(sum(answers), 0)::int AS answers,
-      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`,
-    );
-    expect(e!.answers).toBeGreaterThanOrEqual(JOBS * 0.9);
-    expect(e!.mismatches / e!.positions).toBeLessThan(P0);
+    const jobs = await doneWithTokens();
+    expect(jobs.tokens).toBe(jobs.done);
+    const e = await evidenceTotals();
+    expect(e.answers).toBeGreaterThanOrEqual(JOBS * 0.9);
+    expect(e.mismatches / e.positions).toBeLessThan(P0);
     process.stdout.write(
-      `word-piece honest run: ${JOBS} jobs in ${seconds.toFixed(0)} s; ${e!.answers} answers judged, ${e!.positions} positions, ${e!.mismatches} confident mismatches (${((100 * e!.mismatches) / e!.positions).toFixed(3)} %)\n`,
+      `word-piece honest run: ${JOBS} jobs in ${seconds.toFixed(0)} s; ${e.answers} answers judged, ${e.positions} positions, ${e.mismatches} confident mismatches (${((100 * e.mismatches) / e.positions).toFixed(3)} %)\n`,
     );
     await pointsExact();
   });
 
   it('suspends an impostor of the same vocabulary by its 5th judged answer and strikes no honest node', { timeout: 600_000 }, async () => {
-    const user = await start([
-      { name: 'honest-1', seed: 1 },
-      { name: 'honest-2', seed: 1, noise: 0.01 },
-      { name: 'impostor', seed: 2 },
-    ]);
+    const user = await start(WITH_IMPOSTOR);
     await submit(user, 30);
     await settle(550_000);
     expect(await standing('impostor')).toBe('suspended');

@@ -54,7 +54,24 @@ export function tokenAudits(db: () => Database) {
     const { stored, recomputed } = await aggregatesAndRecomputation(db());
     expect(stored).toEqual(recomputed);
   };
-  return { q, settled, strikes, pointsExact, ...nodeRecords(db) };
+  /** The done user jobs, and how many of them kept the tokens their node reported. */
+  const doneWithTokens = async () =>
+    (
+      await q<{ done: number; tokens: number }>(
+        't_tokens',
+        "SELECT count(*)::int AS done, count(tokens)::int AS tokens FROM jobs WHERE kind = 'user' AND state = 'done'",
+      )
+    )[0]!;
+  /** The token-level evidence of all nodes together: answers judged, positions scored, confident mismatches. */
+  const evidenceTotals = async () =>
+    (
+      await q<{ answers: number; positions: number; mismatches: number }>(
+        't_scored',
+        `SELECT coalesce(sum(answers), 0)::int AS answers,
+      coalesce(sum(positions), 0)::int AS positions, coalesce(sum(mismatches), 0)::int AS mismatches FROM node_token_evidence`,
+      )
+    )[0]!;
+  return { q, settled, strikes, pointsExact, doneWithTokens, evidenceTotals, ...nodeRecords(db) };
 }
 
 /** What the verifier left of a node, by name: its standing ('trusted' while it has none) and its points. `db` is read at each call. */

@@ -17,6 +17,15 @@ export interface TokenNode {
   noise?: number;
 }
 
+/** Three honest nodes: the model (seed 1), and twice with 1 % noise on its weights (machines never agree bit for bit). */
+export const HONEST_NODES: readonly TokenNode[] = [
+  { name: 'honest-1', seed: 1 },
+  { name: 'honest-2', seed: 1, noise: 0.01 },
+  { name: 'honest-3', seed: 1, noise: 0.01 },
+];
+/** Two of the honest nodes and an impostor: another model (seed 2) of the same vocabulary. */
+export const WITH_IMPOSTOR: readonly TokenNode[] = [...HONEST_NODES.slice(0, 2), { name: 'impostor', seed: 2 }];
+
 /**
  * Every job checked (a floor at the full rate: fixed checking, src/verify/check-rate.ts), no
  * probes, no throughput limit. Replay detection off: a random tiny model gives one greedy answer
@@ -73,7 +82,7 @@ export function tokenNodes(o: {
     for (const w of workers.splice(0)) await w.stop();
   };
   /** The app (its verification `verify` over the describe's) and `nodes`; answers a user of it. */
-  const start = async (nodes: TokenNode[], verify: Partial<VerifyConfig> = {}) => {
+  const start = async (nodes: readonly TokenNode[], verify: Partial<VerifyConfig> = {}) => {
     t = await startApp(o.db ?? backends.find((b) => b.name === 'pglite')!, { verify: { ...(o.verify ?? EVERY_JOB_CHECKED), ...verify } });
     url = await t.app.listen({ port: 0, host: '127.0.0.1' });
     for (const n of nodes) await node(n);
