@@ -2,14 +2,14 @@
 // one is woken by the announcement of a job submitted on the other (NOTIFY ins_jobs), a user
 // waiting on one hears the result reported on the other (the same channel), and an expired
 // lease is swept once whichever server gets there first.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
-import { sql, type Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrate.js';
+import { sql } from '../src/db/database.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/nodes/api-keys.js';
-import { createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
+import { TEST_DATABASE_URL } from './helpers/db.js';
 import { TestUser, TestWorker } from './helpers/coordinator.js';
+import { twoServers } from './helpers/two-servers.js';
 import type { Outcome } from '../src/jobs/outcome.js';
 
 /** Resolves with the first outcome another server announced to `app` that matches. */
@@ -24,25 +24,7 @@ function announced(app: Awaited<ReturnType<typeof buildApp>>, match: (o: Outcome
 }
 
 describe.runIf(TEST_DATABASE_URL)('two servers on one PostgreSQL database', () => {
-  let drop: () => Promise<void>;
-  const dbs: Database[] = [];
-  const apps: Awaited<ReturnType<typeof buildApp>>[] = [];
-
-  beforeAll(async () => {
-    const created = await createPostgresDatabase();
-    drop = created.drop;
-    for (let i = 0; i < 2; i++) {
-      const db = openTestPostgres(created.url, 5);
-      if (i === 0) await migrate(db);
-      dbs.push(db);
-      apps.push(await buildApp({ db, verify: { enabled: false }, coordinator: { sweepInterval: 0.1 } }));
-    }
-  });
-  afterAll(async () => {
-    for (const app of apps) await app.close();
-    for (const db of dbs) await db.close();
-    await drop?.();
-  });
+  const { dbs, apps } = twoServers({ pool: 5, app: { verify: { enabled: false }, coordinator: { sweepInterval: 0.1 } } });
 
   it('wakes a worker waiting on one server when a job is submitted on the other, and the user waiting on the other hears the result', async () => {
     const [a, b] = apps as [(typeof apps)[0], (typeof apps)[0]];

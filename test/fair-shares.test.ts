@@ -6,9 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql, type Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrate.js';
-import { buildApp } from '../src/app.js';
+import { sql } from '../src/db/database.js';
 import { NO_RATE_LIMITS } from '../src/config.js';
 import { addApiKey, setKeyPriority, setKeyQuota } from '../src/nodes/api-keys.js';
 import { createNode } from '../src/nodes/lifecycle.js';
@@ -16,9 +14,10 @@ import { secondsToUtcMidnight } from '../src/jobs/submit.js';
 import { ensureModelIdFor } from '../src/repositories/models.js';
 import { runCommand } from '../src/cli/commands.js';
 import { bufferIo } from '../src/cli/io.js';
-import { backends, createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
+import { backends, TEST_DATABASE_URL } from './helpers/db.js';
 import { startApp, type TestApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
+import { twoServers } from './helpers/two-servers.js';
 
 const submitRaw = (app: TestApp, key: string, model: string, extra: Record<string, unknown> = {}) =>
   app.inject({
@@ -449,25 +448,7 @@ describe.each(backends)('fair shares on $name', (backend) => {
 });
 
 describe.runIf(TEST_DATABASE_URL)('quotas across two servers on one PostgreSQL database', () => {
-  let drop: () => Promise<void>;
-  const dbs: Database[] = [];
-  const apps: TestApp[] = [];
-
-  beforeAll(async () => {
-    const created = await createPostgresDatabase();
-    drop = created.drop;
-    for (let i = 0; i < 2; i++) {
-      const db = openTestPostgres(created.url, 8);
-      if (i === 0) await migrate(db);
-      dbs.push(db);
-      apps.push(await buildApp({ db, verify: { enabled: false }, rateLimits: NO_RATE_LIMITS }));
-    }
-  });
-  afterAll(async () => {
-    for (const app of apps) await app.close();
-    for (const db of dbs) await db.close();
-    await drop?.();
-  });
+  const { dbs, apps } = twoServers({ pool: 8, app: { verify: { enabled: false }, rateLimits: NO_RATE_LIMITS } });
 
   for (const [what, quota, extra] of [
     ['jobs', { jobs: 17 }, {}],

@@ -9,15 +9,14 @@ import OpenAI from 'openai';
 import { PassThrough } from 'node:stream';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../src/app.js';
 import { sql, type Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrate.js';
 import { createNode } from '../src/nodes/lifecycle.js';
 import { addApiKey } from '../src/nodes/api-keys.js';
-import { backends, createPostgresDatabase, openTestPostgres, TEST_DATABASE_URL } from './helpers/db.js';
+import { backends, TEST_DATABASE_URL } from './helpers/db.js';
 import { startApp } from './helpers/app.js';
 import { TestUser, TestWorker, type Job } from './helpers/coordinator.js';
 import { readChatStream } from './helpers/chat-stream.js';
+import { twoServers } from './helpers/two-servers.js';
 
 type StreamJob = Job & { stream?: boolean; answer_prefix?: string };
 
@@ -227,28 +226,7 @@ describe.each(backends)('job progress over one stream on $name', (backend) => {
 });
 
 describe.runIf(TEST_DATABASE_URL)('a progress stream on one server, its client on another (one PostgreSQL database)', () => {
-  let drop: () => Promise<void>;
-  const dbs: Database[] = [];
-  const apps: Awaited<ReturnType<typeof buildApp>>[] = [];
-  const urls: string[] = [];
-
-  beforeAll(async () => {
-    const created = await createPostgresDatabase();
-    drop = created.drop;
-    for (let i = 0; i < 2; i++) {
-      const db = openTestPostgres(created.url, 5);
-      if (i === 0) await migrate(db);
-      dbs.push(db);
-      const app = await buildApp({ db, verify: { enabled: false } });
-      apps.push(app);
-      urls.push(await app.listen({ port: 0, host: '127.0.0.1' }));
-    }
-  });
-  afterAll(async () => {
-    for (const app of apps) await app.close();
-    for (const db of dbs) await db.close();
-    await drop?.();
-  });
+  const { dbs, apps, urls } = twoServers({ pool: 5, app: { verify: { enabled: false } }, listen: true });
 
   it("relays the text, in order, to the client's server", async () => {
     const [a] = apps as [(typeof apps)[0]];
