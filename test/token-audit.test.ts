@@ -186,22 +186,27 @@ describe.each(backends)('score checks on $name', (backend) => {
     expect(network.verification.nodes_suspended).toBe(1);
   });
 
-  it('strikes a scorer two others contradict (false_score), never the audited node', { timeout: 120_000 }, async () => {
-    // Before issue 53 the second scorer's "in line" alone moved the first scorer's test (and with
-    // no second scorer the first's "foreign" moved the node's): one party's word each time.
-    const { user, workers } = await start(['liar', 'scorer', 'scorer-2'], ['node']);
+  /** Four sampled jobs, `node` answers them all, then `liar` takes each job's first check and calls the answer foreign. */
+  const liarTakesEveryFirstCheck = async (user: TestUser, workers: Map<string, TestWorker>) => {
     for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
     await serve(
       only(workers, 'node'),
       () => false,
       async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4,
     );
-    // The liar takes every first check and calls the answer foreign; the honest scorers confirm none.
     await serve(
       only(workers, 'liar'),
       () => true,
       async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4,
     );
+  };
+
+  it('strikes a scorer two others contradict (false_score), never the audited node', { timeout: 120_000 }, async () => {
+    // Before issue 53 the second scorer's "in line" alone moved the first scorer's test (and with
+    // no second scorer the first's "foreign" moved the node's): one party's word each time.
+    const { user, workers } = await start(['liar', 'scorer', 'scorer-2'], ['node']);
+    // The liar takes every first check and calls the answer foreign; the honest scorers confirm none.
+    await liarTakesEveryFirstCheck(user, workers);
     await serve(only(workers, 'scorer', 'scorer-2', 'liar'), (n) => n === 'liar');
     expect(await strikes('node')).toEqual([]);
     expect(await standing('node')).toBe('trusted');
@@ -221,17 +226,7 @@ describe.each(backends)('score checks on $name', (backend) => {
 
   it('with no third scorer online, a scorer contradicted by a second is not struck, nor is the node', { timeout: 120_000 }, async () => {
     const { user, workers } = await start(['liar', 'scorer'], ['node']);
-    for (let i = 0; i < 4; i++) await user.submit(MODEL, `question ${i}`, { temperature: 0.8 });
-    await serve(
-      only(workers, 'node'),
-      () => false,
-      async () => (await q<{ n: number }>('t_q', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'user' AND state = 'done'"))[0]!.n === 4,
-    );
-    await serve(
-      only(workers, 'liar'),
-      () => true,
-      async () => (await q<{ n: number }>('t_q2', "SELECT count(*)::int AS n FROM jobs WHERE kind = 'verify' AND state = 'done'"))[0]!.n === 4,
-    );
+    await liarTakesEveryFirstCheck(user, workers);
     await serve(only(workers, 'scorer', 'liar'), (n) => n === 'liar');
     expect(await strikes('node')).toEqual([]);
     expect(await strikes('liar')).toEqual([]);
