@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createBackend } from '../src/worker/backends.js';
 import type { BackendKind } from '../src/worker/options.js';
 import { answerOf, piecesOf, startFakeBackend, words, type FakeBackend, type FakeKind, type FakeOptions } from './helpers/backends.js';
+import { until } from './helpers/wait.js';
 
 const MODEL = 'llama3.2:latest';
 const job = {
@@ -142,5 +143,25 @@ describe('continuing an answer on each backend', () => {
       await expect(backend.chat(job, (d) => deltas.push(d))).rejects.toThrow();
       expect(deltas.join('')).toBe(piecesOf(whole).slice(0, 2).join(''));
     }
+  });
+
+  it('a fake lets an answer go on when resume() came before the answer reached its pause (a test resumes once it saw the last piece)', async () => {
+    const b = await fake('ollama');
+    const backend = await detected('ollama', b);
+    b.answer = () => 'two words';
+    // Paused after its last piece, before its end; each piece is followed by half a second of
+    // generation, so the client has the last piece, and resumes, before the answer gets there.
+    b.pauseAfter = 2;
+    b.delayMs = 1_000;
+    let text = '';
+    let ended = false;
+    const answer = backend.chat(job, (d) => {
+      text += d;
+      if (text === 'two words') b.resume();
+    });
+    void answer.finally(() => (ended = true)).catch(() => undefined);
+    await until('the answer to end', () => ended);
+    expect((await answer).content).toBe('two words');
+    expect(b.paused).toBe(1);
   });
 });

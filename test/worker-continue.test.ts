@@ -74,11 +74,7 @@ describe.each(backends)('ins worker and the coordinator ($name)', (backend) => {
 
   describe('a job whose answer an earlier attempt began', () => {
     for (const kind of ['ollama', 'vllm', 'llamacpp'] as const) {
-      // retry: in 2 of about 40 runs under load (CI 2026-12-02) the worker's relay of the
-      // continuation never reached the test's tap since progress travels over one stream per job
-      // (POST /worker/job_progress_stream); not reproduced alone or beside busy cores, open
-      // (docs/coordinator.md, "One request per job").
-      it(`${kind}: continues it, streams only the continuation, reports the whole answer with its own usage`, { retry: 2 }, async () => {
+      it(`${kind}: continues it, streams only the continuation, reports the whole answer with its own usage`, async () => {
         const { model, b } = await setUp(kind);
         const whole = answerOf(model, [{ content: PROMPT }]);
         const prefix = piecesOf(whole).slice(0, 4).join('');

@@ -30,6 +30,11 @@
 // `pauseAfter` and `failAfter` at the same count: the answer waits there until resume(), then
 // its connection is cut — so a test can let the first pieces reach the client (a worker sends
 // its progress as it comes and drops what is pending when the backend fails) before the node fails.
+// resume() lets go of every answer begun before it, paused already or not yet: a test resumes
+// once it saw the pieces before the pause, and may see the last of them before the answer has got
+// past that piece's generation time (a timer) to its pause; a resume that counted only for answers
+// already paused was lost then, and the answer waited until the test timed out
+// (worker-continue.test.ts, about 1 run in 30 under load).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { sleep } from './wait.js';
@@ -57,7 +62,7 @@ export interface FakeBackend {
   pauseAfter: number | undefined;
   /** Answers that paused so far. */
   paused: number;
-  /** Lets paused answers go on. */
+  /** Lets the answers begun so far go on: those paused, and those that have yet to reach their pause. */
   resume(): void;
   /** Chat calls whose client hung up before the answer ended. */
   hungUp: number;
@@ -135,6 +140,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     kill: async () => {},
     close: async () => {},
   };
+  // Resolved by the next resume(); each answer waits on the one current when it began.
   let resume = () => {};
   let resumed = new Promise<void>((r) => (resume = r));
   b.resume = () => {
@@ -235,6 +241,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
     }
     b.calls++;
     b.requests.push(r);
+    const goOn = resumed;
     let generated: string;
     if (continues) {
       const whole = b.answer(model, messages.slice(0, -1));
@@ -276,7 +283,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       if (b.stallAfter !== undefined) return hangUp();
       if (b.pauseAfter !== undefined) {
         b.paused++;
-        await Promise.race([resumed, hangUp()]);
+        await Promise.race([goOn, hangUp()]);
         if (res.destroyed) return;
       }
       await sleep(b.delayMs);
@@ -330,7 +337,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
         if (b.stallAfter === i) return hangUp().then(() => false);
         if (b.pauseAfter === i) {
           b.paused++;
-          await Promise.race([resumed, hangUp()]);
+          await Promise.race([goOn, hangUp()]);
         }
         if (res.destroyed) return false;
         if (b.failAfter === i) {
@@ -344,7 +351,7 @@ export async function startFakeBackend(kind: FakeKind, models: string[], o: Fake
       if (b.stallAfter !== undefined && b.stallAfter >= pieces.length) return hangUp().then(() => false);
       if (b.pauseAfter !== undefined && b.pauseAfter >= pieces.length) {
         b.paused++;
-        await Promise.race([resumed, hangUp()]);
+        await Promise.race([goOn, hangUp()]);
       }
       if (res.destroyed) return false;
       return true;
