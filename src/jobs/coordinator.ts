@@ -163,14 +163,16 @@ export class Coordinator {
       Promise.all(Array.from({ length: n }, () => this.dispatcher.next(session, 0, gone, true))).then((found) =>
         found.filter((j): j is DeliveredJob => j !== null),
       );
-    if (max > 1) {
+    // A look costs a poll's bookkeeping per job asked (nothing found, when this server knows the
+    // session's models empty): skipped then, as a worker's every call would otherwise pay it.
+    if (max > 1 && !this.dispatcher.knownEmpty(session)) {
       const found = await look(max);
       if (found.length > 0 || waitMs <= 0) return found;
     }
     const job = await this.dispatcher.next(session, waitMs, gone, true);
     if (!job) return [];
     // A burst woke it: what else the burst queued, in one more look (none when the model is known empty).
-    return max > 1 ? [job, ...(await look(max - 1))] : [job];
+    return max > 1 && !this.dispatcher.knownEmpty(session) ? [job, ...(await look(max - 1))] : [job];
   }
 
   /** Gives back a job whose worker could not be told about it (it hung up): no attempt. */

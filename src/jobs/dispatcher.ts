@@ -183,6 +183,11 @@ export class Dispatcher implements LiveConsumer {
    * client hung up; a job found for a gone client goes back at once. `keep`: a session at its
    * capacity gets no job (get_job's poll gives up the session's oldest lease instead).
    */
+  /** This server knows none of the session's models has a queued job or copy (a look would find nothing). */
+  knownEmpty(session: SessionRow): boolean {
+    return this.live && this.trackEmpty && session.models.every((m) => this.empty.has(m) && !this.copies.has(m));
+  }
+
   next(session: SessionRow, waitMs: number, gone: () => boolean, keep = false): Promise<DeliveredJob | null> {
     // Stopping (close()): a poll that arrives now, on a connection still open, answers at once —
     // it would otherwise hold the stop for its whole wait, past SHUTDOWN_TIMEOUT_MS and a
