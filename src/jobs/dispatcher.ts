@@ -178,16 +178,21 @@ export class Dispatcher implements LiveConsumer {
     if (live) this.wakeAll();
   }
 
+  /** This server knows none of these models has a queued job (copies aside). */
+  private noQueuedJobs(models: readonly number[]): boolean {
+    return this.live && this.trackEmpty && models.every((m) => this.empty.has(m));
+  }
+
+  /** This server knows none of the session's models has a queued job or copy: a poll that looks once would find nothing. */
+  knownEmpty(session: SessionRow): boolean {
+    return this.noQueuedJobs(session.models) && session.models.every((m) => !this.copies.has(m));
+  }
+
   /**
    * A job for the session, or null after waitMs (0: look once). `gone` tells whether the
    * client hung up; a job found for a gone client goes back at once. `keep`: a session at its
    * capacity gets no job (get_job's poll gives up the session's oldest lease instead).
    */
-  /** This server knows none of the session's models has a queued job or copy (a look would find nothing). */
-  knownEmpty(session: SessionRow): boolean {
-    return this.live && this.trackEmpty && session.models.every((m) => this.empty.has(m) && !this.copies.has(m));
-  }
-
   next(session: SessionRow, waitMs: number, gone: () => boolean, keep = false): Promise<DeliveredJob | null> {
     // Stopping (close()): a poll that arrives now, on a connection still open, answers at once —
     // it would otherwise hold the stop for its whole wait, past SHUTDOWN_TIMEOUT_MS and a
@@ -228,12 +233,11 @@ export class Dispatcher implements LiveConsumer {
       // No job for it: a long poll waits to be claimed or woken (copies are offered to waiters
       // as they are queued, and once a second by recheck()); a poll that looks once looks for
       // copies now, or a worker that never waits would never get one.
-      const noJobs = this.live && this.trackEmpty && models.every((m) => this.empty.has(m));
       if (w.once) {
-        if (noJobs && models.every((m) => !this.copies.has(m))) return w.settle(null);
+        if (this.knownEmpty(session)) return w.settle(null);
       } else {
         w.timer = setTimeout(() => w.settle(null), waitMs);
-        if (noJobs) return;
+        if (this.noQueuedJobs(models)) return;
       }
       this.pend(w);
     });
